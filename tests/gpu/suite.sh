@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The whole GPU suite in one call, for a bare GPU machine (see README, "GPU suite").
+#   bash tests/gpu/suite.sh [pytest args...]      default: every test under tests/gpu
+# Installs the carried wheels (.whl/, ignored by git) into /tmp/site, prints the GPU's
+# identity, runs the GPU tests, then the speedup benchmark when it exists.
+# Logs go to $OUT (the device tool's output folder) or .gpu-out/.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-$PWD/.gpu-out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+if compgen -G ".whl/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || { echo "wheel install failed"; exit 1; }
+  export PYTHONPATH=/tmp/site:$PWD
+else
+  export PYTHONPATH=$PWD
+fi
+nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.mem,temperature.gpu \
+  --format=csv | tee "$OUT/gpu.txt"
+nvcc --version | tail -n 2 | tee -a "$OUT/gpu.txt"
+args=("$@")
+[ ${#args[@]} -eq 0 ] && args=(tests/gpu)
+python3 -m pytest -p no:cacheprovider -q -rA "${args[@]}" 2>&1 | tee "$OUT/pytest.log"
+status=${PIPESTATUS[0]}
+if [ "${KG_SKIP_BENCH:-0}" != 1 ] && [ -f bench/hw4_speedups.py ]; then
+  python3 bench/hw4_speedups.py 2>&1 | tee "$OUT/speedups.txt"
+fi
+exit "$status"
