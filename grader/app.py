@@ -1,0 +1,47 @@
+"""FastAPI application factory."""
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from sqlalchemy import text
+
+from grader import api, web
+from grader.context import AppContext
+from grader.settings import Settings, get_settings
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    context = AppContext.from_settings(settings or get_settings())
+    app = FastAPI(
+        title="kernelgrade",
+        version="0.1.0",
+        description="Autograder for GPU kernel homework. Authenticate with `Authorization: Bearer <token>`.",
+    )
+    app.state.context = context
+    app.include_router(api.router)
+    app.include_router(web.router)
+
+    @app.get("/api/v1/health", tags=["v1"], summary="Database and broker reachability")
+    def health() -> dict[str, Any]:
+        return {"database": _database_ok(context), "broker": _broker_ok(context)}
+
+    return app
+
+
+def _database_ok(ctx: AppContext) -> bool:
+    try:
+        with ctx.engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+        return True
+    except Exception:
+        return False
+
+
+def _broker_ok(ctx: AppContext) -> bool:
+    try:
+        with ctx.celery.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1, timeout=2)
+        return True
+    except Exception:
+        return False

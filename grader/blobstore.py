@@ -1,0 +1,106 @@
+"""Content-addressed blob store: files named by their sha256, written atomically, streamed.
+
+Layout: <root>/ab/cd/abcdef... . A write goes to a temp file in <root>/tmp, is fsynced,
+then renamed into place (and the folder fsynced), so a blob either exists whole or not at all.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+class BlobTooLarge(ValueError):
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"upload exceeds the size limit of {limit} bytes")
+        self.limit = limit
+
+
+@dataclass(frozen=True)
+class StoredBlob:
+    sha256: str
+    size: int
+
+
+class BlobStore:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.tmp_dir = root / "tmp"
+
+    def path(self, sha256: str) -> Path:
+        if not _SHA256.match(sha256):
+            raise ValueError(f"not a sha256 digest: {sha256!r}")
+        return self.root / sha256[:2] / sha256[2:4] / sha256
+
+    def exists(self, sha256: str) -> bool:
+        return self.path(sha256).is_file()
+
+    def writer(self, max_bytes: int | None = None) -> BlobWriter:
+        """A streaming writer; use as a context manager so an unfinished blob is discarded."""
+        return BlobWriter(self, max_bytes)
+
+    def put_chunks(self, chunks: Iterable[bytes], max_bytes: int | None = None) -> StoredBlob:
+        with self.writer(max_bytes) as writer:
+            for chunk in chunks:
+                writer.write(chunk)
+            return writer.commit()
+
+    def put_bytes(self, data: bytes) -> StoredBlob:
+        return self.put_chunks([data])
+
+
+class BlobWriter:
+    """Streams into a temp file while hashing; `commit` moves it to its content address."""
+
+    def __init__(self, store: BlobStore, max_bytes: int | None) -> None:
+        store.tmp_dir.mkdir(parents=True, exist_ok=True)
+        self._store = store
+        self._max = max_bytes
+        fd, name = tempfile.mkstemp(dir=store.tmp_dir, prefix="upload-")
+        self._file = os.fdopen(fd, "wb")
+        self._tmp_path = Path(name)
+        self._hash = hashlib.sha256()
+        self._size = 0
+
+    def write(self, chunk: bytes) -> None:
+        self._size += len(chunk)
+        if self._max is not None and self._size > self._max:
+            raise BlobTooLarge(self._max)
+        self._hash.update(chunk)
+        self._file.write(chunk)
+
+    def commit(self) -> StoredBlob:
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        digest = self._hash.hexdigest()
+        dest = self._store.path(digest)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(self._tmp_path, dest)  # same content -> same name: replacing is harmless
+        _fsync_dir(dest.parent)
+        return StoredBlob(digest, self._size)
+
+    def discard(self) -> None:
+        if not self._file.closed:
+            self._file.close()
+        self._tmp_path.unlink(missing_ok=True)
+
+    def __enter__(self) -> BlobWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.discard()
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,37 @@
+"""What the web app holds for its lifetime: settings, database, blob store, Celery client."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from celery import Celery
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from grader.blobstore import BlobStore
+from grader.db import make_engine, make_session_factory
+from grader.settings import Settings
+from worker.celery_app import make_celery
+
+
+@dataclass
+class AppContext:
+    settings: Settings
+    engine: Engine
+    sessions: sessionmaker[Session]
+    blobs: BlobStore
+    celery: Celery
+
+    @property
+    def default_assignment(self) -> str:
+        return self.settings.rubrics[0]
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> AppContext:
+        engine = make_engine(settings)
+        return cls(
+            settings=settings,
+            engine=engine,
+            sessions=make_session_factory(engine),
+            blobs=BlobStore(settings.blob_dir),
+            celery=make_celery(settings),
+        )

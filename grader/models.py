@@ -1,0 +1,173 @@
+"""SQLAlchemy 2 models. The schema is created by Alembic (alembic/versions), never create_all."""
+from __future__ import annotations
+
+import enum
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, DateTime, Enum, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.types import TypeDecorator
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on every backend (SQLite drops the zone on the way back)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        return value.astimezone(timezone.utc) if value is not None else None
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=timezone.utc)
+        return value
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSON, datetime: UTCDateTime}
+
+
+class Role(str, enum.Enum):
+    student = "student"
+    instructor = "instructor"
+
+
+class RunState(str, enum.Enum):
+    queued = "queued"
+    building = "building"
+    running = "running"
+    built = "built"  # final while no GPU stage exists on this worker: build done, not graded
+    scored = "scored"
+    failed = "failed"
+
+    @property
+    def is_final(self) -> bool:
+        return self in FINAL_STATES
+
+
+FINAL_STATES = frozenset({RunState.built, RunState.scored, RunState.failed})
+ACTIVE_STATES = frozenset({RunState.building, RunState.running})
+
+
+class ErrorClass(str, enum.Enum):
+    bad_archive = "bad_archive"
+    build_error = "build_error"
+    timeout = "timeout"
+    crashed = "crashed"
+    infra_error = "infra_error"
+
+
+def _enum(cls: type[enum.Enum]) -> Enum:
+    # Stored as plain strings (no native DB enum) so adding a value needs no type migration.
+    return Enum(cls, native_enum=False, length=32, validate_strings=True)
+
+
+class User(Base):
+    __tablename__ = "users"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    username: Mapped[str] = mapped_column(String(128), unique=True)
+    role: Mapped[Role] = mapped_column(_enum(Role))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    tokens: Mapped[list[ApiToken]] = relationship(back_populates="user")
+
+
+class ApiToken(Base):
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(128))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)  # sha256 hex of the token
+    scopes: Mapped[str] = mapped_column(String(256))  # space-separated
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_used_at: Mapped[datetime | None]
+    revoked_at: Mapped[datetime | None]
+
+    user: Mapped[User] = relationship(back_populates="tokens")
+
+    @property
+    def scope_set(self) -> frozenset[str]:
+        return frozenset(self.scopes.split())
+
+
+class Assignment(Base):
+    __tablename__ = "assignments"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    slug: Mapped[str] = mapped_column(String(64), unique=True)
+    title: Mapped[str] = mapped_column(String(256))
+    total_points: Mapped[float] = mapped_column(Float)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Submission(Base):
+    __tablename__ = "submissions"
+    __table_args__ = (Index("ix_submissions_user_assignment", "user_id", "assignment_id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
+    assignment_id: Mapped[int] = mapped_column(ForeignKey("assignments.id"))
+    original_filename: Mapped[str] = mapped_column(String(512))
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    sha256: Mapped[str] = mapped_column(String(64), index=True)
+    uploaded_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    user: Mapped[User] = relationship()
+    assignment: Mapped[Assignment] = relationship()
+    runs: Mapped[list[Run]] = relationship(back_populates="submission", order_by="Run.id")
+
+
+class Run(Base):
+    __tablename__ = "runs"
+    __table_args__ = (Index("ix_runs_state", "state"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    submission_id: Mapped[int] = mapped_column(ForeignKey("submissions.id"), index=True)
+    state: Mapped[RunState] = mapped_column(_enum(RunState), default=RunState.queued)
+    error_class: Mapped[ErrorClass | None] = mapped_column(_enum(ErrorClass))
+    message: Mapped[str | None] = mapped_column(Text)
+    reason: Mapped[str] = mapped_column(String(32), default="upload")  # upload | regrade
+    score: Mapped[float | None] = mapped_column(Float)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    enqueued_at: Mapped[datetime | None]  # last time a task for it reached the broker
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+    # Claim (at most one live worker per run): set atomically, refreshed by a heartbeat.
+    claimed_by: Mapped[str | None] = mapped_column(String(128))
+    heartbeat_at: Mapped[datetime | None]
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    worker_host: Mapped[str | None] = mapped_column(String(256))
+    toolchain: Mapped[dict[str, Any] | None]
+    stages: Mapped[dict[str, Any] | None]  # stage name -> {status, seconds, log}
+
+    submission: Mapped[Submission] = relationship(back_populates="runs")
+    results: Mapped[list[ProblemResult]] = relationship(
+        back_populates="run", order_by="ProblemResult.id", cascade="all, delete-orphan"
+    )
+
+
+class ProblemResult(Base):
+    __tablename__ = "problem_results"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    problem_id: Mapped[str] = mapped_column(String(32))
+    title: Mapped[str] = mapped_column(String(256))
+    status: Mapped[str] = mapped_column(String(32))  # passed | failed | not_run | error
+    points: Mapped[float] = mapped_column(Float, default=0.0)
+    max_points: Mapped[float] = mapped_column(Float)
+    message: Mapped[str | None] = mapped_column(Text)
+    details: Mapped[dict[str, Any] | None]
+
+    run: Mapped[Run] = relationship(back_populates="results")

@@ -1,0 +1,85 @@
+"""The one settings object. Every knob of the service lives here, read from KG_* variables.
+
+The defaults are the embedded profile: SQLite and a SQLite-backed broker under `data_dir`,
+so one machine runs everything with no server. Production sets KG_DATABASE_URL to
+PostgreSQL and KG_BROKER_URL to Redis; the code path is the same.
+"""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+MiB = 1024 * 1024
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="KG_", env_file=".env", extra="ignore")
+
+    # Storage
+    data_dir: Path = Path("var")
+    database_url: str = ""  # default: sqlite file in data_dir
+    broker_url: str = ""  # default: SQLite-backed kombu transport in data_dir
+    task_queue: str = "grading"
+
+    # Uploads
+    max_upload_bytes: int = 50 * MiB
+    upload_chunk_bytes: int = 1 * MiB
+
+    # Safe unpacking of submissions
+    unpack_max_total_bytes: int = 200 * MiB
+    unpack_max_file_bytes: int = 50 * MiB
+    unpack_max_files: int = 5000
+    unpack_max_depth: int = 24
+    unpack_max_ratio: float = 100.0  # uncompressed / compressed, whole archive and per entry
+
+    # Builds
+    nvcc: str = "nvcc"
+    cuda_arch: str = "sm_90"
+    nvcc_timeout_s: float = 300.0
+    build_jobs: int = 3
+
+    # Worker
+    task_soft_time_limit_s: int = 1500
+    task_time_limit_s: int = 1800
+    heartbeat_interval_s: float = 5.0
+    heartbeat_timeout_s: float = 60.0  # a claim older than this is presumed dead
+    max_attempts: int = 3  # infrastructure retries before a run is failed as infra_error
+    # A queued run whose task was sent this long ago without being claimed is sent again.
+    requeue_after_s: float = 900.0
+    reconcile_interval_s: float = 30.0
+    stage_log_limit_bytes: int = 64 * 1024
+
+    # Bootstrap
+    rubrics: list[str] = Field(default_factory=lambda: ["hw4"])
+
+    @property
+    def resolved_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{(self.data_dir / 'kernelgrade.db').resolve()}"
+
+    @property
+    def resolved_broker_url(self) -> str:
+        return self.broker_url or f"sqla+sqlite:///{(self.data_dir / 'broker.db').resolve()}"
+
+    @property
+    def is_embedded(self) -> bool:
+        return self.resolved_database_url.startswith("sqlite")
+
+    @property
+    def blob_dir(self) -> Path:
+        return self.data_dir / "blobs"
+
+    @property
+    def jobs_dir(self) -> Path:
+        return self.data_dir / "jobs"
+
+    @property
+    def build_cache_dir(self) -> Path:
+        return self.data_dir / "build-cache"
+
+
+@functools.cache
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,171 @@
+"""Safe extraction of an untrusted zip into a fresh job folder.
+
+Every entry is checked before a byte is written: no absolute paths, no `..`, no links or
+device files, no encrypted entries, caps on entry count, depth, per-file and total size
+(counted while decompressing: declared sizes can lie) and on the compression ratio.
+Problems raise BadArchive with a message written for the student.
+"""
+from __future__ import annotations
+
+import stat
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+CHUNK = 1024 * 1024
+IGNORED_PREFIXES = ("__MACOSX/",)
+IGNORED_NAMES = {".DS_Store", "Thumbs.db"}
+
+
+class BadArchive(Exception):
+    """The upload cannot be unpacked; the message tells the student what to fix."""
+
+
+@dataclass(frozen=True)
+class UnpackLimits:
+    max_total_bytes: int
+    max_file_bytes: int
+    max_files: int
+    max_depth: int
+    max_ratio: float
+
+
+@dataclass(frozen=True)
+class Unpacked:
+    files: int
+    total_bytes: int
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1024 * 1024):.0f} MiB"
+
+
+def _entry_kind(info: zipfile.ZipInfo) -> int:
+    """The file-type bits of an entry made on Unix (0 when the zip carries none)."""
+    return stat.S_IFMT(info.external_attr >> 16) if info.create_system == 3 else 0
+
+
+def _safe_relative(name: str) -> PurePosixPath | None:
+    """The entry's path inside the job folder, or None for a directory entry; raises on escape."""
+    if "\x00" in name:
+        raise BadArchive(f"the zip has an entry with a NUL byte in its name ({name!r})")
+    normalized = name.replace("\\", "/")
+    if normalized.startswith("/") or (len(normalized) > 1 and normalized[1] == ":"):
+        raise BadArchive(f"the zip contains an absolute path ({name!r}); zip the folder with relative paths")
+    parts = [p for p in normalized.split("/") if p not in ("", ".")]
+    if any(p == ".." for p in parts):
+        raise BadArchive(f"the zip contains a path that leaves its folder ({name!r})")
+    if not parts or normalized.endswith("/"):
+        return None
+    return PurePosixPath(*parts)
+
+
+def _is_ignored(name: str) -> bool:
+    return name.startswith(IGNORED_PREFIXES) or PurePosixPath(name).name in IGNORED_NAMES
+
+
+def check_entries(archive: zipfile.ZipFile, limits: UnpackLimits, archive_bytes: int) -> list[zipfile.ZipInfo]:
+    """Validate every entry's metadata; return the file entries to extract."""
+    infos = archive.infolist()
+    if not infos:
+        raise BadArchive("the zip is empty")
+    if len(infos) > limits.max_files:
+        raise BadArchive(
+            f"the zip has {len(infos)} entries; the limit is {limits.max_files}. "
+            "Remove build outputs, data sets and virtual environments before zipping."
+        )
+    declared_total = 0
+    files: list[zipfile.ZipInfo] = []
+    for info in infos:
+        rel = _safe_relative(info.filename)
+        kind = _entry_kind(info)
+        if kind == stat.S_IFLNK:
+            raise BadArchive(f"the zip contains a symbolic link ({info.filename}); zip real files only")
+        if kind not in (0, stat.S_IFREG, stat.S_IFDIR):
+            raise BadArchive(f"the zip contains a special file ({info.filename}); zip regular files only")
+        if info.flag_bits & 0x1:
+            raise BadArchive(f"the zip is encrypted ({info.filename}); upload it without a password")
+        if rel is None or info.is_dir() or _is_ignored(info.filename):
+            continue
+        if len(rel.parts) > limits.max_depth:
+            raise BadArchive(f"{info.filename} is nested deeper than {limits.max_depth} folders")
+        if info.file_size > limits.max_file_bytes:
+            raise BadArchive(f"{info.filename} is larger than the per-file limit of {_mib(limits.max_file_bytes)}")
+        if info.compress_size and info.file_size / info.compress_size > limits.max_ratio and info.file_size > CHUNK:
+            raise BadArchive(f"{info.filename} expands suspiciously ({info.file_size} bytes from {info.compress_size}); "
+                             "this looks like a zip bomb")
+        declared_total += info.file_size
+        files.append(info)
+    if declared_total > limits.max_total_bytes:
+        raise BadArchive(f"the zip expands to more than {_mib(limits.max_total_bytes)}")
+    if archive_bytes and declared_total > CHUNK and declared_total / archive_bytes > limits.max_ratio:
+        raise BadArchive("the zip expands more than a real submission could; this looks like a zip bomb")
+    return files
+
+
+def unpack_zip(archive_path: Path, dest: Path, limits: UnpackLimits) -> Unpacked:
+    """Extract `archive_path` into the empty folder `dest` (created) under `limits`."""
+    try:
+        archive = zipfile.ZipFile(archive_path)
+    except zipfile.BadZipFile as exc:
+        raise BadArchive("the upload is not a zip file; create it with `zip -r` or your file manager's "
+                         "'compress' action") from exc
+    dest.mkdir(parents=True, exist_ok=False)
+    root = dest.resolve()
+    written_total = 0
+    with archive:
+        files = check_entries(archive, limits, archive_path.stat().st_size)
+        for info in files:
+            rel = _safe_relative(info.filename)
+            assert rel is not None
+            target = (root / rel).resolve()
+            if not target.is_relative_to(root):  # defence in depth after the name checks
+                raise BadArchive(f"the zip contains a path that leaves its folder ({info.filename!r})")
+            if target.exists():
+                raise BadArchive(f"the zip contains {info.filename} twice")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            written = 0
+            try:
+                with archive.open(info) as src, open(target, "xb") as out:
+                    while chunk := src.read(CHUNK):
+                        written += len(chunk)
+                        written_total += len(chunk)
+                        if written > limits.max_file_bytes or written > info.file_size:
+                            raise BadArchive(f"{info.filename} expands beyond its declared size; "
+                                             "this looks like a zip bomb")
+                        if written_total > limits.max_total_bytes:
+                            raise BadArchive(f"the zip expands to more than {_mib(limits.max_total_bytes)}")
+                        out.write(chunk)
+            except (zipfile.BadZipFile, EOFError, NotImplementedError, ValueError) as exc:
+                raise BadArchive(f"{info.filename} could not be read from the zip ({exc}); "
+                                 "create the zip again") from exc
+    return Unpacked(len(files), written_total)
+
+
+def find_assignment_root(tree: Path, required_files: tuple[str, ...]) -> Path:
+    """The folder holding the assignment: the zip's top level, or one folder whose subtree
+    has every required file (students zip with and without an enclosing folder)."""
+    def has_all(folder: Path) -> bool:
+        return all((folder / f).is_file() for f in required_files)
+
+    if has_all(tree):
+        return tree
+    anchor = required_files[0]
+    candidates = sorted(
+        p.parents[len(PurePosixPath(anchor).parts) - 1]
+        for p in tree.rglob(PurePosixPath(anchor).name)
+        if p.as_posix().endswith("/" + anchor)
+    )
+    complete = [c for c in candidates if has_all(c) and "__MACOSX" not in c.parts]
+    if len(complete) == 1:
+        return complete[0]
+    if len(complete) > 1:
+        names = ", ".join(str(c.relative_to(tree)) for c in complete)
+        raise BadArchive(f"the zip holds more than one assignment folder ({names}); upload one")
+    missing = [f for f in required_files if not any(tree.rglob(PurePosixPath(f).name))]
+    hint = f" Missing: {', '.join(missing)}." if missing else ""
+    raise BadArchive(
+        "could not find the assignment folder in the zip: it needs "
+        + ", ".join(required_files)
+        + f" side by side.{hint} Zip your whole assignment folder."
+    )
