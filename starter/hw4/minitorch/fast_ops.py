@@ -13,6 +13,8 @@ from .tensor_data import TensorData, shape_broadcast
 from .tensor_ops import TensorOps
 
 LN_EPS = 1e-8  # the fused LayerNorm's epsilon (the kernel's LN_EPSILON)
+# layernorm_fw returns (out, var, mean) with var the biased variance WITHOUT eps (as the CUDA
+# kernel writes it); layernorm_bw adds eps itself.
 
 
 def _np(t) -> np.ndarray:
@@ -126,8 +128,8 @@ class NumpyOps(TensorOps):
         hidden = inp.shape[-1]
         x = _np(inp).reshape(-1, hidden)
         mean = x.mean(axis=1)
-        var = (x * x).mean(axis=1) - mean * mean + LN_EPS
-        out = (x - mean[:, None]) / np.sqrt(var)[:, None] * _np(gamma).reshape(1, hidden) + _np(beta).reshape(1, hidden)
+        var = np.maximum((x * x).mean(axis=1) - mean * mean, 0.0)
+        out = (x - mean[:, None]) / np.sqrt(var + LN_EPS)[:, None] * _np(gamma).reshape(1, hidden) + _np(beta).reshape(1, hidden)
         b = inp.backend
         return _wrap(out.reshape(inp.shape), b), _wrap(var, b), _wrap(mean, b)
 
@@ -136,7 +138,7 @@ class NumpyOps(TensorOps):
         hidden = inp.shape[-1]
         g = _np(out_grad).reshape(-1, hidden)
         x = _np(inp).reshape(-1, hidden)
-        rstd = 1.0 / np.sqrt(_np(var).reshape(-1, 1))
+        rstd = 1.0 / np.sqrt(_np(var).reshape(-1, 1) + LN_EPS)
         xhat = (x - _np(mean).reshape(-1, 1)) * rstd
         gam = _np(gamma).reshape(1, hidden)
         dgamma = (g * xhat).sum(axis=0)
