@@ -363,7 +363,7 @@ SOFTMAX_BW_CASES: list[Case] = [
 
 LAYERNORM_FW_CASES: list[Case] = [
     _lfw(1024, 32, public=True),
-    _lfw(16 * 64, 32, public=True),
+    _lfw(16 * 40, 32, public=True),
     _lfw(128, 32, public=True),
     _lfw(512, 256, public=True),
     # hidden edges
