@@ -147,6 +147,7 @@ def build_kernels(
     jobs: int | None = None,
 ) -> list[BuildResult]:
     """Build every target in parallel; results come back in the order of `targets`."""
+    root = root.resolve()
     version = nvcc_version(toolchain.nvcc)
     if version is None:
         message = f"nvcc not found or not runnable: {toolchain.nvcc}\n"

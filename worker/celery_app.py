@@ -27,12 +27,13 @@ def make_celery(settings: Settings) -> Celery:
         task_serializer="json",
         accept_content=["json"],
         broker_connection_retry_on_startup=True,
-        # Redis: an unacknowledged message is handed out again after this long; it must
-        # outlast the longest task, or a live run would be delivered twice (the claim would
-        # still stop a double grade, but the message would bounce).
-        broker_transport_options={"visibility_timeout": settings.task_time_limit_s + 300},
         worker_send_task_events=False,
     )
+    if settings.resolved_broker_url.startswith(("redis://", "rediss://")):
+        # An unacknowledged message is handed out again after this long; it must outlast the
+        # longest task, or a live run would be delivered twice (the run's claim would still
+        # stop a double grade). The SQLite transport passes these options to create_engine.
+        app.conf.broker_transport_options = {"visibility_timeout": settings.task_time_limit_s + 300}
     return app
 
 

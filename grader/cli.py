@@ -1,0 +1,209 @@
+"""The `grader` command: server-side operations and the embedded development service."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Annotated
+
+import httpx
+import typer
+from sqlalchemy import select
+from alembic import command as alembic_command
+from alembic.config import Config as AlembicConfig
+
+from grader.auth import issue_token
+from grader.db import make_engine, make_session_factory, session_scope
+from grader.models import Role, User
+from grader.reconcile import reconcile
+from grader.service import get_or_create_user, sync_assignments
+from grader.settings import Settings, get_settings
+from worker.celery_app import make_celery
+from worker.rubric import load_rubric
+from worker.starter_kit import write_starter_zip, zip_tree
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+FINAL_STATES = {"built", "scored", "failed"}
+
+app = typer.Typer(help="kernelgrade: autograder for GPU kernel homework.", no_args_is_help=True)
+user_app = typer.Typer(help="Manage users.", no_args_is_help=True)
+token_app = typer.Typer(help="Manage API tokens.", no_args_is_help=True)
+starter_app = typer.Typer(help="Student starter kits.", no_args_is_help=True)
+app.add_typer(user_app, name="user")
+app.add_typer(token_app, name="token")
+app.add_typer(starter_app, name="starter")
+
+
+def _alembic_config(settings: Settings) -> AlembicConfig:
+    config = AlembicConfig(str(PROJECT_ROOT / "alembic.ini"))
+    config.set_main_option("script_location", str(PROJECT_ROOT / "alembic"))
+    config.set_main_option("sqlalchemy.url", settings.resolved_database_url)
+    config.attributes["configure_logging"] = False
+    return config
+
+
+def init_database(settings: Settings) -> None:
+    """Apply migrations and load assignments from the rubric files."""
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    alembic_command.upgrade(_alembic_config(settings), "head")
+    with session_scope(make_session_factory(make_engine(settings))) as session:
+        sync_assignments(session, settings.rubrics)
+
+
+@app.command()
+def migrate() -> None:
+    """Apply database migrations and sync assignments from rubrics/."""
+    settings = get_settings()
+    init_database(settings)
+    typer.echo(f"database ready: {settings.resolved_database_url.split('@')[-1]}")
+
+
+@user_app.command("add")
+def user_add(
+    username: str, role: Annotated[Role, typer.Option(help="student or instructor")] = Role.student
+) -> None:
+    """Create a user (no-op if it exists)."""
+    sessions = make_session_factory(make_engine(get_settings()))
+    with session_scope(sessions) as session:
+        user = get_or_create_user(session, username, role)
+        typer.echo(f"user {user.username} ({user.role.value}) id={user.id}")
+
+
+@token_app.command("create")
+def token_create(
+    username: str,
+    name: Annotated[str, typer.Option(help="label for the token")] = "cli",
+    scope: Annotated[list[str] | None, typer.Option(help="scope (repeatable); default by role")] = None,
+) -> None:
+    """Create an API token for USERNAME and print it (it is shown only once)."""
+    sessions = make_session_factory(make_engine(get_settings()))
+    with session_scope(sessions) as session:
+        user = session.scalar(select(User).where(User.username == username))
+        if user is None:
+            typer.echo(f"no user {username!r}; create it with `grader user add`", err=True)
+            raise typer.Exit(2)
+        typer.echo(issue_token(session, user, name, tuple(scope) if scope else None))
+
+
+@starter_app.command("build")
+def starter_build(
+    slug: str = "hw4", out: Annotated[Path | None, typer.Option(help="zip to write")] = None
+) -> None:
+    """Write the student starter zip (solution regions replaced by TODO stubs)."""
+    rubric = load_rubric(slug)
+    typer.echo(write_starter_zip(rubric, out or Path(f"{slug}-starter.zip")))
+
+
+@app.command()
+def worker(
+    concurrency: Annotated[int, typer.Option(help="processes; keep 1 per GPU")] = 1,
+    loglevel: str = "info",
+) -> None:
+    """Start a Celery worker on the grading queue (replaces this process)."""
+    settings = get_settings()
+    os.execvp(sys.executable, [sys.executable, *_worker_argv(settings, concurrency, loglevel)])
+
+
+def _worker_argv(settings: Settings, concurrency: int, loglevel: str) -> list[str]:
+    return [
+        "-m", "celery", "-A", "worker.celery_app", "worker",
+        "-Q", settings.task_queue, "--concurrency", str(concurrency), "--loglevel", loglevel,
+        "--without-gossip", "--without-mingle",
+    ]
+
+
+@app.command("reconcile")
+def reconcile_command(loop: Annotated[bool, typer.Option(help="run forever")] = False) -> None:
+    """Send again the runs the queue forgot (broker down at upload, dead workers)."""
+    settings = get_settings()
+    sessions = make_session_factory(make_engine(settings))
+    celery = make_celery(settings)
+    while True:
+        report = reconcile(settings, sessions, celery)
+        if report.resent or report.unreachable:
+            typer.echo(f"resent {report.resent}; broker unreachable for {report.unreachable}")
+        if not loop:
+            return
+        time.sleep(settings.reconcile_interval_s)
+
+
+@app.command()
+def serve(host: str = "127.0.0.1", port: int = 8000) -> None:
+    """Serve the web app and API with uvicorn."""
+    import uvicorn
+
+    from grader.app import create_app
+
+    uvicorn.run(create_app(get_settings()), host=host, port=port)
+
+
+@app.command()
+def dev(
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    demo: Annotated[bool, typer.Option(help="submit the reference kit once the service is up")] = True,
+    exit_after_demo: Annotated[bool, typer.Option(help="stop after the demo run is final")] = False,
+) -> None:
+    """Embedded default: SQLite + a SQLite broker under ./var, the web app, one worker and the
+    reconciler on this machine. Prints a student and an instructor token."""
+    import uvicorn
+
+    from grader.app import create_app
+
+    settings = get_settings()
+    init_database(settings)
+    sessions = make_session_factory(make_engine(settings))
+    with session_scope(sessions) as session:
+        student = issue_token(session, get_or_create_user(session, "student", Role.student), "dev")
+        staff = issue_token(session, get_or_create_user(session, "instructor", Role.instructor), "dev")
+    typer.echo(f"kernelgrade (embedded) on http://{host}:{port}/  docs: http://{host}:{port}/docs")
+    typer.echo(f"  student token:    {student}\n  instructor token: {staff}")
+
+    worker_proc = subprocess.Popen([sys.executable, *_worker_argv(settings, 1, "warning")], cwd=Path.cwd())
+    stop = threading.Event()
+    celery = make_celery(settings)
+
+    def reconcile_forever() -> None:
+        while not stop.wait(settings.reconcile_interval_s):
+            reconcile(settings, sessions, celery)
+
+    threading.Thread(target=reconcile_forever, daemon=True, name="reconciler").start()
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), host=host, port=port, log_level="warning"))
+    if demo:
+        threading.Thread(
+            target=_demo_submission, args=(server, f"http://{host}:{port}", student, exit_after_demo), daemon=True
+        ).start()
+    try:
+        server.run()
+    finally:
+        stop.set()
+        worker_proc.terminate()
+        worker_proc.wait(timeout=30)
+
+
+def _demo_submission(server: object, base_url: str, token: str, exit_after: bool) -> None:
+    """Zip the reference kit as a student would, upload it, and print the run when final."""
+    while not getattr(server, "started", False):
+        time.sleep(0.2)
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = zip_tree(load_rubric("hw4").starter_dir, Path(tmp) / "llmsys_hw4.zip")
+        headers = {"Authorization": f"Bearer {token}"}
+        with httpx.Client(base_url=base_url, headers=headers, timeout=60) as client, archive.open("rb") as fh:
+            created = client.post("/api/v1/submissions", files={"file": ("llmsys_hw4.zip", fh)}).json()
+            typer.echo(f"demo: uploaded the reference kit -> {json.dumps(created)}")
+            while True:
+                run = client.get(created["run_url"]).json()
+                if run["state"] in FINAL_STATES:
+                    break
+                time.sleep(1)
+    summary = {k: run[k] for k in ("id", "state", "error_class", "message")}
+    summary["build_seconds"] = (run.get("toolchain") or {}).get("build_seconds")
+    typer.echo(f"demo: run {run['id']} is {run['state']}: {json.dumps(summary)}")
+    typer.echo(f"demo: full record at {base_url}{created['run_url']} (Authorization: Bearer <student token>)")
+    if exit_after:
+        server.should_exit = True  # type: ignore[attr-defined]

@@ -1,0 +1,224 @@
+"""Run bookkeeping around the pipeline: claim, heartbeat, record the outcome.
+
+A run is graded by at most one live worker. The claim is one atomic UPDATE that succeeds
+only for a queued run or for an active run whose heartbeat has gone stale (its worker died).
+A redelivered or duplicated task therefore never grades twice, and a worker that lost its
+claim cannot overwrite the result of the one that took over (every write is fenced on
+`claimed_by`).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import socket
+import threading
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import Enum
+from pathlib import Path
+
+from sqlalchemy import and_, func, or_, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from grader.blobstore import BlobStore
+from grader.db import session_scope
+from grader.models import ACTIVE_STATES, ErrorClass, ProblemResult, Run, RunState, utcnow
+from grader.settings import Settings
+from worker.build import Toolchain, cuda_include_dirs
+from worker.pipeline import Outcome, PipelineConfig, grade_submission, not_run_problems
+from worker.rubric import Rubric, load_rubric
+from worker.unpack import UnpackLimits
+
+log = logging.getLogger(__name__)
+
+
+class Disposition(str, Enum):
+    done = "done"  # outcome recorded
+    skipped = "skipped"  # someone else holds it, or it is already final
+    retry = "retry"  # infrastructure fault: released back to the queue
+
+
+def worker_identity() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def pipeline_config(settings: Settings, rubric: Rubric) -> PipelineConfig:
+    return PipelineConfig(
+        limits=UnpackLimits(
+            max_total_bytes=settings.unpack_max_total_bytes,
+            max_file_bytes=settings.unpack_max_file_bytes,
+            max_files=settings.unpack_max_files,
+            max_depth=settings.unpack_max_depth,
+            max_ratio=settings.unpack_max_ratio,
+        ),
+        toolchain=Toolchain(
+            nvcc=settings.nvcc,
+            flags=(*rubric.nvcc_flags, f"-arch={settings.cuda_arch}"),
+            include_dirs=cuda_include_dirs(),
+            timeout_s=settings.nvcc_timeout_s,
+        ),
+        build_cache_dir=settings.build_cache_dir,
+        build_jobs=settings.build_jobs,
+        log_limit_bytes=settings.stage_log_limit_bytes,
+    )
+
+
+def claim_run(session: Session, run_id: int, me: str, stale_before: datetime) -> bool:
+    now = utcnow()
+    result = session.execute(
+        update(Run)
+        .where(
+            Run.id == run_id,
+            or_(
+                Run.state == RunState.queued,
+                and_(
+                    Run.state.in_(ACTIVE_STATES),
+                    or_(Run.heartbeat_at.is_(None), Run.heartbeat_at < stale_before),
+                ),
+            ),
+        )
+        .values(
+            state=RunState.building,
+            claimed_by=me,
+            heartbeat_at=now,
+            attempts=Run.attempts + 1,
+            started_at=func.coalesce(Run.started_at, now),
+            worker_host=socket.gethostname(),
+            error_class=None,
+            message=None,
+        )
+    )
+    return result.rowcount == 1  # type: ignore[attr-defined]
+
+
+class Heartbeat:
+    """Refreshes the claim every `interval` seconds from a background thread."""
+
+    def __init__(self, sessions: sessionmaker[Session], run_id: int, me: str, interval: float) -> None:
+        self._sessions, self._run_id, self._me, self._interval = sessions, run_id, me, interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"heartbeat-{run_id}", daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._interval):
+            try:
+                with session_scope(self._sessions) as session:
+                    session.execute(
+                        update(Run)
+                        .where(Run.id == self._run_id, Run.claimed_by == self._me)
+                        .values(heartbeat_at=utcnow())
+                    )
+            except Exception:  # the database may blip; the next beat tries again
+                log.exception("heartbeat for run %s failed", self._run_id)
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self._interval + 5)
+
+
+@dataclass
+class RunExecutor:
+    settings: Settings
+    sessions: sessionmaker[Session]
+    blobs: BlobStore
+
+    def execute(self, run_id: int) -> Disposition:
+        me = worker_identity()
+        stale_before = utcnow() - timedelta(seconds=self.settings.heartbeat_timeout_s)
+        with session_scope(self.sessions) as session:
+            if not claim_run(session, run_id, me, stale_before):
+                log.info("run %s: not claimable (final, or held by a live worker); skipping", run_id)
+                return Disposition.skipped
+        with session_scope(self.sessions) as session:
+            run = session.get(Run, run_id)
+            assert run is not None
+            attempts, sha256 = run.attempts, run.submission.sha256
+            slug = run.submission.assignment.slug
+        if attempts > self.settings.max_attempts:
+            self._finish(run_id, me, _infra_failure(slug, f"grading was interrupted {attempts - 1} times"))
+            return Disposition.done
+
+        job_dir = self.settings.jobs_dir / f"run-{run_id}-attempt-{attempts}"
+        try:
+            with Heartbeat(self.sessions, run_id, me, self.settings.heartbeat_interval_s):
+                outcome = self._grade(run_id, me, sha256, slug, job_dir)
+        except Exception as exc:
+            log.exception("run %s: infrastructure fault", run_id)
+            if attempts >= self.settings.max_attempts:
+                self._finish(run_id, me, _infra_failure(slug, f"{type(exc).__name__}: {exc}"))
+                return Disposition.done
+            self._release(run_id, me)
+            return Disposition.retry
+        finally:
+            shutil.rmtree(job_dir, ignore_errors=True)
+        self._finish(run_id, me, outcome)
+        return Disposition.done
+
+    def _grade(self, run_id: int, me: str, sha256: str, slug: str, job_dir: Path) -> Outcome:
+        archive = self.blobs.path(sha256)
+        if not archive.is_file():
+            raise FileNotFoundError(f"blob {sha256} is missing from the blob store")
+        rubric = load_rubric(slug)
+        config = pipeline_config(self.settings, rubric)
+        shutil.rmtree(job_dir, ignore_errors=True)
+        job_dir.mkdir(parents=True)
+
+        def on_stage(stage: str) -> None:
+            log.info("run %s: stage %s", run_id, stage)
+
+        return grade_submission(archive, rubric, job_dir, config, on_stage)
+
+    def _release(self, run_id: int, me: str) -> None:
+        """Give a run back to the queue after an infrastructure fault (no result recorded)."""
+        with session_scope(self.sessions) as session:
+            session.execute(
+                update(Run)
+                .where(Run.id == run_id, Run.claimed_by == me)
+                .values(state=RunState.queued, claimed_by=None, heartbeat_at=None, enqueued_at=None)
+            )
+
+    def _finish(self, run_id: int, me: str, outcome: Outcome) -> None:
+        with session_scope(self.sessions) as session:
+            run = session.get(Run, run_id, with_for_update=True)
+            if run is None or run.claimed_by != me:
+                log.warning("run %s: claim lost before finishing; result discarded", run_id)
+                return
+            run.state = outcome.state
+            run.error_class = outcome.error_class
+            run.message = outcome.message
+            run.score = outcome.score
+            run.stages = {name: rec.as_dict() for name, rec in outcome.stages.items()}
+            run.toolchain = outcome.toolchain
+            run.finished_at = utcnow()
+            run.claimed_by = None
+            run.results.clear()
+            run.results.extend(
+                ProblemResult(
+                    problem_id=p.problem_id,
+                    title=p.title,
+                    status=p.status,
+                    points=p.points,
+                    max_points=p.max_points,
+                    message=p.message,
+                    details=p.details or None,
+                )
+                for p in outcome.problems
+            )
+
+
+def _infra_failure(slug: str, detail: str) -> Outcome:
+    return Outcome(
+        state=RunState.failed,
+        error_class=ErrorClass.infra_error,
+        message=(
+            "The grading infrastructure failed; this is not a problem with your code and no "
+            f"score was recorded. Your upload is kept and staff can re-grade it. ({detail})"
+        ),
+        problems=not_run_problems(load_rubric(slug), "not graded: infrastructure error"),
+    )
