@@ -1,0 +1,159 @@
+"""The mutant set (starter/mutants/hw4.yaml): every mutant still applies to the reference kit,
+changes it, and compiles (mutants must be realistic). CPU only; nvcc checks skip only where
+nvcc is absent. Set KG_BUILD_CACHE to a folder to reuse nvcc outputs between runs.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from worker.build import KernelTarget, Toolchain, build_kernels, cuda_include_dirs
+from worker.mutants import (
+    Edit,
+    Mutant,
+    MutantError,
+    apply_mutant,
+    load_mutants,
+    mutate_text,
+    parse_mutants,
+)
+from worker.rubric import load_rubric
+from worker.starter_kit import starter_files
+
+CHECK_ARCH = "-arch=sm_90"
+MUTANTS = load_mutants("hw4")
+RUBRIC = load_rubric("hw4")
+HEADER_SUFFIXES = (".h", ".cuh", ".hpp")
+
+
+def _nvcc() -> str | None:
+    for cand in (os.environ.get("KG_NVCC"), shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"):
+        if cand and Path(cand).is_file():
+            return cand
+    return None
+
+
+# --------------------------------------------------------------------------- module units
+
+
+def _mutant(*edits: Edit) -> Mutant:
+    return Mutant("m", "test", "correctness", ("1.1",), tuple(edits))
+
+
+def test_find_must_occur_exactly_once(tmp_path: Path) -> None:
+    (tmp_path / "a.cu").write_text("x = 1; x = 1; y = 2;")
+    assert mutate_text(tmp_path, _mutant(Edit("a.cu", "y = 3;", find="y = 2;")))["a.cu"] == "x = 1; x = 1; y = 3;"
+    with pytest.raises(MutantError, match="occurs 2 times"):
+        mutate_text(tmp_path, _mutant(Edit("a.cu", "z", find="x = 1;")))
+    with pytest.raises(MutantError, match="occurs 0 times"):
+        mutate_text(tmp_path, _mutant(Edit("a.cu", "z", find="nope")))
+    with pytest.raises(MutantError, match="not in the reference"):
+        mutate_text(tmp_path, _mutant(Edit("b.cu", "z", find="x")))
+
+
+def test_regex_edits_and_edits_in_sequence(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text("def f():\n    return (a, b)\n")
+    m = _mutant(Edit("a.py", r"return (\1)", regex=r"return \((a), b\)"), Edit("a.py", "g()", find="f()"))
+    assert mutate_text(tmp_path, m)["a.py"] == "def g():\n    return (a)\n"
+    with pytest.raises(MutantError, match="matches 0 times"):
+        mutate_text(tmp_path, _mutant(Edit("a.py", "", regex=r"zzz")))
+
+
+def test_apply_copies_the_tree_without_build_junk(tmp_path: Path) -> None:
+    ref = tmp_path / "ref"
+    (ref / "src").mkdir(parents=True)
+    (ref / "src" / "k.cu").write_text("int a = 1;\n")
+    (ref / "src" / "k.so").write_bytes(b"elf")
+    (ref / "other.txt").write_text("same\n")
+    dest = apply_mutant(ref, _mutant(Edit("src/k.cu", "int a = 2;", find="int a = 1;")), tmp_path / "out")
+    assert (dest / "src" / "k.cu").read_text() == "int a = 2;\n"
+    assert (dest / "other.txt").read_text() == "same\n"
+    assert not (dest / "src" / "k.so").exists()
+    with pytest.raises(MutantError):  # fails before writing
+        apply_mutant(ref, _mutant(Edit("src/k.cu", "", find="missing")), tmp_path / "out2")
+    assert not (tmp_path / "out2").exists()
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"mutants": [{"id": "a", "kind": "bogus", "must_fail": ["1.1"], "edits": [{"file": "f", "find": "x", "replace": "y"}]}]},
+        {"mutants": [{"id": "a", "kind": "speed", "must_fail": ["9"], "edits": [{"file": "f", "find": "x", "replace": "y"}]}]},
+        {"mutants": [{"id": "a", "kind": "speed", "must_fail": ["3"], "edits": []}]},
+        {"mutants": [{"id": "a", "kind": "speed", "must_fail": ["3"], "edits": [{"file": "f", "replace": "y"}]}]},
+        {"mutants": [{"id": "a", "kind": "speed", "must_fail": ["3"], "edits": [{"file": "../f", "find": "x", "replace": "y"}]}]},
+        {"mutants": [
+            {"id": "a", "kind": "speed", "must_fail": ["3"], "edits": [{"file": "f", "find": "x", "replace": "y"}]},
+            {"id": "a", "kind": "speed", "must_fail": ["3"], "edits": [{"file": "f", "find": "x", "replace": "y"}]},
+        ]},
+    ],
+)
+def test_malformed_sets_are_rejected(raw: dict) -> None:
+    with pytest.raises(MutantError):
+        parse_mutants(raw)
+
+
+# --------------------------------------------------------------------------- the hw4 set
+
+
+def test_the_set_is_big_and_covers_every_problem() -> None:
+    assert len(MUTANTS) >= 12
+    covered = {p for m in MUTANTS for p in m.must_fail}
+    assert covered == {"1.1", "1.2", "2.1", "2.2", "3"}
+    assert {m.kind for m in MUTANTS} == {"correctness", "speed"}
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=[m.id for m in MUTANTS])
+def test_mutant_applies_and_changes_only_its_files(mutant: Mutant, tmp_path: Path) -> None:
+    ref = RUBRIC.starter_dir
+    dest = apply_mutant(ref, mutant, tmp_path / "llmsys_hw4")
+    for rel in starter_files(ref):
+        before = (ref / rel).read_bytes()
+        after = (dest / rel).read_bytes()
+        if rel.as_posix() in mutant.files:
+            assert before != after, f"{mutant.id}: {rel} unchanged"
+        else:
+            assert before == after, f"{mutant.id}: {rel} changed but not listed"
+    for rel in mutant.files:
+        if rel.endswith(".py"):
+            compile((dest / rel).read_text(), rel, "exec")
+
+
+def _targets_to_compile(mutant: Mutant, root: Path) -> list[KernelTarget]:
+    """The kernel sources the mutant touches, plus those including a header it touches."""
+    touched = set(mutant.files)
+    headers = {Path(f).name for f in touched if f.endswith(HEADER_SUFFIXES)}
+    chosen = []
+    for target in RUBRIC.kernels:
+        if target.source in touched:
+            chosen.append(target)
+            continue
+        if not (root / target.source).is_file():
+            continue
+        text = (root / target.source).read_text()
+        includes = set(re.findall(r'#\s*include\s+"(?:[^"]*/)?([^"/]+)"', text))
+        if headers & includes:
+            chosen.append(target)
+    return chosen
+
+
+CUDA_MUTANTS = [m for m in MUTANTS if any(not f.endswith(".py") for f in m.files)]
+
+
+@pytest.mark.parametrize("mutant", CUDA_MUTANTS, ids=[m.id for m in CUDA_MUTANTS])
+def test_mutant_cuda_compiles(mutant: Mutant, tmp_path: Path) -> None:
+    nvcc = _nvcc()
+    if nvcc is None:
+        pytest.skip("nvcc not found (set KG_NVCC or put nvcc on PATH): cannot compile mutants")
+    root = apply_mutant(RUBRIC.starter_dir, mutant, tmp_path / "llmsys_hw4")
+    targets = _targets_to_compile(mutant, root)
+    assert targets, f"{mutant.id}: touches CUDA files but no kernel source includes them"
+    toolchain = Toolchain(nvcc=nvcc, flags=(*RUBRIC.nvcc_flags, CHECK_ARCH), include_dirs=cuda_include_dirs())
+    cache = os.environ.get("KG_BUILD_CACHE")
+    results = build_kernels(root, targets, toolchain, cache_dir=Path(cache) if cache else None)
+    failed = [r for r in results if not r.ok]
+    assert not failed, f"{mutant.id} does not compile:\n" + "\n".join(f"--- {r.name}\n{r.log}" for r in failed)
