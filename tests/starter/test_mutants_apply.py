@@ -157,3 +157,55 @@ def test_mutant_cuda_compiles(mutant: Mutant, tmp_path: Path) -> None:
     results = build_kernels(root, targets, toolchain, cache_dir=Path(cache) if cache else None)
     failed = [r for r in results if not r.ok]
     assert not failed, f"{mutant.id} does not compile:\n" + "\n".join(f"--- {r.name}\n{r.log}" for r in failed)
+
+
+# --------------------------------------------------------------------------- Python mutants on CPU
+# The probes of tests/gpu/test_mutants.py, run here with the kit's NumpyOps backend (same
+# fused-op interface, no GPU): proves the Python-side mutants are detected by the probes
+# and the reference is not.
+
+import json  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+from worker.mutants import PROBES, probe_command, probe_env  # noqa: E402
+
+PY_MUTANTS = [m for m in MUTANTS if m.detect in PROBES]
+
+
+def _probe(tree: Path, detect: str) -> dict:
+    proc = subprocess.run(
+        [sys.executable, *probe_command(detect, "numpy")],
+        cwd=tree, env=probe_env(), capture_output=True, text=True, timeout=240,
+    )
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("PROBE_RESULT ")]
+    assert proc.returncode == 0 and lines, f"probe {detect} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return json.loads(lines[-1][len("PROBE_RESULT "):])
+
+
+@pytest.fixture(scope="module")
+def reference_probes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    tree = tmp_path_factory.mktemp("ref") / "llmsys_hw4"
+    shutil.copytree(RUBRIC.starter_dir, tree, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+    return {detect: _probe(tree, detect) for detect in sorted({m.detect for m in PY_MUTANTS})}
+
+
+def test_reference_passes_the_probes_on_cpu(reference_probes: dict[str, dict]) -> None:
+    grads = reference_probes["binding_grads"]
+    assert all(r["ok"] for r in grads.values()), grads
+    calls = reference_probes["fused_calls"]
+    assert all(n > 0 for n in calls["fused_counts"].values()), calls
+    assert all(n == 0 for n in calls["unfused_counts"].values()), calls
+
+
+@pytest.mark.parametrize("mutant", PY_MUTANTS, ids=[m.id for m in PY_MUTANTS])
+def test_python_mutant_detected_on_cpu(mutant: Mutant, tmp_path: Path, reference_probes: dict) -> None:
+    tree = apply_mutant(RUBRIC.starter_dir, mutant, tmp_path / "llmsys_hw4")
+    result = _probe(tree, mutant.detect)
+    if mutant.detect == "binding_grads":
+        for problem in mutant.must_fail:
+            assert not result[problem]["ok"], f"{mutant.id}: problem {problem} not detected: {result}"
+    else:  # fused_calls: values right, some fused op never called
+        losses = result["losses"]
+        assert abs(losses["fused"] - losses["unfused"]) <= 1e-4 * max(1.0, abs(losses["unfused"])), losses
+        assert min(result["fused_counts"].values()) == 0, result
