@@ -160,6 +160,24 @@ def mutate_text(reference_dir: Path, mutant: Mutant) -> dict[str, str]:
     return texts
 
 
+def touched_kernels(mutant: Mutant, kernels, root: Path) -> list:
+    """The kernel targets (worker.build.KernelTarget) a mutant affects: those whose source it
+    edits, plus those that #include a header it edits (by file name). `root` holds the sources."""
+    touched = set(mutant.files)
+    headers = {Path(f).name for f in touched if f.endswith((".h", ".cuh", ".hpp", ".inl"))}
+    chosen = []
+    for target in kernels:
+        if target.source in touched:
+            chosen.append(target)
+            continue
+        source = Path(root) / target.source
+        if headers and source.is_file():
+            includes = set(re.findall(r'#\s*include\s+"(?:[^"]*/)?([^"/]+)"', source.read_text()))
+            if headers & includes:
+                chosen.append(target)
+    return chosen
+
+
 def apply_mutant(reference_dir: Path, mutant: Mutant, dest: Path) -> Path:
     """Copy `reference_dir` to `dest` (build outputs and caches left out, solution markers
     kept) with the mutant's edits applied. `dest` must not exist or be an empty folder.

@@ -5,13 +5,12 @@ nvcc is absent. Set KG_BUILD_CACHE to a folder to reuse nvcc outputs between run
 from __future__ import annotations
 
 import os
-import re
 import shutil
 from pathlib import Path
 
 import pytest
 
-from worker.build import KernelTarget, Toolchain, build_kernels, cuda_include_dirs
+from worker.build import Toolchain, build_kernels, cuda_include_dirs
 from worker.mutants import (
     Edit,
     Mutant,
@@ -20,6 +19,7 @@ from worker.mutants import (
     load_mutants,
     mutate_text,
     parse_mutants,
+    touched_kernels,
 )
 from worker.rubric import load_rubric
 from worker.starter_kit import starter_files
@@ -27,7 +27,6 @@ from worker.starter_kit import starter_files
 CHECK_ARCH = "-arch=sm_90"
 MUTANTS = load_mutants("hw4")
 RUBRIC = load_rubric("hw4")
-HEADER_SUFFIXES = (".h", ".cuh", ".hpp")
 
 
 def _nvcc() -> str | None:
@@ -123,24 +122,6 @@ def test_mutant_applies_and_changes_only_its_files(mutant: Mutant, tmp_path: Pat
             compile((dest / rel).read_text(), rel, "exec")
 
 
-def _targets_to_compile(mutant: Mutant, root: Path) -> list[KernelTarget]:
-    """The kernel sources the mutant touches, plus those including a header it touches."""
-    touched = set(mutant.files)
-    headers = {Path(f).name for f in touched if f.endswith(HEADER_SUFFIXES)}
-    chosen = []
-    for target in RUBRIC.kernels:
-        if target.source in touched:
-            chosen.append(target)
-            continue
-        if not (root / target.source).is_file():
-            continue
-        text = (root / target.source).read_text()
-        includes = set(re.findall(r'#\s*include\s+"(?:[^"]*/)?([^"/]+)"', text))
-        if headers & includes:
-            chosen.append(target)
-    return chosen
-
-
 CUDA_MUTANTS = [m for m in MUTANTS if any(not f.endswith(".py") for f in m.files)]
 
 
@@ -150,7 +131,7 @@ def test_mutant_cuda_compiles(mutant: Mutant, tmp_path: Path) -> None:
     if nvcc is None:
         pytest.skip("nvcc not found (set KG_NVCC or put nvcc on PATH): cannot compile mutants")
     root = apply_mutant(RUBRIC.starter_dir, mutant, tmp_path / "llmsys_hw4")
-    targets = _targets_to_compile(mutant, root)
+    targets = touched_kernels(mutant, RUBRIC.kernels, root)
     assert targets, f"{mutant.id}: touches CUDA files but no kernel source includes them"
     toolchain = Toolchain(nvcc=nvcc, flags=(*RUBRIC.nvcc_flags, CHECK_ARCH), include_dirs=cuda_include_dirs())
     cache = os.environ.get("KG_BUILD_CACHE")
