@@ -55,7 +55,7 @@ class RunState(str, enum.Enum):
 
 
 FINAL_STATES = frozenset({RunState.built, RunState.scored, RunState.failed})
-ACTIVE_STATES = frozenset({RunState.building, RunState.running})
+ACTIVE_STATES = (RunState.building, RunState.running)
 
 
 class ErrorClass(str, enum.Enum):

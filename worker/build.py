@@ -58,8 +58,9 @@ def nvcc_version(nvcc: str) -> str | None:
         out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    lines = [ln for ln in out.stdout.splitlines() if ln.strip()]
-    return lines[-1].strip() if lines else None
+    lines = [ln.strip() for ln in out.stdout.splitlines() if ln.strip()]
+    release = [ln for ln in lines if "release" in ln]  # "Cuda compilation tools, release 13.0, V13.0.88"
+    return (release or lines or [None])[-1]
 
 
 def cuda_include_dirs() -> tuple[str, ...]:
@@ -105,7 +106,7 @@ def _build_one(
     key = cache_key(root, target, toolchain, version)
     cached_so = cache_dir / f"{key}.so" if cache_dir else None
     cached_log = cache_dir / f"{key}.log" if cache_dir else None
-    if cached_so is not None and cached_so.exists() and cached_log is not None:
+    if cached_so is not None and cached_log is not None and cached_so.exists() and cached_log.exists():
         shutil.copyfile(cached_so, output)
         return BuildResult(target.name, True, cached_log.read_text(), 0.0, cached=True, returncode=0)
 
@@ -126,8 +127,9 @@ def _build_one(
     log = proc.stdout + proc.stderr
     ok = proc.returncode == 0 and output.exists()
     if ok and cached_so is not None and cached_log is not None:
+        cached_log.parent.mkdir(parents=True, exist_ok=True)
+        cached_log.write_text(log)  # before the library: a reader trusts the pair once the .so is there
         _store_atomically(output, cached_so)
-        cached_log.write_text(log)
     return BuildResult(target.name, ok, log, seconds, False, proc.returncode, command)
 
 

@@ -1,0 +1,192 @@
+"""Service tests: real PostgreSQL (a fresh database per session, schema from Alembic), real
+Redis as the Celery broker, real Celery worker processes, real nvcc.
+
+PostgreSQL and Redis are expected on 127.0.0.1 (KG_TEST_PG_URL / KG_TEST_REDIS_URL to change).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+import zipfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import redis
+from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session, sessionmaker
+
+from grader.app import create_app
+from grader.auth import issue_token
+from grader.cli import init_database
+from grader.db import make_engine, make_session_factory, session_scope
+from grader.models import Role, Run
+from grader.service import get_or_create_user
+from grader.settings import Settings
+from worker.rubric import load_rubric
+
+PG_ADMIN_URL = os.environ.get("KG_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+REDIS_URL = os.environ.get("KG_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+FINAL = {"built", "scored", "failed"}
+
+
+@pytest.fixture(scope="session")
+def database_url() -> Iterator[str]:
+    name = f"kg_test_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    base = PG_ADMIN_URL.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1)
+    yield f"{base}/{name}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def settings_env(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """KG_* variables shared by the in-process app and the worker processes."""
+    queue = f"kg-test-{uuid.uuid4().hex[:8]}"
+    env = {
+        "KG_DATABASE_URL": database_url,
+        "KG_BROKER_URL": REDIS_URL,
+        "KG_DATA_DIR": str(tmp_path_factory.mktemp("kgdata")),
+        "KG_TASK_QUEUE": queue,
+        "KG_HEARTBEAT_INTERVAL_S": "1",
+        "KG_HEARTBEAT_TIMEOUT_S": "4",
+        "KG_MAX_UPLOAD_BYTES": str(2 * 1024 * 1024),
+    }
+    yield env
+    client = redis.Redis.from_url(REDIS_URL)
+    client.delete(queue)
+
+
+@pytest.fixture(scope="session")
+def settings(settings_env: dict[str, str]) -> Settings:
+    s = Settings(**{k.removeprefix("KG_").lower(): v for k, v in settings_env.items()})  # type: ignore[arg-type]
+    init_database(s)
+    return s
+
+
+@pytest.fixture(scope="session")
+def sessions(settings: Settings) -> sessionmaker[Session]:
+    return make_session_factory(make_engine(settings))
+
+
+@pytest.fixture(scope="session")
+def tokens(sessions: sessionmaker[Session]) -> dict[str, str]:
+    with session_scope(sessions) as session:
+        return {
+            "alice": issue_token(session, get_or_create_user(session, "alice", Role.student), "test"),
+            "bob": issue_token(session, get_or_create_user(session, "bob", Role.student), "test"),
+            "staff": issue_token(session, get_or_create_user(session, "staff", Role.instructor), "test"),
+        }
+
+
+@pytest.fixture(scope="session")
+def client(settings: Settings) -> Iterator[TestClient]:
+    with TestClient(create_app(settings)) as c:
+        yield c
+
+
+def auth(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+class WorkerProcess:
+    """A real `celery worker` process on the test queue."""
+
+    def __init__(self, env: dict[str, str], log_path: Path) -> None:
+        self.env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "worker.celery_app", "worker", "-Q", self.env["KG_TASK_QUEUE"],
+             "--concurrency", "1", "--loglevel", "info", "--without-gossip", "--without-mingle",
+             "--without-heartbeat"],
+            cwd=PROJECT_ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group: the worker and its pool child die mid-task."""
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=30)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-4000:]
+
+
+@pytest.fixture(scope="session")
+def worker(settings_env: dict[str, str], settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
+    proc = WorkerProcess(settings_env, tmp_path_factory.mktemp("worker") / "worker.log")
+    proc.start()
+    yield proc
+    proc.stop()
+
+
+def wait_for_run(client: TestClient, run_id: int, token: str, timeout: float = 240,
+                 until: Callable[[dict[str, Any]], bool] = lambda r: r["state"] in FINAL) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        run = client.get(f"/api/v1/runs/{run_id}", headers=auth(token)).json()
+        if until(run):
+            return run
+        if time.monotonic() > deadline:
+            raise AssertionError(f"run {run_id} did not reach the expected state in {timeout} s: {run}")
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="session")
+def kit_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the reference kit that tests may alter before zipping."""
+    dest = tmp_path_factory.mktemp("kit") / "llmsys_hw4"
+    shutil.copytree(load_rubric("hw4").starter_dir, dest, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+    return dest
+
+
+def make_zip(tree: Path, dest: Path, edits: dict[str, str] | None = None) -> Path:
+    """Zip a copy of `tree` (with `edits`: relative path -> new text) the way a student would."""
+    work = dest.parent / (dest.stem + "-tree")
+    shutil.copytree(tree, work)
+    for rel, text in (edits or {}).items():
+        (work / rel).parent.mkdir(parents=True, exist_ok=True)
+        (work / rel).write_text(text)
+    with zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as zf:  # every file, as `zip -r` would
+        for path in sorted(work.rglob("*")):
+            if path.is_file():
+                zf.write(path, f"{tree.name}/{path.relative_to(work).as_posix()}")
+    return dest
+
+
+def submit(client: TestClient, token: str, archive: Path) -> dict[str, Any]:
+    with archive.open("rb") as fh:
+        response = client.post("/api/v1/submissions", headers=auth(token), files={"file": (archive.name, fh)})
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def run_row(sessions: sessionmaker[Session], run_id: int) -> Run:
+    with session_scope(sessions) as session:
+        run = session.get(Run, run_id)
+        assert run is not None
+        session.expunge(run)
+        return run
