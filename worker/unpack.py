@@ -7,8 +7,10 @@ Problems raise BadArchive with a message written for the student.
 """
 from __future__ import annotations
 
+import lzma
 import stat
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -77,6 +79,7 @@ def check_entries(archive: zipfile.ZipFile, limits: UnpackLimits, archive_bytes:
     declared_total = 0
     files: list[zipfile.ZipInfo] = []
     for info in infos:
+        _safe_relative(info.orig_filename)  # zipfile cuts `filename` at a NUL; the raw name keeps it
         rel = _safe_relative(info.filename)
         kind = _entry_kind(info)
         if kind == stat.S_IFLNK:
@@ -123,7 +126,10 @@ def unpack_zip(archive_path: Path, dest: Path, limits: UnpackLimits) -> Unpacked
                 raise BadArchive(f"the zip contains a path that leaves its folder ({info.filename!r})")
             if target.exists():
                 raise BadArchive(f"the zip contains {info.filename} twice")
-            target.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+            except (FileExistsError, NotADirectoryError) as exc:
+                raise BadArchive(f"the zip contains {info.filename} inside a path that is also a file") from exc
             written = 0
             try:
                 with archive.open(info) as src, open(target, "xb") as out:
@@ -136,7 +142,7 @@ def unpack_zip(archive_path: Path, dest: Path, limits: UnpackLimits) -> Unpacked
                         if written_total > limits.max_total_bytes:
                             raise BadArchive(f"the zip expands to more than {_mib(limits.max_total_bytes)}")
                         out.write(chunk)
-            except (zipfile.BadZipFile, EOFError, NotImplementedError, ValueError) as exc:
+            except (zipfile.BadZipFile, zlib.error, lzma.LZMAError, EOFError, NotImplementedError, ValueError) as exc:
                 raise BadArchive(f"{info.filename} could not be read from the zip ({exc}); "
                                  "create the zip again") from exc
     return Unpacked(len(files), written_total)

@@ -1,0 +1,175 @@
+"""Builders for hostile (and ordinary) zip uploads, made in code at test time.
+
+Python's zipfile refuses to write some of these directly (it resets flag bits and strips
+NULs from names), so a few builders write a normal zip and then patch header bytes in
+both the local file header and the central directory, as a hostile client would.
+"""
+from __future__ import annotations
+
+import io
+import os
+import random
+import struct
+import tarfile
+import warnings
+import zipfile
+from collections.abc import Callable, Iterable
+
+MiB = 1024 * 1024
+
+# Byte offsets of fields inside the zip records (APPNOTE 4.3.7 / 4.3.12 / 4.3.16).
+_LOCAL_SIG = b"PK\x03\x04"
+_CENTRAL_SIG = b"PK\x01\x02"
+_EOCD_SIG = b"PK\x05\x06"
+_LOCAL_FLAGS, _LOCAL_USIZE = 6, 22
+_CENTRAL_FLAGS, _CENTRAL_USIZE, _CENTRAL_OFFSET = 8, 24, 42
+_CENTRAL_NAME_LEN, _CENTRAL_FIXED = 28, 46
+
+Entry = tuple[str | zipfile.ZipInfo, bytes]
+
+
+def make_zip(entries: Iterable[Entry], compression: int = zipfile.ZIP_DEFLATED) -> bytes:
+    """A zip holding `entries` (name or ZipInfo, data) in order; duplicates are allowed."""
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "Duplicate name" is the point of some tests
+        with zipfile.ZipFile(buf, "w", compression) as zf:
+            for name, data in entries:
+                if isinstance(name, zipfile.ZipInfo):
+                    zf.writestr(name, data, compress_type=compression)
+                else:
+                    zf.writestr(name, data)
+    return buf.getvalue()
+
+
+def unix_entry(name: str, kind: int, perm: int = 0o644) -> zipfile.ZipInfo:
+    """A ZipInfo that says it was made on Unix with file-type bits `kind` (S_IFLNK, S_IFCHR...)."""
+    info = zipfile.ZipInfo(name)
+    info.create_system = 3
+    info.external_attr = (kind | perm) << 16
+    return info
+
+
+def _headers(data: bytes) -> list[tuple[int, int]]:
+    """(local header offset, central directory record offset) of every entry."""
+    eocd = data.rfind(_EOCD_SIG)
+    if eocd < 0:
+        raise ValueError("no end of central directory record")
+    count = struct.unpack_from("<H", data, eocd + 10)[0]
+    pos = struct.unpack_from("<I", data, eocd + 16)[0]
+    found = []
+    for _ in range(count):
+        if data[pos:pos + 4] != _CENTRAL_SIG:
+            raise ValueError("central directory record not where expected")
+        local = struct.unpack_from("<I", data, pos + _CENTRAL_OFFSET)[0]
+        if data[local:local + 4] != _LOCAL_SIG:
+            raise ValueError("local header not where expected")
+        found.append((local, pos))
+        name_len, extra_len, comment_len = struct.unpack_from("<HHH", data, pos + _CENTRAL_NAME_LEN)
+        pos += _CENTRAL_FIXED + name_len + extra_len + comment_len
+    return found
+
+
+def _patch_headers(data: bytes, edit: Callable[[bytearray, int, int], None]) -> bytes:
+    out = bytearray(data)
+    for local, central in _headers(data):
+        edit(out, local, central)
+    return bytes(out)
+
+
+def encrypted_zip() -> bytes:
+    """A zip whose entry claims to be encrypted (general-purpose flag bit 0 set)."""
+    data = make_zip([("hw4/src/combine.cu", b"int x;\n")])
+
+    def set_flag(buf: bytearray, local: int, central: int) -> None:
+        for at in (local + _LOCAL_FLAGS, central + _CENTRAL_FLAGS):
+            flags = struct.unpack_from("<H", buf, at)[0]
+            struct.pack_into("<H", buf, at, flags | 0x1)
+
+    return _patch_headers(data, set_flag)
+
+
+def lying_size_zip(actual: bytes, declared: int, compression: int = zipfile.ZIP_STORED) -> bytes:
+    """One entry whose headers declare `declared` uncompressed bytes while it holds `actual`."""
+    data = make_zip([("big.bin", actual)], compression)
+
+    def set_size(buf: bytearray, local: int, central: int) -> None:
+        struct.pack_into("<I", buf, local + _LOCAL_USIZE, declared)
+        struct.pack_into("<I", buf, central + _CENTRAL_USIZE, declared)
+
+    return _patch_headers(data, set_size)
+
+
+def nul_name_zip() -> bytes:
+    """An entry named 'src/combine.cu<NUL>.txt' (same bytes in both headers)."""
+    placeholder, hostile = b"src/combine.cu#.txt", b"src/combine.cu\x00.txt"
+    data = make_zip([(placeholder.decode(), b"int x;\n")])
+    assert data.count(placeholder) == 2
+    return data.replace(placeholder, hostile)
+
+
+def zeros_bomb(size: int, name: str = "bomb.bin") -> bytes:
+    """One deflated entry of `size` zero bytes (compresses about 1000:1)."""
+    return make_zip([(name, bytes(size))])
+
+
+def many_small_bombs(count: int, each: int) -> bytes:
+    """`count` entries of `each` zero bytes: each under the per-entry ratio check's floor."""
+    return make_zip([(f"part{i:03d}.bin", bytes(each)) for i in range(count)])
+
+
+def random_bytes(size: int = 4096, seed: int = 1868) -> bytes:
+    return random.Random(seed).randbytes(size)
+
+
+def tar_gz() -> bytes:
+    """A real .tar.gz (what a student might rename to .zip)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+        payload = b"__global__ void k() {}\n"
+        info = tarfile.TarInfo("hw4/src/combine.cu")
+        info.size = len(payload)
+        tf.addfile(info, io.BytesIO(payload))
+    return buf.getvalue()
+
+
+REQUIRED = ("src/softmax_kernel.cu", "src/layernorm_kernel.cu", "src/combine.cu")
+
+
+def assignment_entries(prefix: str = "") -> list[Entry]:
+    """A plausible hw4 submission, optionally under a top folder `prefix` (ending in '/')."""
+    files = {
+        "src/softmax_kernel.cu": b'#include "includes/common.h"\n__global__ void softmax() {}\n',
+        "src/layernorm_kernel.cu": b"__global__ void layernorm() {}\n",
+        "src/combine.cu": b'extern "C" void MatrixMultiply() {}\n',
+        "src/includes/common.h": b"#pragma once\n",
+        "minitorch/cuda_kernel_ops.py": b"# bindings\n",
+        "README.md": b"hw4 submission\n",
+    }
+    entries: list[Entry] = []
+    if prefix:
+        entries.append((prefix, b""))  # an explicit directory entry, as `zip -r` writes
+    entries += [(prefix + name, data) for name, data in files.items()]
+    return entries
+
+
+def macos_junk(prefix: str = "") -> list[Entry]:
+    """What Finder's 'Compress' adds: AppleDouble files under __MACOSX/ and .DS_Store."""
+    return [
+        ("__MACOSX/" + prefix + "src/._softmax_kernel.cu", b"\x00\x05\x16\x07junk"),
+        ("__MACOSX/._" + (prefix.rstrip("/") or "src"), b"\x00\x05\x16\x07junk"),
+        (prefix + ".DS_Store", b"Bud1junk"),
+        (prefix + "src/.DS_Store", b"Bud1junk"),
+    ]
+
+
+def unique_absolute_target(tmp_root: str) -> str:
+    """An absolute path that does not exist yet, for absolute-path entries to aim at."""
+    return os.path.join(tmp_root, f"kernelgrade-evil-{os.getpid()}-{random.getrandbits(40):x}")
+
+
+__all__ = [
+    "MiB", "REQUIRED", "assignment_entries", "encrypted_zip", "lying_size_zip", "macos_junk",
+    "make_zip", "many_small_bombs", "nul_name_zip", "random_bytes", "tar_gz", "unix_entry",
+    "unique_absolute_target", "zeros_bomb",
+]
