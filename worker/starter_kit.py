@@ -24,7 +24,6 @@ from __future__ import annotations
 import io
 import os
 import re
-import shutil
 import stat
 import tempfile
 import zipfile
