@@ -22,12 +22,15 @@ def mt():
     """The kit's minitorch, imported from starter/hw4 and forgotten afterwards."""
     _drop_minitorch()
     sys.path.insert(0, str(KIT))
+    keep_bytecode_flag = sys.dont_write_bytecode
+    sys.dont_write_bytecode = True  # no __pycache__ inside the reference kit's source tree
     try:
         import minitorch
 
         assert Path(minitorch.__file__).resolve().is_relative_to(KIT)
         yield minitorch
     finally:
+        sys.dont_write_bytecode = keep_bytecode_flag
         sys.path.remove(str(KIT))
         _drop_minitorch()
 
