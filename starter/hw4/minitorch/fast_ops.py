@@ -119,12 +119,15 @@ class NumpyOps(TensorOps):
 
     @staticmethod
     def attn_softmax_bw(out_grad, soft_inp):
+        # BEGIN SOLUTION: NumpyOps.attn_softmax_bw (CPU version of Problem 1.2)
         g = _np(out_grad)
         y = _np(soft_inp)
         return _wrap(y * (g - (g * y).sum(axis=-1, keepdims=True)), out_grad.backend)
+        # END SOLUTION
 
     @staticmethod
     def layernorm_fw(inp, gamma, beta):
+        # BEGIN SOLUTION: NumpyOps.layernorm_fw (CPU version of Problem 2.1)
         hidden = inp.shape[-1]
         x = _np(inp).reshape(-1, hidden)
         mean = x.mean(axis=1)
@@ -132,9 +135,11 @@ class NumpyOps(TensorOps):
         out = (x - mean[:, None]) / np.sqrt(var + LN_EPS)[:, None] * _np(gamma).reshape(1, hidden) + _np(beta).reshape(1, hidden)
         b = inp.backend
         return _wrap(out.reshape(inp.shape), b), _wrap(var, b), _wrap(mean, b)
+        # END SOLUTION
 
     @staticmethod
     def layernorm_bw(out_grad, inp, gamma, beta, var, mean):
+        # BEGIN SOLUTION: NumpyOps.layernorm_bw (CPU version of Problem 2.2)
         hidden = inp.shape[-1]
         g = _np(out_grad).reshape(-1, hidden)
         x = _np(inp).reshape(-1, hidden)
@@ -147,3 +152,4 @@ class NumpyOps(TensorOps):
         dinp = rstd * (gx - gx.mean(axis=1, keepdims=True) - xhat * (gx * xhat).mean(axis=1, keepdims=True))
         b = out_grad.backend
         return _wrap(dinp.reshape(inp.shape), b), _wrap(dgamma, b), _wrap(dbeta, b)
+        # END SOLUTION
