@@ -23,6 +23,7 @@ import time
 import uuid
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT_ROOT))
@@ -50,6 +51,16 @@ def kit_zip(dest: Path, unique: bool) -> Path:
             path = tree / rel
             path.write_text(path.read_text() + f"\n// {uuid.uuid4().hex}\n")
     return zip_tree(tree, dest)
+
+
+def upload_and_wait(client: TestClient, headers: dict[str, str], archive: Path) -> dict[str, Any]:
+    with archive.open("rb") as fh:
+        created = client.post("/api/v1/submissions", headers=headers, files={"file": ("llmsys_hw4.zip", fh)}).json()
+    while True:
+        run: dict[str, Any] = client.get(created["run_url"], headers=headers).json()
+        if run["state"] in ("built", "scored", "failed"):
+            return run
+        time.sleep(0.1)
 
 
 def percentile_summary(values: list[float]) -> str:
@@ -81,18 +92,12 @@ def main() -> int:
             with TestClient(create_app(settings)) as client:
                 headers = {"Authorization": f"Bearer {token}"}
                 cached_zip = kit_zip(Path(tmp) / "cached.zip", unique=False)
+                upload_and_wait(client, headers, cached_zip)  # warm the build cache, untimed
                 for i in range(args.repeats):
                     for kind in ("cold", "cached"):
                         archive = kit_zip(Path(tmp) / f"cold{i}.zip", True) if kind == "cold" else cached_zip
                         started = time.monotonic()
-                        with archive.open("rb") as fh:
-                            created = client.post("/api/v1/submissions", headers=headers,
-                                                  files={"file": ("llmsys_hw4.zip", fh)}).json()
-                        while True:
-                            run = client.get(created["run_url"], headers=headers).json()
-                            if run["state"] in ("built", "scored", "failed"):
-                                break
-                            time.sleep(0.1)
+                        run = upload_and_wait(client, headers, archive)
                         elapsed = time.monotonic() - started
                         assert run["state"] == "built", run
                         rows[kind].append((elapsed, run["toolchain"]["build_seconds"]))
@@ -107,7 +112,8 @@ def main() -> int:
         f"Machine: {platform.machine()}, {nproc} CPU cores, no GPU; "
         f"{subprocess.run(['nvcc', '--version'], capture_output=True, text=True).stdout.splitlines()[-2]}; "
         f"commit {subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True, cwd=PROJECT_ROOT).stdout.strip()}. "
-        f"{args.repeats} uploads of each kind, median (min, max), seconds.",
+        f"{args.repeats} uploads of each kind, median (min, max), seconds. "
+        "The three nvcc builds run in parallel on the machine's cores, so per-file times include contention.",
         "Command: `.venv/bin/python bench/upload_to_build.py --repeats 3 --record`",
         "",
         "| kind | upload → built (s) | combine.cu (s) | softmax_kernel.cu (s) | layernorm_kernel.cu (s) |",
