@@ -1,0 +1,87 @@
+"""The sandboxed child: runs requested operations on the submission's code, nothing else.
+
+    python -m worker.gpu.child --fd N --arena PATH --arena-size BYTES --handlers MODULE
+
+Started by the trusted parent inside the sandbox with cwd = a copy of the staged submission
+(so the student's MiniTorch finds its .so files by their relative paths). It answers each
+request with {"ok": true, ...} or {"ok": false, "error": ...}. Verdicts and times are the
+parent's: the child only computes.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import socket
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from worker.gpu.channel import Arena, Channel, ChannelClosed
+
+Handler = Callable[["ChildState", dict[str, Any]], dict[str, Any]]
+HANDLERS: dict[str, Handler] = {}
+
+
+def handler(name: str) -> Callable[[Handler], Handler]:
+    def register(fn: Handler) -> Handler:
+        HANDLERS[name] = fn
+        return fn
+
+    return register
+
+
+class ChildState:
+    """What handlers keep between requests (loaded libraries, prepared tensors)."""
+
+    def __init__(self, arena: Arena, root: Path) -> None:
+        self.arena = arena
+        self.root = root
+        self.memo: dict[str, Any] = {}
+
+
+@handler("ping")
+def _ping(state: ChildState, msg: dict[str, Any]) -> dict[str, Any]:
+    return {"python": sys.version.split()[0]}
+
+
+def serve(channel: Channel, state: ChildState) -> None:
+    while True:
+        try:
+            msg = channel.recv(None)
+        except ChannelClosed:
+            return
+        op = msg.get("op", "")
+        try:
+            fn = HANDLERS[op]
+        except KeyError:
+            channel.send({"ok": False, "error": f"unknown operation {op!r}"})
+            continue
+        try:
+            reply = fn(state, msg)
+            reply["ok"] = True
+        except Exception as exc:  # the student's code failed: report it, keep serving
+            tail = "".join(traceback.format_exception(exc)[-6:])
+            reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "trace": tail[-4000:]}
+        channel.send(reply)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--fd", type=int, required=True)
+    parser.add_argument("--arena", type=Path, required=True)
+    parser.add_argument("--arena-size", type=int, required=True)
+    parser.add_argument("--handlers", action="append", default=[])
+    args = parser.parse_args(argv)
+    for module in args.handlers:
+        importlib.import_module(module)  # registers its handlers
+    root = Path.cwd()
+    sys.path.insert(0, str(root))  # the submission's own packages (minitorch) come from its tree
+    channel = Channel(socket.socket(fileno=args.fd))
+    serve(channel, ChildState(Arena(args.arena, args.arena_size, create=False), root))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

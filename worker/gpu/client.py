@@ -1,0 +1,116 @@
+"""Parent side of a sandboxed child: spawn it, call it with deadlines, time its answers.
+
+The clock is the parent's (time.perf_counter_ns around a request and its answer), so a
+submission cannot patch the timer, and results are read from the arena by the parent.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from worker.gpu.channel import Arena, Channel, ChannelClosed
+from worker.sandbox import Sandbox, SandboxedProcess
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+ARENA_NAME = ".kg-arena"
+# Variables the child may see: nothing else of the parent's environment is passed on.
+_PASSED_ENV = ("PATH", "LD_LIBRARY_PATH", "CUDA_HOME", "LANG")
+
+
+class ChildFailure(Exception):
+    """The child timed out or died; `kind` is "timeout" or "crashed"."""
+
+    def __init__(self, kind: str, detail: str, tail: str) -> None:
+        super().__init__(f"{kind}: {detail}")
+        self.kind, self.detail, self.tail = kind, detail, tail
+
+
+@dataclass
+class StudentError(Exception):
+    """The submission's code raised while serving a request (the child lives on)."""
+
+    error: str
+    trace: str
+
+    def __str__(self) -> str:
+        return self.error
+
+
+def child_env(gpu_index: int | None, home: Path) -> dict[str, str]:
+    env = {k: os.environ[k] for k in _PASSED_ENV if k in os.environ}
+    python_path = [str(PROJECT_ROOT), *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]]
+    env.update(
+        PYTHONPATH=os.pathsep.join(python_path),
+        PYTHONUNBUFFERED="1",
+        PYTHONDONTWRITEBYTECODE="1",
+        HOME=str(home),
+        MPLCONFIGDIR=str(home),
+    )
+    if gpu_index is not None:
+        env["CUDA_VISIBLE_DEVICES"] = str(gpu_index)
+    return env
+
+
+class ChildClient:
+    def __init__(
+        self,
+        sandbox: Sandbox,
+        cwd: Path,
+        handlers: tuple[str, ...],
+        arena_bytes: int,
+        gpu_index: int | None = None,
+    ) -> None:
+        self.arena = Arena(cwd / ARENA_NAME, arena_bytes, create=True)
+        parent_sock, child_sock = socket.socketpair()
+        argv = [sys.executable, "-m", "worker.gpu.child", "--fd", str(child_sock.fileno()),
+                "--arena", str(cwd / ARENA_NAME), "--arena-size", str(arena_bytes)]
+        for module in handlers:
+            argv += ["--handlers", module]
+        self.process: SandboxedProcess = sandbox.spawn(
+            argv, cwd=cwd, env=child_env(gpu_index, cwd), pass_fds=(child_sock.fileno(),)
+        )
+        child_sock.close()
+        self.channel = Channel(parent_sock)
+
+    def call(self, message: dict[str, Any], timeout: float) -> dict[str, Any]:
+        reply, _ = self.timed_call(message, timeout)
+        return reply
+
+    def timed_call(self, message: dict[str, Any], timeout: float) -> tuple[dict[str, Any], float]:
+        """Send, wait for the answer; returns (reply, seconds on the parent's clock)."""
+        try:
+            started = time.perf_counter_ns()
+            self.channel.send(message)
+            reply = self.channel.recv(timeout)
+            elapsed = (time.perf_counter_ns() - started) / 1e9
+        except TimeoutError:
+            self.process.kill()
+            raise ChildFailure("timeout", f"no answer to {message.get('op')!r} within {timeout:.0f} s",
+                               self.process.output_tail()) from None
+        except (ChannelClosed, OSError):
+            exit_ = self.process.wait(timeout=10)
+            raise ChildFailure("crashed", f"{exit_.reason}: {exit_.detail}", self.process.output_tail()) from None
+        if not reply.get("ok"):
+            raise StudentError(str(reply.get("error")), str(reply.get("trace", "")))
+        return reply, elapsed
+
+    def close(self) -> None:
+        try:
+            self.channel.close()
+            if self.process.alive:
+                self.process.wait(timeout=10)
+        finally:
+            if self.process.alive:
+                self.process.kill()
+            self.arena.close()
+
+    def __enter__(self) -> ChildClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
