@@ -10,6 +10,10 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
+from grader.states import ACTIVE_STATES, FINAL_STATES, ErrorClass, Role, RunState
+
+__all__ = ["ACTIVE_STATES", "FINAL_STATES", "ErrorClass", "Role", "RunState"]
+
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
@@ -34,36 +38,6 @@ class UTCDateTime(TypeDecorator[datetime]):
 
 class Base(DeclarativeBase):
     type_annotation_map = {dict[str, Any]: JSON, datetime: UTCDateTime}
-
-
-class Role(str, enum.Enum):
-    student = "student"
-    instructor = "instructor"
-
-
-class RunState(str, enum.Enum):
-    queued = "queued"
-    building = "building"
-    running = "running"
-    built = "built"  # final while no GPU stage exists on this worker: build done, not graded
-    scored = "scored"
-    failed = "failed"
-
-    @property
-    def is_final(self) -> bool:
-        return self in FINAL_STATES
-
-
-FINAL_STATES = frozenset({RunState.built, RunState.scored, RunState.failed})
-ACTIVE_STATES = (RunState.building, RunState.running)
-
-
-class ErrorClass(str, enum.Enum):
-    bad_archive = "bad_archive"
-    build_error = "build_error"
-    timeout = "timeout"
-    crashed = "crashed"
-    infra_error = "infra_error"
 
 
 def _enum(cls: type[enum.Enum]) -> Enum:

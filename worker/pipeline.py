@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grader.models import ErrorClass, RunState
+from grader.states import ErrorClass, RunState
 from worker.build import BuildResult, Toolchain, build_kernels, nvcc_version
 from worker.rubric import Rubric
 from worker.stage import stage_submission
