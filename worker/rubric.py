@@ -4,8 +4,9 @@ Depends only on PyYAML so the GPU suite can read rubrics on the bare GPU machine
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -19,12 +20,87 @@ class RubricError(ValueError):
     """A rubric file is missing or malformed."""
 
 
+SPEED_FIGURES = ("student", "trusted", "min")
+# Share of a problem's points that correctness carries when its `scoring:` section is absent.
+DEFAULT_CORRECTNESS_SHARE = 0.7
+
+
+@dataclass(frozen=True)
+class ProblemScoring:
+    """How one problem's points split and how its speedup earns points (see worker.scoring).
+
+    Speed points scale linearly from `speed_floor` (0 points at or below it) to `target`
+    (all speed points at or above it). `target` defaults to the problem's reference_speedup;
+    a per-GPU calibrated target may replace it at scoring time.
+    """
+
+    correctness_points: float = 14.0
+    speed_points: float = 6.0
+    speed_floor: float = 1.0
+    target: float | None = None
+    # Which speedup scores: the student's own MiniTorch baseline, the trusted reference
+    # composition, or the smaller of the two (so slowing your own baseline cannot pay).
+    speed_figure: str = "min"
+    # Flag a submission whose own baseline is this many times slower than the trusted one.
+    baseline_gap_flag: float | None = 3.0
+    # False: correctness points are all-or-nothing; True: proportional to passed cases.
+    partial_correctness: bool = False
+    # Measurement policy tied to the thresholds: re-measure while the interval is wider
+    # than this fraction of the speedup (or straddles the floor or the target).
+    max_relative_width: float = 0.10
+    # Show shape and error location of failed hidden cases to the student.
+    hidden_case_details: bool = True
+
+    @property
+    def max_points(self) -> float:
+        return self.correctness_points + self.speed_points
+
+    def thresholds(self, target: float | None = None) -> tuple[float, ...]:
+        """Speedups where the score changes slope: the floor and the target."""
+        t = self.target if target is None else target
+        return (self.speed_floor,) if t is None else (self.speed_floor, t)
+
+
 @dataclass(frozen=True)
 class Problem:
     id: str
     title: str
     points: float
     reference_speedup: float | None
+    scoring: ProblemScoring = field(default_factory=ProblemScoring)
+
+
+def _problem_scoring(p: dict[str, Any]) -> ProblemScoring:
+    """The `scoring:` section of one problem, with defaults scaled to the problem's points."""
+    points = float(p["points"])
+    raw = dict(p.get("scoring") or {})
+    known = set(ProblemScoring.__dataclass_fields__)
+    unknown = set(raw) - known
+    if unknown:
+        raise RubricError(f"problem {p['id']}: unknown scoring keys {sorted(unknown)}")
+    if "correctness_points" not in raw and "speed_points" not in raw:
+        raw["correctness_points"] = round(points * DEFAULT_CORRECTNESS_SHARE, 6)
+    if "speed_points" not in raw:
+        raw["speed_points"] = points - float(raw["correctness_points"])
+    if "correctness_points" not in raw:
+        raw["correctness_points"] = points - float(raw["speed_points"])
+    raw.setdefault("target", p.get("reference_speedup"))
+    for key in ("correctness_points", "speed_points", "speed_floor", "max_relative_width"):
+        raw[key] = float(raw.get(key, getattr(ProblemScoring, key)))
+    for key in ("target", "baseline_gap_flag"):
+        if raw.get(key) is not None:
+            raw[key] = float(raw[key])
+    scoring = ProblemScoring(**raw)
+    if abs(scoring.max_points - points) > 1e-9:
+        raise RubricError(
+            f"problem {p['id']}: correctness_points + speed_points = {scoring.max_points:g}, "
+            f"but points = {points:g}"
+        )
+    if scoring.correctness_points < 0 or scoring.speed_points < 0:
+        raise RubricError(f"problem {p['id']}: negative points in scoring")
+    if scoring.speed_figure not in SPEED_FIGURES:
+        raise RubricError(f"problem {p['id']}: speed_figure must be one of {SPEED_FIGURES}")
+    return scoring
 
 
 @dataclass(frozen=True)
@@ -67,11 +143,14 @@ def load_rubric(slug: str, rubric_dir: Path = RUBRIC_DIR) -> Rubric:
                     title=p["title"],
                     points=float(p["points"]),
                     reference_speedup=p.get("reference_speedup"),
+                    scoring=_problem_scoring(p),
                 )
                 for p in data["problems"]
             ),
         )
-    except (KeyError, TypeError) as exc:
+    except RubricError as exc:
+        raise RubricError(f"{path.name}: {exc}") from exc
+    except (KeyError, TypeError, ValueError) as exc:
         raise RubricError(f"{path.name}: malformed rubric ({exc})") from exc
 
 

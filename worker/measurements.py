@@ -1,0 +1,158 @@
+"""What the trusted parent measured for one problem: plain dataclasses, JSON via to_dict/from_dict.
+
+The scorer (worker.scoring) turns these into points; nothing here judges anything.
+Non-finite floats (a NaN max error, say) are written as the strings "nan", "inf", "-inf" so
+the dicts stay strict JSON.
+
+Pure standard library + numpy (through worker.timing): importable on a bare GPU machine.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from worker.timing import RatioSummary
+
+STATUSES = ("ok", "timeout", "crashed", "error", "not_run")
+
+
+def _enc_float(x: float | None) -> float | str | None:
+    if x is None:
+        return None
+    x = float(x)
+    if math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return x
+
+
+def _dec_float(x: Any) -> float | None:
+    return None if x is None else float(x)  # float("nan") / float("inf") parse the strings
+
+
+@dataclass(frozen=True)
+class CaseOutcome:
+    """One correctness case: its shape, verdict, and where the worst error was."""
+
+    case_id: str
+    shape: tuple[int, ...]
+    ok: bool
+    max_err: float | None = None
+    where: tuple[int, ...] | None = None
+    message: str = ""
+    public: bool = True
+
+    def describe(self, *, hidden_details: bool = True) -> str:
+        """`failed case sfw-b3h8f33t33-fut: max error 0.42 at [1, 2, 5, 7]`."""
+        kind = "case" if self.public else "hidden case"
+        head = f"{'passed' if self.ok else 'failed'} {kind} {self.case_id}"
+        if not self.public and not hidden_details:
+            return head
+        parts = []
+        if self.shape:
+            parts.append(f"shape {list(self.shape)}")
+        if self.max_err is not None:
+            err = "NaN" if math.isnan(self.max_err) else f"{self.max_err:.3g}"
+            parts.append(f"max error {err}" + (f" at {list(self.where)}" if self.where is not None else ""))
+        if self.message:
+            parts.append(self.message)
+        return head + (": " + ", ".join(parts) if parts else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "case_id": self.case_id,
+            "shape": list(self.shape),
+            "ok": self.ok,
+            "max_err": _enc_float(self.max_err),
+            "where": None if self.where is None else list(self.where),
+            "message": self.message,
+            "public": self.public,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CaseOutcome:
+        where = data.get("where")
+        return cls(
+            case_id=str(data["case_id"]),
+            shape=tuple(int(s) for s in data.get("shape", ())),
+            ok=bool(data["ok"]),
+            max_err=_dec_float(data.get("max_err")),
+            where=None if where is None else tuple(int(w) for w in where),
+            message=str(data.get("message", "")),
+            public=bool(data.get("public", True)),
+        )
+
+
+@dataclass
+class ProblemMeasurement:
+    """Everything measured for one problem.
+
+    Kernel problems: `abi_cases` through the .so's C ABI, `binding_cases` through the
+    student's MiniTorch binding; `speedup_student` times the student's own MiniTorch
+    composition, `speedup_trusted` the reference composition, both against the fused op.
+    Problem 3: `binding_cases` hold the loss/causality checks and `speedup_student` the
+    unfused/fused training step-time ratio.
+    """
+
+    problem_id: str
+    status: str = "ok"  # ok | timeout | crashed | error | not_run
+    abi_cases: list[CaseOutcome] = field(default_factory=list)
+    binding_cases: list[CaseOutcome] = field(default_factory=list)
+    first_failure: CaseOutcome | None = None
+    speedup_student: RatioSummary | None = None
+    speedup_trusted: RatioSummary | None = None
+    kernel_ms: float | None = None  # the fused kernel's own GPU time (CUDA events), informational
+    log_tail: str = ""
+    telemetry: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"problem {self.problem_id}: unknown status {self.status!r}")
+
+    @property
+    def cases(self) -> list[CaseOutcome]:
+        return [*self.abi_cases, *self.binding_cases]
+
+    @property
+    def failed_cases(self) -> list[CaseOutcome]:
+        return [c for c in self.cases if not c.ok]
+
+    @property
+    def all_passed(self) -> bool:
+        return bool(self.cases) and all(c.ok for c in self.cases)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "problem_id": self.problem_id,
+            "status": self.status,
+            "abi_cases": [c.to_dict() for c in self.abi_cases],
+            "binding_cases": [c.to_dict() for c in self.binding_cases],
+            "first_failure": None if self.first_failure is None else self.first_failure.to_dict(),
+            "speedup_student": None if self.speedup_student is None else self.speedup_student.to_dict(),
+            "speedup_trusted": None if self.speedup_trusted is None else self.speedup_trusted.to_dict(),
+            "kernel_ms": _enc_float(self.kernel_ms),
+            "log_tail": self.log_tail,
+            "telemetry": dict(self.telemetry),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ProblemMeasurement:
+        def ratio(key: str) -> RatioSummary | None:
+            value = data.get(key)
+            return None if value is None else RatioSummary.from_dict(value)
+
+        first = data.get("first_failure")
+        return cls(
+            problem_id=str(data["problem_id"]),
+            status=str(data.get("status", "ok")),
+            abi_cases=[CaseOutcome.from_dict(c) for c in data.get("abi_cases", [])],
+            binding_cases=[CaseOutcome.from_dict(c) for c in data.get("binding_cases", [])],
+            first_failure=None if first is None else CaseOutcome.from_dict(first),
+            speedup_student=ratio("speedup_student"),
+            speedup_trusted=ratio("speedup_trusted"),
+            kernel_ms=_dec_float(data.get("kernel_ms")),
+            log_tail=str(data.get("log_tail", "")),
+            telemetry=dict(data.get("telemetry") or {}),
+        )

@@ -1,0 +1,300 @@
+"""Points from measurements: a pure function of (rubric, measurements), with reasons.
+
+Rules (per problem, from its `scoring:` section, worker.rubric.ProblemScoring):
+- A problem that did not finish (`timeout`, `crashed`, `error`) or did not run (`not_run`)
+  scores 0, with a reason quoting the detail.
+- Correctness points need every case, C ABI and binding, to pass (all-or-nothing), or with
+  `partial_correctness` are given in proportion to the passed cases.
+- No speed points without full correctness. Otherwise speed points scale linearly from
+  `speed_floor` (0 at or below) to the target (all of them at or above); the target is the
+  rubric's reference speedup or a per-GPU calibrated one passed in.
+- `speed_figure` picks which measured speedup scores: the student's own MiniTorch baseline,
+  the trusted reference composition, or the smaller of the two.
+- Every lost point has a reason a student can read; flags (a suspiciously slow own
+  baseline) are reported as reasons too.
+
+Standard library + numpy only (through worker.timing): importable on a bare GPU machine.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Iterable, Mapping
+
+from worker.measurements import CaseOutcome, ProblemMeasurement
+from worker.rubric import ProblemScoring, Rubric
+from worker.timing import RatioSummary
+
+MAX_LISTED_FAILURES = 3
+_LOG_QUOTE_LINES = 3
+_LOG_QUOTE_CHARS = 300
+
+_STATUS_WORDS = {
+    "timeout": "timed out",
+    "crashed": "crashed",
+    "error": "stopped with an error",
+    "not_run": "was not run",
+}
+
+
+@dataclass
+class ProblemScore:
+    problem_id: str
+    points: float
+    max_points: float
+    correctness_points: float
+    speed_points: float
+    # passed (every correctness case passed) | failed (a case failed, or none ran) |
+    # timeout | crashed | error | not_run (the measurement's own status)
+    status: str
+    reasons: list[str] = field(default_factory=list)  # one or more per lost point, plus flags
+    notes: list[str] = field(default_factory=list)  # informational: the speedup line, kernel time
+    flags: list[str] = field(default_factory=list)  # for staff: e.g. a suspiciously slow own baseline
+    figure: str | None = None  # which speedup scored: student | trusted
+    speedup: RatioSummary | None = None
+    target: float | None = None
+
+    @property
+    def full_marks(self) -> bool:
+        return self.points >= self.max_points
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["speedup"] = None if self.speedup is None else self.speedup.to_dict()
+        return data
+
+
+@dataclass
+class RunScore:
+    total: float
+    max_total: float
+    problems: list[ProblemScore]
+
+    def problem(self, problem_id: str) -> ProblemScore:
+        for p in self.problems:
+            if p.problem_id == problem_id:
+                return p
+        raise KeyError(problem_id)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "total": self.total,
+            "max_total": self.max_total,
+            "problems": [p.to_dict() for p in self.problems],
+        }
+
+
+def _pts(x: float) -> str:
+    """Points as students read them: 6, 3.38, 0."""
+    return f"{round(x, 2):g}"
+
+
+def _x(x: float) -> str:
+    return f"{x:.3g}x"
+
+
+def _ratio_line(r: RatioSummary) -> str:
+    return r.describe()
+
+
+def _log_quote(m: ProblemMeasurement) -> str:
+    lines = [ln.strip() for ln in m.log_tail.splitlines() if ln.strip()]
+    text = " | ".join(lines[-_LOG_QUOTE_LINES:])
+    if not text and m.first_failure is not None:
+        text = m.first_failure.message
+    if len(text) > _LOG_QUOTE_CHARS:
+        text = "..." + text[-_LOG_QUOTE_CHARS:]
+    return text
+
+
+def _case_line(case: CaseOutcome, m: ProblemMeasurement, spec: ProblemScoring) -> str:
+    via = "C ABI" if case in m.abi_cases else "binding"
+    return f"{case.describe(hidden_details=spec.hidden_case_details)} ({via})"
+
+
+def speed_fraction(speedup: float, floor: float, target: float | None) -> float:
+    """Share of the speed points earned: 0 at or below the floor, 1 at or above the target."""
+    if speedup <= floor:
+        return 0.0
+    if target is None or target <= floor or speedup >= target:
+        return 1.0
+    return (speedup - floor) / (target - floor)
+
+
+def _choose_figure(
+    spec: ProblemScoring, m: ProblemMeasurement
+) -> tuple[RatioSummary | None, str | None, list[str]]:
+    """The speedup that scores, which one it is, and notes about any fallback."""
+    student, trusted = m.speedup_student, m.speedup_trusted
+    notes: list[str] = []
+    if spec.speed_figure == "student":
+        if student is not None:
+            return student, "student", notes
+        if trusted is not None:
+            notes.append("no speedup against your own MiniTorch baseline was measured; scored on the reference figure")
+            return trusted, "trusted", notes
+    elif spec.speed_figure == "trusted":
+        if trusted is not None:
+            return trusted, "trusted", notes
+        if student is not None:
+            notes.append("no speedup against the reference composition was measured; scored on your own baseline's figure")
+            return student, "student", notes
+    else:  # min
+        if student is not None and trusted is not None:
+            return (student, "student", notes) if student.speedup <= trusted.speedup else (trusted, "trusted", notes)
+        if student is not None:
+            return student, "student", notes
+        if trusted is not None:
+            return trusted, "trusted", notes
+    return None, None, notes
+
+
+_FIGURE_WORDS = {"student": "your MiniTorch baseline", "trusted": "reference baseline"}
+
+
+def score_problem(
+    spec: ProblemScoring, measurement: ProblemMeasurement, *, target: float | None = None
+) -> ProblemScore:
+    """Points for one problem. `target` (a per-GPU calibrated speedup) overrides spec.target."""
+    m = measurement
+    pid = m.problem_id
+    target = spec.target if target is None else target
+    score = ProblemScore(
+        problem_id=pid,
+        points=0.0,
+        max_points=spec.max_points,
+        correctness_points=0.0,
+        speed_points=0.0,
+        status=m.status,
+        target=target,
+    )
+
+    if m.status != "ok":
+        detail = _log_quote(m)
+        score.reasons.append(
+            f"{pid}: {_STATUS_WORDS.get(m.status, m.status)}"
+            + (f": {detail}" if detail else "")
+            + f"; 0 of {_pts(spec.max_points)} points"
+        )
+        return score
+
+    # Correctness.
+    cases = m.cases
+    failed = m.failed_cases
+    if not cases:
+        score.status = "failed"
+        score.reasons.append(
+            f"{pid}: no correctness case was run; 0 of {_pts(spec.max_points)} points"
+        )
+        return score
+    if failed:
+        score.status = "failed"
+        passed = len(cases) - len(failed)
+        if spec.partial_correctness:
+            score.correctness_points = round(spec.correctness_points * passed / len(cases), 2)
+        lost = spec.correctness_points - score.correctness_points
+        score.reasons.append(
+            f"{pid}: {len(failed)} of {len(cases)} correctness cases failed: "
+            f"{_pts(score.correctness_points)} of {_pts(spec.correctness_points)} correctness points "
+            f"({_pts(lost)} lost)"
+        )
+        first = m.first_failure if m.first_failure is not None and not m.first_failure.ok else failed[0]
+        listed = [first] + [c for c in failed if c != first][: MAX_LISTED_FAILURES - 1]
+        score.reasons.extend(_case_line(c, m, spec) for c in listed)
+        if len(failed) > len(listed):
+            score.reasons.append(f"... and {len(failed) - len(listed)} more failed cases")
+    else:
+        score.status = "passed"
+        score.correctness_points = spec.correctness_points
+
+    # Speed.
+    figure, which, fallback_notes = _choose_figure(spec, m)
+    score.figure, score.speedup = which, figure
+    score.notes.extend(fallback_notes)
+    if m.kernel_ms is not None:
+        score.notes.append(f"{pid}: fused kernel GPU time {m.kernel_ms:.4g} ms (CUDA events)")
+    for label, r in (("your MiniTorch baseline", m.speedup_student), ("reference baseline", m.speedup_trusted)):
+        if r is not None:
+            score.notes.append(
+                f"{pid}: speedup vs {label}: {_ratio_line(r)} "
+                f"({r.median_baseline_ms:.4g} ms / {r.median_custom_ms:.4g} ms, {r.trials} trials)"
+            )
+
+    if (
+        spec.baseline_gap_flag is not None
+        and m.speedup_student is not None
+        and m.speedup_trusted is not None
+        and m.speedup_trusted.median_baseline_ms > 0
+    ):
+        gap = m.speedup_student.median_baseline_ms / m.speedup_trusted.median_baseline_ms
+        if gap >= spec.baseline_gap_flag:
+            scored_on = "the reference figure" if which == "trusted" else "your own baseline's figure"
+            flag = (
+                f"{pid}: your MiniTorch baseline is {gap:.1f}x slower than the reference composition; "
+                f"speed scored on {scored_on}"
+            )
+            score.flags.append(flag)
+            score.reasons.append(flag)
+
+    if spec.speed_points > 0:
+        target_text = f"target {_x(target)}" if target is not None else "no target"
+        if score.status != "passed":
+            score.reasons.append(
+                f"{pid}: no speed points without full correctness: 0 of {_pts(spec.speed_points)} speed points"
+            )
+        elif figure is None:
+            score.reasons.append(f"{pid}: speedup was not measured: 0 of {_pts(spec.speed_points)} speed points")
+        else:
+            frac = speed_fraction(figure.speedup, spec.speed_floor, target)
+            score.speed_points = round(spec.speed_points * frac, 2)
+            line = (
+                f"{pid}: speedup {_ratio_line(figure)} ({_FIGURE_WORDS[which or 'student']}) vs {target_text}: "
+                f"{_pts(score.speed_points)} of {_pts(spec.speed_points)} speed points"
+            )
+            if score.speed_points < spec.speed_points:
+                if figure.speedup <= spec.speed_floor:
+                    line += f" (no speed points at or below {_x(spec.speed_floor)})"
+                score.reasons.append(line)
+            else:
+                score.notes.insert(0, line)
+
+    score.points = round(score.correctness_points + score.speed_points, 2)
+    return score
+
+
+def score_run(
+    rubric: Rubric,
+    measurements: Mapping[str, ProblemMeasurement] | Iterable[ProblemMeasurement],
+    *,
+    targets: Mapping[str, float] | None = None,
+) -> RunScore:
+    """Score every rubric problem; a problem with no measurement scores 0 as `not_run`.
+
+    `targets` maps problem id to a per-GPU calibrated target speedup (overrides the rubric).
+    """
+    if isinstance(measurements, Mapping):
+        by_id = dict(measurements)
+    else:
+        by_id = {}
+        for m in measurements:
+            if m.problem_id in by_id:
+                raise ValueError(f"two measurements for problem {m.problem_id}")
+            by_id[m.problem_id] = m
+    known = {p.id for p in rubric.problems}
+    unknown = sorted(set(by_id) - known)
+    if unknown:
+        raise ValueError(f"measurements for problems not in rubric {rubric.slug}: {unknown}")
+    targets = targets or {}
+    problems = []
+    for p in rubric.problems:
+        m = by_id.get(p.id) or ProblemMeasurement(p.id, status="not_run", log_tail="no measurement")
+        spec = p.scoring
+        if abs(spec.max_points - p.points) > 1e-9:  # a Problem built in code with stale defaults
+            raise ValueError(f"problem {p.id}: scoring splits {spec.max_points:g} points, rubric says {p.points:g}")
+        if spec.target is None and p.reference_speedup is not None:
+            spec = replace(spec, target=float(p.reference_speedup))
+        problems.append(score_problem(spec, m, target=targets.get(p.id)))
+    return RunScore(
+        total=round(sum(s.points for s in problems), 2),
+        max_total=round(sum(s.max_points for s in problems), 2),
+        problems=problems,
+    )
