@@ -148,7 +148,7 @@ def _choose_figure(
     return None, None, notes
 
 
-_FIGURE_WORDS = {"student": "your MiniTorch baseline", "trusted": "reference baseline"}
+_FIGURE_WORDS = {"student": "against your MiniTorch baseline", "trusted": "against the reference baseline"}
 
 
 def score_problem(

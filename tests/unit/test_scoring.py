@@ -1,0 +1,255 @@
+"""worker.scoring: points per problem with reasons, from the rubric's `scoring:` sections."""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from worker.measurements import CaseOutcome, ProblemMeasurement
+from worker.rubric import ProblemScoring, RubricError, load_rubric
+from worker.scoring import score_problem, score_run, speed_fraction
+from worker.timing import RatioSummary
+
+RUBRIC = load_rubric("hw4")
+SPEC = ProblemScoring(correctness_points=14, speed_points=6, speed_floor=1.0, target=6.5)
+
+
+def ratio(speedup: float, baseline_ms: float | None = None, width: float = 0.05) -> RatioSummary:
+    custom = 1.0
+    base = baseline_ms if baseline_ms is not None else speedup * custom
+    return RatioSummary(base, base / speedup, speedup, speedup * (1 - width), speedup * (1 + width), 30)
+
+
+def ok_case(i: int = 0) -> CaseOutcome:
+    return CaseOutcome(f"case{i}", (2, 4, 8), True, 1e-7, None)
+
+
+BAD = CaseOutcome("sfw-b3h8f33t33-fut", (3, 8, 33, 33), False, 0.42, (1, 2, 5, 7), public=False)
+
+
+def measured(pid: str = "1.1", *, bad: int = 0, student: float | None = 7.0, trusted: float | None = 7.0, **kw):
+    cases = [ok_case(i) for i in range(4)]
+    binding = [ok_case(10 + i) for i in range(4)]
+    for j in range(bad):
+        binding[j] = replace(BAD, case_id=f"bad{j}")
+    return ProblemMeasurement(
+        pid,
+        abi_cases=cases,
+        binding_cases=binding,
+        speedup_student=None if student is None else ratio(student),
+        speedup_trusted=None if trusted is None else ratio(trusted),
+        **kw,
+    )
+
+
+def test_full_marks():
+    s = score_problem(SPEC, measured())
+    assert (s.points, s.max_points, s.correctness_points, s.speed_points) == (20, 20, 14, 6)
+    assert s.status == "passed" and s.full_marks and s.reasons == []
+    assert any("6 of 6 speed points" in n for n in s.notes)
+
+
+def test_partial_speed_is_linear_between_floor_and_target():
+    s = score_problem(SPEC, measured(student=4.1, trusted=4.1))
+    assert s.speed_points == pytest.approx(round(6 * 3.1 / 5.5, 2))
+    assert s.points == pytest.approx(14 + s.speed_points)
+    [line] = [r for r in s.reasons if "speed points" in r]
+    assert line.startswith("1.1: speedup 4.1x [3.89, 4.3] (against your MiniTorch baseline)") and "vs target 6.5x: 3.38 of 6 speed points" in line
+
+
+def test_speed_floor_and_cap():
+    assert score_problem(SPEC, measured(student=1.0, trusted=1.0)).speed_points == 0
+    assert score_problem(SPEC, measured(student=0.5, trusted=0.5)).speed_points == 0
+    assert score_problem(SPEC, measured(student=30, trusted=30)).speed_points == 6
+    assert speed_fraction(2.0, 1.0, 0.9) == 1.0  # a calibrated target below the floor
+    assert speed_fraction(0.9, 1.0, 0.9) == 0.0
+
+
+def test_calibrated_target_overrides_rubric():
+    m = measured(student=5.0, trusted=5.0)
+    assert score_problem(SPEC, m).speed_points < 6
+    s = score_problem(SPEC, m, target=5.0)
+    assert s.speed_points == 6 and s.target == 5.0
+
+
+def test_correctness_failure_gives_no_speed_points():
+    s = score_problem(SPEC, measured(bad=1, student=30, trusted=30))
+    assert (s.points, s.correctness_points, s.speed_points, s.status) == (0, 0, 0, "failed")
+    text = "\n".join(s.reasons)
+    assert "1 of 8 correctness cases failed" in text
+    assert "max error 0.42 at [1, 2, 5, 7]" in text
+    assert "no speed points without full correctness" in text
+
+
+def test_first_failure_is_reported_first_and_list_is_bounded():
+    m = measured(bad=4)
+    m.first_failure = m.binding_cases[2]
+    s = score_problem(SPEC, m)
+    assert "bad2" in s.reasons[1]
+    assert sum("failed hidden case" in r for r in s.reasons) == 3
+    assert any("and 1 more failed cases" in r for r in s.reasons)
+
+
+def test_hidden_case_details_can_be_withheld():
+    s = score_problem(replace(SPEC, hidden_case_details=False), measured(bad=1))
+    assert not any("0.42" in r for r in s.reasons)
+    assert any("failed hidden case bad0" in r for r in s.reasons)
+
+
+def test_partial_correctness_is_proportional():
+    s = score_problem(replace(SPEC, partial_correctness=True), measured(bad=2))
+    assert s.correctness_points == pytest.approx(14 * 6 / 8)
+    assert s.speed_points == 0 and s.reasons
+
+
+def test_nan_case_fails_with_readable_reason():
+    m = measured()
+    m.abi_cases[0] = CaseOutcome("ln-h4096", (4, 4096), False, float("nan"), (0, 3))
+    s = score_problem(SPEC, m)
+    assert s.points == 0 and any("max error NaN at [0, 3]" in r for r in s.reasons)
+
+
+@pytest.mark.parametrize("status, word", [("timeout", "timed out"), ("crashed", "crashed"), ("error", "error")])
+def test_unfinished_problem_scores_zero_quoting_the_detail(status, word):
+    m = measured(status=status, log_tail="warming up\n\nCUDA error: an illegal memory access\n")
+    s = score_problem(SPEC, m)
+    assert (s.points, s.status) == (0, status)
+    assert word in s.reasons[0] and "illegal memory access" in s.reasons[0]
+    assert "0 of 20 points" in s.reasons[0]
+
+
+def test_not_run():
+    s = score_problem(SPEC, ProblemMeasurement("2.1", status="not_run", log_tail="build failed"))
+    assert s.points == 0 and s.status == "not_run" and "build failed" in s.reasons[0]
+
+
+def test_no_cases_is_not_correct():
+    s = score_problem(SPEC, ProblemMeasurement("2.1", speedup_student=ratio(9)))
+    assert s.points == 0 and s.status == "failed" and s.reasons
+
+
+def test_min_figure_uses_the_smaller_speedup():
+    m = measured(student=9.0, trusted=4.1)
+    s = score_problem(SPEC, m)
+    assert s.figure == "trusted" and s.speedup.speedup == 4.1 and s.speed_points < 6
+    assert score_problem(replace(SPEC, speed_figure="student"), m).speed_points == 6
+    assert score_problem(replace(SPEC, speed_figure="trusted"), m).figure == "trusted"
+    s2 = score_problem(SPEC, measured(student=4.1, trusted=9.0))
+    assert s2.figure == "student"
+
+
+def test_missing_figure_falls_back_with_a_note_or_scores_zero():
+    s = score_problem(replace(SPEC, speed_figure="trusted"), measured(trusted=None))
+    assert s.figure == "student" and s.speed_points == 6 and any("no speedup against" in n for n in s.notes)
+    s = score_problem(SPEC, measured(student=None, trusted=None))
+    assert s.speed_points == 0 and any("not measured" in r for r in s.reasons)
+
+
+def test_slow_own_baseline_is_flagged():
+    m = measured()
+    m.speedup_student = RatioSummary(5.2, 0.25, 20.8, 20.0, 21.5, 30)  # own baseline 5.2 ms
+    m.speedup_trusted = RatioSummary(1.0, 0.25, 4.0, 3.9, 4.1, 30)  # reference 1.0 ms
+    s = score_problem(SPEC, m)
+    flag = "your MiniTorch baseline is 5.2x slower than the reference composition; speed scored on the reference figure"
+    assert any(flag in f for f in s.flags) and any(flag in r for r in s.reasons)
+    assert s.figure == "trusted" and s.speed_points < 6
+    # Below the threshold, or with the flag off: nothing flagged.
+    assert score_problem(replace(SPEC, baseline_gap_flag=6.0), m).flags == []
+    assert score_problem(replace(SPEC, baseline_gap_flag=None), m).flags == []
+
+
+@pytest.mark.parametrize(
+    "m",
+    [
+        measured(),
+        measured(student=3.0, trusted=3.0),
+        measured(bad=1),
+        measured(student=0.7, trusted=0.7),
+        measured(status="crashed"),
+        measured(student=None, trusted=None),
+        ProblemMeasurement("1.1", status="not_run"),
+    ],
+)
+def test_every_lost_point_has_a_reason(m):
+    s = score_problem(SPEC, m)
+    assert s.points == pytest.approx(s.correctness_points + s.speed_points)
+    if s.correctness_points < 14:
+        assert any("correctness" in r or "points" in r for r in s.reasons)
+    if s.speed_points < 6:
+        assert any("speed points" in r or "0 of 20 points" in r for r in s.reasons)
+    if s.points == s.max_points:
+        assert not s.reasons
+
+
+def test_run_totals_and_missing_problems():
+    ms = [
+        measured("1.1"),
+        measured("1.2", student=3.0, trusted=3.0),
+        measured("2.1", bad=1),
+        measured("3", student=1.2, trusted=None),
+    ]
+    run = score_run(RUBRIC, ms)
+    assert run.max_total == 100
+    assert run.total == pytest.approx(sum(p.points for p in run.problems))
+    assert [p.problem_id for p in run.problems] == ["1.1", "1.2", "2.1", "2.2", "3"]
+    assert run.problem("2.2").status == "not_run" and run.problem("2.2").reasons
+    assert run.problem("1.1").points == 20
+    assert run.problem("3").points == 20  # 1.2x >= target 1.1x, student figure
+    assert run.total == pytest.approx(20 + 14 + 6 * 2 / 4.5 + 0 + 0 + 20, abs=0.01)
+    json.dumps(run.to_dict(), allow_nan=False)
+
+
+def test_run_with_calibrated_targets_and_mapping():
+    ms = {"1.1": measured("1.1", student=5.0, trusted=5.0)}
+    assert score_run(RUBRIC, ms).problem("1.1").speed_points < 6
+    assert score_run(RUBRIC, ms, targets={"1.1": 4.8}).problem("1.1").speed_points == 6
+
+
+def test_run_rejects_unknown_or_duplicate_measurements():
+    with pytest.raises(ValueError):
+        score_run(RUBRIC, [measured("9.9")])
+    with pytest.raises(ValueError):
+        score_run(RUBRIC, [measured("1.1"), measured("1.1")])
+
+
+def test_measurement_round_trips_through_json():
+    m = measured(bad=1, kernel_ms=0.0123, telemetry={"gpu": "H200", "sm_clock_mhz": 1980})
+    m.first_failure = m.binding_cases[0]
+    m.abi_cases[1] = CaseOutcome("nan", (1,), False, float("nan"), None, "NaN in output")
+    text = json.dumps(m.to_dict(), allow_nan=False)
+    back = ProblemMeasurement.from_dict(json.loads(text))
+    assert back.to_dict() == m.to_dict()
+    assert score_problem(SPEC, back).reasons == score_problem(SPEC, m).reasons
+    with pytest.raises(ValueError):
+        ProblemMeasurement("1.1", status="bogus")
+
+
+def test_rubric_scoring_defaults_and_validation(tmp_path: Path):
+    p11 = RUBRIC.problems[0].scoring
+    assert (p11.correctness_points, p11.speed_points, p11.speed_floor, p11.target) == (14, 6, 1.0, 6.5)
+    assert p11.speed_figure == "min" and p11.baseline_gap_flag == 3.0 and not p11.partial_correctness
+    assert RUBRIC.problems[-1].scoring.speed_figure == "student"
+    assert p11.thresholds() == (1.0, 6.5) and p11.thresholds(7.0) == (1.0, 7.0)
+
+    base = (Path(__file__).resolve().parents[2] / "rubrics" / "hw4.yaml").read_text()
+    head = base.split("problems:\n", 1)[0] + "problems:\n"
+
+    def write(problems: str) -> None:
+        (tmp_path / "x.yaml").write_text(head + problems)
+
+    write('  - {id: "1", title: t, points: 10, reference_speedup: 2.0}\n')
+    s = load_rubric("x", tmp_path).problems[0].scoring  # no scoring section: 70/30 split
+    assert (s.correctness_points, s.speed_points, s.target) == (7, 3, 2.0)
+    write('  - {id: "1", title: t, points: 10, scoring: {speed_points: 4}}\n')
+    s = load_rubric("x", tmp_path).problems[0].scoring
+    assert (s.correctness_points, s.speed_points, s.target) == (6, 4, None)
+    for bad in (
+        "{correctness_points: 5, speed_points: 4}",
+        "{speed_figure: fastest}",
+        "{speed_bonus: 3}",
+    ):
+        write(f'  - {{id: "1", title: t, points: 10, scoring: {bad}}}\n')
+        with pytest.raises(RubricError):
+            load_rubric("x", tmp_path)
