@@ -1,0 +1,251 @@
+"""Child-side operations for hw4's Problem 3 (run inside the sandbox, cwd = the submission).
+
+Problem 3 asks the student to adopt the fused ops in MultiHeadAttention / TransformerLayer /
+DecoderLM behind `use_fused_kernel`. These handlers build the submission's OWN DecoderLM
+twice (unfused and fused, identical parameters), run steps the parent asks for and report
+what happened; the parent draws every input, keeps the clock and judges the results.
+
+- `p3_setup`  {config}: import the student's minitorch, wrap the backend's fused ops
+  (attn_softmax_fw/bw, layernorm_fw/bw) with call counters, build both models with
+  p_dropout 0 and copy every parameter of the unfused model into the fused one.
+- `p3_step`   {model, tokens, grad, want_logits, logits_out}: one forward + backward(grad).
+- `p3_logits` {model, tokens, out}: forward only (the parent's causality probe).
+
+The call counts are reported by code that shares a process with the student's, so they
+diagnose honest mistakes (a fused path that silently composes basic ops), not forgery; a
+submission that fakes them gains nothing, since its speed is measured by the parent.
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+import random
+from typing import Any, Callable
+
+import numpy as np
+
+from worker.gpu.channel import ArrayRef
+from worker.gpu.child import ChildState, handler
+
+FUSED_OPS = ("attn_softmax_fw", "attn_softmax_bw", "layernorm_fw", "layernorm_bw")
+MODELS = ("unfused", "fused")
+
+
+def _counting(name: str, fn: Callable[..., Any], counts: dict[str, int]) -> Callable[..., Any]:
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        counts[name] += 1
+        return fn(*args, **kwargs)
+
+    counted._kg_counted = True  # type: ignore[attr-defined]
+    counted.__name__ = getattr(fn, "__name__", name)
+    counted.__doc__ = getattr(fn, "__doc__", None)
+    return counted
+
+
+def install_counters(ops: type, counts: dict[str, int]) -> list[str]:
+    """Replace each fused op of the ops CLASS by a counting wrapper (before any TensorBackend
+    copies it). Returns the names found."""
+    found = []
+    for name in FUSED_OPS:
+        if not hasattr(ops, name):
+            continue
+        current = getattr(ops, name)  # a staticmethod resolves to the plain function
+        if getattr(current, "_kg_counted", False):
+            found.append(name)
+            continue
+        setattr(ops, name, staticmethod(_counting(name, current, counts)))
+        found.append(name)
+    return found
+
+
+def wrap_backend(backend: Any, counts: dict[str, int]) -> None:
+    """A backend that bound its fused ops some other way gets counters on the instance too."""
+    for name in FUSED_OPS:
+        attr = getattr(backend, name, None)
+        if callable(attr) and not getattr(attr, "_kg_counted", False):
+            try:
+                setattr(backend, name, _counting(name, attr, counts))
+            except (AttributeError, TypeError):
+                pass
+
+
+def _seed(mt: Any, seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    seeder = getattr(mt, "seed", None)
+    if callable(seeder):
+        seeder(seed)
+
+
+def make_tensor(mt: Any, backend: Any, array: np.ndarray) -> Any:
+    """A float32 tensor through the course-style API: tensor_from_numpy when the package has
+    it, else Tensor.make on a flat storage, else minitorch.tensor(list) (slow, last resort)."""
+    data = np.array(array, dtype=np.float32)  # always a private copy
+    if hasattr(mt, "tensor_from_numpy"):
+        return mt.tensor_from_numpy(data, backend=backend)
+    tensor_cls = getattr(mt, "Tensor", None)
+    if tensor_cls is not None and hasattr(tensor_cls, "make"):
+        return tensor_cls.make(data.reshape(-1), tuple(data.shape), backend=backend)
+    return mt.tensor(data.tolist(), backend=backend)
+
+
+def _decoder_kwargs(cls: Any, cfg: dict[str, Any], backend: Any, fused: bool) -> dict[str, Any]:
+    wanted = dict(
+        n_vocab=int(cfg["n_vocab"]), n_embd=int(cfg["n_embd"]), n_head=int(cfg["n_head"]),
+        n_positions=int(cfg["n_positions"]), p_dropout=0.0, ln_eps=1e-5, bias=True, backend=backend,
+        use_fused_kernel=fused,
+    )
+    params = inspect.signature(cls).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return wanted
+    if "use_fused_kernel" not in params:
+        raise TypeError("DecoderLM does not take use_fused_kernel")
+    # Optional knobs a student's version may lack; the required ones must be accepted.
+    return {k: v for k, v in wanted.items() if k in params or k not in ("ln_eps", "bias")}
+
+
+def _copy_parameters(src_model: Any, dst_model: Any, mt: Any, backend: Any) -> tuple[int, int]:
+    src = list(src_model.named_parameters())
+    dst = list(dst_model.named_parameters())
+    if len(src) != len(dst):
+        raise ValueError(f"the unfused model has {len(src)} parameters, the fused one {len(dst)}")
+    elements = 0
+    for (s_name, s_p), (d_name, d_p) in zip(src, dst):
+        value = np.asarray(s_p.value.to_numpy(), dtype=np.float32)
+        if tuple(d_p.value.shape) != value.shape:
+            raise ValueError(f"parameter {s_name} {value.shape} vs {d_name} {tuple(d_p.value.shape)}")
+        data = d_p.value._tensor
+        storage = getattr(data, "_storage", None)
+        contiguous = getattr(data, "is_contiguous", lambda: False)()
+        if isinstance(storage, np.ndarray) and contiguous and storage.size == value.size:
+            storage[...] = value.reshape(storage.shape)
+        else:
+            fresh = make_tensor(mt, backend, value)
+            d_p.update(fresh)
+        if not np.array_equal(np.asarray(d_p.value.to_numpy(), dtype=np.float32), value):
+            raise ValueError(f"copying parameter {s_name} into the fused model did not take")
+        elements += value.size
+    return len(src), elements
+
+
+def _load_backend(mt: Any, kind: str) -> type:
+    if kind == "cuda":
+        return importlib.import_module("minitorch.cuda_kernel_ops").CudaKernelOps
+    if kind == "numpy":  # our kit's CPU backend: CPU tests of the grader only
+        ops = getattr(mt, "NumpyOps", None)
+        if ops is None:
+            ops = importlib.import_module("minitorch.fast_ops").NumpyOps
+        return ops
+    raise ValueError(f"unknown backend {kind!r}")
+
+
+@handler("p3_setup")
+def p3_setup(state: ChildState, msg: dict[str, Any]) -> dict[str, Any]:
+    cfg = msg["config"]
+    mt = importlib.import_module("minitorch")
+    ops = _load_backend(mt, str(cfg.get("backend", "cuda")))
+    counts = {name: 0 for name in FUSED_OPS}
+    wrapped = install_counters(ops, counts)
+    backend = mt.TensorBackend(ops)
+    wrap_backend(backend, counts)
+    seed = int(cfg.get("seed", 0))
+    models = {}
+    for name in MODELS:
+        _seed(mt, seed)  # the same draws for both: the copy below makes it exact regardless
+        models[name] = mt.DecoderLM(**_decoder_kwargs(mt.DecoderLM, cfg, backend, name == "fused"))
+    n_params, elements = _copy_parameters(models["unfused"], models["fused"], mt, backend)
+    state.memo["p3"] = {"mt": mt, "backend": backend, "models": models, "counts": counts}
+    return {"parameters": n_params, "parameter_elements": elements, "fused_ops_found": wrapped}
+
+
+def _context(state: ChildState, msg: dict[str, Any]) -> tuple[Any, Any, Any, dict[str, int]]:
+    p3 = state.memo.get("p3")
+    if p3 is None:
+        raise RuntimeError("p3_setup has not run")
+    model = msg.get("model")
+    if model not in MODELS:
+        raise ValueError(f"unknown model {model!r}")
+    return p3["mt"], p3["backend"], p3["models"][model], p3["counts"]
+
+
+def _tokens(state: ChildState, mt: Any, backend: Any, ref: dict[str, Any]) -> tuple[Any, tuple[int, int]]:
+    ids = state.arena.view(ArrayRef.from_json(ref))
+    if ids.ndim != 2:
+        raise ValueError(f"tokens must be [batch, seq], got {ids.shape}")
+    # Token ids as float32 values, as the course's DecoderLM takes them (exact below 2**24).
+    return make_tensor(mt, backend, ids.astype(np.float32)), (int(ids.shape[0]), int(ids.shape[1]))
+
+
+def _forward(state: ChildState, msg: dict[str, Any], tokens_key: str) -> tuple[Any, Any, Any, dict[str, int]]:
+    mt, backend, model, counts = _context(state, msg)
+    for name in counts:
+        counts[name] = 0
+    tokens, (batch, seq) = _tokens(state, mt, backend, msg[tokens_key])
+    logits = model(tokens)
+    shape = tuple(int(s) for s in logits.shape)
+    n_vocab = int(getattr(model, "n_vocab", shape[-1]))
+    if shape != (batch, seq, n_vocab):
+        raise ValueError(f"DecoderLM returned logits of shape {list(shape)}, expected {[batch, seq, n_vocab]}")
+    return mt, backend, logits, counts
+
+
+def _write(state: ChildState, ref: dict[str, Any], tensor: Any) -> None:
+    out = state.arena.view(ArrayRef.from_json(ref))
+    out[...] = np.asarray(tensor.to_numpy(), dtype=np.float32).reshape(out.shape)
+
+
+def _reset_grads(model: Any) -> None:
+    for p in model.parameters():
+        value = p.value
+        if hasattr(value, "grad"):
+            value.grad = None
+        if hasattr(value, "derivative"):  # older MiniTorch's name
+            value.derivative = None
+
+
+@handler("p3_step")
+def p3_step(state: ChildState, msg: dict[str, Any]) -> dict[str, Any]:
+    """One training step's forward and backward: logits = model(tokens); logits.backward(grad).
+
+    The timed step is forward + backward without an optimizer update: those are the parts the
+    fused kernels change (attention softmax and LayerNorm, forward and backward); an optimizer
+    step is the same elementwise work in both models and would only dilute the ratio. The
+    upstream gradient comes from the parent (a random logits-shaped tensor) instead of a loss,
+    so the student's loss code is not part of the comparison either. Parameter gradients are
+    reset before each step so that they never accumulate across steps."""
+    _, _, model, _ = _context(state, msg)
+    _reset_grads(model)
+    mt, backend, logits, counts = _forward(state, msg, "tokens")
+    grad_view = state.arena.view(ArrayRef.from_json(msg["grad"]))
+    if tuple(grad_view.shape) != tuple(int(s) for s in logits.shape):
+        raise ValueError(f"upstream gradient {list(grad_view.shape)} does not match logits {list(logits.shape)}")
+    logits.backward(make_tensor(mt, backend, grad_view))
+    with_grad = sum(1 for p in model.parameters() if getattr(p.value, "grad", None) is not None)
+    if msg.get("want_logits") and msg.get("logits_out") is not None:
+        _write(state, msg["logits_out"], logits)
+    return {"counts": dict(counts), "params_with_grad": with_grad}
+
+
+@handler("p3_logits")
+def p3_logits(state: ChildState, msg: dict[str, Any]) -> dict[str, Any]:
+    _, _, logits, counts = _forward(state, msg, "tokens")
+    _write(state, msg["out"], logits)
+    return {"counts": dict(counts)}
+
+
+def _register_in_main() -> None:
+    """`python -m worker.gpu.child` runs that module as __main__, a second copy whose HANDLERS
+    is not the dict `@handler` above registered into. Until the child loop looks its handlers
+    up in the imported module, copy ours into the running loop's table as well."""
+    import sys
+
+    from worker.gpu import child as child_module
+
+    main = sys.modules.get("__main__")
+    table = getattr(main, "HANDLERS", None)
+    if main is not child_module and isinstance(table, dict) and callable(getattr(main, "serve", None)):
+        for name in ("p3_setup", "p3_step", "p3_logits"):
+            table.setdefault(name, child_module.HANDLERS[name])
+
+
+_register_in_main()
