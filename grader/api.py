@@ -63,6 +63,7 @@ class RunOut(BaseModel):
     toolchain: dict[str, Any] | None
     stages: dict[str, StageOut]
     results: list[ProblemResultOut]
+    report: dict[str, Any] | None = None  # Gradescope-format results.json once scored
 
 
 class RunSummary(BaseModel):
@@ -251,6 +252,7 @@ def run_to_dict(run: Run) -> dict[str, Any]:
         "toolchain": run.toolchain,
         "stages": run.stages or {},
         "results": [_result_to_dict(r) for r in run.results],
+        "report": run.report,
     }
 
 

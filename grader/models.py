@@ -124,6 +124,7 @@ class Run(Base):
     worker_host: Mapped[str | None] = mapped_column(String(256))
     toolchain: Mapped[dict[str, Any] | None]
     stages: Mapped[dict[str, Any] | None]  # stage name -> {status, seconds, log}
+    report: Mapped[dict[str, Any] | None]  # Gradescope-format results.json of a scored run
 
     submission: Mapped[Submission] = relationship(back_populates="runs")
     results: Mapped[list[ProblemResult]] = relationship(

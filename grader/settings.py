@@ -41,6 +41,19 @@ class Settings(BaseSettings):
     nvcc_timeout_s: float = 300.0
     build_jobs: int = 3
 
+    # GPU grading (the run stage). "auto": grade on the GPU when NVML reports one.
+    gpu_grading: str = "auto"  # auto | on | off
+    gpu_index: int = 0
+    # The sandbox every piece of submitted code runs in (worker/sandbox.py)
+    sandbox_user: str | None = "nobody"
+    sandbox_isolate_network: bool = True
+    sandbox_wall_s: float = 900.0  # per problem child
+    sandbox_cpu_s: int = 1800
+    sandbox_memory_bytes: int = 32 * 1024 * MiB
+    sandbox_max_processes: int = 256  # RLIMIT_NPROC counts threads: room for CUDA/OpenMP ones
+    sandbox_file_size_bytes: int = 4 * 1024 * MiB
+    grading_seed: int | None = None  # fixed only for reproducing a grade; None = fresh inputs
+
     # Worker
     task_soft_time_limit_s: int = 1500
     task_time_limit_s: int = 1800

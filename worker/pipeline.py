@@ -7,6 +7,7 @@ wrap it.
 from __future__ import annotations
 
 import platform
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -16,14 +17,20 @@ from typing import Any
 
 from grader.states import ErrorClass, RunState
 from worker.build import BuildResult, Toolchain, build_kernels, nvcc_version
+from worker.measurements import ProblemMeasurement
+from worker.report import gradescope_results
 from worker.rubric import Rubric
+from worker.scoring import score_run
 from worker.stage import stage_submission
 from worker.unpack import BadArchive, UnpackLimits, find_assignment_root, unpack_zip
 
 NO_GPU_STAGE_MESSAGE = (
-    "Build succeeded. GPU grading (correctness, timing, score) is not available on this "
-    "worker yet, so no score was given."
+    "Build succeeded. This worker has no GPU stage (no GPU, or GPU grading is off), "
+    "so no score was given."
 )
+
+# The GPU stage: (rubric, staged tree, reference tree, work dir) -> one measurement per problem.
+GpuStage = Callable[[Rubric, Path, Path, Path], list[ProblemMeasurement]]
 
 
 @dataclass(frozen=True)
@@ -65,6 +72,7 @@ class Outcome:
     stages: dict[str, StageRecord] = field(default_factory=dict)
     toolchain: dict[str, Any] = field(default_factory=dict)
     problems: list[ProblemOutcome] = field(default_factory=list)
+    report: dict[str, Any] | None = None  # Gradescope-format results.json
 
 
 StageListener = Callable[[str], None]
@@ -108,14 +116,26 @@ def not_run_problems(rubric: Rubric, message: str) -> list[ProblemOutcome]:
     return [ProblemOutcome(p.id, p.title, "not_run", 0.0, p.points, message) for p in rubric.problems]
 
 
+def build_reference(rubric: Rubric, config: PipelineConfig, dest: Path) -> Path:
+    """Our reference kit, built like a submission (cached), for the trusted baseline."""
+    shutil.copytree(rubric.starter_dir, dest, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+    results = build_kernels(dest, list(rubric.kernels), config.toolchain, config.build_cache_dir, config.build_jobs)
+    failed = [r for r in results if not r.ok]
+    if failed:  # our own kit: never the student's fault
+        raise RuntimeError(f"the reference kit did not build: {failed[0].name}: {_first_error_line(failed[0].log)}")
+    return dest
+
+
 def grade_submission(
     archive: Path,
     rubric: Rubric,
     job_dir: Path,
     config: PipelineConfig,
     on_stage: StageListener = lambda _stage: None,
+    gpu_stage: GpuStage | None = None,
 ) -> Outcome:
-    """Run every stage for one archive in the fresh folder `job_dir`."""
+    """Run every stage for one archive in the fresh folder `job_dir`. Without a GPU stage a
+    successful build ends `built`; with one, the run is measured and scored."""
     outcome = Outcome(state=RunState.building, toolchain=toolchain_info(config.toolchain))
     limit = config.log_limit_bytes
 
@@ -160,10 +180,60 @@ def grade_submission(
             message += f" (and {len(failed) - 1} more file(s) failed; see the build log)"
         return _failed(outcome, rubric, ErrorClass.build_error, message)
 
-    # GPU stages (correctness, timing, scoring) come with the GPU grading core.
-    outcome.state = RunState.built
-    outcome.message = NO_GPU_STAGE_MESSAGE
-    outcome.problems = not_run_problems(rubric, "not graded: no GPU stage on this worker yet")
+    if gpu_stage is None:
+        outcome.state = RunState.built
+        outcome.message = NO_GPU_STAGE_MESSAGE
+        outcome.problems = not_run_problems(rubric, "not graded: no GPU stage on this worker")
+        return outcome
+
+    on_stage("run")
+    started = time.monotonic()
+    reference = build_reference(rubric, config, job_dir / "reference")
+    outcome.stages["reference"] = StageRecord("ok", time.monotonic() - started, "reference kit built")
+    started = time.monotonic()
+    measurements = gpu_stage(rubric, staged.root, reference, job_dir / "run")
+    outcome.stages["run"] = StageRecord(
+        "ok", time.monotonic() - started, _truncate(_run_log(measurements), limit)
+    )
+    return _scored(outcome, rubric, measurements)
+
+
+def _run_log(measurements: list[ProblemMeasurement]) -> str:
+    lines = []
+    for m in measurements:
+        passed = sum(c.ok for c in m.cases)
+        line = f"{m.problem_id}: {m.status}, {passed}/{len(m.cases)} checks passed"
+        if m.speedup_student is not None:
+            line += f", speedup {m.speedup_student.describe()} (your baseline)"
+        if m.speedup_trusted is not None:
+            line += f", {m.speedup_trusted.describe()} (reference baseline)"
+        lines.append(line)
+        if m.status != "ok" and m.log_tail:
+            lines.append("  " + m.log_tail.strip().replace("\n", "\n  ")[-2000:])
+    return "\n".join(lines)
+
+
+def _scored(outcome: Outcome, rubric: Rubric, measurements: list[ProblemMeasurement]) -> Outcome:
+    run_score = score_run(rubric, measurements)
+    by_id = {m.problem_id: m for m in measurements}
+    titles = {p.id: p.title for p in rubric.problems}
+    outcome.state = RunState.scored
+    outcome.score = run_score.total
+    outcome.message = f"Scored {run_score.total:g} / {run_score.max_total:g}."
+    outcome.problems = [
+        ProblemOutcome(
+            problem_id=s.problem_id,
+            title=titles[s.problem_id],
+            status=s.status,
+            points=s.points,
+            max_points=s.max_points,
+            message="; ".join(s.reasons) if s.reasons else "full marks",
+            details={"score": s.to_dict(), "measurement": by_id[s.problem_id].to_dict()
+                     if s.problem_id in by_id else None},
+        )
+        for s in run_score.problems
+    ]
+    outcome.report = gradescope_results(rubric, run_score, measurements)
     return outcome
 
 

@@ -27,8 +27,10 @@ from grader.db import session_scope
 from grader.models import ACTIVE_STATES, ErrorClass, ProblemResult, Run, RunState, utcnow
 from grader.settings import Settings
 from worker.build import Toolchain, cuda_include_dirs
-from worker.pipeline import Outcome, PipelineConfig, grade_submission, not_run_problems
+from worker.pipeline import GpuStage, Outcome, PipelineConfig, grade_submission, not_run_problems
 from worker.rubric import Rubric, load_rubric
+from worker.sandbox import SandboxLimits, SandboxPolicy
+from worker.telemetry import gpu_count
 from worker.unpack import UnpackLimits
 
 log = logging.getLogger(__name__)
@@ -63,6 +65,36 @@ def pipeline_config(settings: Settings, rubric: Rubric) -> PipelineConfig:
         build_jobs=settings.build_jobs,
         log_limit_bytes=settings.stage_log_limit_bytes,
     )
+
+
+def gpu_stage_for(settings: Settings, rubric: Rubric) -> GpuStage | None:
+    """The assignment's GPU stage when this worker grades on a GPU, else None (runs end `built`)."""
+    if settings.gpu_grading == "off" or (settings.gpu_grading == "auto" and gpu_count() == 0):
+        return None
+    if rubric.slug != "hw4":
+        return None
+    from worker.hw4.grade import GpuStageConfig, run_gpu_stage  # numpy-heavy: only where used
+
+    config = GpuStageConfig(
+        limits=SandboxLimits(
+            wall_s=settings.sandbox_wall_s,
+            cpu_s=settings.sandbox_cpu_s,
+            memory_bytes=settings.sandbox_memory_bytes,
+            max_processes=settings.sandbox_max_processes,
+            file_size_bytes=settings.sandbox_file_size_bytes,
+        ),
+        policy=SandboxPolicy(
+            user=settings.sandbox_user,
+            isolate_network=settings.sandbox_isolate_network,
+            gpu_index=settings.gpu_index,
+        ),
+        seed=settings.grading_seed,
+    )
+
+    def stage(rubric: Rubric, staged: Path, reference: Path, work_dir: Path) -> list:  # type: ignore[type-arg]
+        return run_gpu_stage(rubric, staged, reference, work_dir, config)
+
+    return stage
 
 
 def claim_run(session: Session, run_id: int, me: str, stale_before: datetime) -> bool:
@@ -171,8 +203,12 @@ class RunExecutor:
 
         def on_stage(stage: str) -> None:
             log.info("run %s: stage %s", run_id, stage)
+            if stage == "run":
+                with session_scope(self.sessions) as session:
+                    session.execute(update(Run).where(Run.id == run_id, Run.claimed_by == me)
+                                    .values(state=RunState.running))
 
-        return grade_submission(archive, rubric, job_dir, config, on_stage)
+        return grade_submission(archive, rubric, job_dir, config, on_stage, gpu_stage_for(self.settings, rubric))
 
     def _release(self, run_id: int, me: str) -> None:
         """Give a run back to the queue after an infrastructure fault (no result recorded)."""
@@ -195,6 +231,7 @@ class RunExecutor:
             run.score = outcome.score
             run.stages = {name: rec.as_dict() for name, rec in outcome.stages.items()}
             run.toolchain = outcome.toolchain
+            run.report = outcome.report
             run.finished_at = utcnow()
             run.claimed_by = None
             run.results.clear()

@@ -1,0 +1,126 @@
+"""Child-side operations for hw4's kernel problems (run inside the sandbox).
+
+`abi`: call the student's launch function through ctypes on arrays in the arena.
+`binding_prepare` / `binding_run`: the same computation through the student's MiniTorch,
+either the fused op ("custom") or the composition of basic ops ("baseline"), as the course's
+tests define them. The parent times `binding_run` on its own clock.
+
+Inputs of a timed forward arrive only with `binding_run` and are copied into tensors made
+in `binding_prepare` from random placeholders, so the student's code never sees the real
+inputs before the clock starts. A backward needs its forward graph: `binding_prepare` builds
+it from the real inputs, but the upstream gradient arrives only with `binding_run`.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import numpy as np
+
+from worker.gpu.channel import ArrayRef
+from worker.gpu.child import ChildState, handler
+from worker.hw4.cases import Case, abi_call, load_abi
+
+SO_PATHS = {
+    "softmax": "minitorch/cuda_kernels/softmax_kernel.so",
+    "layernorm": "minitorch/cuda_kernels/layernorm_kernel.so",
+}
+LN_EPS = 1e-8
+# Which inputs get gradients in a backward, and the names of the gradients sent back.
+GRADIENTS = {"softmax": (("inp", "inp_grad"),),
+             "layernorm": (("inp", "inp_grad"), ("gamma", "gamma_grad"), ("beta", "beta_grad"))}
+
+
+def family(kind: str) -> str:
+    return kind.split("_")[0]  # softmax_fw -> softmax
+
+
+def _views(state: ChildState, refs: dict[str, Any]) -> dict[str, np.ndarray]:
+    return {name: state.arena.view(ArrayRef.from_json(ref)) for name, ref in refs.items()}
+
+
+@handler("abi")
+def abi(state: ChildState, msg: dict[str, Any]) -> dict[str, Any]:
+    case = Case(**msg["case"])
+    key = f"lib:{family(case.kind)}"
+    if key not in state.memo:
+        state.memo[key] = load_abi(case.kind, state.root / SO_PATHS[family(case.kind)])
+    abi_call(state.memo[key], case, _views(state, msg["arrays"]))
+    return {}
+
+
+def _minitorch(state: ChildState) -> tuple[Any, Any]:
+    if "backend" not in state.memo:
+        mt = importlib.import_module("minitorch")
+        ops = importlib.import_module("minitorch.cuda_kernel_ops").CudaKernelOps
+        state.memo["mt"], state.memo["backend"] = mt, mt.TensorBackend(ops)
+    return state.memo["mt"], state.memo["backend"]
+
+
+def _tensor(mt: Any, backend: Any, array: np.ndarray, requires_grad: bool) -> Any:
+    data = np.array(array, dtype=np.float32)
+    if hasattr(mt, "tensor_from_numpy"):
+        return mt.tensor_from_numpy(data, backend=backend, requires_grad=requires_grad)
+    return mt.tensor(data.tolist(), backend=backend, requires_grad=requires_grad)
+
+
+def _fill(tensor: Any, array: np.ndarray) -> None:
+    """Copy fresh values into a tensor's own storage (the layout the course's binding uses)."""
+    tensor._tensor._storage[:] = np.asarray(array, dtype=np.float32).reshape(-1)
+
+
+def _forward(mt: Any, kind: str, variant: str, t: dict[str, Any]) -> Any:
+    if family(kind) == "softmax":
+        if variant == "custom":
+            return t["inp"].attn_softmax(t["mask"])
+        batch, _, _, to_len = t["inp"].shape
+        return mt.nn.softmax(t["inp"] + t["mask"].view(batch, 1, 1, to_len), dim=3)
+    if variant == "custom":
+        return t["inp"].layernorm(t["gamma"], t["beta"])
+    x = t["inp"]
+    mean, var = x.mean(1), x.var(1)
+    return (x - mean) / ((var + LN_EPS) ** 0.5) * t["gamma"] + t["beta"]
+
+
+@handler("binding_prepare")
+def binding_prepare(state: ChildState, msg: dict[str, Any]) -> dict[str, Any]:
+    """Forward kinds: tensors of the right shapes holding random placeholders.
+    Backward kinds: leaves from the real inputs, the forward run, gradients to come."""
+    mt, backend = _minitorch(state)
+    kind, variant = msg["kind"], msg["variant"]
+    backward = kind.endswith("_bw")
+    if backward:
+        inputs = _views(state, msg["arrays"])
+    else:
+        rng = np.random.default_rng()
+        inputs = {name: rng.standard_normal(tuple(shape)).astype(np.float32) for name, shape in msg["shapes"].items()}
+    leaves = {name: _tensor(mt, backend, a, requires_grad=backward and name != "mask") for name, a in inputs.items()}
+    prepared: dict[str, Any] = {"leaves": leaves}
+    if backward:
+        prepared["out"] = _forward(mt, kind, variant, leaves)
+        prepared["grad"] = _tensor(mt, backend, np.zeros(prepared["out"].shape, np.float32), False)
+    state.memo[f"prepared:{variant}"] = prepared
+    return {}
+
+
+@handler("binding_run")
+def binding_run(state: ChildState, msg: dict[str, Any]) -> dict[str, Any]:
+    """The timed part: fill the real inputs (forward) or the upstream gradient (backward),
+    compute, and write the results where the parent asked."""
+    mt, _ = _minitorch(state)
+    kind, variant = msg["kind"], msg["variant"]
+    prepared = state.memo.pop(f"prepared:{variant}")
+    arrays = _views(state, msg["arrays"])
+    outputs = _views(state, msg["outputs"])
+    leaves = prepared["leaves"]
+    if kind.endswith("_fw"):
+        for name, array in arrays.items():
+            _fill(leaves[name], array)
+        outputs["out"][...] = _forward(mt, kind, variant, leaves).to_numpy().reshape(outputs["out"].shape)
+        return {}
+    _fill(prepared["grad"], arrays["out_grad"])
+    prepared["out"].backward(prepared["grad"])
+    for leaf, name in GRADIENTS[family(kind)]:
+        if name in outputs:
+            outputs[name][...] = leaves[leaf].grad.to_numpy().reshape(outputs[name].shape)
+    return {}

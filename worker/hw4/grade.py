@@ -1,0 +1,91 @@
+"""hw4's GPU stage: every problem measured in sandboxed children, then scored.
+
+`run_gpu_stage` is what the pipeline calls after a successful build: one fresh child per
+problem on a private copy of the staged tree, plus one child on our reference kit for the
+trusted baseline. Nothing here judges points: worker.scoring does that from the measurements.
+"""
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from worker.gpu.client import ChildClient
+from worker.hw4 import kernels, problem3
+from worker.hw4.cases import load_cases
+from worker.measurements import ProblemMeasurement
+from worker.rubric import Rubric
+from worker.sandbox import Sandbox, SandboxLimits, SandboxPolicy
+from worker.telemetry import gpu_snapshot
+
+KERNEL_PROBLEMS = ("1.1", "1.2", "2.1", "2.2")
+KERNEL_ARENA_BYTES = 512 * 1024 * 1024
+_COPY_IGNORE = shutil.ignore_patterns("__pycache__", ".kg-arena")
+
+
+@dataclass(frozen=True)
+class GpuStageConfig:
+    limits: SandboxLimits
+    policy: SandboxPolicy
+    timing: kernels.TimingConfig = field(default_factory=kernels.TimingConfig)
+    problem3: problem3.Problem3Config = field(default_factory=problem3.Problem3Config)
+    seed: int | None = None  # None: fresh inputs on every grade (hidden values never repeat)
+
+
+def _fresh_copy(source: Path, dest: Path) -> Path:
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(source, dest, ignore=_COPY_IGNORE)
+    return dest
+
+
+def run_gpu_stage(
+    rubric: Rubric,
+    staged_root: Path,
+    trusted_root: Path | None,
+    work_dir: Path,
+    config: GpuStageConfig,
+    on_problem: Callable[[str], None] = lambda _pid: None,
+) -> list[ProblemMeasurement]:
+    """Measure every rubric problem of hw4 for the built submission in `staged_root`."""
+    sandbox = Sandbox(config.limits, config.policy)
+    rng = np.random.default_rng(config.seed)
+    gpu = config.policy.gpu_index or 0
+
+    def telemetry() -> dict[str, Any]:
+        return gpu_snapshot(gpu)
+
+    def open_child(label: str, root: Path, handlers: tuple[str, ...], arena: int) -> ChildClient:
+        return ChildClient(sandbox, _fresh_copy(root, work_dir / label), handlers, arena, config.policy.gpu_index)
+
+    cases = load_cases(rubric.slug)
+    measurements: list[ProblemMeasurement] = []
+    trusted = (open_child("trusted", trusted_root, kernels.HANDLERS, KERNEL_ARENA_BYTES)
+               if trusted_root is not None else None)
+    try:
+        for pid in KERNEL_PROBLEMS:
+            on_problem(pid)
+            problem = next(p for p in rubric.problems if p.id == pid)
+            spec = problem.scoring
+            target = spec.target if spec.target is not None else problem.reference_speedup
+            thresholds = tuple(t for t in (spec.speed_floor, target) if t is not None)
+            measurements.append(kernels.grade_kernel_problem(
+                pid, cases[pid],
+                lambda label: open_child(f"problem-{label}", staged_root, kernels.HANDLERS, KERNEL_ARENA_BYTES),
+                trusted, rng, config.timing, thresholds, telemetry,
+            ))
+    finally:
+        if trusted is not None:
+            trusted.close()
+    on_problem("3")
+    client = open_child("problem-3", staged_root, problem3.HANDLERS, problem3.arena_bytes(config.problem3))
+    try:
+        measurement = problem3.measure_problem3(client, config.problem3, rng)
+    finally:
+        client.close()
+    measurement.telemetry.setdefault("after", telemetry())
+    measurements.append(measurement)
+    return measurements

@@ -1,0 +1,208 @@
+"""Parent-side grading of hw4's kernel problems (1.1, 1.2, 2.1, 2.2).
+
+For each problem the trusted parent draws fresh inputs, computes float64 references, and asks
+a sandboxed child (one per problem) to run the student's code: first through the C ABI of the
+built .so on every rubric case, then through the student's MiniTorch binding, then the timing
+trials. Timing interleaves, trial by trial and in rotating order, the fused op ("custom"),
+the student's own composition of basic ops ("baseline") and, in a second child running our
+reference kit, the trusted composition; every trial has fresh inputs and every custom result
+is verified, so caching outputs or deferring work cannot pay. The clock is the parent's.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from worker.gpu.channel import ArrayRef
+from worker.gpu.client import ChildClient, ChildFailure, StudentError
+from worker.hw4.cases import (
+    Case,
+    abi_output_names,
+    binding_output_names,
+    binding_reference,
+    make_binding_inputs,
+    make_case,
+    make_inputs,
+    reference,
+    verify,
+)
+from worker.measurements import CaseOutcome, ProblemMeasurement
+from worker.timing import RatioSummary, needs_more_trials, ratio_summary
+
+HANDLERS = ("worker.hw4.child_kernels",)
+BINDING_KINDS_WITHOUT_MASK_FUTURE = ("softmax_fw",)  # Tensor.attn_softmax(mask) has no mask_future
+
+
+@dataclass(frozen=True)
+class TimingConfig:
+    warmup: int = 2
+    min_trials: int = 10
+    max_trials: int = 40
+    round_trials: int = 10  # trials added per round while the interval is too wide
+    max_relative_width: float = 0.10  # stop once the 95% interval is within +-5%
+    call_timeout_s: float = 60.0
+
+
+# Course-like timing shapes (the course's tests draw tokens <= 1024, seq <= 512, nhead 8,
+# layernorm hidden 32). One fixed shape per problem keeps re-grades comparable.
+TIMING_CASES: dict[str, Case] = {
+    "1.1": make_case("softmax_fw", id="time-sfw-b8h8f128t128", problem="1.1", public=True,
+                     batch=8, nhead=8, from_len=128, to_len=128, mask="pad", mask_future=False),
+    "1.2": make_case("softmax_bw", id="time-sbw-b8h8f128t128", problem="1.2", public=True,
+                     rows=8 * 8 * 128, softmax_len=128, batch=8, nhead=8, from_len=128),
+    "2.1": make_case("layernorm_fw", id="time-lfw-r1024h32", problem="2.1", public=True, rows=1024, hidden=32),
+    "2.2": make_case("layernorm_bw", id="time-lbw-r1024h32", problem="2.2", public=True, rows=1024, hidden=32),
+}
+
+
+def case_json(case: Case) -> dict[str, Any]:
+    return dataclasses.asdict(case)
+
+
+def _outcome(case: Case, ok: bool, max_err: float | None, where: tuple[int, ...] | None,
+             message: str, path: str) -> CaseOutcome:
+    return CaseOutcome(case_id=f"{path}:{case.id}", shape=tuple(case.shape), ok=ok, max_err=max_err,
+                       where=where, message=message, public=case.public)
+
+
+def check_abi_case(client: ChildClient, case: Case, rng: np.random.Generator, timeout: float) -> CaseOutcome:
+    arrays = make_inputs(case, rng)
+    expected = reference(case, arrays)
+    client.arena.reset()
+    refs = client.arena.put_all(arrays)
+    try:
+        client.call({"op": "abi", "case": case_json(case), "arrays": refs}, timeout)
+    except StudentError as exc:
+        return _outcome(case, False, None, None, f"raised {exc.error}", "abi")
+    outputs = {name: client.arena.view(ArrayRef.from_json(refs[name])).copy() for name in abi_output_names(case)}
+    result = verify(case, outputs, expected)
+    where_text = f" in {result.output}" if result.output and not result.ok else ""
+    return _outcome(case, result.ok, result.max_err, result.where, (result.message + where_text).strip(), "abi")
+
+
+def run_binding(client: ChildClient, case: Case, variant: str, inputs: dict[str, np.ndarray],
+                timeout: float) -> tuple[dict[str, np.ndarray], float]:
+    """Prepare (untimed) then run (timed) one binding computation; returns (outputs, ms)."""
+    backward = case.kind.endswith("_bw")
+    client.arena.reset()
+    prepare: dict[str, Any] = {"op": "binding_prepare", "kind": case.kind, "variant": variant}
+    if backward:
+        prepare["arrays"] = client.arena.put_all({k: v for k, v in inputs.items() if k != "out_grad"})
+    else:
+        prepare["shapes"] = {k: list(v.shape) for k, v in inputs.items()}
+    client.call(prepare, timeout)
+    run_inputs = {"out_grad": inputs["out_grad"]} if backward else inputs
+    out_shapes = {"out": inputs["inp"].shape, "inp_grad": inputs["inp"].shape,
+                  "gamma_grad": inputs.get("gamma", np.empty(0)).shape,
+                  "beta_grad": inputs.get("beta", np.empty(0)).shape}
+    outputs = {}
+    for name in binding_output_names(case):
+        ref = client.arena.alloc(tuple(out_shapes[name]))
+        client.arena.view(ref)[...] = np.nan  # poisoned: an unwritten output fails
+        outputs[name] = ref.to_json()
+    message = {"op": "binding_run", "kind": case.kind, "variant": variant,
+               "arrays": client.arena.put_all(run_inputs), "outputs": outputs}
+    _, seconds = client.timed_call(message, timeout)
+    return client.arena.read_all(outputs), seconds * 1000.0
+
+
+def check_binding_case(client: ChildClient, case: Case, rng: np.random.Generator, timeout: float) -> CaseOutcome:
+    inputs = make_binding_inputs(case, rng)
+    expected = binding_reference(case, inputs)
+    try:
+        outputs, _ = run_binding(client, case, "custom", inputs, timeout)
+    except StudentError as exc:
+        return _outcome(case, False, None, None, f"raised {exc.error}", "binding")
+    result = verify(case, outputs, expected)
+    return _outcome(case, result.ok, result.max_err, result.where, result.message, "binding")
+
+
+def binding_eligible(case: Case) -> bool:
+    if case.kind in BINDING_KINDS_WITHOUT_MASK_FUTURE and case.params.get("mask_future"):
+        return False
+    return True
+
+
+@dataclass
+class TimingResult:
+    student: RatioSummary | None
+    trusted: RatioSummary | None
+    wrong_trials: int
+    custom_ms: list[float]
+
+
+def time_problem(student: ChildClient, trusted: ChildClient | None, case: Case, rng: np.random.Generator,
+                 config: TimingConfig, thresholds: tuple[float, ...]) -> TimingResult:
+    variants: list[tuple[str, ChildClient, str]] = [("custom", student, "custom"), ("baseline", student, "baseline")]
+    if trusted is not None:
+        variants.append(("trusted", trusted, "baseline"))
+    for _ in range(config.warmup):
+        inputs = make_binding_inputs(case, rng)
+        for _, client, variant in variants:
+            run_binding(client, case, variant, inputs, config.call_timeout_s)
+    samples: dict[str, list[float]] = {name: [] for name, _, _ in variants}
+    wrong = 0
+    trial = 0
+    while True:
+        for _ in range(config.round_trials):
+            inputs = make_binding_inputs(case, rng)
+            expected = binding_reference(case, inputs)
+            order = variants[trial % len(variants):] + variants[: trial % len(variants)]
+            for name, client, variant in order:
+                outputs, ms = run_binding(client, case, variant, inputs, config.call_timeout_s)
+                samples[name].append(ms)
+                if name == "custom" and not verify(case, outputs, expected).ok:
+                    wrong += 1
+            trial += 1
+        student_ratio = ratio_summary(samples["baseline"], samples["custom"])
+        trusted_ratio = ratio_summary(samples["trusted"], samples["custom"]) if trusted is not None else None
+        settled = not needs_more_trials(student_ratio, thresholds, config.max_relative_width) and (
+            trusted_ratio is None or not needs_more_trials(trusted_ratio, thresholds, config.max_relative_width))
+        if trial >= config.max_trials or (trial >= config.min_trials and settled):
+            return TimingResult(student_ratio, trusted_ratio, wrong, samples["custom"])
+
+
+ClientFactory = Callable[[str], ChildClient]  # label -> a fresh sandboxed child
+
+
+def grade_kernel_problem(
+    problem_id: str,
+    cases: list[Case],
+    open_student: ClientFactory,
+    trusted: ChildClient | None,
+    rng: np.random.Generator,
+    config: TimingConfig,
+    thresholds: tuple[float, ...],
+    telemetry: Callable[[], dict[str, Any]] = dict,
+) -> ProblemMeasurement:
+    """Everything measured for one kernel problem, in a fresh child of its own."""
+    measurement = ProblemMeasurement(problem_id=problem_id, telemetry={"before": telemetry()})
+    client = open_student(problem_id)
+    try:
+        for case in cases:
+            measurement.abi_cases.append(check_abi_case(client, case, rng, config.call_timeout_s))
+        for case in cases:
+            if binding_eligible(case):
+                measurement.binding_cases.append(check_binding_case(client, case, rng, config.call_timeout_s))
+        timing = time_problem(client, trusted, TIMING_CASES[problem_id], rng, config, thresholds)
+        measurement.speedup_student, measurement.speedup_trusted = timing.student, timing.trusted
+        if timing.wrong_trials:
+            measurement.binding_cases.append(CaseOutcome(
+                case_id=f"timing:{TIMING_CASES[problem_id].id}", shape=tuple(TIMING_CASES[problem_id].shape),
+                ok=False, message=f"{timing.wrong_trials} timed trial(s) returned a wrong result", public=True))
+    except ChildFailure as exc:
+        measurement.status = exc.kind
+        measurement.log_tail = f"{exc.detail}\n{exc.tail}"[-8000:]
+    except StudentError as exc:  # the binding raised during timing
+        measurement.status = "error"
+        measurement.log_tail = f"{exc.error}\n{exc.trace}"[-8000:]
+    finally:
+        client.close()
+        measurement.telemetry["after"] = telemetry()
+    failed = measurement.failed_cases
+    measurement.first_failure = failed[0] if failed else None
+    return measurement
