@@ -33,7 +33,8 @@ What the deployer must ensure:
 - The sandbox user owns nothing else: the blob store, database, hidden tests, other jobs'
   dirs and secrets are root-owned 0700/0600 (or otherwise unreadable to that uid).
   `spawn` chowns only the given cwd (recursively, never following symlinks, skipping
-  hard-linked files) to the sandbox user.
+  hard-linked files) to the sandbox user, so anything the parent puts there is the
+  child's to change: the parent must not trust files it reads back from cwd.
 - Concurrent sandboxes should use distinct users (e.g. one per GPU slot): RLIMIT_NPROC
   counts all processes (threads, in fact) of a uid, and processes of one uid can signal
   and ptrace each other and read each other's job dirs.
@@ -259,6 +260,7 @@ class Sandbox:
             )
         except BaseException:
             os.close(out_r)
+            os.close(report_r)
             raise
         finally:
             os.close(report_w)

@@ -81,11 +81,9 @@ def run_gpu_stage(
         if trusted is not None:
             trusted.close()
     on_problem("3")
-    client = open_child("problem-3", staged_root, problem3.HANDLERS, problem3.arena_bytes(config.problem3))
+    client = open_child("problem-3", staged_root, (problem3.HANDLERS,), problem3.arena_bytes(config.problem3))
     try:
-        measurement = problem3.measure_problem3(client, config.problem3, rng)
+        measurements.append(problem3.measure_problem3(client, config.problem3, rng, telemetry))
     finally:
         client.close()
-    measurement.telemetry.setdefault("after", telemetry())
-    measurements.append(measurement)
     return measurements
