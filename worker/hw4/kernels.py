@@ -188,6 +188,10 @@ def grade_kernel_problem(
         for case in cases:
             if binding_eligible(case):
                 measurement.binding_cases.append(check_binding_case(client, case, rng, config.call_timeout_s))
+        if any(not c.ok for c in measurement.cases):
+            # No speed points without correctness: spend no GPU time timing a wrong kernel.
+            measurement.log_tail = "not timed: a correctness case failed"
+            return measurement
         timing = time_problem(client, trusted, TIMING_CASES[problem_id], rng, config, thresholds)
         measurement.speedup_student, measurement.speedup_trusted = timing.student, timing.trusted
         if timing.wrong_trials:
@@ -203,6 +207,6 @@ def grade_kernel_problem(
     finally:
         client.close()
         measurement.telemetry["after"] = telemetry()
-    failed = measurement.failed_cases
-    measurement.first_failure = failed[0] if failed else None
+        failed = measurement.failed_cases
+        measurement.first_failure = failed[0] if failed else None
     return measurement

@@ -320,9 +320,12 @@ def measure_problem3(
         phase = "first steps and causality probe"
         cases, first = _checks(s)
         warmup_s = sum(first[mdl]["seconds"] for mdl in first)
-        phase = "timed steps"
-        summary, steps = _time_pairs(s, warmup_s)
-        all_steps = [{"model": mdl, "counts": first[mdl]["counts"]} for mdl in first] + steps
+        first_steps = [{"model": mdl, "counts": first[mdl]["counts"]} for mdl in first]
+        summary, steps = None, []
+        if all(c.ok for c in cases + _count_cases(first_steps)):  # no speed points without correctness
+            phase = "timed steps"
+            summary, steps = _time_pairs(s, warmup_s)
+        all_steps = first_steps + steps
         cases += _count_cases(all_steps)
         s.info["steps"] = steps
         m.binding_cases = cases
