@@ -1,0 +1,290 @@
+"""The grading core on the GPU: the reference kit end to end (three grades, for stability),
+every mutant, an infinite-loop kernel, a compile error, and cheating submissions.
+
+Prints a table per submission and problem (correct?, speedup with interval, points) and the
+stability summary; writes them as JSON to $OUT (or .gpu-out) for the issue note.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from worker.build import Toolchain, build_kernels, cuda_include_dirs
+from worker.hw4 import kernels
+from worker.hw4.grade import GpuStageConfig, run_gpu_stage
+from worker.hw4.problem3 import Problem3Config
+from worker.measurements import ProblemMeasurement
+from worker.mutants import Mutant, apply_mutant, load_mutants, parse_mutants, touched_kernels
+from worker.pipeline import PipelineConfig, grade_submission
+from worker.rubric import load_rubric
+from worker.sandbox import SandboxLimits, SandboxPolicy
+from worker.scoring import RunScore, score_run
+from worker.starter_kit import zip_tree
+from worker.timing import spread
+from worker.unpack import UnpackLimits
+
+pytestmark = pytest.mark.gpu
+
+RUBRIC = load_rubric("hw4")
+GiB = 1024**3
+LIMITS = SandboxLimits(wall_s=600, cpu_s=1200, memory_bytes=48 * GiB, max_processes=512, file_size_bytes=4 * GiB)
+POLICY = SandboxPolicy(user=os.environ.get("KG_SANDBOX_USER", "nobody") or None, isolate_network=True, gpu_index=0)
+TIMING = kernels.TimingConfig(warmup=2, min_trials=10, max_trials=30, call_timeout_s=60)
+P3 = Problem3Config(budget_s=100, max_pairs=6)
+CALIBRATION_MARGIN = 0.9  # a calibrated target is 90% of the reference kit's own speedup
+OUT = Path(os.environ.get("OUT", ".gpu-out"))
+REPORT: dict[str, object] = {"grades": [], "stability": {}}
+
+
+def toolchain() -> Toolchain:
+    return Toolchain(os.environ.get("KG_NVCC", "nvcc"), (*RUBRIC.nvcc_flags, "-arch=native"), cuda_include_dirs())
+
+
+def stage_config(problems: tuple[str, ...], **overrides: object) -> GpuStageConfig:
+    config = GpuStageConfig(limits=LIMITS, policy=POLICY, timing=TIMING, problem3=P3, problems=problems)
+    return replace(config, **overrides)  # type: ignore[arg-type]
+
+
+def record(label: str, measurements: list[ProblemMeasurement], score: RunScore, seconds: float) -> None:
+    by_id = {m.problem_id: m for m in measurements}
+    rows = []
+    for s in score.problems:
+        m = by_id.get(s.problem_id)
+        if m is None:
+            continue
+        rows.append({
+            "problem": s.problem_id,
+            "status": m.status,
+            "correct": m.all_passed,
+            "cases": f"{sum(c.ok for c in m.cases)}/{len(m.cases)}",
+            "speedup": m.speedup_student.describe() if m.speedup_student else "-",
+            "speedup_trusted": m.speedup_trusted.describe() if m.speedup_trusted else "-",
+            "points": s.points,
+            "max": s.max_points,
+            "reasons": s.reasons,
+        })
+    REPORT["grades"].append({"submission": label, "seconds": round(seconds, 1), "rows": rows})  # type: ignore[union-attr]
+    print(f"\n== {label} ({seconds:.0f} s)")
+    for r in rows:
+        print(f"  {r['problem']:>3} {r['status']:<8} correct={str(r['correct']):<5} {r['cases']:>7} "
+              f"speedup {r['speedup']:<22} trusted {r['speedup_trusted']:<22} {r['points']:>5}/{r['max']:g}")
+        for reason in r["reasons"]:
+            print(f"        - {reason}")
+
+
+@pytest.fixture()
+def work(tmp_path: Path) -> Iterator[Path]:
+    """A work folder the sandbox user can reach (pytest's own tmp folders are 0700 root)."""
+    root = Path(tempfile.mkdtemp(prefix="kg-gpu-"))
+    root.chmod(0o711)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def write_report() -> Iterator[None]:
+    yield
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "grading.json").write_text(json.dumps(REPORT, indent=1, default=str))
+
+
+def grade_tree(label: str, tree: Path, trusted: Path, work: Path, config: GpuStageConfig) -> tuple[list[ProblemMeasurement], RunScore]:
+    started = time.monotonic()
+    measurements = run_gpu_stage(RUBRIC, tree, trusted, work, config)
+    score = score_run(RUBRIC, measurements)
+    record(label, measurements, score, time.monotonic() - started)
+    return measurements, score
+
+
+# --------------------------------------------------------------------------- the reference
+
+REFERENCE_GRADES: list[list[ProblemMeasurement]] = []
+
+
+def test_reference_kit_end_to_end(kit_root: Path, tmp_path: Path, work: Path) -> None:
+    """Zip -> unpack -> stage -> build -> GPU stage -> score, with the time of each stage."""
+    archive = zip_tree(RUBRIC.starter_dir, tmp_path / "llmsys_hw4.zip")
+    config = PipelineConfig(
+        limits=UnpackLimits(200 * 2**20, 50 * 2**20, 5000, 24, 100.0),
+        toolchain=toolchain(), build_cache_dir=tmp_path / "cache", build_jobs=3, log_limit_bytes=64 * 1024,
+    )
+    collected: list[ProblemMeasurement] = []
+
+    def gpu_stage(rubric, staged, reference, work):  # type: ignore[no-untyped-def]
+        collected.extend(run_gpu_stage(rubric, staged, reference, work, stage_config(("1.1", "1.2", "2.1", "2.2", "3"))))
+        return collected
+
+    started = time.monotonic()
+    outcome = grade_submission(archive, RUBRIC, work / "job", config, gpu_stage=gpu_stage)
+    total_s = time.monotonic() - started
+    stages = {name: round(rec.seconds, 1) for name, rec in outcome.stages.items()}
+    REPORT["reference_stage_seconds"] = {**stages, "total": round(total_s, 1)}
+    print(f"\nreference kit: {outcome.state.value} {outcome.score} in {total_s:.0f} s; stages {stages}")
+    score = score_run(RUBRIC, collected)
+    record("starter/hw4 (reference) via pipeline", collected, score, total_s)
+    REFERENCE_GRADES.append(collected)
+    assert outcome.state.value == "scored", outcome.message
+    assert outcome.report is not None and outcome.report["tests"]
+    for m in collected:
+        assert m.status == "ok" and m.all_passed, (m.problem_id, m.first_failure, m.log_tail[-2000:])
+    targets = {m.problem_id: m.speedup_student.speedup * CALIBRATION_MARGIN for m in collected if m.speedup_student}
+    calibrated = score_run(RUBRIC, collected, targets=targets)
+    REPORT["reference_rubric_targets_total"] = score.total
+    REPORT["reference_calibrated_total"] = calibrated.total
+    REPORT["calibrated_targets"] = {k: round(v, 2) for k, v in targets.items()}
+    print(f"reference total: {score.total} with the course targets, {calibrated.total} with targets calibrated on this GPU")
+    assert calibrated.total >= 99.0, calibrated.to_dict()
+
+
+def test_reference_kit_is_stable_over_three_grades(kit_root: Path, work: Path) -> None:
+    assert REFERENCE_GRADES, "the end-to-end grade must run first"
+    kernel_only = ("1.1", "1.2", "2.1", "2.2")
+    for i in range(2):
+        measurements, _ = grade_tree(f"starter/hw4 (reference) grade {i + 2}", kit_root, kit_root,
+                                     work / f"g{i}", stage_config(kernel_only))
+        REFERENCE_GRADES.append(measurements)
+    stability = {}
+    for pid in kernel_only:
+        grades = [next(m for m in g if m.problem_id == pid) for g in REFERENCE_GRADES]
+        student = [m.speedup_student.speedup for m in grades if m.speedup_student]
+        trusted = [m.speedup_trusted.speedup for m in grades if m.speedup_trusted]
+        points = [next(s for s in score_run(RUBRIC, g).problems if s.problem_id == pid).points for g in REFERENCE_GRADES]
+        stability[pid] = {"speedups": [round(x, 3) for x in student], "max_over_min": round(spread(student)[2], 3),
+                          "trusted_max_over_min": round(spread(trusted)[2], 3), "points": points,
+                          "points_range": round(max(points) - min(points), 2)}
+    REPORT["stability"] = stability
+    print("\nstability over 3 grades:", json.dumps(stability, indent=1))
+    for pid, s in stability.items():
+        assert s["max_over_min"] <= 1.10, (pid, s)  # goal 1.05, reported above
+
+
+# --------------------------------------------------------------------------- broken submissions
+
+
+def build_variant(mutant: Mutant, kit_root: Path, dest: Path) -> Path:
+    """The mutant's tree with its touched kernels rebuilt and the others copied from the kit."""
+    tree = apply_mutant(RUBRIC.starter_dir, mutant, dest)
+    touched = touched_kernels(mutant, RUBRIC.kernels, tree)
+    for target in RUBRIC.kernels:
+        if target not in touched:
+            (tree / target.output).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(kit_root / target.output, tree / target.output)
+    results = build_kernels(tree, touched, toolchain())
+    assert all(r.ok for r in results), [r.log for r in results if not r.ok]
+    return tree
+
+
+def build_all(mutants: list[Mutant], kit_root: Path, base: Path) -> dict[str, Path]:
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        trees = pool.map(lambda m: build_variant(m, kit_root, base / m.id), mutants)
+        return {m.id: t for m, t in zip(mutants, trees)}
+
+
+def test_every_mutant_loses_points_on_its_problems(kit_root: Path, tmp_path: Path, work: Path) -> None:
+    mutants = load_mutants("hw4")
+    trees = build_all(mutants, kit_root, tmp_path / "trees")
+    failures = []
+    for mutant in mutants:
+        measurements, score = grade_tree(f"mutant {mutant.id} ({mutant.kind})", trees[mutant.id], kit_root,
+                                         work / mutant.id, stage_config(mutant.must_fail))
+        reference = {p.id: p for p in score_run(RUBRIC, REFERENCE_GRADES[0]).problems} if REFERENCE_GRADES else {}
+        for pid in mutant.must_fail:
+            got = next(s for s in score.problems if s.problem_id == pid)
+            lost_correctness = got.correctness_points < got.max_points - 6 or got.status != "passed"
+            lost_speed = pid in reference and got.points < reference[pid].points - 0.5
+            if not (lost_correctness if mutant.kind == "correctness" else (lost_correctness or lost_speed)):
+                failures.append((mutant.id, pid, got.to_dict()))
+    assert not failures, failures
+
+
+INFINITE_LOOP = parse_mutants({"mutants": [{
+    "id": "layernorm_fw_spins_forever", "description": "ker_layer_norm never returns",
+    "kind": "correctness", "must_fail": ["2.1"],
+    "edits": [{"file": "src/layernorm_kernel.cu", "find": "// BEGIN SOLUTION: Problem 2.1 ker_layer_norm",
+               "replace": "// BEGIN SOLUTION: Problem 2.1 ker_layer_norm\n  for (volatile int spin = 1; spin;) {}"}],
+}]})[0]
+
+
+def test_infinite_loop_kernel_times_out_and_grading_goes_on(kit_root: Path, tmp_path: Path, work: Path) -> None:
+    tree = build_variant(INFINITE_LOOP, kit_root, tmp_path / "spin")
+    config = stage_config(("2.1", "2.2"), timing=replace(TIMING, call_timeout_s=20))
+    measurements, score = grade_tree("infinite-loop kernel", tree, kit_root, work / "spin", config)
+    by_id = {m.problem_id: m for m in measurements}
+    assert by_id["2.1"].status == "timeout", by_id["2.1"].to_dict()
+    assert score.problem("2.1").points == 0
+    assert by_id["2.2"].status == "ok" and by_id["2.2"].all_passed  # the next problem was graded
+
+
+def test_compile_error_is_a_build_error(tmp_path: Path) -> None:
+    tree = tmp_path / "broken"
+    shutil.copytree(RUBRIC.starter_dir, tree, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+    path = tree / "src/layernorm_kernel.cu"
+    path.write_text(path.read_text().replace("__global__", "__global__ syntax error here", 1))
+    archive = zip_tree(tree, tmp_path / "broken.zip")
+    config = PipelineConfig(UnpackLimits(200 * 2**20, 50 * 2**20, 5000, 24, 100.0), toolchain(), None, 3, 65536)
+    outcome = grade_submission(archive, RUBRIC, tmp_path / "job", config, gpu_stage=lambda *a: pytest.fail("ran"))
+    assert outcome.state.value == "failed" and outcome.error_class.value == "build_error"
+    assert "syntax" in outcome.stages["build"].log
+
+
+# --------------------------------------------------------------------------- cheating
+
+
+CHEATS = parse_mutants({"mutants": [
+    {"id": "cheat_patches_timers", "kind": "speed", "must_fail": ["2.1"],
+     "description": "the student's MiniTorch freezes every clock it can reach",
+     "edits": [{"file": "minitorch/__init__.py",
+                "find": '"""A compact MiniTorch for llmsys_hw4',
+                "replace": 'import time as _t\n_t.perf_counter = lambda: 0.0\n_t.perf_counter_ns = lambda: 0\n'
+                           '_t.time = lambda: 0.0\n_t.monotonic = lambda: 0.0\n"""A compact MiniTorch for llmsys_hw4'}]},
+    {"id": "cheat_slows_own_baseline", "kind": "speed", "must_fail": ["2.1"],
+     "description": "every basic zip op of the student's MiniTorch sleeps, inflating its own baseline",
+     "edits": [{"file": "minitorch/cuda_kernel_ops.py",
+                "find": "            shape = shape_broadcast(a.shape, b.shape)\n            res, buf = _new(shape, a.backend)",
+                "replace": "            __import__('time').sleep(0.003)\n            shape = shape_broadcast(a.shape, b.shape)\n"
+                           "            res, buf = _new(shape, a.backend)"}]},
+    {"id": "cheat_caches_outputs", "kind": "correctness", "must_fail": ["1.1"],
+     "description": "the fused softmax returns the first result computed for a shape",
+     "edits": [{"file": "minitorch/tensor_functions.py",
+                "find": "        out = inp.backend.attn_softmax_fw(inp, mask, mask_future=mask_future)\n",
+                "replace": "        cache = Attn_Softmax.__dict__.get('kg_cache')\n"
+                           "        if cache is None:\n"
+                           "            cache = {}\n"
+                           "            Attn_Softmax.kg_cache = cache\n"
+                           "        key = (tuple(inp.shape), mask_future)\n"
+                           "        if key not in cache:\n"
+                           "            cache[key] = inp.backend.attn_softmax_fw(inp, mask, mask_future=mask_future)\n"
+                           "        out = cache[key]\n"}]},
+    {"id": "cheat_sniffs_public_shapes", "kind": "correctness", "must_fail": ["2.1"],
+     "description": "LayerNorm forward handles only the course's hidden size 32 correctly",
+     "edits": [{"file": "src/layernorm_kernel.cu", "find": "const int hidden4 = hidden_dim / 4;\n  ker_layer_norm<<<",
+                "replace": "const int hidden4 = hidden_dim == 32 ? hidden_dim / 4 : 8;\n  ker_layer_norm<<<"}]},
+]})
+
+
+def test_cheats_gain_nothing(kit_root: Path, tmp_path: Path, work: Path) -> None:
+    reference = {m.problem_id: m for m in REFERENCE_GRADES[0]} if REFERENCE_GRADES else {}
+    ref_scores = {p.problem_id: p for p in score_run(RUBRIC, REFERENCE_GRADES[0]).problems} if REFERENCE_GRADES else {}
+    for cheat in CHEATS:
+        tree = build_variant(cheat, kit_root, tmp_path / cheat.id)
+        measurements, score = grade_tree(f"cheat {cheat.id}", tree, kit_root, work / cheat.id,
+                                         stage_config(cheat.must_fail))
+        for pid in cheat.must_fail:
+            got = score.problem(pid)
+            if cheat.kind == "correctness":  # caught: no correctness, no speed points
+                assert got.correctness_points == 0 and got.speed_points == 0, (cheat.id, got.to_dict())
+                continue
+            assert pid not in ref_scores or got.points <= ref_scores[pid].points + 0.6, (cheat.id, got.to_dict())
+            m = next(x for x in measurements if x.problem_id == pid)
+            figure = min(x.speedup for x in (m.speedup_student, m.speedup_trusted) if x is not None)
+            if pid in reference and reference[pid].speedup_trusted:
+                assert figure <= reference[pid].speedup_trusted.speedup * 1.25, (cheat.id, m.to_dict())
