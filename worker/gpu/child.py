@@ -76,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     for module in args.handlers:
         importlib.import_module(module)  # registers its handlers
+    # Run as `python -m worker.gpu.child`, this file is __main__: a second copy of the module,
+    # while the handler modules registered into the imported worker.gpu.child's table.
+    HANDLERS.update(importlib.import_module("worker.gpu.child").HANDLERS)
     root = Path.cwd()
     sys.path.insert(0, str(root))  # the submission's own packages (minitorch) come from its tree
     channel = Channel(socket.socket(fileno=args.fd))
