@@ -40,8 +40,9 @@ What the deployer must ensure:
   and ptrace each other and read each other's job dirs.
 - The interpreter/program in argv, and any trusted runner files it imports, must be
   readable and executable by the sandbox user along their whole path (see `usable_by`).
-- `max_processes` counts processes; RLIMIT_NPROC counts threads: leave room for the
-  threads of the CUDA runtime.
+- `max_processes` is enforced by the watchdog on processes; RLIMIT_NPROC (threads of
+  the whole uid) is set to 2*max_processes+64 as a backstop that bounds a fork bomb
+  between scans.
 
 Limits of this backend (the "docker" and "namespace" backends come later, see
 ARCHITECTURE.md "Sandbox backends"): the memory and process caps are polled, so a fast
@@ -72,6 +73,7 @@ CLONE_NEWNET = 0x40000000
 PR_SET_NO_NEW_PRIVS = 38
 SCAN_INTERVAL_S = 0.2
 TAIL_KEEP_BYTES = 64 * 1024
+SPAWN_RETRY_S = 5.0
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -146,6 +148,10 @@ def usable_by(path: Path, uid: int, gid: int, mode: int = os.R_OK | os.X_OK) -> 
     return True
 
 
+def _nproc_limit(max_processes: int) -> int:
+    return 2 * max_processes + 64
+
+
 class _ChildSetup:
     """Runs in the child between fork and exec: no imports, no allocation-heavy work."""
 
@@ -157,9 +163,11 @@ class _ChildSetup:
             (resource.RLIMIT_CORE, (0, 0)),
         ]
         if ids is not None:
-            # +1 so that a fork bomb goes past the watchdog's cap (and gets killed) instead
-            # of spinning against the rlimit until the wall clock runs out.
-            self.rlimits.append((resource.RLIMIT_NPROC, (limits.max_processes + 1, limits.max_processes + 1)))
+            # A backstop, not the cap: it counts threads (CUDA and BLAS runtimes start many)
+            # and every process of the uid; the headroom also lets a fork bomb go past the
+            # watchdog's cap (and get killed) instead of spinning against the rlimit.
+            nproc = _nproc_limit(limits.max_processes)
+            self.rlimits.append((resource.RLIMIT_NPROC, (nproc, nproc)))
         self.isolate_network = isolate_network
         self.ids = ids
         self.report_fd = report_fd
@@ -249,13 +257,26 @@ class Sandbox:
         child_env = {str(k): str(v) for k, v in env.items()}
         if self.policy.gpu_index is not None:
             child_env["CUDA_VISIBLE_DEVICES"] = str(self.policy.gpu_index)
+        # execve fails with EAGAIN while the sandbox uid is at its RLIMIT_NPROC, e.g. just
+        # after another sandbox of the same uid was killed and init has not reaped its
+        # orphans yet: retry for a few seconds before giving up.
+        deadline = time.monotonic() + SPAWN_RETRY_S
+        while True:
+            try:
+                return self._spawn_once(argv, cwd, child_env, tuple(pass_fds))
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+    def _spawn_once(self, argv: list[str], cwd: Path, child_env: dict[str, str], pass_fds: tuple[int, ...]) -> SandboxedProcess:
         report_r, report_w = os.pipe()
         out_r, out_w = os.pipe()
         try:
             setup = _ChildSetup(self.limits, self.policy.isolate_network, self.ids, report_w)
             popen = subprocess.Popen(
                 argv, cwd=cwd, env=child_env, stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w,
-                close_fds=True, pass_fds=tuple(pass_fds), start_new_session=True, preexec_fn=setup,
+                close_fds=True, pass_fds=pass_fds, start_new_session=True, preexec_fn=setup,
                 restore_signals=True,
             )
         except BaseException:
