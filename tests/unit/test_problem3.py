@@ -3,6 +3,7 @@ copy of starter/hw4's MiniTorch on its numpy backend with a tiny DecoderLM; the 
 (worker.hw4.problem3) checks and times it. Broken copies must fail the right check."""
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
@@ -21,12 +22,15 @@ TINY = Problem3Config(n_vocab=50, n_embd=16, n_head=2, n_positions=8, batch=2, s
                       budget_s=20.0, min_pairs=3, max_pairs=6, step_timeout_s=30.0, setup_timeout_s=60.0,
                       probe_batch=2)
 TRANSFORMER = "minitorch/modules_transfomer.py"
+FUNCTIONS = "minitorch/tensor_functions.py"
+ALL_CASES = {"p3-logits-finite", "p3-fused-matches-unfused", "p3-loss-match", "p3-fused-grads-match",
+             "p3-causal-fused", "p3-fused-ops-called", "p3-unfused-composed", "p3-timed-fused-step-verified"}
 
 
-def _kit_copy(tmp_path: Path, edits: tuple[tuple[str, str], ...] = ()) -> Path:
+def _kit_copy(tmp_path: Path, edits: tuple[tuple[str, str], ...] = (), file: str = TRANSFORMER) -> Path:
     root = tmp_path / "llmsys_hw4"
     shutil.copytree(KIT, root, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
-    path = root / TRANSFORMER
+    path = root / file
     text = path.read_text()
     for old, new in edits:
         assert old in text, f"edit no longer applies to the kit: {old!r}"
@@ -50,13 +54,14 @@ def test_reference_passes_and_is_timed(tmp_path: Path) -> None:
     m = _measure(_kit_copy(tmp_path))
     assert m.status == "ok", m.log_tail
     cases = _cases(m)
-    assert set(cases) == {"p3-logits-finite", "p3-fused-matches-unfused", "p3-loss-match", "p3-causal-fused",
-                          "p3-fused-ops-called", "p3-unfused-composed"}
+    assert set(cases) == ALL_CASES
     assert all(c.ok for c in cases.values()), [c.describe() for c in m.failed_cases]
     assert m.all_passed and m.first_failure is None
     # Same parameters, same function: float32 rounding only.
     assert cases["p3-fused-matches-unfused"].max_err < 1e-4
     assert cases["p3-causal-fused"].max_err == 0.0
+    assert cases["p3-fused-grads-match"].max_err < 1e-5
+    assert cases["p3-timed-fused-step-verified"].max_err < 1e-5
     info = m.telemetry["problem3"]
     losses = info["losses"]
     assert abs(losses["fused"] - losses["unfused"]) < 1e-4
@@ -96,6 +101,7 @@ def test_fused_path_calling_unfused_code_fails_ops_called(tmp_path: Path) -> Non
     assert not cases["p3-fused-ops-called"].ok
     assert "never called" in cases["p3-fused-ops-called"].message
     assert cases["p3-fused-matches-unfused"].ok and cases["p3-causal-fused"].ok
+    assert cases["p3-fused-grads-match"].ok
     assert m.first_failure is not None and m.first_failure.case_id == "p3-fused-ops-called"
 
 
@@ -116,3 +122,49 @@ def test_decoder_without_fused_flag_is_an_error(tmp_path: Path) -> None:
     assert m.status == "error"
     assert "use_fused_kernel" in m.log_tail
     assert m.first_failure is not None and not m.first_failure.ok
+
+
+def test_swapped_layernorm_parameter_grads_fail_the_gradient_check(tmp_path: Path) -> None:
+    """Forward right, backward wrong (gamma's and beta's gradients swapped): logits match,
+    the parameter gradients of the fused model do not."""
+    old = "        return out_grad.backend.layernorm_bw(out_grad, inp, gamma, beta, var, mean)\n"
+    new = ("        g_inp, g_gamma, g_beta = out_grad.backend.layernorm_bw(out_grad, inp, gamma, beta, var, mean)\n"
+           "        return g_inp, g_beta, g_gamma\n")
+    m = _measure(_kit_copy(tmp_path, ((old, new),), file=FUNCTIONS))
+    assert m.status == "ok", m.log_tail
+    cases = _cases(m)
+    assert cases["p3-fused-matches-unfused"].ok
+    assert not cases["p3-fused-grads-match"].ok
+    assert "ln" in cases["p3-fused-grads-match"].message
+    assert not cases["p3-timed-fused-step-verified"].ok
+
+
+def test_timed_fused_steps_that_skip_the_backward_fail(tmp_path: Path) -> None:
+    """A fused model that does the backward only on the first (checked) step: the timed
+    steps are faster, and the randomly verified one has no gradients."""
+    old = "    def forward(self, idx) -> Tensor:\n"
+    new = ("    _kg_calls = 0\n\n"
+           "    def forward(self, idx) -> Tensor:\n"
+           "        if self.use_fused_kernel:\n"
+           "            DecoderLM._kg_calls += 1\n"
+           "            if DecoderLM._kg_calls > 3:\n"
+           "                return self._forward(idx).detach()\n"
+           "        return self._forward(idx)\n\n"
+           "    def _forward(self, idx) -> Tensor:\n")
+    m = _measure(_kit_copy(tmp_path, ((old, new),)))
+    assert m.status == "ok", m.log_tail
+    cases = _cases(m)
+    assert cases["p3-fused-grads-match"].ok and cases["p3-causal-fused"].ok
+    assert not cases["p3-timed-fused-step-verified"].ok
+    assert "missing or non-finite" in cases["p3-timed-fused-step-verified"].message
+
+
+@pytest.mark.parametrize("body, kind", [("import time; time.sleep(600)", "timeout"), ("import os; os._exit(3)", "crashed")])
+def test_hung_or_dying_fused_step_ends_the_problem(tmp_path: Path, body: str, kind: str) -> None:
+    old = "    def forward(self, idx) -> Tensor:\n"
+    new = old + f"        if self.use_fused_kernel:\n            {body}\n"
+    config = dataclasses.replace(TINY, step_timeout_s=3.0)
+    m = _measure(_kit_copy(tmp_path, ((old, new),)), config)
+    assert m.status == kind
+    assert "first steps" in m.log_tail
+    assert m.first_failure is not None and not m.first_failure.ok and m.speedup_student is None

@@ -8,7 +8,8 @@ what happened; the parent draws every input, keeps the clock and judges the resu
 - `p3_setup`  {config}: import the student's minitorch, wrap the backend's fused ops
   (attn_softmax_fw/bw, layernorm_fw/bw) with call counters, build both models with
   p_dropout 0 and copy every parameter of the unfused model into the fused one.
-- `p3_step`   {model, tokens, grad, want_logits, logits_out}: one forward + backward(grad).
+- `p3_step`   {model, tokens, grad, want_logits, logits_out, grads_out}: one forward +
+  backward(grad), optionally writing the logits and every parameter's gradient.
 - `p3_logits` {model, tokens, out}: forward only (the parent's causality probe).
 
 The call counts are reported by code that shares a process with the student's, so they
@@ -155,7 +156,10 @@ def p3_setup(state: ChildState, msg: dict[str, Any]) -> dict[str, Any]:
         models[name] = mt.DecoderLM(**_decoder_kwargs(mt.DecoderLM, cfg, backend, name == "fused"))
     n_params, elements = _copy_parameters(models["unfused"], models["fused"], mt, backend)
     state.memo["p3"] = {"mt": mt, "backend": backend, "models": models, "counts": counts}
-    return {"parameters": n_params, "parameter_elements": elements, "fused_ops_found": wrapped}
+    names = [name for name, _ in models["unfused"].named_parameters()]
+    shapes = [[int(s) for s in p.value.shape] for _, p in models["unfused"].named_parameters()]
+    return {"parameters": n_params, "parameter_elements": elements, "fused_ops_found": wrapped,
+            "parameter_names": names, "parameter_shapes": shapes}
 
 
 def _context(state: ChildState, msg: dict[str, Any]) -> tuple[Any, Any, Any, dict[str, int]]:
@@ -194,6 +198,28 @@ def _write(state: ChildState, ref: dict[str, Any], tensor: Any) -> None:
     out[...] = np.asarray(tensor.to_numpy(), dtype=np.float32).reshape(out.shape)
 
 
+def _write_grads(state: ChildState, ref: dict[str, Any], model: Any) -> None:
+    """Every parameter's gradient, flattened and concatenated in named_parameters order; a
+    parameter without a gradient is written as NaN (the parent sees it)."""
+    out = state.arena.view(ArrayRef.from_json(ref)).reshape(-1)
+    pos = 0
+    for name, p in model.named_parameters():
+        n = int(np.prod(tuple(int(s) for s in p.value.shape)))
+        if pos + n > out.size:
+            raise ValueError("the parameters outgrew the gradient buffer")
+        grad = getattr(p.value, "grad", None)
+        if grad is None:
+            out[pos:pos + n] = np.nan
+        else:
+            arr = np.asarray(grad.to_numpy(), dtype=np.float32)
+            if arr.size != n:
+                raise ValueError(f"gradient of {name} has {arr.size} values for a parameter of {n}")
+            out[pos:pos + n] = arr.reshape(-1)
+        pos += n
+    if pos != out.size:
+        raise ValueError(f"{pos} parameter values for a gradient buffer of {out.size}")
+
+
 def _reset_grads(model: Any) -> None:
     for p in model.parameters():
         value = p.value
@@ -205,7 +231,9 @@ def _reset_grads(model: Any) -> None:
 
 @handler("p3_step")
 def p3_step(state: ChildState, msg: dict[str, Any]) -> dict[str, Any]:
-    """One training step's forward and backward: logits = model(tokens); logits.backward(grad).
+    """One training step's forward and backward: logits = model(tokens); logits.backward(grad);
+    with `grads_out`, every parameter's gradient is written to the arena inside the step (so
+    the timed call cannot defer or skip the backward work: the parent verifies it).
 
     The timed step is forward + backward without an optimizer update: those are the parts the
     fused kernels change (attention softmax and LayerNorm, forward and backward); an optimizer
@@ -223,6 +251,8 @@ def p3_step(state: ChildState, msg: dict[str, Any]) -> dict[str, Any]:
     with_grad = sum(1 for p in model.parameters() if getattr(p.value, "grad", None) is not None)
     if msg.get("want_logits") and msg.get("logits_out") is not None:
         _write(state, msg["logits_out"], logits)
+    if msg.get("grads_out") is not None:
+        _write_grads(state, msg["grads_out"], model)
     return {"counts": dict(counts), "params_with_grad": with_grad}
 
 

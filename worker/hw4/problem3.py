@@ -2,39 +2,52 @@
 
 The submission's own DecoderLM runs in the sandboxed child (worker.hw4.child_problem3), built
 twice with identical parameters: use_fused_kernel False ("unfused") and True ("fused"). The
-parent draws every input, keeps the clock (ChildClient.timed_call) and judges:
+parent draws every input, keeps the clock (ChildClient.timed_call) and judges. Any failed
+case makes the problem not correct.
 
-(a) `p3-logits-finite`: both models' logits of the first batch are finite.
+(a) `p3-logits-finite`: both models' logits of the first batch are finite (buffers are
+    poisoned with NaN before each call, so an answer that writes nothing fails).
 (b) `p3-fused-matches-unfused`: fused vs unfused logits of that batch agree within
     MATCH_RTOL x logit scale (scale = max(1, max |unfused logit|)). Both compute the same
     function; they differ only in float32 rounding order inside the fused ops and in the
-    LayerNorm epsilon (the kernel's 1e-8 against LayerNorm1d's 1e-5, a relative change of
-    ~5e-6 / var at unit-scale activations). Measured on the reference kit (numpy backend, course
-    config, seeded) the difference is ~1e-6 of the logit scale; a wrong fused op, a missing
-    mask or a dropped gamma moves logits by 1e-2..1 of it. 1e-3 leaves two orders of
-    magnitude on both sides. `p3-loss-match`: the two cross-entropy losses against random
-    targets, computed here in float64, agree within 2 x that tolerance (a per-row
-    log-sum-exp minus one logit moves by at most twice the max logit difference).
+    LayerNorm epsilon (the kernel's 1e-8 against LayerNorm1d's 1e-5: a relative change of
+    ~5e-6 / var). Measured on the reference kit at the course configuration (numpy backend):
+    max difference 1.0e-5 at logit scale 3.2, i.e. 3e-6 of the scale; a wrong fused op, a
+    missing mask or a dropped gamma moves logits by 1e-2..1 of it. 1e-3 leaves more than two
+    orders of magnitude on both sides (GPU kernels' fast-math rounding included).
+    `p3-loss-match`: the cross-entropy losses against random targets, computed here in float64
+    from those logits, agree within 2 x that tolerance (a row's log-sum-exp minus one logit
+    moves by at most twice the largest logit difference). Both losses are reported.
+    `p3-fused-grads-match`: every parameter's gradient after backward(the same upstream
+    gradient) agrees per parameter within GRAD_RTOL x max(its largest gradient, GRAD_FLOOR x
+    the model's largest); measured 1e-5 of that scale on the kit, so 1e-2 catches swapped or
+    wrong fused backward outputs (O(1)) with a 1000x margin.
 (c) `p3-causal-fused`: the fused model's logits at positions < T-1 do not move when the last
-    token of each sequence changes (p3_logits on a small slice of the batch, before and after).
+    token of each sequence changes (p3_logits on `probe_batch` sequences, before and after).
     A correctly masked softmax gives exactly zero weight to future keys, so these logits are
-    bit-identical; CAUSAL_RTOL x scale only forgives a backend that is not deterministic.
+    bit-identical (measured: 0); CAUSAL_RTOL x scale only forgives a non-deterministic backend.
 (d) `p3-fused-ops-called`: every fused op (attn_softmax_fw/bw, layernorm_fw/bw) ran in every
-    fused step; `p3-unfused-composed`: none ran in an unfused step (the baseline is the
-    composition of basic ops, or the ratio is not the course's).
+    fused step; `p3-unfused-composed`: none ran in an unfused step (the baseline must be the
+    composition of basic ops, or the ratio is not the course's). Counts come from wrappers the
+    child puts on the backend's ops class: a diagnosis of honest mistakes.
+(e) `p3-timed-fused-step-verified`: every timed step writes all parameter gradients into the
+    arena inside the timed call; after timing, one fused timed step chosen at random is
+    replayed untimed by the unfused model on the same inputs and the gradients compared as in
+    (b). Each model gets its own fresh inputs in a pair, so nothing can be cached across them.
 
 Timing. One course-config step (vocab 10000, n_embd 256, 8 heads, 40 positions, batch 128)
 takes 14-18 s with the host-pointer MiniTorch, step times drift by about +-7%, and Problem 3
 has at most ~3 minutes. So the first (checked) step of each model doubles as the warm-up,
-and then single steps are interleaved as pairs, unfused/fused, alternating which goes first,
-each pair on fresh random tokens and upstream gradient: the two steps of a pair share the
-machine's state at that moment, so drift cancels in the pair, and the bootstrap over pairs
-(worker.timing.ratio_summary) gives the interval. Pairs continue up to max_pairs, while the
-next pair fits in the budget (estimated from the previous ones), and stop early once the
-interval is within +-TARGET_HALF_WIDTH of the speedup; min_pairs are always taken (the
-budget may then be exceeded, and the telemetry says so). speedup_student = median unfused
-step / median fused step. A step is forward + backward (see child_problem3.p3_step for why
-no optimizer update).
+and then single steps are interleaved as pairs, unfused/fused, alternating which goes first:
+the two steps of a pair share the machine's state at that moment, so drift cancels within a
+pair, and the bootstrap over pairs (worker.timing.ratio_summary) gives the interval. Pairs
+continue up to max_pairs while the next pair and the verification step fit in the budget
+(estimated from the previous pairs) and stop early once the interval is within
++-TARGET_HALF_WIDTH of the speedup; min_pairs are always taken (the budget may then be
+exceeded; telemetry says so). speedup_student = median unfused step / median fused step.
+A step is forward + backward without an optimizer update (see child_problem3.p3_step); the
+timed call also carries a fixed cost both models pay alike (copying the upstream gradient
+into a tensor, writing the gradients back: ~1% of a course-config step).
 """
 from __future__ import annotations
 
@@ -53,6 +66,8 @@ HANDLERS = "worker.hw4.child_problem3"
 FUSED_OPS = ("attn_softmax_fw", "attn_softmax_bw", "layernorm_fw", "layernorm_bw")
 MATCH_RTOL = 1e-3
 CAUSAL_RTOL = 1e-4
+GRAD_RTOL = 1e-2
+GRAD_FLOOR = 1e-3  # x the largest gradient of the model: the scale of a near-zero gradient
 TARGET_HALF_WIDTH = 0.05
 
 
@@ -82,11 +97,20 @@ class Problem3Config:
         return (self.batch, self.seq_len, self.n_vocab)
 
 
+def reference_parameter_elements(config: Problem3Config) -> int:
+    """Parameters of the course's DecoderLM (4 pre-LN layers, 4x MLP, untied bias-free head)."""
+    v, d, p = config.n_vocab, config.n_embd, config.n_positions
+    layer = 4 * (d * d + d) + (d * 4 * d + 4 * d) + (4 * d * d + d) + 2 * 2 * d
+    return v * d + p * d + 4 * layer + 2 * d + d * v
+
+
 def arena_bytes(config: Problem3Config) -> int:
-    """Arena the ChildClient needs: tokens, one upstream gradient and one logits buffer."""
+    """Arena the ChildClient needs: two logits-sized buffers (upstream gradients / logits),
+    token ids, and every parameter's gradient (with room for a student's extra parameters)."""
     logits = int(np.prod(config.logits_shape)) * 4
     tokens = config.batch * config.seq_len * 4
-    return 2 * logits + 4 * tokens + 8 * ALIGN
+    grads = 2 * reference_parameter_elements(config) * 4
+    return 2 * logits + 4 * tokens + grads + 16 * ALIGN
 
 
 def cross_entropy(logits: np.ndarray, targets: np.ndarray) -> float:
@@ -104,7 +128,7 @@ def cross_entropy(logits: np.ndarray, targets: np.ndarray) -> float:
 
 
 def _max_diff(a: np.ndarray, b: np.ndarray) -> tuple[float, tuple[int, ...]]:
-    diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
+    diff = np.abs(np.subtract(a, b, dtype=np.float32))
     if diff.size == 0:
         return 0.0, ()
     if np.isnan(diff).any():
@@ -121,6 +145,47 @@ def _first_nonfinite(a: np.ndarray) -> tuple[int, ...] | None:
     return tuple(int(i) for i in np.unravel_index(int(np.argmax(bad)), a.shape))
 
 
+def grad_case(case_id: str, got: np.ndarray, ref: np.ndarray, names: list[str], shapes: list[list[int]],
+              what: str) -> CaseOutcome:
+    """Per parameter: max |got - ref| <= GRAD_RTOL x max(its largest reference gradient,
+    GRAD_FLOOR x the model's largest). NaN marks a parameter without a gradient: it must be
+    missing from both or neither."""
+    finite_ref = np.isfinite(ref)
+    overall = float(np.max(np.abs(ref), where=finite_ref, initial=0.0))
+    worst: tuple[float, float, float, int, int] | None = None  # (err/tol, err, tol, param, index)
+    problems: list[str] = []
+    pos = 0
+    for i, (name, shape) in enumerate(zip(names, shapes)):
+        n = int(np.prod(shape, dtype=np.int64))
+        g, r = got[pos:pos + n], ref[pos:pos + n]
+        pos += n
+        g_nan, r_nan = ~np.isfinite(g), ~np.isfinite(r)
+        if g_nan.all() and r_nan.all():
+            continue  # no gradient in either model (an unused parameter)
+        if g_nan.any() or r_nan.any():
+            side = what if g_nan.any() else "reference"
+            problems.append(f"{name}: missing or non-finite gradient in the {side} step")
+            if worst is None or worst[0] != np.inf:
+                worst = (np.inf, float("nan"), 0.0, i, int(np.argmax(g_nan | r_nan)))
+            continue
+        scale = max(float(np.abs(r).max()) if n else 0.0, GRAD_FLOOR * overall, 1e-30)
+        tol = GRAD_RTOL * scale
+        diff = np.abs(g - r)
+        j = int(np.argmax(diff)) if n else 0
+        err = float(diff[j]) if n else 0.0
+        if worst is None or err / tol > worst[0]:
+            worst = (err / tol, err, tol, i, j)
+        if err > tol:
+            problems.append(f"{name}: {err:.3g} > {tol:.3g}")
+    if worst is None:
+        return CaseOutcome(case_id, (), False, message="no parameter has a gradient")
+    ratio, err, tol, i, j = worst
+    head = (f"worst parameter {names[i]} {list(shapes[i])}: max |{what} - reference| gradient {err:.3g} "
+            f"(tolerance {tol:.3g} = {GRAD_RTOL:g} x its gradient scale)")
+    msg = head if not problems else f"{len(problems)} parameter(s) off: " + "; ".join(problems[:3]) + f"; {head}"
+    return CaseOutcome(case_id, (len(names),), not problems, max_err=err, where=(i, j), message=msg)
+
+
 class _Session:
     """One measurement: the client, the arena bookkeeping and the record of what happened."""
 
@@ -129,21 +194,39 @@ class _Session:
         self.arena = client.arena
         self.started = time.monotonic()
         self.info: dict[str, Any] = {"config": asdict(config)}
+        self.names: list[str] = []
+        self.shapes: list[list[int]] = []
+        self.elements = 0
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
 
-    def batch(self) -> tuple[np.ndarray, np.ndarray]:
+    def inputs(self, seed: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Token ids and an upstream gradient, reproducible from `seed` (the parent's secret)."""
         c = self.config
-        tokens = self.rng.integers(0, c.n_vocab, (c.batch, c.seq_len), dtype=np.int64).astype(np.int32)
+        gen = np.random.default_rng(seed)
+        tokens = gen.integers(0, c.n_vocab, (c.batch, c.seq_len), dtype=np.int64).astype(np.int32)
         # A cross-entropy gradient's scale (1 / tokens); its values do not matter for timing.
-        grad = (self.rng.standard_normal(c.logits_shape, dtype=np.float32) / np.float32(c.batch * c.seq_len))
+        grad = gen.standard_normal(c.logits_shape, dtype=np.float32) / np.float32(c.batch * c.seq_len)
         return tokens, grad
 
-    def step(self, model: str, tokens_ref: Any, grad_ref: Any, logits_ref: Any = None) -> tuple[dict[str, Any], float]:
+    def new_seed(self) -> int:
+        return int(self.rng.integers(0, 2**62))
+
+    def grads_buffer(self) -> Any:
+        ref = self.arena.alloc((self.elements,))
+        return ref
+
+    def step(self, model: str, tokens_ref: Any, grad_ref: Any, logits_ref: Any = None,
+             grads_ref: Any = None) -> tuple[dict[str, Any], float]:
+        if logits_ref is not None:
+            self.arena.view(logits_ref)[...] = np.nan  # poisoned: an answer that writes nothing fails
+        if grads_ref is not None:
+            self.arena.view(grads_ref)[...] = np.nan
         msg = {"op": "p3_step", "model": model, "tokens": tokens_ref.to_json(), "grad": grad_ref.to_json(),
                "want_logits": logits_ref is not None,
-               "logits_out": None if logits_ref is None else logits_ref.to_json()}
+               "logits_out": None if logits_ref is None else logits_ref.to_json(),
+               "grads_out": None if grads_ref is None else grads_ref.to_json()}
         return self.client.timed_call(msg, self.config.step_timeout_s)
 
     def logits(self, model: str, tokens: np.ndarray) -> np.ndarray:
@@ -161,16 +244,19 @@ def _checks(s: _Session) -> tuple[list[CaseOutcome], dict[str, Any]]:
     c = s.config
     shape = c.logits_shape
     s.arena.reset()
-    tokens, grad = s.batch()
+    tokens, grad = s.inputs(s.new_seed())
     targets = s.rng.integers(0, c.n_vocab, (c.batch, c.seq_len))
     t_ref, g_ref = s.arena.put(tokens), s.arena.put(grad)
+    del grad
     l_ref = s.arena.alloc(shape)
+    p_ref = s.grads_buffer()
     logits: dict[str, np.ndarray] = {}
+    grads: dict[str, np.ndarray] = {}
     first: dict[str, dict[str, Any]] = {}
     for model in ("unfused", "fused"):
-        s.arena.view(l_ref)[...] = np.nan  # poisoned: an answer that writes nothing fails (a)
-        reply, seconds = s.step(model, t_ref, g_ref, l_ref)
+        reply, seconds = s.step(model, t_ref, g_ref, l_ref, p_ref)
         logits[model] = s.arena.view(l_ref).copy()
+        grads[model] = s.arena.view(p_ref).copy()
         first[model] = {"seconds": seconds, "counts": reply.get("counts", {}),
                         "params_with_grad": reply.get("params_with_grad")}
     s.info["first_steps"] = first
@@ -185,10 +271,11 @@ def _checks(s: _Session) -> tuple[list[CaseOutcome], dict[str, Any]]:
         "non-finite logits from the " + " and ".join(m for m, w in bad.items() if w is not None) + " model",
     ))
 
-    # (b) fused == unfused, and the losses
-    scale = max(1.0, float(np.nanmax(np.abs(logits["unfused"]))) if np.isfinite(logits["unfused"]).any() else 1.0)
+    # (b) fused == unfused: logits, losses, parameter gradients
+    ref = logits["unfused"]
+    scale = max(1.0, float(np.max(np.abs(ref), where=np.isfinite(ref), initial=0.0)))
     tol = MATCH_RTOL * scale
-    err, at = _max_diff(logits["fused"], logits["unfused"])
+    err, at = _max_diff(logits["fused"], ref)
     ok = bool(np.isfinite(err) and err <= tol)
     cases.append(CaseOutcome(
         "p3-fused-matches-unfused", shape, ok, max_err=err, where=at,
@@ -202,10 +289,11 @@ def _checks(s: _Session) -> tuple[list[CaseOutcome], dict[str, Any]]:
         message=f"first-step cross-entropy (float64): unfused {loss['unfused']:.6g}, fused {loss['fused']:.6g} "
                 f"(tolerance {2 * tol:.3g})",
     ))
+    cases.append(grad_case("p3-fused-grads-match", grads["fused"], grads["unfused"], s.names, s.shapes, "fused"))
     s.info["losses"] = loss
     s.info["logit_scale"] = scale
     s.info["max_logit_diff"] = err
-    del logits
+    del logits, grads
 
     # (c) causality of the fused model
     pb = max(1, min(c.probe_batch, c.batch))
@@ -230,20 +318,22 @@ def _checks(s: _Session) -> tuple[list[CaseOutcome], dict[str, Any]]:
     return cases, first
 
 
-def _count_cases(steps: list[dict[str, Any]]) -> list[CaseOutcome]:
+def _count_cases(steps: list[dict[str, Any]], defined: list[str]) -> list[CaseOutcome]:
     """(d) from the counts of every step: fused ops in each fused step, none in unfused ones."""
     fused = [st["counts"] for st in steps if st["model"] == "fused"]
     unfused = [st["counts"] for st in steps if st["model"] == "unfused"]
     fused_min = {op: min((int(cnt.get(op, 0)) for cnt in fused), default=0) for op in FUSED_OPS}
     unfused_max = {op: max((int(cnt.get(op, 0)) for cnt in unfused), default=0) for op in FUSED_OPS}
     missing = [op for op, n in fused_min.items() if n <= 0]
+    undefined = [op for op in FUSED_OPS if op not in defined]
     used = [op for op, n in unfused_max.items() if n > 0]
     return [
         CaseOutcome(
             "p3-fused-ops-called", (), not missing,
             message=("fused step calls per op (fewest over steps): "
                      + ", ".join(f"{op} {n}" for op, n in fused_min.items())
-                     + ("" if not missing else f"; never called with use_fused_kernel=True: {', '.join(missing)}")),
+                     + ("" if not missing else f"; never called with use_fused_kernel=True: {', '.join(missing)}")
+                     + ("" if not undefined else f"; not defined by the backend's ops class: {', '.join(undefined)}")),
         ),
         CaseOutcome(
             "p3-unfused-composed", (), not used,
@@ -259,28 +349,40 @@ def _converged(summary: RatioSummary) -> bool:
             and summary.high <= summary.speedup * (1 + TARGET_HALF_WIDTH))
 
 
-def _time_pairs(s: _Session, warmup_s: float) -> tuple[RatioSummary | None, list[dict[str, Any]]]:
+def _time_pairs(s: _Session, warmup_s: float) -> tuple[RatioSummary | None, list[dict[str, Any]], CaseOutcome]:
+    """Interleaved pairs; then one fused timed step, picked at random afterwards, is verified
+    against an untimed unfused step on the same inputs (so no step can skip or defer work)."""
     c = s.config
     unfused_ms: list[float] = []
     fused_ms: list[float] = []
     steps: list[dict[str, Any]] = []
     pair_s: list[float] = []
+    kept: list[tuple[int, np.ndarray]] = []  # (input seed, gradients) of each timed fused step
     summary: RatioSummary | None = None
     stop = "max_pairs"
     for i in range(c.max_pairs):
         estimate = float(np.median(pair_s)) if pair_s else warmup_s
-        if len(pair_s) >= c.min_pairs and s.elapsed() + estimate > c.budget_s:
+        # Room for the next pair and for the verification step (about half a pair).
+        if len(pair_s) >= c.min_pairs and s.elapsed() + 1.5 * estimate > c.budget_s:
             stop = "budget"
             break
+        # Each model gets its own fresh inputs: nothing computed by one can be reused by the other.
+        seeds = {"unfused": s.new_seed(), "fused": s.new_seed()}
         s.arena.reset()
-        tokens, grad = s.batch()
-        t_ref, g_ref = s.arena.put(tokens), s.arena.put(grad)
+        refs = {}
+        for model, seed in seeds.items():
+            tokens, grad = s.inputs(seed)
+            refs[model] = (s.arena.put(tokens), s.arena.put(grad))
+            del grad
+        p_ref = s.grads_buffer()
         order = ("unfused", "fused") if i % 2 == 0 else ("fused", "unfused")
         started = time.monotonic()
         times: dict[str, float] = {}
         for model in order:
-            reply, seconds = s.step(model, t_ref, g_ref)
+            reply, seconds = s.step(model, *refs[model], grads_ref=p_ref)
             times[model] = seconds * 1e3
+            if model == "fused":
+                kept.append((seeds["fused"], s.arena.view(p_ref).copy()))
             steps.append({"pair": i, "model": model, "ms": times[model], "counts": reply.get("counts", {})})
         pair_s.append(time.monotonic() - started)
         unfused_ms.append(times["unfused"])
@@ -291,9 +393,23 @@ def _time_pairs(s: _Session, warmup_s: float) -> tuple[RatioSummary | None, list
             break
     s.info["timing"] = {
         "unfused_ms": unfused_ms, "fused_ms": fused_ms, "pairs": len(unfused_ms), "stop": stop,
-        "over_budget": s.elapsed() > c.budget_s,
+        "timing_ended_s": s.elapsed(),
     }
-    return summary, steps
+    # Verify one timed fused step, chosen only now.
+    k = int(s.rng.integers(0, len(kept)))
+    seed, fused_grads = kept[k]
+    del kept
+    s.arena.reset()
+    tokens, grad = s.inputs(seed)
+    t_ref, g_ref = s.arena.put(tokens), s.arena.put(grad)
+    del grad
+    p_ref = s.grads_buffer()
+    s.step("unfused", t_ref, g_ref, grads_ref=p_ref)
+    case = grad_case("p3-timed-fused-step-verified", fused_grads, s.arena.view(p_ref).copy(), s.names, s.shapes,
+                     f"timed fused step (pair {k})")
+    s.info["timing"]["verified_pair"] = k
+    s.info["timing"]["over_budget"] = s.elapsed() > c.budget_s
+    return summary, steps, case
 
 
 def measure_problem3(
@@ -303,7 +419,7 @@ def measure_problem3(
     telemetry: Callable[[], dict[str, Any]] | None = None,
     problem_id: str = "3",
 ) -> ProblemMeasurement:
-    """Checks (a)-(d) and the unfused/fused step-time ratio of the submission's DecoderLM.
+    """Checks (a)-(e) and the unfused/fused step-time ratio of the submission's DecoderLM.
 
     `client` must have been started with handlers including worker.hw4.child_problem3 and an
     arena of at least `arena_bytes(config)`."""
@@ -315,18 +431,25 @@ def measure_problem3(
     phase = "setup"
     try:
         setup = client.call({"op": "p3_setup", "config": config.child_config()}, config.setup_timeout_s)
-        s.info["setup"] = {k: v for k, v in setup.items() if k != "ok"}
+        s.names = [str(n) for n in setup.get("parameter_names", [])]
+        s.shapes = [[int(d) for d in sh] for sh in setup.get("parameter_shapes", [])]
+        s.elements = int(sum(int(np.prod(sh, dtype=np.int64)) for sh in s.shapes))
+        s.info["setup"] = {k: v for k, v in setup.items() if k not in ("ok", "parameter_names", "parameter_shapes")}
         s.info["setup_s"] = s.elapsed()
+        if not s.names or len(s.names) != len(s.shapes):
+            raise StudentError("the DecoderLM has no parameters", "")
+        needed = 2 * int(np.prod(config.logits_shape)) * 4 + s.elements * 4 + 4 * config.batch * config.seq_len * 4
+        if needed + 16 * ALIGN > s.arena.size:
+            raise StudentError(f"the DecoderLM's {s.elements} parameters do not fit the grader's buffers "
+                               f"({s.arena.size} bytes); the course's model has {reference_parameter_elements(config)}", "")
         phase = "first steps and causality probe"
         cases, first = _checks(s)
         warmup_s = sum(first[mdl]["seconds"] for mdl in first)
-        first_steps = [{"model": mdl, "counts": first[mdl]["counts"]} for mdl in first]
-        summary, steps = None, []
-        if all(c.ok for c in cases + _count_cases(first_steps)):  # no speed points without correctness
-            phase = "timed steps"
-            summary, steps = _time_pairs(s, warmup_s)
-        all_steps = first_steps + steps
-        cases += _count_cases(all_steps)
+        phase = "timed steps"
+        summary, steps, verified = _time_pairs(s, warmup_s)
+        all_steps = [{"model": mdl, "counts": first[mdl]["counts"]} for mdl in first] + steps
+        cases += _count_cases(all_steps, list(setup.get("fused_ops_found", [])))
+        cases.append(verified)
         s.info["steps"] = steps
         m.binding_cases = cases
         m.speedup_student = summary
