@@ -262,20 +262,3 @@ def p3_logits(state: ChildState, msg: dict[str, Any]) -> dict[str, Any]:
     _write(state, msg["out"], logits)
     return {"counts": dict(counts)}
 
-
-def _register_in_main() -> None:
-    """`python -m worker.gpu.child` runs that module as __main__, a second copy whose HANDLERS
-    is not the dict `@handler` above registered into. Until the child loop looks its handlers
-    up in the imported module, copy ours into the running loop's table as well."""
-    import sys
-
-    from worker.gpu import child as child_module
-
-    main = sys.modules.get("__main__")
-    table = getattr(main, "HANDLERS", None)
-    if main is not child_module and isinstance(table, dict) and callable(getattr(main, "serve", None)):
-        for name in ("p3_setup", "p3_step", "p3_logits"):
-            table.setdefault(name, child_module.HANDLERS[name])
-
-
-_register_in_main()
