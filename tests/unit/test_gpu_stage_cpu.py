@@ -1,0 +1,282 @@
+"""The whole hw4 GPU stage on a CPU, with a "CPU stand-in submission" (tests/fixtures/cpu_standin.py):
+a copy of starter/hw4 whose kernel libraries are host loops behind the hw4 C ABI
+(tests/fixtures/cpu_kernels.cpp) and whose CudaKernelOps is the kit's NumpyOps with the fused
+ops routed through those libraries by ctypes.
+
+What runs for real: worker.hw4.grade.run_gpu_stage with its sandboxed children (one per
+problem, plus the trusted child on a second stand-in built from the unmodified kit), the C ABI
+and binding checks on the rubric's cases, the interleaved timing, Problem 3 on the stand-in's
+CudaKernelOps (the production backend path, not backend="numpy": the stand-in's "CUDA" backend
+runs on the CPU), scoring, and worker.pipeline.grade_submission on a zip of the stand-in
+(built by a fake nvcc that compiles the stand-in sources with g++).
+
+Broken variants (preprocessor switches of cpu_kernels.cpp) must fail exactly where expected.
+The variant tests use a shortened case list and small timing shapes to stay fast; the main
+test uses the rubric's full case list and the real timing shapes.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import pwd
+import shutil
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
+import cpu_standin  # noqa: E402
+
+from grader.states import RunState  # noqa: E402
+from worker import pipeline  # noqa: E402
+from worker.build import Toolchain  # noqa: E402
+from worker.hw4 import grade, kernels  # noqa: E402
+from worker.hw4.cases import load_cases, make_case  # noqa: E402
+from worker.hw4.grade import GpuStageConfig, run_gpu_stage  # noqa: E402
+from worker.hw4.kernels import TimingConfig, binding_eligible  # noqa: E402
+from worker.hw4.problem3 import Problem3Config  # noqa: E402
+from worker.pipeline import PipelineConfig, grade_submission  # noqa: E402
+from worker.rubric import load_rubric  # noqa: E402
+from worker.sandbox import SandboxLimits, SandboxPolicy, usable_by  # noqa: E402
+from worker.scoring import score_run  # noqa: E402
+from worker.unpack import UnpackLimits  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not cpu_standin.have_compiler(), reason="g++ is needed to build the CPU stand-in kernels")
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+KERNEL_PROBLEMS = ("1.1", "1.2", "2.1", "2.2")
+MiB = 1 << 20
+LIMITS = SandboxLimits(wall_s=600, cpu_s=600, memory_bytes=4096 * MiB, max_processes=64,
+                       file_size_bytes=1024 * MiB, open_files=256)
+TIMING = TimingConfig(warmup=1, min_trials=4, max_trials=6, round_trials=2, call_timeout_s=60.0)
+P3 = Problem3Config(n_vocab=50, n_embd=16, n_head=2, n_positions=8, batch=2, seq_len=8, backend="cuda",
+                    budget_s=20.0, min_pairs=3, max_pairs=4, step_timeout_s=60.0, setup_timeout_s=60.0,
+                    probe_batch=2)
+SMALL_TIMING_CASES = {
+    "1.1": make_case("softmax_fw", id="t-sfw", problem="1.1", public=True,
+                     batch=2, nhead=2, from_len=32, to_len=32, mask="pad", mask_future=False),
+    "1.2": make_case("softmax_bw", id="t-sbw", problem="1.2", public=True,
+                     rows=2 * 2 * 32, softmax_len=32, batch=2, nhead=2, from_len=32),
+    "2.1": make_case("layernorm_fw", id="t-lfw", problem="2.1", public=True, rows=64, hidden=32),
+    "2.2": make_case("layernorm_bw", id="t-lbw", problem="2.2", public=True, rows=64, hidden=32),
+}
+
+
+# ----------------------------------------------------------------------------- setup
+
+
+def _sandbox_user(base: Path) -> tuple[str | None, str]:
+    """("nobody", "") when this root process can drop children to nobody and nobody can reach
+    the interpreter, the project, numpy and the work folder; else (None, why not)."""
+    if os.geteuid() != 0:
+        return None, "not root: the sandbox keeps this uid"
+    try:
+        pw = pwd.getpwnam("nobody")
+    except KeyError:
+        return None, "no user 'nobody'"
+    needs = [(Path(sys.executable), os.R_OK | os.X_OK), (PROJECT_ROOT / "worker" / "gpu" / "child.py", os.R_OK),
+             (Path(np.__file__), os.R_OK), (cpu_standin.KIT / "minitorch" / "__init__.py", os.R_OK),
+             (base, os.X_OK)]
+    for path, mode in needs:
+        if not usable_by(path, pw.pw_uid, pw.pw_gid, mode):
+            return None, f"'nobody' cannot use {os.path.realpath(path)}"
+    return "nobody", ""
+
+
+@pytest.fixture(scope="module")
+def base():
+    """A work folder 'nobody' can traverse (pytest's own tmp folders are 0700 as root)."""
+    path = Path(tempfile.mkdtemp(prefix="kg-gpu-stage-cpu-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def policy(base: Path) -> SandboxPolicy:
+    user, _ = _sandbox_user(base)
+    return SandboxPolicy(user=user)
+
+
+@pytest.fixture(scope="module")
+def trusted(base: Path) -> Path:
+    return cpu_standin.make_cpu_submission(base / "trusted")
+
+
+@pytest.fixture
+def short_cases(monkeypatch: pytest.MonkeyPatch) -> dict:
+    """The first two rubric cases per problem (the first 1.1 cases carry a padding mask) and small
+    timing shapes."""
+    full = load_cases("hw4")
+    short = {pid: cases[:2] for pid, cases in full.items()}
+    monkeypatch.setattr(grade, "load_cases", lambda _slug: short)
+    for pid, case in SMALL_TIMING_CASES.items():
+        monkeypatch.setitem(kernels.TIMING_CASES, pid, case)
+    return short
+
+
+def _config(policy: SandboxPolicy, timing: TimingConfig = TIMING, problem3: Problem3Config = P3) -> GpuStageConfig:
+    return GpuStageConfig(limits=LIMITS, policy=policy, timing=timing, problem3=problem3, seed=20261129)
+
+
+def _run(base: Path, name: str, trusted: Path, config: GpuStageConfig, defines: tuple[str, ...] = ()):
+    submission = cpu_standin.make_cpu_submission(base / name / "submission", defines)
+    measurements = run_gpu_stage(load_rubric("hw4"), submission, trusted, base / name / "work", config)
+    return {m.problem_id: m for m in measurements}
+
+
+def _measured(m) -> bool:
+    s, t = m.speedup_student, m.speedup_trusted
+    return (s is not None and t is not None and s.trials >= TIMING.min_trials and t.trials >= TIMING.min_trials
+            and all(math.isfinite(x) and x > 0 for x in (s.speedup, t.speedup, s.low, s.high)))
+
+
+def _describe(m) -> str:
+    return f"{m.problem_id} {m.status}: {[c.describe() for c in m.failed_cases][:3]} {m.log_tail[-1500:]}"
+
+
+# ----------------------------------------------------------------------------- tests
+
+
+def test_standin_scores_full_correctness(base: Path, trusted: Path, policy: SandboxPolicy) -> None:
+    """The correct stand-in, the rubric's full case list: every check passes, every speedup is
+    measured, and the scorer gives every problem its full correctness points."""
+    by_id = _run(base, "correct", trusted, _config(policy))
+    assert list(by_id) == [*KERNEL_PROBLEMS, "3"]
+    cases = load_cases("hw4")
+    for pid in KERNEL_PROBLEMS:
+        m = by_id[pid]
+        assert m.status == "ok", _describe(m)
+        assert [c.case_id for c in m.abi_cases] == [f"abi:{c.id}" for c in cases[pid]]
+        assert [c.case_id for c in m.binding_cases] == [f"binding:{c.id}" for c in cases[pid] if binding_eligible(c)]
+        assert m.abi_cases and m.binding_cases and all(c.ok for c in m.cases), _describe(m)
+        assert m.first_failure is None
+        assert _measured(m), (m.speedup_student, m.speedup_trusted)
+    p3 = by_id["3"]
+    assert p3.status == "ok", _describe(p3)
+    assert p3.binding_cases and all(c.ok for c in p3.binding_cases), _describe(p3)
+    assert {"p3-fused-matches-unfused", "p3-causal-fused", "p3-fused-ops-called"} <= {c.case_id for c in p3.binding_cases}
+    assert p3.speedup_student is not None and p3.speedup_student.trials >= P3.min_pairs
+
+    rubric = load_rubric("hw4")
+    score = score_run(rubric, list(by_id.values()))
+    for problem in rubric.problems:
+        s = score.problem(problem.id)
+        assert s.status == "passed", s.reasons
+        assert s.correctness_points == problem.scoring.correctness_points, s.reasons
+        assert s.speedup is not None
+    assert score.total >= sum(p.scoring.correctness_points for p in rubric.problems)
+
+
+def test_ignored_mask_fails_only_softmax_forward(base: Path, trusted: Path, policy: SandboxPolicy,
+                                                 short_cases: dict) -> None:
+    by_id = _run(base, "break-mask", trusted, _config(policy), ("BREAK_MASK",))
+    m = by_id["1.1"]
+    assert m.status == "ok"
+    failed_abi = [c for c in m.abi_cases if not c.ok]
+    assert failed_abi, _describe(m)
+    assert m.first_failure is not None and m.first_failure.case_id.startswith("abi:")
+    assert "out of tolerance" in m.first_failure.message and m.first_failure.max_err > 0.01
+    assert m.speedup_student is None  # no timing for a wrong kernel
+    for pid in ("1.2", "2.1", "2.2", "3"):
+        assert by_id[pid].status == "ok" and not by_id[pid].failed_cases, _describe(by_id[pid])
+    for pid in ("1.2", "2.1", "2.2"):
+        assert _measured(by_id[pid])
+
+    rubric = load_rubric("hw4")
+    score = score_run(rubric, list(by_id.values()))
+    assert score.problem("1.1").status == "failed" and score.problem("1.1").points == 0
+    for problem in rubric.problems[1:]:
+        assert score.problem(problem.id).correctness_points == problem.scoring.correctness_points
+
+
+def test_hung_layernorm_times_out_and_grading_goes_on(base: Path, trusted: Path, policy: SandboxPolicy,
+                                                      short_cases: dict) -> None:
+    timing = TimingConfig(warmup=1, min_trials=4, max_trials=6, round_trials=2, call_timeout_s=3.0)
+    p3 = dataclasses.replace(P3, step_timeout_s=3.0)
+    by_id = _run(base, "spin", trusted, _config(policy, timing, p3), ("SPIN_FOREVER",))
+    m = by_id["2.1"]
+    assert m.status == "timeout", _describe(m)
+    assert "within 3 s" in m.log_tail
+    for pid in ("1.1", "1.2"):  # measured before and unaffected
+        assert by_id[pid].status == "ok" and not by_id[pid].failed_cases, _describe(by_id[pid])
+        assert _measured(by_id[pid])
+    # 2.2's own kernel is fine (its C ABI cases pass); its binding runs the forward first, and
+    # Problem 3's fused model runs it too: both are measured, and hang there.
+    assert by_id["2.2"].abi_cases and all(c.ok for c in by_id["2.2"].abi_cases)
+    assert by_id["2.2"].status == "timeout" and by_id["3"].status == "timeout"
+    score = score_run(load_rubric("hw4"), list(by_id.values()))
+    assert score.problem("2.1").points == 0 and "timed out" in score.problem("2.1").reasons[0]
+    assert score.problem("1.1").correctness_points == 14 and score.problem("1.2").correctness_points == 14
+
+
+def test_crash_in_softmax_backward_is_reported_with_output(base: Path, trusted: Path, policy: SandboxPolicy,
+                                                           short_cases: dict) -> None:
+    by_id = _run(base, "crash", trusted, _config(policy), ("CRASH_SOFTMAX_BW",))
+    m = by_id["1.2"]
+    assert m.status == "crashed", _describe(m)
+    assert "SIGABRT" in m.log_tail and "CRASH_SOFTMAX_BW: aborting" in m.log_tail
+    for pid in ("1.1", "2.1", "2.2"):
+        assert by_id[pid].status == "ok" and not by_id[pid].failed_cases, _describe(by_id[pid])
+        assert _measured(by_id[pid])
+    score = score_run(load_rubric("hw4"), list(by_id.values()))
+    assert score.problem("1.2").status == "crashed" and score.problem("1.2").points == 0
+    assert "aborting" in score.problem("1.2").reasons[0]
+
+
+def test_pipeline_grades_a_zip_of_the_standin(base: Path, trusted: Path, policy: SandboxPolicy,
+                                              short_cases: dict) -> None:
+    """unpack -> stage -> build (fake nvcc: g++ for the stand-in sources) -> GPU stage -> scored."""
+    source = cpu_standin.make_cpu_submission(base / "zip-source" / "llmsys_hw4")
+    archive = base / "submission.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        for path in sorted(source.rglob("*")):
+            if path.is_file() and path.suffix != ".so":
+                zf.write(path, path.relative_to(source.parent).as_posix())
+    nvcc = cpu_standin.write_fake_nvcc(base / "bin" / "nvcc")
+    config = PipelineConfig(UnpackLimits(200 * MiB, 50 * MiB, 5000, 24, 100.0),
+                            Toolchain(nvcc=str(nvcc), flags=("--shared", "-Xcompiler", "-fPIC")), None, 2, 65536)
+    stage_config = _config(policy)
+    seen: dict[str, Path] = {}
+
+    def gpu_stage(rubric, staged: Path, reference: Path, work: Path):
+        # `reference` is our kit built by the pipeline (with the fake nvcc: empty libraries and
+        # the real pycuda binding), unusable on a CPU: the trusted stand-in plays its part.
+        seen.update(staged=staged, reference=reference)
+        return run_gpu_stage(rubric, staged, trusted, work, stage_config)
+
+    rubric = load_rubric("hw4")
+    stages: list[str] = []
+    outcome = grade_submission(archive, rubric, base / "job", config, on_stage=stages.append, gpu_stage=gpu_stage)
+    assert outcome.state == RunState.scored, outcome.message
+    assert stages == ["unpack", "stage", "build", "run"]
+    assert (seen["staged"] / "minitorch" / "cuda_kernels" / "softmax_kernel.so").is_file()
+    assert outcome.score == pytest.approx(sum(p.points for p in outcome.problems))
+    assert [p.problem_id for p in outcome.problems] == [p.id for p in rubric.problems]
+    for p in outcome.problems:
+        assert p.status == "passed", (p.problem_id, p.message)
+        assert p.details["score"]["correctness_points"] == next(
+            r.scoring.correctness_points for r in rubric.problems if r.id == p.problem_id)
+    report = outcome.report
+    assert report is not None and report["score"] == outcome.score
+    assert [t["number"] for t in report["tests"]] == [p.id for p in rubric.problems]
+    assert all(t["status"] == "passed" for t in report["tests"])
+    assert outcome.stages["run"].status == "ok" and "1.1: ok" in outcome.stages["run"].log
+
+
+def test_stage_runs_as_the_sandbox_user(base: Path, trusted: Path, short_cases: dict) -> None:
+    """The same grading with children dropped to 'nobody' (what production does as root)."""
+    user, why = _sandbox_user(base)
+    if user is None:
+        pytest.skip(f"children cannot run as 'nobody' here: {why}")
+    config = GpuStageConfig(limits=LIMITS, policy=SandboxPolicy(user=user), timing=TIMING, problem3=P3,
+                            seed=7, problems=("2.1", "3"))
+    by_id = _run(base, "as-nobody", trusted, config)
+    assert by_id["2.1"].status == "ok" and not by_id["2.1"].failed_cases, _describe(by_id["2.1"])
+    assert by_id["3"].status == "ok" and not by_id["3"].failed_cases, _describe(by_id["3"])
+    assert (base / "as-nobody" / "work" / "problem-2.1").stat().st_uid == pwd.getpwnam("nobody").pw_uid
