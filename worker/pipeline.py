@@ -133,9 +133,11 @@ def grade_submission(
     config: PipelineConfig,
     on_stage: StageListener = lambda _stage: None,
     gpu_stage: GpuStage | None = None,
+    targets: dict[str, float] | None = None,
 ) -> Outcome:
     """Run every stage for one archive in the fresh folder `job_dir`. Without a GPU stage a
-    successful build ends `built`; with one, the run is measured and scored."""
+    successful build ends `built`; with one, the run is measured and scored (against
+    `targets`, per-GPU calibrated speedups, where given; else the rubric's)."""
     outcome = Outcome(state=RunState.building, toolchain=toolchain_info(config.toolchain))
     limit = config.log_limit_bytes
 
@@ -195,7 +197,9 @@ def grade_submission(
     outcome.stages["run"] = StageRecord(
         "ok", time.monotonic() - started, _truncate(_run_log(measurements), limit)
     )
-    return _scored(outcome, rubric, measurements)
+    outcome.toolchain["targets"] = targets or {p.id: p.reference_speedup for p in rubric.problems}
+    outcome.toolchain["targets_calibrated"] = bool(targets)
+    return _scored(outcome, rubric, measurements, targets)
 
 
 def _run_log(measurements: list[ProblemMeasurement]) -> str:
@@ -213,8 +217,9 @@ def _run_log(measurements: list[ProblemMeasurement]) -> str:
     return "\n".join(lines)
 
 
-def _scored(outcome: Outcome, rubric: Rubric, measurements: list[ProblemMeasurement]) -> Outcome:
-    run_score = score_run(rubric, measurements)
+def _scored(outcome: Outcome, rubric: Rubric, measurements: list[ProblemMeasurement],
+            targets: dict[str, float] | None) -> Outcome:
+    run_score = score_run(rubric, measurements, targets=targets)
     by_id = {m.problem_id: m for m in measurements}
     titles = {p.id: p.title for p in rubric.problems}
     outcome.state = RunState.scored

@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+import pytest
+
+from worker.calibration import calibrated_targets
+from worker.measurements import CaseOutcome, ProblemMeasurement
+from worker.timing import ratio_summary
+
+
+def _measured(pid: str, speedup: float, ok: bool = True) -> ProblemMeasurement:
+    return ProblemMeasurement(
+        problem_id=pid,
+        abi_cases=[CaseOutcome("c", (1,), ok)],
+        speedup_student=ratio_summary([speedup] * 5, [1.0] * 5),
+    )
+
+
+def test_targets_are_the_reference_speedups_with_a_margin() -> None:
+    targets = calibrated_targets([_measured("1.1", 4.0), _measured("2.2", 16.0)], margin=0.9)
+    assert targets == {"1.1": 3.6, "2.2": 14.4}
+
+
+def test_incorrect_or_unmeasured_problems_get_no_target_and_targets_never_drop_below_1x() -> None:
+    unmeasured = ProblemMeasurement(problem_id="3", abi_cases=[CaseOutcome("c", (1,), True)])
+    targets = calibrated_targets([_measured("1.1", 4.0, ok=False), unmeasured, _measured("1.2", 1.05)])
+    assert targets == {"1.2": 1.0}
+
+
+def test_margin_must_be_a_fraction() -> None:
+    with pytest.raises(ValueError):
+        calibrated_targets([], margin=1.5)
