@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from worker.build import Toolchain, build_kernels, cuda_include_dirs
+from worker.calibration import calibrated_targets
 from worker.hw4 import kernels
 from worker.hw4.grade import GpuStageConfig, run_gpu_stage
 from worker.hw4.problem3 import Problem3Config
@@ -40,7 +41,6 @@ LIMITS = SandboxLimits(wall_s=600, cpu_s=1200, memory_bytes=48 * GiB, max_proces
 POLICY = SandboxPolicy(user=os.environ.get("KG_SANDBOX_USER", "nobody") or None, isolate_network=True, gpu_index=0)
 TIMING = kernels.TimingConfig(warmup=2, min_trials=10, max_trials=30, call_timeout_s=60)
 P3 = Problem3Config(budget_s=100, max_pairs=6)
-CALIBRATION_MARGIN = 0.9  # a calibrated target is 90% of the reference kit's own speedup
 OUT = Path(os.environ.get("OUT", ".gpu-out"))
 REPORT: dict[str, object] = {"grades": [], "stability": {}}
 
@@ -136,7 +136,7 @@ def test_reference_kit_end_to_end(kit_root: Path, tmp_path: Path, work: Path) ->
     assert outcome.report is not None and outcome.report["tests"]
     for m in collected:
         assert m.status == "ok" and m.all_passed, (m.problem_id, m.first_failure, m.log_tail[-2000:])
-    targets = {m.problem_id: m.speedup_student.speedup * CALIBRATION_MARGIN for m in collected if m.speedup_student}
+    targets = calibrated_targets(collected)
     calibrated = score_run(RUBRIC, collected, targets=targets)
     REPORT["reference_rubric_targets_total"] = score.total
     REPORT["reference_calibrated_total"] = calibrated.total
