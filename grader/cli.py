@@ -21,10 +21,15 @@ from grader.auth import issue_token
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import Role, User
 from grader.reconcile import reconcile
-from grader.service import get_or_create_user, sync_assignments
+from grader.service import get_or_create_user, save_calibration, sync_assignments
 from grader.settings import Settings, get_settings
 from worker.celery_app import make_celery
+from worker.calibration import DEFAULT_MARGIN, calibrated_targets
+from worker.hw4.grade import run_gpu_stage
+from worker.pipeline import build_reference
 from worker.rubric import load_rubric
+from worker.runs import gpu_available, gpu_stage_config, pipeline_config
+from worker.telemetry import gpu_snapshot
 from worker.starter_kit import write_starter_zip, zip_tree
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -130,6 +135,34 @@ def reconcile_command(loop: Annotated[bool, typer.Option(help="run forever")] = 
         if not loop:
             return
         time.sleep(settings.reconcile_interval_s)
+
+
+@app.command()
+def calibrate(
+    assignment: str = "hw4",
+    margin: Annotated[float, typer.Option(help="target = reference speedup x margin")] = DEFAULT_MARGIN,
+) -> None:
+    """Grade our reference kit on this worker's GPU and store its speedups as this GPU model's
+    targets (runs on this GPU model are then scored against them)."""
+    settings = get_settings()
+    if not gpu_available(settings):
+        typer.echo("no GPU on this worker (or KG_GPU_GRADING=off): nothing to calibrate", err=True)
+        raise typer.Exit(2)
+    rubric = load_rubric(assignment)
+    gpu = gpu_snapshot(settings.gpu_index)
+    with tempfile.TemporaryDirectory(prefix="kg-calibrate-") as tmp:
+        work = Path(tmp)
+        work.chmod(0o711)  # the sandbox user must reach its job folders
+        reference = build_reference(rubric, pipeline_config(settings, rubric), work / "reference")
+        measurements = run_gpu_stage(rubric, reference, reference, work / "run", gpu_stage_config(settings))
+    targets = calibrated_targets(measurements, margin)
+    details = {"gpu": gpu, "measured": {m.problem_id: m.speedup_student.to_dict() for m in measurements
+                                        if m.speedup_student is not None}}
+    with session_scope(make_session_factory(make_engine(settings))) as session:
+        save_calibration(session, assignment, str(gpu.get("name")), targets, margin, details)
+    for pid, target in sorted(targets.items()):
+        typer.echo(f"{pid}: target {target:.2f}x (rubric {next(p.reference_speedup for p in rubric.problems if p.id == pid)}x)")
+    typer.echo(f"stored for {gpu.get('name')}")
 
 
 @app.command()

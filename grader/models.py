@@ -5,7 +5,7 @@ import enum
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, DateTime, Enum, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import JSON, BigInteger, DateTime, Enum, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
@@ -83,6 +83,21 @@ class Assignment(Base):
     title: Mapped[str] = mapped_column(String(256))
     total_points: Mapped[float] = mapped_column(Float)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class GpuCalibration(Base):
+    """Per-GPU-model speedup targets for an assignment, measured on our reference kit."""
+
+    __tablename__ = "gpu_calibrations"
+    __table_args__ = (UniqueConstraint("assignment_id", "gpu_name"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    assignment_id: Mapped[int] = mapped_column(ForeignKey("assignments.id"))
+    gpu_name: Mapped[str] = mapped_column(String(128))
+    targets: Mapped[dict[str, Any]]  # problem id -> target speedup
+    margin: Mapped[float] = mapped_column(Float)
+    details: Mapped[dict[str, Any] | None]  # measured speedups, telemetry
+    measured_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class Submission(Base):

@@ -5,7 +5,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from grader.blobstore import StoredBlob
-from grader.models import Assignment, Role, Run, Submission, User
+from grader.models import Assignment, GpuCalibration, Role, Run, Submission, User, utcnow
 from worker.rubric import load_rubric
 
 
@@ -67,3 +67,31 @@ def record_regrade(session: Session, submission: Submission) -> Run:
     session.add(run)
     session.flush()
     return run
+
+
+def save_calibration(
+    session: Session, slug: str, gpu_name: str, targets: dict[str, float], margin: float, details: dict
+) -> GpuCalibration:
+    """Store (or replace) the targets for one GPU model."""
+    assignment = get_assignment(session, slug)
+    row = session.scalar(
+        select(GpuCalibration).where(GpuCalibration.assignment_id == assignment.id, GpuCalibration.gpu_name == gpu_name)
+    )
+    if row is None:
+        row = GpuCalibration(assignment_id=assignment.id, gpu_name=gpu_name, targets={}, margin=margin)
+        session.add(row)
+    row.targets, row.margin, row.details, row.measured_at = dict(targets), margin, details, utcnow()
+    session.flush()
+    return row
+
+
+def calibrated_targets_for(session: Session, slug: str, gpu_name: str | None) -> dict[str, float] | None:
+    """The stored targets for this GPU model, or None (the rubric's targets apply)."""
+    if not gpu_name:
+        return None
+    row = session.scalar(
+        select(GpuCalibration)
+        .join(Assignment, GpuCalibration.assignment_id == Assignment.id)
+        .where(Assignment.slug == slug, GpuCalibration.gpu_name == gpu_name)
+    )
+    return {k: float(v) for k, v in row.targets.items()} if row else None

@@ -25,12 +25,15 @@ from sqlalchemy.orm import Session, sessionmaker
 from grader.blobstore import BlobStore
 from grader.db import session_scope
 from grader.models import ACTIVE_STATES, ErrorClass, ProblemResult, Run, RunState, utcnow
+from grader.service import calibrated_targets_for
 from grader.settings import Settings
 from worker.build import Toolchain, cuda_include_dirs
 from worker.pipeline import GpuStage, Outcome, PipelineConfig, grade_submission, not_run_problems
 from worker.rubric import Rubric, load_rubric
+from worker.hw4.grade import GpuStageConfig, run_gpu_stage
+from worker.measurements import ProblemMeasurement
 from worker.sandbox import SandboxLimits, SandboxPolicy
-from worker.telemetry import gpu_count
+from worker.telemetry import gpu_count, gpu_snapshot
 from worker.unpack import UnpackLimits
 
 log = logging.getLogger(__name__)
@@ -67,15 +70,12 @@ def pipeline_config(settings: Settings, rubric: Rubric) -> PipelineConfig:
     )
 
 
-def gpu_stage_for(settings: Settings, rubric: Rubric) -> GpuStage | None:
-    """The assignment's GPU stage when this worker grades on a GPU, else None (runs end `built`)."""
-    if settings.gpu_grading == "off" or (settings.gpu_grading == "auto" and gpu_count() == 0):
-        return None
-    if rubric.slug != "hw4":
-        return None
-    from worker.hw4.grade import GpuStageConfig, run_gpu_stage  # numpy-heavy: only where used
+def gpu_available(settings: Settings) -> bool:
+    return settings.gpu_grading == "on" or (settings.gpu_grading == "auto" and gpu_count() > 0)
 
-    config = GpuStageConfig(
+
+def gpu_stage_config(settings: Settings) -> GpuStageConfig:
+    return GpuStageConfig(
         limits=SandboxLimits(
             wall_s=settings.sandbox_wall_s,
             cpu_s=settings.sandbox_cpu_s,
@@ -91,7 +91,14 @@ def gpu_stage_for(settings: Settings, rubric: Rubric) -> GpuStage | None:
         seed=settings.grading_seed,
     )
 
-    def stage(rubric: Rubric, staged: Path, reference: Path, work_dir: Path) -> list:  # type: ignore[type-arg]
+
+def gpu_stage_for(settings: Settings, rubric: Rubric) -> GpuStage | None:
+    """The assignment's GPU stage when this worker grades on a GPU, else None (runs end `built`)."""
+    if not gpu_available(settings) or rubric.slug != "hw4":
+        return None
+    config = gpu_stage_config(settings)
+
+    def stage(rubric: Rubric, staged: Path, reference: Path, work_dir: Path) -> list[ProblemMeasurement]:
         return run_gpu_stage(rubric, staged, reference, work_dir, config)
 
     return stage
@@ -208,7 +215,12 @@ class RunExecutor:
                     session.execute(update(Run).where(Run.id == run_id, Run.claimed_by == me)
                                     .values(state=RunState.running))
 
-        return grade_submission(archive, rubric, job_dir, config, on_stage, gpu_stage_for(self.settings, rubric))
+        gpu_stage = gpu_stage_for(self.settings, rubric)
+        targets = None
+        if gpu_stage is not None:
+            with session_scope(self.sessions) as session:
+                targets = calibrated_targets_for(session, slug, gpu_snapshot(self.settings.gpu_index).get("name"))
+        return grade_submission(archive, rubric, job_dir, config, on_stage, gpu_stage, targets)
 
     def _release(self, run_id: int, me: str) -> None:
         """Give a run back to the queue after an infrastructure fault (no result recorded)."""
