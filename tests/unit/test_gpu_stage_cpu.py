@@ -280,3 +280,21 @@ def test_stage_runs_as_the_sandbox_user(base: Path, trusted: Path, short_cases: 
     assert by_id["2.1"].status == "ok" and not by_id["2.1"].failed_cases, _describe(by_id["2.1"])
     assert by_id["3"].status == "ok" and not by_id["3"].failed_cases, _describe(by_id["3"])
     assert (base / "as-nobody" / "work" / "problem-2.1").stat().st_uid == pwd.getpwnam("nobody").pw_uid
+
+
+def test_a_failing_reference_child_costs_the_submission_nothing(base: Path, policy: SandboxPolicy,
+                                                                short_cases: dict) -> None:
+    """Our trusted child dying (here: its backend exits on import) drops the trusted figure;
+    the student's problems stay `ok`, timed against their own baseline, for every problem."""
+    broken = cpu_standin.make_cpu_submission(base / "broken-trusted" / "kit")
+    ops = broken / "minitorch" / "cuda_kernel_ops.py"
+    ops.write_text("import os\nos._exit(3)\n" + ops.read_text())
+    config = GpuStageConfig(limits=LIMITS, policy=policy, timing=TIMING, problem3=P3, seed=5, problems=("2.1", "2.2"))
+    by_id = _run(base, "broken-trusted", broken, config)
+    for pid in ("2.1", "2.2"):
+        m = by_id[pid]
+        assert m.status == "ok" and not m.failed_cases, _describe(m)
+        assert m.speedup_student is not None and m.speedup_trusted is None
+        assert "reference baseline failed" in m.telemetry["trusted_failure"]
+    score = score_run(load_rubric("hw4"), list(by_id.values()))
+    assert score.problem("2.1").correctness_points == 14 and score.problem("2.1").figure == "student"

@@ -133,6 +133,7 @@ class TimingResult:
     trusted: RatioSummary | None
     wrong_trials: int
     custom_ms: list[float]
+    trusted_error: str | None = None  # our reference child failed: its figure is dropped
 
 
 def time_problem(student: ChildClient, trusted: ChildClient | None, case: Case, rng: np.random.Generator,
@@ -140,10 +141,25 @@ def time_problem(student: ChildClient, trusted: ChildClient | None, case: Case, 
     variants: list[tuple[str, ChildClient, str]] = [("custom", student, "custom"), ("baseline", student, "baseline")]
     if trusted is not None:
         variants.append(("trusted", trusted, "baseline"))
+    trusted_error: str | None = None
+
+    def attempt(name: str, client: ChildClient, variant: str, inputs: dict[str, np.ndarray]):
+        """run_binding; a failure of OUR reference child is never the submission's: it drops
+        the trusted figure (None) instead of ending the problem."""
+        nonlocal trusted_error
+        if name != "trusted":
+            return run_binding(client, case, variant, inputs, config.call_timeout_s)
+        try:
+            return run_binding(client, case, variant, inputs, config.call_timeout_s)
+        except (ChildFailure, StudentError) as exc:
+            trusted_error = f"reference baseline failed: {exc}"
+            variants[:] = [v for v in variants if v[0] != "trusted"]
+            return None
+
     for _ in range(config.warmup):
         inputs = make_binding_inputs(case, rng)
-        for _, client, variant in variants:
-            run_binding(client, case, variant, inputs, config.call_timeout_s)
+        for name, client, variant in list(variants):
+            attempt(name, client, variant, inputs)
     samples: dict[str, list[float]] = {name: [] for name, _, _ in variants}
     wrong = 0
     trial = 0
@@ -153,17 +169,21 @@ def time_problem(student: ChildClient, trusted: ChildClient | None, case: Case, 
             expected = binding_reference(case, inputs)
             order = variants[trial % len(variants):] + variants[: trial % len(variants)]
             for name, client, variant in order:
-                outputs, ms = run_binding(client, case, variant, inputs, config.call_timeout_s)
+                result = attempt(name, client, variant, inputs)
+                if result is None:
+                    continue
+                outputs, ms = result
                 samples[name].append(ms)
                 if name == "custom" and not verify(case, outputs, expected).ok:
                     wrong += 1
             trial += 1
         student_ratio = ratio_summary(samples["baseline"], samples["custom"])
-        trusted_ratio = ratio_summary(samples["trusted"], samples["custom"]) if trusted is not None else None
+        has_trusted = any(v[0] == "trusted" for v in variants)
+        trusted_ratio = ratio_summary(samples["trusted"], samples["custom"]) if has_trusted else None
         settled = not needs_more_trials(student_ratio, thresholds, config.max_relative_width) and (
             trusted_ratio is None or not needs_more_trials(trusted_ratio, thresholds, config.max_relative_width))
         if trial >= config.max_trials or (trial >= config.min_trials and settled):
-            return TimingResult(student_ratio, trusted_ratio, wrong, samples["custom"])
+            return TimingResult(student_ratio, trusted_ratio, wrong, samples["custom"], trusted_error)
 
 
 ClientFactory = Callable[[str], ChildClient]  # label -> a fresh sandboxed child
@@ -194,6 +214,8 @@ def grade_kernel_problem(
             return measurement
         timing = time_problem(client, trusted, TIMING_CASES[problem_id], rng, config, thresholds)
         measurement.speedup_student, measurement.speedup_trusted = timing.student, timing.trusted
+        if timing.trusted_error:
+            measurement.telemetry["trusted_failure"] = timing.trusted_error
         if timing.wrong_trials:
             measurement.binding_cases.append(CaseOutcome(
                 case_id=f"timing:{TIMING_CASES[problem_id].id}", shape=tuple(TIMING_CASES[problem_id].shape),
