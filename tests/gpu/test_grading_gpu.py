@@ -189,18 +189,28 @@ def build_all(mutants: list[Mutant], kit_root: Path, base: Path) -> dict[str, Pa
         return {m.id: t for m, t in zip(mutants, trees)}
 
 
+def reference_scores(kit_root: Path, work: Path, problems: tuple[str, ...]) -> dict[str, object]:
+    """The reference kit's score per problem (graded here if this session has not yet)."""
+    if not REFERENCE_GRADES or not all(any(m.problem_id == p for m in REFERENCE_GRADES[0]) for p in problems):
+        measurements, _ = grade_tree("starter/hw4 (reference, for comparison)", kit_root, kit_root,
+                                     work / "reference", stage_config(problems))
+        REFERENCE_GRADES.insert(0, measurements)
+    return {p.problem_id: p for p in score_run(RUBRIC, REFERENCE_GRADES[0]).problems}
+
+
 def test_every_mutant_loses_points_on_its_problems(kit_root: Path, tmp_path: Path, work: Path) -> None:
     mutants = load_mutants("hw4")
+    speed_problems = tuple(sorted({p for m in mutants if m.kind == "speed" for p in m.must_fail} - {"3"}))
+    reference = reference_scores(kit_root, work, speed_problems)
     trees = build_all(mutants, kit_root, tmp_path / "trees")
     failures = []
     for mutant in mutants:
         measurements, score = grade_tree(f"mutant {mutant.id} ({mutant.kind})", trees[mutant.id], kit_root,
                                          work / mutant.id, stage_config(mutant.must_fail))
-        reference = {p.id: p for p in score_run(RUBRIC, REFERENCE_GRADES[0]).problems} if REFERENCE_GRADES else {}
         for pid in mutant.must_fail:
             got = next(s for s in score.problems if s.problem_id == pid)
             lost_correctness = got.correctness_points < got.max_points - 6 or got.status != "passed"
-            lost_speed = pid in reference and got.points < reference[pid].points - 0.5
+            lost_speed = pid in reference and got.points < reference[pid].points - 0.5  # type: ignore[attr-defined]
             if not (lost_correctness if mutant.kind == "correctness" else (lost_correctness or lost_speed)):
                 failures.append((mutant.id, pid, got.to_dict()))
     assert not failures, failures
@@ -272,8 +282,8 @@ CHEATS = parse_mutants({"mutants": [
 
 
 def test_cheats_gain_nothing(kit_root: Path, tmp_path: Path, work: Path) -> None:
-    reference = {m.problem_id: m for m in REFERENCE_GRADES[0]} if REFERENCE_GRADES else {}
-    ref_scores = {p.problem_id: p for p in score_run(RUBRIC, REFERENCE_GRADES[0]).problems} if REFERENCE_GRADES else {}
+    ref_scores = reference_scores(kit_root, work, ("2.1",))
+    reference = {m.problem_id: m for m in REFERENCE_GRADES[0]}
     for cheat in CHEATS:
         tree = build_variant(cheat, kit_root, tmp_path / cheat.id)
         measurements, score = grade_tree(f"cheat {cheat.id}", tree, kit_root, work / cheat.id,
@@ -283,7 +293,7 @@ def test_cheats_gain_nothing(kit_root: Path, tmp_path: Path, work: Path) -> None
             if cheat.kind == "correctness":  # caught: no correctness, no speed points
                 assert got.correctness_points == 0 and got.speed_points == 0, (cheat.id, got.to_dict())
                 continue
-            assert pid not in ref_scores or got.points <= ref_scores[pid].points + 0.6, (cheat.id, got.to_dict())
+            assert got.points <= ref_scores[pid].points + 0.6, (cheat.id, got.to_dict())  # type: ignore[attr-defined]
             m = next(x for x in measurements if x.problem_id == pid)
             figure = min(x.speedup for x in (m.speedup_student, m.speedup_trusted) if x is not None)
             if pid in reference and reference[pid].speedup_trusted:

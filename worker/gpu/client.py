@@ -90,6 +90,10 @@ class ChildClient:
             elapsed = (time.perf_counter_ns() - started) / 1e9
         except TimeoutError:
             self.process.kill()
+            try:
+                self.process.wait(timeout=5)  # let the output thread drain the last lines
+            except Exception:
+                pass
             raise ChildFailure("timeout", f"no answer to {message.get('op')!r} within {timeout:.0f} s",
                                self.process.output_tail()) from None
         except (ChannelClosed, OSError):
