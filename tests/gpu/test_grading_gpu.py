@@ -110,6 +110,7 @@ def grade_tree(label: str, tree: Path, trusted: Path, work: Path, config: GpuSta
 REFERENCE_GRADES: list[list[ProblemMeasurement]] = []
 
 
+@pytest.mark.timeout(1200)
 def test_reference_kit_end_to_end(kit_root: Path, tmp_path: Path, work: Path) -> None:
     """Zip -> unpack -> stage -> build -> GPU stage -> score, with the time of each stage."""
     archive = zip_tree(RUBRIC.starter_dir, tmp_path / "llmsys_hw4.zip")
@@ -145,6 +146,7 @@ def test_reference_kit_end_to_end(kit_root: Path, tmp_path: Path, work: Path) ->
     assert calibrated.total >= 99.0, calibrated.to_dict()
 
 
+@pytest.mark.timeout(1200)
 def test_reference_kit_is_stable_over_three_grades(kit_root: Path, work: Path) -> None:
     assert REFERENCE_GRADES, "the end-to-end grade must run first"
     kernel_only = ("1.1", "1.2", "2.1", "2.2")
@@ -198,6 +200,7 @@ def reference_scores(kit_root: Path, work: Path, problems: tuple[str, ...]) -> d
     return {p.problem_id: p for p in score_run(RUBRIC, REFERENCE_GRADES[0]).problems}
 
 
+@pytest.mark.timeout(1200)
 def test_every_mutant_loses_points_on_its_problems(kit_root: Path, tmp_path: Path, work: Path) -> None:
     mutants = load_mutants("hw4")
     speed_problems = tuple(sorted({p for m in mutants if m.kind == "speed" for p in m.must_fail} - {"3"}))
@@ -224,6 +227,7 @@ INFINITE_LOOP = parse_mutants({"mutants": [{
 }]})[0]
 
 
+@pytest.mark.timeout(1200)
 def test_infinite_loop_kernel_times_out_and_grading_goes_on(kit_root: Path, tmp_path: Path, work: Path) -> None:
     tree = build_variant(INFINITE_LOOP, kit_root, tmp_path / "spin")
     config = stage_config(("2.1", "2.2"), timing=replace(TIMING, call_timeout_s=20))
@@ -281,6 +285,7 @@ CHEATS = parse_mutants({"mutants": [
 ]})
 
 
+@pytest.mark.timeout(1200)
 def test_cheats_gain_nothing(kit_root: Path, tmp_path: Path, work: Path) -> None:
     ref_scores = reference_scores(kit_root, work, ("2.1",))
     reference = {m.problem_id: m for m in REFERENCE_GRADES[0]}
