@@ -148,10 +148,10 @@ def test_reference_kit_end_to_end(kit_root: Path, tmp_path: Path, work: Path) ->
 
 @pytest.mark.timeout(1200)
 def test_reference_kit_is_stable_over_three_grades(kit_root: Path, work: Path) -> None:
-    assert REFERENCE_GRADES, "the end-to-end grade must run first"
     kernel_only = ("1.1", "1.2", "2.1", "2.2")
-    for i in range(2):
-        measurements, _ = grade_tree(f"starter/hw4 (reference) grade {i + 2}", kit_root, kit_root,
+    while len(REFERENCE_GRADES) < 3:  # with the end-to-end grade when it ran in this session
+        i = len(REFERENCE_GRADES) + 1
+        measurements, _ = grade_tree(f"starter/hw4 (reference) grade {i}", kit_root, kit_root,
                                      work / f"g{i}", stage_config(kernel_only))
         REFERENCE_GRADES.append(measurements)
     stability = {}
@@ -200,30 +200,11 @@ def reference_scores(kit_root: Path, work: Path, problems: tuple[str, ...]) -> d
     return {p.problem_id: p for p in score_run(RUBRIC, REFERENCE_GRADES[0]).problems}
 
 
-@pytest.mark.timeout(1200)
-def test_every_mutant_loses_points_on_its_problems(kit_root: Path, tmp_path: Path, work: Path) -> None:
-    mutants = load_mutants("hw4")
-    speed_problems = tuple(sorted({p for m in mutants if m.kind == "speed" for p in m.must_fail} - {"3"}))
-    reference = reference_scores(kit_root, work, speed_problems)
-    trees = build_all(mutants, kit_root, tmp_path / "trees")
-    failures = []
-    for mutant in mutants:
-        measurements, score = grade_tree(f"mutant {mutant.id} ({mutant.kind})", trees[mutant.id], kit_root,
-                                         work / mutant.id, stage_config(mutant.must_fail))
-        for pid in mutant.must_fail:
-            got = next(s for s in score.problems if s.problem_id == pid)
-            lost_correctness = got.correctness_points < got.max_points - 6 or got.status != "passed"
-            lost_speed = pid in reference and got.points < reference[pid].points - 0.5  # type: ignore[attr-defined]
-            if not (lost_correctness if mutant.kind == "correctness" else (lost_correctness or lost_speed)):
-                failures.append((mutant.id, pid, got.to_dict()))
-    assert not failures, failures
-
-
 INFINITE_LOOP = parse_mutants({"mutants": [{
     "id": "layernorm_fw_spins_forever", "description": "ker_layer_norm never returns",
     "kind": "correctness", "must_fail": ["2.1"],
     "edits": [{"file": "src/layernorm_kernel.cu", "find": "// BEGIN SOLUTION: Problem 2.1 ker_layer_norm",
-               "replace": "// BEGIN SOLUTION: Problem 2.1 ker_layer_norm\n  for (volatile int spin = 1; spin;) {}"}],
+               "replace": "// BEGIN SOLUTION: Problem 2.1 ker_layer_norm\n  while (clock64() >= 0) {}"}],
 }]})[0]
 
 
@@ -303,3 +284,22 @@ def test_cheats_gain_nothing(kit_root: Path, tmp_path: Path, work: Path) -> None
             figure = min(x.speedup for x in (m.speedup_student, m.speedup_trusted) if x is not None)
             if pid in reference and reference[pid].speedup_trusted:
                 assert figure <= reference[pid].speedup_trusted.speedup * 1.25, (cheat.id, m.to_dict())
+
+
+@pytest.mark.timeout(1200)
+def test_every_mutant_loses_points_on_its_problems(kit_root: Path, tmp_path: Path, work: Path) -> None:
+    mutants = load_mutants("hw4")
+    speed_problems = tuple(sorted({p for m in mutants if m.kind == "speed" for p in m.must_fail} - {"3"}))
+    reference = reference_scores(kit_root, work, speed_problems)
+    trees = build_all(mutants, kit_root, tmp_path / "trees")
+    failures = []
+    for mutant in mutants:
+        measurements, score = grade_tree(f"mutant {mutant.id} ({mutant.kind})", trees[mutant.id], kit_root,
+                                         work / mutant.id, stage_config(mutant.must_fail))
+        for pid in mutant.must_fail:
+            got = next(s for s in score.problems if s.problem_id == pid)
+            lost_correctness = got.correctness_points < got.max_points - 6 or got.status != "passed"
+            lost_speed = pid in reference and got.points < reference[pid].points - 0.5  # type: ignore[attr-defined]
+            if not (lost_correctness if mutant.kind == "correctness" else (lost_correctness or lost_speed)):
+                failures.append((mutant.id, pid, got.to_dict()))
+    assert not failures, failures

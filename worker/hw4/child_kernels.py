@@ -84,43 +84,50 @@ def _forward(mt: Any, kind: str, variant: str, t: dict[str, Any]) -> Any:
 
 @handler("binding_prepare")
 def binding_prepare(state: ChildState, msg: dict[str, Any]) -> dict[str, Any]:
-    """Forward kinds: tensors of the right shapes holding random placeholders.
-    Backward kinds: leaves from the real inputs, the forward run, gradients to come."""
+    """`reps` independent computations, each with its own tensors. Forward kinds: tensors of
+    the right shapes holding random placeholders. Backward kinds: leaves from the real
+    inputs (arrays with a leading `reps` axis) and the forward run; gradients come later."""
     mt, backend = _minitorch(state)
-    kind, variant = msg["kind"], msg["variant"]
+    kind, variant, reps = msg["kind"], msg["variant"], int(msg.get("reps", 1))
     backward = kind.endswith("_bw")
-    if backward:
-        inputs = _views(state, msg["arrays"])
-    else:
-        rng = np.random.default_rng()
-        inputs = {name: rng.standard_normal(tuple(shape)).astype(np.float32) for name, shape in msg["shapes"].items()}
-    leaves = {name: _tensor(mt, backend, a, requires_grad=backward and name != "mask") for name, a in inputs.items()}
-    prepared: dict[str, Any] = {"leaves": leaves}
-    if backward:
-        prepared["out"] = _forward(mt, kind, variant, leaves)
-        prepared["grad"] = _tensor(mt, backend, np.zeros(prepared["out"].shape, np.float32), False)
+    stacked = _views(state, msg["arrays"]) if backward else {}
+    rng = np.random.default_rng()
+    prepared = []
+    for i in range(reps):
+        if backward:
+            inputs = {name: a[i] for name, a in stacked.items()}
+        else:
+            inputs = {name: rng.standard_normal(tuple(shape)).astype(np.float32) for name, shape in msg["shapes"].items()}
+        leaves = {name: _tensor(mt, backend, a, requires_grad=backward and name != "mask") for name, a in inputs.items()}
+        one: dict[str, Any] = {"leaves": leaves}
+        if backward:
+            one["out"] = _forward(mt, kind, variant, leaves)
+            one["grad"] = _tensor(mt, backend, np.zeros(one["out"].shape, np.float32), False)
+        prepared.append(one)
     state.memo[f"prepared:{variant}"] = prepared
     return {}
 
 
 @handler("binding_run")
 def binding_run(state: ChildState, msg: dict[str, Any]) -> dict[str, Any]:
-    """The timed part: fill the real inputs (forward) or the upstream gradient (backward),
-    compute, and write the results where the parent asked."""
+    """The timed part, for each prepared computation in turn: fill the real inputs (forward)
+    or the upstream gradient (backward), compute, and write the results where the parent
+    asked (arrays and outputs carry a leading `reps` axis)."""
     mt, _ = _minitorch(state)
     kind, variant = msg["kind"], msg["variant"]
     prepared = state.memo.pop(f"prepared:{variant}")
     arrays = _views(state, msg["arrays"])
     outputs = _views(state, msg["outputs"])
-    leaves = prepared["leaves"]
-    if kind.endswith("_fw"):
-        for name, array in arrays.items():
-            _fill(leaves[name], array)
-        outputs["out"][...] = _forward(mt, kind, variant, leaves).to_numpy().reshape(outputs["out"].shape)
-        return {}
-    _fill(prepared["grad"], arrays["out_grad"])
-    prepared["out"].backward(prepared["grad"])
-    for leaf, name in GRADIENTS[family(kind)]:
-        if name in outputs:
-            outputs[name][...] = leaves[leaf].grad.to_numpy().reshape(outputs[name].shape)
+    for i, one in enumerate(prepared):
+        leaves = one["leaves"]
+        if kind.endswith("_fw"):
+            for name, array in arrays.items():
+                _fill(leaves[name], array[i])
+            outputs["out"][i] = _forward(mt, kind, variant, leaves).to_numpy().reshape(outputs["out"].shape[1:])
+            continue
+        _fill(one["grad"], arrays["out_grad"][i])
+        one["out"].backward(one["grad"])
+        for leaf, name in GRADIENTS[family(kind)]:
+            if name in outputs:
+                outputs[name][i] = leaves[leaf].grad.to_numpy().reshape(outputs[name].shape[1:])
     return {}
