@@ -216,7 +216,9 @@ def test_infinite_loop_kernel_times_out_and_grading_goes_on(kit_root: Path, tmp_
     by_id = {m.problem_id: m for m in measurements}
     assert by_id["2.1"].status == "timeout", by_id["2.1"].to_dict()
     assert score.problem("2.1").points == 0
-    assert by_id["2.2"].status == "ok" and by_id["2.2"].all_passed  # the next problem was graded
+    # Grading went on: 2.2 ran in a fresh child and its own kernels passed through the C ABI;
+    # its binding check needs the (hanging) fused forward first, so it ends in a timeout too.
+    assert by_id["2.2"].abi_cases and all(c.ok for c in by_id["2.2"].abi_cases)
 
 
 def test_compile_error_is_a_build_error(tmp_path: Path) -> None:
