@@ -62,8 +62,9 @@ def _init_torch_cuda() -> None:
     """Bring torch's CUDA state up front, as the course's fused path does on its first call
     (it asks torch for the current stream). Then a child that only times the baseline (our
     reference child) runs the basic ops under the same CUDA context as the student's child,
-    where the fused op has run: on the H200 the softmax composition ran 1.6x slower in a
-    child where torch had not initialised CUDA."""
+    where the fused op has run. Why: on the H200 the same softmax composition timed 1.6x
+    slower in the reference child than in the student's; a different current context is
+    the suspected cause, not yet confirmed by a measurement."""
     try:
         import torch  # noqa: PLC0415 - optional, present wherever the course's binding runs
     except ImportError:
