@@ -1,0 +1,101 @@
+"""A run graded all the way to `scored` by the worker's executor, recorded in PostgreSQL and
+read back over the API: the GPU stage runs on the CPU stand-in submission (host-loop kernels
+built by a g++ "nvcc", the kit's MiniTorch on the CPU), since CI has no GPU."""
+from __future__ import annotations
+
+import shutil
+import tempfile
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session, sessionmaker
+
+import worker.runs
+from grader.blobstore import BlobStore
+from grader.db import session_scope
+from grader.models import Role
+from grader.service import get_assignment, get_or_create_user, record_submission
+from grader.settings import Settings
+from tests.fixtures import cpu_standin
+from tests.service.conftest import auth
+from worker.hw4 import grade, kernels
+from worker.hw4.cases import load_cases, make_case
+from worker.hw4.grade import GpuStageConfig
+from worker.hw4.problem3 import Problem3Config
+from worker.runs import Disposition, RunExecutor
+from worker.sandbox import SandboxLimits, SandboxPolicy
+
+GiB = 1024**3
+SMALL = GpuStageConfig(
+    limits=SandboxLimits(wall_s=300, cpu_s=600, memory_bytes=8 * GiB, max_processes=256, file_size_bytes=GiB),
+    policy=SandboxPolicy(user=None),  # CI's interpreter lives under a 0700 home: no uid drop here
+    timing=kernels.TimingConfig(warmup=1, min_trials=4, max_trials=4, round_trials=4, request_ms=1.0, max_reps=2),
+    problem3=Problem3Config(n_vocab=50, n_embd=16, n_head=2, n_positions=8, batch=2, seq_len=8,
+                            budget_s=60, min_pairs=2, max_pairs=2),
+)
+
+
+@pytest.fixture
+def small_stage(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two rubric cases per problem, tiny timing shapes and model: the same code, less work."""
+    short = {pid: cases[:2] for pid, cases in load_cases("hw4").items()}
+    monkeypatch.setattr(grade, "load_cases", lambda _slug: short)
+    monkeypatch.setitem(kernels.TIMING_CASES, "1.1", make_case(
+        "softmax_fw", id="t-sfw", problem="1.1", public=True, batch=2, nhead=2, from_len=32, to_len=32,
+        mask="pad", mask_future=False))
+    monkeypatch.setitem(kernels.TIMING_CASES, "1.2", make_case(
+        "softmax_bw", id="t-sbw", problem="1.2", public=True, rows=128, softmax_len=32, batch=2, nhead=2,
+        from_len=32))
+    monkeypatch.setitem(kernels.TIMING_CASES, "2.1", make_case("layernorm_fw", id="t-lfw", problem="2.1",
+                                                               public=True, rows=64, hidden=32))
+    monkeypatch.setitem(kernels.TIMING_CASES, "2.2", make_case("layernorm_bw", id="t-lbw", problem="2.2",
+                                                               public=True, rows=64, hidden=32))
+    monkeypatch.setattr(worker.runs, "gpu_stage_config", lambda _settings: SMALL)
+
+
+@pytest.fixture
+def work() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="kg-scored-run-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.mark.skipif(not cpu_standin.have_compiler(), reason="needs g++ for the CPU stand-in")
+def test_executor_scores_a_run_and_the_api_shows_results_and_report(
+    settings: Settings, sessions: sessionmaker[Session], client: TestClient, tokens: dict[str, str],
+    small_stage: None, work: Path,
+) -> None:
+    source = cpu_standin.make_cpu_submission(work / "src" / "llmsys_hw4")
+    archive = work / "standin.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        for path in sorted(source.rglob("*")):
+            if path.is_file() and path.suffix != ".so":
+                zf.write(path, path.relative_to(source.parent).as_posix())
+    blob = BlobStore(settings.blob_dir).put_bytes(archive.read_bytes())
+    with session_scope(sessions) as session:
+        user = get_or_create_user(session, "alice", Role.student)
+        _, run = record_submission(session, user, get_assignment(session, "hw4"), "standin.zip", blob)
+        run_id = run.id
+    gpu_settings = settings.model_copy(update={
+        "gpu_grading": "on", "nvcc": str(cpu_standin.write_fake_nvcc(work / "bin" / "nvcc")),
+        "data_dir": work / "data",
+    })
+    gpu_settings.blob_dir.parent.mkdir(parents=True)
+    shutil.copytree(settings.blob_dir, gpu_settings.blob_dir)
+
+    assert RunExecutor(gpu_settings, sessions, BlobStore(gpu_settings.blob_dir)).execute(run_id) is Disposition.done
+
+    run = client.get(f"/api/v1/runs/{run_id}", headers=auth(tokens["alice"])).json()
+    assert run["state"] == "scored", run["message"]
+    assert set(run["stages"]) >= {"unpack", "stage", "build", "reference", "run"}
+    assert [r["problem_id"] for r in run["results"]] == ["1.1", "1.2", "2.1", "2.2", "3"]
+    assert run["score"] == pytest.approx(sum(r["points"] for r in run["results"]))
+    for result in run["results"]:
+        assert result["details"]["score"]["correctness_points"] == 14, result
+        assert result["details"]["measurement"]["status"] == "ok"
+    assert run["report"]["score"] == run["score"]
+    assert [t["number"] for t in run["report"]["tests"]] == ["1.1", "1.2", "2.1", "2.2", "3"]
+    assert run["toolchain"]["targets_calibrated"] is False
