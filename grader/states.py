@@ -18,10 +18,6 @@ class RunState(str, enum.Enum):
     scored = "scored"
     failed = "failed"
 
-    @property
-    def is_final(self) -> bool:
-        return self in FINAL_STATES
-
 
 FINAL_STATES = frozenset({RunState.built, RunState.scored, RunState.failed})
 ACTIVE_STATES = (RunState.building, RunState.running)
