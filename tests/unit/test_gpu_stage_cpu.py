@@ -17,127 +17,38 @@ test uses the rubric's full case list and the real timing shapes.
 from __future__ import annotations
 
 import dataclasses
-import math
-import os
 import pwd
-import shutil
 import sys
-import tempfile
 import zipfile
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
 import cpu_standin  # noqa: E402
+from gpu_stage_support import (  # noqa: E402,F401  (base, policy, trusted, short_cases: fixtures)
+    KERNEL_PROBLEMS, LIMITS, MiB, P3, TIMING, base, policy, short_cases, trusted)
+from gpu_stage_support import describe as _describe  # noqa: E402
+from gpu_stage_support import measured as _measured  # noqa: E402
+from gpu_stage_support import run_stage as _run  # noqa: E402
+from gpu_stage_support import sandbox_user as _sandbox_user  # noqa: E402
+from gpu_stage_support import stage_config as _config  # noqa: E402
 
 from grader.states import RunState  # noqa: E402
-from worker import pipeline  # noqa: E402
 from worker.build import Toolchain  # noqa: E402
-from worker.hw4 import grade, kernels  # noqa: E402
-from worker.hw4.cases import load_cases, make_case  # noqa: E402
+from worker.hw4.cases import load_cases  # noqa: E402
 from worker.hw4.grade import GpuStageConfig, run_gpu_stage  # noqa: E402
 from worker.hw4.kernels import TimingConfig, binding_eligible  # noqa: E402
-from worker.hw4.problem3 import Problem3Config  # noqa: E402
 from worker.pipeline import PipelineConfig, grade_submission  # noqa: E402
 from worker.rubric import load_rubric  # noqa: E402
-from worker.sandbox import SandboxLimits, SandboxPolicy, usable_by  # noqa: E402
+from worker.sandbox import SandboxPolicy  # noqa: E402
 from worker.scoring import score_run  # noqa: E402
 from worker.unpack import UnpackLimits  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not cpu_standin.have_compiler(), reason="g++ is needed to build the CPU stand-in kernels")
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-KERNEL_PROBLEMS = ("1.1", "1.2", "2.1", "2.2")
-MiB = 1 << 20
-LIMITS = SandboxLimits(wall_s=600, cpu_s=600, memory_bytes=4096 * MiB, max_processes=64,
-                       file_size_bytes=1024 * MiB, open_files=256)
-TIMING = TimingConfig(warmup=1, min_trials=4, max_trials=6, round_trials=2, call_timeout_s=60.0)
-P3 = Problem3Config(n_vocab=50, n_embd=16, n_head=2, n_positions=8, batch=2, seq_len=8, backend="cuda",
-                    budget_s=20.0, min_pairs=3, max_pairs=4, step_timeout_s=60.0, setup_timeout_s=60.0,
-                    probe_batch=2)
-SMALL_TIMING_CASES = {
-    "1.1": make_case("softmax_fw", id="t-sfw", problem="1.1", public=True,
-                     batch=2, nhead=2, from_len=32, to_len=32, mask="pad", mask_future=False),
-    "1.2": make_case("softmax_bw", id="t-sbw", problem="1.2", public=True,
-                     rows=2 * 2 * 32, softmax_len=32, batch=2, nhead=2, from_len=32),
-    "2.1": make_case("layernorm_fw", id="t-lfw", problem="2.1", public=True, rows=64, hidden=32),
-    "2.2": make_case("layernorm_bw", id="t-lbw", problem="2.2", public=True, rows=64, hidden=32),
-}
-
-
-# ----------------------------------------------------------------------------- setup
-
-
-def _sandbox_user(base: Path) -> tuple[str | None, str]:
-    """("nobody", "") when this root process can drop children to nobody and nobody can reach
-    the interpreter, the project, numpy and the work folder; else (None, why not)."""
-    if os.geteuid() != 0:
-        return None, "not root: the sandbox keeps this uid"
-    try:
-        pw = pwd.getpwnam("nobody")
-    except KeyError:
-        return None, "no user 'nobody'"
-    needs = [(Path(sys.executable), os.R_OK | os.X_OK), (PROJECT_ROOT / "worker" / "gpu" / "child.py", os.R_OK),
-             (Path(np.__file__), os.R_OK), (cpu_standin.KIT / "minitorch" / "__init__.py", os.R_OK),
-             (base, os.X_OK)]
-    for path, mode in needs:
-        if not usable_by(path, pw.pw_uid, pw.pw_gid, mode):
-            return None, f"'nobody' cannot use {os.path.realpath(path)}"
-    return "nobody", ""
-
-
-@pytest.fixture(scope="module")
-def base():
-    """A work folder 'nobody' can traverse (pytest's own tmp folders are 0700 as root)."""
-    path = Path(tempfile.mkdtemp(prefix="kg-gpu-stage-cpu-"))
-    path.chmod(0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def policy(base: Path) -> SandboxPolicy:
-    user, _ = _sandbox_user(base)
-    return SandboxPolicy(user=user)
-
-
-@pytest.fixture(scope="module")
-def trusted(base: Path) -> Path:
-    return cpu_standin.make_cpu_submission(base / "trusted")
-
-
-@pytest.fixture
-def short_cases(monkeypatch: pytest.MonkeyPatch) -> dict:
-    """The first two rubric cases per problem (the first 1.1 cases carry a padding mask) and small
-    timing shapes."""
-    full = load_cases("hw4")
-    short = {pid: cases[:2] for pid, cases in full.items()}
-    monkeypatch.setattr(grade, "load_cases", lambda _slug: short)
-    for pid, case in SMALL_TIMING_CASES.items():
-        monkeypatch.setitem(kernels.TIMING_CASES, pid, case)
-    return short
-
-
-def _config(policy: SandboxPolicy, timing: TimingConfig = TIMING, problem3: Problem3Config = P3) -> GpuStageConfig:
-    return GpuStageConfig(limits=LIMITS, policy=policy, timing=timing, problem3=problem3, seed=20261129)
-
-
-def _run(base: Path, name: str, trusted: Path, config: GpuStageConfig, defines: tuple[str, ...] = ()):
-    submission = cpu_standin.make_cpu_submission(base / name / "submission", defines)
-    measurements = run_gpu_stage(load_rubric("hw4"), submission, trusted, base / name / "work", config)
-    return {m.problem_id: m for m in measurements}
-
-
-def _measured(m) -> bool:
-    s, t = m.speedup_student, m.speedup_trusted
-    return (s is not None and t is not None and s.trials >= TIMING.min_trials and t.trials >= TIMING.min_trials
-            and all(math.isfinite(x) and x > 0 for x in (s.speedup, t.speedup, s.low, s.high)))
-
-
-def _describe(m) -> str:
-    return f"{m.problem_id} {m.status}: {[c.describe() for c in m.failed_cases][:3]} {m.log_tail[-1500:]}"
+# Setup shared with test_grading_catches_mutants_cpu.py: tests/fixtures/gpu_stage_support.py
+# (limits, timing, the tiny Problem 3, the short case list, the sandbox user, the stand-in run).
 
 
 # ----------------------------------------------------------------------------- tests
