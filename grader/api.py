@@ -1,22 +1,36 @@
-"""REST API v1: submit, read submissions and runs, re-grade. Bearer-token auth."""
+"""REST API v1: submit, list and read submissions and runs, re-grade, gradebook export.
+
+Bearer-token auth. Every 4xx/5xx answer under /api/ has the body
+`{"error": {"code": ..., "message": ...}}` (see `install_error_handlers`)."""
 from __future__ import annotations
 
+import csv
+import io
+import logging
 from collections.abc import Iterator
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
+from urllib.parse import urlencode
 
-from fastapi import APIRouter, Depends, HTTPException, Request, status
+from fastapi import APIRouter, Body, Depends, FastAPI, HTTPException, Query, Request, status
+from fastapi.exception_handlers import http_exception_handler, request_validation_exception_handler
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
+from sqlalchemy import select
 from sqlalchemy.orm import Session
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from grader.auth import SCOPE_READ, SCOPE_REGRADE, SCOPE_SUBMIT, Principal, authenticate
+from grader import queries
+from grader.auth import SCOPE_READ, SCOPE_READ_ALL, SCOPE_REGRADE, SCOPE_SUBMIT, Principal, authenticate
 from grader.context import AppContext
 from grader.dispatch import send_run
-from grader.models import ProblemResult, Run, Submission
+from grader.models import Assignment, ProblemResult, Run, Submission, User
 from grader.service import NotFound, get_assignment, record_regrade, record_submission
 from grader.uploads import UploadError, receive_upload
 
+log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/v1", tags=["v1"])
 _bearer = HTTPBearer(auto_error=False, description="API token (kg_...) from `grader token create`")
 
@@ -25,6 +39,93 @@ BROKER_DOWN_MESSAGE = (
     "Upload stored, but the grading queue is unreachable right now; "
     "the run stays queued and will be picked up automatically when the queue is back."
 )
+
+
+# ---- errors -------------------------------------------------------------------------------
+
+ERROR_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    422: "validation_error",
+    429: "too_many_requests",
+    500: "internal_error",
+    503: "unavailable",
+}
+
+
+class ErrorDetail(BaseModel):
+    code: str = Field(description="stable machine-readable code, e.g. not_found, forbidden")
+    message: str = Field(description="what went wrong, for a person")
+    details: list[dict[str, Any]] | None = Field(None, description="per-field problems of a 422")
+
+
+class ErrorBody(BaseModel):
+    error: ErrorDetail
+
+
+class ApiError(HTTPException):
+    """An HTTPException with an explicit error code (default: from the status)."""
+
+    def __init__(self, status_code: int, message: str, code: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(status_code, message, headers=headers)
+        self.code = code or ERROR_CODES.get(status_code, "error")
+
+
+def error_response(status_code: int, message: str, code: str | None = None,
+                   details: list[dict[str, Any]] | None = None, headers: dict[str, str] | None = None) -> JSONResponse:
+    error: dict[str, Any] = {"code": code or ERROR_CODES.get(status_code, "error"), "message": message}
+    if details is not None:
+        error["details"] = details
+    return JSONResponse({"error": error}, status_code=status_code, headers=headers)
+
+
+def _is_api(request: Request) -> bool:
+    return request.url.path.startswith("/api/")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """The API's error body on /api/ paths; other paths keep FastAPI's default answers."""
+
+    async def on_http(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, StarletteHTTPException)
+        if not _is_api(request):
+            return await http_exception_handler(request, exc)
+        return error_response(exc.status_code, str(exc.detail), getattr(exc, "code", None),
+                              headers=getattr(exc, "headers", None))
+
+    async def on_validation(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestValidationError)
+        if not _is_api(request):
+            return await request_validation_exception_handler(request, exc)
+        details = [
+            {"loc": [str(part) for part in e.get("loc", ())], "msg": e.get("msg", ""), "type": e.get("type", "")}
+            for e in exc.errors()
+        ]
+        where = "; ".join(f"{'.'.join(d['loc'])}: {d['msg']}" for d in details)
+        return error_response(422, f"invalid request ({where})", details=details)
+
+    async def on_unexpected(request: Request, exc: Exception) -> Response:
+        log.exception("unhandled error on %s", request.url.path)
+        if not _is_api(request):
+            return PlainTextResponse("Internal Server Error", status_code=500)
+        return error_response(500, "internal error; it has been logged")
+
+    app.add_exception_handler(StarletteHTTPException, on_http)
+    app.add_exception_handler(RequestValidationError, on_validation)
+    app.add_exception_handler(Exception, on_unexpected)
+
+
+# Documented on every route (FastAPI adds 422 itself; its schema is overridden below).
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorBody, "description": ERROR_CODES[code]} for code in (401, 403, 404, 422)
+}
 
 
 # ---- schemas ------------------------------------------------------------------------------
@@ -84,6 +185,88 @@ class SubmissionOut(BaseModel):
     sha256: str
     uploaded_at: datetime
     runs: list[RunSummary]
+
+
+class SubmissionSummary(BaseModel):
+    id: int
+    user: str
+    assignment: str
+    original_filename: str
+    size_bytes: int
+    uploaded_at: datetime
+    run_count: int
+    latest_run: RunSummary | None
+    url: str
+
+
+class SubmissionPage(BaseModel):
+    items: list[SubmissionSummary]
+    total: int = Field(description="submissions matching the filters, over all pages")
+    page: int
+    page_size: int
+    next: str | None = Field(description="path and query of the next page; null on the last page")
+
+
+class RunListItem(RunSummary):
+    submission_id: int
+    attempts: int
+    started_at: datetime | None
+    finished_at: datetime | None
+    problems: dict[str, float] = Field(description="problem id -> points (scored runs)")
+    url: str
+
+
+class SubmissionRuns(BaseModel):
+    submission_id: int
+    items: list[RunListItem]
+
+
+class ProblemColumnOut(BaseModel):
+    problem_id: str
+    title: str
+    max_points: float
+
+
+class ScoredRunOut(BaseModel):
+    run_id: int
+    submission_id: int
+    score: float
+    finished_at: datetime | None
+    problems: dict[str, float]
+
+
+class GradebookRowOut(BaseModel):
+    user: str
+    submissions: int
+    total: float | None = Field(description="score of the run the policy picks; null: no scored run")
+    problems: dict[str, float] = Field(description="problem id -> points of that run")
+    run_id: int | None
+    latest: ScoredRunOut | None
+    best: ScoredRunOut | None
+
+
+class GradebookOut(BaseModel):
+    assignment: str
+    title: str
+    total_points: float
+    policy: Literal["latest", "best"]
+    problems: list[ProblemColumnOut]
+    rows: list[GradebookRowOut]
+
+
+class RegradeRequest(BaseModel):
+    submissions: list[int] | Literal["all", "latest"] = Field(
+        description='submission ids, "all" (every submission of the assignment) or '
+        '"latest" (each student\'s newest submission)',
+        examples=[[12, 15], "all"],
+    )
+
+
+class RegradeAccepted(BaseModel):
+    run_ids: list[int]
+    submission_ids: list[int]
+    queued: int = Field(description="how many runs reached the queue now (the rest are sent later)")
+    message: str
 
 
 class Accepted(BaseModel):
@@ -168,6 +351,8 @@ def _acceptance(ctx: AppContext, submission: Submission, run: Run) -> dict[str, 
     "/submissions",
     status_code=status.HTTP_201_CREATED,
     response_model=SubmissionCreated,
+    responses={**ERRORS, 413: {"model": ErrorBody, "description": "upload too large"},
+               415: {"model": ErrorBody, "description": "not a multipart upload"}},
     summary="Upload a zipped submission (multipart field 'file'; optional field 'assignment')",
 )
 async def create_submission(request: Request, ctx: Context, session: DB, caller: Caller) -> dict[str, Any]:
@@ -186,7 +371,68 @@ async def create_submission(request: Request, ctx: Context, session: DB, caller:
     return {**body, "sha256": submission.sha256, "size_bytes": submission.size_bytes}
 
 
-@router.get("/submissions/{submission_id}", response_model=SubmissionOut)
+@router.get(
+    "/submissions",
+    response_model=SubmissionPage,
+    responses=ERRORS,
+    summary="List submissions, newest first (students: their own; `read:all`: everyone's)",
+)
+def list_submissions(
+    request: Request,
+    session: DB,
+    caller: Caller,
+    page: Annotated[int, Query(ge=1, description="1-based page number")] = 1,
+    page_size: Annotated[int, Query(ge=1, le=queries.MAX_PAGE_SIZE, description="items per page")] = 20,
+    user: Annotated[str | None, Query(description="only this login's submissions (staff)")] = None,
+    assignment: Annotated[str | None, Query(description="only this assignment (slug)")] = None,
+) -> dict[str, Any]:
+    require(caller, SCOPE_READ)
+    if caller.can(SCOPE_READ_ALL):
+        user_id = None
+        if user is not None:
+            row = session.scalar(select(User).where(User.username == user))
+            if row is None:
+                raise HTTPException(status.HTTP_404_NOT_FOUND, f"no user {user!r}")
+            user_id = row.id
+    elif user is None or user == caller.user.username:
+        user_id = caller.user.id
+    else:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "listing another user's submissions needs the 'read:all' scope")
+    assignment_id = _assignment(session, assignment).id if assignment is not None else None
+    result = queries.list_submissions(session, user_id=user_id, assignment_id=assignment_id, page=page,
+                                      page_size=page_size)
+    next_link = None
+    if result.has_next:
+        params = {k: v for k, v in request.query_params.items() if k != "page"}
+        next_link = f"{request.url.path}?{urlencode({**params, 'page': page + 1})}"
+    return {
+        "items": [
+            {
+                "id": sub.id,
+                "user": sub.user.username,
+                "assignment": sub.assignment.slug,
+                "original_filename": sub.original_filename,
+                "size_bytes": sub.size_bytes,
+                "uploaded_at": sub.uploaded_at,
+                "run_count": len(sub.runs),
+                "latest_run": _run_summary(sub.runs[-1]) if sub.runs else None,
+                "url": f"/api/v1/submissions/{sub.id}",
+            }
+            for sub in result.items
+        ],
+        "total": result.total,
+        "page": result.page,
+        "page_size": result.page_size,
+        "next": next_link,
+    }
+
+
+@router.get(
+    "/submissions/{submission_id}",
+    response_model=SubmissionOut,
+    responses=ERRORS,
+    summary="One submission and its runs (history)",
+)
 def read_submission(submission_id: int, session: DB, caller: Caller) -> dict[str, Any]:
     sub = _readable_submission(session, caller, submission_id)
     return {
@@ -197,16 +443,32 @@ def read_submission(submission_id: int, session: DB, caller: Caller) -> dict[str
         "size_bytes": sub.size_bytes,
         "sha256": sub.sha256,
         "uploaded_at": sub.uploaded_at,
-        "runs": [
+        "runs": [_run_summary(r) for r in sub.runs],
+    }
+
+
+@router.get(
+    "/submissions/{submission_id}/runs",
+    response_model=SubmissionRuns,
+    responses=ERRORS,
+    summary="The runs of one submission, oldest first, with per-problem points",
+)
+def list_submission_runs(submission_id: int, session: DB, caller: Caller) -> dict[str, Any]:
+    require(caller, SCOPE_READ)
+    sub = _readable_submission(session, caller, submission_id)
+    return {
+        "submission_id": sub.id,
+        "items": [
             {
-                "id": r.id,
-                "state": r.state.value,
-                "error_class": r.error_class.value if r.error_class else None,
-                "score": r.score,
-                "reason": r.reason,
-                "created_at": r.created_at,
+                **_run_summary(r),
+                "submission_id": r.submission_id,
+                "attempts": r.attempts,
+                "started_at": r.started_at,
+                "finished_at": r.finished_at,
+                "problems": {res.problem_id: res.points for res in r.results},
+                "url": f"/api/v1/runs/{r.id}",
             }
-            for r in sub.runs
+            for r in queries.submission_runs(session, sub.id)
         ],
     }
 
@@ -215,6 +477,7 @@ def read_submission(submission_id: int, session: DB, caller: Caller) -> dict[str
     "/submissions/{submission_id}/regrade",
     status_code=status.HTTP_201_CREATED,
     response_model=Accepted,
+    responses=ERRORS,
     summary="Grade the same upload again as a new run (history is kept)",
 )
 def regrade_submission(submission_id: int, ctx: Context, session: DB, caller: Caller) -> dict[str, Any]:
@@ -225,13 +488,158 @@ def regrade_submission(submission_id: int, ctx: Context, session: DB, caller: Ca
     return _acceptance(ctx, sub, run)
 
 
-@router.get("/runs/{run_id}", response_model=RunOut)
+@router.get(
+    "/runs/{run_id}",
+    response_model=RunOut,
+    responses=ERRORS,
+    summary="One run: state, logs, toolchain, per-problem results and the report",
+)
 def read_run(run_id: int, session: DB, caller: Caller) -> dict[str, Any]:
     require(caller, SCOPE_READ)
     run = session.get(Run, run_id)
     if run is None or not caller.can_read_submission_of(run.submission.user_id):
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no run {run_id}")
     return run_to_dict(run)
+
+
+PolicyParam = Annotated[
+    Literal["latest", "best"],
+    Query(description="which scored run counts: the newest submission's, or the best one"),
+]
+
+
+@router.get(
+    "/assignments/{slug}/gradebook",
+    response_model=GradebookOut,
+    responses=ERRORS,
+    summary="Gradebook (staff): one row per student with the graded run's total and per-problem points",
+)
+def read_gradebook(slug: str, session: DB, caller: Caller, policy: PolicyParam = "latest") -> dict[str, Any]:
+    require(caller, SCOPE_READ_ALL)
+    book = queries.gradebook(session, _assignment(session, slug), policy)
+    return {
+        "assignment": book.assignment,
+        "title": book.title,
+        "total_points": book.total_points,
+        "policy": book.policy,
+        "problems": [vars(p) for p in book.problems],
+        "rows": [
+            {
+                "user": row.username,
+                "submissions": row.submissions,
+                "total": row.total,
+                "problems": dict(row.graded.problems) if row.graded else {},
+                "run_id": row.graded.run_id if row.graded else None,
+                "latest": vars(row.latest) if row.latest else None,
+                "best": vars(row.best) if row.best else None,
+            }
+            for row in book.rows
+        ],
+    }
+
+
+@router.get(
+    "/assignments/{slug}/gradebook.csv",
+    response_class=Response,
+    responses={**ERRORS, 200: {"content": {"text/csv": {}}, "description": "Canvas-ready CSV"}},
+    summary="Gradebook as CSV for Canvas import (staff): Student, SIS Login ID, total, one column per problem",
+)
+def read_gradebook_csv(slug: str, session: DB, caller: Caller, policy: PolicyParam = "latest") -> Response:
+    require(caller, SCOPE_READ_ALL)
+    book = queries.gradebook(session, _assignment(session, slug), policy)
+    return Response(
+        gradebook_csv(book),
+        media_type="text/csv; charset=utf-8",
+        headers={"Content-Disposition": f'attachment; filename="{book.assignment}-gradebook-{policy}.csv"'},
+    )
+
+
+@router.post(
+    "/assignments/{slug}/regrade",
+    status_code=status.HTTP_201_CREATED,
+    response_model=RegradeAccepted,
+    responses=ERRORS,
+    summary='Re-grade submissions of an assignment (staff): ids, "all" or "latest"; each gets a new run',
+)
+def regrade_assignment(
+    slug: str, ctx: Context, session: DB, caller: Caller, body: Annotated[RegradeRequest, Body()]
+) -> dict[str, Any]:
+    require(caller, SCOPE_REGRADE)
+    require(caller, SCOPE_READ_ALL)
+    assignment = _assignment(session, slug)
+    if isinstance(body.submissions, str):
+        targets = queries.regrade_targets(session, assignment, body.submissions)
+    else:
+        wanted = list(dict.fromkeys(body.submissions))
+        found = {
+            s.id: s
+            for s in session.scalars(
+                select(Submission).where(Submission.id.in_(wanted), Submission.assignment_id == assignment.id)
+            )
+        }
+        missing = [i for i in wanted if i not in found]
+        if missing:  # nothing is created unless every id is valid
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no submissions {missing} in assignment {slug!r}")
+        targets = [found[i] for i in wanted]
+    runs = [record_regrade(session, sub) for sub in targets]
+    session.commit()
+    sent = sum(send_run(ctx.celery, ctx.sessions, run.id, ctx.settings.task_queue) for run in runs)
+    return {
+        "run_ids": [r.id for r in runs],
+        "submission_ids": [s.id for s in targets],
+        "queued": sent,
+        "message": f"{len(runs)} run(s) created; {sent} queued now"
+        + ("" if sent == len(runs) else "; the rest are sent automatically when the queue is back"),
+    }
+
+
+# ---- helpers ------------------------------------------------------------------------------
+
+
+def _assignment(session: Session, slug: str) -> Assignment:
+    try:
+        return get_assignment(session, slug)
+    except NotFound as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from exc
+
+
+def _run_summary(r: Run) -> dict[str, Any]:
+    return {
+        "id": r.id,
+        "state": r.state.value,
+        "error_class": r.error_class.value if r.error_class else None,
+        "score": r.score,
+        "reason": r.reason,
+        "created_at": r.created_at,
+    }
+
+
+def _csv_cell(value: object) -> object:
+    # A cell a spreadsheet would read as a formula is quoted as text.
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + value
+    return value
+
+
+def _fmt(points: float | None) -> str:
+    return "" if points is None else f"{points:g}"
+
+
+def gradebook_csv(book: queries.Gradebook) -> str:
+    """Canvas's import matches rows on `SIS Login ID`; a blank score leaves Canvas unchanged."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(
+        ["Student", "SIS Login ID", f"{book.title} ({book.total_points:g})"]
+        + [f"{p.problem_id} {p.title} ({p.max_points:g})" for p in book.problems]
+    )
+    for row in book.rows:
+        problems = row.graded.problems if row.graded else {}
+        writer.writerow(
+            [_csv_cell(row.username), _csv_cell(row.username), _fmt(row.total)]
+            + [_fmt(problems.get(p.problem_id)) if row.graded else "" for p in book.problems]
+        )
+    return out.getvalue()
 
 
 def run_to_dict(run: Run) -> dict[str, Any]:

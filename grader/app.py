@@ -20,6 +20,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.context = context
     app.include_router(api.router)
+    api.install_error_handlers(app)  # {"error": {code, message}} on /api/ paths
     app.include_router(web.router)
 
     @app.get("/api/v1/health", tags=["v1"], summary="Database and broker reachability")

@@ -17,6 +17,7 @@ from sqlalchemy import select
 from alembic import command as alembic_command
 from alembic.config import Config as AlembicConfig
 
+from grader import client_cli
 from grader.auth import issue_token
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import Role, User
@@ -42,6 +43,7 @@ starter_app = typer.Typer(help="Student starter kits.", no_args_is_help=True)
 app.add_typer(user_app, name="user")
 app.add_typer(token_app, name="token")
 app.add_typer(starter_app, name="starter")
+client_cli.register(app)  # submit, status, regrade, export (REST client)
 
 
 def _alembic_config(settings: Settings) -> AlembicConfig:

@@ -87,7 +87,8 @@ def test_oversized_upload_is_refused_and_nothing_kept(
     before = _count(sessions, Submission)
     response = _post(client, tokens["alice"], b"z" * (settings.max_upload_bytes + 1))
     assert response.status_code == 413
-    assert "MiB limit" in response.json()["detail"]
+    assert response.json()["error"]["code"] == "payload_too_large"
+    assert "MiB limit" in response.json()["error"]["message"]
     assert _count(sessions, Submission) == before
     assert list(BlobStore(settings.blob_dir).tmp_dir.iterdir()) == []
 
@@ -101,7 +102,8 @@ def test_malformed_requests_get_clear_errors(client: TestClient, tokens: dict[st
         "/api/v1/submissions", headers=auth(tokens["alice"]),
         files={"file": ("a.zip", NOT_A_ZIP)}, data={"assignment": "nope"},
     )
-    assert unknown.status_code == 404 and "nope" in unknown.json()["detail"]
+    assert unknown.status_code == 404 and "nope" in unknown.json()["error"]["message"]
+    assert unknown.json()["error"]["code"] == "not_found"
 
 
 def test_upload_form_posts_the_same_way(

@@ -1,0 +1,220 @@
+"""Client commands of the `grader` CLI: talk to a kernelgrade server over its REST API v1.
+
+    grader submit llmsys_hw4.zip --wait --min-score 80    # for CI: exit 1 below 80
+    grader status 42
+    grader regrade 17
+    grader export --format csv --out hw4.csv
+
+The server and token come from --url/--token or KG_URL/KG_TOKEN. This module needs only
+httpx and Typer. Exit codes: 0 ok, 1 the run failed or scored below --min-score,
+2 usage error, 3 the server refused the request or could not be reached, 4 --wait timed out.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import httpx
+import typer
+
+FINAL_STATES = frozenset({"built", "scored", "failed"})
+EXIT_OK, EXIT_GRADE, EXIT_API, EXIT_TIMEOUT = 0, 1, 3, 4
+
+Url = Annotated[str, typer.Option("--url", envvar="KG_URL", help="server base URL", show_default=True)]
+Token = Annotated[str, typer.Option("--token", envvar="KG_TOKEN", help="API token (kg_...)", show_default=False)]
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+
+class ApiFailure(Exception):
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def _client(url: str, token: str, timeout: float = 60.0) -> httpx.Client:
+    if not token:
+        typer.echo("no API token: pass --token or set KG_TOKEN", err=True)
+        raise typer.Exit(2)
+    return httpx.Client(base_url=url.rstrip("/"), headers={"Authorization": f"Bearer {token}"}, timeout=timeout)
+
+
+def _call(client: httpx.Client, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    try:
+        response = client.request(method, path, **kwargs)
+    except httpx.HTTPError as exc:
+        raise ApiFailure(f"cannot reach {client.base_url}: {exc}") from exc
+    if response.status_code >= 400:
+        try:
+            error = response.json()["error"]
+            detail = f"{error['code']}: {error['message']}"
+        except (ValueError, KeyError, TypeError):
+            detail = response.text[:500]
+        raise ApiFailure(f"{method} {path} -> HTTP {response.status_code} ({detail})")
+    return response
+
+
+def _fail(exc: ApiFailure) -> typer.Exit:
+    typer.echo(f"error: {exc.message}", err=True)
+    return typer.Exit(EXIT_API)
+
+
+def format_run(run: dict[str, Any]) -> str:
+    """The run's state and its per-problem table (plain text, fixed width)."""
+    score = run.get("score")
+    lines = [f"run {run['id']}: {run['state']}"
+             + (f" ({run['error_class']})" if run.get("error_class") else "")
+             + (f"  score {score:g}" if score is not None else "")]
+    if run.get("message"):
+        lines.append(f"  {run['message']}")
+    results = run.get("results") or []
+    if results:
+        width = max(len(f"{r['problem_id']} {r['title']}") for r in results)
+        lines.append("")
+        lines.append(f"{'problem':<{width}}  {'status':<8}  {'points':>13}  note")
+        for r in results:
+            name = f"{r['problem_id']} {r['title']}"
+            pts = f"{r['points']:g} / {r['max_points']:g}"
+            note = (r.get("message") or "").splitlines()[0][:100] if r.get("message") else ""
+            lines.append(f"{name:<{width}}  {r['status']:<8}  {pts:>13}  {note}")
+        total = sum(r["points"] for r in results)
+        total_max = sum(r["max_points"] for r in results)
+        lines.append(f"{'total':<{width}}  {'':<8}  {f'{total:g} / {total_max:g}':>13}")
+    return "\n".join(lines)
+
+
+def _wait(client: httpx.Client, run_id: int, timeout: float, poll: float) -> dict[str, Any] | None:
+    deadline = time.monotonic() + timeout
+    last_state = None
+    while True:
+        run = _call(client, "GET", f"/api/v1/runs/{run_id}").json()
+        if run["state"] != last_state:
+            typer.echo(f"run {run_id}: {run['state']}", err=True)
+            last_state = run["state"]
+        if run["state"] in FINAL_STATES:
+            return run
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(min(poll, max(0.0, deadline - time.monotonic())))
+
+
+def _verdict(run: dict[str, Any], min_score: float | None) -> int:
+    if run["state"] == "failed":
+        typer.echo(f"FAIL: run {run['id']} failed ({run.get('error_class')})", err=True)
+        return EXIT_GRADE
+    if min_score is not None:
+        score = run.get("score")
+        if score is None or score < min_score:
+            shown = "no score" if score is None else f"score {score:g}"
+            typer.echo(f"FAIL: {shown} is below --min-score {min_score:g}", err=True)
+            return EXIT_GRADE
+        typer.echo(f"OK: score {score:g} >= {min_score:g}", err=True)
+    return EXIT_OK
+
+
+def submit(
+    archive: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True, help="the zip to upload")],
+    assignment: Annotated[str, typer.Option(help="assignment slug")] = "hw4",
+    wait: Annotated[bool, typer.Option("--wait", help="wait until the run is final and print its table")] = False,
+    min_score: Annotated[float | None, typer.Option(help="with --wait: exit 1 when the score is below this")] = None,
+    timeout: Annotated[float, typer.Option(help="with --wait: give up (exit 4) after this many seconds")] = 3600,
+    poll: Annotated[float, typer.Option(help="seconds between status checks")] = 5.0,
+    url: Url = DEFAULT_URL,
+    token: Token = "",
+) -> None:
+    """Upload ZIP as a new submission; with --wait, print the per-problem table when final."""
+    with _client(url, token) as client:
+        try:
+            with archive.open("rb") as fh:
+                created = _call(client, "POST", "/api/v1/submissions", data={"assignment": assignment},
+                                files={"file": (archive.name, fh, "application/zip")}).json()
+            typer.echo(f"submission {created['submission_id']}, run {created['run_id']}: {created['message']}")
+            if not wait:
+                if min_score is not None:
+                    typer.echo("note: --min-score is only checked with --wait", err=True)
+                return
+            run = _wait(client, created["run_id"], timeout, poll)
+        except ApiFailure as exc:
+            raise _fail(exc) from exc
+    if run is None:
+        typer.echo(f"timed out after {timeout:g} s; run {created['run_id']} is not final yet", err=True)
+        raise typer.Exit(EXIT_TIMEOUT)
+    typer.echo(format_run(run))
+    raise typer.Exit(_verdict(run, min_score))
+
+
+def status(
+    run_id: Annotated[int, typer.Argument(help="run id")],
+    as_json: Annotated[bool, typer.Option("--json", help="print the full run record as JSON")] = False,
+    wait: Annotated[bool, typer.Option("--wait", help="wait until the run is final")] = False,
+    timeout: Annotated[float, typer.Option(help="with --wait: give up (exit 4) after this many seconds")] = 3600,
+    poll: Annotated[float, typer.Option(help="seconds between status checks")] = 5.0,
+    url: Url = DEFAULT_URL,
+    token: Token = "",
+) -> None:
+    """Show a run: state, score and the per-problem table."""
+    with _client(url, token) as client:
+        try:
+            run = _wait(client, run_id, timeout, poll) if wait else _call(client, "GET", f"/api/v1/runs/{run_id}").json()
+        except ApiFailure as exc:
+            raise _fail(exc) from exc
+    if run is None:
+        typer.echo(f"timed out after {timeout:g} s; run {run_id} is not final yet", err=True)
+        raise typer.Exit(EXIT_TIMEOUT)
+    typer.echo(json.dumps(run, indent=2) if as_json else format_run(run))
+
+
+def regrade(
+    submission_id: Annotated[int, typer.Argument(help="submission id")],
+    url: Url = DEFAULT_URL,
+    token: Token = "",
+) -> None:
+    """Grade a submission again as a new run (needs the `regrade` scope)."""
+    with _client(url, token) as client:
+        try:
+            body = _call(client, "POST", f"/api/v1/submissions/{submission_id}/regrade").json()
+        except ApiFailure as exc:
+            raise _fail(exc) from exc
+    typer.echo(f"submission {body['submission_id']}: new run {body['run_id']}: {body['message']}")
+
+
+def export(
+    assignment: Annotated[str, typer.Option(help="assignment slug")] = "hw4",
+    fmt: Annotated[str, typer.Option("--format", help="csv (Canvas import) or json")] = "csv",
+    policy: Annotated[str, typer.Option(help="latest or best scored run")] = "latest",
+    out: Annotated[Path | None, typer.Option(help="file to write (default: stdout)")] = None,
+    url: Url = DEFAULT_URL,
+    token: Token = "",
+) -> None:
+    """Export the gradebook (staff token): one row per student."""
+    if fmt not in ("csv", "json"):
+        typer.echo("--format must be csv or json", err=True)
+        raise typer.Exit(2)
+    path = f"/api/v1/assignments/{assignment}/gradebook" + (".csv" if fmt == "csv" else "")
+    with _client(url, token) as client:
+        try:
+            response = _call(client, "GET", path, params={"policy": policy})
+        except ApiFailure as exc:
+            raise _fail(exc) from exc
+    text = response.text if fmt == "csv" else json.dumps(response.json(), indent=2) + "\n"
+    if out is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        out.write_text(text)
+        typer.echo(f"wrote {out}", err=True)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the client commands to the `grader` Typer app."""
+    for fn in (submit, status, regrade, export):
+        app.command(fn.__name__)(fn)
+
+
+app = typer.Typer(help="kernelgrade client: submit, status, regrade, export.", no_args_is_help=True)
+register(app)
+
+if __name__ == "__main__":  # `python -m grader.client_cli`: needs only httpx and Typer
+    app()

@@ -1,0 +1,232 @@
+"""Typed read queries shared by the REST API, the web pages and the CLI.
+
+Every function here does a fixed, small number of SQL statements whatever the number of
+rows (no per-row lazy loads): listings eager-load what they return, and the gradebook reads
+all scored runs of an assignment in one statement and their problem results in one more.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Generic, Literal, TypeVar
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, joinedload, selectinload
+
+from grader.models import Assignment, ProblemResult, Role, Run, RunState, Submission, User
+from worker.rubric import RubricError, load_rubric
+
+T = TypeVar("T")
+Policy = Literal["latest", "best"]
+POLICIES: tuple[str, ...] = ("latest", "best")
+MAX_PAGE_SIZE = 100
+
+
+@dataclass(frozen=True)
+class Page(Generic[T]):
+    items: list[T]
+    total: int
+    page: int
+    page_size: int
+
+    @property
+    def has_next(self) -> bool:
+        return self.page * self.page_size < self.total
+
+
+def _page_bounds(page: int, page_size: int) -> tuple[int, int]:
+    if page < 1:
+        raise ValueError("page starts at 1")
+    if not 1 <= page_size <= MAX_PAGE_SIZE:
+        raise ValueError(f"page_size must be between 1 and {MAX_PAGE_SIZE}")
+    return page, page_size
+
+
+# ---- submissions --------------------------------------------------------------------------
+
+
+def list_submissions(
+    session: Session,
+    *,
+    user_id: int | None = None,
+    assignment_id: int | None = None,
+    page: int = 1,
+    page_size: int = 20,
+) -> Page[Submission]:
+    """Submissions newest first (all of them when `user_id` is None: staff views).
+
+    Each returned Submission has `user`, `assignment` and `runs` loaded (three statements in
+    all, plus one for the total)."""
+    page, page_size = _page_bounds(page, page_size)
+    conditions = []
+    if user_id is not None:
+        conditions.append(Submission.user_id == user_id)
+    if assignment_id is not None:
+        conditions.append(Submission.assignment_id == assignment_id)
+    total = session.scalar(select(func.count()).select_from(Submission).where(*conditions)) or 0
+    items = session.scalars(
+        select(Submission)
+        .where(*conditions)
+        .options(joinedload(Submission.user), joinedload(Submission.assignment), selectinload(Submission.runs))
+        .order_by(Submission.uploaded_at.desc(), Submission.id.desc())
+        .offset((page - 1) * page_size)
+        .limit(page_size)
+    ).all()
+    return Page(items=list(items), total=total, page=page, page_size=page_size)
+
+
+def submission_runs(session: Session, submission_id: int) -> list[Run]:
+    """The runs of one submission, oldest first, with their problem results loaded."""
+    return list(
+        session.scalars(
+            select(Run).where(Run.submission_id == submission_id).options(selectinload(Run.results)).order_by(Run.id)
+        )
+    )
+
+
+# ---- gradebook ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProblemColumn:
+    problem_id: str
+    title: str
+    max_points: float
+
+
+@dataclass(frozen=True)
+class ScoredRun:
+    run_id: int
+    submission_id: int
+    score: float
+    finished_at: datetime | None
+    problems: dict[str, float]  # problem id -> points
+
+
+@dataclass(frozen=True)
+class GradebookRow:
+    user_id: int
+    username: str
+    submissions: int
+    latest: ScoredRun | None  # scored run of the newest submission that has one
+    best: ScoredRun | None  # highest score over every scored run (ties: the newer)
+    graded: ScoredRun | None  # the one the policy picks
+
+    @property
+    def total(self) -> float | None:
+        return self.graded.score if self.graded else None
+
+
+@dataclass(frozen=True)
+class Gradebook:
+    assignment: str
+    title: str
+    total_points: float
+    policy: str
+    problems: list[ProblemColumn]
+    rows: list[GradebookRow] = field(default_factory=list)
+
+
+def _problem_columns(session: Session, assignment: Assignment, run_ids: list[int]) -> list[ProblemColumn]:
+    """The rubric's problems in rubric order, plus any problem id found only in results."""
+    columns: dict[str, ProblemColumn] = {}
+    try:
+        for p in load_rubric(assignment.slug).problems:
+            columns[p.id] = ProblemColumn(p.id, p.title, p.points)
+    except RubricError:
+        pass
+    if run_ids:
+        for pid, title, max_points in session.execute(
+            select(ProblemResult.problem_id, func.max(ProblemResult.title), func.max(ProblemResult.max_points))
+            .where(ProblemResult.run_id.in_(run_ids))
+            .group_by(ProblemResult.problem_id)
+            .order_by(ProblemResult.problem_id)
+        ):
+            columns.setdefault(pid, ProblemColumn(pid, title, float(max_points)))
+    return list(columns.values())
+
+
+def gradebook(session: Session, assignment: Assignment, policy: str = "latest") -> Gradebook:
+    """One row per student (every user with the student role, plus anyone else who
+    submitted), ordered by login.
+
+    Only runs in state `scored` count: an infrastructure failure or a run still in flight
+    never replaces a score. "latest": the newest submission that has a scored run (its
+    newest scored run, so a re-grade replaces the earlier grade of the same upload);
+    "best": the highest score of any scored run."""
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {POLICIES}")
+    counts: dict[int, int] = dict(
+        session.execute(  # type: ignore[arg-type]
+            select(Submission.user_id, func.count(Submission.id))
+            .where(Submission.assignment_id == assignment.id)
+            .group_by(Submission.user_id)
+        ).all()
+    )
+    users = session.scalars(
+        select(User).where((User.role == Role.student) | User.id.in_(list(counts) or [-1])).order_by(User.username)
+    ).all()
+    scored = session.execute(
+        select(Submission.user_id, Run.submission_id, Run.id, Run.score, Run.finished_at)
+        .join(Run, Run.submission_id == Submission.id)
+        .where(Submission.assignment_id == assignment.id, Run.state == RunState.scored, Run.score.is_not(None))
+    ).all()
+    latest: dict[int, tuple] = {}
+    best: dict[int, tuple] = {}
+    for row in scored:
+        uid = row[0]
+        if uid not in latest or (row[1], row[2]) > (latest[uid][1], latest[uid][2]):
+            latest[uid] = tuple(row)
+        if uid not in best or (row[3], row[1], row[2]) > (best[uid][3], best[uid][1], best[uid][2]):
+            best[uid] = tuple(row)
+    chosen_ids = sorted({r[2] for r in latest.values()} | {r[2] for r in best.values()})
+    points: dict[int, dict[str, float]] = defaultdict(dict)
+    if chosen_ids:
+        for run_id, pid, pts in session.execute(
+            select(ProblemResult.run_id, ProblemResult.problem_id, ProblemResult.points).where(
+                ProblemResult.run_id.in_(chosen_ids)
+            )
+        ):
+            points[run_id][pid] = float(pts)
+
+    def as_scored(row: tuple | None) -> ScoredRun | None:
+        if row is None:
+            return None
+        return ScoredRun(run_id=row[2], submission_id=row[1], score=float(row[3]), finished_at=row[4],
+                         problems=dict(points.get(row[2], {})))
+
+    rows = []
+    for user in users:
+        lat, bst = as_scored(latest.get(user.id)), as_scored(best.get(user.id))
+        rows.append(GradebookRow(user_id=user.id, username=user.username, submissions=counts.get(user.id, 0),
+                                 latest=lat, best=bst, graded=lat if policy == "latest" else bst))
+    return Gradebook(
+        assignment=assignment.slug,
+        title=assignment.title,
+        total_points=assignment.total_points,
+        policy=policy,
+        problems=_problem_columns(session, assignment, chosen_ids),
+        rows=rows,
+    )
+
+
+def regrade_targets(session: Session, assignment: Assignment, which: str) -> list[Submission]:
+    """Submissions to re-grade, ordered fairly: round-robin over students (each student's
+    first, then each one's second, ...), so one student with many uploads cannot hold the
+    queue. `which`: "all" (every submission) or "latest" (each student's newest)."""
+    subs = session.scalars(
+        select(Submission)
+        .where(Submission.assignment_id == assignment.id)
+        .order_by(Submission.user_id, Submission.uploaded_at.desc(), Submission.id.desc())
+    ).all()
+    per_user: dict[int, list[Submission]] = defaultdict(list)
+    for sub in subs:
+        per_user[sub.user_id].append(sub)
+    if which == "latest":
+        return [group[0] for group in per_user.values()]
+    ordered: list[Submission] = []
+    depth = max((len(g) for g in per_user.values()), default=0)
+    for i in range(depth):
+        ordered.extend(group[i] for group in per_user.values() if i < len(group))
+    return ordered
