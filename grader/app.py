@@ -3,12 +3,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from pathlib import Path
+
 from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
+from starlette.middleware.sessions import SessionMiddleware
 from sqlalchemy import text
 
 from grader import api, web
 from grader.context import AppContext
 from grader.settings import Settings, get_settings
+from grader.websession import SESSION_COOKIE, secret_key
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -19,6 +24,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description="Autograder for GPU kernel homework. Authenticate with `Authorization: Bearer <token>`.",
     )
     app.state.context = context
+    # Signed cookie session: HttpOnly always, SameSite=Lax, Secure with KG_SESSION_HTTPS_ONLY.
+    app.add_middleware(
+        SessionMiddleware,
+        secret_key=secret_key(context.settings),
+        session_cookie=SESSION_COOKIE,
+        max_age=context.settings.session_max_age_s,
+        same_site="lax",
+        https_only=context.settings.session_https_only,
+    )
+    app.mount("/static", StaticFiles(directory=Path(__file__).parent / "static"), name="static")
     app.include_router(api.router)
     api.install_error_handlers(app)  # {"error": {code, message}} on /api/ paths
     app.include_router(web.router)

@@ -1,9 +1,13 @@
-"""API tokens: random secrets shown once, stored as sha256 hashes, with scopes."""
+"""API tokens (random secrets shown once, stored as sha256 hashes, with scopes) and web
+passwords (Argon2id through argon2-cffi)."""
 from __future__ import annotations
 
 import hashlib
 import secrets
 from dataclasses import dataclass
+
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerificationError
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -57,3 +61,37 @@ def authenticate(session: Session, token: str) -> Principal | None:
         return None
     row.last_used_at = utcnow()
     return Principal(row.user, row.scope_set)
+
+
+# ---- passwords (browser login) ------------------------------------------------------------
+
+_hasher = PasswordHasher()  # argon2-cffi's defaults: Argon2id, RFC 9106 low-memory profile
+# Verified when the username is unknown, so a wrong name costs the same time as a wrong password.
+_DUMMY_HASH = _hasher.hash(secrets.token_urlsafe(16))
+MIN_PASSWORD_LENGTH = 8
+
+
+def set_password(user: User, password: str) -> None:
+    if len(password) < MIN_PASSWORD_LENGTH:
+        raise ValueError(f"a password needs at least {MIN_PASSWORD_LENGTH} characters")
+    user.password_hash = _hasher.hash(password)
+
+
+def check_password(session: Session, username: str, password: str) -> User | None:
+    """The user if `password` is theirs; None otherwise (same work either way)."""
+    user = session.scalar(select(User).where(User.username == username))
+    stored = user.password_hash if user is not None and user.password_hash else _DUMMY_HASH
+    try:
+        _hasher.verify(stored, password)
+    except (VerificationError, InvalidHashError):
+        return None
+    if user is None or not user.password_hash:
+        return None
+    if _hasher.check_needs_rehash(user.password_hash):
+        user.password_hash = _hasher.hash(password)
+    return user
+
+
+def password_fingerprint(user: User) -> str:
+    """A short digest of the stored hash: sessions carry it, so changing the password ends them."""
+    return hashlib.sha256((user.password_hash or "").encode()).hexdigest()[:16]

@@ -18,7 +18,7 @@ from alembic import command as alembic_command
 from alembic.config import Config as AlembicConfig
 
 from grader import client_cli
-from grader.auth import issue_token
+from grader.auth import issue_token, set_password
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import Role, User
 from grader.reconcile import reconcile
@@ -72,13 +72,22 @@ def migrate() -> None:
 
 @user_app.command("add")
 def user_add(
-    username: str, role: Annotated[Role, typer.Option(help="student or instructor")] = Role.student
+    username: str,
+    role: Annotated[Role, typer.Option(help="student or instructor")] = Role.student,
+    password: Annotated[bool, typer.Option("--password", help="ask for a web login password and set it")] = False,
 ) -> None:
-    """Create a user (no-op if it exists)."""
+    """Create a user (an existing one keeps its role); --password sets its web password."""
+    secret = typer.prompt("Password", hide_input=True, confirmation_prompt=True) if password else None
     sessions = make_session_factory(make_engine(get_settings()))
     with session_scope(sessions) as session:
         user = get_or_create_user(session, username, role)
-        typer.echo(f"user {user.username} ({user.role.value}) id={user.id}")
+        if secret is not None:
+            try:
+                set_password(user, secret)
+            except ValueError as exc:
+                typer.echo(str(exc), err=True)
+                raise typer.Exit(1) from exc
+        typer.echo(f"user {user.username} ({user.role.value}) id={user.id}" + (" password set" if secret else ""))
 
 
 @token_app.command("create")

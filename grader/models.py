@@ -51,6 +51,7 @@ class User(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     username: Mapped[str] = mapped_column(String(128), unique=True)
     role: Mapped[Role] = mapped_column(_enum(Role))
+    password_hash: Mapped[str | None] = mapped_column(String(256))  # Argon2id; None: no web login
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
     tokens: Mapped[list[ApiToken]] = relationship(back_populates="user")

@@ -65,6 +65,12 @@ class Settings(BaseSettings):
     reconcile_interval_s: float = 30.0
     stage_log_limit_bytes: int = 64 * 1024
 
+    # Browser sessions (signed cookies). Empty secret_key: a random key kept in
+    # data_dir/secret_key (created on first use); production sets KG_SECRET_KEY.
+    secret_key: str = ""
+    session_max_age_s: int = 8 * 3600
+    session_https_only: bool = False  # set true behind HTTPS: the cookie gets `Secure`
+
     # Bootstrap
     rubrics: list[str] = Field(default_factory=lambda: ["hw4"])
 

@@ -1,37 +1,166 @@
-"""Plain HTML pages: the upload form posts the same streamed multipart as the API."""
+"""Server-rendered pages: login, upload, history, run page (live state), instructor gradebook.
+
+Browser pages use the session cookie (grader/websession.py) and a CSRF token on every POST
+form. The older API-token form (`/` when logged out, posting to `/upload`) stays: it is
+authenticated by the token typed into the form, not by a cookie, so it needs no CSRF token.
+"""
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Request, status
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, selectinload
 
 from grader.api import BROKER_DOWN_MESSAGE, QUEUED_MESSAGE, get_context
-from grader.auth import SCOPE_SUBMIT, authenticate
+from grader.auth import SCOPE_SUBMIT, authenticate, check_password
+from grader.context import AppContext
 from grader.db import session_scope
 from grader.dispatch import send_run
-from grader.models import User
-from grader.service import NotFound, get_assignment, record_submission
+from grader.models import FINAL_STATES, Assignment, Role, Run, RunState, Submission, User
+from grader.service import NotFound, get_assignment, record_regrade, record_submission
 from grader.uploads import UploadError, receive_upload
+from grader.websession import CSRF_FIELD, CsrfError, check_csrf, csrf_token, current_user, log_in, log_out
+from worker.rubric import load_rubric
 
 router = APIRouter(include_in_schema=False)
 templates = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
 
+ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a local file header, or an empty archive's end record
+CSRF_MESSAGE = "This form was not sent from a current kernelgrade page. Reload the page and try again."
+
+
+@contextmanager
+def _db(ctx: AppContext) -> Iterator[Session]:
+    with session_scope(ctx.sessions) as session:
+        yield session
+
+
+def _page(request: Request, name: str, user: User | None, status_code: int = 200, **values: Any) -> HTMLResponse:
+    values.update(user=user, csrf=csrf_token(request), csrf_field=CSRF_FIELD)
+    return templates.TemplateResponse(request, name, values, status_code=status_code)
+
+
+def _to_login() -> RedirectResponse:
+    return RedirectResponse("/login", status_code=status.HTTP_303_SEE_OTHER)
+
+
+def _not_found(request: Request, user: User | None, what: str) -> HTMLResponse:
+    return _page(request, "error.html", user, status.HTTP_404_NOT_FOUND, title="Not found", message=f"No {what}.")
+
+
+def _csrf_refused(request: Request, user: User | None) -> HTMLResponse:
+    return _page(request, "error.html", user, status.HTTP_403_FORBIDDEN, title="Form refused", message=CSRF_MESSAGE)
+
+
+def _max_mib(ctx: AppContext) -> str:
+    return f"{ctx.settings.max_upload_bytes / (1024 * 1024):g}"
+
+
+# ---- login / logout -----------------------------------------------------------------------
+
+
+@router.get("/login", response_class=HTMLResponse)
+def login_form(request: Request) -> Response:
+    with _db(get_context(request)) as session:
+        if current_user(request, session) is not None:
+            return RedirectResponse("/", status_code=status.HTTP_303_SEE_OTHER)
+    return _page(request, "login.html", None)
+
+
+@router.post("/login", response_class=HTMLResponse)
+async def login(request: Request) -> Response:
+    form = await request.form()
+    try:
+        check_csrf(request, form.get(CSRF_FIELD))
+    except CsrfError:
+        return _csrf_refused(request, None)
+    username = str(form.get("username", "")).strip()
+    with _db(get_context(request)) as session:
+        user = check_password(session, username, str(form.get("password", "")))
+        if user is None:
+            return _page(request, "login.html", None, status.HTTP_401_UNAUTHORIZED,
+                         error="Wrong username or password.", username=username)
+        log_in(request, user)
+    return RedirectResponse("/", status_code=status.HTTP_303_SEE_OTHER)
+
+
+@router.post("/logout")
+async def logout(request: Request) -> Response:
+    form = await request.form()
+    try:
+        check_csrf(request, form.get(CSRF_FIELD))
+    except CsrfError:
+        return _csrf_refused(request, None)
+    log_out(request)
+    return _to_login()
+
+
+# ---- upload -------------------------------------------------------------------------------
+
 
 @router.get("/", response_class=HTMLResponse)
-def upload_form(request: Request) -> HTMLResponse:
+def home(request: Request) -> HTMLResponse:
     ctx = get_context(request)
-    return templates.TemplateResponse(
-        request,
-        "upload.html",
-        {"max_mib": ctx.settings.max_upload_bytes // (1024 * 1024), "assignments": ctx.settings.rubrics},
-    )
+    with _db(ctx) as session:
+        user = current_user(request, session)
+        return _page(request, "upload.html", user, max_mib=_max_mib(ctx), assignments=ctx.settings.rubrics,
+                     error=None)
+
+
+@router.post("/submit", response_class=HTMLResponse)
+async def submit_from_session(request: Request) -> Response:
+    """The logged-in upload: session and CSRF token are checked before the file is read."""
+    ctx = get_context(request)
+    holder: dict[str, Any] = {}
+
+    def check_fields(fields: dict[str, str]) -> None:
+        with _db(ctx) as session:
+            user = current_user(request, session)
+            if user is None:
+                raise UploadError(401, "Your session has ended; log in again.")
+            holder["user_id"] = user.id
+        try:
+            check_csrf(request, fields.get(CSRF_FIELD))
+        except CsrfError:
+            raise UploadError(403, CSRF_MESSAGE) from None
+
+    error: tuple[int, str] | None = None
+    try:
+        upload = await receive_upload(request, ctx.blobs, ctx.settings.max_upload_bytes, before_file=check_fields)
+        with ctx.blobs.path(upload.blob.sha256).open("rb") as fh:
+            if fh.read(4) not in ZIP_MAGIC:
+                raise UploadError(415, f"“{upload.filename}” is not a zip archive. Zip your assignment folder "
+                                       "(for example with `zip -r llmsys_hw4.zip llmsys_hw4`) and upload the .zip.")
+        with _db(ctx) as session:
+            assignment = get_assignment(session, upload.fields.get("assignment", ctx.default_assignment))
+            user = session.get(User, holder["user_id"])
+            assert user is not None
+            _submission, run = record_submission(session, user, assignment, upload.filename, upload.blob)
+            run_id = run.id
+    except UploadError as exc:
+        error = (exc.status_code, exc.message)
+    except NotFound as exc:
+        error = (status.HTTP_404_NOT_FOUND, str(exc))
+    if error is not None:
+        with _db(ctx) as session:
+            user = current_user(request, session)
+            if user is None:
+                return _to_login()
+            return _page(request, "upload.html", user, error[0], error=error[1], max_mib=_max_mib(ctx),
+                         assignments=ctx.settings.rubrics)
+    send_run(ctx.celery, ctx.sessions, run_id, ctx.settings.task_queue)
+    return RedirectResponse(f"/runs/{run_id}", status_code=status.HTTP_303_SEE_OTHER)
 
 
 @router.post("/upload", response_class=HTMLResponse)
 async def upload_from_form(request: Request) -> HTMLResponse:
+    """The API-token form (no login): the token field is sent before the file."""
     ctx = get_context(request)
     principal_holder: dict[str, Any] = {}
 
@@ -55,19 +184,209 @@ async def upload_from_form(request: Request) -> HTMLResponse:
     except (UploadError, NotFound) as exc:
         code = exc.status_code if isinstance(exc, UploadError) else status.HTTP_404_NOT_FOUND
         message = exc.message if isinstance(exc, UploadError) else str(exc)
-        return templates.TemplateResponse(
-            request, "upload_result.html", {"error": message}, status_code=code
-        )
+        return _page(request, "upload_result.html", None, code, error=message)
     queued = send_run(ctx.celery, ctx.sessions, run.id, ctx.settings.task_queue)
-    return templates.TemplateResponse(
-        request,
-        "upload_result.html",
-        {
-            "error": None,
-            "submission_id": submission.id,
-            "run_id": run.id,
-            "sha256": submission.sha256,
-            "message": QUEUED_MESSAGE if queued else BROKER_DOWN_MESSAGE,
-        },
-        status_code=status.HTTP_201_CREATED,
+    return _page(
+        request, "upload_result.html", None, status.HTTP_201_CREATED, error=None, submission_id=submission.id,
+        run_id=run.id, sha256=submission.sha256, message=QUEUED_MESSAGE if queued else BROKER_DOWN_MESSAGE,
     )
+
+
+# ---- history and run page -----------------------------------------------------------------
+
+
+@router.get("/submissions", response_class=HTMLResponse)
+def history(request: Request) -> Response:
+    with _db(get_context(request)) as session:
+        user = current_user(request, session)
+        if user is None:
+            return _to_login()
+        subs = session.scalars(
+            select(Submission).where(Submission.user_id == user.id)
+            .options(selectinload(Submission.runs), selectinload(Submission.assignment))
+            .order_by(Submission.id.desc())
+        ).all()
+        return _page(request, "submissions.html", user, submissions=subs)
+
+
+def _readable_run(session: Session, user: User, run_id: int) -> Run | None:
+    run = session.get(Run, run_id)
+    if run is None:
+        return None
+    # Another student's run reads as absent: its existence is not revealed.
+    if user.role != Role.instructor and run.submission.user_id != user.id:
+        return None
+    return run
+
+
+def _queue_position(session: Session, run: Run) -> int | None:
+    if run.state != RunState.queued:
+        return None
+    ahead = session.scalar(select(func.count(Run.id)).where(Run.state == RunState.queued, Run.id < run.id))
+    return int(ahead or 0) + 1
+
+
+def run_status(session: Session, run: Run) -> dict[str, Any]:
+    return {
+        "id": run.id,
+        "state": run.state.value,
+        "final": run.state in FINAL_STATES,
+        "score": run.score,
+        "message": run.message,
+        "error_class": run.error_class.value if run.error_class else None,
+        "queue_position": _queue_position(session, run),
+    }
+
+
+@router.get("/runs/{run_id}", response_class=HTMLResponse)
+def run_page(request: Request, run_id: int) -> Response:
+    with _db(get_context(request)) as session:
+        user = current_user(request, session)
+        if user is None:
+            return _to_login()
+        run = _readable_run(session, user, run_id)
+        if run is None:
+            return _not_found(request, user, f"run {run_id}")
+        return _page(request, "run.html", user, run=run, sub=run.submission, status=run_status(session, run),
+                     problems=[problem_view(r.details or {}, r) for r in run.results],
+                     logs=_stage_logs(run.stages or {}))
+
+
+@router.get("/runs/{run_id}/status")
+def run_status_json(request: Request, run_id: int) -> JSONResponse:
+    with _db(get_context(request)) as session:
+        user = current_user(request, session)
+        if user is None:
+            return JSONResponse({"detail": "log in"}, status.HTTP_401_UNAUTHORIZED)
+        run = _readable_run(session, user, run_id)
+        if run is None:
+            return JSONResponse({"detail": f"no run {run_id}"}, status.HTTP_404_NOT_FOUND)
+        return JSONResponse(run_status(session, run), headers={"Cache-Control": "no-store"})
+
+
+def _stage_logs(stages: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for name, stage in stages.items():
+        log = str(stage.get("log") or "")
+        out.append({"name": name, "status": stage.get("status"), "seconds": stage.get("seconds"),
+                    "lines": log.splitlines()})
+    return out
+
+
+def _cases_line(measurement: dict[str, Any]) -> str | None:
+    cases = [*measurement.get("abi_cases", []), *measurement.get("binding_cases", [])]
+    if not cases:
+        return None
+    passed = sum(1 for c in cases if c.get("ok"))
+    return f"{passed} of {len(cases)} passed"
+
+
+def _speed_line(score: dict[str, Any]) -> str | None:
+    speedup = score.get("speedup")
+    if not speedup:
+        return None
+    figure = {"student": "against your MiniTorch baseline", "trusted": "against the reference baseline"}
+    text = f"{speedup['speedup']:.3g}x [{speedup['low']:.3g}, {speedup['high']:.3g}]"
+    text += f" ({figure.get(score.get('figure') or '', 'measured')}, {speedup['trials']} trials)"
+    target = score.get("target")
+    return text + (f" vs target {target:.3g}x" if target is not None else " (no target)")
+
+
+def _failure_line(measurement: dict[str, Any]) -> str | None:
+    first = measurement.get("first_failure")
+    if not first:
+        return None
+    if not first.get("public", True):
+        return f"hidden case {first.get('case_id')}" + (f": {first['message']}" if first.get("message") else "")
+    parts = [f"case {first.get('case_id')}", f"shape {tuple(first.get('shape') or ())}"]
+    if first.get("max_err") is not None:
+        parts.append(f"max error {first['max_err']}")
+    if first.get("where") is not None:
+        parts.append(f"at index {tuple(first['where'])}")
+    if first.get("message"):
+        parts.append(str(first["message"]))
+    return ", ".join(parts)
+
+
+def problem_view(details: dict[str, Any], result: Any) -> dict[str, Any]:
+    score = details.get("score") or {}
+    measurement = details.get("measurement") or {}
+    reasons = score.get("reasons") or ([result.message] if result.message and result.points < result.max_points
+                                       else [])
+    return {
+        "id": result.problem_id, "title": result.title, "status": result.status,
+        "points": result.points, "max_points": result.max_points,
+        "cases": _cases_line(measurement), "speed": _speed_line(score), "failure": _failure_line(measurement),
+        "reasons": reasons, "notes": score.get("notes") or [],
+    }
+
+
+# ---- instructor ---------------------------------------------------------------------------
+
+
+def gradebook_rows(session: Session, assignment: Assignment) -> list[dict[str, Any]]:
+    """One row per student: their latest run of this assignment (minimal query; the shared
+    one in grader/queries.py should replace it once it lands)."""
+    latest = (
+        select(Submission.user_id, func.max(Run.id).label("run_id"))
+        .join(Run, Run.submission_id == Submission.id)
+        .where(Submission.assignment_id == assignment.id)
+        .group_by(Submission.user_id)
+        .subquery()
+    )
+    students = session.execute(
+        select(User, latest.c.run_id).outerjoin(latest, latest.c.user_id == User.id)
+        .where(User.role == Role.student).order_by(User.username)
+    ).all()
+    run_ids = [rid for _, rid in students if rid is not None]
+    runs = {r.id: r for r in session.scalars(
+        select(Run).where(Run.id.in_(run_ids)).options(selectinload(Run.results))
+    )} if run_ids else {}
+    rows = []
+    for student, rid in students:
+        run = runs.get(rid) if rid is not None else None
+        rows.append({
+            "username": student.username,
+            "run": run,
+            "points": {r.problem_id: r.points for r in run.results} if run else {},
+        })
+    return rows
+
+
+@router.get("/gradebook", response_class=HTMLResponse)
+def gradebook(request: Request) -> Response:
+    ctx = get_context(request)
+    with _db(ctx) as session:
+        user = current_user(request, session)
+        if user is None:
+            return _to_login()
+        if user.role != Role.instructor:
+            return _not_found(request, user, "such page")
+        slug = request.query_params.get("assignment", ctx.default_assignment)
+        try:
+            assignment = get_assignment(session, slug)
+        except NotFound:
+            return _not_found(request, user, f"assignment {slug!r}")
+        problems = [(p.id, p.points) for p in load_rubric(slug).problems]
+        return _page(request, "gradebook.html", user, assignment=assignment, problems=problems,
+                     rows=gradebook_rows(session, assignment), assignments=ctx.settings.rubrics)
+
+
+@router.post("/submissions/{submission_id}/regrade")
+async def regrade(request: Request, submission_id: int) -> Response:
+    ctx = get_context(request)
+    form = await request.form()
+    with _db(ctx) as session:
+        user = current_user(request, session)
+        if user is None:
+            return _to_login()
+        try:
+            check_csrf(request, form.get(CSRF_FIELD))
+        except CsrfError:
+            return _csrf_refused(request, user)
+        sub = session.get(Submission, submission_id)
+        if user.role != Role.instructor or sub is None:
+            return _not_found(request, user, f"submission {submission_id}")
+        run_id = record_regrade(session, sub).id
+    send_run(ctx.celery, ctx.sessions, run_id, ctx.settings.task_queue)
+    return RedirectResponse(f"/runs/{run_id}", status_code=status.HTTP_303_SEE_OTHER)

@@ -1,0 +1,222 @@
+"""The web pages in a real (headless) Chromium: login, upload, live run page, breakdown,
+build log, other students' runs, the instructor's gradebook and re-grade, CSRF refusals."""
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import Browser, BrowserContext, Page, expect
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from grader.auth import set_password
+from grader.blobstore import StoredBlob
+from grader.db import session_scope
+from grader.models import ProblemResult, Role, Run, RunState, Submission, utcnow
+from grader.service import get_assignment, get_or_create_user, record_submission
+from worker.measurements import CaseOutcome, ProblemMeasurement
+from worker.rubric import load_rubric
+from worker.scoring import score_run
+from worker.starter_kit import zip_tree
+from worker.timing import RatioSummary
+
+PASSWORD = "correct horse battery"
+USERS = {"amy": Role.student, "ben": Role.student, "prof": Role.instructor}
+STATE: dict[str, Any] = {}  # what one test leaves for the next (they run in file order)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def users(sessions: sessionmaker[Session]) -> None:
+    with session_scope(sessions) as session:
+        for name, role in USERS.items():
+            set_password(get_or_create_user(session, name, role), PASSWORD)
+
+
+@pytest.fixture
+def context(browser: Browser, base_url: str) -> Iterator[BrowserContext]:
+    ctx = browser.new_context(base_url=base_url, viewport={"width": 1100, "height": 800})
+    ctx.set_default_timeout(15_000)
+    yield ctx
+    ctx.close()
+
+
+def log_in(context: BrowserContext, username: str, password: str = PASSWORD) -> Page:
+    page = context.new_page()
+    page.goto("/login")
+    page.get_by_label("Username").fill(username)
+    page.get_by_label("Password").fill(password)
+    page.get_by_role("button", name="Log in").click()
+    return page
+
+
+def count(sessions: sessionmaker[Session], model: type) -> int:
+    with session_scope(sessions) as session:
+        return int(session.scalar(select(func.count()).select_from(model)) or 0)
+
+
+def test_login_page_wrong_password_and_session_cookie(context: BrowserContext, screenshot_dir: Path) -> None:
+    page = log_in(context, "amy", "not the password")
+    expect(page.locator("#login-error")).to_have_text("Wrong username or password.")
+    page.screenshot(path=str(screenshot_dir / "login.png"))
+    anonymous = {c["name"]: c for c in context.cookies()}["kg_session"]["value"]
+    page = log_in(context, "amy")
+    expect(page.get_by_role("heading", name="Submit your assignment")).to_be_visible()
+    cookie = {c["name"]: c for c in context.cookies()}["kg_session"]
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Lax"
+    assert cookie["value"] != anonymous  # the pre-login session is replaced, not extended
+    # Log out: the session no longer opens student pages.
+    page.get_by_role("button", name="Log out").click()
+    page.goto("/submissions")
+    assert page.url.endswith("/login")
+
+
+def test_student_uploads_and_watches_the_run(
+    context: BrowserContext, worker: Any, sessions: sessionmaker[Session], screenshot_dir: Path,
+    tmp_path: Path,
+) -> None:
+    page = log_in(context, "amy")
+    expect(page.get_by_text("The limit is 2 MiB")).to_be_visible()
+    page.screenshot(path=str(screenshot_dir / "upload.png"))
+    before = count(sessions, Submission)
+    # A tiny non-zip: a clear error and nothing recorded.
+    page.get_by_label(re.compile("Submission")).set_input_files(
+        {"name": "notes.txt", "mimeType": "text/plain", "buffer": b"hello"})
+    page.get_by_role("button", name="Upload and grade").click()
+    expect(page.locator("#upload-error")).to_contain_text("“notes.txt” is not a zip archive")
+    assert count(sessions, Submission) == before
+    # The reference kit, zipped as a student would.
+    archive = zip_tree(load_rubric("hw4").starter_dir, tmp_path / "llmsys_hw4.zip")
+    page.get_by_label(re.compile("Submission")).set_input_files(str(archive))
+    page.get_by_role("button", name="Upload and grade").click()
+    page.wait_for_url(re.compile(r"/runs/\d+$"))
+    run_id = int(page.url.rsplit("/", 1)[1])
+    STATE["run_id"] = run_id
+    expect(page.locator("#run-state")).to_have_text(re.compile("queued|building|running"))
+    # No reload from the test: the page's script polls and reloads itself when the run is final.
+    expect(page.locator("#run-state")).to_have_text(re.compile("^(built|scored|failed)$"), timeout=300_000)
+    assert page.locator("#run-state").inner_text() == "built", worker.log()
+    build_lines = page.locator("#log-build li")
+    assert build_lines.count() > 0
+    assert page.locator("#log-build").evaluate("el => el.tagName") == "OL"  # numbered lines
+    page.screenshot(path=str(screenshot_dir / "run-built.png"), full_page=True)
+    page.get_by_role("link", name="My submissions").click()
+    expect(page.get_by_role("link", name=f"Run {run_id}")).to_be_visible()
+    page.screenshot(path=str(screenshot_dir / "history.png"))
+
+
+def _scored_run(sessions: sessionmaker[Session], username: str, like_run: int) -> int:
+    """A scored run as the pipeline records it (real scoring of made-up measurements), on a
+    new submission of the same upload as `like_run` (a worker without a GPU cannot score)."""
+    rubric = load_rubric("hw4")
+    fast = RatioSummary(median_baseline_ms=4.0, median_custom_ms=0.5, speedup=8.0, low=7.6, high=8.4, trials=12)
+    slow = RatioSummary(median_baseline_ms=1.0, median_custom_ms=0.8, speedup=1.25, low=1.2, high=1.3, trials=20)
+    bad = CaseOutcome("lfw-r64h1024", (64, 1024), ok=False, max_err=0.42, where=(3, 17), public=True)
+    good = CaseOutcome("case-ok", (8, 64), ok=True, max_err=1e-6)
+    measurements = [
+        ProblemMeasurement("1.1", abi_cases=[good, good], binding_cases=[good], speedup_student=fast,
+                           speedup_trusted=fast),
+        ProblemMeasurement("1.2", abi_cases=[good, good], binding_cases=[good], speedup_student=slow,
+                           speedup_trusted=slow),
+        ProblemMeasurement("2.1", abi_cases=[good, bad], binding_cases=[good], first_failure=bad),
+        ProblemMeasurement("2.2", status="timeout", log_tail="the child stopped answering"),
+    ]
+    run_score = score_run(rubric, measurements)
+    titles = {p.id: p.title for p in rubric.problems}
+    by_id = {m.problem_id: m for m in measurements}
+    with session_scope(sessions) as session:
+        user = get_or_create_user(session, username, Role.student)
+        earlier = session.get(Run, like_run)
+        assert earlier is not None
+        blob = StoredBlob(sha256=earlier.submission.sha256, size=earlier.submission.size_bytes)
+        _sub, run = record_submission(session, user, get_assignment(session, "hw4"), "graded-on-gpu.zip", blob)
+        run.state, run.score, run.finished_at = RunState.scored, run_score.total, utcnow()
+        run.message = f"Scored {run_score.total:g} / {run_score.max_total:g}."
+        run.stages = {"build": {"status": "ok", "seconds": 3.2, "log": "nvcc -O3 softmax.cu\nok"}}
+        run.results = [
+            ProblemResult(problem_id=s.problem_id, title=titles[s.problem_id], status=s.status, points=s.points,
+                          max_points=s.max_points, message="; ".join(s.reasons) or "full marks",
+                          details={"score": s.to_dict(),
+                                   "measurement": by_id[s.problem_id].to_dict() if s.problem_id in by_id else None})
+            for s in run_score.problems
+        ]
+        session.flush()
+        return run.id
+
+
+def test_breakdown_of_a_scored_run(context: BrowserContext, sessions: sessionmaker[Session],
+                                   screenshot_dir: Path) -> None:
+    run_id = _scored_run(sessions, "amy", STATE["run_id"])
+    page = log_in(context, "amy")
+    page.goto(f"/runs/{run_id}")
+    expect(page.locator("#run-state")).to_have_text("scored")
+    rows = page.locator("#breakdown tbody tr")
+    expect(rows).to_have_count(5)
+    first = rows.nth(0)
+    expect(first).to_contain_text("20 / 20")
+    expect(first).to_contain_text("3 of 3 passed")
+    expect(first).to_contain_text("8x [7.6, 8.4]")
+    expect(first).to_contain_text("vs target")
+    expect(rows.nth(2)).to_contain_text("2 of 3 passed")
+    expect(page.locator("code.failure")).to_contain_text("case lfw-r64h1024, shape (64, 1024), max error 0.42")
+    expect(page.get_by_role("heading", name="2.2: where points were lost")).to_be_visible()
+    expect(page.get_by_text(re.compile("2.2: timed out"))).to_be_visible()
+    page.screenshot(path=str(screenshot_dir / "run-scored.png"), full_page=True)
+
+
+def test_another_student_gets_404(context: BrowserContext) -> None:
+    run_id = STATE["run_id"]
+    page = log_in(context, "ben")
+    response = page.goto(f"/runs/{run_id}")
+    assert response is not None and response.status == 404
+    expect(page.get_by_role("heading", name="Not found")).to_be_visible()
+    assert context.request.get(f"/runs/{run_id}/status").status == 404
+    assert page.goto("/gradebook").status == 404  # type: ignore[union-attr]
+    # ben's history does not list amy's run.
+    page.goto("/submissions")
+    expect(page.get_by_role("link", name=f"Run {run_id}")).to_have_count(0)
+
+
+def test_instructor_gradebook_and_regrade(context: BrowserContext, sessions: sessionmaker[Session],
+                                          screenshot_dir: Path) -> None:
+    page = log_in(context, "prof")
+    page.get_by_role("link", name="Gradebook").click()
+    row = page.locator("#gradebook tbody tr", has=page.get_by_role("rowheader", name="amy"))
+    expect(row).to_have_count(1)
+    expect(page.locator("#gradebook tbody tr", has=page.get_by_role("rowheader", name="ben"))).to_contain_text(
+        "no submission")
+    page.screenshot(path=str(screenshot_dir / "gradebook.png"))
+    latest = int(row.get_by_role("link").inner_text().split()[-1])
+    with session_scope(sessions) as session:
+        runs_before = session.scalar(select(func.count()).select_from(Run)) or 0
+        submission_id = session.get(Run, latest).submission_id  # type: ignore[union-attr]
+    row.get_by_role("button", name=re.compile("Re-grade")).click()
+    page.wait_for_url(re.compile(r"/runs/\d+$"))
+    new_id = int(page.url.rsplit("/", 1)[1])
+    assert new_id > latest
+    expect(page.locator("p.hint", has_text="re-grade")).to_be_visible()
+    with session_scope(sessions) as session:
+        new = session.get(Run, new_id)
+        assert new is not None and new.reason == "regrade" and new.submission_id == submission_id
+        assert (session.scalar(select(func.count()).select_from(Run)) or 0) == runs_before + 1
+
+
+def test_posts_without_the_csrf_token_are_refused(context: BrowserContext, sessions: sessionmaker[Session]) -> None:
+    log_in(context, "prof")
+    runs_before = count(sessions, Run)
+    with session_scope(sessions) as session:
+        submission_id = session.scalar(select(func.min(Submission.id)))
+    for form in ({}, {"csrf_token": "forged"}):
+        refused = context.request.post(f"/submissions/{submission_id}/regrade", form=form, max_redirects=0)
+        assert refused.status == 403 and "not sent from a current kernelgrade page" in refused.text()
+    assert count(sessions, Run) == runs_before
+    # Login and logout forms are covered too.
+    assert context.request.post("/login", form={"username": "prof", "password": PASSWORD}).status == 403
+    assert context.request.post("/logout", form={}, max_redirects=0).status == 403
+    # The session upload checks the token before the file is read: nothing is stored.
+    before = count(sessions, Submission)
+    upload = context.request.post("/submit", multipart={
+        "assignment": "hw4", "file": {"name": "a.zip", "mimeType": "application/zip", "buffer": b"PK\x05\x06" + b"\0" * 18}})
+    assert upload.status == 403 and count(sessions, Submission) == before
