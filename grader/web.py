@@ -17,16 +17,16 @@ from fastapi.templating import Jinja2Templates
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
+from grader import queries
 from grader.api import BROKER_DOWN_MESSAGE, QUEUED_MESSAGE, get_context
 from grader.auth import SCOPE_SUBMIT, authenticate, check_password
 from grader.context import AppContext
 from grader.db import session_scope
 from grader.dispatch import send_run
-from grader.models import FINAL_STATES, Assignment, Role, Run, RunState, Submission, User
+from grader.models import FINAL_STATES, Role, Run, RunState, Submission, User
 from grader.service import NotFound, get_assignment, record_regrade, record_submission
 from grader.uploads import UploadError, receive_upload
 from grader.websession import CSRF_FIELD, CsrfError, check_csrf, csrf_token, current_user, log_in, log_out
-from worker.rubric import load_rubric
 
 router = APIRouter(include_in_schema=False)
 templates = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
@@ -324,35 +324,6 @@ def problem_view(details: dict[str, Any], result: Any) -> dict[str, Any]:
 # ---- instructor ---------------------------------------------------------------------------
 
 
-def gradebook_rows(session: Session, assignment: Assignment) -> list[dict[str, Any]]:
-    """One row per student: their latest run of this assignment (minimal query; the shared
-    one in grader/queries.py should replace it once it lands)."""
-    latest = (
-        select(Submission.user_id, func.max(Run.id).label("run_id"))
-        .join(Run, Run.submission_id == Submission.id)
-        .where(Submission.assignment_id == assignment.id)
-        .group_by(Submission.user_id)
-        .subquery()
-    )
-    students = session.execute(
-        select(User, latest.c.run_id).outerjoin(latest, latest.c.user_id == User.id)
-        .where(User.role == Role.student).order_by(User.username)
-    ).all()
-    run_ids = [rid for _, rid in students if rid is not None]
-    runs = {r.id: r for r in session.scalars(
-        select(Run).where(Run.id.in_(run_ids)).options(selectinload(Run.results))
-    )} if run_ids else {}
-    rows = []
-    for student, rid in students:
-        run = runs.get(rid) if rid is not None else None
-        rows.append({
-            "username": student.username,
-            "run": run,
-            "points": {r.problem_id: r.points for r in run.results} if run else {},
-        })
-    return rows
-
-
 @router.get("/gradebook", response_class=HTMLResponse)
 def gradebook(request: Request) -> Response:
     ctx = get_context(request)
@@ -363,13 +334,13 @@ def gradebook(request: Request) -> Response:
         if user.role != Role.instructor:
             return _not_found(request, user, "such page")
         slug = request.query_params.get("assignment", ctx.default_assignment)
+        policy = request.query_params.get("policy", "latest")
         try:
             assignment = get_assignment(session, slug)
-        except NotFound:
-            return _not_found(request, user, f"assignment {slug!r}")
-        problems = [(p.id, p.points) for p in load_rubric(slug).problems]
-        return _page(request, "gradebook.html", user, assignment=assignment, problems=problems,
-                     rows=gradebook_rows(session, assignment), assignments=ctx.settings.rubrics)
+            book = queries.gradebook(session, assignment, policy)
+        except (NotFound, ValueError):
+            return _not_found(request, user, f"gradebook for {slug!r} ({policy})")
+        return _page(request, "gradebook.html", user, book=book, policy=policy, policies=queries.POLICIES)
 
 
 @router.post("/submissions/{submission_id}/regrade")

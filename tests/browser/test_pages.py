@@ -186,7 +186,7 @@ def test_instructor_gradebook_and_regrade(context: BrowserContext, sessions: ses
     row = page.locator("#gradebook tbody tr", has=page.get_by_role("rowheader", name="amy"))
     expect(row).to_have_count(1)
     expect(page.locator("#gradebook tbody tr", has=page.get_by_role("rowheader", name="ben"))).to_contain_text(
-        "no submission")
+        "no scored run")
     page.screenshot(path=str(screenshot_dir / "gradebook.png"))
     latest = int(row.get_by_role("link").inner_text().split()[-1])
     with session_scope(sessions) as session:
