@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import secrets
 import os
 import subprocess
 import sys
@@ -202,10 +203,16 @@ def dev(
     settings = get_settings()
     init_database(settings)
     sessions = make_session_factory(make_engine(settings))
+    passwords = {name: secrets.token_urlsafe(9) for name in ("student", "instructor")}  # new each start
     with session_scope(sessions) as session:
-        student = issue_token(session, get_or_create_user(session, "student", Role.student), "dev")
-        staff = issue_token(session, get_or_create_user(session, "instructor", Role.instructor), "dev")
+        demo = {name: get_or_create_user(session, name, role)
+                for name, role in (("student", Role.student), ("instructor", Role.instructor))}
+        for name, user in demo.items():
+            set_password(user, passwords[name])
+        student = issue_token(session, demo["student"], "dev")
+        staff = issue_token(session, demo["instructor"], "dev")
     typer.echo(f"kernelgrade (embedded) on http://{host}:{port}/  docs: http://{host}:{port}/docs")
+    typer.echo(f"  log in as student / {passwords['student']}  or  instructor / {passwords['instructor']}")
     typer.echo(f"  student token:    {student}\n  instructor token: {staff}")
 
     worker_proc = subprocess.Popen([sys.executable, *_worker_argv(settings, 1, "warning")], cwd=Path.cwd())
