@@ -516,7 +516,11 @@ PolicyParam = Annotated[
 )
 def read_gradebook(slug: str, session: DB, caller: Caller, policy: PolicyParam = "latest") -> dict[str, Any]:
     require(caller, SCOPE_READ_ALL)
-    book = queries.gradebook(session, _assignment(session, slug), policy)
+    return gradebook_to_dict(queries.gradebook(session, _assignment(session, slug), policy))
+
+
+def gradebook_to_dict(book: queries.Gradebook) -> dict[str, Any]:
+    """The JSON export (GradebookOut's shape), shared by the API and the instructor's web page."""
     return {
         "assignment": book.assignment,
         "title": book.title,

@@ -18,12 +18,13 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
 from grader import queries
-from grader.api import BROKER_DOWN_MESSAGE, QUEUED_MESSAGE, get_context
-from grader.auth import SCOPE_SUBMIT, authenticate, check_password
+from grader.api import (BROKER_DOWN_MESSAGE, QUEUED_MESSAGE, GradebookOut, get_context, gradebook_csv,
+                        gradebook_to_dict)
+from grader.auth import DEFAULT_SCOPES, SCOPE_SUBMIT, authenticate, check_password, issue_token
 from grader.context import AppContext
 from grader.db import session_scope
 from grader.dispatch import send_run
-from grader.models import FINAL_STATES, Role, Run, RunState, Submission, User
+from grader.models import FINAL_STATES, ApiToken, Role, Run, RunState, Submission, User, utcnow
 from grader.service import NotFound, get_assignment, record_regrade, record_submission
 from grader.uploads import UploadError, receive_upload
 from grader.websession import CSRF_FIELD, CsrfError, check_csrf, csrf_token, current_user, log_in, log_out
@@ -324,23 +325,59 @@ def problem_view(details: dict[str, Any], result: Any) -> dict[str, Any]:
 # ---- instructor ---------------------------------------------------------------------------
 
 
+def _instructor_gradebook(request: Request, session: Session) -> tuple[User, queries.Gradebook] | Response:
+    """The gradebook the query string asks for, or the answer to send instead (login, 404)."""
+    ctx = get_context(request)
+    user = current_user(request, session)
+    if user is None:
+        return _to_login()
+    if user.role != Role.instructor:
+        return _not_found(request, user, "such page")
+    slug = request.query_params.get("assignment", ctx.default_assignment)
+    policy = request.query_params.get("policy", "latest")
+    try:
+        return user, queries.gradebook(session, get_assignment(session, slug), policy)
+    except (NotFound, ValueError):
+        return _not_found(request, user, f"gradebook for {slug!r} ({policy})")
+
+
 @router.get("/gradebook", response_class=HTMLResponse)
 def gradebook(request: Request) -> Response:
-    ctx = get_context(request)
-    with _db(ctx) as session:
-        user = current_user(request, session)
-        if user is None:
-            return _to_login()
-        if user.role != Role.instructor:
-            return _not_found(request, user, "such page")
-        slug = request.query_params.get("assignment", ctx.default_assignment)
-        policy = request.query_params.get("policy", "latest")
-        try:
-            assignment = get_assignment(session, slug)
-            book = queries.gradebook(session, assignment, policy)
-        except (NotFound, ValueError):
-            return _not_found(request, user, f"gradebook for {slug!r} ({policy})")
-        return _page(request, "gradebook.html", user, book=book, policy=policy, policies=queries.POLICIES)
+    with _db(get_context(request)) as session:
+        found = _instructor_gradebook(request, session)
+        if isinstance(found, Response):
+            return found
+        user, book = found
+        return _page(request, "gradebook.html", user, book=book, policy=book.policy, policies=queries.POLICIES)
+
+
+@router.get("/gradebook.csv")
+def gradebook_csv_export(request: Request) -> Response:
+    """The same CSV as the API's export, for the logged-in instructor."""
+    with _db(get_context(request)) as session:
+        found = _instructor_gradebook(request, session)
+        if isinstance(found, Response):
+            return found
+        book = found[1]
+        return Response(
+            gradebook_csv(book), media_type="text/csv; charset=utf-8",
+            headers={"Content-Disposition": f'attachment; filename="{book.assignment}-gradebook-{book.policy}.csv"',
+                     "Cache-Control": "no-store"},
+        )
+
+
+@router.get("/gradebook.json")
+def gradebook_json_export(request: Request) -> Response:
+    """The same JSON as the API's export, for the logged-in instructor."""
+    with _db(get_context(request)) as session:
+        found = _instructor_gradebook(request, session)
+        if isinstance(found, Response):
+            return found
+        book = found[1]
+        body = GradebookOut.model_validate(gradebook_to_dict(book)).model_dump(mode="json")
+        return JSONResponse(body, headers={
+            "Content-Disposition": f'attachment; filename="{book.assignment}-gradebook-{book.policy}.json"',
+            "Cache-Control": "no-store"})
 
 
 @router.post("/submissions/{submission_id}/regrade")
@@ -361,3 +398,86 @@ async def regrade(request: Request, submission_id: int) -> Response:
         run_id = record_regrade(session, sub).id
     send_run(ctx.celery, ctx.sessions, run_id, ctx.settings.task_queue)
     return RedirectResponse(f"/runs/{run_id}", status_code=status.HTTP_303_SEE_OTHER)
+
+
+# ---- API token settings -------------------------------------------------------------------
+
+MAX_TOKEN_NAME = 128
+
+
+def _token_page(request: Request, session: Session, user: User, status_code: int = 200,
+                **values: Any) -> HTMLResponse:
+    tokens = session.scalars(
+        select(ApiToken).where(ApiToken.user_id == user.id).order_by(ApiToken.id.desc())
+    ).all()
+    # Students always get their role's scopes; instructors choose among theirs.
+    choosable = DEFAULT_SCOPES[user.role] if user.role == Role.instructor else ()
+    values.setdefault("created", None)
+    values.setdefault("error", None)
+    return _page(request, "tokens.html", user, status_code, tokens=tokens, choosable=choosable,
+                 default_scopes=DEFAULT_SCOPES[user.role], max_name=MAX_TOKEN_NAME, **values)
+
+
+@router.get("/settings/tokens", response_class=HTMLResponse)
+def token_settings(request: Request) -> Response:
+    with _db(get_context(request)) as session:
+        user = current_user(request, session)
+        if user is None:
+            return _to_login()
+        return _token_page(request, session, user)
+
+
+@router.post("/settings/tokens", response_class=HTMLResponse)
+async def create_token(request: Request) -> Response:
+    """Creates a token and answers with the page showing it: the only time it is shown."""
+    form = await request.form()
+    with _db(get_context(request)) as session:
+        user = current_user(request, session)
+        if user is None:
+            return _to_login()
+        try:
+            check_csrf(request, form.get(CSRF_FIELD))
+        except CsrfError:
+            return _csrf_refused(request, user)
+        name = str(form.get("name", "")).strip()
+        allowed = DEFAULT_SCOPES[user.role]
+        if user.role == Role.instructor:
+            asked = [str(v) for v in form.getlist("scope")]
+            scopes = tuple(s for s in allowed if s in asked)
+            unknown = sorted(set(asked) - set(allowed))
+        else:
+            scopes, unknown = allowed, []
+        error = None
+        if not name or len(name) > MAX_TOKEN_NAME:
+            error = f"Give the token a name of 1 to {MAX_TOKEN_NAME} characters."
+        elif unknown:
+            error = f"Scopes you cannot grant: {', '.join(unknown)}."
+        elif not scopes:
+            error = "Choose at least one scope."
+        if error is not None:
+            return _token_page(request, session, user, status.HTTP_400_BAD_REQUEST, error=error)
+        token = issue_token(session, user, name, scopes)
+        response = _token_page(request, session, user, status.HTTP_201_CREATED,
+                               created={"name": name, "token": token})
+        response.headers["Cache-Control"] = "no-store"
+        return response
+
+
+@router.post("/settings/tokens/{token_id}/revoke")
+async def revoke_token(request: Request, token_id: int) -> Response:
+    form = await request.form()
+    with _db(get_context(request)) as session:
+        user = current_user(request, session)
+        if user is None:
+            return _to_login()
+        try:
+            check_csrf(request, form.get(CSRF_FIELD))
+        except CsrfError:
+            return _csrf_refused(request, user)
+        token = session.get(ApiToken, token_id)
+        # Someone else's token reads as absent, whatever the caller's role.
+        if token is None or token.user_id != user.id:
+            return _not_found(request, user, f"token {token_id}")
+        if token.revoked_at is None:
+            token.revoked_at = utcnow()
+    return RedirectResponse("/settings/tokens", status_code=status.HTTP_303_SEE_OTHER)
