@@ -59,6 +59,19 @@ def _csrf_refused(request: Request, user: User | None) -> HTMLResponse:
     return _page(request, "error.html", user, status.HTTP_403_FORBIDDEN, title="Form refused", message=CSRF_MESSAGE)
 
 
+def _form_user(request: Request, session: Session, form: Any) -> User | Response:
+    """The logged-in user behind a POSTed form, or the answer to give instead: the login
+    page when nobody is logged in, a refusal when the CSRF token is missing or wrong."""
+    user = current_user(request, session)
+    if user is None:
+        return _to_login()
+    try:
+        check_csrf(request, form.get(CSRF_FIELD))
+    except CsrfError:
+        return _csrf_refused(request, user)
+    return user
+
+
 def _max_mib(ctx: AppContext) -> str:
     return f"{ctx.settings.max_upload_bytes / (1024 * 1024):g}"
 
@@ -385,13 +398,9 @@ async def regrade(request: Request, submission_id: int) -> Response:
     ctx = get_context(request)
     form = await request.form()
     with _db(ctx) as session:
-        user = current_user(request, session)
-        if user is None:
-            return _to_login()
-        try:
-            check_csrf(request, form.get(CSRF_FIELD))
-        except CsrfError:
-            return _csrf_refused(request, user)
+        user = _form_user(request, session, form)
+        if isinstance(user, Response):
+            return user
         sub = session.get(Submission, submission_id)
         if user.role != Role.instructor or sub is None:
             return _not_found(request, user, f"submission {submission_id}")
@@ -432,13 +441,9 @@ async def create_token(request: Request) -> Response:
     """Creates a token and answers with the page showing it: the only time it is shown."""
     form = await request.form()
     with _db(get_context(request)) as session:
-        user = current_user(request, session)
-        if user is None:
-            return _to_login()
-        try:
-            check_csrf(request, form.get(CSRF_FIELD))
-        except CsrfError:
-            return _csrf_refused(request, user)
+        user = _form_user(request, session, form)
+        if isinstance(user, Response):
+            return user
         name = str(form.get("name", "")).strip()
         allowed = DEFAULT_SCOPES[user.role]
         if user.role == Role.instructor:
@@ -467,13 +472,9 @@ async def create_token(request: Request) -> Response:
 async def revoke_token(request: Request, token_id: int) -> Response:
     form = await request.form()
     with _db(get_context(request)) as session:
-        user = current_user(request, session)
-        if user is None:
-            return _to_login()
-        try:
-            check_csrf(request, form.get(CSRF_FIELD))
-        except CsrfError:
-            return _csrf_refused(request, user)
+        user = _form_user(request, session, form)
+        if isinstance(user, Response):
+            return user
         token = session.get(ApiToken, token_id)
         # Someone else's token reads as absent, whatever the caller's role.
         if token is None or token.user_id != user.id:
