@@ -31,6 +31,7 @@ sys.path.insert(0, str(PROJECT_ROOT))
 from fastapi.testclient import TestClient  # noqa: E402
 from sqlalchemy.engine import make_url  # noqa: E402
 
+from benchmarks_md import append_section  # noqa: E402
 from grader.app import create_app  # noqa: E402
 from grader.auth import set_password  # noqa: E402
 from grader.cli import init_database  # noqa: E402
@@ -171,9 +172,7 @@ def main() -> int:
     table = "\n".join(lines) + "\n"
     print(table)
     if args.record:
-        bench_md = PROJECT_ROOT / "BENCHMARKS.md"
-        existing = bench_md.read_text() if bench_md.exists() else "# Benchmarks\n"
-        bench_md.write_text(existing.rstrip("\n") + "\n\n" + table)
+        append_section(table)
     return 0
 
 

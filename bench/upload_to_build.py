@@ -30,6 +30,7 @@ sys.path.insert(0, str(PROJECT_ROOT))
 
 from fastapi.testclient import TestClient  # noqa: E402
 
+from benchmarks_md import append_section  # noqa: E402
 from grader.app import create_app  # noqa: E402
 from grader.auth import issue_token  # noqa: E402
 from grader.cli import init_database  # noqa: E402
@@ -129,9 +130,7 @@ def main() -> int:
     table = "\n".join(lines) + "\n"
     print(table)
     if args.record:
-        bench_md = PROJECT_ROOT / "BENCHMARKS.md"
-        existing = bench_md.read_text() if bench_md.exists() else "# Benchmarks\n"
-        bench_md.write_text(existing.rstrip("\n") + "\n\n" + table)
+        append_section(table)
     return 0
 
 
