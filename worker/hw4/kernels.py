@@ -146,7 +146,6 @@ class TimingResult:
     student: RatioSummary | None
     trusted: RatioSummary | None
     wrong_trials: int
-    custom_ms: list[float]
     trusted_error: str | None = None  # our reference child failed: its figure is dropped
 
 
@@ -203,7 +202,7 @@ def time_problem(student: ChildClient, trusted: ChildClient | None, case: Case, 
         settled = not needs_more_trials(student_ratio, thresholds, config.max_relative_width) and (
             trusted_ratio is None or not needs_more_trials(trusted_ratio, thresholds, config.max_relative_width))
         if trial >= config.max_trials or (trial >= config.min_trials and settled):
-            return TimingResult(student_ratio, trusted_ratio, wrong, samples["custom"], trusted_error)
+            return TimingResult(student_ratio, trusted_ratio, wrong, trusted_error)
 
 
 ClientFactory = Callable[[str], ChildClient]  # label -> a fresh sandboxed child
