@@ -52,6 +52,8 @@ class User(Base):
     username: Mapped[str] = mapped_column(String(128), unique=True)
     role: Mapped[Role] = mapped_column(_enum(Role))
     password_hash: Mapped[str | None] = mapped_column(String(256))  # Argon2id; None: no web login
+    full_name: Mapped[str | None] = mapped_column(String(256))  # from the roster
+    section: Mapped[str | None] = mapped_column(String(64))  # from the roster
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
     tokens: Mapped[list[ApiToken]] = relationship(back_populates="user")
@@ -141,6 +143,8 @@ class Run(Base):
     toolchain: Mapped[dict[str, Any] | None]
     stages: Mapped[dict[str, Any] | None]  # stage name -> {status, seconds, log}
     report: Mapped[dict[str, Any] | None]  # Gradescope-format results.json of a scored run
+    # Where an active run is: {"stage": ...} or {"stage": "run", "problem", "index", "total"}
+    progress: Mapped[dict[str, Any] | None]
 
     submission: Mapped[Submission] = relationship(back_populates="runs")
     results: Mapped[list[ProblemResult]] = relationship(
