@@ -71,6 +71,9 @@ class Settings(BaseSettings):
     session_max_age_s: int = 8 * 3600
     session_https_only: bool = False  # set true behind HTTPS: the cookie gets `Secure`
 
+    # Run page: a queued run's ETA is the median duration of this many recent finished runs
+    eta_recent_runs: int = 20
+
     # Bootstrap
     rubrics: list[str] = Field(default_factory=lambda: ["hw4"])
 
