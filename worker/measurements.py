@@ -103,7 +103,7 @@ class ProblemMeasurement:
     first_failure: CaseOutcome | None = None
     speedup_student: RatioSummary | None = None
     speedup_trusted: RatioSummary | None = None
-    kernel_ms: float | None = None  # the fused kernel's own GPU time (CUDA events), informational
+    kernel_ms: float | None = None  # the fused kernels' own GPU time per C ABI call (CUPTI), informational
     log_tail: str = ""
     telemetry: dict[str, Any] = field(default_factory=dict)
 

@@ -211,7 +211,7 @@ def score_problem(
     score.figure, score.speedup = which, figure
     score.notes.extend(fallback_notes)
     if m.kernel_ms is not None:
-        score.notes.append(f"{pid}: fused kernel GPU time {m.kernel_ms:.4g} ms (CUDA events)")
+        score.notes.append(f"{pid}: fused kernels' own GPU time {m.kernel_ms:.4g} ms per call (CUPTI)")
     for label, r in (("your MiniTorch baseline", m.speedup_student), ("reference baseline", m.speedup_trusted)):
         if r is not None:
             score.notes.append(

@@ -68,6 +68,11 @@ def record(label: str, measurements: list[ProblemMeasurement], score: RunScore, 
             "cases": f"{sum(c.ok for c in m.cases)}/{len(m.cases)}",
             "speedup": m.speedup_student.describe() if m.speedup_student else "-",
             "speedup_trusted": m.speedup_trusted.describe() if m.speedup_trusted else "-",
+            "median_ms": {name: round(getattr(r, attr), 4) for name, r, attr in (
+                ("custom", m.speedup_student, "median_custom_ms"), ("baseline", m.speedup_student, "median_baseline_ms"),
+                ("trusted", m.speedup_trusted, "median_baseline_ms")) if r is not None},
+            "kernel_ms": m.kernel_ms,
+            "phase_seconds": m.telemetry.get("seconds"),
             "points": s.points,
             "max": s.max_points,
             "reasons": s.reasons,
@@ -77,6 +82,9 @@ def record(label: str, measurements: list[ProblemMeasurement], score: RunScore, 
     for r in rows:
         print(f"  {r['problem']:>3} {r['status']:<8} correct={str(r['correct']):<5} {r['cases']:>7} "
               f"speedup {r['speedup']:<22} trusted {r['speedup_trusted']:<22} {r['points']:>5}/{r['max']:g}")
+        if r["median_ms"] or r["kernel_ms"] is not None:
+            print(f"        ms per computation {r['median_ms']}; kernels' own GPU time {r['kernel_ms']}; "
+                  f"phases (s) {r['phase_seconds']}")
         for reason in r["reasons"]:
             print(f"        - {reason}")
 
@@ -137,6 +145,9 @@ def test_reference_kit_end_to_end(kit_root: Path, tmp_path: Path, work: Path) ->
     assert outcome.report is not None and outcome.report["tests"]
     for m in collected:
         assert m.status == "ok" and m.all_passed, (m.problem_id, m.first_failure, m.log_tail[-2000:])
+        if m.problem_id != "3":
+            assert m.kernel_ms is not None and 0 < m.kernel_ms < m.speedup_student.median_custom_ms, (
+                m.problem_id, m.kernel_ms, m.telemetry.get("kernel_profile"))
     targets = calibrated_targets(collected)
     calibrated = score_run(RUBRIC, collected, targets=targets)
     REPORT["reference_rubric_targets_total"] = score.total
@@ -154,15 +165,21 @@ def test_reference_kit_is_stable_over_three_grades(kit_root: Path, work: Path) -
         measurements, _ = grade_tree(f"starter/hw4 (reference) grade {i}", kit_root, kit_root,
                                      work / f"g{i}", stage_config(kernel_only))
         REFERENCE_GRADES.append(measurements)
+    # As production scores after `grader calibrate`: targets from the first grade.
+    targets = calibrated_targets(REFERENCE_GRADES[0])
     stability = {}
     for pid in kernel_only:
         grades = [next(m for m in g if m.problem_id == pid) for g in REFERENCE_GRADES]
         student = [m.speedup_student.speedup for m in grades if m.speedup_student]
         trusted = [m.speedup_trusted.speedup for m in grades if m.speedup_trusted]
-        points = [next(s for s in score_run(RUBRIC, g).problems if s.problem_id == pid).points for g in REFERENCE_GRADES]
+        points = [score_run(RUBRIC, g).problem(pid).points for g in REFERENCE_GRADES]
+        calibrated = [score_run(RUBRIC, g, targets=targets).problem(pid).points for g in REFERENCE_GRADES]
         stability[pid] = {"speedups": [round(x, 3) for x in student], "max_over_min": round(spread(student)[2], 3),
                           "trusted_max_over_min": round(spread(trusted)[2], 3), "points": points,
-                          "points_range": round(max(points) - min(points), 2)}
+                          "points_range": round(max(points) - min(points), 2),
+                          "trusted": [round(x, 3) for x in trusted],
+                          "calibrated_target": targets.get(pid), "calibrated_points": calibrated,
+                          "calibrated_points_range": round(max(calibrated) - min(calibrated), 2)}
     REPORT["stability"] = stability
     print("\nstability over 3 grades:", json.dumps(stability, indent=1))
     for pid, s in stability.items():

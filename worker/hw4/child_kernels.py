@@ -39,14 +39,42 @@ def _views(state: ChildState, refs: dict[str, Any]) -> dict[str, np.ndarray]:
     return {name: state.arena.view(ArrayRef.from_json(ref)) for name, ref in refs.items()}
 
 
-@handler("abi")
-def abi(state: ChildState, msg: dict[str, Any]) -> dict[str, Any]:
-    case = Case(**msg["case"])
+def _library(state: ChildState, case: Case) -> Any:
     key = f"lib:{family(case.kind)}"
     if key not in state.memo:
         state.memo[key] = load_abi(case.kind, state.root / SO_PATHS[family(case.kind)])
-    abi_call(state.memo[key], case, _views(state, msg["arrays"]))
+    return state.memo[key]
+
+
+@handler("abi")
+def abi(state: ChildState, msg: dict[str, Any]) -> dict[str, Any]:
+    case = Case(**msg["case"])
+    abi_call(_library(state, case), case, _views(state, msg["arrays"]))
     return {}
+
+
+@handler("kernel_time")
+def kernel_time(state: ChildState, msg: dict[str, Any]) -> dict[str, Any]:
+    """GPU time of the kernels that one C ABI call launches, without its copies: CUPTI's
+    activity records (through torch.profiler) of `calls` back-to-back calls, summed per call.
+    Informational only (it runs beside the student's code, which could tamper with it); the
+    speedup that scores is timed by the parent."""
+    import torch  # noqa: PLC0415 - only where the course's binding runs
+    from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415
+
+    case, calls = Case(**msg["case"]), int(msg["calls"])
+    lib, arrays = _library(state, case), _views(state, msg["arrays"])
+    abi_call(lib, case, arrays)  # warm-up: module load and first-launch costs stay outside
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            abi_call(lib, case, arrays)
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.events()
+               if e.device_type == torch.autograd.DeviceType.CUDA and not e.name.startswith(("Memcpy", "Memset"))]
+    if not kernels:
+        raise RuntimeError("the profiler saw no kernel launch")
+    return {"kernel_ms": sum(e.time_range.elapsed_us() for e in kernels) / 1000.0 / calls,
+            "kernels": sorted({e.name for e in kernels})[:8]}
 
 
 def _minitorch(state: ChildState) -> tuple[Any, Any]:

@@ -10,9 +10,11 @@ is verified, so caching outputs or deferring work cannot pay. The clock is the p
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +51,7 @@ class TimingConfig:
     call_timeout_s: float = 60.0
     request_ms: float = 25.0  # aim for timed requests at least this long ...
     max_reps: int = 32  # ... with at most this many computations in one request
+    kernel_calls: int = 20  # C ABI calls profiled for the kernel's own GPU time
 
 
 # Course-like timing shapes (the course's tests draw tokens <= 1024, seq <= 512, nhead 8,
@@ -130,6 +133,20 @@ def check_binding_case(client: ChildClient, case: Case, rng: np.random.Generator
     return _outcome(case, result.ok, result.max_err, result.where, result.message, "binding")
 
 
+def measure_kernel_ms(client: ChildClient, case: Case, rng: np.random.Generator,
+                      config: TimingConfig) -> tuple[float | None, str]:
+    """The fused kernels' own GPU time per C ABI call (CUPTI, in the child), or None and why.
+    Informational: a profiler that is missing or refuses is not the submission's fault."""
+    client.arena.reset()
+    refs = client.arena.put_all(make_inputs(case, rng))
+    try:
+        reply = client.call({"op": "kernel_time", "case": case_json(case), "arrays": refs,
+                             "calls": config.kernel_calls}, config.call_timeout_s)
+    except StudentError as exc:
+        return None, f"kernel GPU time not measured: {exc.error}"
+    return float(reply["kernel_ms"]), ", ".join(reply.get("kernels", []))
+
+
 def binding_eligible(case: Case) -> bool:
     """Cases the binding can express: it has no mask_future, and a softmax backward runs the
     binding's forward first, which takes rows of at most MAX_SOFTMAX_LEN["softmax_fw"]
@@ -208,6 +225,21 @@ def time_problem(student: ChildClient, trusted: ChildClient | None, case: Case, 
 ClientFactory = Callable[[str], ChildClient]  # label -> a fresh sandboxed child
 
 
+class Stopwatch:
+    """`with clock("phase"):` adds the phase's wall seconds to the given dict."""
+
+    def __init__(self, seconds: dict[str, float]) -> None:
+        self.seconds = seconds
+
+    @contextlib.contextmanager
+    def __call__(self, phase: str) -> Iterator[None]:
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.seconds[phase] = round(self.seconds.get(phase, 0.0) + time.monotonic() - started, 3)
+
+
 def grade_kernel_problem(
     problem_id: str,
     cases: list[Case],
@@ -220,21 +252,31 @@ def grade_kernel_problem(
 ) -> ProblemMeasurement:
     """Everything measured for one kernel problem, in a fresh child of its own."""
     measurement = ProblemMeasurement(problem_id=problem_id, telemetry={"before": telemetry()})
-    client = open_student(problem_id)
+    seconds: dict[str, float] = {}
+    measurement.telemetry["seconds"] = seconds  # where the problem's wall time went
+    clock = Stopwatch(seconds)
+    with clock("start"):
+        client = open_student(problem_id)
     try:
-        for case in cases:
-            measurement.abi_cases.append(check_abi_case(client, case, rng, config.call_timeout_s))
-        for case in cases:
-            if binding_eligible(case):
-                measurement.binding_cases.append(check_binding_case(client, case, rng, config.call_timeout_s))
+        with clock("abi_cases"):
+            for case in cases:
+                measurement.abi_cases.append(check_abi_case(client, case, rng, config.call_timeout_s))
+        with clock("binding_cases"):
+            for case in cases:
+                if binding_eligible(case):
+                    measurement.binding_cases.append(check_binding_case(client, case, rng, config.call_timeout_s))
         if any(not c.ok for c in measurement.cases):
             # No speed points without correctness: spend no GPU time timing a wrong kernel.
             measurement.log_tail = "not timed: a correctness case failed"
             return measurement
-        timing = time_problem(client, trusted, TIMING_CASES[problem_id], rng, config, thresholds)
+        with clock("timing"):
+            timing = time_problem(client, trusted, TIMING_CASES[problem_id], rng, config, thresholds)
         measurement.speedup_student, measurement.speedup_trusted = timing.student, timing.trusted
         if timing.trusted_error:
             measurement.telemetry["trusted_failure"] = timing.trusted_error
+        with clock("kernel_profile"):
+            measurement.kernel_ms, measurement.telemetry["kernel_profile"] = measure_kernel_ms(
+                client, TIMING_CASES[problem_id], rng, config)
         if timing.wrong_trials:
             measurement.binding_cases.append(CaseOutcome(
                 case_id=f"timing:{TIMING_CASES[problem_id].id}", shape=tuple(TIMING_CASES[problem_id].shape),
