@@ -7,9 +7,11 @@ PostgreSQL and KG_BROKER_URL to Redis; the code path is the same.
 from __future__ import annotations
 
 import functools
+import re
 from pathlib import Path
+from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MiB = 1024 * 1024
@@ -23,6 +25,12 @@ class Settings(BaseSettings):
     database_url: str = ""  # default: sqlite file in data_dir
     broker_url: str = ""  # default: SQLite-backed kombu transport in data_dir
     task_queue: str = "grading"
+    # The GPU model runs are graded on (e.g. "H200"): unless KG_TASK_QUEUE is set, the run queue
+    # is then named after it ("gpu-h200"), so each model's workers have their own queue.
+    gpu_model: str = ""
+    # When set, each run is first built by a CPU worker on this queue (worker/tasks.py: prebuild);
+    # the GPU worker then finds its kernels in the shared build cache.
+    build_queue: str = ""
 
     # Uploads
     max_upload_bytes: int = 50 * MiB
@@ -52,6 +60,10 @@ class Settings(BaseSettings):
     sandbox_memory_bytes: int = 32 * 1024 * MiB
     sandbox_max_processes: int = 256  # RLIMIT_NPROC counts threads: room for CUDA/OpenMP ones
     sandbox_file_size_bytes: int = 4 * 1024 * MiB
+    sandbox_backend: Literal["process", "docker"] = "process"  # (a fresh container per child)
+    sandbox_docker_image: str = "kernelgrade-sandbox"
+    sandbox_docker_gpu: str = ""  # `docker run --gpus device=` (host index or UUID); "" = gpu_index
+    sandbox_docker_cpus: float = 4.0
     grading_seed: int | None = None  # fixed only for reproducing a grade; None = fresh inputs
 
     # Worker
@@ -76,6 +88,12 @@ class Settings(BaseSettings):
 
     # Bootstrap
     rubrics: list[str] = Field(default_factory=lambda: ["hw4"])
+
+    @model_validator(mode="after")
+    def _queue_per_gpu_model(self) -> Settings:
+        if self.gpu_model and "task_queue" not in self.model_fields_set:
+            self.task_queue = "gpu-" + re.sub(r"[^a-z0-9]+", "-", self.gpu_model.lower()).strip("-")
+        return self
 
     @property
     def resolved_database_url(self) -> str:
