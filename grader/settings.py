@@ -60,7 +60,7 @@ class Settings(BaseSettings):
     sandbox_memory_bytes: int = 32 * 1024 * MiB
     sandbox_max_processes: int = 256  # RLIMIT_NPROC counts threads: room for CUDA/OpenMP ones
     sandbox_file_size_bytes: int = 4 * 1024 * MiB
-    sandbox_backend: Literal["process", "docker"] = "process"  # (a fresh container per child)
+    sandbox_backend: Literal["process", "docker"] = "process"  # docker: a fresh container per child
     sandbox_docker_image: str = "kernelgrade-sandbox"
     sandbox_docker_gpu: str = ""  # `docker run --gpus device=` (host index or UUID); "" = gpu_index
     sandbox_docker_cpus: float = 4.0
