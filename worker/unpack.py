@@ -7,14 +7,23 @@ Problems raise BadArchive with a message written for the student.
 """
 from __future__ import annotations
 
+import errno
 import lzma
 import stat
 import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import NoReturn
 
 CHUNK = 1024 * 1024
+MAX_NAME_PART_BYTES = 255  # NAME_MAX of Linux file systems
+MAX_NAME_BYTES = 1024  # a whole entry name; real submissions stay far below
+# Errors of a file system call that the entry's name causes (the student's to fix); any other
+# OSError, such as a full disk, is the grader's and propagates.
+_NAME_ERRNOS = (errno.ENAMETOOLONG, errno.EILSEQ, errno.EINVAL)
+NOT_A_ZIP = ("the upload is not a zip file; create it with `zip -r` or your file manager's "
+             "'compress' action")
 IGNORED_PREFIXES = ("__MACOSX/",)
 IGNORED_NAMES = {".DS_Store", "Thumbs.db"}
 
@@ -57,6 +66,8 @@ def _safe_relative(name: str) -> PurePosixPath | None:
     parts = [p for p in normalized.split("/") if p not in ("", ".")]
     if any(p == ".." for p in parts):
         raise BadArchive(f"the zip contains a path that leaves its folder ({name!r})")
+    if len(normalized.encode()) > MAX_NAME_BYTES or any(len(p.encode()) > MAX_NAME_PART_BYTES for p in parts):
+        raise BadArchive(f"the zip has an entry whose name is too long ({name[:60]!r}...); use short file names")
     if not parts or normalized.endswith("/"):
         return None
     return PurePosixPath(*parts)
@@ -108,15 +119,11 @@ def check_entries(archive: zipfile.ZipFile, limits: UnpackLimits, archive_bytes:
 
 def unpack_zip(archive_path: Path, dest: Path, limits: UnpackLimits) -> Unpacked:
     """Extract `archive_path` into the empty folder `dest` (created) under `limits`."""
-    try:
-        archive = zipfile.ZipFile(archive_path)
-    except zipfile.BadZipFile as exc:
-        raise BadArchive("the upload is not a zip file; create it with `zip -r` or your file manager's "
-                         "'compress' action") from exc
-    dest.mkdir(parents=True, exist_ok=False)
-    root = dest.resolve()
+    archive = _open_zip(archive_path)
     written_total = 0
     with archive:
+        dest.mkdir(parents=True, exist_ok=False)
+        root = dest.resolve()
         files = check_entries(archive, limits, archive_path.stat().st_size)
         for info in files:
             rel = _safe_relative(info.filename)
@@ -130,6 +137,8 @@ def unpack_zip(archive_path: Path, dest: Path, limits: UnpackLimits) -> Unpacked
                 target.parent.mkdir(parents=True, exist_ok=True)
             except (FileExistsError, NotADirectoryError) as exc:
                 raise BadArchive(f"the zip contains {info.filename} inside a path that is also a file") from exc
+            except OSError as exc:
+                _raise_for_name(info.filename, exc)
             written = 0
             try:
                 with archive.open(info) as src, open(target, "xb") as out:
@@ -145,7 +154,30 @@ def unpack_zip(archive_path: Path, dest: Path, limits: UnpackLimits) -> Unpacked
             except (zipfile.BadZipFile, zlib.error, lzma.LZMAError, EOFError, NotImplementedError, ValueError) as exc:
                 raise BadArchive(f"{info.filename} could not be read from the zip ({exc}); "
                                  "create the zip again") from exc
+            except OSError as exc:
+                _raise_for_name(info.filename, exc)
     return Unpacked(len(files), written_total)
+
+
+def _open_zip(archive_path: Path) -> zipfile.ZipFile:
+    """The archive opened for reading; a damaged or foreign file raises BadArchive (a missing
+    one raises OSError: that is the grader's fault, not the student's)."""
+    try:
+        return zipfile.ZipFile(archive_path)
+    except UnicodeDecodeError as exc:  # the UTF-8 flag is set on a name that is not UTF-8
+        raise BadArchive("the zip has an entry name that is not valid UTF-8 although the zip says it is; "
+                         "create the zip again with plain file names") from exc
+    except (zipfile.BadZipFile, ValueError, EOFError) as exc:
+        raise BadArchive(NOT_A_ZIP) from exc
+
+
+def _raise_for_name(name: str, exc: OSError) -> NoReturn:
+    """BadArchive when the file system refused the entry's name; any other OSError (a full
+    disk, say) is raised again as it is."""
+    if exc.errno in _NAME_ERRNOS:
+        raise BadArchive(f"the zip has an entry that cannot be written under its name ({name[:60]!r}): "
+                         f"{exc.strerror}; use plain, short file names") from exc
+    raise exc
 
 
 def find_assignment_root(tree: Path, required_files: tuple[str, ...]) -> Path:

@@ -21,9 +21,11 @@ MiB = 1024 * 1024
 _LOCAL_SIG = b"PK\x03\x04"
 _CENTRAL_SIG = b"PK\x01\x02"
 _EOCD_SIG = b"PK\x05\x06"
-_LOCAL_FLAGS, _LOCAL_USIZE = 6, 22
-_CENTRAL_FLAGS, _CENTRAL_USIZE, _CENTRAL_OFFSET = 8, 24, 42
+_LOCAL_FLAGS, _LOCAL_METHOD, _LOCAL_USIZE = 6, 8, 22
+_CENTRAL_FLAGS, _CENTRAL_METHOD, _CENTRAL_USIZE, _CENTRAL_OFFSET = 8, 10, 24, 42
 _CENTRAL_NAME_LEN, _CENTRAL_FIXED = 28, 46
+_EOCD_COUNT_DISK, _EOCD_COUNT, _EOCD_CD_SIZE, _EOCD_CD_OFFSET = 8, 10, 12, 16
+_UTF8_FLAG = 0x800
 
 Entry = tuple[str | zipfile.ZipInfo, bytes]
 
@@ -77,16 +79,51 @@ def _patch_headers(data: bytes, edit: Callable[[bytearray, int, int], None]) -> 
     return bytes(out)
 
 
+def _set_flag_bits(data: bytes, bits: int) -> bytes:
+    """`data` with general-purpose flag `bits` set on every entry, in both headers."""
+    def edit(buf: bytearray, local: int, central: int) -> None:
+        for at in (local + _LOCAL_FLAGS, central + _CENTRAL_FLAGS):
+            struct.pack_into("<H", buf, at, struct.unpack_from("<H", buf, at)[0] | bits)
+
+    return _patch_headers(data, edit)
+
+
 def encrypted_zip() -> bytes:
     """A zip whose entry claims to be encrypted (general-purpose flag bit 0 set)."""
-    data = make_zip([("hw4/src/combine.cu", b"int x;\n")])
+    return _set_flag_bits(make_zip([("hw4/src/combine.cu", b"int x;\n")]), 0x1)
 
-    def set_flag(buf: bytearray, local: int, central: int) -> None:
-        for at in (local + _LOCAL_FLAGS, central + _CENTRAL_FLAGS):
-            flags = struct.unpack_from("<H", buf, at)[0]
-            struct.pack_into("<H", buf, at, flags | 0x1)
 
-    return _patch_headers(data, set_flag)
+def invalid_utf8_name_zip() -> bytes:
+    """An entry whose name bytes are not UTF-8 while its UTF-8 flag says they are."""
+    placeholder = b"hw4/src/k#rnel.cu"
+    data = make_zip([(placeholder.decode(), b"int x;\n")])
+    assert data.count(placeholder) == 2
+    return _set_flag_bits(data.replace(placeholder, b"hw4/src/k\xffrnel.cu"), _UTF8_FLAG)
+
+
+def unsupported_method_zip(method: int = 93) -> bytes:
+    """An entry compressed with a method zipfile cannot decode (93: Zstandard, before 3.14)."""
+    data = make_zip([("hw4/src/combine.cu", b"int x;\n" * 50)])
+
+    def set_method(buf: bytearray, local: int, central: int) -> None:
+        struct.pack_into("<H", buf, local + _LOCAL_METHOD, method)
+        struct.pack_into("<H", buf, central + _CENTRAL_METHOD, method)
+
+    return _patch_headers(data, set_method)
+
+
+def overlapping_entries_zip(copies: int, each: int) -> bytes:
+    """`copies` central directory records, with distinct names, that all point at ONE local
+    entry of `each` zero bytes: the zip form of hard links (and of overlap bombs)."""
+    first = "part00000"
+    data = make_zip([(first, bytes(each))])
+    ((_, central),) = _headers(data)
+    eocd = data.rfind(_EOCD_SIG)
+    record = data[central:eocd]
+    records = b"".join(record.replace(first.encode(), f"part{i:05d}".encode(), 1) for i in range(copies))
+    end = bytearray(data[eocd:])
+    struct.pack_into("<HHI", end, _EOCD_COUNT_DISK, copies, copies, len(records))
+    return data[:central] + records + bytes(end)
 
 
 def lying_size_zip(actual: bytes, declared: int, compression: int = zipfile.ZIP_STORED) -> bytes:
@@ -133,6 +170,21 @@ def tar_gz() -> bytes:
     return buf.getvalue()
 
 
+def tar_gz_with_hardlink() -> bytes:
+    """A .tar.gz whose second member is a hard link to /etc/passwd (renamed .zip by a student)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+        link = tarfile.TarInfo("hw4/src/combine.cu")
+        link.type, link.linkname = tarfile.LNKTYPE, "/etc/passwd"
+        tf.addfile(link)
+    return buf.getvalue()
+
+
+def nested_zip(inner: bytes, name: str = "llmsys_hw4.zip") -> bytes:
+    """A zip whose only content is another zip."""
+    return make_zip([(name, inner)], zipfile.ZIP_STORED)
+
+
 REQUIRED = ("src/softmax_kernel.cu", "src/layernorm_kernel.cu", "src/combine.cu")
 
 
@@ -169,7 +221,8 @@ def unique_absolute_target(tmp_root: str) -> str:
 
 
 __all__ = [
-    "MiB", "REQUIRED", "assignment_entries", "encrypted_zip", "lying_size_zip", "macos_junk",
-    "make_zip", "many_small_bombs", "nul_name_zip", "random_bytes", "tar_gz", "unix_entry",
-    "unique_absolute_target", "zeros_bomb",
+    "MiB", "REQUIRED", "assignment_entries", "encrypted_zip", "invalid_utf8_name_zip", "lying_size_zip",
+    "macos_junk", "make_zip", "many_small_bombs", "nested_zip", "nul_name_zip", "overlapping_entries_zip",
+    "random_bytes", "tar_gz", "tar_gz_with_hardlink", "unix_entry", "unique_absolute_target",
+    "unsupported_method_zip", "zeros_bomb",
 ]

@@ -411,3 +411,34 @@ def test_empty_tree(tmp_path: Path) -> None:
     with pytest.raises(BadArchive) as caught:
         find_assignment_root(tree, hz.REQUIRED)
     assert "Missing: " + ", ".join(hz.REQUIRED) in str(caught.value)
+
+
+# ---------------------------------------------------------------- names the file system refuses
+
+
+def test_name_flagged_utf8_but_not_utf8_is_a_bad_archive(tmp_path: Path) -> None:
+    up = Upload(tmp_path, hz.invalid_utf8_name_zip())
+    assert "not valid UTF-8" in up.rejected()
+    assert not up.dest.exists()
+
+
+@pytest.mark.parametrize("name", ["hw4/" + "n" * 256 + ".cu", "/".join(["d" * 200] * 6) + "/x.cu"],
+                         ids=["long-part", "long-path"])
+def test_overlong_names_are_rejected_before_writing(tmp_path: Path, name: str) -> None:
+    up = Upload(tmp_path, hz.make_zip([("hw4/src/combine.cu", b"int ok;\n"), (name, b"x")]))
+    assert "name is too long" in up.rejected(ROOMY)
+    assert up.written() == {}
+
+
+def test_unsupported_compression_method(tmp_path: Path) -> None:
+    assert "could not be read" in Upload(tmp_path, hz.unsupported_method_zip()).rejected()
+
+
+def test_entries_sharing_one_local_header_are_a_bomb(tmp_path: Path) -> None:
+    up = Upload(tmp_path, hz.overlapping_entries_zip(copies=300, each=hz.MiB))
+    with zipfile.ZipFile(up.archive) as zf:  # the premise: 300 names, one stored entry
+        assert len({i.header_offset for i in zf.infolist()}) == 1 and len(zf.infolist()) == 300
+    message = up.rejected(ROOMY)
+    assert "zip bomb" in message or "expands to more than" in message
+    assert up.written() == {}
+
