@@ -14,7 +14,7 @@ from typing import Any
 from fastapi import APIRouter, Request, status
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
 from grader import queries
@@ -24,7 +24,8 @@ from grader.auth import DEFAULT_SCOPES, SCOPE_SUBMIT, authenticate, check_passwo
 from grader.context import AppContext
 from grader.db import session_scope
 from grader.dispatch import send_run
-from grader.models import FINAL_STATES, ApiToken, Role, Run, RunState, Submission, User, utcnow
+from grader.models import ApiToken, Role, Run, Submission, User, utcnow
+from grader.runstatus import run_status
 from grader.service import NotFound, get_assignment, record_regrade, record_submission
 from grader.uploads import UploadError, receive_upload
 from grader.websession import CSRF_FIELD, CsrfError, check_csrf, csrf_token, current_user, log_in, log_out
@@ -233,25 +234,6 @@ def _readable_run(session: Session, user: User, run_id: int) -> Run | None:
     return run
 
 
-def _queue_position(session: Session, run: Run) -> int | None:
-    if run.state != RunState.queued:
-        return None
-    ahead = session.scalar(select(func.count(Run.id)).where(Run.state == RunState.queued, Run.id < run.id))
-    return int(ahead or 0) + 1
-
-
-def run_status(session: Session, run: Run) -> dict[str, Any]:
-    return {
-        "id": run.id,
-        "state": run.state.value,
-        "final": run.state in FINAL_STATES,
-        "score": run.score,
-        "message": run.message,
-        "error_class": run.error_class.value if run.error_class else None,
-        "queue_position": _queue_position(session, run),
-    }
-
-
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
 def run_page(request: Request, run_id: int) -> Response:
     with _db(get_context(request)) as session:
@@ -261,7 +243,8 @@ def run_page(request: Request, run_id: int) -> Response:
         run = _readable_run(session, user, run_id)
         if run is None:
             return _not_found(request, user, f"run {run_id}")
-        return _page(request, "run.html", user, run=run, sub=run.submission, status=run_status(session, run),
+        return _page(request, "run.html", user, run=run, sub=run.submission,
+                     status=run_status(session, run, get_context(request).settings.eta_recent_runs),
                      problems=[problem_view(r.details or {}, r) for r in run.results],
                      logs=_stage_logs(run.stages or {}))
 
@@ -275,7 +258,8 @@ def run_status_json(request: Request, run_id: int) -> JSONResponse:
         run = _readable_run(session, user, run_id)
         if run is None:
             return JSONResponse({"detail": f"no run {run_id}"}, status.HTTP_404_NOT_FOUND)
-        return JSONResponse(run_status(session, run), headers={"Cache-Control": "no-store"})
+        return JSONResponse(run_status(session, run, get_context(request).settings.eta_recent_runs),
+                            headers={"Cache-Control": "no-store"})
 
 
 def _stage_logs(stages: dict[str, Any]) -> list[dict[str, Any]]:

@@ -14,6 +14,7 @@ import shutil
 import socket
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum
@@ -92,14 +93,16 @@ def gpu_stage_config(settings: Settings) -> GpuStageConfig:
     )
 
 
-def gpu_stage_for(settings: Settings, rubric: Rubric) -> GpuStage | None:
-    """The assignment's GPU stage when this worker grades on a GPU, else None (runs end `built`)."""
+def gpu_stage_for(settings: Settings, rubric: Rubric,
+                  on_problem: Callable[[str], None] = lambda _pid: None) -> GpuStage | None:
+    """The assignment's GPU stage when this worker grades on a GPU, else None (runs end `built`).
+    `on_problem` is called with each problem id before that problem is measured."""
     if not gpu_available(settings) or rubric.slug != "hw4":
         return None
     config = gpu_stage_config(settings)
 
     def stage(rubric: Rubric, staged: Path, reference: Path, work_dir: Path) -> list[ProblemMeasurement]:
-        return run_gpu_stage(rubric, staged, reference, work_dir, config)
+        return run_gpu_stage(rubric, staged, reference, work_dir, config, on_problem)
 
     return stage
 
@@ -127,6 +130,7 @@ def claim_run(session: Session, run_id: int, me: str, stale_before: datetime) ->
             worker_host=socket.gethostname(),
             error_class=None,
             message=None,
+            progress=None,
         )
     )
     return result.rowcount == 1  # type: ignore[attr-defined]
@@ -208,14 +212,25 @@ class RunExecutor:
         shutil.rmtree(job_dir, ignore_errors=True)
         job_dir.mkdir(parents=True)
 
+        def record(**values: object) -> None:
+            with session_scope(self.sessions) as session:
+                session.execute(update(Run).where(Run.id == run_id, Run.claimed_by == me).values(**values))
+
         def on_stage(stage: str) -> None:
             log.info("run %s: stage %s", run_id, stage)
             if stage == "run":
-                with session_scope(self.sessions) as session:
-                    session.execute(update(Run).where(Run.id == run_id, Run.claimed_by == me)
-                                    .values(state=RunState.running))
+                record(state=RunState.running, progress={"stage": stage})
+            else:
+                record(progress={"stage": stage})
 
-        gpu_stage = gpu_stage_for(self.settings, rubric)
+        order = [p.id for p in rubric.problems]
+
+        def on_problem(problem_id: str) -> None:
+            log.info("run %s: problem %s", run_id, problem_id)
+            index = order.index(problem_id) + 1 if problem_id in order else None
+            record(progress={"stage": "run", "problem": problem_id, "index": index, "total": len(order)})
+
+        gpu_stage = gpu_stage_for(self.settings, rubric, on_problem)
         targets = None
         if gpu_stage is not None:
             with session_scope(self.sessions) as session:
@@ -228,7 +243,7 @@ class RunExecutor:
             session.execute(
                 update(Run)
                 .where(Run.id == run_id, Run.claimed_by == me)
-                .values(state=RunState.queued, claimed_by=None, heartbeat_at=None, enqueued_at=None)
+                .values(state=RunState.queued, claimed_by=None, heartbeat_at=None, enqueued_at=None, progress=None)
             )
 
     def _finish(self, run_id: int, me: str, outcome: Outcome) -> None:
@@ -246,6 +261,7 @@ class RunExecutor:
             run.report = outcome.report
             run.finished_at = utcnow()
             run.claimed_by = None
+            run.progress = None
             run.results.clear()
             run.results.extend(
                 ProblemResult(

@@ -1,11 +1,28 @@
-// Follows a run: polls its status every 2 s and reloads once when it is final,
-// so the server renders the breakdown and logs. No framework.
+// Follows a run: polls its status every 2 s, shows the queue position and ETA, the stage or
+// the problem being graded, and reloads once when the run is final so the server renders
+// the breakdown and logs. No framework.
 (function () {
   var box = document.getElementById("run-status");
-  if (!box || box.dataset.final === "true") return;
+  if (!box) return;
   var state = document.getElementById("run-state");
-  var queue = document.getElementById("run-queue");
+  var progress = document.getElementById("run-progress");
   var message = document.getElementById("run-message");
+  var order = ["queued", "building", "running", "scored"];
+  // The last step a final run completed: a built run stopped after building, a failed one
+  // is only known to have left the queue.
+  var finalStep = { scored: 3, built: 1, failed: 0 };
+  function mark(current, isFinal) {
+    var reached = isFinal ? finalStep[current] : order.indexOf(current);
+    var steps = box.querySelectorAll("[data-step]");
+    for (var i = 0; i < steps.length; i++) {
+      var at = order.indexOf(steps[i].dataset.step);
+      var now = !isFinal && at === reached;
+      steps[i].className = (isFinal ? at <= reached : at < reached) ? "done" : (now ? "now" : "");
+      if (now) steps[i].setAttribute("aria-current", "step"); else steps[i].removeAttribute("aria-current");
+    }
+  }
+  mark(state.textContent.trim(), box.dataset.final === "true");
+  if (box.dataset.final === "true") return;
   function poll() {
     fetch(box.dataset.statusUrl, { credentials: "same-origin", cache: "no-store" })
       .then(function (r) { if (!r.ok) throw new Error(r.status); return r.json(); })
@@ -13,8 +30,9 @@
         if (s.final) { window.location.reload(); return; }
         state.textContent = s.state;
         state.className = "state state-" + s.state;
-        queue.textContent = s.queue_position ? "(position " + s.queue_position + " in the queue)" : "";
+        progress.textContent = s.progress_text || "";
         message.textContent = s.message || "";
+        mark(s.state, false);
         setTimeout(poll, 2000);
       })
       .catch(function () { setTimeout(poll, 2000); });

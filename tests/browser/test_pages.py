@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.auth import set_password
 from grader.blobstore import StoredBlob
 from grader.db import session_scope
-from grader.models import ProblemResult, Role, Run, RunState, Submission, utcnow
+from grader.models import ErrorClass, ProblemResult, Role, Run, RunState, Submission, utcnow
 from grader.service import get_assignment, get_or_create_user, record_submission
 from worker.measurements import CaseOutcome, ProblemMeasurement
 from worker.rubric import load_rubric
@@ -105,6 +105,46 @@ def test_student_uploads_and_watches_the_run(
     page.get_by_role("link", name="My submissions").click()
     expect(page.get_by_role("link", name=f"Run {run_id}")).to_be_visible()
     page.screenshot(path=str(screenshot_dir / "history.png"))
+
+
+def _set_run(sessions: sessionmaker[Session], run_id: int, **values: Any) -> None:
+    with session_scope(sessions) as session:
+        session.execute(update(Run).where(Run.id == run_id).values(**values))
+
+
+def test_run_page_follows_progress_without_reload(
+    context: BrowserContext, sessions: sessionmaker[Session], screenshot_dir: Path,
+) -> None:
+    """The worker's writes (state, progress), made here on a run no worker holds, reach the
+    open page by its own polling: queue position and ETA, building, problem k of 5."""
+    with session_scope(sessions) as session:
+        earlier = session.get(Run, STATE["run_id"])
+        assert earlier is not None
+        blob = StoredBlob(sha256=earlier.submission.sha256, size=earlier.submission.size_bytes)
+        user = get_or_create_user(session, "amy", Role.student)
+        _sub, run = record_submission(session, user, get_assignment(session, "hw4"), "progress.zip", blob)
+        session.flush()
+        run_id = run.id
+    page = log_in(context, "amy")
+    page.goto(f"/runs/{run_id}")
+    # The earlier upload finished, so there is a recent duration to estimate from.
+    expect(page.locator("#run-progress")).to_contain_text(re.compile(r"Position \d+ in the queue; estimated result in"))
+    expect(page.locator('[data-step="queued"]')).to_have_attribute("aria-current", "step")
+    page.evaluate("window.kgNotReloaded = true")
+    _set_run(sessions, run_id, state=RunState.building, started_at=utcnow(), progress={"stage": "build"})
+    expect(page.locator("#run-progress")).to_have_text("Building: compiling the kernels with nvcc.")
+    _set_run(sessions, run_id, state=RunState.running,
+             progress={"stage": "run", "problem": "2.1", "index": 3, "total": 5})
+    expect(page.locator("#run-progress")).to_have_text(
+        "Running problem 3 of 5: 2.1 LayerNorm forward (ker_layer_norm).")
+    expect(page.locator('[data-step="running"]')).to_have_attribute("aria-current", "step")
+    assert page.evaluate("window.kgNotReloaded === true")  # updated in place
+    page.screenshot(path=str(screenshot_dir / "run-progress.png"))
+    _set_run(sessions, run_id, state=RunState.failed, finished_at=utcnow(), progress=None,
+             error_class=ErrorClass.timeout, message="Grading stopped: time limit.")
+    expect(page.locator("#run-state")).to_have_text("failed")
+    expect(page.locator("#run-message")).to_have_text("Grading stopped: time limit.")
+    assert page.evaluate("window.kgNotReloaded === undefined")  # final: reloaded for the breakdown
 
 
 def _scored_run(sessions: sessionmaker[Session], username: str, like_run: int) -> int:

@@ -1,0 +1,115 @@
+"""What the live run page says about a run: queue position and ETA, the stage or problem the
+worker is on, and the final state. Shared by the server-rendered page and its JSON poll."""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from grader.models import ACTIVE_STATES, FINAL_STATES, Run, RunState, Submission
+from worker.rubric import RubricError, load_rubric
+
+STAGE_WORDS = {
+    "unpack": "unpacking your zip",
+    "stage": "laying your files over the starter",
+    "build": "compiling the kernels with nvcc",
+    "run": "building the reference kit before the first problem",
+}
+
+
+@dataclass(frozen=True)
+class QueueEstimate:
+    position: int  # 1: next to be taken
+    eta_s: float | None  # until the run is final; None without finished runs to learn from
+
+
+def recent_median_duration(session: Session, assignment_id: int, sample: int) -> float | None:
+    """Median seconds from claim to finish of the assignment's `sample` most recent graded runs
+    (scored, or built on workers without a GPU); failures end early and would skew it."""
+    rows = session.execute(
+        select(Run.started_at, Run.finished_at)
+        .join(Submission, Run.submission_id == Submission.id)
+        .where(Submission.assignment_id == assignment_id, Run.state.in_((RunState.scored, RunState.built)),
+               Run.started_at.is_not(None), Run.finished_at.is_not(None))
+        .order_by(Run.finished_at.desc())
+        .limit(sample)
+    ).all()
+    durations = [(finished - started).total_seconds() for started, finished in rows]
+    return statistics.median(durations) if durations else None
+
+
+def eta_seconds(median_s: float, position: int, busy_workers: int) -> float:
+    """Rough time until a queued run is final. With `busy_workers` runs in progress, the runs
+    ahead are shared among that many workers, and the current ones are about half done;
+    with none busy, one worker is assumed and the queue drains one run at a time."""
+    if busy_workers <= 0:
+        return median_s * position
+    return median_s * (1.0 + (position - 1) / busy_workers + 0.5)
+
+
+def queue_estimate(session: Session, run: Run, sample: int) -> QueueEstimate | None:
+    if run.state != RunState.queued:
+        return None
+    ahead = session.scalar(select(func.count(Run.id)).where(Run.state == RunState.queued, Run.id < run.id)) or 0
+    busy = session.scalar(select(func.count(Run.id)).where(Run.state.in_(ACTIVE_STATES))) or 0
+    median = recent_median_duration(session, run.submission.assignment_id, sample)
+    position = int(ahead) + 1
+    return QueueEstimate(position, None if median is None else eta_seconds(median, position, int(busy)))
+
+
+def _problem_title(slug: str, problem_id: str) -> str | None:
+    try:
+        return next((p.title for p in load_rubric(slug).problems if p.id == problem_id), None)
+    except RubricError:
+        return None
+
+
+def describe_duration(seconds: float) -> str:
+    if seconds < 90:
+        return "under 2 minutes" if seconds >= 45 else "under a minute"
+    minutes = round(seconds / 60)
+    return f"about {minutes} minutes" if minutes < 90 else f"about {seconds / 3600:.1f} hours"
+
+
+def progress_text(run: Run, queue: QueueEstimate | None) -> str:
+    """One sentence for the page: where the run is now ("" once it is final)."""
+    if run.state in FINAL_STATES:
+        return ""
+    if run.state == RunState.queued:
+        if queue is None:
+            return "Waiting in the queue."
+        text = f"Position {queue.position} in the queue"
+        if queue.eta_s is None:
+            return text + "; no estimate yet (no finished runs to learn from)."
+        return text + f"; estimated result in {describe_duration(queue.eta_s)} (from recent runs)."
+    progress = run.progress or {}
+    if run.state == RunState.running and progress.get("problem"):
+        title = _problem_title(run.submission.assignment.slug, str(progress["problem"]))
+        label = f"{progress['problem']}" + (f" {title}" if title else "")
+        if progress.get("index") and progress.get("total"):
+            return f"Running problem {progress['index']} of {progress['total']}: {label}."
+        return f"Running problem {label}."
+    stage = STAGE_WORDS.get(str(progress.get("stage") or ""))
+    word = "Building" if run.state == RunState.building else "Running"
+    return f"{word}: {stage}." if stage else f"{word}."
+
+
+def run_status(session: Session, run: Run, eta_sample: int) -> dict[str, Any]:
+    """The JSON the run page polls (and renders from at first)."""
+    queue = queue_estimate(session, run, eta_sample)
+    active = run.state in ACTIVE_STATES
+    return {
+        "id": run.id,
+        "state": run.state.value,
+        "final": run.state in FINAL_STATES,
+        "score": run.score,
+        "message": run.message,
+        "error_class": run.error_class.value if run.error_class else None,
+        "queue_position": queue.position if queue else None,
+        "eta_s": round(queue.eta_s) if queue and queue.eta_s is not None else None,
+        "progress": run.progress if active else None,
+        "progress_text": progress_text(run, queue),
+    }
