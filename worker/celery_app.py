@@ -1,7 +1,15 @@
-"""The Celery application. Configuration only: the task lives in worker.tasks, the work in
+"""The Celery application. Configuration only: the tasks live in worker.tasks, the work in
 worker.pipeline (which knows nothing of Celery).
 
-Start a worker:  celery -A worker.celery_app worker -Q grading --concurrency 1
+Queues (names from grader.settings):
+- the run queue, `task_queue`: every grading task. With KG_GPU_MODEL set it is named after the
+  model ("gpu-h200"), so a course's GPU workers of one model share a queue and a second worker
+  is just another process consuming it (one per GPU, concurrency 1).
+- the build queue, `build_queue` (optional): `prebuild` tasks for CPU workers, which compile a
+  run's kernels into the shared, content-addressed build cache before the run is sent on to the
+  run queue (grader.dispatch chains the two).
+
+Start a worker:  grader worker   (= celery -A worker.celery_app worker -Q <KG_TASK_QUEUE> --concurrency 1)
 """
 from __future__ import annotations
 
@@ -10,6 +18,20 @@ from celery import Celery
 from grader.settings import Settings, get_settings
 
 TASK_GRADE_RUN = "kernelgrade.grade_run"
+TASK_PREBUILD = "kernelgrade.prebuild"
+
+
+def task_routes(settings: Settings) -> dict[str, dict[str, str]]:
+    routes = {TASK_GRADE_RUN: {"queue": settings.task_queue}}
+    if settings.build_queue:
+        routes[TASK_PREBUILD] = {"queue": settings.build_queue}
+    return routes
+
+
+def build_queue_of(app: Celery) -> str | None:
+    """The build queue this app routes `prebuild` to, or None when builds are not split off."""
+    route = (app.conf.task_routes or {}).get(TASK_PREBUILD)
+    return route["queue"] if route else None
 
 
 def make_celery(settings: Settings) -> Celery:
@@ -24,6 +46,7 @@ def make_celery(settings: Settings) -> Celery:
         task_time_limit=settings.task_time_limit_s,
         task_ignore_result=True,  # the database is the source of truth, not a result backend
         task_default_queue=settings.task_queue,
+        task_routes=task_routes(settings),
         task_serializer="json",
         accept_content=["json"],
         broker_connection_retry_on_startup=True,

@@ -1,16 +1,32 @@
-"""The Celery task: a thin adapter from a message to RunExecutor.execute."""
+"""Celery tasks: thin adapters from a message to the worker's code.
+
+- grade_run (run queue, GPU workers): RunExecutor.execute claims, grades and records the run.
+- prebuild (build queue, CPU workers): compiles the run's kernels so that they land in the
+  shared build cache (`KG_DATA_DIR/build-cache`, keyed by the hash of sources, headers, nvcc
+  version and flags); the grading task that follows it in the chain then finds them there
+  instead of running nvcc on a GPU worker. It records nothing on the run: the GPU worker's
+  pipeline still unpacks, stages and (from the cache) builds, so its result is the same with or
+  without the prebuild, and a prebuild that could not help costs only time.
+"""
 from __future__ import annotations
 
 import functools
+import logging
+import shutil
+import uuid
 
 from celery import Task
 
 from grader.blobstore import BlobStore
-from grader.db import make_engine, make_session_factory
+from grader.db import make_engine, make_session_factory, session_scope
+from grader.models import Run, RunState
 from grader.settings import get_settings
-from worker.celery_app import TASK_GRADE_RUN, celery
-from worker.runs import Disposition, RunExecutor
+from worker.celery_app import TASK_GRADE_RUN, TASK_PREBUILD, celery
+from worker.pipeline import grade_submission
+from worker.rubric import load_rubric
+from worker.runs import Disposition, RunExecutor, pipeline_config
 
+log = logging.getLogger(__name__)
 RETRY_COUNTDOWN_S = 30
 
 
@@ -28,3 +44,26 @@ def grade_run(self: Task, run_id: int) -> str:
     if disposition is Disposition.retry:
         raise self.retry(countdown=RETRY_COUNTDOWN_S)
     return disposition.value
+
+
+@celery.task(name=TASK_PREBUILD)
+def prebuild(run_id: int) -> str:
+    """Fill the build cache for a queued run. Never raises: the chain must go on to grading."""
+    ex = executor()
+    try:
+        with session_scope(ex.sessions) as session:
+            run = session.get(Run, run_id)
+            if run is None or run.state is not RunState.queued:
+                return "skipped"
+            sha256, slug = run.submission.sha256, run.submission.assignment.slug
+        rubric = load_rubric(slug)
+        job_dir = ex.settings.jobs_dir / f"prebuild-{run_id}-{uuid.uuid4().hex[:8]}"
+        try:
+            outcome = grade_submission(ex.blobs.path(sha256), rubric, job_dir, pipeline_config(ex.settings, rubric))
+        finally:
+            shutil.rmtree(job_dir, ignore_errors=True)
+    except Exception:
+        log.exception("prebuild of run %s failed; the GPU worker will build it", run_id)
+        return "error"
+    log.info("prebuild of run %s: %s", run_id, outcome.state.value)
+    return outcome.state.value
