@@ -14,21 +14,23 @@ from typing import Any
 from fastapi import APIRouter, Request, status
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
+from markupsafe import Markup
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
-from grader import queries
+from grader import charts, queries
 from grader.api import (BROKER_DOWN_MESSAGE, QUEUED_MESSAGE, GradebookOut, get_context, gradebook_csv,
                         gradebook_to_dict)
 from grader.auth import DEFAULT_SCOPES, SCOPE_SUBMIT, authenticate, check_password, issue_token
 from grader.context import AppContext
 from grader.db import session_scope
 from grader.dispatch import send_run
-from grader.models import ApiToken, Role, Run, Submission, User, utcnow
+from grader.models import ApiToken, ProblemResult, Role, Run, Submission, User, utcnow
 from grader.runstatus import run_status
 from grader.service import NotFound, get_assignment, record_regrade, record_submission
 from grader.uploads import UploadError, receive_upload
 from grader.websession import CSRF_FIELD, CsrfError, check_csrf, csrf_token, current_user, log_in, log_out
+from worker.rubric import RubricError, load_rubric
 
 router = APIRouter(include_in_schema=False)
 templates = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
@@ -243,9 +245,10 @@ def run_page(request: Request, run_id: int) -> Response:
         run = _readable_run(session, user, run_id)
         if run is None:
             return _not_found(request, user, f"run {run_id}")
+        floors = _speed_floors(run.submission.assignment.slug)
         return _page(request, "run.html", user, run=run, sub=run.submission,
                      status=run_status(session, run, get_context(request).settings.eta_recent_runs),
-                     problems=[problem_view(r.details or {}, r) for r in run.results],
+                     problems=[problem_view(r.details or {}, r, floors.get(r.problem_id)) for r in run.results],
                      logs=_stage_logs(run.stages or {}))
 
 
@@ -265,9 +268,10 @@ def run_status_json(request: Request, run_id: int) -> JSONResponse:
 def _stage_logs(stages: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for name, stage in stages.items():
-        log = str(stage.get("log") or "")
+        lines = str(stage.get("log") or "").splitlines()
+        first_error = next((i for i, line in enumerate(lines, 1) if "error" in line.lower()), None)
         out.append({"name": name, "status": stage.get("status"), "seconds": stage.get("seconds"),
-                    "lines": log.splitlines()})
+                    "lines": lines, "first_error": first_error})
     return out
 
 
@@ -306,16 +310,33 @@ def _failure_line(measurement: dict[str, Any]) -> str | None:
     return ", ".join(parts)
 
 
-def problem_view(details: dict[str, Any], result: Any) -> dict[str, Any]:
+def _speed_chart(score: dict[str, Any], floor: float | None) -> Markup | None:
+    speedup = score.get("speedup")
+    if not speedup:
+        return None
+    return charts.speedup_chart(float(speedup["speedup"]), float(speedup["low"]), float(speedup["high"]),
+                                score.get("target"), floor)
+
+
+def _speed_floors(slug: str) -> dict[str, float]:
+    try:
+        return {p.id: p.scoring.speed_floor for p in load_rubric(slug).problems}
+    except RubricError:
+        return {}
+
+
+def problem_view(details: dict[str, Any], result: ProblemResult, floor: float | None = None) -> dict[str, Any]:
     score = details.get("score") or {}
     measurement = details.get("measurement") or {}
-    reasons = score.get("reasons") or ([result.message] if result.message and result.points < result.max_points
-                                       else [])
+    reasons = list(score.get("reasons") or [])
+    if not reasons and result.points < result.max_points:
+        # Every lost point is explained: fall back to the result's own message.
+        reasons = [result.message or f"{result.max_points - result.points:g} points not given (no reason recorded)"]
     return {
         "id": result.problem_id, "title": result.title, "status": result.status,
         "points": result.points, "max_points": result.max_points,
         "cases": _cases_line(measurement), "speed": _speed_line(score), "failure": _failure_line(measurement),
-        "reasons": reasons, "notes": score.get("notes") or [],
+        "chart": _speed_chart(score, floor), "reasons": reasons, "notes": score.get("notes") or [],
     }
 
 

@@ -3,6 +3,7 @@ build log, other students' runs, the instructor's gradebook and re-grade, CSRF r
 from __future__ import annotations
 
 import re
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -203,7 +204,48 @@ def test_breakdown_of_a_scored_run(context: BrowserContext, sessions: sessionmak
     expect(page.locator("code.failure")).to_contain_text("case lfw-r64h1024, shape (64, 1024), max error 0.42")
     expect(page.get_by_role("heading", name="2.2: where points were lost")).to_be_visible()
     expect(page.get_by_text(re.compile("2.2: timed out"))).to_be_visible()
+    # The speedup and its 95% interval against the target, drawn on the server (inline SVG).
+    chart = first.locator("svg.speedup-chart")
+    expect(chart).to_have_count(1)
+    expect(chart.locator("title")).to_have_text(re.compile(r"^Speedup 8x, 95% interval 7\.6 to 8\.4; target [\d.]+x, met"))
+    expect(rows.nth(1).locator("svg.speedup-chart title")).to_contain_text("not met")
+    expect(rows.nth(3).locator("svg")).to_have_count(0)  # timed out: nothing measured, no chart
+    # Every problem that lost points says why.
+    for i in range(rows.count()):
+        cells = rows.nth(i).locator("td")
+        points, out_of = (float(v) for v in cells.nth(0).inner_text().split(" / "))
+        if points < out_of:
+            problem = rows.nth(i).locator("th").inner_text().split()[0]
+            reasons = page.locator("section.problem", has=page.get_by_role(
+                "heading", name=f"{problem}: where points were lost")).locator("li")
+            assert reasons.count() >= 1 and reasons.first.inner_text().strip(), problem
     page.screenshot(path=str(screenshot_dir / "run-scored.png"), full_page=True)
+
+
+def test_compiler_log_with_line_numbers(context: BrowserContext, worker: Any, tmp_path: Path) -> None:
+    """A kernel that does not compile: the run page opens nvcc's log, numbered, and links to
+    the first error line."""
+    kit = tmp_path / "llmsys_hw4"
+    shutil.copytree(load_rubric("hw4").starter_dir, kit, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+    source = kit / "src" / "layernorm_kernel.cu"
+    source.write_text(source.read_text().replace('extern "C"', 'extern "C" not_cuda_at_all;', 1))
+    page = log_in(context, "amy")
+    page.get_by_label(re.compile("Submission")).set_input_files(str(zip_tree(kit, tmp_path / "broken.zip")))
+    page.get_by_role("button", name="Upload and grade").click()
+    page.wait_for_url(re.compile(r"/runs/\d+$"))
+    expect(page.locator("#run-state")).to_have_text("failed", timeout=300_000)
+    expect(page.locator("#run-message")).to_contain_text("layernorm_kernel did not compile")
+    log = page.locator("#log-build")
+    expect(log).to_be_visible()  # the build stage is open
+    jump = page.get_by_role("link", name=re.compile(r"^First error: line \d+$"))
+    line = int(jump.inner_text().rsplit(" ", 1)[1])
+    jump.click()
+    target = page.locator(f"#log-build-{line}")
+    expect(target).to_contain_text(re.compile(r"layernorm_kernel\.cu\(\d+\): error"))
+    assert target.evaluate("el => el.matches(':target') && el.classList.contains('err')")
+    # The number a student reads is the list's own: the line's position in the ordered list.
+    assert log.locator("li").nth(line - 1).get_attribute("id") == f"log-build-{line}"
+    expect(page.get_by_role("heading", name="1.1: where points were lost")).to_be_visible()
 
 
 def test_another_student_gets_404(context: BrowserContext) -> None:
