@@ -93,12 +93,17 @@ def encrypted_zip() -> bytes:
     return _set_flag_bits(make_zip([("hw4/src/combine.cu", b"int x;\n")]), 0x1)
 
 
+def with_raw_name(data: bytes, placeholder: str, raw: bytes) -> bytes:
+    """`data` with the entry name `placeholder` replaced by the bytes `raw` (same length) in
+    both headers: names zipfile would not write (NUL, Latin-1 without the UTF-8 flag...)."""
+    assert len(raw) == len(placeholder.encode()) and data.count(placeholder.encode()) == 2
+    return data.replace(placeholder.encode(), raw)
+
+
 def invalid_utf8_name_zip() -> bytes:
     """An entry whose name bytes are not UTF-8 while its UTF-8 flag says they are."""
-    placeholder = b"hw4/src/k#rnel.cu"
-    data = make_zip([(placeholder.decode(), b"int x;\n")])
-    assert data.count(placeholder) == 2
-    return _set_flag_bits(data.replace(placeholder, b"hw4/src/k\xffrnel.cu"), _UTF8_FLAG)
+    data = with_raw_name(make_zip([("hw4/src/k#rnel.cu", b"int x;\n")]), "hw4/src/k#rnel.cu", b"hw4/src/k\xffrnel.cu")
+    return _set_flag_bits(data, _UTF8_FLAG)
 
 
 def unsupported_method_zip(method: int = 93) -> bytes:
@@ -139,10 +144,8 @@ def lying_size_zip(actual: bytes, declared: int, compression: int = zipfile.ZIP_
 
 def nul_name_zip() -> bytes:
     """An entry named 'src/combine.cu<NUL>.txt' (same bytes in both headers)."""
-    placeholder, hostile = b"src/combine.cu#.txt", b"src/combine.cu\x00.txt"
-    data = make_zip([(placeholder.decode(), b"int x;\n")])
-    assert data.count(placeholder) == 2
-    return data.replace(placeholder, hostile)
+    return with_raw_name(make_zip([("src/combine.cu#.txt", b"int x;\n")]), "src/combine.cu#.txt",
+                         b"src/combine.cu\x00.txt")
 
 
 def zeros_bomb(size: int, name: str = "bomb.bin") -> bytes:
@@ -224,5 +227,5 @@ __all__ = [
     "MiB", "REQUIRED", "assignment_entries", "encrypted_zip", "invalid_utf8_name_zip", "lying_size_zip",
     "macos_junk", "make_zip", "many_small_bombs", "nested_zip", "nul_name_zip", "overlapping_entries_zip",
     "random_bytes", "tar_gz", "tar_gz_with_hardlink", "unix_entry", "unique_absolute_target",
-    "unsupported_method_zip", "zeros_bomb",
+    "unsupported_method_zip", "with_raw_name", "zeros_bomb",
 ]
