@@ -1,0 +1,42 @@
+# kernelgrade web app and API (also runs `grader migrate` and `grader reconcile`).
+# Build from the repository root:  docker build -f docker/api.Dockerfile -t kernelgrade-api .
+ARG PYTHON_IMAGE=python:3.12-slim
+FROM ${PYTHON_IMAGE}
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PATH=/opt/venv/bin:$PATH \
+    KG_DATA_DIR=/var/lib/kernelgrade
+
+RUN groupadd --system --gid 10001 kernelgrade \
+    && useradd --system --uid 10001 --gid kernelgrade --home-dir /var/lib/kernelgrade \
+       --shell /usr/sbin/nologin kernelgrade \
+    && mkdir -p /var/lib/kernelgrade/blobs \
+    && chown -R kernelgrade:kernelgrade /var/lib/kernelgrade
+
+WORKDIR /opt/kernelgrade
+# Dependencies first (cached while only the code changes); the CUDA header wheels are for nvcc
+# on workers and stay out of this image.
+COPY pyproject.toml README.md ./
+COPY docker/requirements.py docker/requirements.py
+RUN python3 -m venv /opt/venv \
+    && python3 docker/requirements.py --without nvidia-cublas --without nvidia-curand > /tmp/requirements.txt \
+    && pip install --no-cache-dir -r /tmp/requirements.txt \
+    && rm /tmp/requirements.txt
+COPY alembic.ini ./
+COPY alembic alembic
+COPY rubrics rubrics
+COPY starter starter
+COPY grader grader
+COPY worker worker
+# Editable: the code finds alembic/, rubrics/ and starter/ beside itself.
+RUN pip install --no-cache-dir --no-deps -e .
+
+USER 10001:10001
+EXPOSE 8000
+# Healthy when the app answers and reaches its database (a broker outage still accepts uploads).
+HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
+    CMD ["python3", "-c", "import json, sys, urllib.request; r = json.load(urllib.request.urlopen('http://127.0.0.1:8000/api/v1/health', timeout=4)); sys.exit(0 if r['database'] else 1)"]
+CMD ["grader", "serve", "--host", "0.0.0.0", "--port", "8000"]
