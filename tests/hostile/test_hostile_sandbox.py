@@ -1,0 +1,383 @@
+"""The sandbox's host-side promises against hostile children, on the CPU (worker/sandbox.py,
+process backend, as root so the uid drop, the network namespace and RLIMIT_NPROC apply).
+
+Each child is a small stdlib-only Python program standing in for host code a student could
+put in their MiniTorch: it tries one attack and prints `ESCAPED <what>` for every attempt that
+worked. The parent also checks from outside (files left where the child must not write,
+processes that outlived the sandbox). After every case a harmless child must run normally:
+the worker stays healthy for the next job. The GPU-side versions (the same attacks from a
+real submission's MiniTorch, kernels that hang or trap) are in tests/gpu/test_hostile_gpu.py.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import tempfile
+import textwrap
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from hostile_report import Row, record
+from tests.unit.test_sandbox import _python
+from worker.sandbox import Sandbox, SandboxExit, SandboxLimits, SandboxPolicy
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the uid drop, netns and RLIMIT_NPROC need a root parent")
+
+MiB = 1 << 20
+LIMITS = SandboxLimits(wall_s=20, cpu_s=20, memory_bytes=512 * MiB, max_processes=32, file_size_bytes=8 * MiB)
+DISK_BUDGET = 64 * MiB  # what one job may put on the disk; the child below tries 4x that
+NO_DISK_QUOTA = ("the process backend caps each file (RLIMIT_FSIZE) but not the number of files: the job "
+                 "folder can fill the disk (needs a size-capped job folder, e.g. a tmpfs or a quota)")
+SHARED_TMP = ("no mount namespace: /tmp, /var/tmp and /dev/shm are world-writable, so a child leaves files "
+              "there that outlive its job and that the next job of the same uid can read")
+DAEMON_SLIPS_OUT = ("a process that calls setsid() and forks again between two watchdog scans is no longer "
+                    "tracked, so it outlives the job and can wait, as the same uid, for the next one "
+                    "(kill every process of the sandbox uid at the end, or use a PID namespace or cgroup)")
+UNIX_SOCKETS = ("a new network namespace does not cover file-system Unix sockets: a child reaches any "
+                "socket file its uid may open (e.g. PostgreSQL's /var/run/postgresql, trust auth)")
+
+
+@dataclass(frozen=True)
+class World:
+    """The fake server around one child: its job folder and what it must not reach."""
+
+    base: Path
+    marker: str  # in every path the child may create outside, and in its argv
+    canary: str  # inside every secret
+    tcp_port: int
+    unix_socket: Path
+    abstract_socket: str
+    parent_pid: int = field(default_factory=os.getpid)
+
+    @property
+    def job(self) -> Path:
+        return self.base / "job"
+
+    @property
+    def data(self) -> Path:
+        return self.base / "data"
+
+    def outside_paths(self) -> list[Path]:
+        """Places a child might write to outside its job folder."""
+        return [self.base / f"outside-{self.marker}", self.data / f"planted-{self.marker}",
+                Path("/tmp") / self.marker, Path("/var/tmp") / self.marker, Path("/dev/shm") / self.marker]
+
+
+@dataclass(frozen=True)
+class ChildCase:
+    id: str
+    threat: str
+    program: Callable[[World], str]
+    reasons: tuple[str, ...]  # SandboxExit.reason values that are a right outcome
+    limits: SandboxLimits = LIMITS
+    known_escape: str | None = None
+
+
+def _reads(paths: list[str]) -> str:
+    return f"""
+        for path in {paths!r}:
+            try:
+                data = open(path, "rb").read()
+                print("ESCAPED read", path, data[:40])
+            except OSError as exc:
+                print("blocked read", path, exc.errno)
+    """
+
+
+def _other_secrets(w: World) -> str:
+    return _reads([str(w.data / "blobs" / "ab" / "blob"), str(w.data / "jobs" / "run-7" / "src" / "combine.cu"),
+                   str(w.data / "secret_key"), str(w.data / "hidden_cases.yaml")])
+
+
+def _environment(w: World) -> str:
+    return _reads([f"/proc/{w.parent_pid}/environ", f"/proc/{w.parent_pid}/mem", "/proc/1/environ"]) + f"""
+        import os
+        own = open("/proc/self/environ", "rb").read()
+        if {w.canary!r}.encode() in own or any({w.canary!r} in v for v in os.environ.values()):
+            print("ESCAPED environment secret")
+        listing = os.listdir({str(w.data)!r}) if os.access({str(w.data)!r}, os.R_OK) else []
+        if listing:
+            print("ESCAPED listed", listing)
+    """
+
+
+def _writes(paths: list[Path]) -> str:
+    return f"""
+        for path in {[str(p) for p in paths]!r}:
+            try:
+                with open(path, "w") as f:
+                    f.write("planted")
+                print("ESCAPED wrote", path)
+            except OSError as exc:
+                print("blocked write", path, exc.errno)
+    """
+
+
+def _network(w: World) -> str:
+    return f"""
+        import socket
+        attempts = [
+            ("tcp loopback", socket.AF_INET, socket.SOCK_STREAM, ("127.0.0.1", {w.tcp_port})),
+            ("tcp redis", socket.AF_INET, socket.SOCK_STREAM, ("127.0.0.1", 6379)),
+            ("tcp postgres", socket.AF_INET, socket.SOCK_STREAM, ("127.0.0.1", 5432)),
+            ("tcp outside", socket.AF_INET, socket.SOCK_STREAM, ("192.0.2.1", 80)),
+            ("abstract unix", socket.AF_UNIX, socket.SOCK_STREAM, "\\0" + {w.abstract_socket!r}),
+        ]
+        for what, family, kind, address in attempts:
+            s = socket.socket(family, kind)
+            s.settimeout(2)
+            try:
+                s.connect(address)
+                print("ESCAPED connect", what)
+            except OSError as exc:
+                print("blocked connect", what, exc.errno)
+            finally:
+                s.close()
+        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            u.sendto(b"x", ("192.0.2.1", 53))
+            print("ESCAPED udp send")
+        except OSError as exc:
+            print("blocked udp", exc.errno)
+    """
+
+
+def _unix_socket_file(w: World) -> str:
+    return f"""
+        import socket
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.connect({str(w.unix_socket)!r})
+            print("ESCAPED connect unix socket file")
+        except OSError as exc:
+            print("blocked unix", exc.errno)
+    """
+
+
+def _privileges(w: World) -> str:
+    return f"""
+        import os, resource, signal
+        for what, attempt in [
+            ("setuid root", lambda: os.setuid(0)),
+            ("raise RLIMIT_NPROC", lambda: resource.setrlimit(resource.RLIMIT_NPROC, (10**6, 10**6))),
+            ("raise RLIMIT_FSIZE", lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (-1, -1))),
+            ("signal the worker", lambda: os.kill({w.parent_pid}, 0)),
+            ("signal init", lambda: os.kill(1, 0)),
+            ("chown into root", lambda: os.chown(".", 0, 0)),
+        ]:
+            try:
+                attempt()
+                print("ESCAPED", what)
+            except OSError as exc:
+                print("blocked", what, exc.errno)
+    """
+
+
+FORK_BOMB = """
+    import os
+    while True:
+        try:
+            os.fork()
+        except OSError:
+            pass
+"""
+DAEMON = """
+    import os, time
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            time.sleep(120)   # a daemon that means to outlive the job
+            os._exit(0)
+        os._exit(0)
+    time.sleep(0.5)
+"""
+MEMORY_THREADS = """
+    import threading
+    hoard = []
+    def grab():
+        while True:
+            hoard.append(bytearray(16 << 20))
+    for _ in range(4):
+        threading.Thread(target=grab, daemon=True).start()
+    threading.Event().wait(60)
+"""
+CPU_THREADS = """
+    import threading
+    def spin():
+        while True:
+            pass
+    for _ in range(8):
+        threading.Thread(target=spin, daemon=True).start()
+    threading.Event().wait(60)
+"""
+FILE_DESCRIPTORS = """
+    import os
+    held = []
+    try:
+        while True:
+            held.append(os.open("/dev/null", os.O_RDONLY))
+    except OSError as exc:
+        print("blocked at", len(held), "descriptors", exc.errno)
+    if len(held) > 1024:
+        print("ESCAPED opened", len(held), "descriptors")
+"""
+ONE_BIG_FILE = """
+    with open("big.bin", "wb", buffering=0) as f:
+        try:
+            for _ in range(64):
+                f.write(b"x" * (1 << 20))
+            print("ESCAPED wrote 64 MiB into one file")
+        except OSError as exc:
+            print("blocked at", f.tell(), exc.errno)
+"""
+
+
+def _many_files(w: World) -> str:
+    return f"""
+        written = 0
+        try:
+            for i in range({4 * DISK_BUDGET // (4 * MiB)}):
+                with open(f"fill-{{i}}.bin", "wb") as f:
+                    f.write(b"x" * (4 << 20))
+                written += 4 << 20
+        except OSError as exc:
+            print("blocked at", written, exc.errno)
+        if written > {DISK_BUDGET}:
+            print("ESCAPED filled", written >> 20, "MiB of disk")
+    """
+
+
+LOOP = "while True: pass"
+CASES: list[ChildCase] = [
+    ChildCase("fork-bomb", "host code fork-bombs", lambda w: FORK_BOMB, ("processes",)),
+    ChildCase("daemon-outlives-job", "host code leaves a process behind", lambda w: DAEMON, ("exited",),
+              known_escape=DAEMON_SLIPS_OUT),
+    ChildCase("allocate-unbounded", "host code allocates without bound", lambda w: MEMORY_THREADS, ("memory",)),
+    ChildCase("spin-all-cores", "host code burns CPU", lambda w: CPU_THREADS, ("cpu", "timeout"),
+              SandboxLimits(wall_s=20, cpu_s=2, memory_bytes=512 * MiB, max_processes=32, file_size_bytes=MiB)),
+    ChildCase("spin-forever", "host code never returns", lambda w: LOOP, ("timeout",),
+              SandboxLimits(wall_s=2, cpu_s=60, memory_bytes=512 * MiB, max_processes=32, file_size_bytes=MiB)),
+    ChildCase("exhaust-descriptors", "host code exhausts file descriptors", lambda w: FILE_DESCRIPTORS, ("exited",)),
+    ChildCase("fill-disk-one-file", "host code fills the disk", lambda w: ONE_BIG_FILE, ("exited",)),
+    ChildCase("fill-disk-many-files", "host code fills the disk", _many_files, ("exited",),
+              known_escape=NO_DISK_QUOTA),
+    ChildCase("network", "host code opens sockets", _network, ("exited",)),
+    ChildCase("unix-socket-file", "host code opens sockets", _unix_socket_file, ("exited",),
+              known_escape=UNIX_SOCKETS),
+    ChildCase("read-other-submissions", "reads other submissions, blobs, hidden cases", _other_secrets, ("exited",)),
+    ChildCase("read-environment", "reads environment secrets", _environment, ("exited",)),
+    ChildCase("write-outside-private", "writes outside its dir",
+              lambda w: _writes(w.outside_paths()[:2]), ("exited",)),
+    ChildCase("write-outside-shared-tmp", "writes outside its dir",
+              lambda w: _writes(w.outside_paths()[2:]), ("exited",), known_escape=SHARED_TMP),
+    ChildCase("escalate", "host code regains privileges or signals the worker", _privileges, ("exited",)),
+]
+
+
+def _private(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.chmod(0o700)
+    path.write_text(text)
+    path.chmod(0o600)
+
+
+@pytest.fixture
+def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
+    base = Path(tempfile.mkdtemp(prefix="kg-hostile-sandbox-"))
+    base.chmod(0o755)  # searchable: a denial must come from the secrets' own modes
+    (base / "job").mkdir()
+    marker = f"kg-hostile-{uuid.uuid4().hex[:12]}"
+    canary = f"KGCANARY-{uuid.uuid4().hex}"
+    data = base / "data"
+    _private(data / "blobs" / "ab" / "blob", canary)
+    _private(data / "jobs" / "run-7" / "src" / "combine.cu", canary)
+    _private(data / "secret_key", canary)
+    _private(data / "hidden_cases.yaml", canary)
+    data.chmod(0o700)
+    monkeypatch.setenv("KG_SECRET_KEY", canary)
+    listener = socket.create_server(("127.0.0.1", 0))
+    unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    unix_path = base / f"{marker}.sock"
+    unix.bind(str(unix_path))
+    unix.listen()
+    unix_path.chmod(0o777)
+    abstract = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    abstract.bind("\0" + marker)
+    abstract.listen()
+    try:
+        yield World(base, marker, canary, listener.getsockname()[1], unix_path, marker)
+    finally:
+        for pid in _survivors(marker):  # what a known escape left running
+            os.kill(pid, signal.SIGKILL)
+        for s in (listener, unix, abstract):
+            s.close()
+        shutil.rmtree(base, ignore_errors=True)
+        for path in World(base, marker, canary, 0, unix_path, marker).outside_paths():
+            path.unlink(missing_ok=True)
+
+
+def _survivors(marker: str) -> list[int]:
+    """Live processes whose command line carries `marker` (every child's does)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                cmdline = f.read()
+            with open(f"/proc/{name}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker.encode() in cmdline and state not in ("Z", "X"):
+            found.append(int(name))
+    return found
+
+
+def run_child(world: World, code: str, limits: SandboxLimits) -> tuple[SandboxExit, str]:
+    program = f"# {world.marker}\n" + textwrap.dedent(code)
+    proc = Sandbox(limits, SandboxPolicy()).spawn([_python(), "-I", "-c", program], world.job, {})
+    result = proc.wait()
+    return result, proc.output_tail(16384)
+
+
+def escapes_of(world: World, output: str) -> list[str]:
+    found = [line.strip() for line in output.splitlines() if line.startswith("ESCAPED")]
+    found += [f"left {p}" for p in world.outside_paths() if p.exists()]
+    survivors = _survivors(world.marker)
+    if survivors:
+        found.append(f"{len(survivors)} process(es) outlived the sandbox")
+    if world.canary in output and not found:
+        found.append("a secret reached the child's output")
+    return found
+
+
+def _param(case: ChildCase) -> object:
+    marks = [pytest.mark.xfail(strict=True, reason=case.known_escape)] if case.known_escape else []
+    return pytest.param(case, id=case.id, marks=marks)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("case", [_param(c) for c in CASES])
+def test_hostile_child(case: ChildCase, world: World) -> None:
+    started = time.monotonic()
+    result, output = run_child(world, case.program(world), case.limits)
+    time.sleep(0.3)  # a daemon that slipped out would be running now
+    escapes = escapes_of(world, output)
+    expected = result.reason if result.reason in case.reasons else "|".join(case.reasons)
+    record(Row("sandbox", case.id, case.threat, expected, result.reason, tuple(escapes),
+               known=case.known_escape is not None))
+    elapsed = time.monotonic() - started
+    # The worker is healthy for the next job: a harmless child runs normally, right away.
+    after, after_output = run_child(world, "print('next job ok')", LIMITS)
+    assert not escapes, (case.id, escapes, output[-3000:])
+    assert result.reason in case.reasons, (case.id, result, output[-3000:])
+    assert elapsed < case.limits.wall_s + 15
+    assert (after.reason, after_output.strip()) == ("exited", "next job ok"), (after, after_output)
