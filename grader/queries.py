@@ -93,6 +93,7 @@ class ProblemColumn:
     problem_id: str
     title: str
     max_points: float
+    target: float | None = None  # the rubric's speedup target (calibrated ones vary per GPU)
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,14 @@ class ScoredRun:
     score: float
     finished_at: datetime | None
     problems: dict[str, float]  # problem id -> points
+    speedups: dict[str, float] = field(default_factory=dict)  # problem id -> the speedup that scored
+
+
+@dataclass(frozen=True)
+class NewestRun:
+    run_id: int
+    submission_id: int
+    state: RunState
 
 
 @dataclass(frozen=True)
@@ -112,6 +121,9 @@ class GradebookRow:
     latest: ScoredRun | None  # scored run of the newest submission that has one
     best: ScoredRun | None  # highest score over every scored run (ties: the newer)
     graded: ScoredRun | None  # the one the policy picks
+    full_name: str | None = None
+    section: str | None = None
+    newest: NewestRun | None = None  # the student's most recent run, whatever its state
 
     @property
     def total(self) -> float | None:
@@ -133,7 +145,7 @@ def _problem_columns(session: Session, assignment: Assignment, run_ids: list[int
     columns: dict[str, ProblemColumn] = {}
     try:
         for p in load_rubric(assignment.slug).problems:
-            columns[p.id] = ProblemColumn(p.id, p.title, p.points)
+            columns[p.id] = ProblemColumn(p.id, p.title, p.points, p.scoring.target)
     except RubricError:
         pass
     if run_ids:
@@ -182,25 +194,31 @@ def gradebook(session: Session, assignment: Assignment, policy: str = "latest") 
             best[uid] = tuple(row)
     chosen_ids = sorted({r[2] for r in latest.values()} | {r[2] for r in best.values()})
     points: dict[int, dict[str, float]] = defaultdict(dict)
+    speedups: dict[int, dict[str, float]] = defaultdict(dict)
     if chosen_ids:
-        for run_id, pid, pts in session.execute(
-            select(ProblemResult.run_id, ProblemResult.problem_id, ProblemResult.points).where(
-                ProblemResult.run_id.in_(chosen_ids)
-            )
+        # The scoring speedup is read inside the JSON by the database, not the whole details.
+        for run_id, pid, pts, speedup in session.execute(
+            select(ProblemResult.run_id, ProblemResult.problem_id, ProblemResult.points,
+                   ProblemResult.details[("score", "speedup", "speedup")].as_float())
+            .where(ProblemResult.run_id.in_(chosen_ids))
         ):
             points[run_id][pid] = float(pts)
+            if speedup is not None:
+                speedups[run_id][pid] = float(speedup)
+    newest = _newest_runs(session, assignment)
 
     def as_scored(row: tuple | None) -> ScoredRun | None:
         if row is None:
             return None
         return ScoredRun(run_id=row[2], submission_id=row[1], score=float(row[3]), finished_at=row[4],
-                         problems=dict(points.get(row[2], {})))
+                         problems=dict(points.get(row[2], {})), speedups=dict(speedups.get(row[2], {})))
 
     rows = []
     for user in users:
         lat, bst = as_scored(latest.get(user.id)), as_scored(best.get(user.id))
         rows.append(GradebookRow(user_id=user.id, username=user.username, submissions=counts.get(user.id, 0),
-                                 latest=lat, best=bst, graded=lat if policy == "latest" else bst))
+                                 latest=lat, best=bst, graded=lat if policy == "latest" else bst,
+                                 full_name=user.full_name, section=user.section, newest=newest.get(user.id)))
     return Gradebook(
         assignment=assignment.slug,
         title=assignment.title,
@@ -211,15 +229,38 @@ def gradebook(session: Session, assignment: Assignment, policy: str = "latest") 
     )
 
 
-def regrade_targets(session: Session, assignment: Assignment, which: str) -> list[Submission]:
+def _newest_runs(session: Session, assignment: Assignment) -> dict[int, NewestRun]:
+    """Each student's most recent run of the assignment (highest id), one statement."""
+    newest_id = (
+        select(Submission.user_id.label("user_id"), func.max(Run.id).label("run_id"))
+        .join(Run, Run.submission_id == Submission.id)
+        .where(Submission.assignment_id == assignment.id)
+        .group_by(Submission.user_id)
+        .subquery()
+    )
+    return {
+        uid: NewestRun(run_id, sub_id, state)
+        for uid, run_id, sub_id, state in session.execute(
+            select(newest_id.c.user_id, Run.id, Run.submission_id, Run.state).join(Run, Run.id == newest_id.c.run_id)
+        )
+    }
+
+
+def regrade_targets(session: Session, assignment: Assignment, which: str | list[int]) -> list[Submission]:
     """Submissions to re-grade, ordered fairly: round-robin over students (each student's
     first, then each one's second, ...), so one student with many uploads cannot hold the
-    queue. `which`: "all" (every submission) or "latest" (each student's newest)."""
+    queue. `which`: "all" (every submission), "latest" (each student's newest), or a list of
+    submission ids of this assignment (LookupError naming those that are not)."""
+    query = select(Submission).where(Submission.assignment_id == assignment.id)
+    if isinstance(which, list):
+        query = query.where(Submission.id.in_(which))
     subs = session.scalars(
-        select(Submission)
-        .where(Submission.assignment_id == assignment.id)
-        .order_by(Submission.user_id, Submission.uploaded_at.desc(), Submission.id.desc())
+        query.order_by(Submission.user_id, Submission.uploaded_at.desc(), Submission.id.desc())
     ).all()
+    if isinstance(which, list):
+        missing = sorted(set(which) - {s.id for s in subs})
+        if missing:
+            raise LookupError(f"no submissions {missing} in assignment {assignment.slug!r}")
     per_user: dict[int, list[Submission]] = defaultdict(list)
     for sub in subs:
         per_user[sub.user_id].append(sub)

@@ -18,7 +18,7 @@ from markupsafe import Markup
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
-from grader import charts, queries
+from grader import charts, gradebook_view, queries
 from grader.api import (BROKER_DOWN_MESSAGE, QUEUED_MESSAGE, GradebookOut, get_context, gradebook_csv,
                         gradebook_to_dict)
 from grader.auth import DEFAULT_SCOPES, SCOPE_SUBMIT, authenticate, check_password, issue_token
@@ -366,7 +366,54 @@ def gradebook(request: Request) -> Response:
         if isinstance(found, Response):
             return found
         user, book = found
-        return _page(request, "gradebook.html", user, book=book, policy=book.policy, policies=queries.POLICIES)
+        view = gradebook_view.parse_view(request.query_params, book.assignment, book.policy,
+                                         [p.problem_id for p in book.problems])
+        rows = gradebook_view.select_rows(book, view)
+        queued = request.query_params.get("queued", "")
+        return _page(request, "gradebook.html", user, book=book, policy=book.policy, policies=queries.POLICIES,
+                     view=view, rows=rows, states=gradebook_view.STATE_CHOICES,
+                     sections=sorted({r.section for r in book.rows if r.section}),
+                     histogram=gradebook_view.score_histogram(book, rows),
+                     distributions=gradebook_view.speedup_distributions(book, rows),
+                     queued=int(queued) if queued.isdigit() else None,
+                     submission_count=sum(r.submissions for r in book.rows))
+
+
+@router.post("/gradebook/regrade")
+async def regrade_many(request: Request) -> Response:
+    """Re-grade the ticked rows' submissions, every student's newest, or every submission;
+    queued round-robin over students (queries.regrade_targets)."""
+    ctx = get_context(request)
+    form = await request.form()
+    with _db(ctx) as session:
+        user = _form_user(request, session, form)
+        if isinstance(user, Response):
+            return user
+        slug = str(form.get("assignment", ctx.default_assignment))
+        which = str(form.get("which", "selected"))
+        try:
+            if user.role != Role.instructor:
+                raise NotFound("such page")
+            assignment = get_assignment(session, slug)
+            if which == "selected":
+                ids = [int(v) for v in form.getlist("submission") if str(v).isdigit()]
+                if not ids:
+                    return _page(request, "error.html", user, status.HTTP_400_BAD_REQUEST, title="Nothing selected",
+                                 message="Tick at least one student's row to re-grade the selected submissions.")
+                targets = queries.regrade_targets(session, assignment, ids)
+            elif which in ("latest", "all"):
+                targets = queries.regrade_targets(session, assignment, which)
+            else:
+                raise NotFound(f"re-grade choice {which!r}")
+        except (NotFound, LookupError) as exc:
+            return _not_found(request, user, str(exc).removeprefix("no "))
+        run_ids = [record_regrade(session, sub).id for sub in targets]
+    for run_id in run_ids:
+        send_run(ctx.celery, ctx.sessions, run_id, ctx.settings.task_queue)
+    back = str(form.get("back", "")) or f"/gradebook?assignment={slug}"
+    if not back.startswith("/gradebook?"):  # only ever back to a gradebook view
+        back = f"/gradebook?assignment={slug}"
+    return RedirectResponse(f"{back}&queued={len(run_ids)}", status_code=status.HTTP_303_SEE_OTHER)
 
 
 @router.get("/gradebook.csv")

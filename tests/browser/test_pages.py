@@ -269,8 +269,8 @@ def test_instructor_gradebook_and_regrade(context: BrowserContext, sessions: ses
     expect(row).to_have_count(1)
     expect(page.locator("#gradebook tbody tr", has=page.get_by_role("rowheader", name="ben"))).to_contain_text(
         "no scored run")
-    page.screenshot(path=str(screenshot_dir / "gradebook.png"))
-    latest = int(row.get_by_role("link").inner_text().split()[-1])
+    page.screenshot(path=str(screenshot_dir / "gradebook.png"), full_page=True)
+    latest = int(row.get_by_role("link", name=re.compile(r"^Run \d+$")).inner_text().split()[-1])
     with session_scope(sessions) as session:
         runs_before = session.scalar(select(func.count()).select_from(Run)) or 0
         submission_id = session.get(Run, latest).submission_id  # type: ignore[union-attr]
@@ -302,3 +302,36 @@ def test_posts_without_the_csrf_token_are_refused(context: BrowserContext, sessi
     upload = context.request.post("/submit", multipart={
         "assignment": "hw4", "file": {"name": "a.zip", "mimeType": "application/zip", "buffer": b"PK\x05\x06" + b"\0" * 18}})
     assert upload.status == 403 and count(sessions, Submission) == before
+
+
+def test_gradebook_sort_filter_search_charts_and_regrade_selected(
+    context: BrowserContext, sessions: sessionmaker[Session],
+) -> None:
+    page = log_in(context, "prof")
+    page.goto("/gradebook")
+    expect(page.locator("svg.histogram > title")).to_contain_text("histogram of")
+    expect(page.locator("svg.distributions > title")).to_contain_text("1.1:")
+    # Search by typing and pressing Enter (keyboard only).
+    page.get_by_label("Search student").fill("am")
+    page.get_by_label("Search student").press("Enter")
+    expect(page.locator("#gradebook tbody th[scope=row]")).to_have_text(["amy"])
+    expect(page.locator("#shown")).to_contain_text("Showing 1 of")
+    page.get_by_role("link", name="Clear filters").click()
+    # Sort by score, best first, by clicking its header; students without a score come last.
+    page.locator("#gradebook thead").get_by_role("link", name="Score").click()
+    expect(page.locator("#gradebook thead th[aria-sort]")).to_have_attribute("aria-sort", "descending")
+    expect(page.locator("#gradebook tbody th[scope=row]").first).to_have_text("amy")
+    page.get_by_label("Newest run").select_option("none")
+    page.get_by_role("button", name="Apply").click()
+    names = page.locator("#gradebook tbody th[scope=row]")
+    expect(names.filter(has_text="ben")).to_have_count(1)  # ben never uploaded
+    expect(names.filter(has_text="amy")).to_have_count(0)
+    page.get_by_role("link", name="Clear filters").click()
+    # Re-grade the ticked rows only.
+    with session_scope(sessions) as session:
+        runs_before = session.scalar(select(func.count()).select_from(Run)) or 0
+    page.get_by_label(re.compile("^Select amy's submission")).check()
+    page.get_by_role("button", name="Re-grade selected").click()
+    expect(page.locator("#regrade-notice")).to_have_text("1 re-grade run queued.")
+    with session_scope(sessions) as session:
+        assert (session.scalar(select(func.count()).select_from(Run)) or 0) == runs_before + 1

@@ -1,0 +1,139 @@
+"""The instructor's gradebook page: search, filters and sort over the gradebook's rows (from
+the query string, so every view is a link that works without JavaScript), and the charts of
+the rows shown."""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from urllib.parse import urlencode
+
+from markupsafe import Markup
+
+from grader import charts
+from grader.models import RunState
+from grader.queries import Gradebook, GradebookRow
+
+NO_RUN = "none"  # state filter: students without any run
+STATE_CHOICES: tuple[str, ...] = ("", *(s.value for s in RunState), NO_RUN)
+FIXED_SORTS = ("student", "name", "section", "submissions", "state", "score")
+
+
+@dataclass(frozen=True)
+class View:
+    """What the query string asks for; `errors` lists what was ignored and why."""
+
+    assignment: str
+    policy: str
+    q: str = ""
+    state: str = ""
+    section: str = ""
+    min_score: float | None = None
+    max_score: float | None = None
+    sort: str = "student"
+    desc: bool = False
+    errors: tuple[str, ...] = ()
+
+    def params(self, **changes: object) -> dict[str, str]:
+        chosen = replace(self, **changes)  # type: ignore[arg-type]
+        values = {"assignment": chosen.assignment, "policy": chosen.policy, "q": chosen.q, "state": chosen.state,
+                  "section": chosen.section,
+                  "min_score": "" if chosen.min_score is None else f"{chosen.min_score:g}",
+                  "max_score": "" if chosen.max_score is None else f"{chosen.max_score:g}",
+                  "sort": chosen.sort, "dir": "desc" if chosen.desc else "asc"}
+        return {k: v for k, v in values.items() if v}
+
+    def url(self, path: str = "/gradebook", **changes: object) -> str:
+        return f"{path}?{urlencode(self.params(**changes))}"
+
+    def sort_url(self, key: str) -> str:
+        """Sort by `key`; the column already sorted on flips its direction."""
+        return self.url(sort=key, desc=not self.desc if self.sort == key else key == "score")
+
+    def aria_sort(self, key: str) -> str | None:
+        if self.sort != key:
+            return None
+        return "descending" if self.desc else "ascending"
+
+
+def _score(raw: str, name: str, errors: list[str]) -> float | None:
+    if not raw.strip():
+        return None
+    try:
+        return float(raw)
+    except ValueError:
+        errors.append(f"{name} “{raw}” is not a number; it was ignored.")
+        return None
+
+
+def parse_view(params: Mapping[str, str], assignment: str, policy: str, problem_ids: list[str]) -> View:
+    errors: list[str] = []
+    state = params.get("state", "")
+    if state not in STATE_CHOICES:
+        errors.append(f"Unknown state “{state}”; showing every state.")
+        state = ""
+    sort = params.get("sort", "student")
+    if sort not in FIXED_SORTS and sort.removeprefix("p:") not in problem_ids:
+        errors.append(f"Cannot sort by “{sort}”; sorted by student.")
+        sort = "student"
+    return View(assignment=assignment, policy=policy, q=params.get("q", "").strip(), state=state,
+                section=params.get("section", "").strip(),
+                min_score=_score(params.get("min_score", ""), "Minimum score", errors),
+                max_score=_score(params.get("max_score", ""), "Maximum score", errors),
+                sort=sort, desc=params.get("dir", "asc") == "desc", errors=tuple(errors))
+
+
+def _matches(row: GradebookRow, view: View) -> bool:
+    if view.q:
+        needle = view.q.casefold()
+        if needle not in row.username.casefold() and needle not in (row.full_name or "").casefold():
+            return False
+    if view.state:
+        state = row.newest.state.value if row.newest else NO_RUN
+        if state != view.state:
+            return False
+    if view.section and (row.section or "") != view.section:
+        return False
+    if view.min_score is not None and (row.total is None or row.total < view.min_score):
+        return False
+    if view.max_score is not None and (row.total is None or row.total > view.max_score):
+        return False
+    return True
+
+
+def _sort_key(sort: str) -> Callable[[GradebookRow], object]:
+    if sort.startswith("p:"):
+        pid = sort[2:]
+        return lambda r: r.graded.problems.get(pid) if r.graded else None
+    keys: dict[str, Callable[[GradebookRow], object]] = {
+        "student": lambda r: r.username.casefold(),
+        "name": lambda r: (r.full_name or "").casefold() or None,
+        "section": lambda r: r.section or None,
+        "submissions": lambda r: r.submissions,
+        "state": lambda r: r.newest.state.value if r.newest else None,
+        "score": lambda r: r.total,
+    }
+    return keys[sort]
+
+
+def select_rows(book: Gradebook, view: View) -> list[GradebookRow]:
+    """The rows the view asks for, sorted; rows without a value for the sort key go last in
+    either direction, and ties keep the login order."""
+    rows = [r for r in book.rows if _matches(r, view)]
+    key = _sort_key(view.sort)
+    present = [r for r in rows if key(r) is not None]
+    absent = [r for r in rows if key(r) is None]
+    present.sort(key=lambda r: key(r), reverse=view.desc)  # type: ignore[arg-type,return-value]
+    return present + absent
+
+
+def score_histogram(book: Gradebook, rows: list[GradebookRow]) -> Markup:
+    totals = [r.total for r in rows if r.total is not None]
+    return charts.histogram(totals, book.total_points, bins=10, label="Total scores of the students shown")
+
+
+def speedup_distributions(book: Gradebook, rows: list[GradebookRow]) -> Markup:
+    return charts.distributions([
+        charts.Distribution(f"{p.problem_id}", [r.graded.speedups[p.problem_id] for r in rows
+                                                if r.graded and p.problem_id in r.graded.speedups], p.target)
+        for p in book.problems
+    ])

@@ -1,0 +1,214 @@
+"""The instructor's gradebook page on PostgreSQL: search, filters, sort, the score histogram
+and speedup distributions, re-grading selected / newest / all from the page, and the rule
+that an infrastructure failure never replaces a grade (real executor, an unreachable blob)."""
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from grader.auth import set_password
+from grader.blobstore import BlobStore
+from grader.db import session_scope
+from grader.models import Assignment, ErrorClass, ProblemResult, Role, Run, RunState, Submission, User, utcnow
+from grader.service import get_or_create_user, record_regrade
+from grader.settings import Settings
+from tests.service.test_web_settings import PASSWORD, Browser
+from worker.runs import Disposition, RunExecutor
+
+ROW_HEADER = re.compile(r'<th scope="row">([^<]+)</th>')
+
+
+@dataclass
+class Class:
+    tag: str
+    slug: str
+    subs: dict[str, int]  # login -> its (first) submission id
+
+    def login(self, short: str) -> str:
+        return f"{self.tag}-{short}"
+
+
+def _scored(session: Session, user: User, assignment: Assignment, score: float, speedup: float) -> Submission:
+    sub = Submission(user=user, assignment=assignment, original_filename="hw.zip", size_bytes=10,
+                     sha256=uuid.uuid4().hex * 2)
+    run = Run(submission=sub, state=RunState.scored, score=score, started_at=utcnow(), finished_at=utcnow())
+    run.results = [ProblemResult(problem_id="1.1", title="Softmax forward", status="passed", points=score / 5,
+                                 max_points=20, details={"score": {"speedup": {"speedup": speedup, "low": speedup,
+                                                                               "high": speedup, "trials": 9}}})]
+    session.add_all([sub, run])
+    session.flush()
+    return sub
+
+
+@pytest.fixture(scope="module")
+def klass(sessions: sessionmaker[Session]) -> Class:
+    tag = f"gb{uuid.uuid4().hex[:6]}"
+    subs: dict[str, int] = {}
+    with session_scope(sessions) as session:
+        assignment = Assignment(slug=f"gb-{tag}", title="Gradebook test", total_points=100)
+        session.add(assignment)
+        people = {"ann": ("Ann Lee", "A"), "bob": ("Bob Stone", "B"), "cyd": ("Cyd Park", "A"), "dan": (None, None)}
+        users = {}
+        for short, (name, section) in people.items():
+            user = get_or_create_user(session, f"{tag}-{short}", Role.student)
+            user.full_name, user.section = name, section
+            users[short] = user
+        set_password(get_or_create_user(session, f"{tag}-prof", Role.instructor), PASSWORD)
+        set_password(users["ann"], PASSWORD)
+        subs["ann"] = _scored(session, users["ann"], assignment, 80, 7.0).id
+        subs["bob"] = _scored(session, users["bob"], assignment, 35, 2.0).id
+        failed = Submission(user=users["cyd"], assignment=assignment, original_filename="x.zip", size_bytes=1,
+                            sha256="0" * 64)
+        session.add_all([failed, Run(submission=failed, state=RunState.failed, error_class=ErrorClass.build_error,
+                                     finished_at=utcnow())])
+        session.flush()
+        subs["cyd"] = failed.id
+        return Class(tag, assignment.slug, subs)
+
+
+@pytest.fixture(scope="module")
+def prof(settings: Settings, klass: Class) -> Browser:
+    return Browser(settings, klass.login("prof"))
+
+
+def _view(prof: Browser, klass: Class, **params: Any) -> tuple[list[str], str]:
+    response = prof.client.get("/gradebook", params={"assignment": klass.slug, "q": klass.tag, **params})
+    assert response.status_code == 200, response.text
+    return [name.removeprefix(f"{klass.tag}-") for name in ROW_HEADER.findall(response.text)], response.text
+
+
+def test_search_and_filters(prof: Browser, klass: Class) -> None:
+    assert _view(prof, klass)[0] == ["ann", "bob", "cyd", "dan"]
+    assert _view(prof, klass, q="STONE")[0] == ["bob"]  # by name, any case
+    assert _view(prof, klass, state="failed")[0] == ["cyd"]
+    assert _view(prof, klass, state="none")[0] == ["dan"]
+    assert _view(prof, klass, state="scored")[0] == ["ann", "bob"]
+    assert _view(prof, klass, min_score="50")[0] == ["ann"]
+    assert _view(prof, klass, max_score="50")[0] == ["bob"]  # no score: not "at most 50"
+    assert _view(prof, klass, section="A")[0] == ["ann", "cyd"]
+    rows, html = _view(prof, klass, min_score="lots")
+    assert rows == ["ann", "bob", "cyd", "dan"] and "Minimum score “lots” is not a number" in html
+    assert "Showing 4 of" in html
+
+
+def test_sort_by_columns(prof: Browser, klass: Class) -> None:
+    rows, html = _view(prof, klass, sort="score", dir="desc")
+    assert rows == ["ann", "bob", "cyd", "dan"]  # no score: last in either direction
+    assert re.search(r'<th scope="col" aria-sort="descending">\s*<a href="[^"]*sort=score&amp;dir=asc', html)
+    assert _view(prof, klass, sort="score", dir="asc")[0] == ["bob", "ann", "cyd", "dan"]
+    assert _view(prof, klass, sort="p:1.1", dir="asc")[0][:2] == ["bob", "ann"]
+    assert _view(prof, klass, sort="name", dir="desc")[0] == ["cyd", "bob", "ann", "dan"]
+    rows, html = _view(prof, klass, sort="password")
+    assert rows == ["ann", "bob", "cyd", "dan"] and "Cannot sort by “password”" in html
+
+
+def test_charts_describe_the_rows_shown(prof: Browser, klass: Class) -> None:
+    _rows, html = _view(prof, klass)
+    assert "Total scores of the students shown: histogram of 2 values in 10 bins." in html
+    assert "30 to 40: 1" in html and "80 to 90: 1" in html
+    assert "1.1: 2 runs, min 2x, median 4.5x, max 7x" in html
+    _rows, html = _view(prof, klass, section="B")
+    assert "histogram of 1 values" in html and "1.1: 1 runs, min 2x, median 2x, max 2x" in html
+
+
+def _runs(sessions: sessionmaker[Session], sub_ids: list[int]) -> list[Run]:
+    with session_scope(sessions) as session:
+        rows = list(session.scalars(select(Run).where(Run.submission_id.in_(sub_ids)).order_by(Run.id)))
+        session.expunge_all()
+        return rows
+
+
+def _regrade(browser: Browser, klass: Class, which: str, subs: list[int] = ()) -> Any:  # type: ignore[assignment]
+    data: dict[str, Any] = {"csrf_token": browser.page_csrf("/"), "assignment": klass.slug, "which": which,
+                            "back": f"/gradebook?assignment={klass.slug}&q={klass.tag}"}
+    if subs:
+        data["submission"] = [str(s) for s in subs]
+    return browser.client.post("/gradebook/regrade", data=data, follow_redirects=False)
+
+
+def test_regrade_selected_latest_and_all(prof: Browser, settings: Settings, sessions: sessionmaker[Session],
+                                         klass: Class) -> None:
+    subs = list(klass.subs.values())
+    before = len(_runs(sessions, subs))
+    picked = _regrade(prof, klass, "selected", [klass.subs["bob"], klass.subs["ann"]])
+    assert picked.status_code == 303 and picked.headers["location"].endswith("&queued=2")
+    notice = prof.client.get(picked.headers["location"]).text
+    assert 'id="regrade-notice">2 re-grade runs queued.' in notice
+    new = _runs(sessions, subs)[before:]
+    assert [r.submission_id for r in new] == [klass.subs["ann"], klass.subs["bob"]]  # round-robin by student
+    assert all(r.reason == "regrade" and r.state == RunState.queued for r in new)
+    assert _regrade(prof, klass, "latest").headers["location"].endswith("&queued=3")
+    assert _regrade(prof, klass, "all").headers["location"].endswith("&queued=3")
+    assert len(_runs(sessions, subs)) == before + 8
+    # Nothing ticked, a submission of another assignment, a student, no CSRF token: nothing made.
+    assert _regrade(prof, klass, "selected").status_code == 400
+    with session_scope(sessions) as session:
+        elsewhere = session.scalar(select(func.min(Submission.id)).where(Submission.assignment.has(
+            Assignment.slug != klass.slug)))
+    if elsewhere is not None:
+        assert _regrade(prof, klass, "selected", [klass.subs["ann"], elsewhere]).status_code == 404
+    student = Browser(settings, klass.login("ann"))
+    assert _regrade(student, klass, "all").status_code == 404
+    forged = prof.client.post("/gradebook/regrade", data={"assignment": klass.slug, "which": "all"})
+    assert forged.status_code == 403
+    assert len(_runs(sessions, subs)) == before + 8
+
+
+def _fail_as_infrastructure(settings: Settings, sessions: sessionmaker[Session], run_id: int) -> Run:
+    """Grade `run_id` with a worker whose blob store does not have the upload (shared storage
+    gone): the executor retries, then ends the run `infra_error` after max_attempts."""
+    empty = BlobStore(settings.data_dir / f"empty-blobs-{uuid.uuid4().hex[:6]}")
+    executor = RunExecutor(settings, sessions, empty)
+    for _ in range(settings.max_attempts):
+        if executor.execute(run_id) is Disposition.done:
+            break
+    with session_scope(sessions) as session:
+        run = session.get(Run, run_id)
+        assert run is not None
+        session.expunge(run)
+    assert run.state == RunState.failed and run.error_class == ErrorClass.infra_error, run.message
+    return run
+
+
+def _graded(prof: Browser, login: str, policy: str = "latest") -> dict[str, Any]:
+    body = prof.client.get("/gradebook.json", params={"assignment": "hw4", "policy": policy}).json()
+    return next(r for r in body["rows"] if r["user"] == login)
+
+
+def test_infrastructure_failure_never_replaces_a_grade(prof: Browser, settings: Settings,
+                                                       sessions: sessionmaker[Session], klass: Class) -> None:
+    # On hw4: the infrastructure failure lists the rubric's problems as not graded.
+    eve = klass.login("eve")
+    with session_scope(sessions) as session:
+        user = get_or_create_user(session, eve, Role.student)
+        hw4 = session.scalar(select(Assignment).where(Assignment.slug == "hw4"))
+        assert hw4 is not None
+        sub = _scored(session, user, hw4, 80, 7.0)
+        first_run = sub.runs[0].id
+        run_id = record_regrade(session, sub).id
+    _fail_as_infrastructure(settings, sessions, run_id)
+    after = _graded(prof, eve)
+    assert (after["total"], after["run_id"]) == (80, first_run)
+    assert _graded(prof, eve, "best")["run_id"] == first_run
+    html = prof.client.get("/gradebook", params={"q": eve}).text
+    assert f'href="/runs/{run_id}" class="state state-failed">failed' in html and f"Run {first_run}" in html
+
+    # A newer upload scored lower: latest takes it, best keeps 80; its failed re-grade changes neither.
+    with session_scope(sessions) as session:
+        user = get_or_create_user(session, eve, Role.student)
+        hw4 = session.scalar(select(Assignment).where(Assignment.slug == "hw4"))
+        assert hw4 is not None
+        newer = _scored(session, user, hw4, 60, 3.0)
+        newer_run = newer.runs[0].id
+        regrade_id = record_regrade(session, newer).id
+    _fail_as_infrastructure(settings, sessions, regrade_id)
+    assert (_graded(prof, eve)["total"], _graded(prof, eve)["run_id"]) == (60, newer_run)
+    assert _graded(prof, eve, "best")["run_id"] == first_run
+    csv_text = prof.client.get("/gradebook.csv", params={"assignment": "hw4"}).text
+    assert f"{eve},{eve},60," in csv_text
