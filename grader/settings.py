@@ -83,6 +83,9 @@ class Settings(BaseSettings):
     session_max_age_s: int = 8 * 3600
     session_https_only: bool = False  # set true behind HTTPS: the cookie gets `Secure`
 
+    # Roster import (CSV of students): the largest file the page accepts
+    roster_max_bytes: int = 1 * MiB
+
     # Run page: a queued run's ETA is the median duration of this many recent finished runs
     eta_recent_runs: int = 20
 
