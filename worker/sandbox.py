@@ -60,20 +60,30 @@ import os
 import pwd
 import resource
 import signal
+import socket
 import subprocess
 import threading
 import time
+import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-__all__ = ["SandboxLimits", "SandboxPolicy", "SandboxExit", "Sandbox", "SandboxedProcess", "SandboxError", "usable_by"]
+if TYPE_CHECKING:
+    from grader.settings import Settings
+
+__all__ = ["SandboxLimits", "SandboxPolicy", "SandboxExit", "Sandbox", "SandboxedProcess", "SandboxError", "usable_by",
+           "DockerOptions", "DockerProcess", "docker_command", "docker_options"]
 
 CLONE_NEWNET = 0x40000000
 PR_SET_NO_NEW_PRIVS = 38
 SCAN_INTERVAL_S = 0.2
 TAIL_KEEP_BYTES = 64 * 1024
 SPAWN_RETRY_S = 5.0
+SANDBOX_LABEL = "kernelgrade.sandbox=1"  # on every sandbox container (for `docker ps --filter label=...`)
+FD_SOCKET_NAME = ".kg-fds.sock"
+HANDOVER_TIMEOUT_S = 120.0  # for a container to start and take its file descriptors
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -93,10 +103,30 @@ class SandboxLimits:
 
 
 @dataclass(frozen=True)
+class DockerOptions:
+    """The "docker" backend: every spawn is a fresh container of `image` (see DockerProcess)."""
+    image: str
+    gpu: str | None = None         # `--gpus device=GPU` (host index or UUID); None: no GPU
+    cpus: float = 4.0              # --cpus
+    tmp_bytes: int = 1 << 30       # size of the container's /tmp (tmpfs)
+    docker: str = "docker"         # the docker CLI
+    python: str = "python3"        # interpreter in the image that runs the fd hand-over shim
+
+
+def docker_options(settings: Settings) -> DockerOptions | None:
+    """The docker backend's options from the settings, or None for the process backend."""
+    if settings.sandbox_backend != "docker":
+        return None
+    return DockerOptions(image=settings.sandbox_docker_image, cpus=settings.sandbox_docker_cpus,
+                         gpu=settings.sandbox_docker_gpu or str(settings.gpu_index))
+
+
+@dataclass(frozen=True)
 class SandboxPolicy:
     user: str | None = "nobody"   # drop to this uid/gid when running as root (None = stay)
     isolate_network: bool = True  # unshare(CLONE_NEWNET) when permitted; recorded on the process
     gpu_index: int | None = None  # sets CUDA_VISIBLE_DEVICES
+    docker: DockerOptions | None = None  # None: the process backend
 
 
 @dataclass(frozen=True)
@@ -255,6 +285,8 @@ class Sandbox:
         if self.ids is not None:
             self._give_cwd(cwd)
         child_env = {str(k): str(v) for k, v in env.items()}
+        if self.policy.docker is not None:
+            return self._spawn_container(self.policy.docker, argv, cwd, child_env, tuple(pass_fds))
         if self.policy.gpu_index is not None:
             child_env["CUDA_VISIBLE_DEVICES"] = str(self.policy.gpu_index)
         # execve fails with EAGAIN while the sandbox uid is at its RLIMIT_NPROC, e.g. just
@@ -268,6 +300,36 @@ class Sandbox:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.1)
+
+    def _spawn_container(self, options: DockerOptions, argv: list[str], cwd: Path, env: dict[str, str],
+                         pass_fds: tuple[int, ...]) -> DockerProcess:
+        if self.policy.gpu_index is not None:
+            env["CUDA_VISIBLE_DEVICES"] = "0"  # the container's one GPU
+        user = self.ids or (os.geteuid(), os.getegid())
+        name = f"kg-sandbox-{uuid.uuid4().hex[:16]}"
+        handover = _FdHandover(cwd, user if self.ids else None) if pass_fds else None
+        command = docker_command(options, self.limits, name, argv, cwd, env, user,
+                                 handover.path if handover else None, pass_fds)
+        out_r, out_w = os.pipe()
+        try:
+            popen = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w,
+                                     close_fds=True, start_new_session=True)
+        except BaseException:
+            os.close(out_r)
+            if handover:
+                handover.close()
+            raise
+        finally:
+            os.close(out_w)
+        process = DockerProcess(popen, name, options, self.limits, out_r, user[0])
+        if handover is not None and not handover.give(pass_fds, popen):
+            process.kill()
+            try:
+                process.wait()
+            except SandboxError:
+                pass
+            raise SandboxError(f"sandbox container {name} did not take its file descriptors: {process.output_tail(2000)}")
+        return process
 
     def _spawn_once(self, argv: list[str], cwd: Path, child_env: dict[str, str], pass_fds: tuple[int, ...]) -> SandboxedProcess:
         report_r, report_w = os.pipe()
@@ -293,6 +355,40 @@ class Sandbox:
         return SandboxedProcess(popen, self.limits, out_r, isolated, self.ids)
 
 
+class _OutputTail:
+    """Drains a pipe from a thread, keeping only the last TAIL_KEEP_BYTES."""
+
+    def __init__(self, fd: int, name: str) -> None:
+        self._chunks: deque[bytes] = deque()
+        self._len = 0
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._drain, args=(fd,), name=name, daemon=True)
+        self._thread.start()
+
+    def _drain(self, fd: int) -> None:
+        try:
+            while True:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    break
+                with self._lock:
+                    self._chunks.append(chunk)
+                    self._len += len(chunk)
+                    while self._len - len(self._chunks[0]) >= TAIL_KEEP_BYTES:
+                        self._len -= len(self._chunks.popleft())
+        finally:
+            os.close(fd)
+
+    def tail(self, limit: int) -> str:
+        limit = min(limit, TAIL_KEEP_BYTES)
+        with self._lock:
+            data = b"".join(self._chunks)
+        return data[-limit:].decode("utf-8", errors="replace") if limit > 0 else ""
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout=timeout)
+
+
 class SandboxedProcess:
     def __init__(self, popen: subprocess.Popen, limits: SandboxLimits, out_fd: int, network_isolated: bool,
                  ids: tuple[int, int] | None) -> None:
@@ -310,37 +406,15 @@ class SandboxedProcess:
         # The child cannot have been reaped yet, so its pid is still ours to read.
         info = _read_stat(self.pid)
         self._leader_start = info.start if info else -1
-        self._tail: deque[bytes] = deque()
-        self._tail_len = 0
-        self._tail_lock = threading.Lock()
+        self._output = _OutputTail(out_fd, f"sandbox-out-{self.pid}")
         self._result: SandboxExit | None = None
         self._stop = threading.Event()
-        self._drainer = threading.Thread(target=self._drain, args=(out_fd,), name=f"sandbox-out-{self.pid}", daemon=True)
-        self._drainer.start()
         self._watchdog = threading.Thread(target=self._watch, name=f"sandbox-watch-{self.pid}", daemon=True)
         self._watchdog.start()
 
-    # ---- output -------------------------------------------------------------------------
-    def _drain(self, fd: int) -> None:
-        try:
-            while True:
-                chunk = os.read(fd, 65536)
-                if not chunk:
-                    break
-                with self._tail_lock:
-                    self._tail.append(chunk)
-                    self._tail_len += len(chunk)
-                    while self._tail_len - len(self._tail[0]) >= TAIL_KEEP_BYTES:
-                        self._tail_len -= len(self._tail.popleft())
-        finally:
-            os.close(fd)
-
     def output_tail(self, limit: int = 8192) -> str:
         """The last `limit` bytes (at most TAIL_KEEP_BYTES) of stdout+stderr, decoded leniently."""
-        limit = min(limit, TAIL_KEEP_BYTES)
-        with self._tail_lock:
-            data = b"".join(self._tail)
-        return data[-limit:].decode("utf-8", errors="replace") if limit > 0 else ""
+        return self._output.tail(limit)
 
     # ---- process tracking ---------------------------------------------------------------
     def _members(self, zombies: bool = False) -> dict[int, _ProcInfo]:
@@ -459,25 +533,226 @@ class SandboxedProcess:
         while self._members(zombies=True) and time.monotonic() < settle_until:
             time.sleep(0.02)
         self._watchdog.join(timeout=5)
-        self._drainer.join(timeout=5)
-        self._result = self._classify(returncode, leftovers)
-        return self._result
-
-    def _classify(self, rc: int, leftovers: int) -> SandboxExit:
+        self._output.join(timeout=5)
         with self._lock:
             violation, vdetail = self._violation, self._violation_detail
-        if violation is not None:
-            return SandboxExit(rc, "timeout" if violation == "wall" else violation, vdetail)
-        extra = f"; killed {leftovers} leftover process(es)" if leftovers else ""
-        if rc >= 0:
-            return SandboxExit(rc, "exited", f"exit status {rc}{extra}")
-        sig = -rc
+        cpu_spent = self._leader_cpu_s >= self.limits.cpu_s - 0.5
+        self._result = _classify(returncode, self.limits, violation, vdetail, leftovers, cpu_spent)
+        return self._result
+
+
+def _classify(rc: int, limits: SandboxLimits, violation: str | None, vdetail: str, leftovers: int,
+              cpu_spent: bool) -> SandboxExit:
+    """How a child ended: `rc` as Popen reports it (negative: killed by that signal),
+    `violation` what a watchdog tripped on, `cpu_spent` whether its CPU time reached the limit."""
+    if violation is not None:
+        return SandboxExit(rc, "timeout" if violation == "wall" else violation, vdetail)
+    extra = f"; killed {leftovers} leftover process(es)" if leftovers else ""
+    if rc >= 0:
+        return SandboxExit(rc, "exited", f"exit status {rc}{extra}")
+    sig = -rc
+    try:
+        name = signal.Signals(sig).name
+    except ValueError:
+        name = f"signal {sig}"
+    if sig == signal.SIGXCPU or (sig == signal.SIGKILL and cpu_spent):
+        return SandboxExit(rc, "cpu", f"{name}: CPU time limit of {limits.cpu_s} s{extra}")
+    if sig == signal.SIGXFSZ:
+        return SandboxExit(rc, "file_size", f"{name}: file size limit of {limits.file_size_bytes} bytes{extra}")
+    return SandboxExit(rc, "signal", f"{name}{extra}")
+
+
+# ---- the "docker" backend ------------------------------------------------------------------
+
+def docker_command(options: DockerOptions, limits: SandboxLimits, name: str, argv: list[str], cwd: Path,
+                   env: dict[str, str], user: tuple[int, int], fd_socket: Path | None = None,
+                   pass_fds: tuple[int, ...] = ()) -> list[str]:
+    """The `docker run` command line for one sandboxed child: a fresh container `name` of
+    `options.image` running `argv` in `cwd`, which is bind-mounted at the same path (the
+    worker's jobs folder must have that path on the docker host too). With `fd_socket`, a shim
+    first takes `pass_fds` over that socket (see _FdHandover)."""
+    if not cwd.is_absolute() or "," in str(cwd):
+        raise SandboxError(f"cannot bind-mount {cwd}: needs an absolute path without commas")
+    memory = str(limits.memory_bytes)
+    command = [
+        options.docker, "run", "--name", name, "--label", SANDBOX_LABEL, "--pull", "never",
+        "--init", "--network", "none", "--read-only", "--cap-drop", "ALL",
+        "--security-opt", "no-new-privileges", "--ipc", "private", "--user", f"{user[0]}:{user[1]}",
+        "--mount", f"type=bind,source={cwd},target={cwd}", "--workdir", str(cwd),
+        "--tmpfs", f"/tmp:rw,nosuid,nodev,size={options.tmp_bytes}",
+        "--memory", memory, "--memory-swap", memory,  # equal: no swap
+        # The pids cgroup counts threads, like RLIMIT_NPROC: the same headroom as the process backend.
+        "--pids-limit", str(_nproc_limit(limits.max_processes)),
+        "--cpus", f"{options.cpus:g}",
+        "--ulimit", f"cpu={limits.cpu_s}:{limits.cpu_s + 1}",
+        "--ulimit", f"fsize={limits.file_size_bytes}:{limits.file_size_bytes}",
+        "--ulimit", f"nofile={limits.open_files}:{limits.open_files}",
+        "--ulimit", "core=0:0",
+    ]
+    if options.gpu is not None:
+        command += ["--gpus", f"device={options.gpu}"]
+    for key, value in sorted(env.items()):
+        command += ["--env", f"{key}={value}"]
+    command.append(options.image)
+    if fd_socket is not None:
+        command += [options.python, "-I", "-c", _FD_SHIM, str(fd_socket), ",".join(map(str, pass_fds))]
+    return command + list(argv)
+
+
+# Runs first in the container when the child needs inherited descriptors (standard library
+# only): takes them from the parent over the bind-mounted socket, puts each at the number the
+# child expects, then becomes the child.  argv: SOCKET FD[,FD...] PROGRAM [ARGS...]
+_FD_SHIM = """
+import fcntl, os, socket, sys
+path, wanted, argv = sys.argv[1], [int(n) for n in sys.argv[2].split(",")], sys.argv[3:]
+with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+    conn.connect(path)
+    _, fds, _, _ = socket.recv_fds(conn, 1, len(wanted))
+if len(fds) != len(wanted):
+    sys.exit("sandbox: file descriptor hand-over failed")
+base = max(wanted + fds) + 1
+moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, base) for fd in fds]
+for fd in fds:
+    os.close(fd)
+for src, dst in zip(moved, wanted):
+    os.dup2(src, dst)
+    os.close(src)
+os.execvp(argv[0], argv)
+"""
+
+
+class _FdHandover:
+    """Descriptors cannot cross `docker run`, but the bind-mounted job folder can hold a Unix
+    socket: the container's shim connects to it and receives them (SCM_RIGHTS), so the child
+    holds the very same socket the parent passed, with nothing relaying in between."""
+
+    def __init__(self, cwd: Path, owner: tuple[int, int] | None) -> None:
+        self.path = cwd / FD_SOCKET_NAME
+        self.path.unlink(missing_ok=True)
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener.bind(str(self.path))
+        self._listener.listen(1)
+        self._listener.settimeout(0.2)
+        if owner is not None:
+            os.chown(self.path, *owner)
+        os.chmod(self.path, 0o600)
+
+    def give(self, fds: tuple[int, ...], popen: subprocess.Popen) -> bool:
+        """Hand `fds` to the first connection; False when the container never connected."""
+        deadline = time.monotonic() + HANDOVER_TIMEOUT_S
         try:
-            name = signal.Signals(sig).name
-        except ValueError:
-            name = f"signal {sig}"
-        if sig == signal.SIGXCPU or (sig == signal.SIGKILL and self._leader_cpu_s >= self.limits.cpu_s - 0.5):
-            return SandboxExit(rc, "cpu", f"{name}: CPU time limit of {self.limits.cpu_s} s{extra}")
-        if sig == signal.SIGXFSZ:
-            return SandboxExit(rc, "file_size", f"{name}: file size limit of {self.limits.file_size_bytes} bytes{extra}")
-        return SandboxExit(rc, "signal", f"{name}{extra}")
+            while time.monotonic() < deadline and popen.poll() is None:
+                try:
+                    conn, _ = self._listener.accept()
+                except TimeoutError:
+                    continue
+                with conn:
+                    socket.send_fds(conn, [b"k"], list(fds))
+                return True
+            return False
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self._listener.close()
+        self.path.unlink(missing_ok=True)
+
+
+class DockerProcess:
+    """A sandboxed child in its own container (the "docker" backend), with the interface of
+    SandboxedProcess. The limits are the kernel's, through the container: memory (cgroup, no
+    swap; an OOM kill reads "memory"), tasks (pids cgroup: a fork bomb's forks fail), CPU time
+    and file size (rlimits), CPU share (--cpus); no network, no capabilities, no new privileges,
+    a read-only root with only the job folder and a tmpfs /tmp writable, nothing of the host
+    visible but the job folder. The parent enforces the wall time (`docker kill`), counted from
+    spawn, container start included. wait() removes the container."""
+
+    def __init__(self, popen: subprocess.Popen, name: str, options: DockerOptions, limits: SandboxLimits,
+                 out_fd: int, uid: int) -> None:
+        self._popen = popen
+        self.pid: int = popen.pid  # the docker client's
+        self.name = name
+        self.limits = limits
+        self.network_isolated = True
+        self.uid: int | None = uid
+        self.started = time.monotonic()
+        self._options = options
+        self._lock = threading.Lock()
+        self._violation: str | None = None
+        self._violation_detail = ""
+        self._result: SandboxExit | None = None
+        self._output = _OutputTail(out_fd, f"sandbox-out-{name}")
+        self._watchdog = threading.Thread(target=self._watch, name=f"sandbox-watch-{name}", daemon=True)
+        self._watchdog.start()
+
+    def _docker(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([self._options.docker, *args], capture_output=True, text=True, timeout=60, check=False)
+
+    def _watch(self) -> None:
+        try:
+            self._popen.wait(timeout=self.limits.wall_s)
+        except subprocess.TimeoutExpired:
+            self._trip("wall", f"killed after {self.limits.wall_s:.1f} s wall time")
+
+    def _trip(self, kind: str, detail: str) -> None:
+        with self._lock:
+            if self._violation is None:
+                self._violation, self._violation_detail = kind, detail
+        self.kill()
+
+    @property
+    def alive(self) -> bool:
+        return self._result is None and self._popen.poll() is None
+
+    def poll_violation(self) -> str | None:
+        """"wall" once the wall time tripped, "memory" once wait() saw an OOM kill, else None."""
+        with self._lock:
+            return self._violation
+
+    def output_tail(self, limit: int = 8192) -> str:
+        return self._output.tail(limit)
+
+    def kill(self) -> None:
+        """SIGKILL everything in the container; the docker client then exits."""
+        if self._popen.poll() is not None:
+            return
+        self._docker("kill", self.name)
+        try:
+            self._popen.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # the container was not created yet: stop the client
+            os.killpg(self._popen.pid, signal.SIGKILL)
+            self._popen.wait()
+
+    def wait(self, timeout: float | None = None) -> SandboxExit:
+        """As SandboxedProcess.wait; raises SandboxError when docker could not run the
+        container at all (an infrastructure fault, never the submission's)."""
+        if self._result is not None:
+            return self._result
+        remaining = self.limits.wall_s - (time.monotonic() - self.started)
+        if timeout is not None and timeout < remaining:
+            self._popen.wait(timeout=max(timeout, 0))
+        else:
+            try:
+                self._popen.wait(timeout=max(remaining, 0) + 0.5)
+            except subprocess.TimeoutExpired:
+                self._trip("wall", f"killed after {self.limits.wall_s:.1f} s wall time")
+                self._popen.wait()
+        state = self._docker("inspect", "--format", "{{.State.OOMKilled}} {{.State.ExitCode}} {{.State.StartedAt}}",
+                             self.name)
+        self._docker("rm", "--force", "--volumes", self.name)
+        self._watchdog.join(timeout=5)
+        self._output.join(timeout=5)
+        fields = state.stdout.split()
+        if state.returncode != 0 or len(fields) != 3 or fields[2].startswith("0001-"):
+            raise SandboxError(f"docker could not run the sandbox container {self.name}: "
+                               f"{(state.stderr.strip() or self.output_tail(2000)).strip()}")
+        oom, code = fields[0] == "true", int(fields[1])
+        with self._lock:
+            if self._violation is None and oom:
+                self._violation = "memory"
+                self._violation_detail = f"killed by the kernel: memory over the cap of {self.limits.memory_bytes >> 20} MiB"
+            violation, vdetail = self._violation, self._violation_detail
+        # With --init, a child killed by signal N makes the container exit with 128 + N.
+        rc = -(code - 128) if 128 < code <= 128 + 64 else code
+        self._result = _classify(rc, self.limits, violation, vdetail, 0, False)
+        return self._result
