@@ -314,8 +314,7 @@ def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
     try:
         yield World(base, marker, canary, listener.getsockname()[1], unix_path, marker)
     finally:
-        for pid in _survivors(marker):  # what a known escape left running
-            os.kill(pid, signal.SIGKILL)
+        _kill_survivors(marker)
         for s in (listener, unix, abstract):
             s.close()
         shutil.rmtree(base, ignore_errors=True)
@@ -339,6 +338,20 @@ def _survivors(marker: str) -> list[int]:
         if marker.encode() in cmdline and state not in ("Z", "X"):
             found.append(int(name))
     return found
+
+
+def _kill_survivors(marker: str) -> None:
+    """Kill what an escape left running, by process group (one pid at a time loses to a fork bomb)."""
+    for _ in range(100):
+        survivors = _survivors(marker)
+        if not survivors:
+            return
+        for pid in survivors:
+            try:
+                os.killpg(os.getpgid(pid), signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.05)
 
 
 def run_child(world: World, code: str, limits: SandboxLimits) -> tuple[SandboxExit, str]:
