@@ -23,6 +23,7 @@ from grader.auth import issue_token, set_password
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import Role, User
 from grader.reconcile import reconcile
+from grader.roster import import_roster
 from grader.service import get_or_create_user, save_calibration, sync_assignments
 from grader.settings import Settings, get_settings
 from worker.celery_app import make_celery
@@ -41,7 +42,9 @@ app = typer.Typer(help="kernelgrade: autograder for GPU kernel homework.", no_ar
 user_app = typer.Typer(help="Manage users.", no_args_is_help=True)
 token_app = typer.Typer(help="Manage API tokens.", no_args_is_help=True)
 starter_app = typer.Typer(help="Student starter kits.", no_args_is_help=True)
+roster_app = typer.Typer(help="Student roster.", no_args_is_help=True)
 app.add_typer(user_app, name="user")
+app.add_typer(roster_app, name="roster")
 app.add_typer(token_app, name="token")
 app.add_typer(starter_app, name="starter")
 client_cli.register(app)  # submit, status, regrade, export (REST client)
@@ -107,6 +110,34 @@ def token_create(
         typer.echo(issue_token(session, user, name, tuple(scope) if scope else None))
 
 
+@roster_app.command("import")
+def roster_import(
+    file: Annotated[Path, typer.Argument(help="CSV: email,name[,section] per line", exists=True, dir_okay=False)],
+    out: Annotated[Path | None, typer.Option(help="write the new accounts' first passwords here (CSV, mode 600) "
+                                                  "instead of printing them")] = None,
+) -> None:
+    """Create (or update) student accounts from a roster CSV. New accounts' first passwords are
+    printed once as `email,password` lines; exits 1 when a line could not be imported."""
+    try:
+        text = file.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        typer.echo(f"{file} is not UTF-8 text", err=True)
+        raise typer.Exit(2) from None
+    with session_scope(make_session_factory(make_engine(get_settings()))) as session:
+        report = import_roster(session, text)
+    credentials = "".join(f"{email},{password}\n" for email, password in report.created)
+    if out is not None:
+        out.touch(mode=0o600)
+        out.write_text("email,password\n" + credentials)
+    elif credentials:
+        typer.echo("email,password\n" + credentials, nl=False)
+    for error in report.errors:
+        typer.echo(str(error), err=True)
+    typer.echo(report.summary() + (f"; passwords in {out}" if out is not None and report.created else ""), err=True)
+    if report.errors:
+        raise typer.Exit(1)
+
+
 @starter_app.command("build")
 def starter_build(
     slug: str = "hw4", out: Annotated[Path | None, typer.Option(help="zip to write")] = None
@@ -167,7 +198,7 @@ def calibrate(
         work.chmod(0o711)  # the sandbox user must reach its job folders
         reference = build_reference(rubric, pipeline_config(settings, rubric), work / "reference")
         measurements = run_gpu_stage(rubric, reference, reference, work / "run", gpu_stage_config(settings))
-    targets = calibrated_targets(measurements, margin)
+    targets = calibrated_targets(rubric, measurements, margin)
     details = {"gpu": gpu, "measured": {m.problem_id: m.speedup_student.to_dict() for m in measurements
                                         if m.speedup_student is not None}}
     with session_scope(make_session_factory(make_engine(settings))) as session:

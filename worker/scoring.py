@@ -120,7 +120,7 @@ def speed_fraction(speedup: float, floor: float, target: float | None) -> float:
     return (speedup - floor) / (target - floor)
 
 
-def _choose_figure(
+def choose_figure(
     spec: ProblemScoring, m: ProblemMeasurement
 ) -> tuple[RatioSummary | None, str | None, list[str]]:
     """The speedup that scores, which one it is, and notes about any fallback."""
@@ -207,7 +207,7 @@ def score_problem(
         score.correctness_points = spec.correctness_points
 
     # Speed.
-    figure, which, fallback_notes = _choose_figure(spec, m)
+    figure, which, fallback_notes = choose_figure(spec, m)
     score.figure, score.speedup = which, figure
     score.notes.extend(fallback_notes)
     if m.kernel_ms is not None:
