@@ -26,6 +26,7 @@ from grader.context import AppContext
 from grader.db import session_scope
 from grader.dispatch import send_run
 from grader.models import ApiToken, ProblemResult, Role, Run, Submission, User, utcnow
+from grader.roster import import_roster
 from grader.runstatus import run_status
 from grader.service import NotFound, get_assignment, record_regrade, record_submission
 from grader.uploads import UploadError, receive_upload
@@ -459,6 +460,67 @@ async def regrade(request: Request, submission_id: int) -> Response:
         run_id = record_regrade(session, sub).id
     send_run(ctx.celery, ctx.sessions, run_id, ctx.settings.task_queue)
     return RedirectResponse(f"/runs/{run_id}", status_code=status.HTTP_303_SEE_OTHER)
+
+
+# ---- roster -------------------------------------------------------------------------------
+
+
+def _roster_page(request: Request, user: User, status_code: int = 200, **values: Any) -> HTMLResponse:
+    values.setdefault("report", None)
+    values.setdefault("error", None)
+    max_kib = f"{get_context(request).settings.roster_max_bytes / 1024:g}"
+    return _page(request, "roster.html", user, status_code, max_kib=max_kib, **values)
+
+
+@router.get("/roster", response_class=HTMLResponse)
+def roster_form(request: Request) -> Response:
+    with _db(get_context(request)) as session:
+        user = current_user(request, session)
+        if user is None:
+            return _to_login()
+        if user.role != Role.instructor:
+            return _not_found(request, user, "such page")
+        return _roster_page(request, user)
+
+
+async def _roster_text(form: Any, limit: int) -> str:
+    """The CSV from the file field, else (no file, or an empty one) from the text area;
+    ValueError says what is wrong."""
+    upload = form.get("file")
+    data = await upload.read(limit + 1) if upload is not None and not isinstance(upload, str) else b""
+    if not data:
+        data = str(form.get("text") or "").encode()
+        upload = None
+    name = f"“{upload.filename}”" if upload is not None else "The pasted roster"
+    if len(data) > limit:
+        raise ValueError(f"{name} is larger than {limit / 1024:g} KiB.")
+    try:
+        return bytes(data).decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{name} is not UTF-8 text; save the roster as CSV (UTF-8).") from None
+
+
+@router.post("/roster", response_class=HTMLResponse)
+async def roster_import(request: Request) -> Response:
+    ctx = get_context(request)
+    form = await request.form()
+    with _db(ctx) as session:
+        user = _form_user(request, session, form)
+        if isinstance(user, Response):
+            return user
+        if user.role != Role.instructor:
+            return _not_found(request, user, "such page")
+        try:
+            text = await _roster_text(form, ctx.settings.roster_max_bytes)
+        except ValueError as exc:
+            return _roster_page(request, user, status.HTTP_400_BAD_REQUEST, error=str(exc))
+        if not text.strip():
+            return _roster_page(request, user, status.HTTP_400_BAD_REQUEST,
+                                error="Choose a CSV file or paste the roster (email,name[,section] per line).")
+        report = import_roster(session, text)
+        response = _roster_page(request, user, status.HTTP_200_OK, report=report)
+        response.headers["Cache-Control"] = "no-store"  # first passwords are shown once
+        return response
 
 
 # ---- API token settings -------------------------------------------------------------------

@@ -335,3 +335,23 @@ def test_gradebook_sort_filter_search_charts_and_regrade_selected(
     expect(page.locator("#regrade-notice")).to_have_text("1 re-grade run queued.")
     with session_scope(sessions) as session:
         assert (session.scalar(select(func.count()).select_from(Run)) or 0) == runs_before + 1
+
+
+def test_instructor_imports_a_roster(context: BrowserContext, screenshot_dir: Path) -> None:
+    page = log_in(context, "prof")
+    page.get_by_role("link", name="Roster").click()
+    page.get_by_label("Roster file (.csv)").set_input_files({
+        "name": "roster.csv", "mimeType": "text/csv",
+        "buffer": b"email,name,section\ngrace@uni.edu,Grace Hopper,B\nalan@uni.edu,Alan Turing,A\nnot an email,X\n"})
+    page.get_by_role("button", name="Import students").click()
+    expect(page.locator("#roster-summary")).to_have_text(re.compile(r"^2 created, 0 updated, 0 unchanged, 1 line"))
+    expect(page.locator("#roster-errors li")).to_have_text(["Line 4: “not an email” is not an email address"])
+    expect(page.locator("#roster-created tbody tr")).to_have_count(2)
+    page.screenshot(path=str(screenshot_dir / "roster.png"), full_page=True)
+    page.goto("/gradebook")
+    page.get_by_label("Search student").fill("hopper")
+    page.get_by_label("Search student").press("Enter")
+    row = page.locator("#gradebook tbody tr")
+    expect(row).to_have_count(1)
+    expect(row).to_contain_text("Grace Hopper")
+    expect(row.locator("th")).to_have_text("grace@uni.edu")
