@@ -237,6 +237,8 @@ class ScoredRunOut(BaseModel):
 
 class GradebookRowOut(BaseModel):
     user: str
+    name: str | None = Field(default=None, description="from the roster")
+    section: str | None = Field(default=None, description="from the roster")
     submissions: int
     total: float | None = Field(description="score of the run the policy picks; null: no scored run")
     problems: dict[str, float] = Field(description="problem id -> points of that run")
@@ -530,6 +532,8 @@ def gradebook_to_dict(book: queries.Gradebook) -> dict[str, Any]:
         "rows": [
             {
                 "user": row.username,
+                "name": row.full_name,
+                "section": row.section,
                 "submissions": row.submissions,
                 "total": row.total,
                 "problems": dict(row.graded.problems) if row.graded else {},
@@ -630,7 +634,8 @@ def _fmt(points: float | None) -> str:
 
 
 def gradebook_csv(book: queries.Gradebook) -> str:
-    """Canvas's import matches rows on `SIS Login ID`; a blank score leaves Canvas unchanged."""
+    """Canvas's import matches rows on `SIS Login ID` (the login); `Student` is the roster's
+    name where there is one. A blank score leaves Canvas unchanged."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(
@@ -640,7 +645,7 @@ def gradebook_csv(book: queries.Gradebook) -> str:
     for row in book.rows:
         problems = row.graded.problems if row.graded else {}
         writer.writerow(
-            [_csv_cell(row.username), _csv_cell(row.username), _fmt(row.total)]
+            [_csv_cell(row.full_name or row.username), _csv_cell(row.username), _fmt(row.total)]
             + [_fmt(problems.get(p.problem_id)) if row.graded else "" for p in book.problems]
         )
     return out.getvalue()

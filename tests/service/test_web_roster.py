@@ -101,6 +101,10 @@ def test_page_imports_idempotently_with_line_errors(settings: Settings, sessions
     code, html = _post(prof, "", text=f"ann-{tag}@uni.edu,Ann Lee,C\n")
     assert code == 200 and "0 created, 1 updated, 0 unchanged, 0 line(s) with errors." in html
     assert _students(sessions, tag)[f"ann-{tag}@uni.edu"] == ("Ann Lee", "C", Role.student)
+    # The exports carry the roster's name: Canvas's Student column, the JSON's name and section.
+    assert f"Ann Lee,ann-{tag}@uni.edu," in prof.client.get("/gradebook.csv").text
+    row = next(r for r in prof.client.get("/gradebook.json").json()["rows"] if r["user"] == f"ann-{tag}@uni.edu")
+    assert (row["name"], row["section"]) == ("Ann Lee", "C")
 
 
 def test_page_refuses_bad_files_students_and_forged_forms(settings: Settings, sessions: sessionmaker[Session],
