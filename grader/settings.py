@@ -86,6 +86,11 @@ class Settings(BaseSettings):
     # Roster import (CSV of students): the largest file the page accepts
     roster_max_bytes: int = 1 * MiB
 
+    # Uploads per student (grader/ratelimit.py): at most upload_rate_limit in any window of
+    # upload_rate_window_s seconds, counted per user in each web process; 0 turns it off.
+    upload_rate_limit: int = 30
+    upload_rate_window_s: float = 300.0
+
     # Run page: a queued run's ETA is the median duration of this many recent finished runs
     eta_recent_runs: int = 20
 
