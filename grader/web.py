@@ -76,8 +76,10 @@ def _form_user(request: Request, session: Session, form: Any) -> User | Response
     return user
 
 
-def _max_mib(ctx: AppContext) -> str:
-    return f"{ctx.settings.max_upload_bytes / (1024 * 1024):g}"
+def _upload_page(request: Request, user: User | None, status_code: int = 200, error: str | None = None) -> HTMLResponse:
+    settings = get_context(request).settings
+    return _page(request, "upload.html", user, status_code, error=error, assignments=settings.rubrics,
+                 max_bytes=settings.max_upload_bytes, max_mib=f"{settings.max_upload_bytes / (1024 * 1024):g}")
 
 
 # ---- login / logout -----------------------------------------------------------------------
@@ -127,8 +129,7 @@ def home(request: Request) -> HTMLResponse:
     ctx = get_context(request)
     with _db(ctx) as session:
         user = current_user(request, session)
-        return _page(request, "upload.html", user, max_mib=_max_mib(ctx), assignments=ctx.settings.rubrics,
-                     error=None)
+        return _upload_page(request, user)
 
 
 @router.post("/submit", response_class=HTMLResponse)
@@ -170,8 +171,7 @@ async def submit_from_session(request: Request) -> Response:
             user = current_user(request, session)
             if user is None:
                 return _to_login()
-            return _page(request, "upload.html", user, error[0], error=error[1], max_mib=_max_mib(ctx),
-                         assignments=ctx.settings.rubrics)
+            return _upload_page(request, user, error[0], error[1])
     send_run(ctx.celery, ctx.sessions, run_id, ctx.settings.task_queue)
     return RedirectResponse(f"/runs/{run_id}", status_code=status.HTTP_303_SEE_OTHER)
 

@@ -2,6 +2,7 @@
 build log, other students' runs, the instructor's gradebook and re-grade, CSRF refusals."""
 from __future__ import annotations
 
+import base64
 import re
 import shutil
 from collections.abc import Iterator
@@ -74,6 +75,22 @@ def test_login_page_wrong_password_and_session_cookie(context: BrowserContext, s
     assert page.url.endswith("/login")
 
 
+def _drop(page: Page, name: str, data: bytes) -> None:
+    """Drag a file onto the upload form's drop zone (a real drop event with a DataTransfer)."""
+    transfer = page.evaluate_handle(
+        """([b64, name]) => {
+            const bin = atob(b64), bytes = new Uint8Array(bin.length);
+            for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+            const dt = new DataTransfer();
+            dt.items.add(new File([bytes], name));
+            return dt;
+        }""", [base64.b64encode(data).decode(), name])
+    zone = page.locator(".dropzone")
+    zone.dispatch_event("dragenter", {"dataTransfer": transfer})
+    expect(zone).to_have_class(re.compile(r"\bover\b"))
+    zone.dispatch_event("drop", {"dataTransfer": transfer})
+
+
 def test_student_uploads_and_watches_the_run(
     context: BrowserContext, worker: Any, sessions: sessionmaker[Session], screenshot_dir: Path,
     tmp_path: Path,
@@ -82,15 +99,25 @@ def test_student_uploads_and_watches_the_run(
     expect(page.get_by_text("The limit is 2 MiB")).to_be_visible()
     page.screenshot(path=str(screenshot_dir / "upload.png"))
     before = count(sessions, Submission)
-    # A tiny non-zip: a clear error and nothing recorded.
-    page.get_by_label(re.compile("Submission")).set_input_files(
-        {"name": "notes.txt", "mimeType": "text/plain", "buffer": b"hello"})
+    picker = page.get_by_label(re.compile("Submission"))
+    # The wrong type, picked or dropped: a clear error on the page, the choice cleared, nothing sent.
+    picker.set_input_files({"name": "notes.txt", "mimeType": "text/plain", "buffer": b"hello"})
+    expect(page.locator("#file-error")).to_contain_text("“notes.txt” is not a .zip file")
+    assert picker.evaluate("el => el.files.length") == 0 and picker.get_attribute("aria-invalid") == "true"
+    _drop(page, "slides.pdf", b"%PDF-1.4")
+    expect(page.locator("#file-error")).to_contain_text("“slides.pdf” is not a .zip file")
+    _drop(page, "huge.zip", b"PK\x03\x04" + b"\0" * (3 * 1024 * 1024))
+    expect(page.locator("#file-error")).to_contain_text("“huge.zip” is 3.0 MiB; the limit is 2 MiB.")
+    # A .zip name on something else passes the page's check; the server refuses it by its header.
+    picker.set_input_files({"name": "fake.zip", "mimeType": "application/zip", "buffer": b"hello"})
     page.get_by_role("button", name="Upload and grade").click()
-    expect(page.locator("#upload-error")).to_contain_text("“notes.txt” is not a zip archive")
+    expect(page.locator("#upload-error")).to_contain_text("“fake.zip” is not a zip archive")
     assert count(sessions, Submission) == before
-    # The reference kit, zipped as a student would.
+    # The reference kit, zipped as a student would, dropped onto the form.
     archive = zip_tree(load_rubric("hw4").starter_dir, tmp_path / "llmsys_hw4.zip")
-    page.get_by_label(re.compile("Submission")).set_input_files(str(archive))
+    _drop(page, archive.name, archive.read_bytes())
+    expect(page.locator("#file-chosen")).to_contain_text("Ready to upload: llmsys_hw4.zip")
+    expect(page.locator("#file-error")).to_be_hidden()
     page.get_by_role("button", name="Upload and grade").click()
     page.wait_for_url(re.compile(r"/runs/\d+$"))
     run_id = int(page.url.rsplit("/", 1)[1])
