@@ -91,6 +91,8 @@ def test_structure(compose: dict[str, Any]) -> None:
     assert services["migrate"]["restart"] == "no" and services["migrate"]["command"] == ["grader", "migrate"]
     for name in ("api", "reconciler", "builder", "worker-gpu0"):
         assert services[name]["depends_on"]["migrate"] == {"condition": "service_completed_successfully"}
+    for name in ("migrate", "reconciler"):  # they share the api image, whose check is the web app's
+        assert services[name]["healthcheck"] == {"disable": True}
     assert "--appendonly" in services["redis"]["command"] and "redis-data:/data" in services["redis"]["volumes"]
     assert any(m.endswith(":/var/lib/postgresql/data") for m in services["postgres"]["volumes"])
     assert services["flower"]["profiles"] == ["monitoring"] and services["worker-gpu1"]["profiles"] == ["second-gpu"]
