@@ -19,6 +19,7 @@ from grader.blobstore import StoredBlob
 from grader.db import session_scope
 from grader.models import ErrorClass, ProblemResult, Role, Run, RunState, Submission, utcnow
 from grader.service import get_assignment, get_or_create_user, record_submission
+from tests.browser.a11y import check_page
 from worker.measurements import CaseOutcome, ProblemMeasurement
 from worker.rubric import load_rubric
 from worker.scoring import score_run
@@ -216,7 +217,7 @@ def _scored_run(sessions: sessionmaker[Session], username: str, like_run: int) -
 
 def test_breakdown_of_a_scored_run(context: BrowserContext, sessions: sessionmaker[Session],
                                    screenshot_dir: Path) -> None:
-    run_id = _scored_run(sessions, "amy", STATE["run_id"])
+    run_id = STATE["scored_run_id"] = _scored_run(sessions, "amy", STATE["run_id"])
     page = log_in(context, "amy")
     page.goto(f"/runs/{run_id}")
     expect(page.locator("#run-state")).to_have_text("scored")
@@ -382,3 +383,18 @@ def test_instructor_imports_a_roster(context: BrowserContext, screenshot_dir: Pa
     expect(row).to_have_count(1)
     expect(row).to_contain_text("Grace Hopper")
     expect(row.locator("th")).to_have_text("grace@uni.edu")
+
+
+def test_accessibility_of_the_pages(browser: Browser, base_url: str) -> None:
+    """Labels, WCAG AA contrast and keyboard reach with visible focus, on every page."""
+    pages = {None: ["/login", "/"],
+             "amy": ["/", "/submissions", f"/runs/{STATE['scored_run_id']}", f"/runs/{STATE['run_id']}",
+                     "/settings/tokens"],
+             "prof": ["/gradebook", "/roster"]}
+    for who, paths in pages.items():
+        ctx = browser.new_context(base_url=base_url, viewport={"width": 1100, "height": 800})
+        page = log_in(ctx, who) if who else ctx.new_page()
+        for path in paths:
+            page.goto(path)
+            check_page(page)
+        ctx.close()
