@@ -165,6 +165,8 @@ class RunOut(BaseModel):
     stages: dict[str, StageOut]
     results: list[ProblemResultOut]
     report: dict[str, Any] | None = None  # Gradescope-format results.json once scored
+    progress: dict[str, Any] | None = Field(
+        default=None, description='while active: {"stage"} or {"stage": "run", "problem", "index", "total"}')
 
 
 class RunSummary(BaseModel):
@@ -670,6 +672,7 @@ def run_to_dict(run: Run) -> dict[str, Any]:
         "stages": run.stages or {},
         "results": [_result_to_dict(r) for r in run.results],
         "report": run.report,
+        "progress": run.progress,
     }
 
 

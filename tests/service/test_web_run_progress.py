@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.auth import set_password
+from grader.auth import issue_token, set_password
 from grader.blobstore import BlobStore, StoredBlob
 from grader.db import session_scope
 from grader.models import ACTIVE_STATES, Assignment, Role, Run, RunState, Submission, utcnow
@@ -23,6 +23,7 @@ from grader.runstatus import describe_duration, eta_seconds
 from grader.service import get_assignment, get_or_create_user, record_submission
 from grader.settings import Settings
 from tests.fixtures import cpu_standin
+from tests.service.conftest import auth
 from tests.service.test_scored_run import small_stage, work  # noqa: F401  (fixtures)
 from tests.service.test_web_settings import PASSWORD, Browser
 from worker.rubric import load_rubric
@@ -116,9 +117,14 @@ def test_worker_records_each_problem_and_the_page_reports_it(
         RunExecutor(gpu_settings, sessions, BlobStore(gpu_settings.blob_dir)).execute(run_id)))
     client = Browser(settings, student_name).client
     seen: list[tuple[str, str]] = []  # (state, progress text) in the order the page saw them
+    api_seen: list[dict[str, object] | None] = []  # the API's run.progress meanwhile
+    with session_scope(sessions) as session:
+        token = issue_token(session, get_or_create_user(session, student_name, Role.student), "progress")
     grading.start()
     while grading.is_alive() or not seen or seen[-1][0] not in ("scored", "failed", "built"):
         status = client.get(f"/runs/{run_id}/status").json()
+        if status["progress"] and status["progress"].get("problem"):
+            api_seen.append(client.get(f"/api/v1/runs/{run_id}", headers=auth(token)).json()["progress"])
         if not seen or seen[-1] != (status["state"], status["progress_text"]):
             seen.append((status["state"], status["progress_text"]))
         if not grading.is_alive() and status["final"]:
@@ -132,6 +138,7 @@ def test_worker_records_each_problem_and_the_page_reports_it(
     assert problems == [f"Running problem {k} of 5: {p.id} {p.title}." for k, p in enumerate(rubric, 1)], seen
     assert "Building: compiling the kernels with nvcc." in texts
     assert seen[-1] == ("scored", "")
+    assert any(p and p.get("stage") == "run" and p.get("total") == 5 for p in api_seen), api_seen
     with session_scope(sessions) as session:
         final = session.get(Run, run_id)
         assert final is not None and final.progress is None  # cleared once final
