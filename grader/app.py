@@ -5,13 +5,17 @@ from typing import Any
 
 from pathlib import Path
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.responses import PlainTextResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.middleware.sessions import SessionMiddleware
 from sqlalchemy import text
+from sqlalchemy.exc import DataError
 
 from grader import api, web
 from grader.context import AppContext
+from grader.ratelimit import UploadRateLimit
+from grader.security import SecureHeaders
 from grader.settings import Settings, get_settings
 from grader.websession import SESSION_COOKIE, secret_key
 
@@ -24,6 +28,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description="Autograder for GPU kernel homework. Authenticate with `Authorization: Bearer <token>`.",
     )
     app.state.context = context
+    # Middleware added last runs first: secure headers, then the session, then the per-student
+    # upload limit (it reads the session to know the student).
+    app.add_middleware(UploadRateLimit, sessions=context.sessions, limit=context.settings.upload_rate_limit,
+                       window_s=context.settings.upload_rate_window_s)
     # Signed cookie session: HttpOnly always, SameSite=Lax, Secure with KG_SESSION_HTTPS_ONLY.
     app.add_middleware(
         SessionMiddleware,
@@ -33,9 +41,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         same_site="lax",
         https_only=context.settings.session_https_only,
     )
+    app.add_middleware(SecureHeaders, https=context.settings.session_https_only)
     app.mount("/static", StaticFiles(directory=Path(__file__).parent / "static"), name="static")
     app.include_router(api.router)
     api.install_error_handlers(app)  # {"error": {code, message}} on /api/ paths
+    app.add_exception_handler(DataError, _out_of_range)
     app.include_router(web.router)
 
     @app.get("/api/v1/health", tags=["v1"], summary="Database and broker reachability")
@@ -43,6 +53,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return {"database": _database_ok(context), "broker": _broker_ok(context)}
 
     return app
+
+
+def _out_of_range(request: Request, exc: Exception) -> Response:
+    """A value the database cannot hold (an id past its integer type) names nothing that
+    exists: 404, not a server error."""
+    if request.url.path.startswith("/api/"):
+        return api.error_response(404, "not found: a value in the request is out of range")
+    return PlainTextResponse("Not Found", status_code=404)
 
 
 def _database_ok(ctx: AppContext) -> bool:
