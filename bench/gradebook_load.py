@@ -6,9 +6,10 @@
 Seeds a fresh database (a temp SQLite file by default; with --database-url an existing,
 empty PostgreSQL database, migrated here) with N students x R scored runs each, every run with
 its five per-problem results as the worker stores them (points, status, message, details with
-the score and measurement). Serves the app in-process (Starlette's TestClient), logs in as an
-instructor through the login form, then times GET /gradebook and GET /gradebook.csv: warm-up
-requests first, then --requests timed requests each, as median, p90, min and max in ms.
+the score and measurement); students have roster names and sections. Serves the app
+in-process (Starlette's TestClient), logs in as an instructor through the login form, then times GET /gradebook (with its SVG charts), a sorted
+and filtered view of it, and GET /gradebook.csv: warm-up requests first, then --requests timed
+requests each, as median, p90, min and max in ms.
 Prints a table; --record appends it to BENCHMARKS.md with the machine, date, commit and command.
 """
 from __future__ import annotations
@@ -42,6 +43,11 @@ from grader.settings import Settings  # noqa: E402
 from worker.rubric import load_rubric  # noqa: E402
 
 PASSWORD = "bench password 1"
+PAGES = (
+    ("gradebook page (HTML, charts)", "/gradebook"),
+    ("gradebook sorted by score, filtered", "/gradebook?sort=score&dir=desc&min_score=40&section=B"),
+    ("CSV export", "/gradebook.csv"),
+)
 ASSIGNMENT = "hw4"
 WARMUP = 3
 
@@ -77,7 +83,8 @@ def seed(settings: Settings, students: int, runs_per_student: int) -> None:
         session.add(set_password_user)
         assignment = get_assignment(session, ASSIGNMENT)
         for s in range(students):
-            user = User(username=f"student{s:04d}", role=Role.student)
+            user = User(username=f"student{s:04d}@uni.edu", role=Role.student, full_name=f"Student {s:04d}",
+                        section="ABCD"[s % 4])
             session.add(user)
             for r in range(runs_per_student):
                 when = start + timedelta(minutes=s * runs_per_student + r)
@@ -147,7 +154,7 @@ def main() -> int:
         results = {}
         with TestClient(create_app(settings)) as client:
             log_in(client)
-            for label, path in (("gradebook page (HTML)", "/gradebook"), ("CSV export", "/gradebook.csv")):
+            for label, path in PAGES:
                 results[label] = measure(client, path, args.requests)
 
     command = "bench/gradebook_load.py" + (" --database-url postgresql+psycopg://postgres@127.0.0.1:5432/<empty db>"
