@@ -508,6 +508,27 @@ class SandboxedProcess:
         """Kill every process of the sandbox (group, session and traced descendants)."""
         self._kill_all()
 
+    def pause(self) -> None:
+        """Stop every process of the sandbox (SIGSTOP; again for any that appeared meanwhile),
+        so a parked child cannot load the GPU or CPU while another child is timed."""
+        self._signal_all(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self._signal_all(signal.SIGCONT)
+
+    def _signal_all(self, sig: int) -> None:
+        sent: set[int] = set()
+        for _ in range(5):
+            fresh = set(self._members()) - sent
+            if not fresh:
+                return
+            for pid in fresh:
+                try:
+                    os.kill(pid, sig)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            sent |= fresh
+
     def wait(self, timeout: float | None = None) -> SandboxExit:
         """Wait for the child; never longer than its wall_s from spawn (then the group is
         killed and the reason is "timeout"). With `timeout` shorter than what is left of the
@@ -711,6 +732,13 @@ class DockerProcess:
 
     def output_tail(self, limit: int = 8192) -> str:
         return self._output.tail(limit)
+
+    def pause(self) -> None:
+        """As SandboxedProcess.pause: the container's processes are frozen (cgroup freezer)."""
+        self._docker("pause", self.name)
+
+    def resume(self) -> None:
+        self._docker("unpause", self.name)
 
     def kill(self) -> None:
         """SIGKILL everything in the container; the docker client then exits."""

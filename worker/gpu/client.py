@@ -103,6 +103,13 @@ class ChildClient:
             raise StudentError(str(reply.get("error")), str(reply.get("trace", "")))
         return reply, elapsed
 
+    def pause(self) -> None:
+        """Freeze the child (all its processes) while another child is timed."""
+        self.process.pause()
+
+    def resume(self) -> None:
+        self.process.resume()
+
     def close(self) -> None:
         try:
             self.channel.close()
