@@ -10,7 +10,7 @@ from fastapi.responses import PlainTextResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.middleware.sessions import SessionMiddleware
 from sqlalchemy import text
-from sqlalchemy.exc import DataError
+from sqlalchemy.exc import DataError, OperationalError
 
 from grader import api, web
 from grader.context import AppContext
@@ -46,6 +46,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(api.router)
     api.install_error_handlers(app)  # {"error": {code, message}} on /api/ paths
     app.add_exception_handler(DataError, _out_of_range)
+    app.add_exception_handler(OperationalError, _database_down)
     app.include_router(web.router)
 
     @app.get("/api/v1/health", tags=["v1"], summary="Database and broker reachability")
@@ -61,6 +62,15 @@ def _out_of_range(request: Request, exc: Exception) -> Response:
     if request.url.path.startswith("/api/"):
         return api.error_response(404, "not found: a value in the request is out of range")
     return PlainTextResponse("Not Found", status_code=404)
+
+
+def _database_down(request: Request, exc: Exception) -> Response:
+    """The database is unreachable (restarting, say): 503 with Retry-After, so a client knows
+    to send again; nothing of the request was recorded."""
+    message = "the grading database is unavailable right now; nothing was recorded, send the request again shortly"
+    if request.url.path.startswith("/api/"):
+        return api.error_response(503, message, headers={"Retry-After": "10"})
+    return PlainTextResponse(message, status_code=503, headers={"Retry-After": "10"})
 
 
 def _database_ok(ctx: AppContext) -> bool:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import anyio
 from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -83,9 +84,14 @@ class UploadRateLimit:
         return None
 
     def _token_owner(self, token: str) -> int | None:
-        with self.sessions() as session:
-            return session.scalar(select(ApiToken.user_id).where(ApiToken.token_hash == hash_token(token),
-                                                                ApiToken.revoked_at.is_(None)))
+        """The token's user; None when unknown, or when the database cannot say (the route
+        then answers for itself, e.g. 503 while the database is down)."""
+        try:
+            with self.sessions() as session:
+                return session.scalar(select(ApiToken.user_id).where(ApiToken.token_hash == hash_token(token),
+                                                                    ApiToken.revoked_at.is_(None)))
+        except SQLAlchemyError:
+            return None
 
 
 def _too_many(path: str, retry_after: float, window: SlidingWindow) -> Response:
