@@ -1,0 +1,87 @@
+"""Fair share of the grading queue: at most one run per student in flight.
+
+In flight: a run sent to the broker and not final (queued with `enqueued_at` set, building,
+running). A student's further runs wait in the database (queued, `enqueued_at` NULL) and are
+sent one at a time, oldest first, as the previous one ends; so a student who uploads twenty
+times in a minute holds one place in the broker queue, and everyone else's upload is at most
+one run per other student behind.
+
+Wiring (grader/dispatch.py, grader/reconcile.py, worker/runs.py belong to others):
+- every `send_run(...)` of a new run becomes `admit(...)`;
+- the reconciler sends `dispatchable(session)` instead of every never-sent queued run;
+- when a run becomes final, the worker calls `release_next(...)` for its student.
+"""
+from __future__ import annotations
+
+import logging
+
+from celery import Celery
+from sqlalchemy import ColumnElement, and_, exists, or_, select, update
+from sqlalchemy.orm import Session, aliased, sessionmaker
+
+from grader.db import session_scope
+from grader.dispatch import send_run
+from grader.models import ACTIVE_STATES, Run, RunState, Submission, User, utcnow
+
+log = logging.getLogger(__name__)
+
+
+def _in_flight(run: type[Run]) -> ColumnElement[bool]:
+    return or_(run.state.in_(ACTIVE_STATES), and_(run.state == RunState.queued, run.enqueued_at.is_not(None)))
+
+
+def dispatchable(session: Session, user_id: int | None = None) -> list[int]:
+    """For every student (or only `user_id`) with nothing in flight, their oldest unsent queued
+    run; oldest first."""
+    waiting, other = aliased(Run), aliased(Run)
+    mine, theirs = aliased(Submission), aliased(Submission)
+    busy = exists().where(other.submission_id == theirs.id, theirs.user_id == mine.user_id, _in_flight(other))
+    older = exists().where(other.submission_id == theirs.id, theirs.user_id == mine.user_id,
+                           other.state == RunState.queued, other.enqueued_at.is_(None), other.id < waiting.id)
+    query = (select(waiting.id).join(mine, waiting.submission_id == mine.id)
+             .where(waiting.state == RunState.queued, waiting.enqueued_at.is_(None), ~busy, ~older)
+             .order_by(waiting.id))
+    if user_id is not None:
+        query = query.where(mine.user_id == user_id)
+    return list(session.scalars(query))
+
+
+def _reserve(sessions: sessionmaker[Session], user_id: int) -> int | None:
+    """Mark the student's next run as sent (so no one else sends one) when nothing of theirs is
+    in flight; the student's row is locked meanwhile, so two uploads cannot both pass."""
+    with session_scope(sessions) as session:
+        session.execute(select(User.id).where(User.id == user_id).with_for_update())
+        run_id = next(iter(dispatchable(session, user_id)), None)
+        if run_id is not None:
+            session.execute(update(Run).where(Run.id == run_id).values(enqueued_at=utcnow()))
+        return run_id
+
+
+def _owner(session: Session, run_id: int) -> int:
+    return int(session.scalar(select(Submission.user_id).join(Run, Run.submission_id == Submission.id)
+                              .where(Run.id == run_id)))
+
+
+def _send(celery: Celery, sessions: sessionmaker[Session], run_id: int, queue: str) -> bool:
+    if send_run(celery, sessions, run_id, queue):
+        return True
+    with session_scope(sessions) as session:  # broker down: waiting again, the reconciler sends it
+        session.execute(update(Run).where(Run.id == run_id).values(enqueued_at=None))
+    return False
+
+
+def release_next(celery: Celery, sessions: sessionmaker[Session], user_id: int, queue: str) -> int | None:
+    """Send the student's next waiting run if nothing of theirs is in flight; its id, if sent."""
+    run_id = _reserve(sessions, user_id)
+    if run_id is None or not _send(celery, sessions, run_id, queue):
+        return None
+    return run_id
+
+
+def admit(celery: Celery, sessions: sessionmaker[Session], run_id: int, queue: str) -> bool:
+    """For a new run (committed, queued, never sent): send the student's next run now if they
+    have none in flight. True when `run_id` itself reached the broker; False when it waits
+    behind the student's earlier run (or the broker is down)."""
+    with session_scope(sessions) as session:
+        user_id = _owner(session, run_id)
+    return release_next(celery, sessions, user_id, queue) == run_id
