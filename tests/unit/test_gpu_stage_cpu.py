@@ -17,6 +17,7 @@ test uses the rubric's full case list and the real timing shapes.
 from __future__ import annotations
 
 import dataclasses
+import os
 import pwd
 import sys
 import zipfile
@@ -211,3 +212,36 @@ def test_a_failing_reference_child_costs_the_submission_nothing(base: Path, poli
         assert "reference baseline failed" in m.telemetry["trusted_failure"]
     score = score_run(load_rubric("hw4"), list(by_id.values()))
     assert score.problem("2.1").correctness_points == 14 and score.problem("2.1").figure == "student"
+
+
+def _kernel_children(work: Path) -> dict[str, str]:
+    """problem id -> process state letter of each live kernel-problem child under `work`."""
+    states = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cwd = Path(os.readlink(f"/proc/{pid}/cwd"))
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        if cwd.parent == work and cwd.name.startswith("problem-"):
+            states[cwd.name.removeprefix("problem-")] = stat.rsplit(")", 1)[1].split()[0]
+    return states
+
+
+def test_checks_overlap_and_only_the_timed_child_runs(base: Path, trusted: Path, policy: SandboxPolicy,
+                                                       short_cases: dict) -> None:
+    """All four children are up during the checks; when a problem's timing starts, every
+    other child still waiting for its turn is stopped (T), so nothing else of the submission
+    runs beside a timing."""
+    submission = cpu_standin.make_cpu_submission(base / "frozen" / "submission")
+    work = base / "frozen" / "work"
+    seen: dict[str, dict[str, str]] = {}
+    measurements = run_gpu_stage(load_rubric("hw4"), submission, trusted, work,
+                                 _config(policy, problems=KERNEL_PROBLEMS),
+                                 on_problem=lambda pid: seen.setdefault(pid, _kernel_children(work)))
+    assert all(m.status == "ok" and m.speedup_student is not None for m in measurements), [_describe(m) for m in measurements]
+    assert set(seen["1.1"]) == set(KERNEL_PROBLEMS), seen  # phase 1: every child is up
+    for i, pid in enumerate(KERNEL_PROBLEMS[1:], start=1):  # each timing: the later ones frozen
+        later = KERNEL_PROBLEMS[i + 1:]
+        assert all(seen[pid].get(other) == "T" for other in later), (pid, seen[pid])
+        assert seen[pid].get(pid) == "T" and not any(p in seen[pid] for p in KERNEL_PROBLEMS[:i]), (pid, seen[pid])

@@ -66,18 +66,18 @@ def run_gpu_stage(
     measurements: list[ProblemMeasurement] = []
     trusted = (open_child("trusted", trusted_root, kernels.HANDLERS, KERNEL_ARENA_BYTES)
                if trusted_root is not None else None)
+    kernel_problems = []
+    for pid in (p for p in KERNEL_PROBLEMS if p in config.problems):
+        problem = next(p for p in rubric.problems if p.id == pid)
+        spec = problem.scoring
+        target = spec.target if spec.target is not None else problem.reference_speedup
+        kernel_problems.append((pid, cases[pid], tuple(t for t in (spec.speed_floor, target) if t is not None)))
     try:
-        for pid in (p for p in KERNEL_PROBLEMS if p in config.problems):
-            on_problem(pid)
-            problem = next(p for p in rubric.problems if p.id == pid)
-            spec = problem.scoring
-            target = spec.target if spec.target is not None else problem.reference_speedup
-            thresholds = tuple(t for t in (spec.speed_floor, target) if t is not None)
-            measurements.append(kernels.grade_kernel_problem(
-                pid, cases[pid],
-                lambda label: open_child(f"problem-{label}", staged_root, kernels.HANDLERS, KERNEL_ARENA_BYTES),
-                trusted, rng, config.timing, thresholds, telemetry,
-            ))
+        measurements.extend(kernels.grade_kernel_problems(
+            kernel_problems,
+            lambda label: open_child(f"problem-{label}", staged_root, kernels.HANDLERS, KERNEL_ARENA_BYTES),
+            trusted, rng, config.timing, telemetry, on_problem,
+        ))
     finally:
         if trusted is not None:
             trusted.close()

@@ -15,6 +15,7 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -186,25 +187,26 @@ def time_problem(student: ChildClient, trusted: ChildClient | None, case: Case, 
             variants[:] = [v for v in variants if v[0] != "trusted"]
             return None
 
-    custom_ms = 0.0
+    warm_ms = {name: 1e-3 for name, _, _ in variants}
     for _ in range(config.warmup):
         inputs = [make_binding_inputs(case, rng)]
         for name, client, variant in list(variants):
             result = attempt(name, client, variant, inputs)
-            if name == "custom" and result is not None:
-                custom_ms = result[1]
-    # Several computations per timed request, so the request's own round trip (~0.1 ms)
-    # stays a small part of what is measured even for sub-millisecond fused ops.
-    reps = max(1, min(config.max_reps, math.ceil(config.request_ms / max(custom_ms, 1e-3))))
+            if result is not None:
+                warm_ms[name] = max(result[1], 1e-3)
+    # Each timed request runs a variant `reps` times, enough for ~request_ms, so the request's
+    # own round trip (~0.1 ms) stays a small part of what is measured even for sub-millisecond
+    # fused ops, while a 10x slower baseline does not run 10x longer than it needs to.
+    reps = {name: max(1, min(config.max_reps, math.ceil(config.request_ms / ms))) for name, ms in warm_ms.items()}
     samples: dict[str, list[float]] = {name: [] for name, _, _ in variants}
     wrong = 0
     trial = 0
     while True:
         for _ in range(config.round_trials):
-            sets = [make_binding_inputs(case, rng) for _ in range(reps)]
+            sets = [make_binding_inputs(case, rng) for _ in range(max(reps.values()))]
             order = variants[trial % len(variants):] + variants[: trial % len(variants)]
             for name, client, variant in order:
-                result = attempt(name, client, variant, sets)
+                result = attempt(name, client, variant, sets[:reps[name]])
                 if result is None:
                     continue
                 outputs, ms = result
@@ -240,56 +242,122 @@ class Stopwatch:
             self.seconds[phase] = round(self.seconds.get(phase, 0.0) + time.monotonic() - started, 3)
 
 
-def grade_kernel_problem(
-    problem_id: str,
-    cases: list[Case],
+@dataclass
+class KernelProblem:
+    """One kernel problem on its way through the two phases of `grade_kernel_problems`."""
+
+    problem_id: str
+    cases: list[Case]
+    thresholds: tuple[float, ...]  # speedups where a point changes: measure until clear of them
+    rng: np.random.Generator  # its own stream: the checks of several problems run in threads
+    measurement: ProblemMeasurement
+    clock: Stopwatch
+    client: ChildClient | None = None  # open while the problem still has something to measure
+
+
+@contextlib.contextmanager
+def _ends_on_failure(problem: KernelProblem) -> Iterator[None]:
+    """A crash, hang or raise of the submission's code ends the problem with that status."""
+    m = problem.measurement
+    try:
+        yield
+    except ChildFailure as exc:
+        m.status = exc.kind
+        m.log_tail = f"{exc.detail}\n{exc.tail}"[-8000:]
+    except StudentError as exc:
+        m.status = "error"
+        m.log_tail = f"{exc.error}\n{exc.trace}"[-8000:]
+    else:
+        return
+    _finish(problem)
+
+
+def _finish(problem: KernelProblem) -> None:
+    if problem.client is not None:
+        problem.client.close()
+        problem.client = None
+    failed = problem.measurement.failed_cases
+    problem.measurement.first_failure = failed[0] if failed else None
+
+
+def check_phase(problem: KernelProblem, config: TimingConfig) -> None:
+    """Correctness through the C ABI and the binding, then the kernels' own GPU time. Safe
+    to run beside other problems' checks: nothing here is a speedup."""
+    client, m, rng, clock = problem.client, problem.measurement, problem.rng, problem.clock
+    assert client is not None
+    with _ends_on_failure(problem):
+        with clock("abi_cases"):
+            for case in problem.cases:
+                m.abi_cases.append(check_abi_case(client, case, rng, config.call_timeout_s))
+        with clock("binding_cases"):
+            for case in problem.cases:
+                if binding_eligible(case):
+                    m.binding_cases.append(check_binding_case(client, case, rng, config.call_timeout_s))
+        if any(not c.ok for c in m.cases):
+            # No speed points without correctness: spend no GPU time timing a wrong kernel.
+            m.log_tail = "not timed: a correctness case failed"
+            _finish(problem)
+            return
+        with clock("kernel_profile"):
+            m.kernel_ms, m.telemetry["kernel_profile"] = measure_kernel_ms(
+                client, TIMING_CASES[problem.problem_id], rng, config)
+
+
+def timing_phase(problem: KernelProblem, trusted: ChildClient | None, config: TimingConfig) -> None:
+    """The speedups, with nothing else of this grade running (the caller freezes the others)."""
+    client, m, case = problem.client, problem.measurement, TIMING_CASES[problem.problem_id]
+    assert client is not None
+    with _ends_on_failure(problem):
+        with problem.clock("timing"):
+            timing = time_problem(client, trusted, case, problem.rng, config, problem.thresholds)
+        m.speedup_student, m.speedup_trusted = timing.student, timing.trusted
+        if timing.trusted_error:
+            m.telemetry["trusted_failure"] = timing.trusted_error
+        if timing.wrong_trials:
+            m.binding_cases.append(CaseOutcome(
+                case_id=f"timing:{case.id}", shape=tuple(case.shape), ok=False,
+                message=f"{timing.wrong_trials} timed trial(s) returned a wrong result", public=True))
+
+
+def grade_kernel_problems(
+    problems: list[tuple[str, list[Case], tuple[float, ...]]],
     open_student: ClientFactory,
     trusted: ChildClient | None,
     rng: np.random.Generator,
     config: TimingConfig,
-    thresholds: tuple[float, ...],
     telemetry: Callable[[], dict[str, Any]] = dict,
-) -> ProblemMeasurement:
-    """Everything measured for one kernel problem, in a fresh child of its own."""
-    measurement = ProblemMeasurement(problem_id=problem_id, telemetry={"before": telemetry()})
-    seconds: dict[str, float] = {}
-    measurement.telemetry["seconds"] = seconds  # where the problem's wall time went
-    clock = Stopwatch(seconds)
-    with clock("start"):
-        client = open_student(problem_id)
+    on_problem: Callable[[str], None] = lambda _pid: None,
+) -> list[ProblemMeasurement]:
+    """Every kernel problem (id, cases, thresholds), each in a fresh child of its own.
+
+    Phase 1 runs the correctness checks of all problems at once (they only compete for
+    time, which they do not measure). Phase 2 times the correct ones one after another, the
+    other children frozen meanwhile, so no code of this submission runs beside a timing."""
+    seeds = rng.integers(2**63 - 1, size=len(problems))
+    states = [KernelProblem(pid, cases, thresholds, np.random.default_rng(int(seed)),
+                            ProblemMeasurement(pid, telemetry={"before": telemetry()}), Stopwatch({}))
+              for (pid, cases, thresholds), seed in zip(problems, seeds)]
+    for problem in states:
+        problem.measurement.telemetry["seconds"] = problem.clock.seconds  # where its wall time went
     try:
-        with clock("abi_cases"):
-            for case in cases:
-                measurement.abi_cases.append(check_abi_case(client, case, rng, config.call_timeout_s))
-        with clock("binding_cases"):
-            for case in cases:
-                if binding_eligible(case):
-                    measurement.binding_cases.append(check_binding_case(client, case, rng, config.call_timeout_s))
-        if any(not c.ok for c in measurement.cases):
-            # No speed points without correctness: spend no GPU time timing a wrong kernel.
-            measurement.log_tail = "not timed: a correctness case failed"
-            return measurement
-        with clock("timing"):
-            timing = time_problem(client, trusted, TIMING_CASES[problem_id], rng, config, thresholds)
-        measurement.speedup_student, measurement.speedup_trusted = timing.student, timing.trusted
-        if timing.trusted_error:
-            measurement.telemetry["trusted_failure"] = timing.trusted_error
-        with clock("kernel_profile"):
-            measurement.kernel_ms, measurement.telemetry["kernel_profile"] = measure_kernel_ms(
-                client, TIMING_CASES[problem_id], rng, config)
-        if timing.wrong_trials:
-            measurement.binding_cases.append(CaseOutcome(
-                case_id=f"timing:{TIMING_CASES[problem_id].id}", shape=tuple(TIMING_CASES[problem_id].shape),
-                ok=False, message=f"{timing.wrong_trials} timed trial(s) returned a wrong result", public=True))
-    except ChildFailure as exc:
-        measurement.status = exc.kind
-        measurement.log_tail = f"{exc.detail}\n{exc.tail}"[-8000:]
-    except StudentError as exc:  # the binding raised during timing
-        measurement.status = "error"
-        measurement.log_tail = f"{exc.error}\n{exc.trace}"[-8000:]
+        for problem in states:  # spawned one by one from this thread (fork + exec is not thread-safe)
+            with problem.clock("start"):
+                problem.client = open_student(problem.problem_id)
+        if states:
+            on_problem(states[0].problem_id)
+        with ThreadPoolExecutor(max_workers=max(1, len(states))) as pool:
+            list(pool.map(lambda problem: check_phase(problem, config), states))
+        waiting = [p for p in states if p.client is not None]
+        for problem in waiting:
+            problem.client.pause()  # type: ignore[union-attr]
+        for problem in waiting:
+            on_problem(problem.problem_id)
+            problem.client.resume()  # type: ignore[union-attr]
+            timing_phase(problem, trusted, config)
+            _finish(problem)
+            problem.measurement.telemetry["after"] = telemetry()
     finally:
-        client.close()
-        measurement.telemetry["after"] = telemetry()
-        failed = measurement.failed_cases
-        measurement.first_failure = failed[0] if failed else None
-    return measurement
+        for problem in states:
+            _finish(problem)
+            problem.measurement.telemetry.setdefault("after", telemetry())
+    return [p.measurement for p in states]
