@@ -142,7 +142,7 @@ def test_regrade_selected_latest_and_all(prof: Browser, settings: Settings, sess
     assert 'id="regrade-notice">2 re-grade runs queued.' in notice
     new = _runs(sessions, subs)[before:]
     assert [r.submission_id for r in new] == [klass.subs["ann"], klass.subs["bob"]]  # round-robin by student
-    assert all(r.reason == "regrade" and r.state == RunState.queued for r in new)
+    assert all(r.reason == "regrade" for r in new)  # (a running test worker may have taken them already)
     assert _regrade(prof, klass, "latest").headers["location"].endswith("&queued=3")
     assert _regrade(prof, klass, "all").headers["location"].endswith("&queued=3")
     assert len(_runs(sessions, subs)) == before + 8
