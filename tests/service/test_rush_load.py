@@ -1,0 +1,37 @@
+"""A small deadline rush (bench/rush_load.py) in CI: 60 uploads from 12 students in 10 s over
+loopback to `grader serve`, PostgreSQL and Redis, the gradebook read meanwhile. Nothing may be
+lost; fair share is reported (and expected once grader/fairshare.py is wired in)."""
+from __future__ import annotations
+
+import pytest
+
+from bench.rush_load import RushConfig, RushResult, run_rush, table
+
+CONFIG = RushConfig(uploads=60, students=12, burst=10, window_s=10, clients=16)
+
+
+@pytest.fixture(scope="module")
+def rush() -> RushResult:
+    result = run_rush(CONFIG)
+    print("\n" + table(result))
+    return result
+
+
+@pytest.mark.timeout(120)
+def test_every_upload_is_stored_and_queued_once(rush: RushResult) -> None:
+    assert rush.lost == [], rush.lost[:20]
+    assert len(rush.accepted) == CONFIG.uploads
+    assert len(rush.timings.status_ms) == CONFIG.uploads and rush.timings.gradebook_ms
+    assert not rush.timings.failures, dict(rush.timings.failures)
+    assert rush.seconds < CONFIG.window_s + 30
+
+
+def test_latencies_stay_interactive(rush: RushResult) -> None:
+    worst = max(rush.timings.upload_ms + rush.timings.status_ms)
+    assert worst < 10_000, f"a request took {worst:.0f} ms under a small rush"
+
+
+@pytest.mark.xfail(strict=True, reason="fair share is not wired: grader/dispatch.py sends every upload at once "
+                   "(grader/fairshare.py needs its hooks in dispatch, reconcile and the worker)")
+def test_one_run_per_student_in_flight(rush: RushResult) -> None:
+    assert rush.in_flight_max == 1 and rush.burst_ahead <= 1
