@@ -8,7 +8,7 @@ kit graded afterwards in fresh children must still pass (the worker is healthy).
 
 Quick on purpose: two rubric cases per problem and short timing. Cheats that patch timers,
 cache outputs or sniff shapes are in test_grading_gpu.py (test_cheats_gain_nothing).
-Run: python -m pytest tests/gpu/test_hostile_gpu.py -m gpu -s
+Run: KG_SKIP_BENCH=1 bash tests/gpu/suite.sh tests/gpu/test_hostile_gpu.py -s
 """
 from __future__ import annotations
 
@@ -23,16 +23,20 @@ from pathlib import Path
 
 import pytest
 
-from tests.gpu.test_grading_gpu import RUBRIC, TIMING, build_all, grade_tree, stage_config, work  # noqa: F401
+from tests.gpu.test_grading_gpu import LIMITS, POLICY, TIMING, build_all, grade_tree, stage_config, work  # noqa: F401
 from worker.hw4 import grade
+from worker.hw4.grade import GpuStageConfig
 from worker.hw4.cases import load_cases
 from worker.measurements import ProblemMeasurement
 from worker.mutants import Mutant, parse_mutants
 from worker.scoring import ProblemScore, RunScore
 
 pytestmark = pytest.mark.gpu
-IS_ROOT = os.geteuid() == 0
+# The uid drop (root parent, KG_SANDBOX_USER set) makes the probe's denials meaningful and
+# bounds a fork bomb with RLIMIT_NPROC; without it those cases are skipped.
+DROPS_UID = os.geteuid() == 0 and POLICY.user is not None
 FAST = replace(TIMING, warmup=1, min_trials=4, max_trials=6, round_trials=2, call_timeout_s=20)
+TIGHT = replace(LIMITS, memory_bytes=16 * 1024**3, max_processes=64)  # contain the host attacks sooner
 CANARY = f"KGCANARY-{uuid.uuid4().hex}"
 INIT_ANCHOR = '"""A compact MiniTorch for llmsys_hw4'
 SUMMARY: list[tuple[str, str, str, str]] = []  # case, problem, outcome, escapes
@@ -188,12 +192,20 @@ def two_cases_per_problem(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(grade, "load_cases", lambda _slug: short)
 
 
+def hostile_config(problems: tuple[str, ...]) -> GpuStageConfig:
+    return stage_config(problems, timing=FAST, limits=TIGHT)
+
+
 @pytest.fixture(scope="module")
-def reference(kit_root: Path, tmp_path_factory: pytest.TempPathFactory) -> RunScore:
-    """The reference kit graded the same way, for the 'no gain' comparison."""
-    _, score = grade_tree("hostile: reference kit", kit_root, kit_root, tmp_path_factory.mktemp("ref"),
-                          stage_config(("1.1", "2.1"), timing=FAST))
-    return score
+def reference(kit_root: Path) -> Iterator[RunScore]:
+    """The reference kit graded the same way, for the 'no gain' comparison (in a folder the
+    sandbox user can reach, as the `work` fixture)."""
+    folder = Path(tempfile.mkdtemp(prefix="kg-gpu-ref-"))
+    folder.chmod(0o711)
+    try:
+        yield grade_tree("hostile: reference kit", kit_root, kit_root, folder, hostile_config(("1.1", "2.1")))[1]
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _escapes(measurement: ProblemMeasurement, secrets: Secrets, work: Path) -> list[str]:
@@ -207,13 +219,13 @@ def _escapes(measurement: ProblemMeasurement, secrets: Secrets, work: Path) -> l
 @pytest.mark.timeout(600)
 def test_hostile_gpu_submissions(kit_root: Path, tmp_path: Path, work: Path, secrets: Secrets,  # noqa: F811
                                  reference: RunScore) -> None:
-    chosen = [c for c in cases(secrets.root, secrets.port) if IS_ROOT or not c.needs_root]
+    chosen = [c for c in cases(secrets.root, secrets.port) if DROPS_UID or not c.needs_root]
     trees = build_all([c.mutant for c in chosen], kit_root, tmp_path / "trees")
     failures = []
     for case in chosen:
         pid = case.mutant.must_fail[0]
         measurements, score = grade_tree(f"hostile {case.mutant.id}", trees[case.mutant.id], kit_root,
-                                         work / case.mutant.id, stage_config((pid,), timing=FAST))
+                                         work / case.mutant.id, hostile_config((pid,)))
         got, m = score.problem(pid), next(x for x in measurements if x.problem_id == pid)
         escapes = _escapes(m, secrets, work)
         ok = case.expect.holds(got, reference.problem(pid))
@@ -234,6 +246,6 @@ def test_hostile_gpu_submissions(kit_root: Path, tmp_path: Path, work: Path, sec
 def test_reference_kit_passes_after_the_hostile_ones(kit_root: Path, work: Path) -> None:  # noqa: F811
     """Fresh children on the same GPU after the hostile ones: every correctness case passes."""
     measurements, _ = grade_tree("hostile: reference kit afterwards", kit_root, kit_root, work / "after",
-                                 stage_config(("1.1", "2.1"), timing=FAST))
+                                 hostile_config(("1.1", "2.1")))
     for m in measurements:
         assert m.status == "ok" and m.all_passed, (m.problem_id, m.first_failure, m.log_tail[-1500:])
