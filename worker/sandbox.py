@@ -1,4 +1,5 @@
-"""The "process" sandbox backend: how kernelgrade runs submitted code (standard library only).
+"""How kernelgrade runs submitted code (standard library only): the "process" backend, described
+here, and the "docker" backend (`SandboxPolicy.docker`; DockerProcess at the end of this module).
 
 Every piece of submitted code runs in ONE fresh child per problem, started with fork+exec by
 `subprocess.Popen` (never fork-without-exec; this module never touches CUDA). Between fork and
@@ -44,8 +45,8 @@ What the deployer must ensure:
   the whole uid) is set to 2*max_processes+64 as a backstop that bounds a fork bomb
   between scans.
 
-Limits of this backend (the "docker" and "namespace" backends come later, see
-ARCHITECTURE.md "Sandbox backends"): the memory and process caps are polled, so a fast
+Limits of the process backend (the docker backend has kernel-enforced memory and pids limits
+and a mount namespace; see ARCHITECTURE.md "Deployment"): the memory and process caps are polled, so a fast
 allocator can overshoot the cap for up to one scan interval, and RSS of forked processes
 double-counts shared pages (conservative); GPU memory is not counted; a process that calls
 setsid() and double-forks within one scan interval can escape tracking (RLIMIT_NPROC still
