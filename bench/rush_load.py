@@ -294,15 +294,22 @@ def fairness(service: Service, accepted: dict[int, dict]) -> tuple[int, int]:
 def run_rush(config: RushConfig) -> RushResult:
     service = Service(config)
     try:
-        started = time.monotonic()
-        timings, accepted, _ = asyncio.run(_rush(service, config, kit_zip()))
-        seconds = time.monotonic() - started
-        lost = audit(service, accepted)
-        lost += [f"{n} x {what}" for what, n in timings.failures.items() if what.startswith("upload")]
-        in_flight, ahead = fairness(service, accepted)
-        return RushResult(config, seconds, timings, accepted, lost, in_flight, ahead)
+        return _measure(service, config)
+    except BaseException:
+        print("grader serve's log, last lines:\n" + (service.data_dir / "serve.log").read_text()[-6000:], file=sys.stderr)
+        raise
     finally:
         service.close()
+
+
+def _measure(service: Service, config: RushConfig) -> RushResult:
+    started = time.monotonic()
+    timings, accepted, _ = asyncio.run(_rush(service, config, kit_zip()))
+    seconds = time.monotonic() - started
+    lost = audit(service, accepted)
+    lost += [f"{n} x {what}" for what, n in timings.failures.items() if what.startswith("upload")]
+    in_flight, ahead = fairness(service, accepted)
+    return RushResult(config, seconds, timings, accepted, lost, in_flight, ahead)
 
 
 def _pct(values: list[float], q: float) -> float:
