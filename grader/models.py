@@ -86,6 +86,27 @@ class Assignment(Base):
     title: Mapped[str] = mapped_column(String(256))
     total_points: Mapped[float] = mapped_column(Float)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # Schedule and late policy (grader.deadlines; read through grader.course_ops.late_policy)
+    release_at: Mapped[datetime | None]
+    due_at: Mapped[datetime | None]
+    grace_s: Mapped[int] = mapped_column(Integer, default=0)
+    late_window_s: Mapped[int] = mapped_column(Integer, default=0)  # from due_at, grace included
+    late_penalty_per_day: Mapped[float] = mapped_column(Float, default=0.0)
+    score_policy: Mapped[str] = mapped_column(String(16), default="latest")  # latest | best
+
+
+class Extension(Base):
+    """Extra time for one student on one assignment: moves their due date (grader.deadlines)."""
+
+    __tablename__ = "extensions"
+    __table_args__ = (UniqueConstraint("assignment_id", "user_id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    assignment_id: Mapped[int] = mapped_column(ForeignKey("assignments.id", ondelete="CASCADE"))
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    extra_s: Mapped[int] = mapped_column(Integer)
+    reason: Mapped[str | None] = mapped_column(Text)
+    granted_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class GpuCalibration(Base):
