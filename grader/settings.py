@@ -91,6 +91,12 @@ class Settings(BaseSettings):
     upload_rate_limit: int = 30
     upload_rate_window_s: float = 300.0
 
+    # Course operations: graded runs per student in any rolling window (grader/quotas.py; staff
+    # exempt; 0: off) and the zone deadlines are shown and entered in (stored in UTC)
+    quota_runs: int = 0
+    quota_window_s: float = 24 * 3600.0
+    course_timezone: str = "UTC"
+
     # Run page: a queued run's ETA is the median duration of this many recent finished runs
     eta_recent_runs: int = 20
 
