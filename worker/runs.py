@@ -33,7 +33,7 @@ from worker.pipeline import GpuStage, Outcome, PipelineConfig, grade_submission,
 from worker.rubric import Rubric, load_rubric
 from worker.hw4.grade import GpuStageConfig, run_gpu_stage
 from worker.measurements import ProblemMeasurement
-from worker.sandbox import SandboxLimits, SandboxPolicy
+from worker.sandbox import SandboxLimits, SandboxPolicy, docker_options
 from worker.telemetry import gpu_count, gpu_snapshot
 from worker.unpack import UnpackLimits
 
@@ -88,6 +88,7 @@ def gpu_stage_config(settings: Settings) -> GpuStageConfig:
             user=settings.sandbox_user,
             isolate_network=settings.sandbox_isolate_network,
             gpu_index=settings.gpu_index,
+            docker=docker_options(settings),
         ),
         seed=settings.grading_seed,
     )

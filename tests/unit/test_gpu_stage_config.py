@@ -1,0 +1,15 @@
+"""The worker's GPU stage takes its sandbox backend from the settings."""
+from __future__ import annotations
+
+from grader.settings import Settings
+from worker.runs import gpu_stage_config
+
+
+def test_docker_backend_reaches_the_sandbox_policy() -> None:
+    settings = Settings(_env_file=None, sandbox_backend="docker", gpu_index=1)  # type: ignore[call-arg]
+    docker = gpu_stage_config(settings).policy.docker
+    assert docker is not None and docker.image == settings.sandbox_docker_image and docker.gpu == "1"
+
+
+def test_process_backend_has_no_docker_options() -> None:
+    assert gpu_stage_config(Settings(_env_file=None)).policy.docker is None  # type: ignore[call-arg]
