@@ -78,6 +78,23 @@ class ApiToken(Base):
         return frozenset(self.scopes.split())
 
 
+class WebSession(Base):
+    """A browser login (grader/websession.py): the cookie carries the random session id, this
+    row only its sha256. Refused once revoked or past its expiry."""
+
+    __tablename__ = "web_sessions"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    id_hash: Mapped[str] = mapped_column(String(64), unique=True, index=True)  # sha256 hex of the session id
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_seen_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime]
+    revoked_at: Mapped[datetime | None]
+
+    user: Mapped[User] = relationship()
+
+
 class Assignment(Base):
     __tablename__ = "assignments"
 

@@ -77,11 +77,13 @@ class Settings(BaseSettings):
     reconcile_interval_s: float = 30.0
     stage_log_limit_bytes: int = 64 * 1024
 
-    # Browser sessions (signed cookies). Empty secret_key: a random key kept in
-    # data_dir/secret_key (created on first use); production sets KG_SECRET_KEY.
+    # Browser sessions: a row per login (grader/websession.py), its id in a signed cookie. Empty
+    # secret_key: a random key kept in data_dir/secret_key (created on first use); production
+    # sets KG_SECRET_KEY. A session ends session_max_age_s after login, whatever its use.
     secret_key: str = ""
     session_max_age_s: int = 8 * 3600
     session_https_only: bool = False  # set true behind HTTPS: the cookie gets `Secure`
+    password_min_length: int = Field(default=8, ge=8)  # passwords chosen on the web page or `grader user add`
 
     # Roster import (CSV of students): the largest file the page accepts
     roster_max_bytes: int = 1 * MiB
@@ -96,6 +98,9 @@ class Settings(BaseSettings):
     quota_runs: int = 0
     quota_window_s: float = 24 * 3600.0
     course_timezone: str = "UTC"
+
+    # Gradebook page: students per page (the charts and exports always cover every student)
+    gradebook_page_size: int = Field(default=100, ge=1)
 
     # Run page: a queued run's ETA is the median duration of this many recent finished runs
     eta_recent_runs: int = 20
