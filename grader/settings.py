@@ -46,8 +46,15 @@ class Settings(BaseSettings):
     # Builds
     nvcc: str = "nvcc"
     cuda_arch: str = "sm_90"
-    nvcc_timeout_s: float = 300.0
+    nvcc_timeout_s: float = 300.0  # wall time of one nvcc (sandboxed for submissions)
     build_jobs: int = 3
+    # The sandbox a submission's nvcc runs in (worker/build.py; user, network and backend as
+    # sandbox_* below). Per nvcc: CPU seconds, summed resident memory, processes, file size.
+    build_cpu_s: int = 300
+    build_memory_bytes: int = 4 * 1024 * MiB
+    build_max_processes: int = 64
+    build_file_size_bytes: int = 512 * MiB
+    build_docker_image: str = "kernelgrade-worker"  # docker backend: an image with nvcc at the worker's paths
 
     # GPU grading (the run stage). "auto": grade on the GPU when NVML reports one.
     gpu_grading: str = "auto"  # auto | on | off
