@@ -71,9 +71,12 @@ _DUMMY_HASH = _hasher.hash(secrets.token_urlsafe(16))
 MIN_PASSWORD_LENGTH = 8
 
 
-def set_password(user: User, password: str) -> None:
-    if len(password) < MIN_PASSWORD_LENGTH:
-        raise ValueError(f"a password needs at least {MIN_PASSWORD_LENGTH} characters")
+def set_password(user: User, password: str, min_length: int = MIN_PASSWORD_LENGTH) -> None:
+    """Store the password's Argon2id hash; ValueError when it is shorter than `min_length`
+    (never less than MIN_PASSWORD_LENGTH). Sessions are ended by websession.change_password."""
+    min_length = max(min_length, MIN_PASSWORD_LENGTH)
+    if len(password) < min_length:
+        raise ValueError(f"a password needs at least {min_length} characters")
     user.password_hash = _hasher.hash(password)
 
 
@@ -91,7 +94,3 @@ def check_password(session: Session, username: str, password: str) -> User | Non
         user.password_hash = _hasher.hash(password)
     return user
 
-
-def password_fingerprint(user: User) -> str:
-    """A short digest of the stored hash: sessions carry it, so changing the password ends them."""
-    return hashlib.sha256((user.password_hash or "").encode()).hexdigest()[:16]

@@ -19,13 +19,14 @@ from alembic import command as alembic_command
 from alembic.config import Config as AlembicConfig
 
 from grader import client_cli
-from grader.auth import issue_token, set_password
+from grader.auth import issue_token
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import Role, User
 from grader.reconcile import reconcile
 from grader.roster import import_roster
 from grader.service import get_or_create_user, save_calibration, sync_assignments
 from grader.settings import Settings, get_settings
+from grader.websession import change_password, revoke_user_sessions
 from worker.celery_app import make_celery
 from worker.calibration import DEFAULT_MARGIN, calibrated_targets
 from worker.hw4.grade import run_gpu_stage
@@ -80,18 +81,32 @@ def user_add(
     role: Annotated[Role, typer.Option(help="student or instructor")] = Role.student,
     password: Annotated[bool, typer.Option("--password", help="ask for a web login password and set it")] = False,
 ) -> None:
-    """Create a user (an existing one keeps its role); --password sets its web password."""
+    """Create a user (an existing one keeps its role); --password sets its web password (and
+    ends the user's browser sessions)."""
     secret = typer.prompt("Password", hide_input=True, confirmation_prompt=True) if password else None
-    sessions = make_session_factory(make_engine(get_settings()))
-    with session_scope(sessions) as session:
+    settings = get_settings()
+    with session_scope(make_session_factory(make_engine(settings))) as session:
         user = get_or_create_user(session, username, role)
         if secret is not None:
             try:
-                set_password(user, secret)
+                change_password(session, user, secret, settings.password_min_length)
             except ValueError as exc:
                 typer.echo(str(exc), err=True)
                 raise typer.Exit(1) from exc
         typer.echo(f"user {user.username} ({user.role.value}) id={user.id}" + (" password set" if secret else ""))
+
+
+@user_app.command("logout-all")
+def user_logout_all(username: str) -> None:
+    """End every browser session of USERNAME (a lost laptop, a shared computer); API tokens
+    are revoked separately, on the token settings page."""
+    with session_scope(make_session_factory(make_engine(get_settings()))) as session:
+        user = session.scalar(select(User).where(User.username == username))
+        if user is None:
+            typer.echo(f"no user {username!r}", err=True)
+            raise typer.Exit(2)
+        ended = revoke_user_sessions(session, user.id)
+    typer.echo(f"ended {ended} session{'' if ended == 1 else 's'} of {username}")
 
 
 @token_app.command("create")
@@ -239,7 +254,7 @@ def dev(
         demo = {name: get_or_create_user(session, name, role)
                 for name, role in (("student", Role.student), ("instructor", Role.instructor))}
         for name, user in demo.items():
-            set_password(user, passwords[name])
+            change_password(session, user, passwords[name])
         student = issue_token(session, demo["student"], "dev")
         staff = issue_token(session, demo["instructor"], "dev")
     typer.echo(f"kernelgrade (embedded) on http://{host}:{port}/  docs: http://{host}:{port}/docs")

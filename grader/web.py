@@ -101,23 +101,26 @@ async def login(request: Request) -> Response:
     except CsrfError:
         return _csrf_refused(request, None)
     username = str(form.get("username", "")).strip()
-    with _db(get_context(request)) as session:
+    ctx = get_context(request)
+    with _db(ctx) as session:
         user = check_password(session, username, str(form.get("password", "")))
         if user is None:
             return _page(request, "login.html", None, status.HTTP_401_UNAUTHORIZED,
                          error="Wrong username or password.", username=username)
-        log_in(request, user)
+        log_in(request, session, user, ctx.settings.session_max_age_s)
     return RedirectResponse("/", status_code=status.HTTP_303_SEE_OTHER)
 
 
 @router.post("/logout")
 async def logout(request: Request) -> Response:
+    """Ends the session server-side: a copy of the cookie is anonymous from now on."""
     form = await request.form()
     try:
         check_csrf(request, form.get(CSRF_FIELD))
     except CsrfError:
         return _csrf_refused(request, None)
-    log_out(request)
+    with _db(get_context(request)) as session:
+        log_out(request, session)
     return _to_login()
 
 

@@ -1,31 +1,42 @@
-"""Browser sessions and CSRF tokens.
+"""Browser sessions (server-side) and CSRF tokens.
 
-The session is Starlette's signed cookie (HttpOnly, SameSite=Lax, `Secure` when
-KG_SESSION_HTTPS_ONLY is set, expiring after KG_SESSION_MAX_AGE_S). It holds:
-  uid   the logged-in user's id
-  pwv   a fingerprint of the user's password hash: a password change ends every session
-  sid   a random id, new at every login and logout (nothing from before login survives)
-  csrf  the form token, also new at every login and logout
+A login creates a row of `web_sessions` (grader.models.WebSession) holding the sha256 of a
+random 256-bit session id; the id itself travels only in Starlette's signed cookie
+(HttpOnly, SameSite=Lax, `Secure` when KG_SESSION_HTTPS_ONLY is set), which holds:
+  sid  the session id; an anonymous visitor's names no row
+  uid  the logged-in user's id, only so that the upload rate limit (grader/ratelimit.py, run
+       before any route) can count per student; it grants nothing: every request looks the
+       sid up, and a missing, revoked or expired row is anonymous whatever the cookie says
+A session is revoked at logout; a password change (`change_password`) or an instructor
+(`grader user logout-all`) revokes every session of the user; it expires
+KG_SESSION_MAX_AGE_S after login however much it is used. The id is new at every login and
+logout, so nothing from before login survives (fixation).
 
-Every POST form carries `csrf_token` in a hidden field, compared in constant time with the
-session's. Anonymous visitors get a token too, so the login form is covered as well.
+Every POST form carries `csrf_token` in a hidden field: an HMAC of the session id, compared
+in constant time. Anonymous visitors get a session id too, so the login form is covered.
 """
 from __future__ import annotations
 
+import hashlib
 import hmac
 import os
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 from fastapi import Request
-from sqlalchemy.orm import Session
+from sqlalchemy import delete, select, update
+from sqlalchemy.orm import Session, joinedload
 
-from grader.auth import password_fingerprint
-from grader.models import User
+from grader.auth import MIN_PASSWORD_LENGTH, set_password
+from grader.models import User, WebSession, utcnow
 from grader.settings import Settings
 
 CSRF_FIELD = "csrf_token"
 SESSION_COOKIE = "kg_session"
+_CSRF_LABEL = b"kernelgrade csrf v1"
+# last_seen_at is written at most this often per session (not on every request)
+_SEEN_RESOLUTION = timedelta(minutes=1)
 
 
 class CsrfError(Exception):
@@ -48,39 +59,84 @@ def secret_key(settings: Settings) -> str:
     return key
 
 
+def _hash(session_id: str) -> str:
+    return hashlib.sha256(session_id.encode()).hexdigest()
+
+
+def _session_id(request: Request) -> str | None:
+    sid = request.session.get("sid")
+    return sid if isinstance(sid, str) and sid else None
+
+
 def csrf_token(request: Request) -> str:
-    token = request.session.get("csrf")
-    if not isinstance(token, str) or not token:
-        token = request.session["csrf"] = secrets.token_urlsafe(32)
-    return token
+    sid = _session_id(request)
+    if sid is None:
+        sid = request.session["sid"] = secrets.token_urlsafe(32)
+    return hmac.new(sid.encode(), _CSRF_LABEL, hashlib.sha256).hexdigest()
 
 
 def check_csrf(request: Request, sent: object) -> None:
-    expected = request.session.get("csrf")
-    if not isinstance(sent, str) or not isinstance(expected, str) or not expected:
+    if not isinstance(sent, str) or _session_id(request) is None:
         raise CsrfError
-    if not hmac.compare_digest(sent.encode(), expected.encode()):
+    if not hmac.compare_digest(sent.encode(), csrf_token(request).encode()):
         raise CsrfError
 
 
-def log_in(request: Request, user: User) -> None:
-    """Replace the whole session (against fixation): new id, new CSRF token."""
+def _revoke_current(request: Request, db: Session) -> None:
+    sid = _session_id(request)
+    if sid is not None:
+        db.execute(update(WebSession).where(WebSession.id_hash == _hash(sid), WebSession.revoked_at.is_(None))
+                   .values(revoked_at=utcnow()))
+
+
+def log_in(request: Request, db: Session, user: User, lifetime_s: int) -> None:
+    """A new session for `user` under a new id; the cookie's previous session ends. The
+    user's expired sessions are deleted on the way."""
+    _revoke_current(request, db)
+    now = utcnow()
+    db.execute(delete(WebSession).where(WebSession.user_id == user.id, WebSession.expires_at <= now))
+    sid = secrets.token_urlsafe(32)
+    db.add(WebSession(user_id=user.id, id_hash=_hash(sid), created_at=now, last_seen_at=now,
+                      expires_at=now + timedelta(seconds=lifetime_s)))
     request.session.clear()
-    request.session.update(
-        uid=user.id, pwv=password_fingerprint(user), sid=secrets.token_urlsafe(16), csrf=secrets.token_urlsafe(32)
+    request.session.update(sid=sid, uid=user.id)
+
+
+def log_out(request: Request, db: Session) -> None:
+    _revoke_current(request, db)
+    request.session.clear()
+    request.session["sid"] = secrets.token_urlsafe(32)
+
+
+def revoke_user_sessions(db: Session, user_id: int) -> int:
+    """End every live session of the user; returns how many there were."""
+    now = utcnow()
+    result = db.execute(
+        update(WebSession)
+        .where(WebSession.user_id == user_id, WebSession.revoked_at.is_(None), WebSession.expires_at > now)
+        .values(revoked_at=now)
     )
+    return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
 
-def log_out(request: Request) -> None:
-    request.session.clear()
-    request.session.update(sid=secrets.token_urlsafe(16), csrf=secrets.token_urlsafe(32))
+def change_password(db: Session, user: User, password: str, min_length: int = MIN_PASSWORD_LENGTH) -> None:
+    """Set the password (ValueError when too short) and end every session of the user."""
+    set_password(user, password, min_length)
+    revoke_user_sessions(db, user.id)
 
 
-def current_user(request: Request, session: Session) -> User | None:
-    uid = request.session.get("uid")
-    if not isinstance(uid, int):
+def current_user(request: Request, db: Session) -> User | None:
+    """The user of the cookie's session while it is live (not revoked, not expired), else None."""
+    sid = _session_id(request)
+    row = None
+    if sid is not None:
+        row = db.scalar(select(WebSession).options(joinedload(WebSession.user))
+                        .where(WebSession.id_hash == _hash(sid), WebSession.revoked_at.is_(None),
+                               WebSession.expires_at > utcnow()))
+    if row is None or not row.user.password_hash:
+        request.session.pop("uid", None)
         return None
-    user = session.get(User, uid)
-    if user is None or not user.password_hash or request.session.get("pwv") != password_fingerprint(user):
-        return None
-    return user
+    now = utcnow()
+    if now - row.last_seen_at >= _SEEN_RESOLUTION:
+        row.last_seen_at = now
+    return row.user

@@ -1,0 +1,149 @@
+"""Server-side browser sessions on PostgreSQL: the cookie carries only a signed session id whose
+sha256 is the row; a session ends at logout, at expiry and with `grader user logout-all`."""
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session, sessionmaker
+from typer.testing import CliRunner
+
+from grader.app import create_app
+from grader.auth import set_password
+from grader.cli import app as cli_app
+from grader.db import session_scope
+from grader.models import Role, User, WebSession, utcnow
+from grader.service import get_or_create_user
+from grader.settings import Settings, get_settings
+
+PASSWORD = "correct horse battery"
+CSRF_INPUT = re.compile(r'name="csrf_token" value="([^"]+)"')
+
+
+def csrf_of(html: str) -> str:
+    found = CSRF_INPUT.search(html)
+    assert found, "no CSRF field on the page"
+    return found.group(1)
+
+
+def login(settings: Settings, username: str, password: str = PASSWORD) -> TestClient:
+    client = TestClient(create_app(settings))
+    response = client.post("/login", data={"csrf_token": csrf_of(client.get("/login").text), "username": username,
+                                           "password": password}, follow_redirects=False)
+    assert response.status_code == 303, response.text
+    return client
+
+
+def logged_in(client: TestClient) -> bool:
+    return client.get("/submissions", follow_redirects=False).status_code == 200
+
+
+def cookie_payload(client: TestClient) -> dict[str, object]:
+    """Starlette's cookie is base64(JSON).timestamp.signature: the JSON is what the cookie carries."""
+    data = str(client.cookies.get("kg_session")).split(".")[0]
+    return dict(json.loads(base64.b64decode(data + "=" * (-len(data) % 4))))
+
+
+@pytest.fixture
+def username(sessions: sessionmaker[Session]) -> str:
+    name = f"sess-{uuid.uuid4().hex[:8]}"
+    with session_scope(sessions) as session:
+        set_password(get_or_create_user(session, name, Role.student), PASSWORD)
+    return name
+
+
+def rows_of(sessions: sessionmaker[Session], name: str) -> list[WebSession]:
+    with session_scope(sessions) as session:
+        rows = list(session.scalars(select(WebSession).join(User).where(User.username == name)
+                                    .order_by(WebSession.id)))
+        session.expunge_all()
+        return rows
+
+
+def test_the_cookie_carries_only_the_session_id_and_the_table_only_its_hash(
+        settings: Settings, sessions: sessionmaker[Session], username: str) -> None:
+    client = login(settings, username)
+    payload = cookie_payload(client)
+    assert set(payload) == {"sid", "uid"}  # uid: the rate limit's key, never trusted (see below)
+    sid = str(payload["sid"])
+    assert len(sid) >= 43  # 256 random bits
+    (row,) = rows_of(sessions, username)
+    assert row.id_hash == hashlib.sha256(sid.encode()).hexdigest() and row.revoked_at is None
+    assert row.expires_at - row.created_at == timedelta(seconds=settings.session_max_age_s)
+    assert csrf_of(client.get("/").text) not in (sid, row.id_hash)
+
+
+def test_an_expired_session_is_refused(settings: Settings, sessions: sessionmaker[Session], username: str) -> None:
+    client = login(settings, username)
+    assert logged_in(client)
+    with session_scope(sessions) as session:
+        session.execute(update(WebSession).where(WebSession.user_id == select(User.id).where(
+            User.username == username).scalar_subquery()).values(expires_at=utcnow() - timedelta(seconds=1)))
+    assert not logged_in(client)
+    assert client.get("/runs/1/status").status_code == 401
+    assert "uid" not in cookie_payload(client)  # the rate limit no longer counts it as the student
+    # The next login replaces the expired row instead of piling rows up.
+    login(settings, username)
+    assert len(rows_of(sessions, username)) == 1
+
+
+def test_logout_revokes_the_row_and_a_new_login_gets_a_new_id(
+        settings: Settings, sessions: sessionmaker[Session], username: str) -> None:
+    client = login(settings, username)
+    first = cookie_payload(client)["sid"]
+    client.post("/logout", data={"csrf_token": csrf_of(client.get("/").text)})
+    assert not logged_in(client)
+    assert cookie_payload(client)["sid"] != first
+    (row,) = rows_of(sessions, username)
+    assert row.revoked_at is not None
+    again = login(settings, username)
+    assert cookie_payload(again)["sid"] != first and logged_in(again)
+
+
+def test_a_forged_uid_in_the_cookie_grants_nothing(settings: Settings, username: str) -> None:
+    """Another user's id next to a dead session id: the row decides, not the cookie."""
+    client = login(settings, username)
+    client.post("/logout", data={"csrf_token": csrf_of(client.get("/").text)})
+    stale = login(settings, username)
+    stolen = stale.cookies.get("kg_session")
+    stale.post("/logout", data={"csrf_token": csrf_of(stale.get("/").text)})
+    thief = TestClient(create_app(settings), cookies={"kg_session": str(stolen)})
+    assert cookie_payload(thief)["uid"] and not logged_in(thief)
+
+
+# ---- grader user logout-all -----------------------------------------------------------------
+
+
+@pytest.fixture
+def cli_env(settings_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    for key, value in settings_env.items():
+        monkeypatch.setenv(key, value)
+    get_settings.cache_clear()
+    yield
+    get_settings.cache_clear()
+
+
+def test_instructor_ends_every_session_of_a_user(cli_env: None, settings: Settings, sessions: sessionmaker[Session],
+                                                 username: str) -> None:
+    browsers = [login(settings, username) for _ in range(3)]
+    bystander_name = f"by-{username}"
+    with session_scope(sessions) as session:
+        set_password(get_or_create_user(session, bystander_name, Role.student), PASSWORD)
+    bystander = login(settings, bystander_name)
+    result = CliRunner().invoke(cli_app, ["user", "logout-all", username])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == f"ended 3 sessions of {username}"
+    assert not any(logged_in(b) for b in browsers)
+    assert logged_in(bystander)
+    assert login(settings, username)  # the password still works: only the sessions ended
+    missing = CliRunner().invoke(cli_app, ["user", "logout-all", f"nobody-{username}"])
+    assert missing.exit_code == 2 and "no user" in missing.stderr
+
