@@ -15,7 +15,7 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import Enum
 from pathlib import Path
@@ -68,6 +68,25 @@ def pipeline_config(settings: Settings, rubric: Rubric) -> PipelineConfig:
         build_cache_dir=settings.build_cache_dir,
         build_jobs=settings.build_jobs,
         log_limit_bytes=settings.stage_log_limit_bytes,
+        build_limits=SandboxLimits(
+            wall_s=settings.nvcc_timeout_s,
+            cpu_s=settings.build_cpu_s,
+            memory_bytes=settings.build_memory_bytes,
+            max_processes=settings.build_max_processes,
+            file_size_bytes=settings.build_file_size_bytes,
+        ),
+        build_policy=build_policy(settings),
+    )
+
+
+def build_policy(settings: Settings) -> SandboxPolicy:
+    """The sandbox of a submission's nvcc: the GPU stage's user and network isolation, no GPU;
+    with the docker backend, a container of the build image (the sandbox image has no nvcc)."""
+    docker = docker_options(settings)
+    return SandboxPolicy(
+        user=settings.sandbox_user,
+        isolate_network=settings.sandbox_isolate_network,
+        docker=None if docker is None else replace(docker, image=settings.build_docker_image, gpu=None),
     )
 
 
