@@ -1,5 +1,16 @@
 """nvcc builds of a submission's kernel sources: parallel, cached by content hash, logs kept.
 
+A submission's build is untrusted: nvcc quotes the lines of any file a source `#include`s in
+its error log, which the student sees. With a `Confinement`, every nvcc runs in the sandbox
+(worker/sandbox.py: the sandbox user, no network, rlimits, a watchdog) with an environment of
+PATH, HOME and TMPDIR only, in a fresh folder of the job that holds a copy of exactly the
+files its cache key hashes (the source and every header); the trusted parent then copies the
+library out of it into the submission's tree and the build cache, which the sandbox user never
+gets. Without one (our reference kit), nvcc runs directly in the tree.
+
+Either way nvcc is given paths relative to the submission root, so logs name files as the
+student knows them (`src/softmax_kernel.cu(12): error ...`).
+
 Pure standard library on purpose: the GPU test suite imports this module on a machine that
 has none of the service's packages.
 """
@@ -8,14 +19,32 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from worker.sandbox import Sandbox
+
 HEADER_SUFFIXES = (".h", ".cuh", ".hpp", ".inl")
+# Inside a confined build's folder (its cwd; relative, so they work whatever the modes of the
+# folders above it): nvcc's output, its temporary files, its home.
+LOG_NAME = ".kg-build.log"
+TMP_NAME = ".kg-tmp"
+HOME_NAME = ".kg-home"
+LOG_READ_LIMIT = 1 << 20  # the most of a confined build's log that is read back
+_SPAWN_LOCK = threading.Lock()  # one fork+exec at a time: the sandbox's pre-exec hook runs in the fork
+_STOPPED = {
+    "timeout": "it ran past the wall-time limit",
+    "cpu": "it used up its CPU time",
+    "memory": "it used too much memory",
+    "processes": "it started too many processes",
+    "file_size": "it wrote a file over the size limit",
+}
 
 
 @dataclass(frozen=True)
@@ -32,11 +61,21 @@ class Toolchain:
     nvcc: str
     flags: tuple[str, ...]
     include_dirs: tuple[str, ...] = ()
-    timeout_s: float = 300.0
+    timeout_s: float = 300.0  # a trusted build's; a confined one has its sandbox's wall time
 
     def command(self, source: Path, output: Path) -> list[str]:
         includes = [f"-I{d}" for d in self.include_dirs]
         return [self.nvcc, *self.flags, *includes, "-o", str(output), str(source)]
+
+
+@dataclass(frozen=True)
+class Confinement:
+    """How an untrusted build runs: every nvcc in `sandbox`, each target in a fresh folder
+    under `scratch` (in the job folder; made private to the worker, so that no other sandboxed
+    process can reach into it)."""
+
+    sandbox: Sandbox
+    scratch: Path
 
 
 @dataclass
@@ -82,25 +121,107 @@ def cuda_include_dirs() -> tuple[str, ...]:
     return tuple(found)
 
 
+def build_inputs(root: Path, target: KernelTarget) -> list[str]:
+    """What a target's build reads from the tree, relative to `root`: its source, then every
+    header of the tree in a stable order. The cache key hashes exactly these, and a confined
+    build sees exactly these."""
+    headers = sorted(p.relative_to(root).as_posix() for p in root.rglob("*")
+                     if p.suffix in HEADER_SUFFIXES and p.is_file())
+    return [target.source, *headers]
+
+
 def cache_key(root: Path, target: KernelTarget, toolchain: Toolchain, version: str) -> str:
     """Hash of everything that determines the output: the source, every header in the
     submission's tree, the compiler version, flags and include folders."""
     digest = hashlib.sha256()
     for part in (version, *toolchain.flags, *toolchain.include_dirs, target.source):
         digest.update(part.encode() + b"\0")
-    digest.update((root / target.source).read_bytes())
-    for header in sorted(p for p in root.rglob("*") if p.suffix in HEADER_SUFFIXES and p.is_file()):
-        digest.update(str(header.relative_to(root)).encode() + b"\0")
-        digest.update(header.read_bytes())
+    source, *headers = build_inputs(root, target)
+    digest.update((root / source).read_bytes())
+    for header in headers:
+        digest.update(header.encode() + b"\0")
+        digest.update((root / header).read_bytes())
     return digest.hexdigest()
 
 
-def _build_one(
-    root: Path, target: KernelTarget, toolchain: Toolchain, version: str, cache_dir: Path | None
-) -> BuildResult:
-    source = root / target.source
+def _relative(log: str, folder: Path) -> str:
+    """Paths under `folder` (where nvcc ran) as the student knows them: relative to the
+    submission root. Also keeps job folders out of logs the build cache hands to other runs."""
+    return log.replace(f"{folder}{os.sep}", "")
+
+
+def _run_trusted(root: Path, command: list[str], timeout_s: float) -> tuple[str, int | None]:
+    """nvcc directly in the tree (our own kit): its log and exit status (None: it did not finish)."""
+    try:
+        proc = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired as exc:
+        partial = (exc.stdout or b"") + (exc.stderr or b"")
+        text = partial.decode(errors="replace") if isinstance(partial, bytes) else str(partial)
+        return _relative(text, root) + f"\nnvcc timed out after {timeout_s:.0f} s\n", None
+    except OSError as exc:
+        return f"cannot run nvcc: {exc}\n", None
+    return _relative(proc.stdout + proc.stderr, root), proc.returncode
+
+
+def _search_path(nvcc: str) -> str:
+    """The confined build's PATH: nvcc's folder, then the worker's PATH (the host compiler, sh)."""
+    found = shutil.which(nvcc)
+    folders = [str(Path(found).parent)] if found else []
+    return os.pathsep.join([*folders, os.environ.get("PATH", os.defpath)])
+
+
+def _read_back(folder: Path, rel: str, limit: int) -> bytes | None:
+    """Up to `limit` bytes of the plain file `rel` that a confined build left in `folder`, or
+    None when there is none. The folder was the sandbox's to change: nothing reached through
+    a link is read, and nothing that would block (a FIFO)."""
+    path = folder / rel
+    if not Path(os.path.realpath(path)).is_relative_to(folder):
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return None
+        return f.read(limit)
+
+
+def _run_confined(root: Path, target: KernelTarget, command: list[str], toolchain: Toolchain,
+                  confine: Confinement) -> tuple[str, int | None]:
+    """nvcc in the sandbox, in a fresh folder holding a copy of the target's inputs; on success
+    the library is copied into the tree at `target.output`. Returns the log and exit status."""
+    folder = Path(tempfile.mkdtemp(prefix=f"{target.name}-", dir=confine.scratch))
+    for rel in build_inputs(root, target):
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(root / rel, folder / rel)
+    for sub in (TMP_NAME, HOME_NAME, str(Path(target.output).parent)):
+        (folder / sub).mkdir(parents=True, exist_ok=True)
+    argv = ["sh", "-c", f'exec "$@" >{LOG_NAME} 2>&1', "nvcc", *command]
+    env = {"PATH": _search_path(toolchain.nvcc), "HOME": HOME_NAME, "TMPDIR": TMP_NAME}
+    with _SPAWN_LOCK:
+        process = confine.sandbox.spawn(argv, cwd=folder, env=env)
+    ended = process.wait()
+    raw = _read_back(folder, LOG_NAME, LOG_READ_LIMIT + 1) or b""
+    log = raw[:LOG_READ_LIMIT].decode(errors="replace") + process.output_tail()
+    if len(raw) > LOG_READ_LIMIT:
+        log += f"\n[build log cut at {LOG_READ_LIMIT} bytes]\n"
+    if ended.reason != "exited":
+        why = _STOPPED.get(ended.reason, "nvcc was killed")
+        return _relative(log, folder) + f"\nerror: the build was stopped: {why} ({ended.detail})\n", None
+    if ended.returncode == 0:
+        library = _read_back(folder, target.output, confine.sandbox.limits.file_size_bytes)
+        if library is None:
+            log += f"\nerror: nvcc left no library at {target.output}\n"
+        else:
+            (root / target.output).write_bytes(library)
+    return _relative(log, folder), ended.returncode
+
+
+def _build_one(root: Path, target: KernelTarget, toolchain: Toolchain, version: str, cache_dir: Path | None,
+               confine: Confinement | None) -> BuildResult:
     output = root / target.output
-    if not source.is_file():
+    if not (root / target.source).is_file():
         return BuildResult(target.name, False, f"missing kernel source: {target.source}\n", 0.0)
     output.parent.mkdir(parents=True, exist_ok=True)
     key = cache_key(root, target, toolchain, version)
@@ -110,27 +231,20 @@ def _build_one(
         shutil.copyfile(cached_so, output)
         return BuildResult(target.name, True, cached_log.read_text(), 0.0, cached=True, returncode=0)
 
-    command = toolchain.command(source, output)
+    output.unlink(missing_ok=True)  # whatever is there now comes from this build
+    command = toolchain.command(Path(target.source), Path(target.output))
     started = time.monotonic()
-    try:
-        proc = subprocess.run(
-            command, cwd=root, capture_output=True, text=True, timeout=toolchain.timeout_s
-        )
-    except subprocess.TimeoutExpired as exc:
-        partial = (exc.stdout or b"") + (exc.stderr or b"")
-        text = partial.decode(errors="replace") if isinstance(partial, bytes) else str(partial)
-        log = text + f"\nnvcc timed out after {toolchain.timeout_s:.0f} s\n"
-        return BuildResult(target.name, False, log, time.monotonic() - started, command=command)
-    except OSError as exc:
-        return BuildResult(target.name, False, f"cannot run nvcc: {exc}\n", 0.0, command=command)
+    if confine is None:
+        log, returncode = _run_trusted(root, command, toolchain.timeout_s)
+    else:
+        log, returncode = _run_confined(root, target, command, toolchain, confine)
     seconds = time.monotonic() - started
-    log = proc.stdout + proc.stderr
-    ok = proc.returncode == 0 and output.exists()
+    ok = returncode == 0 and output.is_file()
     if ok and cached_so is not None and cached_log is not None:
         cached_log.parent.mkdir(parents=True, exist_ok=True)
         cached_log.write_text(log)  # before the library: a reader trusts the pair once the .so is there
         _store_atomically(output, cached_so)
-    return BuildResult(target.name, ok, log, seconds, False, proc.returncode, command)
+    return BuildResult(target.name, ok, log, seconds, False, returncode, command)
 
 
 def _store_atomically(src: Path, dest: Path) -> None:
@@ -147,14 +261,20 @@ def build_kernels(
     toolchain: Toolchain,
     cache_dir: Path | None = None,
     jobs: int | None = None,
+    confine: Confinement | None = None,
 ) -> list[BuildResult]:
-    """Build every target in parallel; results come back in the order of `targets`."""
+    """Build every target in parallel; results come back in the order of `targets`. With
+    `confine` (every submission), nvcc runs sandboxed; without, directly (our own kit)."""
     root = root.resolve()
     version = nvcc_version(toolchain.nvcc)
     if version is None:
         message = f"nvcc not found or not runnable: {toolchain.nvcc}\n"
         return [BuildResult(t.name, False, message, 0.0) for t in targets]
+    if confine is not None:
+        confine.scratch.mkdir(parents=True, exist_ok=True)
+        confine.scratch.chmod(0o700)
+        confine = Confinement(confine.sandbox, confine.scratch.resolve())
     workers = max(1, min(jobs or len(targets), len(targets)))
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(_build_one, root, t, toolchain, version, cache_dir) for t in targets]
+        futures = [pool.submit(_build_one, root, t, toolchain, version, cache_dir, confine) for t in targets]
         return [f.result() for f in futures]

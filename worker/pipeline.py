@@ -6,7 +6,9 @@ wrap it.
 """
 from __future__ import annotations
 
+import os
 import platform
+import re
 import shutil
 import sys
 import time
@@ -16,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from grader.states import ErrorClass, RunState
-from worker.build import BuildResult, Toolchain, build_kernels, nvcc_version
+from worker.build import BuildResult, Confinement, Toolchain, build_kernels, nvcc_version
 from worker.measurements import ProblemMeasurement
 from worker.report import gradescope_results
 from worker.rubric import Rubric
+from worker.sandbox import Sandbox, SandboxLimits, SandboxPolicy
 from worker.scoring import score_run
 from worker.stage import stage_submission
 from worker.unpack import BadArchive, UnpackLimits, find_assignment_root, unpack_zip
@@ -32,6 +35,11 @@ NO_GPU_STAGE_MESSAGE = (
 # The GPU stage: (rubric, staged tree, reference tree, work dir) -> one measurement per problem.
 GpuStage = Callable[[Rubric, Path, Path, Path], list[ProblemMeasurement]]
 
+# A submission's nvcc when the config names no limits (worker.runs takes them from the settings,
+# whose defaults these are).
+BUILD_LIMITS = SandboxLimits(wall_s=300.0, cpu_s=300, memory_bytes=4 << 30, max_processes=64,
+                             file_size_bytes=512 << 20)
+
 
 @dataclass(frozen=True)
 class PipelineConfig:
@@ -40,6 +48,9 @@ class PipelineConfig:
     build_cache_dir: Path | None
     build_jobs: int
     log_limit_bytes: int
+    # Every nvcc of a submission runs in this sandbox (by default as "nobody", without network).
+    build_limits: SandboxLimits = BUILD_LIMITS
+    build_policy: SandboxPolicy = SandboxPolicy()
 
 
 @dataclass
@@ -166,8 +177,9 @@ def grade_submission(
 
     on_stage("build")
     started = time.monotonic()
+    confine = Confinement(Sandbox(config.build_limits, config.build_policy), job_dir / "build")
     results = build_kernels(
-        staged.root, list(rubric.kernels), config.toolchain, config.build_cache_dir, config.build_jobs
+        staged.root, list(rubric.kernels), config.toolchain, config.build_cache_dir, config.build_jobs, confine
     )
     failed = [r for r in results if not r.ok]
     outcome.stages["build"] = StageRecord(
@@ -193,13 +205,41 @@ def grade_submission(
     reference = build_reference(rubric, config, job_dir / "reference")
     outcome.stages["reference"] = StageRecord("ok", time.monotonic() - started, "reference kit built")
     started = time.monotonic()
-    measurements = gpu_stage(rubric, staged.root, reference, job_dir / "run")
+    relative = submission_paths(job_dir, staged.root)
+    measurements = [_rewrite_strings(m, relative) for m in gpu_stage(rubric, staged.root, reference, job_dir / "run")]
     outcome.stages["run"] = StageRecord(
         "ok", time.monotonic() - started, _truncate(_run_log(measurements), limit)
     )
     outcome.toolchain["targets"] = targets or {p.id: p.reference_speedup for p in rubric.problems}
     outcome.toolchain["targets_calibrated"] = bool(targets)
     return _scored(outcome, rubric, measurements, targets)
+
+
+def submission_paths(job_dir: Path, staged_root: Path) -> Callable[[str], str]:
+    """A rewrite of text for the student: paths into the job folder become relative to the
+    submission root. The GPU stage's children run in copies of the staged tree
+    (job_dir/run/<child>/), so `<job>/run/problem-1.1/minitorch/ops.py` reads `minitorch/ops.py`;
+    anything else in the job folder is shown relative to it."""
+    jobs = dict.fromkeys((job_dir.absolute(), job_dir.resolve()))
+    roots = dict.fromkeys((staged_root.absolute(), staged_root.resolve()))
+    copies = [re.escape(f"{job}{os.sep}run{os.sep}") + r"[^/\s'\"]+/" for job in jobs]
+    folders = [re.escape(f"{folder}{os.sep}") for folder in (*roots, *jobs)]
+    pattern = re.compile("|".join(copies + folders))
+    return lambda text: pattern.sub("", text)
+
+
+def _rewrite_strings(measurement: ProblemMeasurement, rewrite: Callable[[str], str]) -> ProblemMeasurement:
+    """The measurement with `rewrite` applied to every string in it (log tail, case messages)."""
+    def walk(value: Any) -> Any:
+        if isinstance(value, str):
+            return rewrite(value)
+        if isinstance(value, dict):
+            return {k: walk(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [walk(v) for v in value]
+        return value
+
+    return ProblemMeasurement.from_dict(walk(measurement.to_dict()))
 
 
 def _run_log(measurements: list[ProblemMeasurement]) -> str:

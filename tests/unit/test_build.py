@@ -29,14 +29,14 @@ BROKEN = """extern "C" int broken() {
 """
 
 
-def _write(root: Path, files: dict[str, str]) -> Path:
+def write_tree(root: Path, files: dict[str, str]) -> Path:
     for name, text in files.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text)
     return root
 
 
-def _call(so: Path, func: str, tmp: Path) -> int:
+def call_int(so: Path, func: str, tmp: Path) -> int:
     """Load a built library under a fresh name (dlopen caches by path) and call `func`."""
     copy = tmp / f"load-{time.monotonic_ns()}-{so.name}"
     shutil.copyfile(so, copy)
@@ -61,7 +61,7 @@ def test_toolchain_command() -> None:
 
 
 def test_missing_nvcc_fails_every_target_in_order(tmp_path: Path) -> None:
-    root = _write(tmp_path / "sub", {"src/a.cu": "int a;\n", "src/b.cu": "int b;\n"})
+    root = write_tree(tmp_path / "sub", {"src/a.cu": "int a;\n", "src/b.cu": "int b;\n"})
     targets = [KernelTarget("b", "src/b.cu", "lib/b.so"), KernelTarget("a", "src/a.cu", "lib/a.so")]
     results = build_kernels(root, targets, _toolchain(str(tmp_path / "no" / "nvcc")))
     assert [r.name for r in results] == ["b", "a"]
@@ -88,7 +88,7 @@ class TestCacheKey:
     tc = Toolchain(nvcc="nvcc", flags=FLAGS)
 
     def _root(self, tmp_path: Path) -> Path:
-        return _write(tmp_path / "sub", {
+        return write_tree(tmp_path / "sub", {
             "src/combine.cu": GOOD.format(func="answer"),
             "src/includes/common.h": HEADER.format(value=1),
             "notes.txt": "not part of the build\n",
@@ -116,7 +116,7 @@ class TestCacheKey:
         if change == "header":
             (root / "src/includes/common.h").write_text(HEADER.format(value=2))
         elif change == "new header":
-            _write(root, {"other/extra.cuh": "// new\n"})
+            write_tree(root, {"other/extra.cuh": "// new\n"})
         elif change == "header renamed":
             (root / "src/includes/common.h").rename(root / "src/includes/common2.h")
         elif change == "source":
@@ -133,7 +133,7 @@ class TestCacheKey:
         root = self._root(tmp_path)
         before = cache_key(root, self.target, self.tc, "V")
         (root / "notes.txt").write_text("edited\n")
-        _write(root, {"minitorch/ops.py": "x = 1\n"})
+        write_tree(root, {"minitorch/ops.py": "x = 1\n"})
         assert cache_key(root, self.target, self.tc, "V") == before
 
 
@@ -151,7 +151,7 @@ def parallel_build(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list
     """One parallel build of two good targets and one broken one, listed out of name order."""
     if NVCC is None:
         pytest.skip("nvcc is not on PATH; the build tests need the real compiler")
-    root = _write(tmp_path_factory.mktemp("parallel") / "sub", {
+    root = write_tree(tmp_path_factory.mktemp("parallel") / "sub", {
         "src/includes/common.h": HEADER.format(value=42),
         "src/zeta.cu": GOOD.format(func="zeta_answer"),
         "src/broken.cu": BROKEN,
@@ -184,8 +184,8 @@ def test_valid_source_builds_a_loadable_library(
     assert zeta.command[0] == NVCC and "--shared" in zeta.command and "-arch=sm_90" in zeta.command
     so = root / "build" / "zeta.so"
     assert so.read_bytes()[:4] == b"\x7fELF"
-    assert _call(so, "zeta_answer", tmp_path) == 42  # host code runs without a GPU
-    assert _call(root / "build" / "alpha.so", "alpha_answer", tmp_path) == 42
+    assert call_int(so, "zeta_answer", tmp_path) == 42  # host code runs without a GPU
+    assert call_int(root / "build" / "alpha.so", "alpha_answer", tmp_path) == 42
 
 
 def test_broken_source_fails_with_the_compiler_error(parallel_build: tuple[Path, list[BuildResult], float]) -> None:
@@ -200,7 +200,7 @@ def test_broken_source_fails_with_the_compiler_error(parallel_build: tuple[Path,
 
 @needs_nvcc
 def test_missing_source_is_a_clear_failure(tmp_path: Path) -> None:
-    root = _write(tmp_path / "sub", {"src/other.cu": "int x;\n"})
+    root = write_tree(tmp_path / "sub", {"src/other.cu": "int x;\n"})
     (result,) = build_kernels(root, [KernelTarget("softmax", "src/softmax_kernel.cu", "b/s.so")], _toolchain())
     assert not result.ok and result.name == "softmax"
     assert "missing kernel source: src/softmax_kernel.cu" in result.log
@@ -209,7 +209,7 @@ def test_missing_source_is_a_clear_failure(tmp_path: Path) -> None:
 
 @needs_nvcc
 def test_cache_hit_then_header_change_rebuilds(tmp_path: Path) -> None:
-    root = _write(tmp_path / "sub", {
+    root = write_tree(tmp_path / "sub", {
         "src/combine.cu": GOOD.format(func="answer"),
         "src/includes/common.h": HEADER.format(value=7),
     })
@@ -232,7 +232,7 @@ def test_cache_hit_then_header_change_rebuilds(tmp_path: Path) -> None:
     assert second.ok and second.cached and second.returncode == 0
     assert second.log == first.log
     assert elapsed < max(1.0, first.seconds / 2), f"cache hit took {elapsed:.2f} s"
-    assert _call(root / "build" / "combine.so", "answer", tmp_path) == 7
+    assert call_int(root / "build" / "combine.so", "answer", tmp_path) == 7
 
     # a header the source includes changes: new key, real rebuild, new behaviour
     (root / "src/includes/common.h").write_text(HEADER.format(value=8))
@@ -242,14 +242,14 @@ def test_cache_hit_then_header_change_rebuilds(tmp_path: Path) -> None:
     (cache / f"{new_key}.so").write_bytes(b"not a library")
     (third,) = build_kernels(root, [target], tc, cache_dir=cache)
     assert third.ok and not third.cached
-    assert _call(root / "build" / "combine.so", "answer", tmp_path) == 8
+    assert call_int(root / "build" / "combine.so", "answer", tmp_path) == 8
     assert (cache / f"{new_key}.log").exists()
     assert (cache / f"{new_key}.so").read_bytes()[:4] == b"\x7fELF"
 
 
 @needs_nvcc
 def test_failed_build_is_not_cached(tmp_path: Path) -> None:
-    root = _write(tmp_path / "sub", {"src/broken.cu": BROKEN})
+    root = write_tree(tmp_path / "sub", {"src/broken.cu": BROKEN})
     cache = tmp_path / "cache"
     target = KernelTarget("broken", "src/broken.cu", "build/broken.so")
     (result,) = build_kernels(root, [target], _toolchain(), cache_dir=cache)
