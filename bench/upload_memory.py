@@ -29,7 +29,7 @@ import httpx
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT_ROOT / "bench"))
-from benchmarks_md import append_section  # noqa: E402
+from benchmarks_md import append_section, current_commit  # noqa: E402
 
 GRADER = Path(sys.executable).with_name("grader")
 MiB = 1 << 20
@@ -111,8 +111,7 @@ def main() -> int:
             server.terminate()
             server.wait(timeout=30)
 
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=PROJECT_ROOT, capture_output=True,
-                            text=True).stdout.strip()
+    commit = current_commit()
     table = [
         f"### Upload memory and latency, streamed uploads ({date.today().isoformat()})",
         "",
