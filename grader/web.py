@@ -30,7 +30,8 @@ from grader.roster import import_roster
 from grader.runstatus import run_status
 from grader.service import NotFound, get_assignment, record_regrade, record_submission
 from grader.uploads import UploadError, receive_upload
-from grader.websession import CSRF_FIELD, CsrfError, check_csrf, csrf_token, current_user, log_in, log_out
+from grader.websession import (CSRF_FIELD, CsrfError, change_password, check_csrf, csrf_token, current_user, log_in,
+                                log_out)
 from worker.rubric import RubricError, load_rubric
 
 router = APIRouter(include_in_schema=False)
@@ -524,6 +525,59 @@ async def roster_import(request: Request) -> Response:
         response = _roster_page(request, user, status.HTTP_200_OK, report=report)
         response.headers["Cache-Control"] = "no-store"  # first passwords are shown once
         return response
+
+
+# ---- password -----------------------------------------------------------------------------
+
+
+def _password_page(request: Request, user: User, status_code: int = 200, **values: Any) -> HTMLResponse:
+    values.setdefault("error", None)
+    values.setdefault("changed", False)
+    return _page(request, "password.html", user, status_code,
+                 min_length=get_context(request).settings.password_min_length, **values)
+
+
+@router.get("/settings/password", response_class=HTMLResponse)
+def password_form(request: Request) -> Response:
+    with _db(get_context(request)) as session:
+        user = current_user(request, session)
+        if user is None:
+            return _to_login()
+        return _password_page(request, user, changed=request.query_params.get("changed") == "1")
+
+
+def _password_error(session: Session, user: User, form: Any, min_length: int) -> str | None:
+    """Why the form's password change is refused, or None once the new password is set (and
+    every session of the user ended)."""
+    current, new, again = (str(form.get(name, "")) for name in ("current", "new", "again"))
+    if check_password(session, user.username, current) is None:
+        return "Your current password is not right."
+    if new != again:
+        return "The two new passwords differ."
+    if new == current:
+        return "The new password is your current one."
+    try:
+        change_password(session, user, new, min_length)
+    except ValueError as exc:
+        return f"{str(exc).capitalize()}."
+    return None
+
+
+@router.post("/settings/password", response_class=HTMLResponse)
+async def password_change(request: Request) -> Response:
+    """Sets the new password, ends every session of the user (other browsers are logged out)
+    and gives this browser a new one."""
+    ctx = get_context(request)
+    form = await request.form()
+    with _db(ctx) as session:
+        user = _form_user(request, session, form)
+        if isinstance(user, Response):
+            return user
+        error = _password_error(session, user, form, ctx.settings.password_min_length)
+        if error is not None:
+            return _password_page(request, user, status.HTTP_400_BAD_REQUEST, error=error)
+        log_in(request, session, user, ctx.settings.session_max_age_s)
+    return RedirectResponse("/settings/password?changed=1", status_code=status.HTTP_303_SEE_OTHER)
 
 
 # ---- API token settings -------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """The web pages in a real (headless) Chromium: login, upload, live run page, breakdown,
-build log, other students' runs, the instructor's gradebook and re-grade, CSRF refusals."""
+build log, other students' runs, the instructor's gradebook and re-grade, CSRF refusals, password change."""
 from __future__ import annotations
 
 import base64
@@ -385,11 +385,45 @@ def test_instructor_imports_a_roster(context: BrowserContext, screenshot_dir: Pa
     expect(row.locator("th")).to_have_text("grace@uni.edu")
 
 
+def test_password_change_logs_out_the_other_browsers(browser: Browser, base_url: str,
+                                                     sessions: sessionmaker[Session], screenshot_dir: Path) -> None:
+    with session_scope(sessions) as session:
+        set_password(get_or_create_user(session, "cara", Role.student), PASSWORD)
+    laptop, phone = (browser.new_context(base_url=base_url, viewport={"width": 1100, "height": 800})
+                     for _ in range(2))
+    try:
+        other = log_in(phone, "cara")
+        expect(other.get_by_role("heading", name="Submit your assignment")).to_be_visible()
+        page = log_in(laptop, "cara")
+        page.get_by_role("link", name="Password").click()
+        expect(page.get_by_role("heading", name="Change your password")).to_be_visible()
+        page.get_by_label("Current password").fill(PASSWORD)
+        page.get_by_label("New password", exact=True).fill("a brand new passphrase")
+        page.get_by_label("New password again").fill("a different passphrase")
+        page.get_by_role("button", name="Change password").click()
+        expect(page.locator("#password-error")).to_have_text("The two new passwords differ.")
+        page.get_by_label("Current password").fill(PASSWORD)
+        page.get_by_label("New password", exact=True).fill("a brand new passphrase")
+        page.get_by_label("New password again").fill("a brand new passphrase")
+        page.get_by_role("button", name="Change password").click()
+        expect(page.locator("#password-changed")).to_contain_text("Password changed.")
+        page.screenshot(path=str(screenshot_dir / "password.png"))
+        page.goto("/submissions")  # this browser stays logged in
+        expect(page.get_by_role("heading", name="My submissions")).to_be_visible()
+        other.goto("/submissions")  # the other one is logged out
+        assert other.url.endswith("/login")
+        again = log_in(phone, "cara", "a brand new passphrase")
+        expect(again.get_by_role("heading", name="Submit your assignment")).to_be_visible()
+    finally:
+        laptop.close()
+        phone.close()
+
+
 def test_accessibility_of_the_pages(browser: Browser, base_url: str) -> None:
     """Labels, WCAG AA contrast and keyboard reach with visible focus, on every page."""
     pages = {None: ["/login", "/"],
              "amy": ["/", "/submissions", f"/runs/{STATE['scored_run_id']}", f"/runs/{STATE['run_id']}",
-                     "/settings/tokens"],
+                     "/settings/tokens", "/settings/password"],
              "prof": ["/gradebook", "/roster"]}
     for who, paths in pages.items():
         ctx = browser.new_context(base_url=base_url, viewport={"width": 1100, "height": 800})

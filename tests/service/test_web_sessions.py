@@ -1,5 +1,7 @@
 """Server-side browser sessions on PostgreSQL: the cookie carries only a signed session id whose
-sha256 is the row; a session ends at logout, at expiry and with `grader user logout-all`."""
+sha256 is the row; a session ends at logout, at expiry, when the password changes (the
+/settings/password page ends the user's other sessions and rotates its own) and with
+`grader user logout-all`."""
 from __future__ import annotations
 
 import base64
@@ -17,7 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
 from grader.app import create_app
-from grader.auth import set_password
+from grader.auth import check_password, set_password
 from grader.cli import app as cli_app
 from grader.db import session_scope
 from grader.models import Role, User, WebSession, utcnow
@@ -25,6 +27,7 @@ from grader.service import get_or_create_user
 from grader.settings import Settings, get_settings
 
 PASSWORD = "correct horse battery"
+NEW_PASSWORD = "a new and longer passphrase"
 CSRF_INPUT = re.compile(r'name="csrf_token" value="([^"]+)"')
 
 
@@ -117,6 +120,86 @@ def test_a_forged_uid_in_the_cookie_grants_nothing(settings: Settings, username:
     stale.post("/logout", data={"csrf_token": csrf_of(stale.get("/").text)})
     thief = TestClient(create_app(settings), cookies={"kg_session": str(stolen)})
     assert cookie_payload(thief)["uid"] and not logged_in(thief)
+
+
+# ---- password change ------------------------------------------------------------------------
+
+
+def change(client: TestClient, current: str, new: str, again: str | None = None) -> tuple[int, str]:
+    response = client.post("/settings/password", data={
+        "csrf_token": csrf_of(client.get("/settings/password").text), "current": current, "new": new,
+        "again": new if again is None else again}, follow_redirects=False)
+    return response.status_code, response.text
+
+
+def test_password_page_needs_login_and_csrf(settings: Settings, username: str) -> None:
+    anonymous = TestClient(create_app(settings))
+    assert anonymous.get("/settings/password", follow_redirects=False).headers["location"] == "/login"
+    client = login(settings, username)
+    for sent in ({}, {"csrf_token": "forged"}):
+        response = client.post("/settings/password", data={**sent, "current": PASSWORD, "new": NEW_PASSWORD,
+                                                             "again": NEW_PASSWORD})
+        assert response.status_code == 403
+    assert login(settings, username).cookies.get("kg_session")  # the old password still works
+
+
+@pytest.mark.parametrize(("current", "new", "again", "message"), [
+    ("wrong password!", NEW_PASSWORD, None, "Your current password is not right."),
+    (PASSWORD, NEW_PASSWORD, NEW_PASSWORD + "x", "The two new passwords differ."),
+    (PASSWORD, "short1", None, "at least 8 characters"),
+    (PASSWORD, PASSWORD, None, "The new password is your current one."),
+])
+def test_password_change_refusals(settings: Settings, sessions: sessionmaker[Session], username: str,
+                                  current: str, new: str, again: str | None, message: str) -> None:
+    client = login(settings, username)
+    code, html = change(client, current, new, again)
+    assert code == 400 and message in html
+    assert logged_in(client)
+    with session_scope(sessions) as session:
+        assert check_password(session, username, PASSWORD) is not None
+
+
+def test_minimum_length_comes_from_the_settings(settings: Settings, username: str) -> None:
+    strict = settings.model_copy(update={"password_min_length": 30})
+    client = login(strict, username)
+    assert 'minlength="30"' in client.get("/settings/password").text
+    code, html = change(client, PASSWORD, NEW_PASSWORD)  # 27 characters
+    assert code == 400 and "at least 30 characters" in html
+
+
+def test_password_change_ends_the_other_sessions_and_rotates_this_one(
+        settings: Settings, sessions: sessionmaker[Session], username: str) -> None:
+    laptop, phone = login(settings, username), login(settings, username)
+    before = cookie_payload(laptop)["sid"]
+    code, _ = change(laptop, PASSWORD, NEW_PASSWORD)
+    assert code == 303
+    done = laptop.get("/settings/password?changed=1")
+    assert done.status_code == 200 and "Password changed" in done.text
+    assert cookie_payload(laptop)["sid"] != before and logged_in(laptop)
+    assert not logged_in(phone)
+    live = [r for r in rows_of(sessions, username) if r.revoked_at is None]
+    assert len(live) == 1
+    with session_scope(sessions) as session:
+        assert check_password(session, username, PASSWORD) is None
+        assert check_password(session, username, NEW_PASSWORD) is not None
+    login(settings, username, NEW_PASSWORD)
+
+
+def test_the_form_changes_only_its_sessions_user(settings: Settings, sessions: sessionmaker[Session],
+                                                 username: str) -> None:
+    other = f"other-{username}"
+    with session_scope(sessions) as session:
+        set_password(get_or_create_user(session, other, Role.student), PASSWORD)
+    theirs = login(settings, other)
+    client = login(settings, username)
+    response = client.post("/settings/password", data={
+        "csrf_token": csrf_of(client.get("/settings/password").text), "username": other, "user": other,
+        "current": PASSWORD, "new": NEW_PASSWORD, "again": NEW_PASSWORD}, follow_redirects=False)
+    assert response.status_code == 303
+    with session_scope(sessions) as session:
+        assert check_password(session, other, PASSWORD) is not None
+        assert check_password(session, username, NEW_PASSWORD) is not None
+    assert logged_in(theirs)
 
 
 # ---- grader user logout-all -----------------------------------------------------------------
