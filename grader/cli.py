@@ -18,7 +18,7 @@ from sqlalchemy import select
 from alembic import command as alembic_command
 from alembic.config import Config as AlembicConfig
 
-from grader import client_cli
+from grader import client_cli, ops_cli
 from grader.auth import issue_token
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import Role, User
@@ -49,6 +49,7 @@ app.add_typer(roster_app, name="roster")
 app.add_typer(token_app, name="token")
 app.add_typer(starter_app, name="starter")
 client_cli.register(app)  # submit, status, regrade, export (REST client)
+ops_cli.register(app)  # schedule, extend, similarity, gradescope-pack (course operations)
 
 
 def _alembic_config(settings: Settings) -> AlembicConfig:

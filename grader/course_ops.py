@@ -1,0 +1,90 @@
+"""Database adapters of the course policies: the rows behind grader.deadlines and grader.quotas.
+
+The pure modules decide; this one only reads and writes what they need: an assignment's
+schedule, a student's extension, and the runs a quota counts.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo
+
+from sqlalchemy import or_, select
+from sqlalchemy.orm import Session
+
+from grader.deadlines import Extension, LatePolicy, Lateness, evaluate
+from grader.models import Assignment, ErrorClass, Extension as ExtensionRow, Role, Run, Submission, User
+from grader.quotas import QuotaDecision, QuotaPolicy, check
+from grader.settings import Settings
+from grader.service import get_assignment
+
+SCORE_POLICIES = ("latest", "best")
+
+
+def late_policy(assignment: Assignment) -> LatePolicy:
+    return LatePolicy(
+        release_at=assignment.release_at,
+        due_at=assignment.due_at,
+        grace=timedelta(seconds=assignment.grace_s),
+        late_window=timedelta(seconds=assignment.late_window_s),
+        penalty_per_day=assignment.late_penalty_per_day,
+    )
+
+
+def set_schedule(session: Session, slug: str, policy: LatePolicy, score_policy: str) -> Assignment:
+    """Store `policy` (already validated by LatePolicy) and the gradebook's score policy."""
+    if score_policy not in SCORE_POLICIES:
+        raise ValueError(f"score policy must be one of {SCORE_POLICIES}")
+    row = get_assignment(session, slug)
+    row.release_at, row.due_at = policy.release_at, policy.due_at
+    row.grace_s = int(policy.grace.total_seconds())
+    row.late_window_s = int(policy.late_window.total_seconds())
+    row.late_penalty_per_day = policy.penalty_per_day
+    row.score_policy = score_policy
+    session.flush()
+    return row
+
+
+def extension_for(session: Session, assignment_id: int, user_id: int) -> Extension | None:
+    row = session.scalar(select(ExtensionRow).where(ExtensionRow.assignment_id == assignment_id,
+                                                    ExtensionRow.user_id == user_id))
+    return Extension(timedelta(seconds=row.extra_s), row.reason or "") if row is not None else None
+
+
+def grant_extension(session: Session, slug: str, user: User, extension: Extension) -> ExtensionRow:
+    """Give `user` this extension on `slug`, replacing an earlier one (zero removes its effect)."""
+    assignment = get_assignment(session, slug)
+    row = session.scalar(select(ExtensionRow).where(ExtensionRow.assignment_id == assignment.id,
+                                                    ExtensionRow.user_id == user.id))
+    if row is None:
+        row = ExtensionRow(assignment_id=assignment.id, user_id=user.id, extra_s=0)
+        session.add(row)
+    row.extra_s, row.reason = int(extension.extra.total_seconds()), extension.reason or None
+    session.flush()
+    return row
+
+
+def lateness(session: Session, assignment: Assignment, user_id: int, at: datetime, settings: Settings) -> Lateness:
+    """Where an upload by `user_id` at `at` falls in the assignment's schedule."""
+    return evaluate(late_policy(assignment), at, extension_for(session, assignment.id, user_id),
+                    ZoneInfo(settings.course_timezone))
+
+
+def quota_policy(settings: Settings) -> QuotaPolicy:
+    return QuotaPolicy(settings.quota_runs, timedelta(seconds=settings.quota_window_s))
+
+
+def counted_run_times(session: Session, user_id: int, since: datetime) -> list[datetime]:
+    """Creation times of the student's runs a quota counts: every run of their own uploads
+    created after `since`, except those that failed as infra_error (never their fault);
+    staff re-grades (reason `regrade`) do not count."""
+    query = (select(Run.created_at).join(Submission, Run.submission_id == Submission.id)
+             .where(Submission.user_id == user_id, Run.reason == "upload", Run.created_at > since,
+                    or_(Run.error_class.is_(None), Run.error_class != ErrorClass.infra_error)))
+    return list(session.scalars(query))
+
+
+def quota_decision(session: Session, settings: Settings, user: User, now: datetime) -> QuotaDecision:
+    policy = quota_policy(settings)
+    times = counted_run_times(session, user.id, now - policy.window) if policy.limit else []
+    return check(policy, times, now, exempt=user.role is not Role.student)
+

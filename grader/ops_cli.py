@@ -1,0 +1,151 @@
+"""`grader` commands for course operations: schedule and extensions, similarity report,
+Gradescope autograder zip. Registered on the main app by grader.cli."""
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Annotated
+from zoneinfo import ZoneInfo
+
+import typer
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from grader.blobstore import BlobStore
+from grader.course_ops import grant_extension, late_policy, set_schedule
+from grader.db import make_engine, make_session_factory, session_scope
+from grader.deadlines import Extension, LatePolicy
+from grader.gradescope_pack import build_autograder_zip
+from grader.models import Assignment, User
+from grader.service import NotFound, get_assignment
+from grader.settings import get_settings
+from worker.rubric import load_rubric
+from worker.runs import pipeline_config
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(d|h|m|s)\s*$")
+_UNITS = {"d": "days", "h": "hours", "m": "minutes", "s": "seconds"}
+
+
+def parse_duration(text: str) -> timedelta:
+    """`3d`, `2h`, `90m`, `30s`, `0`."""
+    if text.strip() == "0":
+        return timedelta(0)
+    match = _DURATION.match(text)
+    if match is None:
+        raise typer.BadParameter(f"{text!r}: write a duration like 3d, 2h, 90m or 30s")
+    return timedelta(**{_UNITS[match.group(2)]: float(match.group(1))})
+
+
+def parse_instant(text: str, zone: str) -> datetime:
+    """ISO 8601; without an offset, in the course's time zone."""
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise typer.BadParameter(f"{text!r}: write a date like 2026-03-19T23:59:59") from exc
+    return value if value.tzinfo is not None else value.replace(tzinfo=ZoneInfo(zone))
+
+
+def schedule(
+    assignment: str,
+    release: Annotated[str | None, typer.Option(help="ISO date; no offset: the course time zone")] = None,
+    due: Annotated[str | None, typer.Option(help="ISO date; no offset: the course time zone")] = None,
+    grace: Annotated[str | None, typer.Option(help="no-penalty time after the due date, e.g. 2h")] = None,
+    late_window: Annotated[str | None, typer.Option(help="from the due date, grace included, e.g. 3d")] = None,
+    penalty_per_day: Annotated[float | None, typer.Option(help="share of the score per started day after the grace")] = None,
+    policy: Annotated[str | None, typer.Option(help="gradebook score policy: latest or best")] = None,
+) -> None:
+    """Show an assignment's schedule and late policy, or change the parts given."""
+    settings = get_settings()
+    with session_scope(make_session_factory(make_engine(settings))) as session:
+        row = _assignment(session, assignment)
+        current = late_policy(row)
+        try:
+            updated = LatePolicy(
+                release_at=parse_instant(release, settings.course_timezone) if release else current.release_at,
+                due_at=parse_instant(due, settings.course_timezone) if due else current.due_at,
+                grace=parse_duration(grace) if grace else current.grace,
+                late_window=parse_duration(late_window) if late_window else current.late_window,
+                penalty_per_day=current.penalty_per_day if penalty_per_day is None else penalty_per_day,
+            )
+            set_schedule(session, assignment, updated, policy or row.score_policy)
+        except ValueError as exc:
+            typer.echo(str(exc), err=True)
+            raise typer.Exit(2) from exc
+        zone = ZoneInfo(settings.course_timezone)
+        show = (lambda at: at.astimezone(zone).isoformat() if at else "none")
+        typer.echo(f"{assignment}: release {show(updated.release_at)}, due {show(updated.due_at)}, "
+                   f"grace {updated.grace}, late window {updated.late_window}, "
+                   f"{updated.penalty_per_day:.0%} per started day after the grace, score policy {row.score_policy}")
+
+
+def extend(
+    assignment: str,
+    username: str,
+    extra: Annotated[str, typer.Argument(help="extra time, e.g. 2d (0 removes the extension)")],
+    reason: Annotated[str, typer.Option(help="kept with the extension")] = "",
+) -> None:
+    """Give one student extra time on an assignment (moves their due date, grace and late window)."""
+    with session_scope(make_session_factory(make_engine(get_settings()))) as session:
+        user = session.scalar(select(User).where(User.username == username))
+        if user is None:
+            typer.echo(f"no user {username!r}", err=True)
+            raise typer.Exit(2)
+        _assignment(session, assignment)
+        grant_extension(session, assignment, user, Extension(parse_duration(extra), reason))
+    typer.echo(f"{username}: {extra} extra on {assignment}")
+
+
+def similarity(
+    assignment: str,
+    out: Annotated[Path, typer.Option(help="report.html (side by side) or report.json")],
+    detailed: Annotated[int, typer.Option(help="pairs shown side by side in the HTML report")] = 20,
+) -> None:
+    """Compare every student's latest submission with every other's (starter code ignored) and
+    write the ranked pairs with their matching regions."""
+    # imported here: copydetect loads matplotlib, which no other command needs
+    from grader.similarity import compare_class, starter_sources
+    from grader.similarity_report import report_html, report_json
+    from grader.submission_sources import class_sources
+
+    if out.suffix not in (".html", ".json"):
+        raise typer.BadParameter("--out must end in .html or .json")
+    settings = get_settings()
+    rubric = load_rubric(assignment)
+    with session_scope(make_session_factory(make_engine(settings))) as session:
+        found = class_sources(session, BlobStore(settings.blob_dir), rubric, pipeline_config(settings, rubric).limits)
+    for username, why in sorted(found.skipped.items()):
+        typer.echo(f"left out {username}: {why}", err=True)
+    pairs = compare_class(found.students, starter_sources(rubric))
+    if out.suffix == ".json":
+        out.write_text(json.dumps(report_json(assignment, pairs), indent=1))
+    else:
+        out.write_text(report_html(assignment, pairs, found.students, detailed))
+    best = f"; most similar: {pairs[0].a} and {pairs[0].b} ({pairs[0].score:.0%})" if pairs else ""
+    typer.echo(f"{len(found.students)} students, {len(pairs)} pairs{best}; report in {out}")
+
+
+def gradescope_pack(
+    assignment: str,
+    out: Annotated[Path, typer.Option(help="zip to write")] = Path("autograder.zip"),
+    cuda_arch: Annotated[str | None, typer.Option(help="nvcc -arch on the grading machine (default KG_CUDA_ARCH)")] = None,
+) -> None:
+    """Write a Gradescope autograder zip that grades with this pipeline."""
+    typer.echo(build_autograder_zip(load_rubric(assignment), out, cuda_arch or get_settings().cuda_arch))
+
+
+def _assignment(session: Session, slug: str) -> Assignment:
+    try:
+        return get_assignment(session, slug)
+    except NotFound as exc:
+        typer.echo(f"{exc}; `grader migrate` loads the assignments from rubrics/", err=True)
+        raise typer.Exit(2) from exc
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(schedule)
+    app.command()(extend)
+    app.command()(similarity)
+    app.command("gradescope-pack")(gradescope_pack)
+

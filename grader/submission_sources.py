@@ -1,0 +1,50 @@
+"""The code of each student's latest submission of an assignment, read from the blob store
+(for the similarity check). Zips are unpacked with the grading pipeline's checks and limits;
+a submission that is not a valid archive is left out and named."""
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from grader.blobstore import BlobStore
+from grader.models import Assignment, Role, Submission, User
+from grader.similarity import Sources, tree_sources
+from worker.rubric import Rubric
+from worker.unpack import BadArchive, UnpackLimits, find_assignment_root, unpack_zip
+
+
+@dataclass
+class ClassSources:
+    students: dict[str, Sources] = field(default_factory=dict)  # username -> files
+    skipped: dict[str, str] = field(default_factory=dict)  # username -> why
+
+
+def latest_submissions(session: Session, slug: str) -> list[tuple[str, str]]:
+    """(username, sha256) of every student's newest submission of `slug`, by username."""
+    newest = (select(Submission.user_id, func.max(Submission.id).label("id"))
+              .join(Assignment, Submission.assignment_id == Assignment.id)
+              .where(Assignment.slug == slug).group_by(Submission.user_id).subquery())
+    rows = session.execute(
+        select(User.username, Submission.sha256).join(newest, Submission.id == newest.c.id)
+        .join(User, Submission.user_id == User.id).where(User.role == Role.student).order_by(User.username)
+    )
+    return [(name, sha) for name, sha in rows]
+
+
+def class_sources(session: Session, blobs: BlobStore, rubric: Rubric, limits: UnpackLimits) -> ClassSources:
+    found = ClassSources()
+    with tempfile.TemporaryDirectory(prefix="kg-similarity-") as tmp:
+        for username, sha256 in latest_submissions(session, rubric.slug):
+            dest = Path(tmp) / sha256 / username
+            try:
+                unpack_zip(blobs.path(sha256), dest, limits)
+                root = find_assignment_root(dest, rubric.required_files)
+            except (BadArchive, FileNotFoundError) as exc:
+                found.skipped[username] = str(exc)
+                continue
+            found.students[username] = tree_sources(root, rubric.student_files)
+    return found
