@@ -234,6 +234,22 @@ def _token_revoke(w: World) -> None:
     assert w.api.get("/api/v1/submissions", headers=auth(w.b_token)).status_code == 200, "B's token was revoked"
 
 
+def _password_page(w: World) -> None:
+    page = w.a_web.get("/settings/password")
+    assert page.status_code == 200 and w.b_marker not in page.text and w.b_name not in page.text
+
+
+def _password_change(w: World) -> None:
+    """The form acts on the session's user only; a wrong current password changes nothing."""
+    new = "another long passphrase"
+    response = w.a_web.post("/settings/password", data={"csrf_token": w.a_csrf("/settings/password"), "user": w.b_name,
+                                                         "current": "not the password", "new": new, "again": new},
+                            follow_redirects=False)
+    refused(response, 400, w=w)
+    login(w.settings, w.b_name)  # B's password is unchanged
+    login(w.settings, w.a_name)  # and A's
+
+
 def _roster_page(w: World) -> None:
     assert w.staff_web.get("/roster").status_code == 200
     refused(w.a_web.get("/roster", follow_redirects=False), 404, w=w)
@@ -291,6 +307,8 @@ ROUTES: dict[tuple[str, str], Check] = {
                                follow_redirects=False), 404),
     ("GET", "/roster"): _roster_page,
     ("POST", "/roster"): _roster_import,
+    ("GET", "/settings/password"): _password_page,
+    ("POST", "/settings/password"): _password_change,
     ("GET", "/settings/tokens"): _token_page,
     ("POST", "/settings/tokens"): _token_create,
     ("POST", "/settings/tokens/{token_id}/revoke"): _token_revoke,
