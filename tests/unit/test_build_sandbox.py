@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from grader.settings import Settings
 from grader.states import ErrorClass, RunState
 from grader.web import _stage_logs
 from test_build import BROKEN, FLAGS, GOOD, HEADER, NVCC, call_int, needs_nvcc, write_tree
@@ -29,6 +30,7 @@ from worker.build import Confinement, KernelTarget, Toolchain, build_kernels, cu
 from worker.measurements import CaseOutcome, ProblemMeasurement
 from worker.pipeline import PipelineConfig, grade_submission
 from worker.rubric import Rubric, load_rubric
+from worker.runs import build_policy, pipeline_config
 from worker.sandbox import Sandbox, SandboxLimits, SandboxPolicy
 from worker.starter_kit import zip_tree
 from worker.unpack import UnpackLimits
@@ -76,6 +78,18 @@ def _files(folder: Path) -> list[str]:
 
 def _holding(folder: Path, needle: bytes) -> list[str]:
     return [rel for rel in _files(folder) if needle in (folder / rel).read_bytes()]
+
+
+def test_the_worker_builds_submissions_in_the_configured_sandbox() -> None:
+    settings = Settings(sandbox_user="kg-build", sandbox_isolate_network=False, nvcc_timeout_s=77, build_cpu_s=55,
+                        build_memory_bytes=3 * MiB, build_max_processes=9, build_file_size_bytes=2 * MiB)
+    config = pipeline_config(settings, load_rubric("hw4"))
+    assert config.build_limits == SandboxLimits(wall_s=77, cpu_s=55, memory_bytes=3 * MiB, max_processes=9,
+                                                file_size_bytes=2 * MiB)
+    assert config.build_policy == SandboxPolicy(user="kg-build", isolate_network=False)
+    docker = build_policy(Settings(sandbox_backend="docker", build_docker_image="with-nvcc", sandbox_docker_gpu="3"))
+    assert docker.docker is not None and docker.docker.image == "with-nvcc" and docker.docker.gpu is None
+    assert docker.user == "nobody" and docker.isolate_network and docker.gpu_index is None
 
 
 # ---------------------------------------------------------------- environment (no nvcc needed)
