@@ -1,0 +1,99 @@
+"""grader.similarity: a planted copy ranks first in a seeded class of 30; the starter's own
+code never counts; matching regions come back as line ranges; the reports render."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from grader.similarity import PairResult, compare_class, starter_sources, tree_sources
+from grader.similarity_report import report_html, report_json
+from similarity_class import generate_class
+from worker.rubric import load_rubric
+
+RUBRIC = load_rubric("hw4")
+PLANTED = (7, 23)
+
+
+@pytest.fixture(scope="module")
+def starter() -> dict[str, str]:
+    return starter_sources(RUBRIC)
+
+
+@pytest.fixture(scope="module")
+def seeded_class(tmp_path_factory: pytest.TempPathFactory, starter: dict[str, str]) -> tuple[dict, list[PairResult], float]:
+    students = generate_class(RUBRIC, tmp_path_factory.mktemp("class"), size=30, seed=20260319, planted=PLANTED)
+    started = time.monotonic()
+    pairs = compare_class({name: s.files for name, s in students.items()}, starter)
+    return students, pairs, time.monotonic() - started
+
+
+def test_planted_copy_ranks_above_every_unrelated_pair(seeded_class) -> None:
+    students, pairs, seconds = seeded_class
+    assert len(students) == 30 and len(pairs) == 30 * 29 // 2
+    top = pairs[0]
+    assert (top.a, top.b) == ("s07", "s23")
+    runner_up = pairs[1].score
+    assert top.score > 0.9 and top.score - runner_up > 0.08, [(p.a, p.b, round(p.score, 3)) for p in pairs[:5]]
+    assert seconds < 45
+
+
+def test_the_copy_is_disguised_and_the_class_is_varied(seeded_class) -> None:
+    students, pairs, _ = seeded_class
+    original, copy = students["s07"], students["s23"]
+    assert original.files != copy.files  # names, comments, layout and order differ
+    assert original.files["src/layernorm_kernel.cu"].index("ker_ln_bw_dgamma_dbetta(") < \
+        original.files["src/layernorm_kernel.cu"].index("ker_ln_bw_dinp(")
+    assert copy.files["src/layernorm_kernel.cu"].index("ker_ln_bw_dgamma_dbetta(") > \
+        copy.files["src/layernorm_kernel.cu"].index("ker_ln_bw_dinp(")
+    kernels = {s.files["src/softmax_kernel.cu"] for name, s in students.items()}
+    assert len(kernels) == 30
+    assert pairs[len(pairs) // 2].score < 0.75  # the typical pair shares far less than the copy
+
+
+def test_matching_regions_are_line_ranges_on_both_sides(seeded_class) -> None:
+    students, pairs, _ = seeded_class
+    top = pairs[0]
+    match = next(f for f in top.files if f.path == "src/softmax_kernel.cu")
+    text_a = students[top.a].files[match.path]
+    kernel_line = text_a[: text_a.index("ker_attn_softmax(float* inp")].count("\n") + 1
+    assert any(a <= kernel_line + 5 <= b for a, b in match.lines_a)
+    lines_b = students[top.b].files[match.path].count("\n") + 1
+    assert all(1 <= a <= b <= lines_b for a, b in match.lines_b)
+
+
+def test_the_starter_never_counts(starter: dict[str, str]) -> None:
+    reference = tree_sources(RUBRIC.starter_dir, RUBRIC.student_files)
+    pairs = compare_class({"bare1": starter, "bare2": dict(starter), "ref": reference}, starter)
+    scores = {(p.a, p.b): p.score for p in pairs}
+    assert scores[("bare1", "bare2")] == 0.0  # identical, but nothing of their own
+    assert scores[("bare1", "ref")] == 0.0
+    # without the starter as boilerplate the bare starters would look identical
+    assert compare_class({"bare1": starter, "bare2": dict(starter)}, {})[0].score > 0.9
+
+
+def test_tree_sources_takes_the_rubric_files_only(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "minitorch").mkdir()
+    (tmp_path / "src" / "softmax_kernel.cu").write_text("__global__ void k() {}\n")
+    (tmp_path / "minitorch" / "tensor.py").write_bytes(b"x = 1\n\xff\n")
+    (tmp_path / "kernel_tests").mkdir()
+    (tmp_path / "kernel_tests" / "test_x.py").write_text("assert True\n")
+    (tmp_path / "src" / "linked.cu").symlink_to(tmp_path / "src" / "softmax_kernel.cu")
+    found = tree_sources(tmp_path, RUBRIC.student_files)
+    assert set(found) == {"src/softmax_kernel.cu", "minitorch/tensor.py"}
+    assert found["minitorch/tensor.py"] == "x = 1\n\ufffd\n"
+
+
+def test_reports(seeded_class) -> None:
+    students, pairs, _ = seeded_class
+    data = report_json("hw4", pairs)
+    assert data["students"] == 30 and data["pairs"][0]["a"] == "s07"
+    assert data["pairs"][0]["files"][0]["lines_a"]
+    json.dumps(data)
+    page = report_html("hw4", pairs, {n: s.files for n, s in students.items()}, detailed=2)
+    assert page.count('<section id="pair-') == 2
+    assert '<span class="l hit">' in page and "s07 and s23" in page
+    assert "<script" not in page and "&lt;" in page  # sources are escaped (template arguments)
