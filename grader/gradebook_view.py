@@ -1,10 +1,11 @@
-"""The instructor's gradebook page: search, filters and sort over the gradebook's rows (from
-the query string, so every view is a link that works without JavaScript), and the charts of
-the rows shown."""
+"""The instructor's gradebook page: search, filters, sort and pages over the gradebook's rows
+(from the query string, so every view is a link that works without JavaScript), and the
+charts of every row the filters select (all pages)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from math import ceil
 from urllib.parse import urlencode
 
 from markupsafe import Markup
@@ -31,6 +32,7 @@ class View:
     max_score: float | None = None
     sort: str = "student"
     desc: bool = False
+    page: int = 1
     errors: tuple[str, ...] = ()
 
     def params(self, **changes: object) -> dict[str, str]:
@@ -39,10 +41,13 @@ class View:
                   "section": chosen.section,
                   "min_score": "" if chosen.min_score is None else f"{chosen.min_score:g}",
                   "max_score": "" if chosen.max_score is None else f"{chosen.max_score:g}",
-                  "sort": chosen.sort, "dir": "desc" if chosen.desc else "asc"}
+                  "sort": chosen.sort, "dir": "desc" if chosen.desc else "asc",
+                  "page": str(chosen.page) if chosen.page > 1 else ""}
         return {k: v for k, v in values.items() if v}
 
     def url(self, path: str = "/gradebook", **changes: object) -> str:
+        """This view with `changes`; any change but the page's starts again at page 1."""
+        changes.setdefault("page", 1 if changes else self.page)
         return f"{path}?{urlencode(self.params(**changes))}"
 
     def sort_url(self, key: str) -> str:
@@ -75,11 +80,15 @@ def parse_view(params: Mapping[str, str], assignment: str, policy: str, problem_
     if sort not in FIXED_SORTS and sort.removeprefix("p:") not in problem_ids:
         errors.append(f"Cannot sort by “{sort}”; sorted by student.")
         sort = "student"
+    page = params.get("page", "1")
+    if not (page.isascii() and page.isdigit() and 0 < int(page) < 10**6):
+        errors.append(f"“{page}” is not a page number; showing page 1.")
+        page = "1"
     return View(assignment=assignment, policy=policy, q=params.get("q", "").strip(), state=state,
                 section=params.get("section", "").strip(),
                 min_score=_score(params.get("min_score", ""), "Minimum score", errors),
                 max_score=_score(params.get("max_score", ""), "Maximum score", errors),
-                sort=sort, desc=params.get("dir", "asc") == "desc", errors=tuple(errors))
+                sort=sort, desc=params.get("dir", "asc") == "desc", page=int(page), errors=tuple(errors))
 
 
 def _matches(row: GradebookRow, view: View) -> bool:
@@ -126,9 +135,44 @@ def select_rows(book: Gradebook, view: View) -> list[GradebookRow]:
     return present + absent
 
 
+@dataclass(frozen=True)
+class Pagination:
+    """One page of the selected rows: `rows` are rows `first` to `last` (from 1) of `total`."""
+
+    rows: list[GradebookRow]
+    page: int
+    pages: int
+    first: int
+    last: int
+    total: int
+
+    def links(self, around: int = 2) -> list[int | None]:
+        """Page numbers to link: the first, the last and `around` either side of this one;
+        None where two or more pages are left out (a gap of one shows that page)."""
+        near = range(max(1, self.page - around), min(self.pages, self.page + around) + 1)
+        links: list[int | None] = []
+        previous = 0
+        for number in sorted({1, self.pages, *near}):
+            if previous and number > previous + 1:
+                links.append(previous + 1 if number == previous + 2 else None)
+            links.append(number)
+            previous = number
+        return links
+
+
+def paginate(rows: list[GradebookRow], page: int, page_size: int) -> Pagination:
+    """The asked page of `rows`; past the end, the last page."""
+    pages = max(1, ceil(len(rows) / page_size))
+    page = min(max(page, 1), pages)
+    start = (page - 1) * page_size
+    shown = rows[start:start + page_size]
+    return Pagination(shown, page, pages, start + 1 if shown else 0, start + len(shown), len(rows))
+
+
 def score_histogram(book: Gradebook, rows: list[GradebookRow]) -> Markup:
     totals = [r.total for r in rows if r.total is not None]
-    return charts.histogram(totals, book.total_points, bins=10, label="Total scores of the students shown")
+    return charts.histogram(totals, book.total_points, bins=10,
+                            label="Total scores of the students the filters select")
 
 
 def speedup_distributions(book: Gradebook, rows: list[GradebookRow]) -> Markup:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -373,10 +374,11 @@ def gradebook(request: Request) -> Response:
         user, book = found
         view = gradebook_view.parse_view(request.query_params, book.assignment, book.policy,
                                          [p.problem_id for p in book.problems])
-        rows = gradebook_view.select_rows(book, view)
+        rows = gradebook_view.select_rows(book, view)  # the charts cover them all, the table one page
+        shown = gradebook_view.paginate(rows, view.page, get_context(request).settings.gradebook_page_size)
         queued = request.query_params.get("queued", "")
         return _page(request, "gradebook.html", user, book=book, policy=book.policy, policies=queries.POLICIES,
-                     view=view, rows=rows, states=gradebook_view.STATE_CHOICES,
+                     view=replace(view, page=shown.page), shown=shown, states=gradebook_view.STATE_CHOICES,
                      sections=sorted({r.section for r in book.rows if r.section}),
                      histogram=gradebook_view.score_histogram(book, rows),
                      distributions=gradebook_view.speedup_distributions(book, rows),

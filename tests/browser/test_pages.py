@@ -343,7 +343,7 @@ def test_gradebook_sort_filter_search_charts_and_regrade_selected(
     page.get_by_label("Search student").fill("am")
     page.get_by_label("Search student").press("Enter")
     expect(page.locator("#gradebook tbody th[scope=row]")).to_have_text(["amy"])
-    expect(page.locator("#shown")).to_contain_text("Showing 1 of")
+    expect(page.locator("#shown")).to_contain_text("Students 1–1 of 1 matching the filters")
     page.get_by_role("link", name="Clear filters").click()
     # Sort by score, best first, by clicking its header; students without a score come last.
     page.locator("#gradebook thead").get_by_role("link", name="Score").click()

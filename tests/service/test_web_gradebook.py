@@ -1,5 +1,5 @@
-"""The instructor's gradebook page on PostgreSQL: search, filters, sort, the score histogram
-and speedup distributions, re-grading selected / newest / all from the page, and the rule
+"""The instructor's gradebook page on PostgreSQL: search, filters, sort, pages, the score
+histogram and speedup distributions (over every page), re-grading selected / newest / all from the page, and the rule
 that an infrastructure failure never replaces a grade (real executor, an unreachable blob)."""
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import re
 import uuid
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qs
 
 import pytest
 from sqlalchemy import func, select
@@ -94,7 +95,11 @@ def test_search_and_filters(prof: Browser, klass: Class) -> None:
     assert _view(prof, klass, section="A")[0] == ["ann", "cyd"]
     rows, html = _view(prof, klass, min_score="lots")
     assert rows == ["ann", "bob", "cyd", "dan"] and "Minimum score “lots” is not a number" in html
-    assert "Showing 4 of" in html
+    # "matching the filters" only when other tests' students are in the database as well
+    assert re.search(r"Students 1–4 of 4(\s+matching the filters\s+\(\d+ in all\))?\.", html)
+    _rows, section_a = _view(prof, klass, section="A")
+    assert re.search(r"Students 1–2 of 2\s+matching the filters\s+\(\d+ in all\)\.", section_a)
+    assert 'class="pages"' not in html  # one page: no page links
 
 
 def test_sort_by_columns(prof: Browser, klass: Class) -> None:
@@ -110,11 +115,53 @@ def test_sort_by_columns(prof: Browser, klass: Class) -> None:
 
 def test_charts_describe_the_rows_shown(prof: Browser, klass: Class) -> None:
     _rows, html = _view(prof, klass)
-    assert "Total scores of the students shown: histogram of 2 values in 10 bins." in html
+    assert "Total scores of the students the filters select: histogram of 2 values in 10 bins." in html
     assert "30 to 40: 1" in html and "80 to 90: 1" in html
     assert "1.1: 2 runs, min 2x, median 4.5x, max 7x" in html
     _rows, html = _view(prof, klass, section="B")
     assert "histogram of 1 values" in html and "1.1: 1 runs, min 2x, median 2x, max 2x" in html
+
+
+@pytest.fixture(scope="module")
+def paged(settings: Settings, klass: Class) -> Browser:
+    """The instructor on an app that shows two students per page."""
+    return Browser(settings.model_copy(update={"gradebook_page_size": 2}), klass.login("prof"))
+
+
+def test_pages_compose_with_search_and_sort(paged: Browser, klass: Class) -> None:
+    rows, html = _view(paged, klass, sort="score", dir="desc")
+    assert rows == ["ann", "bob"]
+    assert re.search(r"Students 1–2 of 4(\s+matching the filters\s+\(\d+ in all\))?; page 1 of 2\.", html)
+    hrefs = re.findall(r'<a href="([^"]+)" rel="next">Next</a>', html)
+    assert len(hrefs) == 2  # above and below the table
+    following = hrefs[0].replace("&amp;", "&")
+    assert f"q={klass.tag}" in following and "sort=score" in following and "dir=desc" in following
+    assert following.endswith("page=2")
+    second = paged.client.get(following).text
+    assert [n.removeprefix(f"{klass.tag}-") for n in ROW_HEADER.findall(second)] == ["cyd", "dan"]
+    assert "Students 3–4 of 4" in second and 'aria-current="page">2</a>' in second
+    # The charts still cover all four students (ann and bob scored, both on page 1).
+    assert "histogram of 2 values" in second and "1.1: 2 runs, min 2x, median 4.5x, max 7x" in second
+    # Sorting or filtering from page 2 starts again at page 1; the re-grade form comes back here.
+    assert not re.search(r'href="[^"]*sort=name[^"]*page=2', second)
+    back = re.search(r'name="back" value="/gradebook\?([^"]+)"', second)
+    assert back and parse_qs(back.group(1).replace("&amp;", "&")) == {
+        "assignment": [klass.slug], "policy": ["latest"], "q": [klass.tag], "sort": ["score"], "dir": ["desc"],
+        "page": ["2"]}
+
+
+def test_page_past_the_end_or_not_a_number(paged: Browser, klass: Class) -> None:
+    rows, html = _view(paged, klass, page="9")
+    assert rows == ["cyd", "dan"] and "page 2 of 2" in html
+    rows, html = _view(paged, klass, page="two")
+    assert rows == ["ann", "bob"] and "“two” is not a page number; showing page 1." in html
+
+
+def test_exports_ignore_the_page_size(paged: Browser, klass: Class) -> None:
+    body = paged.client.get("/gradebook.json", params={"assignment": klass.slug, "page": "2"}).json()
+    assert {klass.login(s) for s in ("ann", "bob", "cyd", "dan")} <= {r["user"] for r in body["rows"]}
+    csv_text = paged.client.get("/gradebook.csv", params={"assignment": klass.slug}).text
+    assert all(klass.login(s) in csv_text for s in ("ann", "bob", "cyd", "dan"))
 
 
 def _runs(sessions: sessionmaker[Session], sub_ids: list[int]) -> list[Run]:
