@@ -1,4 +1,4 @@
-"""Load time of the instructor's gradebook page and its CSV export with a seeded class.
+"""Load time of the instructor's gradebook page and its exports with a seeded class.
 
     .venv/bin/python bench/gradebook_load.py [--students 500] [--runs 3] [--requests 20]
         [--database-url postgresql+psycopg://USER@HOST:PORT/EMPTY_DB] [--record]
@@ -7,9 +7,11 @@ Seeds a fresh database (a temp SQLite file by default; with --database-url an ex
 empty PostgreSQL database, migrated here) with N students x R scored runs each, every run with
 its five per-problem results as the worker stores them (points, status, message, details with
 the score and measurement); students have roster names and sections. Serves the app
-in-process (Starlette's TestClient), logs in as an instructor through the login form, then times GET /gradebook (with its SVG charts), a sorted
-and filtered view of it, and GET /gradebook.csv: warm-up requests first, then --requests timed
-requests each, as median, p90, min and max in ms.
+in-process (Starlette's TestClient), logs in as an instructor through the login form, then times
+GET /gradebook (its first page of KG_GRADEBOOK_PAGE_SIZE students, default 100, with the SVG
+charts of every student), a later page, a sorted and filtered view, and the exports (CSV, JSON:
+every student): warm-up requests first, then --requests timed requests each, as median, p90,
+min and max in ms.
 Prints a table; --record appends it to BENCHMARKS.md with the machine, date, commit and command.
 """
 from __future__ import annotations
@@ -44,9 +46,11 @@ from worker.rubric import load_rubric  # noqa: E402
 
 PASSWORD = "bench password 1"
 PAGES = (
-    ("gradebook page (HTML, charts)", "/gradebook"),
+    ("gradebook page 1 (HTML, charts)", "/gradebook"),
+    ("gradebook page 3", "/gradebook?page=3"),
     ("gradebook sorted by score, filtered", "/gradebook?sort=score&dir=desc&min_score=40&section=B"),
     ("CSV export", "/gradebook.csv"),
+    ("JSON export", "/gradebook.json"),
 )
 ASSIGNMENT = "hw4"
 WARMUP = 3
@@ -167,7 +171,8 @@ def main() -> int:
         f"Machine: {platform.machine()}, {os.cpu_count()} CPU cores, Python {platform.python_version()}; "
         f"commit {_git('rev-parse', '--short', 'HEAD')}. App in-process (TestClient, no network), logged in as an "
         f"instructor; {args.students * args.runs} runs with {args.students * args.runs * 5} problem results seeded "
-        f"in {seed_s:.1f} s. {WARMUP} warm-up requests, then {args.requests} timed requests per page, ms.",
+        f"in {seed_s:.1f} s; {settings.gradebook_page_size} students per gradebook page. {WARMUP} warm-up requests, "
+        f"then {args.requests} timed requests per page, ms.",
         f"Command: `.venv/bin/python {command}`",
         "",
         "| page | median ms | p90 ms | min ms | max ms | body |",
