@@ -1,5 +1,6 @@
-"""Server-side browser sessions on PostgreSQL: the cookie carries only a signed session id whose
-sha256 is the row; a session ends at logout, at expiry, when the password changes (the
+"""Server-side browser sessions on PostgreSQL: the signed cookie carries a session id whose
+sha256 is the row (and the user id the upload rate limit counts by, which grants nothing); a
+session ends at logout, at expiry, when the password changes (the
 /settings/password page ends the user's other sessions and rotates its own) and with
 `grader user logout-all`."""
 from __future__ import annotations
@@ -8,12 +9,14 @@ import base64
 import hashlib
 import json
 import re
+import secrets
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
 from fastapi.testclient import TestClient
+from itsdangerous import TimestampSigner
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
@@ -25,6 +28,7 @@ from grader.db import session_scope
 from grader.models import Role, User, WebSession, utcnow
 from grader.service import get_or_create_user
 from grader.settings import Settings, get_settings
+from grader.websession import secret_key
 
 PASSWORD = "correct horse battery"
 NEW_PASSWORD = "a new and longer passphrase"
@@ -111,15 +115,18 @@ def test_logout_revokes_the_row_and_a_new_login_gets_a_new_id(
     assert cookie_payload(again)["sid"] != first and logged_in(again)
 
 
-def test_a_forged_uid_in_the_cookie_grants_nothing(settings: Settings, username: str) -> None:
-    """Another user's id next to a dead session id: the row decides, not the cookie."""
-    client = login(settings, username)
-    client.post("/logout", data={"csrf_token": csrf_of(client.get("/").text)})
-    stale = login(settings, username)
-    stolen = stale.cookies.get("kg_session")
-    stale.post("/logout", data={"csrf_token": csrf_of(stale.get("/").text)})
-    thief = TestClient(create_app(settings), cookies={"kg_session": str(stolen)})
-    assert cookie_payload(thief)["uid"] and not logged_in(thief)
+def test_a_forged_uid_in_the_cookie_grants_nothing(settings: Settings, sessions: sessionmaker[Session],
+                                                   username: str) -> None:
+    """Even with the signing key, a cookie naming the user but no live session opens nothing:
+    the row decides, the cookie's uid is only the rate limit's key."""
+    with session_scope(sessions) as session:
+        uid = session.scalar(select(User.id).where(User.username == username))
+    signer = TimestampSigner(secret_key(settings))
+    forged = {"sid": secrets.token_urlsafe(32), "uid": uid}
+    cookie = signer.sign(base64.b64encode(json.dumps(forged).encode())).decode()
+    thief = TestClient(create_app(settings), cookies={"kg_session": cookie})
+    assert not logged_in(thief)
+    assert login(settings, username) and not logged_in(thief)  # the user's own login changes nothing
 
 
 # ---- password change ------------------------------------------------------------------------
