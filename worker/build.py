@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from worker.sandbox import Sandbox
+from worker.sandbox import Sandbox, SandboxError, usable_by
 
 HEADER_SUFFIXES = (".h", ".cuh", ".hpp", ".inl")
 # Inside a confined build's folder (its cwd; relative, so they work whatever the modes of the
@@ -218,6 +218,15 @@ def _run_confined(root: Path, target: KernelTarget, command: list[str], toolchai
     return _relative(log, folder), ended.returncode
 
 
+def _check_usable(nvcc: str, sandbox: Sandbox) -> None:
+    """A worker whose sandbox user cannot run nvcc is misconfigured: raise (an infrastructure
+    fault) rather than fail every submission as a build error. Under the docker backend nvcc
+    is the image's."""
+    found = shutil.which(nvcc)
+    if sandbox.ids is not None and sandbox.policy.docker is None and (found is None or not usable_by(Path(found), *sandbox.ids)):
+        raise SandboxError(f"the sandbox user cannot run nvcc ({found or nvcc}): make it and its folders reachable")
+
+
 def _build_one(root: Path, target: KernelTarget, toolchain: Toolchain, version: str, cache_dir: Path | None,
                confine: Confinement | None) -> BuildResult:
     output = root / target.output
@@ -271,6 +280,7 @@ def build_kernels(
         message = f"nvcc not found or not runnable: {toolchain.nvcc}\n"
         return [BuildResult(t.name, False, message, 0.0) for t in targets]
     if confine is not None:
+        _check_usable(toolchain.nvcc, confine.sandbox)
         confine.scratch.mkdir(parents=True, exist_ok=True)
         confine.scratch.chmod(0o700)
         confine = Confinement(confine.sandbox, confine.scratch.resolve())

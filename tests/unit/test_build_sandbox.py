@@ -31,7 +31,7 @@ from worker.measurements import CaseOutcome, ProblemMeasurement
 from worker.pipeline import PipelineConfig, grade_submission
 from worker.rubric import Rubric, load_rubric
 from worker.runs import build_policy, pipeline_config
-from worker.sandbox import Sandbox, SandboxLimits, SandboxPolicy
+from worker.sandbox import Sandbox, SandboxError, SandboxLimits, SandboxPolicy
 from worker.starter_kit import zip_tree
 from worker.unpack import UnpackLimits
 
@@ -281,3 +281,13 @@ def test_gpu_stage_logs_and_messages_name_files_from_the_submission_root(tmp_pat
     assert 'File "minitorch/cuda_kernel_ops.py", line 12, in launch' in run_log
     assert "bad launch at src/softmax_kernel.cu:204" in run_log
     assert "crashed in minitorch/x.py" in shown
+
+
+@needs_root
+def test_an_nvcc_the_sandbox_user_cannot_run_is_an_infrastructure_fault(tmp_path: Path) -> None:
+    """Not every submission's build error: tmp_path's folders are private to root."""
+    nvcc = _script(tmp_path / "nvcc", "exit 0")
+    root = write_tree(tmp_path / "sub", {"src/k.cu": "int k;\n"})
+    with pytest.raises(SandboxError, match="the sandbox user cannot run nvcc"):
+        build_kernels(root, [KernelTarget("k", "src/k.cu", "lib/k.so")], Toolchain(nvcc, ()),
+                      confine=_confine(tmp_path / "job"))
