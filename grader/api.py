@@ -25,8 +25,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from grader import queries
 from grader.auth import SCOPE_READ, SCOPE_READ_ALL, SCOPE_REGRADE, SCOPE_SUBMIT, Principal, authenticate
 from grader.context import AppContext
+from grader.course_ops import admission
 from grader.dispatch import send_run
-from grader.models import Assignment, ProblemResult, Run, Submission, User
+from grader.models import Assignment, ProblemResult, Run, Submission, User, utcnow
 from grader.service import NotFound, get_assignment, record_regrade, record_submission
 from grader.uploads import UploadError, receive_upload
 
@@ -356,7 +357,8 @@ def _acceptance(ctx: AppContext, submission: Submission, run: Run) -> dict[str, 
     status_code=status.HTTP_201_CREATED,
     response_model=SubmissionCreated,
     responses={**ERRORS, 413: {"model": ErrorBody, "description": "upload too large"},
-               415: {"model": ErrorBody, "description": "not a multipart upload"}},
+               415: {"model": ErrorBody, "description": "not a multipart upload"},
+               429: {"model": ErrorBody, "description": "upload quota reached (see Retry-After)"}},
     summary="Upload a zipped submission (multipart field 'file'; optional field 'assignment')",
 )
 async def create_submission(request: Request, ctx: Context, session: DB, caller: Caller) -> dict[str, Any]:
@@ -369,6 +371,10 @@ async def create_submission(request: Request, ctx: Context, session: DB, caller:
         assignment = get_assignment(session, upload.fields.get("assignment", ctx.default_assignment))
     except NotFound as exc:
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from exc
+    refusal = admission(session, ctx.settings, caller.user, assignment, utcnow())
+    if refusal is not None:  # the bytes stay in the blob store; no submission is recorded
+        retry = {"Retry-After": str(refusal.retry_after_s)} if refusal.retry_after_s else None
+        raise ApiError(refusal.status_code, refusal.message, refusal.code, headers=retry)
     submission, run = record_submission(session, caller.user, assignment, upload.filename, upload.blob)
     session.commit()  # durable before the task is sent and before the client hears 201
     body = _acceptance(ctx, submission, run)

@@ -5,6 +5,7 @@ schedule, a student's extension, and the runs a quota counts.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -88,3 +89,27 @@ def quota_decision(session: Session, settings: Settings, user: User, now: dateti
     times = counted_run_times(session, user.id, now - policy.window) if policy.limit else []
     return check(policy, times, now, exempt=user.role is not Role.student)
 
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why an upload is not taken: the HTTP status, a message for the student, and when
+    trying again would work (seconds), where that is known."""
+
+    status_code: int
+    code: str
+    message: str
+    retry_after_s: int | None = None
+
+
+def admission(session: Session, settings: Settings, user: User, assignment: Assignment, now: datetime) -> Refusal | None:
+    """None when `user` may upload to `assignment` at `now`. A student may not upload before
+    the release or after the late window closes (staff may, to test), nor over the quota."""
+    if user.role is Role.student:
+        late = lateness(session, assignment, user.id, now, settings)
+        if not late.accepted:
+            return Refusal(403, "closed" if late.due_at and now > late.due_at else "not_released", late.reason)
+    quota = quota_decision(session, settings, user, now)
+    if not quota.allowed:
+        return Refusal(429, "quota_exceeded", quota.reason, quota.retry_after_s(now))
+    return None
