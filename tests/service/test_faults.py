@@ -176,7 +176,8 @@ def test_worker_killed_mid_grade_is_scored_once(settings: Settings, settings_env
             run_id = post(client, tokens["alice"], unique(standin_zip, "kill mid-grade"))
             wait_for_run(client, run_id, tokens["alice"], timeout=120, until=lambda r: r["state"] == "running")
             time.sleep(0.5)  # children of the GPU stage are at work
-            children = _processes_mentioning(f"run-{run_id}-attempt-1")
+            first_job = str(rig.settings.jobs_dir / f"run-{run_id}-attempt-1")
+            children = _processes_mentioning(first_job)
             first.kill()
     finally:
         first.stop()
@@ -194,7 +195,7 @@ def test_worker_killed_mid_grade_is_scored_once(settings: Settings, settings_env
     assert run.attempts == 2
     assert RunExecutor(rig.settings, sessions, BlobStore(rig.settings.blob_dir)).execute(run_id) is Disposition.skipped
     assert rig.run(run_id).attempts == 2
-    assert _processes_mentioning(f"run-{run_id}-attempt-1") == [], "sandboxed children outlived their worker"
+    assert _processes_mentioning(first_job) == [], "sandboxed children outlived their worker"
 
 
 # ---- Redis restarts ------------------------------------------------------------------------
