@@ -548,9 +548,9 @@ def password_form(request: Request) -> Response:
         return _password_page(request, user, changed=request.query_params.get("changed") == "1")
 
 
-def _password_error(session: Session, user: User, form: Any, min_length: int) -> str | None:
-    """Why the form's password change is refused, or None once the new password is set (and
-    every session of the user ended)."""
+def _apply_password_form(session: Session, user: User, form: Any, min_length: int) -> str | None:
+    """Sets the form's new password (ending every session of the user) and answers None, or
+    answers why it refused and changed nothing."""
     current, new, again = (str(form.get(name, "")) for name in ("current", "new", "again"))
     if check_password(session, user.username, current) is None:
         return "Your current password is not right."
@@ -575,7 +575,7 @@ async def password_change(request: Request) -> Response:
         user = _form_user(request, session, form)
         if isinstance(user, Response):
             return user
-        error = _password_error(session, user, form, ctx.settings.password_min_length)
+        error = _apply_password_form(session, user, form, ctx.settings.password_min_length)
         if error is not None:
             return _password_page(request, user, status.HTTP_400_BAD_REQUEST, error=error)
         log_in(request, session, user, ctx.settings.session_max_age_s)
