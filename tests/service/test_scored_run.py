@@ -59,6 +59,7 @@ def small_stage(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def work() -> Iterator[Path]:
     path = Path(tempfile.mkdtemp(prefix="kg-scored-run-"))
+    path.chmod(0o755)  # the sandbox user runs the fake nvcc kept here
     yield path
     shutil.rmtree(path, ignore_errors=True)
 
