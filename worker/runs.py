@@ -214,7 +214,9 @@ class RunExecutor:
         except Exception as exc:
             log.exception("run %s: infrastructure fault", run_id)
             if attempts >= self.settings.max_attempts:
-                self._finish(run_id, me, _infra_failure(slug, f"{type(exc).__name__}: {exc}"))
+                # Only the kind of fault reaches the student: its text may name worker paths
+                # (logged above in full for staff).
+                self._finish(run_id, me, _infra_failure(slug, f"{type(exc).__name__}; details in the worker log"))
                 return Disposition.done
             self._release(run_id, me)
             return Disposition.retry

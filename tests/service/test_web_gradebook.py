@@ -220,6 +220,8 @@ def _fail_as_infrastructure(settings: Settings, sessions: sessionmaker[Session],
         assert run is not None
         session.expunge(run)
     assert run.state == RunState.failed and run.error_class == ErrorClass.infra_error, run.message
+    # The student reads the kind of fault, never its text (it may name worker paths).
+    assert "FileNotFoundError" in (run.message or "") and "blob store" not in (run.message or ""), run.message
     return run
 
 
