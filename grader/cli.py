@@ -33,7 +33,7 @@ from worker.hw4.grade import run_gpu_stage
 from worker.pipeline import build_reference
 from worker.rubric import load_rubric
 from worker.runs import gpu_available, gpu_stage_config, pipeline_config
-from worker.telemetry import gpu_snapshot
+from worker.telemetry import gpu_model_mismatch, gpu_snapshot
 from worker.starter_kit import write_starter_zip, zip_tree
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -168,8 +168,15 @@ def worker(
     concurrency: Annotated[int, typer.Option(help="processes; keep 1 per GPU")] = 1,
     loglevel: str = "info",
 ) -> None:
-    """Start a Celery worker on the grading queue (replaces this process)."""
+    """Start a Celery worker on the grading queue (replaces this process). A worker named for
+    a GPU model (KG_GPU_MODEL) refuses to start on another GPU, unless GPU grading is off."""
     settings = get_settings()
+    if settings.gpu_model and settings.gpu_grading != "off":
+        snapshot = gpu_snapshot(settings.gpu_index)
+        mismatch = gpu_model_mismatch(settings.gpu_model, snapshot.get("name") if snapshot["available"] else None)
+        if mismatch:
+            typer.echo(mismatch, err=True)
+            raise typer.Exit(2)
     os.execvp(sys.executable, [sys.executable, *_worker_argv(settings, concurrency, loglevel)])
 
 

@@ -84,3 +84,17 @@ def gpu_count() -> int:
             nvml.nvmlShutdown()
         except Exception:
             pass
+
+
+def gpu_model_mismatch(expected: str, actual: str | None) -> str | None:
+    """Why a worker must not consume the queue of GPU model `expected` when NVML names its
+    GPU `actual` (None: no GPU seen), or None when the names agree. Agreement ignores case
+    and punctuation, and a model may name whole words of the full name ("H200" in "NVIDIA H200")."""
+    def words(name: str) -> str:
+        return " ".join("".join(c if c.isalnum() else " " for c in name.lower()).split())
+
+    if actual is None:
+        return f"KG_GPU_MODEL is {expected!r} but this worker sees no GPU"
+    if f" {words(expected)} " not in f" {words(actual)} ":  # whole words: "H20" is not "H200"
+        return f"KG_GPU_MODEL is {expected!r} but this worker's GPU is {actual!r}: it would take another model's runs"
+    return None
