@@ -20,6 +20,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from grader import queries
@@ -363,22 +364,27 @@ def _acceptance(ctx: AppContext, submission: Submission, run: Run) -> dict[str, 
 )
 async def create_submission(request: Request, ctx: Context, session: DB, caller: Caller) -> dict[str, Any]:
     require(caller, SCOPE_SUBMIT)
+    session.commit()  # hand the connection back to the pool while the body streams in
     try:
         upload = await receive_upload(request, ctx.blobs, ctx.settings.max_upload_bytes)
     except UploadError as exc:
         raise HTTPException(exc.status_code, exc.message) from exc
-    try:
-        assignment = get_assignment(session, upload.fields.get("assignment", ctx.default_assignment))
-    except NotFound as exc:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from exc
-    refusal = admission(session, ctx.settings, caller.user, assignment, utcnow())
-    if refusal is not None:  # the bytes stay in the blob store; no submission is recorded
-        retry = {"Retry-After": str(refusal.retry_after_s)} if refusal.retry_after_s else None
-        raise ApiError(refusal.status_code, refusal.message, refusal.code, headers=retry)
-    submission, run = record_submission(session, caller.user, assignment, upload.filename, upload.blob)
-    session.commit()  # durable before the task is sent and before the client hears 201
-    body = _acceptance(ctx, submission, run)
-    return {**body, "sha256": submission.sha256, "size_bytes": submission.size_bytes}
+
+    def record() -> dict[str, Any]:  # blocking database and broker calls: off the event loop
+        try:
+            assignment = get_assignment(session, upload.fields.get("assignment", ctx.default_assignment))
+        except NotFound as exc:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from exc
+        refusal = admission(session, ctx.settings, caller.user, assignment, utcnow())
+        if refusal is not None:  # the bytes stay in the blob store; no submission is recorded
+            retry = {"Retry-After": str(refusal.retry_after_s)} if refusal.retry_after_s else None
+            raise ApiError(refusal.status_code, refusal.message, refusal.code, headers=retry)
+        submission, run = record_submission(session, caller.user, assignment, upload.filename, upload.blob)
+        session.commit()  # durable before the task is sent and before the client hears 201
+        body = _acceptance(ctx, submission, run)
+        return {**body, "sha256": submission.sha256, "size_bytes": submission.size_bytes}
+
+    return await run_in_threadpool(record)
 
 
 @router.get(
