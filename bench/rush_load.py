@@ -12,7 +12,8 @@ through at most --clients concurrent connections. Every client reads its run's s
 after its upload; two staff readers fetch the gradebook (JSON) in a loop throughout.
 
 Then it checks that nothing was lost: every upload answered 201, has its row and its blob
-(same sha256 and size), and its task is in the broker queue exactly once. It also reports
+(same sha256 and size), and its place in line: with fair share, each student's first run is
+in the broker queue exactly once and the others wait in the database to follow it. It also reports
 what the dispatcher did for fair share: how many runs each student has in flight and how many
 of the burst student's runs are queued ahead of the other students' first uploads.
 Prints a table; --record appends it to BENCHMARKS.md with machine, date and commit.
@@ -37,7 +38,7 @@ import tempfile
 import time
 import uuid
 import zipfile
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from datetime import date
@@ -252,7 +253,9 @@ async def _rush(service: Service, config: RushConfig, base_zip: bytes) -> tuple[
 
 
 def audit(service: Service, accepted: dict[int, dict]) -> list[str]:
-    """Every way an accepted upload is missing: row, blob, or its one task in the broker."""
+    """Every way an accepted upload is missing: its row, its blob, or its place in line. With
+    fair share each student has exactly one run in the broker (once) and the rest wait in the
+    database, unsent, to follow it."""
     lost = []
     blobs = BlobStore(service.settings.blob_dir)
     with session_scope(service.sessions) as session:
@@ -264,14 +267,19 @@ def audit(service: Service, accepted: dict[int, dict]) -> list[str]:
             lost.append(f"run {run_id}: no row")
         elif not blobs.exists(sub.sha256) or blobs.path(sub.sha256).stat().st_size != body["bytes"]:
             lost.append(f"run {run_id}: no blob")
-        elif run.state.value != "queued" or (body["queued"] and run.enqueued_at is None):
-            lost.append(f"run {run_id}: state {run.state.value}, enqueued_at {run.enqueued_at}")
-    queued = service.queued_run_ids()
-    counts = defaultdict(int)
-    for run_id in queued:
-        counts[run_id] += 1
-    lost += [f"run {r}: {counts[r]} tasks in the broker" for r, b in accepted.items() if b["queued"] and counts[r] != 1]
-    lost += [f"run {r}: waiting, not sent" for r, b in accepted.items() if not b["queued"]]
+        elif run.state.value != "queued":
+            lost.append(f"run {run_id}: state {run.state.value}")
+    in_broker = Counter(service.queued_run_ids())
+    by_student: dict[str, list[int]] = defaultdict(list)
+    for run_id, body in accepted.items():
+        by_student[body["student"]].append(run_id)
+    for student, run_ids in by_student.items():
+        sent = [r for r in run_ids if in_broker[r]]
+        if len(sent) != 1 or in_broker[sent[0]] != 1:
+            lost.append(f"{student}: runs in the broker {[(r, in_broker[r]) for r in sent]}, want one, once")
+        lost += [f"run {r}: marked sent but not in the broker" for r in run_ids
+                 if not in_broker[r] and r in rows and rows[r].enqueued_at is not None]
+    lost += [f"run {r}: waiting, broker unreachable at upload" for r, b in accepted.items() if not b["queued"]]
     return lost
 
 
@@ -351,7 +359,7 @@ def table(result: RushResult) -> str:
     lines += [
         "",
         f"Stored and queued: {len(result.accepted)} of {c.uploads} uploads answered 201, each with its row, its blob "
-        f"and one task in the broker; lost after a 201: {len(result.lost)}; "
+        f"and its place in line (one run per student in the broker, the rest waiting); lost after a 201: {len(result.lost)}; "
         f"refused or failed requests: {failures or 'none'}. Fair share: at most {result.in_flight_max} run(s) of one "
         f"student in the broker at once; the median other student's first upload queued behind "
         f"{result.burst_ahead} of the burst student's runs"

@@ -27,7 +27,7 @@ from grader import queries
 from grader.auth import SCOPE_READ, SCOPE_READ_ALL, SCOPE_REGRADE, SCOPE_SUBMIT, Principal, authenticate
 from grader.context import AppContext
 from grader.course_ops import admission
-from grader.dispatch import send_run
+from grader.fairshare import Admission, admit
 from grader.models import Assignment, ProblemResult, Run, Submission, User, utcnow
 from grader.service import NotFound, get_assignment, record_regrade, record_submission
 from grader.uploads import UploadError, receive_upload
@@ -41,6 +41,10 @@ BROKER_DOWN_MESSAGE = (
     "Upload stored, but the grading queue is unreachable right now; "
     "the run stays queued and will be picked up automatically when the queue is back."
 )
+WAITING_MESSAGE = ("Upload stored; it is graded as soon as your earlier run finishes "
+                   "(one run per student at a time, so everyone gets a fair share of the GPUs).")
+ADMISSION_MESSAGES = {Admission.sent: QUEUED_MESSAGE, Admission.waiting: WAITING_MESSAGE,
+                      Admission.unreachable: BROKER_DOWN_MESSAGE}
 
 
 # ---- errors -------------------------------------------------------------------------------
@@ -340,12 +344,12 @@ def _readable_submission(session: Session, principal: Principal, submission_id: 
 
 
 def _acceptance(ctx: AppContext, submission: Submission, run: Run) -> dict[str, Any]:
-    queued = send_run(ctx.celery, ctx.sessions, run.id, ctx.settings.task_queue)
+    admission = admit(ctx.celery, ctx.sessions, run.id, ctx.settings.task_queue)
     return {
         "submission_id": submission.id,
         "run_id": run.id,
-        "queued": queued,
-        "message": QUEUED_MESSAGE if queued else BROKER_DOWN_MESSAGE,
+        "queued": admission is not Admission.unreachable,
+        "message": ADMISSION_MESSAGES[admission],
         "run_url": f"/api/v1/runs/{run.id}",
     }
 
@@ -605,13 +609,15 @@ def regrade_assignment(
         targets = [found[i] for i in wanted]
     runs = [record_regrade(session, sub) for sub in targets]
     session.commit()
-    sent = sum(send_run(ctx.celery, ctx.sessions, run.id, ctx.settings.task_queue) for run in runs)
+    admissions = [admit(ctx.celery, ctx.sessions, run.id, ctx.settings.task_queue) for run in runs]
+    sent = sum(a is Admission.sent for a in admissions)
     return {
         "run_ids": [r.id for r in runs],
         "submission_ids": [s.id for s in targets],
         "queued": sent,
         "message": f"{len(runs)} run(s) created; {sent} queued now"
-        + ("" if sent == len(runs) else "; the rest are sent automatically when the queue is back"),
+        + ("" if sent == len(runs) else "; the rest follow one per student as earlier runs finish"
+           + (" and the queue is back" if Admission.unreachable in admissions else "")),
     }
 
 

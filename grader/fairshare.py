@@ -6,13 +6,13 @@ sent one at a time, oldest first, as the previous one ends; so a student who upl
 times in a minute holds one place in the broker queue, and everyone else's upload is at most
 one run per other student behind.
 
-Wiring (grader/dispatch.py, grader/reconcile.py, worker/runs.py belong to others):
-- every `send_run(...)` of a new run becomes `admit(...)`;
-- the reconciler sends `dispatchable(session)` instead of every never-sent queued run;
-- when a run becomes final, the worker calls `release_next(...)` for its student.
+Wiring: every new run (upload or re-grade, API and web) goes through `admit`; the reconciler
+sends `dispatchable(session)` instead of every never-sent queued run; when a run becomes
+final, the worker's task calls `release_after` for it.
 """
 from __future__ import annotations
 
+import enum
 import logging
 
 from celery import Celery
@@ -78,10 +78,27 @@ def release_next(celery: Celery, sessions: sessionmaker[Session], user_id: int, 
     return run_id
 
 
-def admit(celery: Celery, sessions: sessionmaker[Session], run_id: int, queue: str) -> bool:
+class Admission(str, enum.Enum):
+    sent = "sent"  # in the broker now
+    waiting = "waiting"  # behind the student's earlier run; sent when that one ends
+    unreachable = "unreachable"  # broker down: the reconciler sends it when it is back
+
+
+def admit(celery: Celery, sessions: sessionmaker[Session], run_id: int, queue: str) -> Admission:
     """For a new run (committed, queued, never sent): send the student's next run now if they
-    have none in flight. True when `run_id` itself reached the broker; False when it waits
-    behind the student's earlier run (or the broker is down)."""
+    have none in flight, and say where `run_id` stands."""
     with session_scope(sessions) as session:
         user_id = _owner(session, run_id)
-    return release_next(celery, sessions, user_id, queue) == run_id
+    reserved = _reserve(sessions, user_id)
+    if reserved is None:
+        return Admission.waiting
+    if not _send(celery, sessions, reserved, queue):
+        return Admission.unreachable
+    return Admission.sent if reserved == run_id else Admission.waiting
+
+
+def release_after(celery: Celery, sessions: sessionmaker[Session], finished_run_id: int, queue: str) -> int | None:
+    """When a run is final: send its student's next waiting run, if any; its id, if sent."""
+    with session_scope(sessions) as session:
+        user_id = _owner(session, finished_run_id)
+    return release_next(celery, sessions, user_id, queue)

@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from grader.db import session_scope
 from grader.dispatch import send_run
+from grader.fairshare import dispatchable
 from grader.models import ACTIVE_STATES, Run, RunState, utcnow
 from grader.settings import Settings
 
@@ -27,14 +28,11 @@ class ReconcileReport:
 
 
 def forgotten_runs(session: Session, settings: Settings) -> list[int]:
-    """Queued runs never sent, or sent so long ago that the message was probably lost."""
+    """Queued runs sent so long ago that the message was probably lost, and the never-sent runs
+    that fair share lets go now (each student's oldest, when nothing of theirs is in flight)."""
     sent_long_ago = utcnow() - timedelta(seconds=settings.requeue_after_s)
-    query = (
-        select(Run.id)
-        .where(Run.state == RunState.queued, or_(Run.enqueued_at.is_(None), Run.enqueued_at < sent_long_ago))
-        .order_by(Run.id)
-    )
-    return list(session.scalars(query))
+    lost = select(Run.id).where(Run.state == RunState.queued, Run.enqueued_at < sent_long_ago)
+    return sorted({*session.scalars(lost), *dispatchable(session)})
 
 
 def _requeue_abandoned(session: Session, settings: Settings) -> None:

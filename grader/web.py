@@ -20,13 +20,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
 from grader import charts, gradebook_view, queries
-from grader.api import (BROKER_DOWN_MESSAGE, QUEUED_MESSAGE, GradebookOut, get_context, gradebook_csv,
-                        gradebook_to_dict)
+from grader.api import ADMISSION_MESSAGES, GradebookOut, get_context, gradebook_csv, gradebook_to_dict
 from grader.auth import DEFAULT_SCOPES, SCOPE_SUBMIT, authenticate, check_password, issue_token
 from grader.context import AppContext
 from grader.db import session_scope
-from grader.dispatch import send_run
-from grader.models import ApiToken, ProblemResult, Role, Run, Submission, User, utcnow
+from grader.course_ops import admission
+from grader.fairshare import admit
+from grader.models import ApiToken, Assignment, ProblemResult, Role, Run, Submission, User, utcnow
 from grader.roster import import_roster
 from grader.runstatus import run_status
 from grader.service import NotFound, get_assignment, record_regrade, record_submission
@@ -165,6 +165,7 @@ async def submit_from_session(request: Request) -> Response:
             assignment = get_assignment(session, upload.fields.get("assignment", ctx.default_assignment))
             user = session.get(User, holder["user_id"])
             assert user is not None
+            _refuse_if_not_admitted(ctx, session, user, assignment)
             _submission, run = record_submission(session, user, assignment, upload.filename, upload.blob)
             run_id = run.id
     except UploadError as exc:
@@ -177,8 +178,15 @@ async def submit_from_session(request: Request) -> Response:
             if user is None:
                 return _to_login()
             return _upload_page(request, user, error[0], error[1])
-    send_run(ctx.celery, ctx.sessions, run_id, ctx.settings.task_queue)
+    admit(ctx.celery, ctx.sessions, run_id, ctx.settings.task_queue)
     return RedirectResponse(f"/runs/{run_id}", status_code=status.HTTP_303_SEE_OTHER)
+
+
+def _refuse_if_not_admitted(ctx: AppContext, session: Session, user: User, assignment: Assignment) -> None:
+    """The course schedule and the run quota, as for API uploads (grader.course_ops.admission)."""
+    refusal = admission(session, ctx.settings, user, assignment, utcnow())
+    if refusal is not None:
+        raise UploadError(refusal.status_code, refusal.message)
 
 
 @router.post("/upload", response_class=HTMLResponse)
@@ -203,15 +211,16 @@ async def upload_from_form(request: Request) -> HTMLResponse:
             assignment = get_assignment(session, upload.fields.get("assignment", ctx.default_assignment))
             user = session.get(User, principal_holder["user_id"])
             assert user is not None
+            _refuse_if_not_admitted(ctx, session, user, assignment)
             submission, run = record_submission(session, user, assignment, upload.filename, upload.blob)
     except (UploadError, NotFound) as exc:
         code = exc.status_code if isinstance(exc, UploadError) else status.HTTP_404_NOT_FOUND
         message = exc.message if isinstance(exc, UploadError) else str(exc)
         return _page(request, "upload_result.html", None, code, error=message)
-    queued = send_run(ctx.celery, ctx.sessions, run.id, ctx.settings.task_queue)
+    admitted = admit(ctx.celery, ctx.sessions, run.id, ctx.settings.task_queue)
     return _page(
         request, "upload_result.html", None, status.HTTP_201_CREATED, error=None, submission_id=submission.id,
-        run_id=run.id, sha256=submission.sha256, message=QUEUED_MESSAGE if queued else BROKER_DOWN_MESSAGE,
+        run_id=run.id, sha256=submission.sha256, message=ADMISSION_MESSAGES[admitted],
     )
 
 
@@ -416,7 +425,7 @@ async def regrade_many(request: Request) -> Response:
             return _not_found(request, user, str(exc).removeprefix("no "))
         run_ids = [record_regrade(session, sub).id for sub in targets]
     for run_id in run_ids:
-        send_run(ctx.celery, ctx.sessions, run_id, ctx.settings.task_queue)
+        admit(ctx.celery, ctx.sessions, run_id, ctx.settings.task_queue)
     back = str(form.get("back", "")) or f"/gradebook?assignment={slug}"
     if not back.startswith("/gradebook?"):  # only ever back to a gradebook view
         back = f"/gradebook?assignment={slug}"
@@ -464,7 +473,7 @@ async def regrade(request: Request, submission_id: int) -> Response:
         if user.role != Role.instructor or sub is None:
             return _not_found(request, user, f"submission {submission_id}")
         run_id = record_regrade(session, sub).id
-    send_run(ctx.celery, ctx.sessions, run_id, ctx.settings.task_queue)
+    admit(ctx.celery, ctx.sessions, run_id, ctx.settings.task_queue)
     return RedirectResponse(f"/runs/{run_id}", status_code=status.HTTP_303_SEE_OTHER)
 
 

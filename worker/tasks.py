@@ -19,6 +19,7 @@ from celery import Task
 
 from grader.blobstore import BlobStore
 from grader.db import make_engine, make_session_factory, session_scope
+from grader.fairshare import release_after
 from grader.models import Run, RunState
 from grader.settings import get_settings
 from worker.celery_app import TASK_GRADE_RUN, TASK_PREBUILD, celery
@@ -45,9 +46,12 @@ def executor() -> RunExecutor:
 @celery.task(name=TASK_GRADE_RUN, bind=True, max_retries=None)
 def grade_run(self: Task, run_id: int) -> str:
     # An infrastructure fault releases the run and retries; RunExecutor caps the attempts.
-    disposition = executor().execute(run_id)
+    ex = executor()
+    disposition = ex.execute(run_id)
     if disposition is Disposition.retry:
         raise self.retry(countdown=RETRY_COUNTDOWN_S)
+    if disposition is Disposition.done:  # fair share: the student's next waiting run may go
+        release_after(celery, ex.sessions, run_id, ex.settings.task_queue)
     return disposition.value
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import uuid
 
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
@@ -10,8 +11,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from grader.app import create_app
 from grader.blobstore import BlobStore
+from grader.auth import issue_token
 from grader.db import session_scope
-from grader.models import Run, Submission
+from grader.models import Role, Run, Submission
+from grader.service import get_or_create_user
 from grader.settings import Settings
 from tests.service.conftest import auth, run_row
 
@@ -126,8 +129,10 @@ def test_broker_down_at_upload_loses_nothing(
     settings: Settings, tokens: dict[str, str], sessions: sessionmaker[Session]
 ) -> None:
     broken = settings.model_copy(update={"broker_url": "redis://127.0.0.1:1/0"})
+    with session_scope(sessions) as session:  # a student with nothing in flight: the upload goes straight to the queue
+        token = issue_token(session, get_or_create_user(session, f"offline-{uuid.uuid4().hex[:6]}", Role.student), "t")
     with TestClient(create_app(broken)) as offline:
-        response = _post(offline, tokens["alice"], NOT_A_ZIP + b"offline")
+        response = _post(offline, token, NOT_A_ZIP + b"offline")
     assert response.status_code == 201
     body = response.json()
     assert body["queued"] is False

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from grader.blobstore import StoredBlob
 from grader.db import session_scope
-from grader.fairshare import admit, dispatchable, release_next
+from grader.fairshare import Admission, admit, dispatchable, release_next
 from grader.models import Role, Run, RunState, utcnow
 from grader.service import get_assignment, get_or_create_user, record_submission
 from grader.settings import Settings
@@ -40,7 +40,8 @@ class Queue:
             return owner.id, run.id
 
     def admit(self, run_id: int) -> bool:
-        return admit(make_celery(self.settings), self.sessions, run_id, self.name)
+        """True when the run reached the broker now."""
+        return admit(make_celery(self.settings), self.sessions, run_id, self.name) is Admission.sent
 
     def sent(self) -> list[int]:
         """Run ids in the broker queue, in the order a worker would take them."""
