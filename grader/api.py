@@ -238,9 +238,11 @@ class ProblemColumnOut(BaseModel):
 class ScoredRunOut(BaseModel):
     run_id: int
     submission_id: int
-    score: float
+    score: float = Field(description="after any late penalty")
     finished_at: datetime | None
     problems: dict[str, float]
+    raw_score: float | None = Field(default=None, description="before the late penalty; null: none applied")
+    late: str | None = Field(default=None, description="the late policy's reason; null: on time")
 
 
 class GradebookRowOut(BaseModel):
@@ -523,8 +525,9 @@ def read_run(run_id: int, session: DB, caller: Caller) -> dict[str, Any]:
 
 
 PolicyParam = Annotated[
-    Literal["latest", "best"],
-    Query(description="which scored run counts: the newest submission's, or the best one"),
+    Literal["latest", "best"] | None,
+    Query(description="which scored run counts: the newest submission's, or the best one "
+                      "(default: the assignment's own policy)"),
 ]
 
 
@@ -534,7 +537,7 @@ PolicyParam = Annotated[
     responses=ERRORS,
     summary="Gradebook (staff): one row per student with the graded run's total and per-problem points",
 )
-def read_gradebook(slug: str, session: DB, caller: Caller, policy: PolicyParam = "latest") -> dict[str, Any]:
+def read_gradebook(slug: str, session: DB, caller: Caller, policy: PolicyParam = None) -> dict[str, Any]:
     require(caller, SCOPE_READ_ALL)
     return gradebook_to_dict(queries.gradebook(session, _assignment(session, slug), policy))
 
@@ -570,13 +573,13 @@ def gradebook_to_dict(book: queries.Gradebook) -> dict[str, Any]:
     responses={**ERRORS, 200: {"content": {"text/csv": {}}, "description": "Canvas-ready CSV"}},
     summary="Gradebook as CSV for Canvas import (staff): Student, SIS Login ID, total, one column per problem",
 )
-def read_gradebook_csv(slug: str, session: DB, caller: Caller, policy: PolicyParam = "latest") -> Response:
+def read_gradebook_csv(slug: str, session: DB, caller: Caller, policy: PolicyParam = None) -> Response:
     require(caller, SCOPE_READ_ALL)
     book = queries.gradebook(session, _assignment(session, slug), policy)
     return Response(
         gradebook_csv(book),
         media_type="text/csv; charset=utf-8",
-        headers={"Content-Disposition": f'attachment; filename="{book.assignment}-gradebook-{policy}.csv"'},
+        headers={"Content-Disposition": f'attachment; filename="{book.assignment}-gradebook-{book.policy}.csv"'},
     )
 
 

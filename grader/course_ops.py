@@ -5,6 +5,7 @@ schedule, a student's extension, and the runs a quota counts.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
@@ -48,7 +49,11 @@ def set_schedule(session: Session, slug: str, policy: LatePolicy, score_policy: 
 def extension_for(session: Session, assignment_id: int, user_id: int) -> Extension | None:
     row = session.scalar(select(ExtensionRow).where(ExtensionRow.assignment_id == assignment_id,
                                                     ExtensionRow.user_id == user_id))
-    return Extension(timedelta(seconds=row.extra_s), row.reason or "") if row is not None else None
+    return _extension(row) if row is not None else None
+
+
+def _extension(row: ExtensionRow) -> Extension:
+    return Extension(timedelta(seconds=row.extra_s), row.reason or "")
 
 
 def grant_extension(session: Session, slug: str, user: User, extension: Extension) -> ExtensionRow:
@@ -113,3 +118,12 @@ def admission(session: Session, settings: Settings, user: User, assignment: Assi
     if not quota.allowed:
         return Refusal(429, "quota_exceeded", quota.reason, quota.retry_after_s(now))
     return None
+
+
+def late_checker(session: Session, assignment: Assignment) -> Callable[[int, datetime], Lateness]:
+    """(user id, upload time) -> Lateness for every student of `assignment`, with the
+    extensions read once (the gradebook asks for every scored run)."""
+    policy = late_policy(assignment)
+    extensions = {row.user_id: _extension(row)
+                  for row in session.scalars(select(ExtensionRow).where(ExtensionRow.assignment_id == assignment.id))}
+    return lambda user_id, at: evaluate(policy, at, extensions.get(user_id))

@@ -14,6 +14,8 @@ from typing import Generic, Literal, TypeVar
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, joinedload, selectinload
 
+from grader.course_ops import late_checker
+from grader.deadlines import LateStatus
 from grader.models import Assignment, ProblemResult, Role, Run, RunState, Submission, User
 from worker.rubric import RubricError, load_rubric
 
@@ -104,6 +106,8 @@ class ScoredRun:
     finished_at: datetime | None
     problems: dict[str, float]  # problem id -> points
     speedups: dict[str, float] = field(default_factory=dict)  # problem id -> the speedup that scored
+    raw_score: float | None = None  # before a late penalty (None: no penalty applied)
+    late: str | None = None  # the late policy's reason when the submission was not on time
 
 
 @dataclass(frozen=True)
@@ -159,14 +163,17 @@ def _problem_columns(session: Session, assignment: Assignment, run_ids: list[int
     return list(columns.values())
 
 
-def gradebook(session: Session, assignment: Assignment, policy: str = "latest") -> Gradebook:
+def gradebook(session: Session, assignment: Assignment, policy: str | None = None) -> Gradebook:
     """One row per student (every user with the student role, plus anyone else who
     submitted), ordered by login.
 
     Only runs in state `scored` count: an infrastructure failure or a run still in flight
     never replaces a score. "latest": the newest submission that has a scored run (its
     newest scored run, so a re-grade replaces the earlier grade of the same upload);
-    "best": the highest score of any scored run."""
+    "best": the highest score of any scored run. `policy` None: the assignment's own. A
+    submission uploaded late keeps the late policy's share of its score (its upload time,
+    the student's extension included), and "best" compares the scores after that."""
+    policy = policy or assignment.score_policy
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {POLICIES}")
     counts: dict[int, int] = dict(
@@ -179,11 +186,18 @@ def gradebook(session: Session, assignment: Assignment, policy: str = "latest") 
     users = session.scalars(
         select(User).where((User.role == Role.student) | User.id.in_(list(counts) or [-1])).order_by(User.username)
     ).all()
-    scored = session.execute(
-        select(Submission.user_id, Run.submission_id, Run.id, Run.score, Run.finished_at)
+    lateness = late_checker(session, assignment)
+    scored = []
+    for user_id, submission_id, run_id, score, finished_at, uploaded_at in session.execute(
+        select(Submission.user_id, Run.submission_id, Run.id, Run.score, Run.finished_at, Submission.uploaded_at)
         .join(Run, Run.submission_id == Submission.id)
         .where(Submission.assignment_id == assignment.id, Run.state == RunState.scored, Run.score.is_not(None))
-    ).all()
+    ):
+        late = lateness(user_id, uploaded_at)
+        adjusted = round(late.adjust(float(score)), 2)
+        scored.append((user_id, submission_id, run_id, adjusted, finished_at,
+                       None if late.multiplier == 1.0 else float(score),
+                       None if late.status is LateStatus.on_time else late.reason))
     latest: dict[int, tuple] = {}
     best: dict[int, tuple] = {}
     for row in scored:
@@ -211,7 +225,8 @@ def gradebook(session: Session, assignment: Assignment, policy: str = "latest") 
         if row is None:
             return None
         return ScoredRun(run_id=row[2], submission_id=row[1], score=float(row[3]), finished_at=row[4],
-                         problems=dict(points.get(row[2], {})), speedups=dict(speedups.get(row[2], {})))
+                         problems=dict(points.get(row[2], {})), speedups=dict(speedups.get(row[2], {})),
+                         raw_score=row[5], late=row[6])
 
     rows = []
     for user in users:

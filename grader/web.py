@@ -367,7 +367,7 @@ def _instructor_gradebook(request: Request, session: Session) -> tuple[User, que
     if user.role != Role.instructor:
         return _not_found(request, user, "such page")
     slug = request.query_params.get("assignment", ctx.default_assignment)
-    policy = request.query_params.get("policy", "latest")
+    policy = request.query_params.get("policy") or None  # None: the assignment's policy
     try:
         return user, queries.gradebook(session, get_assignment(session, slug), policy)
     except (NotFound, ValueError):
