@@ -79,6 +79,7 @@ __all__ = ["SandboxLimits", "SandboxPolicy", "SandboxExit", "Sandbox", "Sandboxe
 
 CLONE_NEWNET = 0x40000000
 PR_SET_NO_NEW_PRIVS = 38
+PR_SET_PDEATHSIG = 1
 SCAN_INTERVAL_S = 0.2
 TAIL_KEEP_BYTES = 64 * 1024
 SPAWN_RETRY_S = 5.0
@@ -203,6 +204,7 @@ class _ChildSetup:
         self.ids = ids
         self.report_fd = report_fd
         self.prctl = _LIBC.prctl
+        self.parent = os.getpid()
 
     def __call__(self) -> None:
         for which, value in self.rlimits:
@@ -215,6 +217,11 @@ class _ChildSetup:
             os.setgroups([])
             os.setgid(gid)
             os.setuid(uid)
+        # Dies with the worker (SIGKILL reaches it even while paused); set after the uid drop,
+        # which clears it. A worker already gone by now: end here.
+        self.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != self.parent:
+            os._exit(1)
 
 
 @dataclass

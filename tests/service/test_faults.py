@@ -217,17 +217,23 @@ def test_redis_restart_loses_no_run(settings: Settings, settings_env: dict[str, 
                                     private_redis: PrivateRedis) -> None:
     rig = make_rig(settings, settings_env, sessions, tmp_path, broker_url=private_redis.url)
     worker = rig.worker("redis")
+    # Five students, so fair share sends each upload to the broker at once (one run in flight each).
+    who = []
+    with session_scope(sessions) as session:
+        for i in range(5):
+            user = get_or_create_user(session, f"redis-{uuid.uuid4().hex[:6]}-{i}", Role.student)
+            who.append(issue_token(session, user, "faults"))
     with rig.client() as client:
-        queued = [post(client, tokens["bob"], unique(standin_zip, f"redis queued {i}")) for i in range(3)]
+        queued = [post(client, who[i], unique(standin_zip, f"redis queued {i}")) for i in range(3)]
         private_redis.restart()  # the three messages die with it (no persistence)
         worker.start()
         try:
             time.sleep(3)
             assert all(rig.run(i).state.value == "queued" for i in queued), "the messages were lost"
-            in_flight = post(client, tokens["bob"], unique(standin_zip, "redis in flight"))
-            wait_for_run(client, in_flight, tokens["bob"], timeout=120, until=lambda r: r["state"] != "queued")
+            in_flight = post(client, who[3], unique(standin_zip, "redis in flight"))
+            wait_for_run(client, in_flight, who[3], timeout=120, until=lambda r: r["state"] != "queued")
             private_redis.restart()  # while the worker holds the message
-            after = post(client, tokens["bob"], unique(standin_zip, "redis after"))
+            after = post(client, who[4], unique(standin_zip, "redis after"))
             runs = rig.settle([*queued, in_flight, after])
         finally:
             worker.stop()
