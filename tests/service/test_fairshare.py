@@ -89,7 +89,9 @@ def test_concurrent_uploads_of_one_student_send_one_run(queue: Queue) -> None:
     runs = [queue.upload(f"racer-{tag}")[1] for _ in range(8)]
     with ThreadPoolExecutor(max_workers=8) as pool:
         admitted = list(pool.map(queue.admit, runs))
-    assert sum(admitted) == 1 and len(queue.sent()) == 1
+    # Exactly one run reaches the broker, the student's oldest, whichever thread sent it
+    # (a thread reports `sent` only when the run it admitted is the one that went).
+    assert queue.sent() == [runs[0]] and sum(admitted) <= 1
 
 
 def test_broker_down_leaves_the_run_waiting(queue: Queue) -> None:
