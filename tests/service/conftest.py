@@ -155,6 +155,13 @@ def wait_for_run(client: TestClient, run_id: int, token: str, timeout: float = 2
         time.sleep(0.5)
 
 
+def new_student(sessions: sessionmaker[Session], prefix: str = "student") -> str:
+    """A token of a student created now: nothing of theirs is in flight, so fair share sends
+    their first upload to the broker at once (the shared ones may have runs waiting)."""
+    with session_scope(sessions) as session:
+        return issue_token(session, get_or_create_user(session, f"{prefix}-{uuid.uuid4().hex[:8]}", Role.student), "t")
+
+
 @pytest.fixture(scope="session")
 def kit_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of the reference kit that tests may alter before zipping."""

@@ -39,7 +39,7 @@ from grader.service import get_assignment, get_or_create_user, record_submission
 from grader.settings import Settings
 from tests.faults.services import PrivatePostgres, PrivateRedis
 from tests.fixtures import cpu_standin
-from tests.service.conftest import PROJECT_ROOT, WorkerProcess, auth, submit, wait_for_run
+from tests.service.conftest import PROJECT_ROOT, WorkerProcess, auth, new_student, submit, wait_for_run
 from worker.celery_app import make_celery
 from worker.runs import Disposition, RunExecutor
 
@@ -172,9 +172,10 @@ def test_worker_killed_mid_grade_is_scored_once(settings: Settings, settings_env
     first = rig.worker("first")
     first.start()
     try:
+        student = new_student(sessions, "killed")
         with rig.client() as client:
-            run_id = post(client, tokens["alice"], unique(standin_zip, "kill mid-grade"))
-            wait_for_run(client, run_id, tokens["alice"], timeout=120, until=lambda r: r["state"] == "running")
+            run_id = post(client, student, unique(standin_zip, "kill mid-grade"))
+            wait_for_run(client, run_id, student, timeout=120, until=lambda r: r["state"] == "running")
             time.sleep(0.5)  # children of the GPU stage are at work
             first_job = str(rig.settings.jobs_dir / f"run-{run_id}-attempt-1")
             children = _processes_mentioning(first_job)
@@ -218,11 +219,7 @@ def test_redis_restart_loses_no_run(settings: Settings, settings_env: dict[str, 
     rig = make_rig(settings, settings_env, sessions, tmp_path, broker_url=private_redis.url)
     worker = rig.worker("redis")
     # Five students, so fair share sends each upload to the broker at once (one run in flight each).
-    who = []
-    with session_scope(sessions) as session:
-        for i in range(5):
-            user = get_or_create_user(session, f"redis-{uuid.uuid4().hex[:6]}-{i}", Role.student)
-            who.append(issue_token(session, user, "faults"))
+    who = [new_student(sessions, "redis") for _ in range(5)]
     with rig.client() as client:
         queued = [post(client, who[i], unique(standin_zip, f"redis queued {i}")) for i in range(3)]
         private_redis.restart()  # the three messages die with it (no persistence)

@@ -20,10 +20,11 @@ from pathlib import Path
 
 import redis
 from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session, sessionmaker
 
 from grader.app import create_app
 from grader.settings import Settings
-from tests.service.conftest import PROJECT_ROOT, REDIS_URL, WorkerProcess, make_zip, submit, wait_for_run
+from tests.service.conftest import PROJECT_ROOT, REDIS_URL, WorkerProcess, make_zip, new_student, submit, wait_for_run
 
 GRADER = Path(sys.executable).with_name("grader")
 KERNEL_SOURCES = ("src/combine.cu", "src/softmax_kernel.cu", "src/layernorm_kernel.cu")
@@ -75,7 +76,7 @@ def _runs_graded(worker: GraderWorker) -> set[int]:
 
 
 def test_two_gpu_workers_on_one_model_queue_both_take_runs(
-    settings: Settings, settings_env: dict[str, str], tokens: dict[str, str],
+    settings: Settings, settings_env: dict[str, str], sessions: sessionmaker[Session],
     kit_tree: Path, tmp_path: Path,
 ) -> None:
     model = f"Simulated GPU {uuid.uuid4().hex[:6]}"
@@ -87,9 +88,10 @@ def test_two_gpu_workers_on_one_model_queue_both_take_runs(
     try:
         with workers(envs, tmp_path) as (first, second), \
                 TestClient(create_app(settings.model_copy(update={"task_queue": queue}))) as client:
-            run_ids = [submit(client, tokens["alice"], archive)["run_id"] for _ in range(4)]
-            for run_id in run_ids:
-                assert wait_for_run(client, run_id, tokens["alice"])["state"] == "built"
+            students = [new_student(sessions, "queues") for _ in range(4)]  # fair share: all four go at once
+            run_ids = [submit(client, token, archive)["run_id"] for token in students]
+            for run_id, token in zip(run_ids, students):
+                assert wait_for_run(client, run_id, token)["state"] == "built"
     finally:
         redis.Redis.from_url(REDIS_URL).delete(queue)
     for w in (first, second):  # the queue came from KG_GPU_MODEL alone (celery's banner)
