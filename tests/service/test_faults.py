@@ -39,7 +39,7 @@ from grader.service import get_assignment, get_or_create_user, record_submission
 from grader.settings import Settings
 from tests.faults.services import PrivatePostgres, PrivateRedis
 from tests.fixtures import cpu_standin
-from tests.service.conftest import PROJECT_ROOT, WorkerProcess, auth, new_student, submit, wait_for_run
+from tests.service.conftest import PROJECT_ROOT, WorkerProcess, auth, new_student, wait_for_run
 from worker.celery_app import make_celery
 from worker.runs import Disposition, RunExecutor
 
