@@ -8,6 +8,7 @@ import uuid
 import zipfile
 from pathlib import Path
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -15,7 +16,7 @@ from grader.app import create_app
 from grader.blobstore import BlobStore
 from grader.reconcile import reconcile
 from grader.settings import Settings
-from tests.service.conftest import WorkerProcess, auth, make_zip, run_row, submit, wait_for_run
+from tests.service.conftest import WorkerProcess, auth, make_zip, new_student, run_row, submit, wait_for_run
 from worker.celery_app import make_celery
 from worker.runs import Disposition, RunExecutor
 
@@ -44,15 +45,22 @@ def _unique(tree: Path, tmp_path: Path, name: str, edits: dict[str, str] | None 
     return make_zip(tree, tmp_path / name, changed)
 
 
+@pytest.fixture
+def student(sessions: sessionmaker[Session]) -> str:
+    """A student of this test alone: with fair share, a shared student's run still in flight
+    elsewhere would hold this test's upload back."""
+    return new_student(sessions, "grading")
+
+
 def test_reference_kit_builds_and_logs_are_readable(
-    client: TestClient, tokens: dict[str, str], worker: WorkerProcess, kit_tree: Path, tmp_path: Path
+    client: TestClient, student: str, worker: WorkerProcess, kit_tree: Path, tmp_path: Path
 ) -> None:
     planted = {  # a submitted test and a prebuilt library: both must be ignored
         "kernel_tests/test_softmax_fw.py": "print('speedup: 1000x')\n",
         "minitorch/cuda_kernels/softmax_kernel.so": "not a library",
     }
-    created = submit(client, tokens["alice"], make_zip(kit_tree, tmp_path / "kit.zip", planted))
-    run = wait_for_run(client, created["run_id"], tokens["alice"])
+    created = submit(client, student, make_zip(kit_tree, tmp_path / "kit.zip", planted))
+    run = wait_for_run(client, created["run_id"], student)
     assert run["state"] == "built", (run, worker.log())
     assert run["error_class"] is None
     assert set(run["stages"]) == {"unpack", "stage", "build"}
@@ -69,13 +77,13 @@ def test_reference_kit_builds_and_logs_are_readable(
 
 
 def test_compile_error_ends_as_build_error_with_the_log(
-    client: TestClient, tokens: dict[str, str], worker: WorkerProcess, kit_tree: Path, tmp_path: Path
+    client: TestClient, student: str, worker: WorkerProcess, kit_tree: Path, tmp_path: Path
 ) -> None:
     source = (kit_tree / "src/softmax_kernel.cu").read_text()
     broken = source.replace("extern \"C\"", "extern \"C\" this_is_not_cuda;", 1)
     assert broken != source
     archive = make_zip(kit_tree, tmp_path / "broken.zip", {"src/softmax_kernel.cu": broken})
-    run = wait_for_run(client, submit(client, tokens["alice"], archive)["run_id"], tokens["alice"])
+    run = wait_for_run(client, submit(client, student, archive)["run_id"], student)
     assert run["state"] == "failed" and run["error_class"] == "build_error", run
     assert "softmax_kernel did not compile" in run["message"]
     assert "this_is_not_cuda" in run["stages"]["build"]["log"]
@@ -83,7 +91,7 @@ def test_compile_error_ends_as_build_error_with_the_log(
 
 
 def test_hostile_archives_end_as_bad_archive(
-    client: TestClient, tokens: dict[str, str], worker: WorkerProcess, settings: Settings, tmp_path: Path
+    client: TestClient, student: str, worker: WorkerProcess, settings: Settings, tmp_path: Path
 ) -> None:
     cases = {
         "zip slip": (_zip_bytes([("../../escaped-by-slip.txt", b"gotcha")]), "leaves its folder"),
@@ -91,10 +99,10 @@ def test_hostile_archives_end_as_bad_archive(
         "zip bomb": (_zip_bytes([("llmsys_hw4/src/bomb.cu", b"\0" * (40 * 1024 * 1024))]), "zip bomb"),
         "not a zip": (b"\x1f\x8b\x08\x00 this is a gzip header, not a zip" * 10, "not a zip file"),
     }
-    runs = {name: submit_bytes(client, tokens["alice"], data, tmp_path / f"{i}.zip")
+    runs = {name: submit_bytes(client, student, data, tmp_path / f"{i}.zip")
             for i, (name, (data, _)) in enumerate(cases.items())}
     for name, run_id in runs.items():
-        run = wait_for_run(client, run_id, tokens["alice"])
+        run = wait_for_run(client, run_id, student)
         assert run["state"] == "failed" and run["error_class"] == "bad_archive", (name, run)
         assert cases[name][1] in run["message"], (name, run["message"])
     # nothing escaped the job folder
@@ -107,25 +115,25 @@ def submit_bytes(client: TestClient, token: str, data: bytes, path: Path) -> int
 
 
 def test_broker_down_upload_is_graded_after_reconcile(
-    client: TestClient, tokens: dict[str, str], worker: WorkerProcess, settings: Settings,
+    client: TestClient, student: str, worker: WorkerProcess, settings: Settings,
     sessions: sessionmaker[Session], kit_tree: Path, tmp_path: Path,
 ) -> None:
     offline_settings = settings.model_copy(update={"broker_url": "redis://127.0.0.1:1/0"})
     archive = make_zip(kit_tree, tmp_path / "offline.zip")
     with TestClient(create_app(offline_settings)) as offline, archive.open("rb") as fh:
-        created = offline.post("/api/v1/submissions", headers=auth(tokens["bob"]), files={"file": ("o.zip", fh)})
+        created = offline.post("/api/v1/submissions", headers=auth(student), files={"file": ("o.zip", fh)})
     assert created.status_code == 201 and created.json()["queued"] is False
     run_id = created.json()["run_id"]
     time.sleep(2)
     assert run_row(sessions, run_id).state.value == "queued"  # nobody heard of it yet
     report = reconcile(settings, sessions, make_celery(settings))
     assert run_id in report.resent
-    run = wait_for_run(client, run_id, tokens["bob"])
+    run = wait_for_run(client, run_id, student)
     assert run["state"] == "built", run
 
 
 def test_worker_killed_mid_build_is_graded_once_after_restart(
-    settings: Settings, settings_env: dict[str, str], sessions: sessionmaker[Session], tokens: dict[str, str],
+    settings: Settings, settings_env: dict[str, str], sessions: sessionmaker[Session], student: str,
     kit_tree: Path, tmp_path: Path,
 ) -> None:
     queue = f"{settings.task_queue}-kill"
@@ -134,9 +142,9 @@ def test_worker_killed_mid_build_is_graded_once_after_restart(
     first = WorkerProcess(env, tmp_path / "first.log")
     first.start()
     with TestClient(create_app(own_settings)) as client:
-        created = submit(client, tokens["alice"], _unique(kit_tree, tmp_path, "kill.zip"))
+        created = submit(client, student, _unique(kit_tree, tmp_path, "kill.zip"))
         run_id = created["run_id"]
-        wait_for_run(client, run_id, tokens["alice"], timeout=120, until=lambda r: r["state"] == "building")
+        wait_for_run(client, run_id, student, timeout=120, until=lambda r: r["state"] == "building")
         time.sleep(1.5)  # nvcc is running now
         first.kill()
         assert run_row(sessions, run_id).state.value == "building"  # claimed by a dead worker
@@ -146,7 +154,7 @@ def test_worker_killed_mid_build_is_graded_once_after_restart(
             time.sleep(settings.heartbeat_timeout_s + 1)  # the dead worker's heartbeat goes stale
             report = reconcile(own_settings, sessions, make_celery(own_settings))
             assert run_id in report.resent
-            run = wait_for_run(client, run_id, tokens["alice"])
+            run = wait_for_run(client, run_id, student)
         finally:
             second.stop()
     assert run["state"] == "built", (run, second.log())
