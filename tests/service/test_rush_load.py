@@ -3,6 +3,8 @@ loopback to `grader serve`, PostgreSQL and Redis, the gradebook read meanwhile. 
 lost, and fair share holds: one run per student in the broker, the rest waiting behind it."""
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
 from bench.rush_load import RushConfig, RushResult, run_rush, table
@@ -13,7 +15,10 @@ CONFIG = RushConfig(uploads=60, students=12, burst=10, window_s=10, clients=6)
 
 @pytest.fixture(scope="module")
 def rush() -> RushResult:
-    result = run_rush(CONFIG)
+    # In a thread of its own: earlier browser tests keep Playwright's event loop running in
+    # this one, and the rush runs its clients with asyncio.run.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        result = pool.submit(run_rush, CONFIG).result()
     print("\n" + table(result))
     return result
 
