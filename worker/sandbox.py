@@ -67,6 +67,7 @@ import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -397,6 +398,22 @@ class _OutputTail:
         self._thread.join(timeout=timeout)
 
 
+def _wait_within_wall_time(popen: subprocess.Popen, wall_s: float, started: float,
+                           trip: Callable[[str, str], None], timeout: float | None) -> None:
+    """Popen.wait, never past `wall_s` from `started` (then `trip` kills the child). With a
+    `timeout` shorter than what is left of the wall time, raises subprocess.TimeoutExpired
+    like Popen.wait when it runs out first."""
+    remaining = wall_s - (time.monotonic() - started)
+    if timeout is not None and timeout < remaining:
+        popen.wait(timeout=max(timeout, 0))
+        return
+    try:
+        popen.wait(timeout=max(remaining, 0) + 0.5)
+    except subprocess.TimeoutExpired:
+        trip("wall", f"killed after {wall_s:.1f} s wall time")
+        popen.wait()
+
+
 class SandboxedProcess:
     def __init__(self, popen: subprocess.Popen, limits: SandboxLimits, out_fd: int, network_isolated: bool,
                  ids: tuple[int, int] | None) -> None:
@@ -543,15 +560,7 @@ class SandboxedProcess:
         wall time, raises subprocess.TimeoutExpired like Popen.wait when it runs out first."""
         if self._result is not None:
             return self._result
-        remaining = self.limits.wall_s - (time.monotonic() - self.started)
-        if timeout is not None and timeout < remaining:
-            self._popen.wait(timeout=max(timeout, 0))
-        else:
-            try:
-                self._popen.wait(timeout=max(remaining, 0) + 0.5)
-            except subprocess.TimeoutExpired:
-                self._trip("wall", f"killed after {self.limits.wall_s:.1f} s wall time")
-                self._popen.wait()
+        _wait_within_wall_time(self._popen, self.limits.wall_s, self.started, self._trip, timeout)
         returncode = self._popen.returncode
         self._stop.set()
         leftovers = len(self._members())
@@ -764,15 +773,7 @@ class DockerProcess:
         container at all (an infrastructure fault, never the submission's)."""
         if self._result is not None:
             return self._result
-        remaining = self.limits.wall_s - (time.monotonic() - self.started)
-        if timeout is not None and timeout < remaining:
-            self._popen.wait(timeout=max(timeout, 0))
-        else:
-            try:
-                self._popen.wait(timeout=max(remaining, 0) + 0.5)
-            except subprocess.TimeoutExpired:
-                self._trip("wall", f"killed after {self.limits.wall_s:.1f} s wall time")
-                self._popen.wait()
+        _wait_within_wall_time(self._popen, self.limits.wall_s, self.started, self._trip, timeout)
         state = self._docker("inspect", "--format", "{{.State.OOMKilled}} {{.State.ExitCode}} {{.State.StartedAt}}",
                              self.name)
         self._docker("rm", "--force", "--volumes", self.name)
