@@ -1,6 +1,7 @@
 """Appending a measured table to BENCHMARKS.md (shared by the bench scripts)."""
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 BENCHMARKS_MD = Path(__file__).resolve().parents[1] / "BENCHMARKS.md"
@@ -11,9 +12,16 @@ def append_section(table: str, path: Path = BENCHMARKS_MD) -> None:
     path.write_text(existing.rstrip("\n") + "\n\n" + table)
 
 
+def publish(lines: list[str], record: bool) -> str:
+    """Print a measured section and, with --record, append it to BENCHMARKS.md; the text."""
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if record:
+        append_section(text)
+    return text
+
+
 def current_commit() -> str:
     """The short hash of HEAD, for the 'commit' of a recorded table."""
-    import subprocess  # noqa: PLC0415
-
     return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=BENCHMARKS_MD.parent,
                           capture_output=True, text=True).stdout.strip()

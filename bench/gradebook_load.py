@@ -34,7 +34,7 @@ sys.path.insert(0, str(PROJECT_ROOT))
 from fastapi.testclient import TestClient  # noqa: E402
 from sqlalchemy.engine import make_url  # noqa: E402
 
-from benchmarks_md import append_section  # noqa: E402
+from benchmarks_md import publish  # noqa: E402
 from grader.app import create_app  # noqa: E402
 from grader.auth import set_password  # noqa: E402
 from grader.cli import init_database  # noqa: E402
@@ -181,10 +181,7 @@ def main() -> int:
     for label, (samples, size) in results.items():
         lines.append(f"| {label} | {statistics.median(samples):.1f} | {_p90(samples):.1f} | {min(samples):.1f} | "
                      f"{max(samples):.1f} | {size / 1024:.0f} KiB |")
-    table = "\n".join(lines) + "\n"
-    print(table)
-    if args.record:
-        append_section(table)
+    publish(lines, args.record)
     return 0
 
 

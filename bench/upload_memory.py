@@ -29,7 +29,7 @@ import httpx
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT_ROOT / "bench"))
-from benchmarks_md import append_section, current_commit  # noqa: E402
+from benchmarks_md import current_commit, publish  # noqa: E402
 
 GRADER = Path(sys.executable).with_name("grader")
 MiB = 1 << 20
@@ -125,10 +125,7 @@ def main() -> int:
     ]
     for size, median, lo, hi, rate, peak in rows:
         table.append(f"| {size} | {median:.2f} ({lo:.2f}, {hi:.2f}) | {rate:.0f} | {peak:.0f} |")
-    text = "\n".join(table) + "\n"
-    print(text)
-    if args.record:
-        append_section(text)
+    publish(table, args.record)
     return 0
 
 

@@ -30,7 +30,7 @@ sys.path.insert(0, str(PROJECT_ROOT))
 
 from fastapi.testclient import TestClient  # noqa: E402
 
-from benchmarks_md import append_section  # noqa: E402
+from benchmarks_md import publish  # noqa: E402
 from grader.app import create_app  # noqa: E402
 from grader.auth import issue_token  # noqa: E402
 from grader.cli import init_database  # noqa: E402
@@ -127,10 +127,7 @@ def main() -> int:
             f"| {kind} | {percentile_summary(total)} | {percentile_summary(per['combine'])} | "
             f"{percentile_summary(per['softmax_kernel'])} | {percentile_summary(per['layernorm_kernel'])} |"
         )
-    table = "\n".join(lines) + "\n"
-    print(table)
-    if args.record:
-        append_section(table)
+    publish(lines, args.record)
     return 0
 
 

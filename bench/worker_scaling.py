@@ -39,7 +39,7 @@ from fastapi.testclient import TestClient
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(PROJECT_ROOT), str(PROJECT_ROOT / "bench")]
 
-from benchmarks_md import append_section, current_commit  # noqa: E402
+from benchmarks_md import current_commit, publish  # noqa: E402
 from grader.app import create_app  # noqa: E402
 from grader.auth import issue_token  # noqa: E402
 from grader.cli import init_database  # noqa: E402
@@ -212,10 +212,7 @@ def main() -> int:
         commits_100 = 100 * (per_gpu * per_run_commits / 3600 + 1 / settings.heartbeat_interval_s)
         commands_100 = 100 * per_gpu * per_run_commands / 3600
         lines.append(f"| {label} | {seconds:.0f} | {per_gpu:.0f} | {commits_100:.0f} | {commands_100:.0f} |")
-    table = "\n".join(lines) + "\n"
-    print(table)
-    if args.record:
-        append_section(table)
+    publish(lines, args.record)
     return 0
 
 
