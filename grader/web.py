@@ -432,6 +432,11 @@ async def regrade_many(request: Request) -> Response:
     return RedirectResponse(f"{back}&queued={len(run_ids)}", status_code=status.HTTP_303_SEE_OTHER)
 
 
+def _download_headers(book: queries.Gradebook, extension: str) -> dict[str, str]:
+    return {"Content-Disposition": f'attachment; filename="{book.assignment}-gradebook-{book.policy}.{extension}"',
+            "Cache-Control": "no-store"}
+
+
 @router.get("/gradebook.csv")
 def gradebook_csv_export(request: Request) -> Response:
     """The same CSV as the API's export, for the logged-in instructor."""
@@ -440,11 +445,8 @@ def gradebook_csv_export(request: Request) -> Response:
         if isinstance(found, Response):
             return found
         book = found[1]
-        return Response(
-            gradebook_csv(book), media_type="text/csv; charset=utf-8",
-            headers={"Content-Disposition": f'attachment; filename="{book.assignment}-gradebook-{book.policy}.csv"',
-                     "Cache-Control": "no-store"},
-        )
+        return Response(gradebook_csv(book), media_type="text/csv; charset=utf-8",
+                        headers=_download_headers(book, "csv"))
 
 
 @router.get("/gradebook.json")
@@ -456,9 +458,7 @@ def gradebook_json_export(request: Request) -> Response:
             return found
         book = found[1]
         body = GradebookOut.model_validate(gradebook_to_dict(book)).model_dump(mode="json")
-        return JSONResponse(body, headers={
-            "Content-Disposition": f'attachment; filename="{book.assignment}-gradebook-{book.policy}.json"',
-            "Cache-Control": "no-store"})
+        return JSONResponse(body, headers=_download_headers(book, "json"))
 
 
 @router.post("/submissions/{submission_id}/regrade")
