@@ -3,48 +3,23 @@ Gradescope autograder zip. Registered on the main app by grader.cli."""
 from __future__ import annotations
 
 import json
-import re
-from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Annotated
 from zoneinfo import ZoneInfo
 
 import typer
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from grader.blobstore import BlobStore
-from grader.course_ops import grant_extension, late_policy, set_schedule
+from grader.course_ops import late_policy
+from grader.course_settings import ScheduleChange, ScheduleError, extend_student, update_schedule
 from grader.db import make_engine, make_session_factory, session_scope
-from grader.deadlines import Extension, LatePolicy
 from grader.gradescope_pack import build_autograder_zip
-from grader.models import Assignment, User
+from grader.models import Assignment
 from grader.service import NotFound, get_assignment
 from grader.settings import get_settings
 from worker.rubric import load_rubric
 from worker.runs import pipeline_config
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(d|h|m|s)\s*$")
-_UNITS = {"d": "days", "h": "hours", "m": "minutes", "s": "seconds"}
-
-
-def parse_duration(text: str) -> timedelta:
-    """`3d`, `2h`, `90m`, `30s`, `0`."""
-    if text.strip() == "0":
-        return timedelta(0)
-    match = _DURATION.match(text)
-    if match is None:
-        raise typer.BadParameter(f"{text!r}: write a duration like 3d, 2h, 90m or 30s")
-    return timedelta(**{_UNITS[match.group(2)]: float(match.group(1))})
-
-
-def parse_instant(text: str, zone: str) -> datetime:
-    """ISO 8601; without an offset, in the course's time zone."""
-    try:
-        value = datetime.fromisoformat(text)
-    except ValueError as exc:
-        raise typer.BadParameter(f"{text!r}: write a date like 2026-03-19T23:59:59") from exc
-    return value if value.tzinfo is not None else value.replace(tzinfo=ZoneInfo(zone))
 
 
 def schedule(
@@ -53,26 +28,20 @@ def schedule(
     due: Annotated[str | None, typer.Option(help="ISO date; no offset: the course time zone")] = None,
     grace: Annotated[str | None, typer.Option(help="no-penalty time after the due date, e.g. 2h")] = None,
     late_window: Annotated[str | None, typer.Option(help="from the due date, grace included, e.g. 3d")] = None,
-    penalty_per_day: Annotated[float | None, typer.Option(help="share of the score per started day after the grace")] = None,
+    penalty_per_day: Annotated[str | None, typer.Option(help="share of the score per started day after the grace: 0.1 or 10%")] = None,
     policy: Annotated[str | None, typer.Option(help="gradebook score policy: latest or best")] = None,
 ) -> None:
     """Show an assignment's schedule and late policy, or change the parts given."""
     settings = get_settings()
+    change = ScheduleChange(release, due, grace, late_window, penalty_per_day, policy)
     with session_scope(make_session_factory(make_engine(settings))) as session:
-        row = _assignment(session, assignment)
-        current = late_policy(row)
+        _assignment(session, assignment)
         try:
-            updated = LatePolicy(
-                release_at=parse_instant(release, settings.course_timezone) if release else current.release_at,
-                due_at=parse_instant(due, settings.course_timezone) if due else current.due_at,
-                grace=parse_duration(grace) if grace else current.grace,
-                late_window=parse_duration(late_window) if late_window else current.late_window,
-                penalty_per_day=current.penalty_per_day if penalty_per_day is None else penalty_per_day,
-            )
-            set_schedule(session, assignment, updated, policy or row.score_policy)
-        except ValueError as exc:
+            row = update_schedule(session, assignment, change, settings.course_timezone)
+        except ScheduleError as exc:
             typer.echo(str(exc), err=True)
             raise typer.Exit(2) from exc
+        updated = late_policy(row)
         zone = ZoneInfo(settings.course_timezone)
         show = (lambda at: at.astimezone(zone).isoformat() if at else "none")
         typer.echo(f"{assignment}: release {show(updated.release_at)}, due {show(updated.due_at)}, "
@@ -88,12 +57,12 @@ def extend(
 ) -> None:
     """Give one student extra time on an assignment (moves their due date, grace and late window)."""
     with session_scope(make_session_factory(make_engine(get_settings()))) as session:
-        user = session.scalar(select(User).where(User.username == username))
-        if user is None:
-            typer.echo(f"no user {username!r}", err=True)
-            raise typer.Exit(2)
         _assignment(session, assignment)
-        grant_extension(session, assignment, user, Extension(parse_duration(extra), reason))
+        try:
+            extend_student(session, assignment, username, extra, reason)
+        except (NotFound, ValueError) as exc:
+            typer.echo(str(exc), err=True)
+            raise typer.Exit(2) from exc
     typer.echo(f"{username}: {extra} extra on {assignment}")
 
 

@@ -1,0 +1,151 @@
+"""An assignment's settings as an instructor types them (the `grader schedule` / `grader extend`
+options and the settings page's form): parsed, validated with grader.deadlines' rules, and
+stored through grader.course_ops. The CLI and the page call the same function for each change.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TypeVar
+from zoneinfo import ZoneInfo
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from grader.course_ops import SCORE_POLICIES, grant_extension, late_policy, set_schedule
+from grader.deadlines import Extension, LatePolicy
+from grader.models import Assignment, Extension as ExtensionRow, User
+from grader.service import NotFound, get_assignment
+
+T = TypeVar("T")
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(d|h|m|s)\s*$")
+_UNITS = {"d": "days", "h": "hours", "m": "minutes", "s": "seconds"}
+
+
+def parse_duration(text: str) -> timedelta:
+    """`3d`, `2h`, `90m`, `30s` or `0`; ValueError says how to write one."""
+    if text.strip() == "0":
+        return timedelta(0)
+    match = _DURATION.match(text)
+    if match is None:
+        raise ValueError(f"“{text}” is not a duration: write one like 3d, 2h, 90m or 30s")
+    return timedelta(**{_UNITS[match.group(2)]: float(match.group(1))})
+
+
+def parse_instant(text: str, zone: str) -> datetime:
+    """ISO 8601 (`2026-03-19T23:59:59`, also an HTML date-time field's value); without an
+    offset, in the course's time zone `zone`. ValueError says how to write one."""
+    try:
+        value = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(f"“{text}” is not a date and time: write one like 2026-03-19T23:59:59") from None
+    return value if value.tzinfo is not None else value.replace(tzinfo=ZoneInfo(zone))
+
+
+def parse_penalty(text: str) -> float:
+    """A share of the score per started day: `0.1` or `10%` (the range is LatePolicy's rule)."""
+    cleaned = text.strip()
+    try:
+        number = float(cleaned.removesuffix("%"))
+    except ValueError:
+        raise ValueError(f"“{text}” is not a penalty: write a share like 0.1 or a percentage like 10%") from None
+    return number / 100 if cleaned.endswith("%") else number
+
+
+@dataclass(frozen=True)
+class ScheduleChange:
+    """A schedule as typed. None: keep the current value; "" (blank): none at all (no release
+    or due date, no grace, no late window, no penalty)."""
+
+    release: str | None = None
+    due: str | None = None
+    grace: str | None = None
+    late_window: str | None = None
+    penalty_per_day: str | None = None
+    score_policy: str | None = None
+
+
+class ScheduleError(ValueError):
+    """What is wrong with a ScheduleChange: field name -> message; the key "" holds a problem
+    of the schedule as a whole (the due date before the release, say)."""
+
+    def __init__(self, errors: dict[str, str]) -> None:
+        super().__init__("; ".join(errors.values()))
+        self.errors = errors
+
+
+# LatePolicy's own messages, said in the form's words.
+_WHOLE_SCHEDULE = {
+    "release_at is after due_at": "The due date is before the release date.",
+    "the late window includes the grace and cannot be shorter than it":
+        "The late window counts from the due date and includes the grace, so it cannot be shorter than the grace.",
+    "penalty_per_day is a fraction of the score between 0 and 1":
+        "The penalty per day is a share of the score between 0 and 1 (0% to 100%).",
+    "grace must not be negative": "The grace cannot be negative.",
+}
+
+
+def _field(errors: dict[str, str], name: str, text: str | None, parse: Callable[[str], T],
+           current: T, blank: T) -> T:
+    if text is None:
+        return current
+    if not text.strip():
+        return blank
+    try:
+        return parse(text)
+    except ValueError as exc:
+        errors[name] = str(exc)
+        return current
+
+
+def update_schedule(session: Session, slug: str, change: ScheduleChange, zone: str) -> Assignment:
+    """Apply `change` to the assignment's schedule and score policy, all or nothing.
+    ScheduleError names every field that is wrong; NotFound: no such assignment."""
+    row = get_assignment(session, slug)
+    current = late_policy(row)
+    errors: dict[str, str] = {}
+    release = _field(errors, "release", change.release, lambda t: parse_instant(t, zone), current.release_at, None)
+    due = _field(errors, "due", change.due, lambda t: parse_instant(t, zone), current.due_at, None)
+    grace = _field(errors, "grace", change.grace, parse_duration, current.grace, timedelta(0))
+    window = _field(errors, "late_window", change.late_window, parse_duration, current.late_window, timedelta(0))
+    penalty = _field(errors, "penalty_per_day", change.penalty_per_day, parse_penalty, current.penalty_per_day, 0.0)
+    score_policy = change.score_policy or row.score_policy
+    if score_policy not in SCORE_POLICIES:
+        errors["score_policy"] = f"The score policy is one of: {', '.join(SCORE_POLICIES)}."
+    if errors:
+        raise ScheduleError(errors)
+    try:
+        policy = LatePolicy(release_at=release, due_at=due, grace=grace, late_window=window, penalty_per_day=penalty)
+    except ValueError as exc:
+        raise ScheduleError({"": _WHOLE_SCHEDULE.get(str(exc), str(exc))}) from None
+    return set_schedule(session, slug, policy, score_policy)
+
+
+def extend_student(session: Session, slug: str, username: str, extra: str, reason: str = "") -> ExtensionRow | None:
+    """Give the student `username` `extra` time on `slug` (replacing an earlier extension);
+    `0` removes their extension (None). NotFound: no such user or assignment; ValueError: a
+    bad duration."""
+    user = session.scalar(select(User).where(User.username == username.strip()))
+    if user is None:
+        raise NotFound(f"no user “{username.strip()}”")
+    extension = Extension(parse_duration(extra), reason.strip())
+    if extension.extra:
+        return grant_extension(session, slug, user, extension)
+    assignment = get_assignment(session, slug)
+    row = session.scalar(select(ExtensionRow).where(ExtensionRow.assignment_id == assignment.id,
+                                                    ExtensionRow.user_id == user.id))
+    if row is not None:
+        session.delete(row)
+        session.flush()
+    return None
+
+
+def extensions_of(session: Session, assignment: Assignment) -> list[tuple[User, ExtensionRow]]:
+    """The assignment's extensions with their students, by login."""
+    rows = session.execute(
+        select(User, ExtensionRow).join(ExtensionRow, ExtensionRow.user_id == User.id)
+        .where(ExtensionRow.assignment_id == assignment.id).order_by(User.username)
+    )
+    return [(user, row) for user, row in rows]
