@@ -30,7 +30,7 @@ from grader.course_ops import admission
 from grader.fairshare import Admission, admit
 from grader.models import Assignment, ProblemResult, Run, Submission, User, utcnow
 from grader.service import NotFound, get_assignment, record_regrade, record_submission
-from grader.uploads import UploadError, receive_upload
+from grader.uploads import ReceivedUpload, UploadError, receive_upload
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/v1", tags=["v1"])
@@ -62,6 +62,7 @@ ERROR_CODES = {
     429: "too_many_requests",
     500: "internal_error",
     503: "unavailable",
+    507: "insufficient_storage",
 }
 
 
@@ -365,24 +366,21 @@ def _acceptance(ctx: AppContext, submission: Submission, run: Run) -> dict[str, 
     response_model=SubmissionCreated,
     responses={**ERRORS, 413: {"model": ErrorBody, "description": "upload too large"},
                415: {"model": ErrorBody, "description": "not a multipart upload"},
-               429: {"model": ErrorBody, "description": "upload quota reached (see Retry-After)"}},
+               429: {"model": ErrorBody, "description": "upload quota reached (see Retry-After)"},
+               507: {"model": ErrorBody, "description": "the server is out of storage; nothing was stored"}},
     summary="Upload a zipped submission (multipart field 'file'; optional field 'assignment')",
 )
 async def create_submission(request: Request, ctx: Context, session: DB, caller: Caller) -> dict[str, Any]:
     require(caller, SCOPE_SUBMIT)
     session.commit()  # hand the connection back to the pool while the body streams in
-    try:
-        upload = await receive_upload(request, ctx.blobs, ctx.settings.max_upload_bytes)
-    except UploadError as exc:
-        raise HTTPException(exc.status_code, exc.message) from exc
 
-    def record() -> dict[str, Any]:  # blocking database and broker calls: off the event loop
+    def record(upload: ReceivedUpload) -> dict[str, Any]:  # blocking database and broker calls: off the event loop
         try:
             assignment = get_assignment(session, upload.fields.get("assignment", ctx.default_assignment))
         except NotFound as exc:
             raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from exc
         refusal = admission(session, ctx.settings, caller.user, assignment, utcnow())
-        if refusal is not None:  # the bytes stay in the blob store; no submission is recorded
+        if refusal is not None:  # no submission is recorded, and receive_upload removes the blob
             retry = {"Retry-After": str(refusal.retry_after_s)} if refusal.retry_after_s else None
             raise ApiError(refusal.status_code, refusal.message, refusal.code, headers=retry)
         submission, run = record_submission(session, caller.user, assignment, upload.filename, upload.blob)
@@ -390,7 +388,11 @@ async def create_submission(request: Request, ctx: Context, session: DB, caller:
         body = _acceptance(ctx, submission, run)
         return {**body, "sha256": submission.sha256, "size_bytes": submission.size_bytes}
 
-    return await run_in_threadpool(record)
+    try:
+        async with receive_upload(request, ctx) as upload:
+            return await run_in_threadpool(record, upload)
+    except UploadError as exc:
+        raise HTTPException(exc.status_code, exc.message) from exc
 
 
 @router.get(

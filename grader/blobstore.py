@@ -2,14 +2,17 @@
 
 Layout: <root>/ab/cd/abcdef... . A write goes to a temp file in <root>/tmp, is fsynced,
 then renamed into place (and the folder fsynced), so a blob either exists whole or not at all.
+A write that fails leaves no temp file behind.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import re
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +44,25 @@ class BlobStore:
     def exists(self, sha256: str) -> bool:
         return self.path(sha256).is_file()
 
+    def remove(self, sha256: str) -> None:
+        """Delete a blob. Only for one no submission refers to, under `lock(sha256, exclusive=True)`."""
+        self.path(sha256).unlink(missing_ok=True)
+
+    @contextlib.contextmanager
+    def lock(self, sha256: str, exclusive: bool = False) -> Iterator[None]:
+        """An advisory lock on one digest between the threads and processes of this host: flock
+        on the blob's shard folder (created if missing), so it needs no file of its own.
+        Uploads hold it shared from moving a blob into place until the rows that refer to it
+        are committed; removing an unreferenced blob holds it exclusively."""
+        folder = self.path(sha256).parent
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
     def writer(self, max_bytes: int | None = None) -> BlobWriter:
         """A streaming writer; use as a context manager so an unfinished blob is discarded."""
         return BlobWriter(self, max_bytes)
@@ -64,9 +86,18 @@ class BlobWriter:
         self._max = max_bytes
         fd, name = tempfile.mkstemp(dir=store.tmp_dir, prefix="upload-")
         self._file = os.fdopen(fd, "wb")
-        self._tmp_path = Path(name)
+        self._tmp_path: Path | None = Path(name)  # None once committed
         self._hash = hashlib.sha256()
         self._size = 0
+
+    @property
+    def sha256(self) -> str:
+        """The digest of the bytes written so far."""
+        return self._hash.hexdigest()
+
+    @property
+    def size(self) -> int:
+        return self._size
 
     def write(self, chunk: bytes) -> None:
         self._size += len(chunk)
@@ -76,20 +107,25 @@ class BlobWriter:
         self._file.write(chunk)
 
     def commit(self) -> StoredBlob:
+        assert self._tmp_path is not None, "committed twice"
         self._file.flush()
         os.fsync(self._file.fileno())
         self._file.close()
-        digest = self._hash.hexdigest()
-        dest = self._store.path(digest)
+        dest = self._store.path(self.sha256)
         dest.parent.mkdir(parents=True, exist_ok=True)
         os.replace(self._tmp_path, dest)  # same content -> same name: replacing is harmless
+        self._tmp_path = None
         _fsync_dir(dest.parent)
-        return StoredBlob(digest, self._size)
+        return StoredBlob(dest.name, self._size)
 
     def discard(self) -> None:
-        if not self._file.closed:
+        """Drop an uncommitted temp file (a no-op after `commit`), even when closing it fails:
+        on a full disk, closing flushes the buffered bytes and fails again."""
+        with contextlib.suppress(OSError):
             self._file.close()
-        self._tmp_path.unlink(missing_ok=True)
+        if self._tmp_path is not None:
+            self._tmp_path.unlink(missing_ok=True)
+            self._tmp_path = None
 
     def __enter__(self) -> BlobWriter:
         return self

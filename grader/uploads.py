@@ -1,19 +1,38 @@
-"""Streaming multipart receiver: the file part goes straight into the blob store.
+"""Streaming multipart receiver: the file part streams into the blob store as it arrives.
 
 Starlette's own form parser spools the whole body before a handler sees it; this one
 enforces the size cap while bytes arrive and never holds the upload in memory.
+
+A refused upload leaves nothing behind: the file part stays in a temp file until the whole
+body is parsed and checked, and a blob moved into place for a request that then fails is
+removed again unless a submission refers to it (see `receive_upload`).
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+import errno
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import ExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 
+import anyio
 from python_multipart.multipart import MultipartParser, parse_options_header
+from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from grader.blobstore import BlobStore, BlobTooLarge, BlobWriter, StoredBlob
+from grader.context import AppContext
+from grader.db import session_scope
+from grader.models import Submission
+
+log = logging.getLogger(__name__)
 
 MAX_FIELD_BYTES = 4096
+INSUFFICIENT_STORAGE = 507
+NOT_STORED = ("Nothing was stored. This is a problem on the grading server, not with your submission: "
+              "please try again later.")
 
 
 class UploadError(Exception):
@@ -46,7 +65,7 @@ class _PartCollector:
         self.max_bytes = max_bytes
         self.fields: dict[str, str] = {}
         self.writer: BlobWriter | None = None
-        self.blob: StoredBlob | None = None
+        self.file_complete = False
         self.filename: str | None = None
         self._headers: dict[bytes, bytes] = {}
         self._header_field = b""
@@ -89,7 +108,7 @@ class _PartCollector:
         if self._is_file:
             if self._name != self.file_field:
                 raise UploadError(400, f"unexpected file field {self._name!r}; send the zip as {self.file_field!r}")
-            if self.writer is not None or self.blob is not None:
+            if self.writer is not None:
                 raise UploadError(400, "send exactly one file per submission")
             if self.before_file is not None:
                 self.before_file(self.fields)  # e.g. authenticate from fields sent before the file
@@ -109,46 +128,108 @@ class _PartCollector:
                 raise UploadError(400, f"form field {self._name!r} is too long")
 
     def on_part_end(self) -> None:
-        if self._is_file and self.writer is not None:
-            self.blob = self.writer.commit()
-            self.writer = None
-        elif not self._is_file:
+        if self._is_file:
+            self.file_complete = True
+        else:
             self.fields[self._name] = self._value.decode("utf-8", "replace")
+
+    def checked_file(self) -> BlobWriter:
+        """The file part, still in its temp file, once the whole body is parsed."""
+        if self.writer is None or not self.file_complete:
+            raise UploadError(422, f"no file in the upload; attach the zip as the {self.file_field!r} field")
+        if self.writer.size == 0:
+            raise UploadError(422, "the uploaded file is empty")
+        return self.writer
 
     def discard(self) -> None:
         if self.writer is not None:
             self.writer.discard()
 
 
+@asynccontextmanager
 async def receive_upload(
     request: Request,
-    store: BlobStore,
-    max_bytes: int,
+    ctx: AppContext,
     file_field: str = "file",
     before_file: Callable[[dict[str, str]], None] | None = None,
-) -> ReceivedUpload:
-    """Parse a multipart body as it arrives. `before_file` sees the fields sent before the
-    file part and may raise UploadError to refuse the upload before any byte is stored."""
+) -> AsyncIterator[ReceivedUpload]:
+    """Parse a multipart body as it arrives; its file is in the blob store for the body of the
+    `async with`, where the caller commits the rows that refer to it. `before_file` sees the
+    fields sent before the file part and may raise UploadError to refuse the upload before
+    any byte is stored. If the body raises, the blob is removed again unless a submission
+    refers to it. A server that cannot store the bytes answers 507 (disk full) or 500."""
+    collector = _PartCollector(ctx.blobs, file_field, ctx.settings.max_upload_bytes, before_file)
+    with ExitStack() as held:
+        held.callback(collector.discard)  # the temp file, unless it was moved into place
+        try:
+            await _parse(request, collector, ctx.settings.max_upload_bytes)
+        except OSError as exc:
+            raise _not_stored(exc) from exc
+        writer = collector.checked_file()
+        try:
+            blob = await run_in_threadpool(_store, held, ctx.blobs, writer)
+        except OSError as exc:
+            if ctx.blobs.exists(writer.sha256):  # it failed after the move (fsync of the folder)
+                await _remove_after_failure(held, ctx, writer.sha256)
+            raise _not_stored(exc) from exc
+        try:
+            yield ReceivedUpload(blob, collector.filename or "submission.zip", collector.fields)
+        except BaseException:
+            await _remove_after_failure(held, ctx, blob.sha256)
+            raise
+
+
+async def _parse(request: Request, collector: _PartCollector, max_bytes: int) -> None:
     content_type, params = parse_options_header(request.headers.get("content-type", ""))
     if content_type != b"multipart/form-data" or b"boundary" not in params:
         raise UploadError(415, "send the submission as multipart/form-data with a 'file' field")
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_bytes + 64 * 1024:
         raise UploadError(413, f"the upload is larger than the {max_bytes // (1024 * 1024)} MiB limit")
-    collector = _PartCollector(store, file_field, max_bytes, before_file)
     parser = MultipartParser(params[b"boundary"], collector.callbacks())  # type: ignore[arg-type]
     try:
         async for chunk in request.stream():
             parser.write(chunk)
         parser.finalize()
-    except UploadError:
+    except (UploadError, OSError):  # OSError: the server could not write the bytes
         raise
     except Exception as exc:  # malformed multipart body
         raise UploadError(400, f"malformed multipart upload: {exc}") from exc
-    finally:
-        collector.discard()
-    if collector.blob is None:
-        raise UploadError(422, f"no file in the upload; attach the zip as the {file_field!r} field")
-    if collector.blob.size == 0:
-        raise UploadError(422, "the uploaded file is empty")
-    return ReceivedUpload(collector.blob, collector.filename or "submission.zip", collector.fields)
+
+
+def _store(held: ExitStack, store: BlobStore, writer: BlobWriter) -> StoredBlob:
+    """Move the checked file into place under a shared lock on its digest, which `held` keeps
+    until the request's rows are committed."""
+    held.enter_context(store.lock(writer.sha256))
+    return writer.commit()
+
+
+async def _remove_after_failure(held: ExitStack, ctx: AppContext, sha256: str) -> None:
+    held.close()  # the shared lock goes before the exclusive one is taken
+    with anyio.CancelScope(shield=True):  # a cancelled request still cleans up
+        await run_in_threadpool(remove_unless_recorded, ctx, sha256)
+
+
+def remove_unless_recorded(ctx: AppContext, sha256: str) -> None:
+    """Remove the blob of a refused or failed upload unless a submission refers to it: the
+    same bytes may have been uploaded before. An upload of the same bytes still between
+    storing and committing holds the shared lock, so this waits for it and then sees its row;
+    one that starts later stores the bytes again. If the database cannot say, the blob stays."""
+    with ctx.blobs.lock(sha256, exclusive=True):
+        try:
+            with session_scope(ctx.sessions) as session:
+                recorded = session.scalar(select(Submission.id).where(Submission.sha256 == sha256).limit(1))
+        except SQLAlchemyError:
+            log.warning("kept blob %s of a failed upload: the database could not say whether it is used",
+                        sha256, exc_info=True)
+            return
+        if recorded is None:
+            ctx.blobs.remove(sha256)
+
+
+def _not_stored(exc: OSError) -> UploadError:
+    """The server's own failure to store an upload: never a 4xx, which would blame the student."""
+    log.error("could not store an upload: %s", exc)
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return UploadError(INSUFFICIENT_STORAGE, f"The grading server is out of storage space. {NOT_STORED}")
+    return UploadError(500, f"The grading server could not store the upload. {NOT_STORED}")

@@ -156,18 +156,18 @@ async def submit_from_session(request: Request) -> Response:
 
     error: tuple[int, str] | None = None
     try:
-        upload = await receive_upload(request, ctx.blobs, ctx.settings.max_upload_bytes, before_file=check_fields)
-        with ctx.blobs.path(upload.blob.sha256).open("rb") as fh:
-            if fh.read(4) not in ZIP_MAGIC:
-                raise UploadError(415, f"“{upload.filename}” is not a zip archive. Zip your assignment folder "
-                                       "(for example with `zip -r llmsys_hw4.zip llmsys_hw4`) and upload the .zip.")
-        with _db(ctx) as session:
-            assignment = get_assignment(session, upload.fields.get("assignment", ctx.default_assignment))
-            user = session.get(User, holder["user_id"])
-            assert user is not None
-            _refuse_if_not_admitted(ctx, session, user, assignment)
-            _submission, run = record_submission(session, user, assignment, upload.filename, upload.blob)
-            run_id = run.id
+        async with receive_upload(request, ctx, before_file=check_fields) as upload:
+            with ctx.blobs.path(upload.blob.sha256).open("rb") as fh:
+                if fh.read(4) not in ZIP_MAGIC:
+                    raise UploadError(415, f"“{upload.filename}” is not a zip archive. Zip your assignment folder "
+                                           "(for example with `zip -r llmsys_hw4.zip llmsys_hw4`) and upload the .zip.")
+            with _db(ctx) as session:
+                assignment = get_assignment(session, upload.fields.get("assignment", ctx.default_assignment))
+                user = session.get(User, holder["user_id"])
+                assert user is not None
+                _refuse_if_not_admitted(ctx, session, user, assignment)
+                _submission, run = record_submission(session, user, assignment, upload.filename, upload.blob)
+                run_id = run.id
     except UploadError as exc:
         error = (exc.status_code, exc.message)
     except NotFound as exc:
@@ -204,15 +204,13 @@ async def upload_from_form(request: Request) -> HTMLResponse:
             principal_holder["user_id"] = principal.user.id
 
     try:
-        upload = await receive_upload(
-            request, ctx.blobs, ctx.settings.max_upload_bytes, before_file=authenticate_from_fields
-        )
-        with session_scope(ctx.sessions) as session:
-            assignment = get_assignment(session, upload.fields.get("assignment", ctx.default_assignment))
-            user = session.get(User, principal_holder["user_id"])
-            assert user is not None
-            _refuse_if_not_admitted(ctx, session, user, assignment)
-            submission, run = record_submission(session, user, assignment, upload.filename, upload.blob)
+        async with receive_upload(request, ctx, before_file=authenticate_from_fields) as upload:
+            with session_scope(ctx.sessions) as session:
+                assignment = get_assignment(session, upload.fields.get("assignment", ctx.default_assignment))
+                user = session.get(User, principal_holder["user_id"])
+                assert user is not None
+                _refuse_if_not_admitted(ctx, session, user, assignment)
+                submission, run = record_submission(session, user, assignment, upload.filename, upload.blob)
     except (UploadError, NotFound) as exc:
         code = exc.status_code if isinstance(exc, UploadError) else status.HTTP_404_NOT_FOUND
         message = exc.message if isinstance(exc, UploadError) else str(exc)

@@ -3,6 +3,7 @@ broker in a temp folder) must answer each with its status and error code, and ke
 no submission row, no blob, no temp file."""
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,10 +15,12 @@ from sqlalchemy import func, select
 from grader.app import create_app
 from grader.auth import issue_token
 from grader.cli import init_database
+from grader.context import AppContext
 from grader.db import session_scope
 from grader.models import Role, Submission
-from grader.service import get_or_create_user
+from grader.service import get_assignment, get_or_create_user, record_submission
 from grader.settings import Settings
+from grader.uploads import remove_unless_recorded
 from hostile_report import Row, record
 
 MAX_UPLOAD = 256 * 1024
@@ -30,11 +33,6 @@ class UploadCase:
     request: dict[str, object]  # keyword arguments of TestClient.post, less the headers
     status: int
     code: str
-    orphan_blob: bool = False  # known: the blob store keeps the file of this refused upload
-
-
-ORPHAN = ("grader/uploads.py commits the file part to the blob store before it refuses an empty file or a "
-          "second file, so the refused upload's blob stays behind (no row refers to it)")
 
 
 def _multipart(body: bytes, boundary: str = "kgboundary") -> dict[str, object]:
@@ -58,13 +56,16 @@ CASES = [
                415, "unsupported_media_type"),
     UploadCase("no-boundary", "upload content type", {"content": b"x", "headers": {"Content-Type": "multipart/form-data"}},
                415, "unsupported_media_type"),
-    UploadCase("empty-file", "empty zip", {"files": {"file": ("a.zip", b"")}}, 422, "validation_error", True),
+    UploadCase("empty-file", "empty zip", {"files": {"file": ("a.zip", b"")}}, 422, "validation_error"),
     UploadCase("no-file", "wrong layout", _multipart(_part("assignment", b"hw4") + END), 422, "validation_error"),
     UploadCase("two-files", "wrong layout", _multipart(_part("file", b"PK1", "a.zip") + _part("file", b"PK2", "b.zip") + END),
-               400, "bad_request", True),
+               400, "bad_request"),
     UploadCase("wrong-file-field", "wrong layout", _multipart(_part("evil", b"PK", "a.zip") + END), 400, "bad_request"),
     UploadCase("field-flood", "oversized form field", _multipart(_part("assignment", b"a" * 10_000) + END),
                400, "bad_request"),
+    UploadCase("unknown-assignment", "refused once stored",
+               {"files": {"file": ("a.zip", b"PK\x05\x06" + bytes(18) + b"nowhere")}, "data": {"assignment": "nope"}},
+               404, "not_found"),
     UploadCase("malformed-multipart", "not an archive at all", _multipart(b"--kgboundary\r\nno headers end"),
                400, "bad_request"),
 ]
@@ -95,12 +96,7 @@ def _kept(app: App) -> tuple[int, list[str]]:
     return rows, files
 
 
-def _param(case: UploadCase) -> object:
-    marks = [pytest.mark.xfail(strict=True, reason=ORPHAN)] if case.orphan_blob else []
-    return pytest.param(case, id=case.id, marks=marks)
-
-
-@pytest.mark.parametrize("case", [_param(c) for c in CASES])
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in CASES])
 def test_hostile_upload_is_refused_and_nothing_kept(case: UploadCase, app: App) -> None:
     (rows_before, blobs_before) = _kept(app)
     request = dict(case.request)
@@ -122,3 +118,42 @@ def test_a_good_upload_still_goes_through(app: App) -> None:
     response = app.client.post("/api/v1/submissions", headers={"Authorization": f"Bearer {app.token}"},
                                files={"file": ("ok.zip", b"PK\x05\x06" + bytes(18))})
     assert response.status_code == 201, response.text
+
+
+def test_refusing_bytes_a_submission_holds_keeps_its_blob(app: App) -> None:
+    """Content addressing: a refused upload of bytes already recorded must not remove them."""
+    headers = {"Authorization": f"Bearer {app.token}"}
+    zip_bytes = b"PK\x05\x06" + bytes(18) + b"recorded"
+    kept = app.client.post("/api/v1/submissions", headers=headers, files={"file": ("ok.zip", zip_bytes)})
+    refused = app.client.post("/api/v1/submissions", headers=headers, data={"assignment": "nope"},
+                              files={"file": ("again.zip", zip_bytes)})
+    assert kept.status_code == 201 and refused.status_code == 404, refused.text
+    assert _context(app).blobs.exists(kept.json()["sha256"])
+
+
+def test_removal_waits_for_an_upload_of_the_same_bytes_still_recording(app: App) -> None:
+    """The race: a refused upload's removal and a concurrent upload of the same bytes that has
+    stored the blob (holding the shared lock) but not yet committed its submission."""
+    ctx = _context(app)
+    blob = ctx.blobs.put_bytes(b"PK\x05\x06" + bytes(18) + b"raced")
+    removal = threading.Thread(target=remove_unless_recorded, args=(ctx, blob.sha256))
+    with ctx.blobs.lock(blob.sha256):
+        removal.start()
+        removal.join(0.5)
+        assert removal.is_alive(), "the removal did not wait for the upload still recording"
+        with session_scope(ctx.sessions) as session:
+            user = get_or_create_user(session, "mallory", Role.student)
+            record_submission(session, user, get_assignment(session, "hw4"), "raced.zip", blob)
+    removal.join(10)
+    assert not removal.is_alive() and ctx.blobs.exists(blob.sha256), "a recorded blob was removed"
+
+
+def test_removal_of_an_unrecorded_blob(app: App) -> None:
+    ctx = _context(app)
+    blob = ctx.blobs.put_bytes(b"PK\x05\x06" + bytes(18) + b"never recorded")
+    remove_unless_recorded(ctx, blob.sha256)
+    assert not ctx.blobs.exists(blob.sha256)
+
+
+def _context(app: App) -> AppContext:
+    return app.client.app.state.context  # type: ignore[attr-defined,no-any-return]

@@ -12,6 +12,7 @@ cannot disturb anything else; they are stopped at the end even when a test fails
 """
 from __future__ import annotations
 
+import html
 import os
 import subprocess
 import sys
@@ -327,17 +328,45 @@ def test_full_blob_disk_refuses_the_upload_and_keeps_the_rest(settings: Settings
     assert BlobStore(own.blob_dir).exists(kept.json()["sha256"]), "an earlier upload was damaged"
 
 
-@pytest.mark.xfail(strict=True, reason="grader/uploads.py turns any OSError while storing into "
-                   "'400 malformed multipart upload', so a full disk reads as the student's fault; it should "
-                   "be a 5xx (507 Insufficient Storage or 503) saying the server is out of space")
 def test_full_blob_disk_is_the_servers_error(settings: Settings, tokens: dict[str, str], tmp_path: Path,
                                             small_disk: Callable[[Path, str], None]) -> None:
+    """507 with a message that puts the fault on the server, on the API and on the token form
+    (a page, not JSON); nothing is stored, not even a temp file."""
     own = settings.model_copy(update={"data_dir": tmp_path / "data", "broker_url": "redis://127.0.0.1:1/0"})
     small_disk(own.blob_dir, "128k")
     with TestClient(create_app(own)) as client:
         full = client.post("/api/v1/submissions", headers=auth(tokens["alice"]),
                            files={"file": ("big.zip", os.urandom(400 * 1024))})
-    assert full.status_code in (503, 507), full.text
+        page = client.post("/upload", data={"token": tokens["alice"]},
+                           files={"file": ("big.zip", os.urandom(400 * 1024))})
+    assert full.status_code == 507, full.text
+    error = full.json()["error"]
+    assert error["code"] == "insufficient_storage"
+    assert "out of storage space" in error["message"] and "Nothing was stored" in error["message"]
+    assert "not with your submission" in error["message"] and "try again later" in error["message"]
+    assert page.status_code == 507 and page.headers["content-type"].startswith("text/html")
+    assert error["message"] in html.unescape(page.text)
+    assert _stored_files(own.blob_dir) == []
+
+
+def test_other_blob_disk_failures_are_the_servers_error_too(settings: Settings, tokens: dict[str, str],
+                                                            tmp_path: Path,
+                                                            small_disk: Callable[[Path, str], None]) -> None:
+    own = settings.model_copy(update={"data_dir": tmp_path / "data", "broker_url": "redis://127.0.0.1:1/0"})
+    small_disk(own.blob_dir, "1m")
+    subprocess.run(["mount", "-o", "remount,ro", str(own.blob_dir)], check=True)
+    with TestClient(create_app(own)) as client:
+        refused = client.post("/api/v1/submissions", headers=auth(tokens["alice"]),
+                              files={"file": ("a.zip", b"PK\x05\x06" + bytes(18) + b"read-only")})
+        no_file = client.post("/api/v1/submissions", headers=auth(tokens["alice"]),
+                              files={"assignment": (None, "hw4")})
+    assert refused.status_code == 500 and refused.json()["error"]["code"] == "internal_error", refused.text
+    assert "Nothing was stored" in refused.json()["error"]["message"]
+    assert no_file.status_code == 422, "bad input stays the client's error whatever the disk"
+
+
+def _stored_files(blob_dir: Path) -> list[Path]:
+    return [p for p in blob_dir.rglob("*") if p.is_file()]
 
 
 def _submissions(sessions: sessionmaker[Session]) -> int:

@@ -1,10 +1,15 @@
-"""grader.blobstore on a real folder: naming, dedup, size caps and all-or-nothing writes."""
+"""grader.blobstore on a real folder: naming, dedup, size caps, all-or-nothing writes (a full disk
+included), removal and the per-digest lock."""
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
+import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -121,6 +126,64 @@ def test_failed_upload_does_not_disturb_an_existing_blob(store: BlobStore) -> No
         store.put_chunks([b"kept", b"and more"], max_bytes=5)
     assert _blobs(store) == [store.path(kept.sha256)]
     assert store.path(kept.sha256).read_bytes() == b"kept"
+
+
+@pytest.fixture
+def full_disk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Temp files are created as usual, but their bytes go to /dev/full: ENOSPC on the first
+    write that reaches the disk."""
+    real_mkstemp = tempfile.mkstemp
+
+    def mkstemp(*args: Any, **kwargs: Any) -> tuple[int, str]:
+        fd, name = real_mkstemp(*args, **kwargs)
+        full = os.open("/dev/full", os.O_WRONLY)
+        os.dup2(full, fd)
+        os.close(full)
+        return fd, name
+
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
+
+
+@pytest.mark.usefixtures("full_disk")
+def test_disk_full_half_way_leaves_no_temp_file(store: BlobStore) -> None:
+    with pytest.raises(OSError) as caught:
+        store.put_chunks([b"buffered, not yet written", os.urandom(1 << 20)])
+    assert caught.value.errno == errno.ENOSPC
+    assert _temps(store) == [] and _blobs(store) == []
+
+
+@pytest.mark.usefixtures("full_disk")
+def test_disk_full_at_commit_leaves_no_temp_file(store: BlobStore) -> None:
+    """The bytes are still buffered when commit flushes them; closing the file to discard it
+    flushes (and fails) again, which must not keep the temp file or hide the first error."""
+    with pytest.raises(OSError) as caught:
+        store.put_bytes(b"small enough to stay in the buffer")
+    assert caught.value.errno == errno.ENOSPC
+    assert _temps(store) == [] and _blobs(store) == []
+
+
+def test_removing_a_blob(store: BlobStore) -> None:
+    blob = store.put_bytes(b"refused upload")
+    store.remove(blob.sha256)
+    store.remove(blob.sha256)  # already gone: no error
+    assert not store.exists(blob.sha256) and _temps(store) == []
+
+
+def test_exclusive_lock_waits_for_the_shared_holders(store: BlobStore) -> None:
+    digest = hashlib.sha256(b"locked").hexdigest()
+    taken = threading.Event()
+
+    def take_exclusive() -> None:
+        with store.lock(digest, exclusive=True):
+            taken.set()
+
+    with store.lock(digest), store.lock(digest):  # shared holders do not exclude each other
+        waiter = threading.Thread(target=take_exclusive)
+        waiter.start()
+        assert not taken.wait(0.3), "the exclusive lock was taken while shared holders held it"
+    assert taken.wait(10)
+    waiter.join()
+    assert _blobs(store) == [], "the lock needs no file of its own"
 
 
 @pytest.mark.parametrize(
