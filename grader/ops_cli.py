@@ -74,19 +74,19 @@ def similarity(
     """Compare every student's latest submission with every other's (starter code ignored) and
     write the ranked pairs with their matching regions."""
     # imported here: copydetect loads matplotlib, which no other command needs
-    from grader.similarity import compare_class, starter_sources
     from grader.similarity_report import report_html, report_json
-    from grader.submission_sources import class_sources
+    from grader.similarity_store import compute_report
 
     if out.suffix not in (".html", ".json"):
         raise typer.BadParameter("--out must end in .html or .json")
     settings = get_settings()
     rubric = load_rubric(assignment)
     with session_scope(make_session_factory(make_engine(settings))) as session:
-        found = class_sources(session, BlobStore(settings.blob_dir), rubric, pipeline_config(settings, rubric).limits)
-    for username, why in sorted(found.skipped.items()):
+        report, found = compute_report(session, BlobStore(settings.blob_dir), rubric,
+                                       pipeline_config(settings, rubric).limits)
+    for username, why in sorted(report.skipped.items()):
         typer.echo(f"left out {username}: {why}", err=True)
-    pairs = compare_class(found.students, starter_sources(rubric))
+    pairs = report.pairs
     if out.suffix == ".json":
         out.write_text(json.dumps(report_json(assignment, pairs), indent=1))
     else:

@@ -38,11 +38,12 @@ pre{font-size:12px;overflow:auto;max-height:32rem;border:1px solid #ccc;margin:0
 """
 
 
-def _ranges(lines: Sequence[LineRange]) -> str:
+def describe_ranges(lines: Sequence[LineRange]) -> str:
     return ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in lines)
 
 
-def _numbered(text: str, lines: Sequence[LineRange]) -> list[tuple[int, str, bool]]:
+def numbered_lines(text: str, lines: Sequence[LineRange]) -> list[tuple[int, str, bool]]:
+    """(line number, text, inside one of `lines`) for every line of `text`."""
     return [(no, line, any(a <= no <= b for a, b in lines))
             for no, line in enumerate(text.splitlines(), start=1)]
 
@@ -56,7 +57,7 @@ def report_html(assignment: str, pairs: Sequence[PairResult], sources: Mapping[s
                 detailed: int = 20) -> str:
     """The ranking of every pair, and the side-by-side view of the `detailed` first ones."""
     env = Environment(autoescape=select_autoescape(default=True, default_for_string=True))
-    env.globals.update(ranges=_ranges, numbered=_numbered)
+    env.globals.update(ranges=describe_ranges, numbered=numbered_lines)
     summary = (f"{_student_count(pairs)} students, {len(pairs)} pairs, most similar first. Score: the share "
                "of both students' own code (the starter's code never counts) that the other also has. "
                "Highlighted: the shared regions. A high score is a reason to look, not a verdict.")

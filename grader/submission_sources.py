@@ -21,6 +21,7 @@ from worker.unpack import BadArchive, UnpackLimits, find_assignment_root, unpack
 class ClassSources:
     students: dict[str, Sources] = field(default_factory=dict)  # username -> files
     skipped: dict[str, str] = field(default_factory=dict)  # username -> why
+    submissions: dict[str, str] = field(default_factory=dict)  # username -> sha256 of the zip read
 
 
 def latest_submissions(session: Session, slug: str) -> list[tuple[str, str]]:
@@ -35,16 +36,22 @@ def latest_submissions(session: Session, slug: str) -> list[tuple[str, str]]:
     return [(name, sha) for name, sha in rows]
 
 
+def blob_sources(blobs: BlobStore, sha256: str, rubric: Rubric, limits: UnpackLimits, work: Path) -> Sources:
+    """The rubric's student files in the zip stored under `sha256`, unpacked under `work`;
+    BadArchive or FileNotFoundError when it is not a valid submission."""
+    dest = work / sha256
+    unpack_zip(blobs.path(sha256), dest, limits)
+    return tree_sources(find_assignment_root(dest, rubric.required_files), rubric.student_files)
+
+
 def class_sources(session: Session, blobs: BlobStore, rubric: Rubric, limits: UnpackLimits) -> ClassSources:
     found = ClassSources()
     with tempfile.TemporaryDirectory(prefix="kg-similarity-") as tmp:
         for username, sha256 in latest_submissions(session, rubric.slug):
-            dest = Path(tmp) / sha256 / username
             try:
-                unpack_zip(blobs.path(sha256), dest, limits)
-                root = find_assignment_root(dest, rubric.required_files)
+                found.students[username] = blob_sources(blobs, sha256, rubric, limits, Path(tmp) / username)
             except (BadArchive, FileNotFoundError) as exc:
                 found.skipped[username] = str(exc)
-                continue
-            found.students[username] = tree_sources(root, rubric.student_files)
+            else:
+                found.submissions[username] = sha256
     return found
