@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session, joinedload, selectinload
 
 from grader.course_ops import late_checker
 from grader.deadlines import LateStatus
+from grader.gpu_info import GpuNote, gpu_notes
 from grader.models import Assignment, ProblemResult, Role, Run, RunState, Submission, User
 from worker.rubric import RubricError, load_rubric
 
@@ -108,6 +109,7 @@ class ScoredRun:
     speedups: dict[str, float] = field(default_factory=dict)  # problem id -> the speedup that scored
     raw_score: float | None = None  # before a late penalty (None: no penalty applied)
     late: str | None = None  # the late policy's reason when the submission was not on time
+    gpu: GpuNote | None = None  # the GPU model it was measured on, and whether that model is calibrated
 
 
 @dataclass(frozen=True)
@@ -220,13 +222,14 @@ def gradebook(session: Session, assignment: Assignment, policy: str | None = Non
             if speedup is not None:
                 speedups[run_id][pid] = float(speedup)
     newest = _newest_runs(session, assignment)
+    gpus = gpu_notes(session, assignment.id, chosen_ids)
 
     def as_scored(row: tuple | None) -> ScoredRun | None:
         if row is None:
             return None
         return ScoredRun(run_id=row[2], submission_id=row[1], score=float(row[3]), finished_at=row[4],
                          problems=dict(points.get(row[2], {})), speedups=dict(speedups.get(row[2], {})),
-                         raw_score=row[5], late=row[6])
+                         raw_score=row[5], late=row[6], gpu=gpus.get(row[2]))
 
     rows = []
     for user in users:

@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from grader.gpu_info import gpu_notes
 from grader.models import ACTIVE_STATES, FINAL_STATES, Run, RunState, Submission
 from worker.rubric import RubricError, load_rubric
 
@@ -101,6 +102,7 @@ def run_status(session: Session, run: Run, eta_sample: int) -> dict[str, Any]:
     """The JSON the run page polls (and renders from at first)."""
     queue = queue_estimate(session, run, eta_sample)
     active = run.state in ACTIVE_STATES
+    gpu = gpu_notes(session, run.submission.assignment_id, [run.id]).get(run.id)
     return {
         "id": run.id,
         "state": run.state.value,
@@ -112,4 +114,6 @@ def run_status(session: Session, run: Run, eta_sample: int) -> dict[str, Any]:
         "eta_s": round(queue.eta_s) if queue and queue.eta_s is not None else None,
         "progress": run.progress if active else None,
         "progress_text": progress_text(run, queue),
+        "gpu_model": gpu.model if gpu else None,  # from the run's telemetry; None: not run on a GPU
+        "gpu_calibrated": gpu.calibrated if gpu else None,
     }
