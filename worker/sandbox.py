@@ -57,18 +57,24 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
+import json
 import os
 import pwd
 import resource
 import signal
+import shutil
 import socket
+import stat
 import subprocess
+import sys
+import tempfile
 import threading
 import time
 import uuid
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -103,6 +109,7 @@ class SandboxLimits:
     max_processes: int       # processes of the child (watchdog) and RLIMIT_NPROC when uid-dropped
     file_size_bytes: int     # RLIMIT_FSIZE
     open_files: int = 256    # RLIMIT_NOFILE
+    disk_bytes: int = 1 << 30  # all the job may write (job folder, /tmp, ...): a tmpfs of this size (namespaces only)
 
 
 @dataclass(frozen=True)
@@ -130,6 +137,9 @@ class SandboxPolicy:
     isolate_network: bool = True  # unshare(CLONE_NEWNET) when permitted; recorded on the process
     gpu_index: int | None = None  # sets CUDA_VISIBLE_DEVICES
     docker: DockerOptions | None = None  # None: the process backend
+    # Without PID/mount namespaces on this host the process backend refuses to run (False: it
+    # runs without them, with only what the preexec hook applies; see `isolation`).
+    require_namespaces: bool = True
 
 
 @dataclass(frozen=True)
@@ -137,6 +147,7 @@ class SandboxExit:
     returncode: int | None
     reason: str   # "exited" | "signal" | "timeout" | "memory" | "processes" | "cpu" | "file_size"
     detail: str
+    isolation: tuple[str, ...] = ()  # what was applied: see SandboxedProcess.isolation
 
 
 def _libc():
@@ -186,9 +197,12 @@ def _nproc_limit(max_processes: int) -> int:
 
 
 class _ChildSetup:
-    """Runs in the child between fork and exec: no imports, no allocation-heavy work."""
+    """Runs in the child between fork and exec: no imports, no allocation-heavy work. With
+    `namespaced`, only the rlimits and PR_SET_PDEATHSIG: the launcher (sandbox_init.py) must stay
+    root to build the namespaces, and drops the job's privileges itself."""
 
-    def __init__(self, limits: SandboxLimits, isolate_network: bool, ids: tuple[int, int] | None, report_fd: int):
+    def __init__(self, limits: SandboxLimits, isolate_network: bool, ids: tuple[int, int] | None, report_fd: int,
+                 namespaced: bool = False):
         self.rlimits = [
             (resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 1)),
             (resource.RLIMIT_FSIZE, (limits.file_size_bytes, limits.file_size_bytes)),
@@ -204,16 +218,18 @@ class _ChildSetup:
         self.isolate_network = isolate_network
         self.ids = ids
         self.report_fd = report_fd
+        self.namespaced = namespaced
         self.prctl = _LIBC.prctl
         self.parent = os.getpid()
 
     def __call__(self) -> None:
         for which, value in self.rlimits:
             resource.setrlimit(which, value)
-        isolated = self.isolate_network and _unshare_net()
-        os.write(self.report_fd, b"1" if isolated else b"0")
+        if not self.namespaced:
+            isolated = self.isolate_network and _unshare_net()
+            os.write(self.report_fd, b"1" if isolated else b"0")
         self.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-        if self.ids is not None:
+        if self.ids is not None and not self.namespaced:
             uid, gid = self.ids
             os.setgroups([])
             os.setgid(gid)
@@ -259,6 +275,155 @@ def _owner(pid: int) -> int | None:
         return None
 
 
+# ---- namespaces (the launcher is worker/sandbox_init.py) -----------------------------------
+
+LAUNCHER = Path(__file__).with_name("sandbox_init.py")
+NAMESPACED = ("pid", "mount", "disk")  # isolation a namespaced job gets, with "network" unless disabled
+OPAQUE_XATTR = "trusted.overlay.opaque"
+
+
+def _mapped_files(cwd: Path) -> list[str]:
+    """Files under `cwd` this process has mapped (the GPU stage's arena), relative to `cwd`:
+    the launcher binds them through the job folder's overlay, so they stay shared."""
+    prefix = f"{cwd}/"
+    with open("/proc/self/maps") as f:
+        paths = {line.split(None, 5)[5].strip() for line in f if line.count(" ") >= 5 and prefix in line}
+    return sorted(p[len(prefix):] for p in paths if p.startswith(prefix) and os.path.isfile(p))
+
+
+def _launch_namespaced(argv: list[str], cwd: Path, env: dict[str, str], pass_fds: tuple[int, ...],
+                       config: dict[str, object], setup: Callable[[], None] | None,
+                       out_w: int | None) -> tuple[subprocess.Popen, int]:
+    """Start `argv` through the launcher; returns its Popen and the fd of the job's capped
+    scratch folder (the overlay's upper layer). Raises SandboxError when the namespaces could
+    not be built, and OSError (as Popen) when `argv` could not be executed."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    with ours:
+        try:
+            popen = subprocess.Popen(
+                [sys.executable, "-I", "-S", str(LAUNCHER), str(theirs.fileno())],
+                cwd=cwd, env={}, stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w, close_fds=True,
+                pass_fds=(*pass_fds, theirs.fileno()), start_new_session=True, preexec_fn=setup,
+                restore_signals=True,
+            )
+        finally:
+            theirs.close()
+        try:
+            ours.sendall(json.dumps({**config, "argv": argv, "env": env}).encode())
+            return popen, _launch_report(ours, argv[0])
+        except BaseException:
+            os.killpg(popen.pid, signal.SIGKILL)
+            popen.wait()
+            raise
+
+
+def _launch_report(sock: socket.socket, program: str) -> int:
+    message, fds, _, _ = socket.recv_fds(sock, 65536, 1)
+    report = json.loads(message) if message else {"error": "the sandbox launcher ended without a word"}
+    if report.get("ok") and len(fds) == 1:
+        return fds[0]
+    for fd in fds:
+        os.close(fd)
+    if "exec_errno" in report:
+        errno = int(report["exec_errno"])
+        raise OSError(errno, os.strerror(errno), program)
+    raise SandboxError(str(report.get("error", report)))
+
+
+@functools.cache
+def namespaces_unavailable() -> str | None:
+    """Why this host cannot give a sandboxed job its own PID, mount and network namespaces, or
+    None when it can. Probed once per process by launching a job that does nothing."""
+    if os.geteuid() != 0:
+        return "the grading parent is not root"
+    folder = Path(tempfile.mkdtemp(prefix="kg-sandbox-probe-"))
+    config = {"cwd": str(folder), "uid": None, "gid": None, "network": True, "disk_bytes": 1 << 20, "shared": []}
+    try:
+        popen, scratch = _launch_namespaced([sys.executable, "-I", "-S", "-c", ""], folder, {}, (), config,
+                                            None, subprocess.DEVNULL)
+        os.close(scratch)
+        return None if popen.wait(timeout=30) == 0 else "the probe job failed"
+    except (OSError, SandboxError, subprocess.TimeoutExpired) as exc:
+        return str(exc)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _remove(dir_fd: int, name: str) -> None:
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    except IsADirectoryError:
+        shutil.rmtree(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass
+
+
+def _open_dir(name: str, dir_fd: int) -> int:
+    return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
+
+
+def _is_opaque(fd: int) -> bool:
+    try:
+        return os.getxattr(fd, OPAQUE_XATTR) == b"y"
+    except OSError:
+        return False
+
+
+def _merge_back(upper: int, cwd: Path, ids: tuple[int, int] | None) -> None:
+    """Apply what the job wrote (the overlay's upper layer, fd `upper`) to the real job folder,
+    so the parent finds it there as if the job had written in place: files and symlinks copied,
+    whiteouts (char device 0:0) deleted, opaque folders emptied first. Runs after every process
+    of the job is gone; all through directory fds without following links (the content is the
+    job's). Iterative: the job may nest folders deeper than Python's recursion limit."""
+    todo = [(upper, os.open(cwd, os.O_RDONLY | os.O_DIRECTORY))]
+    while todo:
+        src, dst = todo.pop()
+        try:
+            for entry in os.scandir(src):
+                pair = _merge_entry(src, dst, entry, ids)
+                if pair is not None:
+                    todo.append(pair)
+        finally:
+            os.close(src)
+            os.close(dst)
+
+
+def _merge_entry(src: int, dst: int, entry: os.DirEntry, ids: tuple[int, int] | None) -> tuple[int, int] | None:
+    """One entry of `_merge_back`; returns the (source, destination) folder fds to descend into."""
+    name, st = entry.name, entry.stat(follow_symlinks=False)
+    if stat.S_ISCHR(st.st_mode) and st.st_rdev == 0:
+        _remove(dst, name)
+        return None
+    descend = None
+    if stat.S_ISDIR(st.st_mode):
+        try:
+            os.mkdir(name, 0o700, dir_fd=dst)
+        except FileExistsError:
+            if not stat.S_ISDIR(os.stat(name, dir_fd=dst, follow_symlinks=False).st_mode):
+                _remove(dst, name)
+                os.mkdir(name, 0o700, dir_fd=dst)
+        descend = (_open_dir(name, src), _open_dir(name, dst))
+        os.fchmod(descend[1], st.st_mode & 0o777)
+        if _is_opaque(descend[0]):  # the job replaced a folder of the real one
+            for old in os.listdir(descend[1]):
+                _remove(descend[1], old)
+    elif stat.S_ISREG(st.st_mode):
+        _remove(dst, name)
+        fd_in = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=src)
+        fd_out = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dst)
+        with os.fdopen(fd_in, "rb") as fin, os.fdopen(fd_out, "wb") as fout:
+            shutil.copyfileobj(fin, fout, 1 << 20)
+            os.fchmod(fout.fileno(), st.st_mode & 0o777)
+    elif stat.S_ISLNK(st.st_mode):
+        _remove(dst, name)
+        os.symlink(os.readlink(name, dir_fd=src), name, dir_fd=dst)
+    else:
+        return None  # sockets, FIFOs, devices: not carried over
+    if ids is not None:
+        os.chown(name, *ids, dir_fd=dst, follow_symlinks=False)
+    return descend
+
+
 class Sandbox:
     def __init__(self, limits: SandboxLimits, policy: SandboxPolicy = SandboxPolicy()) -> None:
         self.limits = limits
@@ -272,6 +437,11 @@ class Sandbox:
             if pw.pw_uid == 0:
                 raise SandboxError(f"sandbox user {policy.user!r} is root")
             self.ids = (pw.pw_uid, pw.pw_gid)
+        self.namespaced = policy.docker is None and namespaces_unavailable() is None
+        if policy.docker is None and not self.namespaced and policy.require_namespaces:
+            raise SandboxError(f"this host cannot give sandboxed jobs their own PID and mount namespaces "
+                               f"({namespaces_unavailable()}); refusing to run submitted code without them "
+                               f"(KG_SANDBOX_REQUIRE_NAMESPACES=false runs it with weaker isolation)")
 
     def _give_cwd(self, cwd: Path) -> None:
         """chown cwd and everything under it to the sandbox user, never following symlinks
@@ -340,7 +510,26 @@ class Sandbox:
             raise SandboxError(f"sandbox container {name} did not take its file descriptors: {process.output_tail(2000)}")
         return process
 
+    def _spawn_namespaced(self, argv: list[str], cwd: Path, child_env: dict[str, str],
+                          pass_fds: tuple[int, ...]) -> SandboxedProcess:
+        uid, gid = self.ids or (None, None)
+        config = {"cwd": str(cwd), "uid": uid, "gid": gid, "network": self.policy.isolate_network,
+                  "disk_bytes": self.limits.disk_bytes, "shared": _mapped_files(cwd)}
+        setup = _ChildSetup(self.limits, False, self.ids, -1, namespaced=True)
+        out_r, out_w = os.pipe()
+        try:
+            popen, scratch = _launch_namespaced(argv, cwd, child_env, pass_fds, config, setup, out_w)
+        except BaseException:
+            os.close(out_r)
+            raise
+        finally:
+            os.close(out_w)
+        isolation = (("network",) if self.policy.isolate_network else ()) + NAMESPACED
+        return SandboxedProcess(popen, self.limits, out_r, isolation, self.ids, (scratch, cwd))
+
     def _spawn_once(self, argv: list[str], cwd: Path, child_env: dict[str, str], pass_fds: tuple[int, ...]) -> SandboxedProcess:
+        if self.namespaced:
+            return self._spawn_namespaced(argv, cwd, child_env, pass_fds)
         report_r, report_w = os.pipe()
         out_r, out_w = os.pipe()
         try:
@@ -361,7 +550,7 @@ class Sandbox:
             isolated = os.read(report_r, 1) == b"1"
         finally:
             os.close(report_r)
-        return SandboxedProcess(popen, self.limits, out_r, isolated, self.ids)
+        return SandboxedProcess(popen, self.limits, out_r, ("network",) if isolated else (), self.ids)
 
 
 class _OutputTail:
@@ -415,19 +604,26 @@ def _wait_within_wall_time(popen: subprocess.Popen, wall_s: float, started: floa
 
 
 class SandboxedProcess:
-    def __init__(self, popen: subprocess.Popen, limits: SandboxLimits, out_fd: int, network_isolated: bool,
-                 ids: tuple[int, int] | None) -> None:
+    def __init__(self, popen: subprocess.Popen, limits: SandboxLimits, out_fd: int, isolation: tuple[str, ...],
+                 ids: tuple[int, int] | None, scratch: tuple[int, Path] | None = None) -> None:
         self._popen = popen
         self.pid: int = popen.pid
         self.limits = limits
-        self.network_isolated = network_isolated
+        # What was applied: "network" (own network namespace), "pid" (own PID namespace: the
+        # job's processes die with it), "mount" (read-only view, fresh /tmp & co., host sockets
+        # hidden), "disk" (writes capped at limits.disk_bytes).
+        self.isolation = isolation
+        self.network_isolated = "network" in isolation
+        self._ids = ids
+        self._scratch = scratch  # (fd of the job's overlay upper layer, real job folder)
         self.uid: int | None = ids[0] if ids else None
         self.started = time.monotonic()
         self._lock = threading.Lock()
         self._violation: str | None = None
         self._violation_detail = ""
         self._known: dict[int, int] = {}  # pid -> start time of every process seen in the sandbox
-        self._leader_cpu_s = 0.0
+        self._max_cpu_s = 0.0  # RLIMIT_CPU is per process: the most any member has used
+        self._merge_error: OSError | None = None
         # The child cannot have been reaped yet, so its pid is still ours to read.
         info = _read_stat(self.pid)
         self._leader_start = info.start if info else -1
@@ -508,8 +704,7 @@ class SandboxedProcess:
                 self._trip("wall", f"killed after {lim.wall_s:.1f} s wall time")
                 break
             members = self._members()
-            if self.pid in members:
-                self._leader_cpu_s = members[self.pid].cpu_s
+            self._max_cpu_s = max([self._max_cpu_s, *(info.cpu_s for info in members.values())])
             rss = sum(info.rss for info in members.values())
             if len(members) > lim.max_processes:
                 self._trip("processes", f"{len(members)} processes, over the cap of {lim.max_processes}")
@@ -518,6 +713,20 @@ class SandboxedProcess:
                 self._trip("memory", f"resident memory {rss >> 20} MiB, over the cap of {lim.memory_bytes >> 20} MiB")
                 break
             self._stop.wait(SCAN_INTERVAL_S)
+        self._collect_scratch()
+
+    def _collect_scratch(self) -> None:
+        """Once the job has ended (and with it its PID namespace), carry what it wrote into the
+        real job folder and let its capped tmpfs go. Here, in the watchdog thread, so that it
+        happens even when the caller kills the child and never waits."""
+        if self._scratch is None:
+            return
+        self._popen.wait()
+        upper, cwd = self._scratch
+        try:
+            _merge_back(upper, cwd, self._ids)
+        except OSError as exc:
+            self._merge_error = exc
 
     # ---- public -------------------------------------------------------------------------
     @property
@@ -570,12 +779,15 @@ class SandboxedProcess:
         settle_until = time.monotonic() + 3
         while self._members(zombies=True) and time.monotonic() < settle_until:
             time.sleep(0.02)
-        self._watchdog.join(timeout=5)
+        self._watchdog.join()  # it ends right after the child, merging back what it wrote (bounded by the cap)
         self._output.join(timeout=5)
+        if self._merge_error is not None:
+            raise SandboxError(f"could not carry the job's files back into {self._scratch[1]}: {self._merge_error}")
         with self._lock:
             violation, vdetail = self._violation, self._violation_detail
-        cpu_spent = self._leader_cpu_s >= self.limits.cpu_s - 0.5
-        self._result = _classify(returncode, self.limits, violation, vdetail, leftovers, cpu_spent)
+        cpu_spent = self._max_cpu_s >= self.limits.cpu_s - 0.5
+        self._result = replace(_classify(returncode, self.limits, violation, vdetail, leftovers, cpu_spent),
+                               isolation=self.isolation)
         return self._result
 
 

@@ -58,8 +58,9 @@ def _confine(job: Path, limits: SandboxLimits = LIMITS) -> Confinement:
 @pytest.fixture
 def shared() -> Iterator[Path]:
     """A folder everyone can traverse (pytest's own are 0700 as root), for files the sandbox
-    user must reach: fake compilers, or a secret that only its mode protects."""
-    path = Path(tempfile.mkdtemp(prefix="kg-build-sandbox-"))
+    user must reach: fake compilers, or a secret that only its mode protects. Not under /tmp:
+    the sandbox sees a fresh, empty /tmp."""
+    path = Path(tempfile.mkdtemp(prefix="kg-build-sandbox-", dir="/var/lib"))
     path.chmod(0o755)
     yield path
     shutil.rmtree(path, ignore_errors=True)

@@ -177,9 +177,9 @@ def test_writes_only_in_cwd(base, backend):
     """, backend=backend)
     assert res.reason == "exited", proc.output_tail()
     assert (base / "job" / "mine.txt").read_text() == "ok"
-    # The process backend shows the (empty) folder; a container does not see it at all.
-    seen = "listing []" if backend.name == "process" else "not visible FileNotFoundError"
-    assert seen in proc.output_tail() and proc.output_tail().count("denied") == 2, proc.output_tail()
+    # Neither backend shows the job folder's siblings (the process backend: the job folder is
+    # under /tmp, which the child sees as a fresh tmpfs holding only that folder).
+    assert "not visible FileNotFoundError" in proc.output_tail() and proc.output_tail().count("denied") == 2, proc.output_tail()
     assert not (forbidden / "x.txt").exists()
     if IS_ROOT:
         assert (base / "job").stat().st_uid == _nobody()[0]
@@ -298,22 +298,37 @@ def test_file_size_limit(base, backend):
     assert (base / "job" / "big.bin").stat().st_size == MiB
 
 
+def _with_marker(marker: str) -> list[int]:
+    """Live processes whose command line holds `marker` (the child's own pids are those of its
+    PID namespace, so the host finds them this way)."""
+    found = []
+    for name in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                if marker.encode() in f.read() and _alive(int(name)):
+                    found.append(int(name))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
 def test_kill_leaves_no_survivor_even_sigterm_ignoring_escapees(base):
     py = _python()
+    marker = f"kg-stubborn-{os.getpid()}-{time.monotonic_ns()}"
     proc = Sandbox(LIMITS).spawn([py, "-I", "-c", textwrap.dedent(f"""
         import subprocess, time
         stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)"
-        a = subprocess.Popen([{py!r}, "-c", stubborn])
-        b = subprocess.Popen([{py!r}, "-c", stubborn], start_new_session=True)  # leaves the group
+        a = subprocess.Popen([{py!r}, "-c", stubborn, {marker!r}])
+        b = subprocess.Popen([{py!r}, "-c", stubborn, {marker!r}], start_new_session=True)  # leaves the group
         time.sleep(0.5)
-        print("PIDS", a.pid, b.pid, flush=True)
+        print("STARTED", flush=True)
         time.sleep(300)
     """)], base / "job", {})
     deadline = time.monotonic() + 10
-    while "PIDS" not in proc.output_tail() and time.monotonic() < deadline:
+    while "STARTED" not in proc.output_tail() and time.monotonic() < deadline:
         time.sleep(0.05)
-    pids = [int(x) for x in proc.output_tail().split("PIDS", 1)[1].split()[:2]]
-    assert all(_alive(p) for p in pids)
+    pids = _with_marker(marker)
+    assert len(pids) == 3 and all(_alive(p) for p in pids)  # the job (its program holds the marker) and both
     with pytest.raises(subprocess.TimeoutExpired):
         proc.wait(timeout=0.1)
     proc.kill()
