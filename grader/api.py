@@ -340,8 +340,8 @@ def require(principal: Principal, scope: str) -> None:
 
 def _readable_submission(session: Session, principal: Principal, submission_id: int) -> Submission:
     submission = session.get(Submission, submission_id)
-    # Someone else's submission reads as absent: its existence is not revealed.
-    if submission is None or not principal.can_read_submission_of(submission.user_id):
+    # Someone else's submission, or one of an assignment not taught, reads as absent.
+    if submission is None or not principal.can_read_submission(submission):
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no submission {submission_id}")
     return submission
 
@@ -399,7 +399,8 @@ async def create_submission(request: Request, ctx: Context, session: DB, caller:
     "/submissions",
     response_model=SubmissionPage,
     responses=ERRORS,
-    summary="List submissions, newest first (students: their own; `read:all`: everyone's)",
+    summary="List submissions, newest first (students: their own; `read:all`: everyone's in the assignments "
+            "the caller teaches)",
 )
 def list_submissions(
     request: Request,
@@ -411,20 +412,20 @@ def list_submissions(
     assignment: Annotated[str | None, Query(description="only this assignment (slug)")] = None,
 ) -> dict[str, Any]:
     require(caller, SCOPE_READ)
-    if caller.can(SCOPE_READ_ALL):
-        user_id = None
-        if user is not None:
-            row = session.scalar(select(User).where(User.username == user))
-            if row is None:
-                raise HTTPException(status.HTTP_404_NOT_FOUND, f"no user {user!r}")
-            user_id = row.id
-    elif user is None or user == caller.user.username:
+    user_id = None
+    if user is not None and user != caller.user.username:
+        if not caller.can(SCOPE_READ_ALL):
+            raise HTTPException(status.HTTP_403_FORBIDDEN,
+                                "listing another user's submissions needs the 'read:all' scope")
+        row = session.scalar(select(User).where(User.username == user))
+        if row is None:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no user {user!r}")
+        user_id = row.id
+    elif user is not None:
         user_id = caller.user.id
-    else:
-        raise HTTPException(status.HTTP_403_FORBIDDEN, "listing another user's submissions needs the 'read:all' scope")
-    assignment_id = _assignment(session, assignment).id if assignment is not None else None
-    result = queries.list_submissions(session, user_id=user_id, assignment_id=assignment_id, page=page,
-                                      page_size=page_size)
+    assignment_id = _member_assignment(session, caller, assignment).id if assignment is not None else None
+    result = queries.list_submissions(session, user_id=user_id, assignment_id=assignment_id,
+                                      visible=queries.submission_visibility(caller), page=page, page_size=page_size)
     next_link = None
     if result.has_next:
         params = {k: v for k, v in request.query_params.items() if k != "page"}
@@ -507,6 +508,8 @@ def list_submission_runs(submission_id: int, session: DB, caller: Caller) -> dic
 def regrade_submission(submission_id: int, ctx: Context, session: DB, caller: Caller) -> dict[str, Any]:
     require(caller, SCOPE_REGRADE)
     sub = _readable_submission(session, caller, submission_id)
+    if not caller.teaches(sub.assignment_id):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, f"only staff of {sub.assignment.slug!r} re-grade its submissions")
     run = record_regrade(session, sub)
     session.commit()
     return _acceptance(ctx, sub, run)
@@ -521,7 +524,7 @@ def regrade_submission(submission_id: int, ctx: Context, session: DB, caller: Ca
 def read_run(run_id: int, session: DB, caller: Caller) -> dict[str, Any]:
     require(caller, SCOPE_READ)
     run = session.get(Run, run_id)
-    if run is None or not caller.can_read_submission_of(run.submission.user_id):
+    if run is None or not caller.can_read_submission(run.submission):
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no run {run_id}")
     return run_to_dict(run)
 
@@ -541,7 +544,7 @@ PolicyParam = Annotated[
 )
 def read_gradebook(slug: str, session: DB, caller: Caller, policy: PolicyParam = None) -> dict[str, Any]:
     require(caller, SCOPE_READ_ALL)
-    return gradebook_to_dict(queries.gradebook(session, _assignment(session, slug), policy))
+    return gradebook_to_dict(queries.gradebook(session, _taught_assignment(session, caller, slug), policy))
 
 
 def gradebook_to_dict(book: queries.Gradebook) -> dict[str, Any]:
@@ -577,7 +580,7 @@ def gradebook_to_dict(book: queries.Gradebook) -> dict[str, Any]:
 )
 def read_gradebook_csv(slug: str, session: DB, caller: Caller, policy: PolicyParam = None) -> Response:
     require(caller, SCOPE_READ_ALL)
-    book = queries.gradebook(session, _assignment(session, slug), policy)
+    book = queries.gradebook(session, _taught_assignment(session, caller, slug), policy)
     return Response(
         gradebook_csv(book),
         media_type="text/csv; charset=utf-8",
@@ -597,7 +600,7 @@ def regrade_assignment(
 ) -> dict[str, Any]:
     require(caller, SCOPE_REGRADE)
     require(caller, SCOPE_READ_ALL)
-    assignment = _assignment(session, slug)
+    assignment = _taught_assignment(session, caller, slug)
     if isinstance(body.submissions, str):
         targets = queries.regrade_targets(session, assignment, body.submissions)
     else:
@@ -629,11 +632,23 @@ def regrade_assignment(
 # ---- helpers ------------------------------------------------------------------------------
 
 
-def _assignment(session: Session, slug: str) -> Assignment:
+def _member_assignment(session: Session, caller: Principal, slug: str) -> Assignment:
+    """The assignment `slug` when the caller is enrolled in it; 404 otherwise, as if absent."""
     try:
-        return get_assignment(session, slug)
+        assignment = get_assignment(session, slug)
     except NotFound as exc:
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from exc
+    if not caller.member_of(assignment.id):
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no assignment {slug!r}")
+    return assignment
+
+
+def _taught_assignment(session: Session, caller: Principal, slug: str) -> Assignment:
+    """The assignment `slug` when the caller reads all of it (its staff); 403 for its students."""
+    assignment = _member_assignment(session, caller, slug)
+    if not caller.can_read_all_of(assignment.id):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, f"only staff of {slug!r} may do this")
+    return assignment
 
 
 def _run_summary(r: Run) -> dict[str, Any]:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
@@ -12,7 +13,8 @@ from argon2.exceptions import InvalidHashError, VerificationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from grader.models import ApiToken, Role, User, utcnow
+from grader.membership import roles_of
+from grader.models import ApiToken, CourseRole, Role, Submission, User, utcnow
 
 TOKEN_PREFIX = "kg_"
 
@@ -21,9 +23,10 @@ SCOPE_SUBMIT = "submit"
 SCOPE_READ = "read"  # own submissions and runs
 SCOPE_READ_ALL = "read:all"  # every submission (staff, CI)
 SCOPE_REGRADE = "regrade"
+ALL_SCOPES = (SCOPE_SUBMIT, SCOPE_READ, SCOPE_READ_ALL, SCOPE_REGRADE)
 DEFAULT_SCOPES: dict[Role, tuple[str, ...]] = {
     Role.student: (SCOPE_SUBMIT, SCOPE_READ),
-    Role.instructor: (SCOPE_SUBMIT, SCOPE_READ, SCOPE_READ_ALL, SCOPE_REGRADE),
+    Role.instructor: ALL_SCOPES,
 }
 
 
@@ -34,14 +37,39 @@ def hash_token(token: str) -> str:
 
 @dataclass(frozen=True)
 class Principal:
+    """Who acts (a token's owner, or a logged-in browser's user), what the token allows, and
+    the user's part in each assignment (grader.membership): a scope only ever acts within
+    the assignments that part covers."""
+
     user: User
     scopes: frozenset[str]
+    roles: Mapping[int, CourseRole] = field(default_factory=dict)  # assignment id -> role
 
     def can(self, scope: str) -> bool:
         return scope in self.scopes
 
-    def can_read_submission_of(self, owner_id: int) -> bool:
-        return self.can(SCOPE_READ_ALL) or (self.can(SCOPE_READ) and owner_id == self.user.id)
+    def member_of(self, assignment_id: int) -> bool:
+        return assignment_id in self.roles
+
+    def teaches(self, assignment_id: int) -> bool:
+        return self.roles.get(assignment_id) is CourseRole.staff
+
+    def can_read_all_of(self, assignment_id: int) -> bool:
+        """Every submission of the assignment: staff there, with a token that reads all."""
+        return self.can(SCOPE_READ_ALL) and self.teaches(assignment_id)
+
+    def can_read_submission(self, submission: Submission) -> bool:
+        own = submission.user_id == self.user.id and self.member_of(submission.assignment_id)
+        return self.can_read_all_of(submission.assignment_id) or (self.can(SCOPE_READ) and own)
+
+
+def principal_for(session: Session, user: User, scopes: frozenset[str]) -> Principal:
+    return Principal(user, scopes, roles_of(session, user.id))
+
+
+def browser_principal(session: Session, user: User) -> Principal:
+    """A logged-in browser acts as its user, with every scope: the memberships alone limit it."""
+    return principal_for(session, user, frozenset(ALL_SCOPES))
 
 
 def issue_token(session: Session, user: User, name: str, scopes: tuple[str, ...] | None = None) -> str:
@@ -60,7 +88,7 @@ def authenticate(session: Session, token: str) -> Principal | None:
     if row is None:
         return None
     row.last_used_at = utcnow()
-    return Principal(row.user, row.scope_set)
+    return principal_for(session, row.user, row.scope_set)
 
 
 # ---- passwords (browser login) ------------------------------------------------------------

@@ -21,6 +21,7 @@ from alembic.config import Config as AlembicConfig
 from grader import client_cli, ops_cli
 from grader.auth import issue_token
 from grader.db import make_engine, make_session_factory, session_scope
+from grader.membership import assignments_of
 from grader.models import Role, User
 from grader.reconcile import reconcile
 from grader.roster import import_roster
@@ -81,20 +82,26 @@ def user_add(
     username: str,
     role: Annotated[Role, typer.Option(help="student or instructor")] = Role.student,
     password: Annotated[bool, typer.Option("--password", help="ask for a web login password and set it")] = False,
+    assignment: Annotated[list[str] | None, typer.Option(
+        help="enroll in this assignment (repeatable; students as students, instructors as staff); "
+             "none: a new user joins every assignment")] = None,
 ) -> None:
-    """Create a user (an existing one keeps its role); --password sets its web password (and
-    ends the user's browser sessions)."""
+    """Create a user (an existing one keeps its role) and enroll it; --password sets its web
+    password (and ends the user's browser sessions)."""
     secret = typer.prompt("Password", hide_input=True, confirmation_prompt=True) if password else None
     settings = get_settings()
     with session_scope(make_session_factory(make_engine(settings))) as session:
-        user = get_or_create_user(session, username, role)
+        chosen = [ops_cli.assignment_or_exit(session, slug) for slug in assignment] if assignment else None
+        user = get_or_create_user(session, username, role, chosen)
         if secret is not None:
             try:
                 change_password(session, user, secret, settings.password_min_length)
             except ValueError as exc:
                 typer.echo(str(exc), err=True)
                 raise typer.Exit(1) from exc
-        typer.echo(f"user {user.username} ({user.role.value}) id={user.id}" + (" password set" if secret else ""))
+        enrolled = ", ".join(a.slug for a in assignments_of(session, user.id)) or "nothing"
+        typer.echo(f"user {user.username} ({user.role.value}) id={user.id}, enrolled in {enrolled}"
+                   + (", password set" if secret else ""))
 
 
 @user_app.command("logout-all")
@@ -131,16 +138,20 @@ def roster_import(
     file: Annotated[Path, typer.Argument(help="CSV: email,name[,section] per line", exists=True, dir_okay=False)],
     out: Annotated[Path | None, typer.Option(help="write the new accounts' first passwords here (CSV, mode 600) "
                                                   "instead of printing them")] = None,
+    assignment: Annotated[str | None, typer.Option(help="enroll the students in this assignment "
+                                                        "(default: the first of KG_RUBRICS)")] = None,
 ) -> None:
-    """Create (or update) student accounts from a roster CSV. New accounts' first passwords are
-    printed once as `email,password` lines; exits 1 when a line could not be imported."""
+    """Create (or update) student accounts from a roster CSV, enrolled in one assignment. New
+    accounts' first passwords are printed once as `email,password` lines; exits 1 when a line
+    could not be imported."""
     try:
         text = file.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         typer.echo(f"{file} is not UTF-8 text", err=True)
         raise typer.Exit(2) from None
-    with session_scope(make_session_factory(make_engine(get_settings()))) as session:
-        report = import_roster(session, text)
+    settings = get_settings()
+    with session_scope(make_session_factory(make_engine(settings))) as session:
+        report = import_roster(session, text, ops_cli.assignment_or_exit(session, assignment or settings.rubrics[0]))
     credentials = "".join(f"{email},{password}\n" for email, password in report.created)
     if out is not None:
         out.touch(mode=0o600)

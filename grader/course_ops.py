@@ -14,7 +14,8 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from grader.deadlines import Extension, LatePolicy, Lateness, evaluate
-from grader.models import Assignment, ErrorClass, Extension as ExtensionRow, Role, Run, Submission, User
+from grader.membership import role_in
+from grader.models import Assignment, CourseRole, ErrorClass, Extension as ExtensionRow, Role, Run, Submission, User
 from grader.quotas import QuotaDecision, QuotaPolicy, check
 from grader.settings import Settings
 from grader.service import get_assignment
@@ -108,12 +109,17 @@ class Refusal:
 
 
 def admission(session: Session, settings: Settings, user: User, assignment: Assignment, now: datetime) -> Refusal | None:
-    """None when `user` may upload to `assignment` at `now`. A student may not upload before
-    the release or after the late window closes (staff may, to test), nor over the quota."""
-    if user.role is Role.student:
-        late = lateness(session, assignment, user.id, now, settings)
-        if not late.accepted:
-            return Refusal(403, "closed" if late.due_at and now > late.due_at else "not_released", late.reason)
+    """None when `user` may upload to `assignment` at `now`. Someone not enrolled in it is
+    answered as if it did not exist; its staff may always upload (to test); a student may not
+    upload before the release or after the late window closes, nor over the quota."""
+    role = role_in(session, user.id, assignment.id)
+    if role is None:
+        return Refusal(404, "not_found", f"no assignment {assignment.slug!r}")
+    if role is CourseRole.staff:
+        return None
+    late = lateness(session, assignment, user.id, now, settings)
+    if not late.accepted:
+        return Refusal(403, "closed" if late.due_at and now > late.due_at else "not_released", late.reason)
     quota = quota_decision(session, settings, user, now)
     if not quota.allowed:
         return Refusal(429, "quota_exceeded", quota.reason, quota.retry_after_s(now))

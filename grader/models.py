@@ -10,9 +10,9 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
-from grader.states import ACTIVE_STATES, FINAL_STATES, ErrorClass, Role, RunState
+from grader.states import ACTIVE_STATES, FINAL_STATES, CourseRole, ErrorClass, Role, RunState
 
-__all__ = ["ACTIVE_STATES", "FINAL_STATES", "ErrorClass", "Role", "RunState"]
+__all__ = ["ACTIVE_STATES", "FINAL_STATES", "CourseRole", "ErrorClass", "Role", "RunState"]
 
 
 def utcnow() -> datetime:
@@ -110,6 +110,19 @@ class Assignment(Base):
     late_window_s: Mapped[int] = mapped_column(Integer, default=0)  # from due_at, grace included
     late_penalty_per_day: Mapped[float] = mapped_column(Float, default=0.0)
     score_policy: Mapped[str] = mapped_column(String(16), default="latest")  # latest | best
+
+
+class Enrollment(Base):
+    """A user's membership of one assignment (grader.membership): what they may do there."""
+
+    __tablename__ = "enrollments"
+    __table_args__ = (UniqueConstraint("user_id", "assignment_id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    assignment_id: Mapped[int] = mapped_column(ForeignKey("assignments.id", ondelete="CASCADE"), index=True)
+    role: Mapped[CourseRole] = mapped_column(_enum(CourseRole))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class Extension(Base):

@@ -35,7 +35,7 @@ def schedule(
     settings = get_settings()
     change = ScheduleChange(release, due, grace, late_window, penalty_per_day, policy)
     with session_scope(make_session_factory(make_engine(settings))) as session:
-        _assignment(session, assignment)
+        assignment_or_exit(session, assignment)
         try:
             row = update_schedule(session, assignment, change, settings.course_timezone)
         except ScheduleError as exc:
@@ -57,7 +57,7 @@ def extend(
 ) -> None:
     """Give one student extra time on an assignment (moves their due date, grace and late window)."""
     with session_scope(make_session_factory(make_engine(get_settings()))) as session:
-        _assignment(session, assignment)
+        assignment_or_exit(session, assignment)
         try:
             extend_student(session, assignment, username, extra, reason)
         except (NotFound, ValueError) as exc:
@@ -104,7 +104,7 @@ def gradescope_pack(
     typer.echo(build_autograder_zip(load_rubric(assignment), out, cuda_arch or get_settings().cuda_arch))
 
 
-def _assignment(session: Session, slug: str) -> Assignment:
+def assignment_or_exit(session: Session, slug: str) -> Assignment:
     try:
         return get_assignment(session, slug)
     except NotFound as exc:

@@ -11,13 +11,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Generic, Literal, TypeVar
 
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, and_, false, func, or_, select
 from sqlalchemy.orm import Session, joinedload, selectinload
 
+from grader.auth import SCOPE_READ, Principal
 from grader.course_ops import late_checker
 from grader.deadlines import LateStatus
 from grader.gpu_info import GpuNote, gpu_notes
-from grader.models import Assignment, ProblemResult, Role, Run, RunState, Submission, User
+from grader.models import Assignment, CourseRole, Enrollment, ProblemResult, Run, RunState, Submission, User
 from worker.rubric import RubricError, load_rubric
 
 T = TypeVar("T")
@@ -54,15 +55,17 @@ def list_submissions(
     *,
     user_id: int | None = None,
     assignment_id: int | None = None,
+    visible: ColumnElement[bool] | None = None,
     page: int = 1,
     page_size: int = 20,
 ) -> Page[Submission]:
-    """Submissions newest first (all of them when `user_id` is None: staff views).
+    """Submissions newest first, of every user when `user_id` is None, limited to those the
+    `visible` condition lets the caller see (`submission_visibility`).
 
     Each returned Submission has `user`, `assignment` and `runs` loaded (three statements in
     all, plus one for the total)."""
     page, page_size = _page_bounds(page, page_size)
-    conditions = []
+    conditions = [] if visible is None else [visible]
     if user_id is not None:
         conditions.append(Submission.user_id == user_id)
     if assignment_id is not None:
@@ -77,6 +80,14 @@ def list_submissions(
         .limit(page_size)
     ).all()
     return Page(items=list(items), total=total, page=page, page_size=page_size)
+
+
+def submission_visibility(principal: Principal) -> ColumnElement[bool]:
+    """The submissions `principal` may read (Principal.can_read_submission, as SQL): every one
+    of the assignments it reads all of, and its user's own in the assignments they are in."""
+    taught = [aid for aid in principal.roles if principal.can_read_all_of(aid)]
+    own = and_(Submission.user_id == principal.user.id, Submission.assignment_id.in_(list(principal.roles)))
+    return or_(Submission.assignment_id.in_(taught), own if principal.can(SCOPE_READ) else false())
 
 
 def submission_runs(session: Session, submission_id: int) -> list[Run]:
@@ -166,8 +177,8 @@ def _problem_columns(session: Session, assignment: Assignment, run_ids: list[int
 
 
 def gradebook(session: Session, assignment: Assignment, policy: str | None = None) -> Gradebook:
-    """One row per student (every user with the student role, plus anyone else who
-    submitted), ordered by login.
+    """One row per student (every student enrolled in the assignment, plus anyone else who
+    submitted to it), ordered by login.
 
     Only runs in state `scored` count: an infrastructure failure or a run still in flight
     never replaces a score. "latest": the newest submission that has a scored run (its
@@ -185,8 +196,10 @@ def gradebook(session: Session, assignment: Assignment, policy: str | None = Non
             .group_by(Submission.user_id)
         ).all()
     )
+    students = select(Enrollment.user_id).where(Enrollment.assignment_id == assignment.id,
+                                                Enrollment.role == CourseRole.student)
     users = session.scalars(
-        select(User).where((User.role == Role.student) | User.id.in_(list(counts) or [-1])).order_by(User.username)
+        select(User).where(User.id.in_(students) | User.id.in_(list(counts) or [-1])).order_by(User.username)
     ).all()
     lateness = late_checker(session, assignment)
     scored = []

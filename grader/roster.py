@@ -1,7 +1,8 @@
 """Roster import: a CSV of students (`email,name[,section]`, an optional header line) becomes
-student accounts, idempotently. The email (lower-cased) is the login. A new account gets a
-random first password, returned once so the instructor can hand it out; an existing student
-keeps theirs and gets the roster's name and section. Every line that cannot be imported is
+student accounts enrolled in one assignment, idempotently. The email (lower-cased) is the
+login. A new account gets a random first password, returned once so the instructor can hand
+it out; an existing student keeps theirs, gets the roster's name and section, and is
+enrolled in the assignment too. Every line that cannot be imported is
 reported with its line number and why; the other lines are imported (running the corrected
 file again is safe)."""
 from __future__ import annotations
@@ -16,7 +17,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from grader.auth import set_password
-from grader.models import Role, User
+from grader.membership import enroll, role_in
+from grader.models import Assignment, CourseRole, Role, User
 
 EMAIL = re.compile(r"^[^@\s,;<>\"']+@[^@\s,;<>\"']+\.[^@\s,;<>\"'.]+$")
 MAX_EMAIL, MAX_NAME, MAX_SECTION = 128, 256, 64  # the users table's column sizes
@@ -43,7 +45,7 @@ class LineError:
 @dataclass
 class RosterReport:
     created: list[tuple[str, str]] = field(default_factory=list)  # (email, first password)
-    updated: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)  # name, section or enrollment changed
     unchanged: list[str] = field(default_factory=list)
     errors: list[LineError] = field(default_factory=list)
 
@@ -88,8 +90,8 @@ def parse_roster(text: str) -> tuple[list[RosterLine], list[LineError]]:
     return lines, errors
 
 
-def import_roster(session: Session, text: str) -> RosterReport:
-    """Create or update one student per valid line (the caller commits)."""
+def import_roster(session: Session, text: str, assignment: Assignment) -> RosterReport:
+    """Create or update one student per valid line, enrolled in `assignment` (the caller commits)."""
     lines, errors = parse_roster(text)
     report = RosterReport(errors=errors)
     existing = {u.username: u for u in session.scalars(select(User).where(User.username.in_([ln.email for ln in lines])))}
@@ -100,14 +102,20 @@ def import_roster(session: Session, text: str) -> RosterReport:
             password = secrets.token_urlsafe(9)
             set_password(user, password)
             session.add(user)
+            session.flush()
+            enroll(session, user, assignment, CourseRole.student)
             report.created.append((line.email, password))
         elif user.role != Role.student:
             report.errors.append(LineError(line.line, f"{line.email} is an existing {user.role.value} account; not changed"))
-        elif (user.full_name, user.section) == (line.name, line.section):
-            report.unchanged.append(line.email)
+        elif role_in(session, user.id, assignment.id) is CourseRole.staff:
+            report.errors.append(LineError(line.line, f"{line.email} is staff of {assignment.slug}; not changed"))
         else:
-            user.full_name, user.section = line.name, line.section
-            report.updated.append(line.email)
+            newly_enrolled = enroll(session, user, assignment, CourseRole.student)
+            if (user.full_name, user.section) == (line.name, line.section) and not newly_enrolled:
+                report.unchanged.append(line.email)
+            else:
+                user.full_name, user.section = line.name, line.section
+                report.updated.append(line.email)
     report.errors.sort(key=lambda e: e.line)
     session.flush()
     return report

@@ -1,10 +1,13 @@
 """Submission bookkeeping shared by the web form, the REST API and the CLI."""
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from grader.blobstore import StoredBlob
+from grader.membership import enroll_in_all
 from grader.models import Assignment, GpuCalibration, Role, Run, Submission, User, utcnow
 from worker.rubric import load_rubric
 
@@ -36,12 +39,19 @@ def get_assignment(session: Session, slug: str) -> Assignment:
     return row
 
 
-def get_or_create_user(session: Session, username: str, role: Role) -> User:
+def get_or_create_user(session: Session, username: str, role: Role,
+                       assignments: Sequence[Assignment] | None = None) -> User:
+    """The user named `username` (an existing one keeps its role), enrolled in `assignments`
+    in the part its role gives (grader.membership). None: a new user joins every assignment
+    there is (the one-course default), an existing one changes nothing."""
     user = session.scalar(select(User).where(User.username == username))
     if user is None:
         user = User(username=username, role=role)
         session.add(user)
         session.flush()
+        if assignments is None:
+            assignments = session.scalars(select(Assignment)).all()
+    enroll_in_all(session, user, assignments or ())
     return user
 
 

@@ -10,6 +10,14 @@ class Role(str, enum.Enum):
     instructor = "instructor"
 
 
+class CourseRole(str, enum.Enum):
+    """A user's part in one assignment (grader.membership): students submit and read their own
+    work; staff read, re-grade and export everyone's."""
+
+    student = "student"
+    staff = "staff"
+
+
 class RunState(str, enum.Enum):
     queued = "queued"
     building = "building"

@@ -21,12 +21,13 @@ from sqlalchemy.orm import Session, selectinload
 
 from grader import charts, gradebook_view, queries
 from grader.api import ADMISSION_MESSAGES, GradebookOut, get_context, gradebook_csv, gradebook_to_dict
-from grader.auth import DEFAULT_SCOPES, SCOPE_SUBMIT, authenticate, check_password, issue_token
+from grader.auth import DEFAULT_SCOPES, SCOPE_SUBMIT, authenticate, browser_principal, check_password, issue_token
 from grader.context import AppContext
 from grader.db import session_scope
 from grader.course_ops import admission
 from grader.fairshare import admit
-from grader.models import ApiToken, Assignment, ProblemResult, Role, Run, Submission, User, utcnow
+from grader.membership import assignments_of, role_in, roles_of
+from grader.models import ApiToken, Assignment, CourseRole, ProblemResult, Role, Run, Submission, User, utcnow
 from grader.roster import import_roster
 from grader.runstatus import run_status
 from grader.service import NotFound, get_assignment, record_regrade, record_submission
@@ -78,9 +79,12 @@ def _form_user(request: Request, session: Session, form: Any) -> User | Response
     return user
 
 
-def _upload_page(request: Request, user: User | None, status_code: int = 200, error: str | None = None) -> HTMLResponse:
+def _upload_page(request: Request, session: Session, user: User | None, status_code: int = 200,
+                 error: str | None = None) -> HTMLResponse:
+    """The upload form; a logged-in user chooses among the assignments they are enrolled in."""
     settings = get_context(request).settings
-    return _page(request, "upload.html", user, status_code, error=error, assignments=settings.rubrics,
+    slugs = [a.slug for a in assignments_of(session, user.id)] if user is not None else settings.rubrics
+    return _page(request, "upload.html", user, status_code, error=error, assignments=slugs,
                  max_bytes=settings.max_upload_bytes, max_mib=f"{settings.max_upload_bytes / (1024 * 1024):g}")
 
 
@@ -134,7 +138,7 @@ def home(request: Request) -> HTMLResponse:
     ctx = get_context(request)
     with _db(ctx) as session:
         user = current_user(request, session)
-        return _upload_page(request, user)
+        return _upload_page(request, session, user)
 
 
 @router.post("/submit", response_class=HTMLResponse)
@@ -177,7 +181,7 @@ async def submit_from_session(request: Request) -> Response:
             user = current_user(request, session)
             if user is None:
                 return _to_login()
-            return _upload_page(request, user, error[0], error[1])
+            return _upload_page(request, session, user, error[0], error[1])
     admit(ctx.celery, ctx.sessions, run_id, ctx.settings.task_queue)
     return RedirectResponse(f"/runs/{run_id}", status_code=status.HTTP_303_SEE_OTHER)
 
@@ -231,8 +235,9 @@ def history(request: Request) -> Response:
         user = current_user(request, session)
         if user is None:
             return _to_login()
+        enrolled = list(roles_of(session, user.id))
         subs = session.scalars(
-            select(Submission).where(Submission.user_id == user.id)
+            select(Submission).where(Submission.user_id == user.id, Submission.assignment_id.in_(enrolled))
             .options(selectinload(Submission.runs), selectinload(Submission.assignment))
             .order_by(Submission.id.desc())
         ).all()
@@ -241,10 +246,8 @@ def history(request: Request) -> Response:
 
 def _readable_run(session: Session, user: User, run_id: int) -> Run | None:
     run = session.get(Run, run_id)
-    if run is None:
-        return None
-    # Another student's run reads as absent: its existence is not revealed.
-    if user.role != Role.instructor and run.submission.user_id != user.id:
+    # Another student's run, or one of an assignment not taught, reads as absent.
+    if run is None or not browser_principal(session, user).can_read_submission(run.submission):
         return None
     return run
 
@@ -356,19 +359,38 @@ def problem_view(details: dict[str, Any], result: ProblemResult, floor: float | 
 # ---- instructor ---------------------------------------------------------------------------
 
 
+def _taught_assignment(request: Request, session: Session, user: User, slug: str) -> Assignment | Response:
+    """The assignment `slug` when `user` is its staff, else the 404 page (as if absent)."""
+    assignment = session.scalar(select(Assignment).where(Assignment.slug == slug))
+    if assignment is None or role_in(session, user.id, assignment.id) is not CourseRole.staff:
+        return _not_found(request, user, f"assignment {slug!r} among those you teach")
+    return assignment
+
+
+def _taught_slugs(session: Session, user: User) -> list[str]:
+    return [a.slug for a in assignments_of(session, user.id, CourseRole.staff)]
+
+
+def _default_slug(request: Request, taught: list[str]) -> str:
+    """The service's default assignment when it is among `taught` (or nothing is), else the first."""
+    default = get_context(request).default_assignment
+    return default if default in taught or not taught else taught[0]
+
+
 def _instructor_gradebook(request: Request, session: Session) -> tuple[User, queries.Gradebook] | Response:
-    """The gradebook the query string asks for, or the answer to send instead (login, 404)."""
-    ctx = get_context(request)
+    """The gradebook the query string asks for (an assignment the user teaches), or the
+    answer to send instead (login, 404)."""
     user = current_user(request, session)
     if user is None:
         return _to_login()
-    if user.role != Role.instructor:
-        return _not_found(request, user, "such page")
-    slug = request.query_params.get("assignment", ctx.default_assignment)
+    slug = request.query_params.get("assignment") or _default_slug(request, _taught_slugs(session, user))
     policy = request.query_params.get("policy") or None  # None: the assignment's policy
+    assignment = _taught_assignment(request, session, user, slug)
+    if isinstance(assignment, Response):
+        return assignment
     try:
-        return user, queries.gradebook(session, get_assignment(session, slug), policy)
-    except (NotFound, ValueError):
+        return user, queries.gradebook(session, assignment, policy)
+    except ValueError:
         return _not_found(request, user, f"gradebook for {slug!r} ({policy})")
 
 
@@ -405,10 +427,10 @@ async def regrade_many(request: Request) -> Response:
             return user
         slug = str(form.get("assignment", ctx.default_assignment))
         which = str(form.get("which", "selected"))
+        assignment = _taught_assignment(request, session, user, slug)
+        if isinstance(assignment, Response):
+            return assignment
         try:
-            if user.role != Role.instructor:
-                raise NotFound("such page")
-            assignment = get_assignment(session, slug)
             if which == "selected":
                 ids = [int(v) for v in form.getlist("submission") if str(v).isdigit()]
                 if not ids:
@@ -468,7 +490,7 @@ async def regrade(request: Request, submission_id: int) -> Response:
         if isinstance(user, Response):
             return user
         sub = session.get(Submission, submission_id)
-        if user.role != Role.instructor or sub is None:
+        if sub is None or role_in(session, user.id, sub.assignment_id) is not CourseRole.staff:
             return _not_found(request, user, f"submission {submission_id}")
         run_id = record_regrade(session, sub).id
     admit(ctx.celery, ctx.sessions, run_id, ctx.settings.task_queue)
@@ -478,11 +500,18 @@ async def regrade(request: Request, submission_id: int) -> Response:
 # ---- roster -------------------------------------------------------------------------------
 
 
-def _roster_page(request: Request, user: User, status_code: int = 200, **values: Any) -> HTMLResponse:
+def _roster_page(request: Request, session: Session, user: User, status_code: int = 200,
+                 **values: Any) -> HTMLResponse:
+    """The roster page of a user who teaches at least one assignment (it imports into one of
+    those), else the 404 page."""
+    taught = _taught_slugs(session, user)
+    if not taught:
+        return _not_found(request, user, "such page")
     values.setdefault("report", None)
     values.setdefault("error", None)
+    values.setdefault("chosen", _default_slug(request, taught))
     max_kib = f"{get_context(request).settings.roster_max_bytes / 1024:g}"
-    return _page(request, "roster.html", user, status_code, max_kib=max_kib, **values)
+    return _page(request, "roster.html", user, status_code, max_kib=max_kib, assignments=taught, **values)
 
 
 @router.get("/roster", response_class=HTMLResponse)
@@ -491,9 +520,7 @@ def roster_form(request: Request) -> Response:
         user = current_user(request, session)
         if user is None:
             return _to_login()
-        if user.role != Role.instructor:
-            return _not_found(request, user, "such page")
-        return _roster_page(request, user)
+        return _roster_page(request, session, user)
 
 
 async def _roster_text(form: Any, limit: int) -> str:
@@ -521,17 +548,20 @@ async def roster_import(request: Request) -> Response:
         user = _form_user(request, session, form)
         if isinstance(user, Response):
             return user
-        if user.role != Role.instructor:
-            return _not_found(request, user, "such page")
+        slug = str(form.get("assignment") or _default_slug(request, _taught_slugs(session, user)))
+        assignment = _taught_assignment(request, session, user, slug)
+        if isinstance(assignment, Response):
+            return assignment
         try:
             text = await _roster_text(form, ctx.settings.roster_max_bytes)
         except ValueError as exc:
-            return _roster_page(request, user, status.HTTP_400_BAD_REQUEST, error=str(exc))
+            return _roster_page(request, session, user, status.HTTP_400_BAD_REQUEST, error=str(exc),
+                                chosen=assignment.slug)
         if not text.strip():
-            return _roster_page(request, user, status.HTTP_400_BAD_REQUEST,
+            return _roster_page(request, session, user, status.HTTP_400_BAD_REQUEST, chosen=assignment.slug,
                                 error="Choose a CSV file or paste the roster (email,name[,section] per line).")
-        report = import_roster(session, text)
-        response = _roster_page(request, user, status.HTTP_200_OK, report=report)
+        report = import_roster(session, text, assignment)
+        response = _roster_page(request, session, user, status.HTTP_200_OK, report=report, chosen=assignment.slug)
         response.headers["Cache-Control"] = "no-store"  # first passwords are shown once
         return response
 
