@@ -78,6 +78,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from worker.affinity import pin_process
+
 if TYPE_CHECKING:
     from grader.settings import Settings
 
@@ -750,6 +752,11 @@ class SandboxedProcess:
     def resume(self) -> None:
         self._signal_all(signal.SIGCONT)
 
+    def pin(self, cpus: set[int]) -> None:
+        """Every thread of every process of the sandbox onto `cpus` (see worker.affinity)."""
+        for pid in self._members():
+            pin_process(pid, cpus)
+
     def _signal_all(self, sig: int) -> None:
         sent: set[int] = set()
         for _ in range(5):
@@ -968,6 +975,9 @@ class DockerProcess:
 
     def resume(self) -> None:
         self._docker("unpause", self.name)
+
+    def pin(self, cpus: set[int]) -> None:
+        self._docker("update", "--cpuset-cpus", ",".join(map(str, sorted(cpus))), self.name)
 
     def kill(self) -> None:
         """SIGKILL everything in the container; the docker client then exits."""

@@ -110,6 +110,10 @@ class ChildClient:
     def resume(self) -> None:
         self.process.resume()
 
+    def pin(self, cpus: set[int]) -> None:
+        """Keep the child (all its threads) on these cores, for stable timings."""
+        self.process.pin(cpus)
+
     def close(self) -> None:
         try:
             self.channel.close()
