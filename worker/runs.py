@@ -28,6 +28,7 @@ from grader.db import session_scope
 from grader.models import ACTIVE_STATES, ErrorClass, ProblemResult, Run, RunState, utcnow
 from grader.service import calibrated_targets_for
 from grader.settings import Settings
+from worker.affinity import choose_timing_cpus
 from worker.build import Toolchain, cuda_include_dirs
 from worker.pipeline import GpuStage, Outcome, PipelineConfig, grade_submission, not_run_problems
 from worker.rubric import Rubric, load_rubric
@@ -110,6 +111,7 @@ def gpu_stage_config(settings: Settings) -> GpuStageConfig:
             docker=docker_options(settings),
         ),
         seed=settings.grading_seed,
+        timing_cpus=choose_timing_cpus(settings.timing_cpus, settings.gpu_index),
     )
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from worker.affinity import TimingCpus
 from worker.gpu.client import ChildClient
 from worker.hw4 import kernels, problem3
 from worker.hw4.cases import load_cases
@@ -35,6 +36,7 @@ class GpuStageConfig:
     problem3: problem3.Problem3Config = field(default_factory=problem3.Problem3Config)
     seed: int | None = None  # None: fresh inputs on every grade (hidden values never repeat)
     problems: tuple[str, ...] = (*KERNEL_PROBLEMS, "3")  # a subset only for tests and calibration
+    timing_cpus: TimingCpus | None = None  # cores for the timing phase (worker.affinity); None: unpinned
 
 
 def _fresh_copy(source: Path, dest: Path) -> Path:
@@ -76,7 +78,7 @@ def run_gpu_stage(
         measurements.extend(kernels.grade_kernel_problems(
             kernel_problems,
             lambda label: open_child(f"problem-{label}", staged_root, kernels.HANDLERS, KERNEL_ARENA_BYTES),
-            trusted, rng, config.timing, telemetry, on_problem,
+            trusted, rng, config.timing, telemetry, on_problem, config.timing_cpus,
         ))
     finally:
         if trusted is not None:

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from worker.affinity import TimingCpus, this_thread_on
 from worker.gpu.channel import ArrayRef
 from worker.gpu.client import ChildClient, ChildFailure, StudentError
 from worker.hw4.cases import (
@@ -337,6 +338,19 @@ def timing_phase(problem: KernelProblem, trusted: ChildClient | None, config: Ti
                 message=f"{timing.wrong_trials} timed trial(s) returned a wrong result", public=True))
 
 
+@contextlib.contextmanager
+def _placed_for_timing(student: ChildClient, trusted: ChildClient | None, cpus: TimingCpus | None) -> Iterator[None]:
+    """The timed children and the clock's thread each on their own fixed core (or left alone)."""
+    if cpus is None:
+        yield
+        return
+    student.pin({cpus.student})
+    if trusted is not None:
+        trusted.pin({cpus.trusted})
+    with this_thread_on(cpus.parent):
+        yield
+
+
 def grade_kernel_problems(
     problems: list[tuple[str, list[Case], tuple[float, ...]]],
     open_student: ClientFactory,
@@ -345,12 +359,14 @@ def grade_kernel_problems(
     config: TimingConfig,
     telemetry: Callable[[], dict[str, Any]] = dict,
     on_problem: Callable[[str], None] = lambda _pid: None,
+    cpus: TimingCpus | None = None,
 ) -> list[ProblemMeasurement]:
     """Every kernel problem (id, cases, thresholds), each in a fresh child of its own.
 
     Phase 1 runs the correctness checks of all problems at once (they only compete for
     time, which they do not measure). Phase 2 times the correct ones one after another, the
-    other children frozen meanwhile, so no code of this submission runs beside a timing."""
+    other children frozen meanwhile, so no code of this submission runs beside a timing;
+    with `cpus`, on the same three cores every grade."""
     seeds = rng.integers(2**63 - 1, size=len(problems))
     states = [KernelProblem(pid, cases, thresholds, np.random.default_rng(int(seed)),
                             ProblemMeasurement(pid, telemetry={"before": telemetry()}), Stopwatch({}))
@@ -371,7 +387,9 @@ def grade_kernel_problems(
         for problem in waiting:
             on_problem(problem.problem_id)
             problem.client.resume()  # type: ignore[union-attr]
-            timing_phase(problem, trusted, config)
+            problem.measurement.telemetry["timing_cpus"] = dataclasses.asdict(cpus) if cpus else None
+            with _placed_for_timing(problem.client, trusted, cpus):  # type: ignore[arg-type]
+                timing_phase(problem, trusted, config)
             _finish(problem)
             problem.measurement.telemetry["after"] = telemetry()
     finally:
