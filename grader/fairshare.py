@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session, aliased, sessionmaker
 
 from grader.db import session_scope
 from grader.dispatch import send_run
-from grader.models import ACTIVE_STATES, Run, RunState, Submission, User, utcnow
+from grader.models import ACTIVE_STATES, Assignment, Run, RunState, Submission, User, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -32,14 +32,18 @@ def _in_flight(run: type[Run]) -> ColumnElement[bool]:
 
 def dispatchable(session: Session, user_id: int | None = None) -> list[int]:
     """For every student (or only `user_id`) with nothing in flight, their oldest unsent queued
-    run; oldest first."""
+    run; oldest first. Runs of an assignment whose grading is paused are never sent (nor count
+    as the oldest: a student's run of another assignment goes ahead)."""
     waiting, other = aliased(Run), aliased(Run)
     mine, theirs = aliased(Submission), aliased(Submission)
     busy = exists().where(other.submission_id == theirs.id, theirs.user_id == mine.user_id, _in_flight(other))
+    paused = select(Assignment.id).where(Assignment.grading_paused.is_(True))
     older = exists().where(other.submission_id == theirs.id, theirs.user_id == mine.user_id,
-                           other.state == RunState.queued, other.enqueued_at.is_(None), other.id < waiting.id)
+                           other.state == RunState.queued, other.enqueued_at.is_(None), other.id < waiting.id,
+                           theirs.assignment_id.not_in(paused))
     query = (select(waiting.id).join(mine, waiting.submission_id == mine.id)
-             .where(waiting.state == RunState.queued, waiting.enqueued_at.is_(None), ~busy, ~older)
+             .where(waiting.state == RunState.queued, waiting.enqueued_at.is_(None), ~busy, ~older,
+                    mine.assignment_id.not_in(paused))
              .order_by(waiting.id))
     if user_id is not None:
         query = query.where(mine.user_id == user_id)

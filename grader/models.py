@@ -5,7 +5,7 @@ import enum
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, DateTime, Enum, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Enum, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
@@ -110,6 +110,8 @@ class Assignment(Base):
     late_window_s: Mapped[int] = mapped_column(Integer, default=0)  # from due_at, grace included
     late_penalty_per_day: Mapped[float] = mapped_column(Float, default=0.0)
     score_policy: Mapped[str] = mapped_column(String(16), default="latest")  # latest | best
+    # Paused: new runs are stored and queued but not sent to the broker (grader.grading_control)
+    grading_paused: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
 class Enrollment(Base):

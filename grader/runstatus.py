@@ -80,6 +80,8 @@ def progress_text(run: Run, queue: QueueEstimate | None) -> str:
     if run.state in FINAL_STATES:
         return ""
     if run.state == RunState.queued:
+        if run.submission.assignment.grading_paused and run.enqueued_at is None:
+            return "Waiting: the instructor has paused grading of this assignment; it is graded when they resume."
         if queue is None:
             return "Waiting in the queue."
         text = f"Position {queue.position} in the queue"
