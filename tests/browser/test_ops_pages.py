@@ -1,0 +1,97 @@
+"""The course-operations pages in a real (headless) Chromium: the instructor computes the
+similarity report, opens a pair side by side, saves a schedule with a mistake (shown next to
+the field), grants an extension; each page passes the accessibility checks (tests/browser/a11y.py)."""
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, BrowserContext, expect
+from sqlalchemy.orm import Session, sessionmaker
+
+from grader.auth import set_password
+from grader.blobstore import BlobStore
+from grader.db import session_scope
+from grader.models import Role, Submission
+from grader.service import get_assignment, get_or_create_user
+from grader.settings import Settings
+from tests.browser.a11y import check_page
+from tests.browser.test_pages import PASSWORD, log_in
+from worker.rubric import load_rubric
+from worker.starter_kit import zip_tree
+
+STUDENTS = ("ops-ann", "ops-ben")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def course(sessions: sessionmaker[Session], settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """An instructor, and two students who uploaded the same code (our reference kit)."""
+    archive = zip_tree(load_rubric("hw4").starter_dir, tmp_path_factory.mktemp("ops") / "llmsys_hw4.zip")
+    blob = BlobStore(settings.blob_dir).put_bytes(archive.read_bytes())
+    with session_scope(sessions) as session:
+        set_password(get_or_create_user(session, "ops-prof", Role.instructor), PASSWORD)
+        for name in STUDENTS:
+            user = get_or_create_user(session, name, Role.student)
+            session.add(Submission(user=user, assignment=get_assignment(session, "hw4"),
+                                   original_filename=archive.name, size_bytes=blob.size, sha256=blob.sha256))
+
+
+@pytest.fixture
+def context(browser: Browser, base_url: str) -> Iterator[BrowserContext]:
+    ctx = browser.new_context(base_url=base_url, viewport={"width": 1100, "height": 800})
+    ctx.set_default_timeout(15_000)
+    yield ctx
+    ctx.close()
+
+
+def test_similarity_and_settings_pages(context: BrowserContext, screenshot_dir: Path) -> None:
+    page = log_in(context, "ops-prof")
+    page.get_by_role("link", name="Course operations").click()
+    page.get_by_role("link", name="Similarity report of hw4").click()
+    expect(page.locator("#no-report")).to_be_visible()
+    page.get_by_role("button", name="Compute the report").click()
+    expect(page.locator("#report-summary")).to_contain_text("students", timeout=120_000)
+    pair = page.locator("#pairs tbody tr").filter(has_text=f"{STUDENTS[0]} and {STUDENTS[1]}")
+    expect(pair.locator("td").nth(1)).to_have_text("100%")
+    check_page(page)
+    page.screenshot(path=str(screenshot_dir / "similarity.png"), full_page=True)
+    pair.get_by_role("link", name=re.compile("Side by side")).click()
+    expect(page.get_by_role("heading", level=1)).to_contain_text(f"{STUDENTS[0]} and {STUDENTS[1]}: 100%")
+    expect(page.locator("pre[data-side=a] .hit").first).to_be_visible()
+    expect(page.locator("pre[data-side=b] .hit").first).to_be_visible()
+    check_page(page)
+
+    page.get_by_role("link", name="Settings and extensions").click()
+    page.get_by_label("Release").fill("2026-03-20T10:00:00")
+    page.get_by_label("Due").fill("2026-03-19T23:59:59")
+    page.get_by_role("button", name="Save schedule").click()
+    expect(page.locator("#schedule-errors")).to_contain_text("The due date is before the release date.")
+    page.get_by_label("Release").fill("")
+    page.get_by_label("Grace period").fill("forever")
+    page.get_by_role("button", name="Save schedule").click()
+    expect(page.locator("#e-grace")).to_contain_text("is not a duration")
+    expect(page.get_by_label("Grace period")).to_have_attribute("aria-invalid", "true")
+    page.get_by_label("Grace period").fill("2h")
+    page.get_by_label("Late window").fill("3d")
+    page.get_by_role("button", name="Save schedule").click()
+    expect(page.locator("#saved")).to_have_text("Schedule saved.")
+    page.get_by_label("Student login").fill(STUDENTS[0])
+    page.get_by_label("Extra time").fill("2d")
+    page.get_by_label("Reason (kept with it)").fill("conference")
+    page.get_by_role("button", name="Grant extension").click()
+    expect(page.locator("#extension-list")).to_contain_text("2026-03-21 23:59:59")
+    check_page(page)
+    page.screenshot(path=str(screenshot_dir / "assignment-settings.png"), full_page=True)
+    page.get_by_role("button", name=f"Remove {STUDENTS[0]}'s extension").click()
+    expect(page.locator("#no-extensions")).to_be_visible()
+    # Leave hw4 without a schedule for the other browser tests.
+    for label in ("Due", "Grace period", "Late window"):
+        page.get_by_label(label).fill("")
+    page.get_by_role("button", name="Save schedule").click()
+    expect(page.locator("#saved")).to_be_visible()
+
+    page.get_by_role("link", name="Grading controls").click()
+    expect(page.locator("#grading-mode")).to_have_text("running")
+    check_page(page)
