@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole GPU suite in one call, for a bare GPU machine (see README, "GPU suite").
 #   bash tests/gpu/suite.sh [pytest args...]      default: every test under tests/gpu
+#   bash tests/gpu/suite.sh --bench SCRIPT [args]  only the set-up, then that bench script
 # Installs the carried wheels (.whl/, ignored by git) into /tmp/site, prints the GPU's
 # identity, runs the GPU tests, then the speedup benchmark when it exists.
 # Logs go to $OUT (the device tool's output folder) or .gpu-out/.
@@ -27,6 +28,11 @@ if ! python3 -c "import os; os.setgid(65534); os.setuid(65534); import sys; sys.
   echo "WARNING: 'nobody' cannot use the GPU or the code here; sandboxing without the uid drop" | tee -a "$OUT/gpu.txt"
   tail -3 "$OUT/nobody-probe.txt"
   export KG_SANDBOX_USER=
+fi
+if [ "${1:-}" = --bench ]; then
+  shift
+  python3 "$@" 2>&1 | tee "$OUT/bench.txt"
+  exit "${PIPESTATUS[0]}"
 fi
 args=("$@")
 [ ${#args[@]} -eq 0 ] && args=(tests/gpu)

@@ -1,0 +1,106 @@
+"""Re-grade stability of the speedups, timing cores pinned vs left to the scheduler, side by side.
+
+    bash tests/gpu/suite.sh --bench bench/timing_stability.py [--grades 3] [--commit HASH]
+
+(on a GPU machine; the suite script installs the carried wheels first). Builds the reference
+kit once, then grades its four kernel problems `--grades` times in each mode, alternating
+pinned / unpinned so both see the same machine drift, with the production timing settings
+(worker.runs.gpu_stage_config of the default Settings). Prints, per problem and mode, the
+speedups (own baseline and reference baseline), their max/min (the issue's goal: <= 1.05),
+and the wall seconds per grade; writes the section to $OUT/timing_stability.md for
+BENCHMARKS.md.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from datetime import date
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks_md import current_commit, publish  # noqa: E402
+from hw4_speedups import build_kit  # noqa: E402
+from grader.settings import Settings  # noqa: E402
+from worker.affinity import choose_timing_cpus  # noqa: E402
+from worker.hw4.grade import KERNEL_PROBLEMS, run_gpu_stage  # noqa: E402
+from worker.rubric import load_rubric  # noqa: E402
+from worker.runs import gpu_stage_config  # noqa: E402
+from worker.timing import spread  # noqa: E402
+
+MODES = ("pinned", "unpinned")
+
+
+def gpu_name() -> str:
+    out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True)
+    return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else "unknown GPU"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--grades", type=int, default=3)
+    parser.add_argument("--commit", default="")
+    args = parser.parse_args()
+
+    settings = Settings()
+    base = replace(gpu_stage_config(settings), problems=KERNEL_PROBLEMS)
+    cpus = choose_timing_cpus("auto", settings.gpu_index)
+    if cpus is None:
+        raise SystemExit("fewer than three usable cores: nothing to compare")
+    configs = {"pinned": replace(base, timing_cpus=cpus), "unpinned": replace(base, timing_cpus=None)}
+    rubric = load_rubric("hw4")
+    with tempfile.TemporaryDirectory(prefix="kg-stability-") as tmp:
+        work = Path(tmp)
+        work.chmod(0o711)  # the sandbox user must reach the copies below
+        kit = build_kit(work)
+        speedups = {m: {p: {"own": [], "reference": []} for p in KERNEL_PROBLEMS} for m in MODES}
+        seconds: dict[str, list[float]] = {m: [] for m in MODES}
+        for i in range(args.grades):
+            for mode in (MODES if i % 2 == 0 else MODES[::-1]):
+                started = time.monotonic()
+                measurements = run_gpu_stage(rubric, kit, kit, work / f"{mode}-{i}", configs[mode])
+                seconds[mode].append(time.monotonic() - started)
+                shutil.rmtree(work / f"{mode}-{i}", ignore_errors=True)
+                for m in measurements:
+                    if m.speedup_student is None or m.speedup_trusted is None:
+                        raise SystemExit(f"{mode} grade {i + 1}: {m.problem_id} not timed ({m.status}): {m.log_tail}")
+                    speedups[mode][m.problem_id]["own"].append(m.speedup_student.speedup)
+                    speedups[mode][m.problem_id]["reference"].append(m.speedup_trusted.speedup)
+                print(f"{mode} grade {i + 1}: {seconds[mode][-1]:.0f} s", flush=True)
+
+    lines = [f"### Speedup stability over {args.grades} re-grades, timing cores pinned vs unpinned "
+             f"({date.today().isoformat()})", "",
+             f"Hardware: {gpu_name()}, {os.cpu_count()} CPU cores, {platform.machine()}; commit "
+             f"{args.commit or current_commit() or 'unknown'}; pinned cores (parent, student, reference) = "
+             f"{cpus.parent}, {cpus.student}, {cpus.trusted}; modes alternate grade by grade.",
+             "Command: `bash tests/gpu/suite.sh --bench bench/timing_stability.py --grades "
+             f"{args.grades}` (GPU machine, `.whl/` carried)", "",
+             "| problem | mode | speedups, own baseline | max/min | speedups, reference baseline | max/min |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for pid in KERNEL_PROBLEMS:
+        for mode in MODES:
+            own, ref = speedups[mode][pid]["own"], speedups[mode][pid]["reference"]
+            lines.append(f"| {pid} | {mode} | {', '.join(f'{x:.2f}' for x in own)} | {spread(own)[2]:.3f} | "
+                         f"{', '.join(f'{x:.2f}' for x in ref)} | {spread(ref)[2]:.3f} |")
+    lines += ["", "| mode | seconds per kernel-only grade (median, min-max) |", "| --- | --- |"]
+    for mode in MODES:
+        lines.append(f"| {mode} | {statistics.median(seconds[mode]):.1f} ({min(seconds[mode]):.1f}-"
+                     f"{max(seconds[mode]):.1f}) |")
+    text = publish(lines, record=False)
+    out = Path(os.environ.get("OUT", ".gpu-out"))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "timing_stability.md").write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
