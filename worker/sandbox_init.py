@@ -142,6 +142,8 @@ def become_job(config, exec_error_fd):
     try:
         for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT):
             signal.signal(sig, signal.SIG_DFL)  # Python ignores or handles these; exec keeps ignores
+        # As root: the job folder may sit below folders only the worker can traverse.
+        os.chdir(config["cwd"])  # the overlay, not the real folder the launcher started in
         if config["uid"] is not None:
             os.setgroups([])
             os.setgid(config["gid"])
@@ -150,7 +152,6 @@ def become_job(config, exec_error_fd):
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # after the uid change, which clears it
         if os.getppid() != 1:
             os._exit(1)
-        os.chdir(config["cwd"])  # the overlay, not the real folder the launcher started in
         execvpe(config["argv"], config["env"])
     except OSError as exc:
         os.write(exec_error_fd, str(exc.errno or 1).encode())

@@ -1,6 +1,7 @@
 """A paused sandboxed child makes no progress, descendants included, until it is resumed."""
 from __future__ import annotations
 
+import os
 import sys
 import textwrap
 import time
@@ -24,6 +25,19 @@ COUNTER = textwrap.dedent("""
 """)
 
 
+def _job_view(pid: int, cwd: Path) -> Path:
+    """The job folder as the sandboxed job sees it, live (its own mount namespace: what it writes
+    reaches the real folder only when it ends), through its namespace's init, the launcher's child."""
+    for name in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                    return Path(f"/proc/{name}/root{cwd}")
+        except (OSError, ValueError, IndexError):
+            continue
+    raise AssertionError("the sandbox's init is gone")
+
+
 def _counts(cwd: Path) -> tuple[int, int]:
     return tuple(int((cwd / name).read_text() or 0) for name in ("child.txt", "grandchild.txt"))  # type: ignore[return-value]
 
@@ -38,16 +52,17 @@ def _wait_for_files(cwd: Path) -> None:
 def test_pause_freezes_the_child_and_its_descendants(tmp_path: Path) -> None:
     proc = Sandbox(LIMITS, SandboxPolicy(user=None, isolate_network=False)).spawn(
         [sys.executable, "-I", "-c", COUNTER], cwd=tmp_path, env={})
+    view = _job_view(proc.pid, tmp_path)
     try:
-        _wait_for_files(tmp_path)
+        _wait_for_files(view)
         proc.pause()
         time.sleep(0.2)  # a write in flight lands
-        frozen = _counts(tmp_path)
+        frozen = _counts(view)
         time.sleep(0.5)
-        assert _counts(tmp_path) == frozen
+        assert _counts(view) == frozen
         proc.resume()
         time.sleep(0.5)
-        after = _counts(tmp_path)
+        after = _counts(view)
         assert after[0] > frozen[0] and after[1] > frozen[1], (frozen, after)
     finally:
         proc.kill()
