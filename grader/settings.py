@@ -70,6 +70,11 @@ class Settings(BaseSettings):
     sandbox_memory_bytes: int = 32 * 1024 * MiB
     sandbox_max_processes: int = 256  # RLIMIT_NPROC counts threads: room for CUDA/OpenMP ones
     sandbox_file_size_bytes: int = 4 * 1024 * MiB
+    # All a job may write (job folder, /tmp, /dev/shm, ...): a tmpfs of this size, so it is RAM too
+    sandbox_disk_bytes: int = 1024 * MiB
+    # Without PID/mount namespaces (an unprivileged container, a non-root worker) the process
+    # backend refuses to run submitted code; false: it runs it with the weaker isolation left
+    sandbox_require_namespaces: bool = True
     sandbox_backend: Literal["process", "docker"] = "process"  # docker: a fresh container per child
     sandbox_docker_image: str = "kernelgrade-sandbox"
     sandbox_docker_gpu: str = ""  # `docker run --gpus device=` (host index or UUID); "" = gpu_index
