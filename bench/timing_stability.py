@@ -5,7 +5,8 @@
 (on a GPU machine; the suite script installs the carried wheels first). Builds the reference
 kit once, then grades its four kernel problems `--grades` times in each mode, alternating
 pinned / unpinned so both see the same machine drift, with the production timing settings
-(worker.runs.gpu_stage_config of the default Settings). Prints, per problem and mode, the
+(TimingConfig's defaults; the GPU machine lacks pydantic for grader.settings). Prints, per problem
+and mode, the
 speedups (own baseline and reference baseline), their max/min (the issue's goal: <= 1.05),
 and the wall seconds per grade; writes the section to $OUT/timing_stability.md for
 BENCHMARKS.md.
@@ -30,11 +31,10 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks_md import current_commit, publish  # noqa: E402
 from hw4_speedups import build_kit  # noqa: E402
-from grader.settings import Settings  # noqa: E402
 from worker.affinity import choose_timing_cpus  # noqa: E402
-from worker.hw4.grade import KERNEL_PROBLEMS, run_gpu_stage  # noqa: E402
+from worker.hw4.grade import KERNEL_PROBLEMS, GpuStageConfig, run_gpu_stage  # noqa: E402
 from worker.rubric import load_rubric  # noqa: E402
-from worker.runs import gpu_stage_config  # noqa: E402
+from worker.sandbox import SandboxLimits, SandboxPolicy  # noqa: E402
 from worker.timing import spread  # noqa: E402
 
 MODES = ("pinned", "unpinned")
@@ -51,9 +51,12 @@ def main() -> int:
     parser.add_argument("--commit", default="")
     args = parser.parse_args()
 
-    settings = Settings()
-    base = replace(gpu_stage_config(settings), problems=KERNEL_PROBLEMS)
-    cpus = choose_timing_cpus("auto", settings.gpu_index)
+    gib = 1024**3
+    base = GpuStageConfig(
+        limits=SandboxLimits(wall_s=600, cpu_s=1200, memory_bytes=48 * gib, max_processes=512, file_size_bytes=4 * gib),
+        policy=SandboxPolicy(user=os.environ.get("KG_SANDBOX_USER", "nobody") or None, gpu_index=0),
+        problems=KERNEL_PROBLEMS)
+    cpus = choose_timing_cpus("auto", 0)
     if cpus is None:
         raise SystemExit("fewer than three usable cores: nothing to compare")
     configs = {"pinned": replace(base, timing_cpus=cpus), "unpinned": replace(base, timing_cpus=None)}
