@@ -2,8 +2,25 @@
 here, and the "docker" backend (`SandboxPolicy.docker`; DockerProcess at the end of this module).
 
 Every piece of submitted code runs in ONE fresh child per problem, started with fork+exec by
-`subprocess.Popen` (never fork-without-exec; this module never touches CUDA). Between fork and
-exec the child (in `_ChildSetup`, a pre-exec hook kept free of imports and locks):
+`subprocess.Popen` (never fork-without-exec; this module never touches CUDA).
+
+Namespaces (the default; `namespaces_unavailable` probes once per process whether this host
+has them): Popen starts a root launcher (worker/sandbox_init.py, whose docstring has the
+details) after a pre-exec hook that sets only the rlimits below and PR_SET_PDEATHSIG. The
+launcher gives the job its own PID namespace (its init reaps, and its end kills every process
+the job started, daemons included), mount namespace (everything read-only; fresh empty /tmp,
+/var/tmp, /dev/shm, /run; host file-system Unix sockets covered; a fresh /proc) and network
+namespace, then drops to the sandbox user with no_new_privs and execs the program. All the job
+writes lands in one tmpfs of `limits.disk_bytes` (an overlay on the job folder); when the job
+ends, the watchdog thread merges what it wrote into the real job folder (`_merge_back`), so
+callers find it there as before, but only then: during the job the parent sees its writes
+only in files it has mapped (bound through, e.g. the GPU stage's arena). What was applied is
+`SandboxedProcess.isolation` and `SandboxExit.isolation`.
+
+Without namespaces the sandbox refuses to run (SandboxError) unless
+`SandboxPolicy.require_namespaces` is False (KG_SANDBOX_REQUIRE_NAMESPACES=false); then, as
+before namespaces, between fork and exec the child (in `_ChildSetup`, a pre-exec hook kept
+free of imports and locks):
 
 - gets rlimits: RLIMIT_CPU (soft cpu_s -> SIGXCPU, hard +1 s -> SIGKILL), RLIMIT_FSIZE,
   RLIMIT_NOFILE, RLIMIT_CORE=0, and RLIMIT_NPROC (only when dropping to the sandbox uid: the
@@ -45,13 +62,16 @@ What the deployer must ensure:
   the whole uid) is set to 2*max_processes+64 as a backstop that bounds a fork bomb
   between scans.
 
-Limits of the process backend (the docker backend has kernel-enforced memory and pids limits
-and a mount namespace; see ARCHITECTURE.md "Deployment"): the memory and process caps are polled, so a fast
+Limits of the process backend (the docker backend has kernel-enforced memory and pids limits;
+see ARCHITECTURE.md "Deployment"): the memory and process caps are polled, so a fast
 allocator can overshoot the cap for up to one scan interval, and RSS of forked processes
-double-counts shared pages (conservative); GPU memory is not counted; a process that calls
-setsid() and double-forks within one scan interval can escape tracking (RLIMIT_NPROC still
-bounds it as root); reads are restricted only by ordinary file permissions, not a mount
-namespace.
+double-counts shared pages (conservative); GPU memory is not counted, nor the tmpfs of the
+write cap (RAM, up to disk_bytes per job); reads outside the hidden folders are restricted by
+ordinary file permissions (the view is read-only, not empty); a Unix socket bound on the host
+after the job started, or in another network namespace, is not covered unless it lies under
+/run, /var/run, /tmp, /var/tmp or /dev/shm. Without namespaces (allowed by the policy): no
+write cap, shared /tmp, host sockets reachable, and a process that calls setsid() and
+double-forks within one scan interval can escape tracking (RLIMIT_NPROC still bounds it as root).
 """
 from __future__ import annotations
 
