@@ -2,7 +2,8 @@
 # The whole GPU suite in one call, for a bare GPU machine (see README, "GPU suite").
 #   bash tests/gpu/suite.sh [pytest args...]      default: every test under tests/gpu
 #   bash tests/gpu/suite.sh --bench SCRIPT [args]  only the set-up, then that bench script
-# Installs the carried wheels (.whl/, ignored by git) into /tmp/site, prints the GPU's
+# Installs the carried wheels (.whl/, ignored by git) into /opt/kg-site (not under /tmp: the
+# sandbox gives every job a fresh, empty /tmp, so packages there vanish for it), prints the GPU's
 # identity, runs the GPU tests, then the speedup benchmark when it exists.
 # Logs go to $OUT (the device tool's output folder) or .gpu-out/.
 set -uo pipefail
@@ -12,8 +13,8 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if compgen -G ".whl/*.whl" >/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || { echo "wheel install failed"; exit 1; }
-  export PYTHONPATH=/tmp/site:$PWD
+    --target /opt/kg-site .whl/*.whl || { echo "wheel install failed"; exit 1; }
+  export PYTHONPATH=/opt/kg-site:$PWD
 else
   export PYTHONPATH=$PWD
 fi
@@ -22,7 +23,7 @@ nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.mem,temperature
 nvcc --version | tail -n 2 | tee -a "$OUT/gpu.txt"
 # The grader drops submitted code to the user "nobody": it must reach the project code,
 # the carried packages and the GPU. Where it cannot, say so and sandbox without the uid drop.
-chmod -R o+rX "$PWD" /tmp/site 2>/dev/null
+chmod -R o+rX "$PWD" /opt/kg-site 2>/dev/null
 d=$PWD; while [ "$d" != / ]; do chmod o+x "$d"; d=$(dirname "$d"); done
 if ! python3 -c "import os; os.setgid(65534); os.setuid(65534); import sys; sys.path[:0]=['$PWD']; import torch, worker.gpu.child; assert torch.cuda.is_available()" 2>"$OUT/nobody-probe.txt"; then
   echo "WARNING: 'nobody' cannot use the GPU or the code here; sandboxing without the uid drop" | tee -a "$OUT/gpu.txt"
