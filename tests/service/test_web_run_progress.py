@@ -54,7 +54,7 @@ def test_queued_run_shows_position_and_eta_from_recent_durations(
     with session_scope(sessions) as session:
         assignment = Assignment(slug=f"eta-{uuid.uuid4().hex[:6]}", title="ETA test", total_points=100)
         session.add(assignment)
-        user = get_or_create_user(session, student_name, Role.student)
+        user = get_or_create_user(session, student_name, Role.student, [assignment])
         now = utcnow()
         blob = StoredBlob(sha256="cd" * 32, size=10)
         for seconds, state in ((60, RunState.scored), (120, RunState.built), (600, RunState.scored),
@@ -81,7 +81,7 @@ def test_queued_run_without_history_says_no_estimate(
     with session_scope(sessions) as session:
         assignment = Assignment(slug=f"eta-{uuid.uuid4().hex[:6]}", title="new", total_points=100)
         session.add(assignment)
-        user = get_or_create_user(session, student_name, Role.student)
+        user = get_or_create_user(session, student_name, Role.student, [assignment])
         _sub, run = record_submission(session, user, assignment, "a.zip", StoredBlob(sha256="ef" * 32, size=1))
         session.flush()
         run_id = run.id

@@ -1,0 +1,187 @@
+"""Per-assignment membership (grader.membership): a student of assignment A neither sees nor
+submits to assignment B, an instructor of A neither reads, exports nor re-grades B, and a
+roster import enrolls into the assignment chosen. Every refusal has its control: the same
+request by someone enrolled in B succeeds."""
+from __future__ import annotations
+
+import io
+import uuid
+import zipfile
+from dataclasses import dataclass
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from grader.auth import issue_token, set_password
+from grader.blobstore import StoredBlob
+from grader.course_ops import admission
+from grader.db import session_scope
+from grader.membership import roles_of
+from grader.models import Assignment, CourseRole, Role, Run, RunState, User, utcnow
+from grader.service import get_assignment, get_or_create_user, record_submission
+from grader.settings import Settings
+from tests.service.conftest import auth
+from tests.service.test_web_settings import PASSWORD, Browser
+
+
+@dataclass
+class World:
+    a: str  # hw4
+    b: str  # an assignment of its own
+    logins: dict[str, str]
+    tokens: dict[str, str]
+    a_sub: int  # stu_a's submission of A
+    b_sub: int  # stu_b's submission of B (scored)
+    b_run: int
+    stray_sub: int  # stu_a's submission of B, from before they left it
+
+
+def _zip() -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr("llmsys_hw4/README.md", "membership test\n")
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def world(sessions: sessionmaker[Session]) -> World:
+    tag = uuid.uuid4().hex[:6]
+    logins = {key: f"mem-{key}-{tag}" for key in ("stu_a", "stu_b", "prof_a", "prof_b")}
+    blob = StoredBlob(sha256="7" * 64, size=5)
+    with session_scope(sessions) as session:
+        a = get_assignment(session, "hw4")
+        b = Assignment(slug=f"hwb-{tag}", title="Assignment B", total_points=100)
+        session.add(b)
+        session.flush()
+        placed = {"stu_a": (Role.student, a), "stu_b": (Role.student, b),
+                  "prof_a": (Role.instructor, a), "prof_b": (Role.instructor, b)}
+        users: dict[str, User] = {}
+        tokens = {}
+        for key, (role, assignment) in placed.items():
+            users[key] = get_or_create_user(session, logins[key], role, [assignment])
+            set_password(users[key], PASSWORD)
+            tokens[key] = issue_token(session, users[key], "membership")
+        a_sub, _ = record_submission(session, users["stu_a"], a, "a.zip", blob)
+        b_sub, b_run = record_submission(session, users["stu_b"], b, "b.zip", blob)
+        b_run.state, b_run.score, b_run.finished_at = RunState.scored, 64.0, utcnow()
+        stray, stray_run = record_submission(session, users["stu_a"], b, "stray.zip", blob)
+        stray_run.state, stray_run.finished_at = RunState.built, utcnow()
+        session.flush()
+        return World("hw4", b.slug, logins, tokens, a_sub.id, b_sub.id, b_run.id, stray.id)
+
+
+def _run_count(sessions: sessionmaker[Session], sub_id: int) -> int:
+    with session_scope(sessions) as session:
+        return int(session.scalar(select(func.count(Run.id)).where(Run.submission_id == sub_id)) or 0)
+
+
+def test_new_users_join_only_the_assignments_named(sessions: sessionmaker[Session], world: World) -> None:
+    with session_scope(sessions) as session:
+        ids = {row.slug: row.id for row in session.scalars(select(Assignment))}
+        roles = {key: roles_of(session, session.scalar(select(User.id).where(User.username == login)) or 0)
+                 for key, login in world.logins.items()}
+    assert roles["stu_a"] == {ids[world.a]: CourseRole.student}
+    assert roles["prof_b"] == {ids[world.b]: CourseRole.staff}
+
+
+def test_student_of_a_neither_sees_nor_submits_to_b_through_the_api(
+        client: TestClient, settings: Settings, sessions: sessionmaker[Session], world: World) -> None:
+    token = auth(world.tokens["stu_a"])
+    assert client.get(f"/api/v1/submissions/{world.a_sub}", headers=token).status_code == 200  # control
+    for path in (f"/api/v1/submissions/{world.stray_sub}", f"/api/v1/submissions/{world.stray_sub}/runs",
+                 f"/api/v1/submissions?assignment={world.b}"):
+        response = client.get(path, headers=token)
+        assert response.status_code == 404, (path, response.text)
+    listed = client.get("/api/v1/submissions?page_size=100", headers=token).json()
+    assert [item["id"] for item in listed["items"]] == [world.a_sub]
+    refused = client.post("/api/v1/submissions", headers=token, data={"assignment": world.b},
+                          files={"file": ("b.zip", _zip())})
+    assert refused.status_code == 404 and refused.json()["error"] == {
+        "code": "not_found", "message": f"no assignment {world.b!r}"}
+    with session_scope(sessions) as session:  # control: B's own student would be let in (not sent: no rubric)
+        stu_b = session.scalar(select(User).where(User.username == world.logins["stu_b"]))
+        assert stu_b is not None
+        assert admission(session, settings, stu_b, get_assignment(session, world.b), utcnow()) is None
+
+
+def test_student_of_a_neither_sees_nor_submits_to_b_on_the_web(settings: Settings, sessions: sessionmaker[Session],
+                                                               world: World) -> None:
+    student = Browser(settings, world.logins["stu_a"])
+    home = student.client.get("/").text
+    assert '<option value="hw4">' in home and world.b not in home
+    with session_scope(sessions) as session:
+        stray_run = session.scalar(select(Run.id).where(Run.submission_id == world.stray_sub))
+    assert student.client.get(f"/runs/{stray_run}").status_code == 404
+    assert student.client.get(f"/runs/{stray_run}/status").status_code == 404
+    assert "stray.zip" not in student.client.get("/submissions").text
+    response = student.client.post("/submit", data={"csrf_token": student.page_csrf(), "assignment": world.b},
+                                   files={"file": ("b.zip", _zip())}, follow_redirects=False)
+    assert response.status_code == 404 and f"no assignment &#39;{world.b}&#39;" in response.text
+
+
+def test_instructor_of_a_cannot_read_export_or_regrade_b_through_the_api(
+        client: TestClient, sessions: sessionmaker[Session], world: World) -> None:
+    prof_a, prof_b = auth(world.tokens["prof_a"]), auth(world.tokens["prof_b"])
+    reads = [f"/api/v1/assignments/{world.b}/gradebook", f"/api/v1/assignments/{world.b}/gradebook.csv",
+             f"/api/v1/submissions/{world.b_sub}", f"/api/v1/submissions/{world.b_sub}/runs",
+             f"/api/v1/runs/{world.b_run}", f"/api/v1/submissions?assignment={world.b}"]
+    for path in reads:
+        assert client.get(path, headers=prof_a).status_code == 404, path
+        assert client.get(path, headers=prof_b).status_code == 200, path  # control
+    assert client.get(f"/api/v1/assignments/{world.a}/gradebook", headers=prof_a).status_code == 200
+    mine = client.get("/api/v1/submissions?page_size=100", headers=prof_a).json()["items"]
+    assert all(item["assignment"] == world.a for item in mine) and world.a_sub in [i["id"] for i in mine]
+    before = _run_count(sessions, world.b_sub)
+    assert client.post(f"/api/v1/submissions/{world.b_sub}/regrade", headers=prof_a).status_code == 404
+    assert client.post(f"/api/v1/assignments/{world.b}/regrade", headers=prof_a,
+                       json={"submissions": "all"}).status_code == 404
+    assert _run_count(sessions, world.b_sub) == before
+    book = client.get(f"/api/v1/assignments/{world.b}/gradebook", headers=prof_b).json()
+    assert {row["user"]: row["total"] for row in book["rows"]}[world.logins["stu_b"]] == 64.0
+
+
+def test_instructor_of_a_cannot_read_export_or_regrade_b_on_the_web(
+        settings: Settings, sessions: sessionmaker[Session], world: World) -> None:
+    prof_a, prof_b = Browser(settings, world.logins["prof_a"]), Browser(settings, world.logins["prof_b"])
+    reads = [f"/gradebook?assignment={world.b}", f"/gradebook.csv?assignment={world.b}",
+             f"/gradebook.json?assignment={world.b}", f"/runs/{world.b_run}", f"/runs/{world.b_run}/status"]
+    for path in reads:
+        assert prof_a.client.get(path).status_code == 404, path
+        assert prof_b.client.get(path).status_code == 200, path  # control
+    assert world.logins["stu_b"] not in prof_a.client.get("/gradebook").text  # A's own gradebook
+    before = _run_count(sessions, world.b_sub)
+    csrf = prof_a.page_csrf("/gradebook")
+    assert prof_a.client.post(f"/submissions/{world.b_sub}/regrade", data={"csrf_token": csrf},
+                              follow_redirects=False).status_code == 404
+    assert prof_a.client.post("/gradebook/regrade", data={"csrf_token": csrf, "assignment": world.b,
+                                                          "which": "all"}, follow_redirects=False).status_code == 404
+    assert _run_count(sessions, world.b_sub) == before
+    regraded = prof_b.client.post(f"/submissions/{world.b_sub}/regrade",
+                                  data={"csrf_token": prof_b.page_csrf("/gradebook")}, follow_redirects=False)
+    assert regraded.status_code == 303 and _run_count(sessions, world.b_sub) == before + 1
+
+
+def test_roster_import_enrolls_into_the_chosen_assignment(
+        settings: Settings, sessions: sessionmaker[Session], world: World) -> None:
+    newcomer = f"mem-new-{uuid.uuid4().hex[:6]}@uni.edu"
+    roster = f"email,name,section\n{newcomer},New Person,B1\n"
+    prof_a, prof_b = Browser(settings, world.logins["prof_a"]), Browser(settings, world.logins["prof_b"])
+    refused = prof_a.client.post("/roster", data={"csrf_token": prof_a.page_csrf("/roster"), "assignment": world.b,
+                                                  "text": roster})
+    assert refused.status_code == 404
+    with session_scope(sessions) as session:
+        assert session.scalar(select(User).where(User.username == newcomer)) is None
+    page = prof_b.client.get("/roster").text
+    assert f'<option value="{world.b}" selected>' in page and '<option value="hw4"' not in page
+    done = prof_b.client.post("/roster", data={"csrf_token": prof_b.csrf(page), "assignment": world.b,
+                                               "text": roster})
+    assert done.status_code == 200 and "1 created" in done.text
+    with session_scope(sessions) as session:
+        user = session.scalar(select(User).where(User.username == newcomer))
+        assert user is not None and user.role is Role.student
+        b_id = session.scalar(select(Assignment.id).where(Assignment.slug == world.b))
+        assert roles_of(session, user.id) == {b_id: CourseRole.student}
+    book = prof_b.client.get(f"/gradebook.json?assignment={world.b}").json()
+    assert newcomer in [row["user"] for row in book["rows"]]
