@@ -99,12 +99,17 @@ _DUMMY_HASH = _hasher.hash(secrets.token_urlsafe(16))
 MIN_PASSWORD_LENGTH = 8
 
 
-def set_password(user: User, password: str, min_length: int = MIN_PASSWORD_LENGTH) -> None:
-    """Store the password's Argon2id hash; ValueError when it is shorter than `min_length`
-    (never less than MIN_PASSWORD_LENGTH). Sessions are ended by websession.change_password."""
+def check_new_password(password: str, min_length: int = MIN_PASSWORD_LENGTH) -> None:
+    """ValueError when `password` is shorter than `min_length` (never less than MIN_PASSWORD_LENGTH)."""
     min_length = max(min_length, MIN_PASSWORD_LENGTH)
     if len(password) < min_length:
         raise ValueError(f"a password needs at least {min_length} characters")
+
+
+def set_password(user: User, password: str, min_length: int = MIN_PASSWORD_LENGTH) -> None:
+    """Store the password's Argon2id hash; ValueError when it is too short (check_new_password).
+    Sessions are ended by websession.change_password."""
+    check_new_password(password, min_length)
     user.password_hash = _hasher.hash(password)
 
 

@@ -23,6 +23,7 @@ from grader.auth import issue_token
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.membership import assignments_of
 from grader.models import Role, User
+from grader.password_reset import RESET_PATH, issue_reset
 from grader.reconcile import reconcile
 from grader.roster import import_roster
 from grader.service import get_or_create_user, save_calibration, sync_assignments
@@ -115,6 +116,24 @@ def user_logout_all(username: str) -> None:
             raise typer.Exit(2)
         ended = revoke_user_sessions(session, user.id)
     typer.echo(f"ended {ended} session{'' if ended == 1 else 's'} of {username}")
+
+
+@user_app.command("reset-link")
+def user_reset_link(
+    username: str,
+    base_url: Annotated[str, typer.Option(envvar="KG_URL", help="the service's address, as users reach it")]
+    = "http://127.0.0.1:8000",
+) -> None:
+    """Print a one-time password reset link for USERNAME (valid KG_PASSWORD_RESET_MAX_AGE_S);
+    hand it to the user, who sets a new password with it (their browser sessions end)."""
+    settings = get_settings()
+    with session_scope(make_session_factory(make_engine(settings))) as session:
+        user = session.scalar(select(User).where(User.username == username))
+        if user is None:
+            typer.echo(f"no user {username!r}", err=True)
+            raise typer.Exit(2)
+        token = issue_reset(session, user, settings.password_reset_max_age_s)
+    typer.echo(base_url.rstrip("/") + RESET_PATH + token)
 
 
 @token_app.command("create")

@@ -95,6 +95,23 @@ class WebSession(Base):
     user: Mapped[User] = relationship()
 
 
+class PasswordReset(Base):
+    """A one-time password reset link (grader.password_reset): the link carries a random
+    token, this row only its sha256. Refused once used or past its expiry."""
+
+    __tablename__ = "password_resets"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True, index=True)
+    issued_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))  # None: CLI
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime]
+    used_at: Mapped[datetime | None]
+
+    user: Mapped[User] = relationship(foreign_keys=[user_id])
+
+
 class Assignment(Base):
     __tablename__ = "assignments"
 

@@ -99,6 +99,8 @@ class Settings(BaseSettings):
     session_max_age_s: int = 8 * 3600
     session_https_only: bool = False  # set true behind HTTPS: the cookie gets `Secure`
     password_min_length: int = Field(default=8, ge=8)  # passwords chosen on the web page or `grader user add`
+    # A password reset link (grader/password_reset.py) works once, for this long after it is issued
+    password_reset_max_age_s: int = Field(default=24 * 3600, ge=60)
 
     # Roster import (CSV of students): the largest file the page accepts
     roster_max_bytes: int = 1 * MiB

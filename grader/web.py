@@ -28,6 +28,7 @@ from grader.course_ops import admission
 from grader.fairshare import admit
 from grader.membership import assignments_of, role_in, roles_of
 from grader.models import ApiToken, Assignment, CourseRole, ProblemResult, Role, Run, Submission, User, utcnow
+from grader.password_reset import RESET_PATH, issue_reset, live_reset, may_issue_reset, redeem_reset
 from grader.roster import import_roster
 from grader.runstatus import run_status
 from grader.service import NotFound, get_assignment, record_regrade, record_submission
@@ -509,6 +510,7 @@ def _roster_page(request: Request, session: Session, user: User, status_code: in
         return _not_found(request, user, "such page")
     values.setdefault("report", None)
     values.setdefault("error", None)
+    values.setdefault("reset", None)
     values.setdefault("chosen", _default_slug(request, taught))
     max_kib = f"{get_context(request).settings.roster_max_bytes / 1024:g}"
     return _page(request, "roster.html", user, status_code, max_kib=max_kib, assignments=taught, **values)
@@ -566,6 +568,29 @@ async def roster_import(request: Request) -> Response:
         return response
 
 
+@router.post("/roster/reset-link", response_class=HTMLResponse)
+async def roster_reset_link(request: Request) -> Response:
+    """Issues a one-time password reset link for a student of an assignment the user teaches
+    and shows it once on the roster page (grader.password_reset)."""
+    ctx = get_context(request)
+    form = await request.form()
+    with _db(ctx) as session:
+        user = _form_user(request, session, form)
+        if isinstance(user, Response):
+            return user
+        username = str(form.get("username", "")).strip()
+        target = session.scalar(select(User).where(User.username == username))
+        if target is None or not may_issue_reset(session, user, target):
+            return _roster_page(request, session, user, status.HTTP_404_NOT_FOUND,
+                                error=f"No student “{username}” in an assignment you teach.")
+        token = issue_reset(session, target, ctx.settings.password_reset_max_age_s, issued_by=user)
+        link = str(request.base_url).rstrip("/") + RESET_PATH + token
+        response = _roster_page(request, session, user, reset={"username": target.username, "link": link,
+                                                               "hours": ctx.settings.password_reset_max_age_s / 3600})
+        response.headers["Cache-Control"] = "no-store"  # the link is shown once
+        return response
+
+
 # ---- password -----------------------------------------------------------------------------
 
 
@@ -617,6 +642,52 @@ async def password_change(request: Request) -> Response:
             return _password_page(request, user, status.HTTP_400_BAD_REQUEST, error=error)
         log_in(request, session, user, ctx.settings.session_max_age_s)
     return RedirectResponse("/settings/password?changed=1", status_code=status.HTTP_303_SEE_OTHER)
+
+
+def _reset_page(request: Request, token: str, status_code: int = 200, **values: Any) -> HTMLResponse:
+    values.setdefault("error", None)
+    values.setdefault("done", False)
+    values.setdefault("valid", True)
+    response = _page(request, "reset.html", None, status_code, token=token,
+                     min_length=get_context(request).settings.password_min_length, **values)
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+INVALID_RESET = "This reset link is not valid: it was used already, it has expired, or it was never issued."
+
+
+@router.get(RESET_PATH + "{token}", response_class=HTMLResponse)
+def reset_form(request: Request, token: str) -> HTMLResponse:
+    with _db(get_context(request)) as session:
+        reset = live_reset(session, token)
+        if reset is None:
+            return _reset_page(request, token, status.HTTP_404_NOT_FOUND, valid=False, error=INVALID_RESET)
+        return _reset_page(request, token, username=reset.user.username)
+
+
+@router.post(RESET_PATH + "{token}", response_class=HTMLResponse)
+async def reset_password(request: Request, token: str) -> HTMLResponse:
+    """Sets the new password once per link; every session of the user ends, and this browser
+    is logged out (the user logs in with the new password)."""
+    ctx = get_context(request)
+    form = await request.form()
+    try:
+        check_csrf(request, form.get(CSRF_FIELD))
+    except CsrfError:
+        return _csrf_refused(request, None)
+    new, again = str(form.get("new", "")), str(form.get("again", ""))
+    with _db(ctx) as session:
+        if new != again:
+            return _reset_page(request, token, status.HTTP_400_BAD_REQUEST, error="The two new passwords differ.")
+        try:
+            user = redeem_reset(session, token, new, ctx.settings.password_min_length)
+        except ValueError as exc:
+            return _reset_page(request, token, status.HTTP_400_BAD_REQUEST, error=f"{str(exc).capitalize()}.")
+        if user is None:
+            return _reset_page(request, token, status.HTTP_404_NOT_FOUND, valid=False, error=INVALID_RESET)
+        log_out(request, session)
+        return _reset_page(request, token, done=True, username=user.username)
 
 
 # ---- API token settings -------------------------------------------------------------------

@@ -1,0 +1,76 @@
+"""One-time password reset links, with no email server: an instructor (on the roster page) or
+the server's operator (`grader user reset-link`) issues a link and hands it to the user.
+
+The link carries a random 256-bit token; `password_resets` keeps only its sha256. A link works
+once, until KG_PASSWORD_RESET_MAX_AGE_S after it was issued; using it sets the new password,
+ends every browser session of the user (websession.change_password) and voids the user's other
+unused links. An instructor may issue links only for students of an assignment they teach
+who are staff nowhere (a staff account's reset goes through the operator).
+"""
+from __future__ import annotations
+
+import secrets
+from datetime import timedelta
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from grader.auth import check_new_password, hash_token
+from grader.models import CourseRole, Enrollment, PasswordReset, User, utcnow
+from grader.websession import change_password
+
+RESET_PATH = "/reset/"
+
+
+def issue_reset(session: Session, user: User, max_age_s: int, issued_by: User | None = None) -> str:
+    """A new reset token for `user` (the caller builds the link with RESET_PATH); shown once."""
+    token = secrets.token_urlsafe(32)
+    now = utcnow()
+    session.add(PasswordReset(user_id=user.id, token_hash=hash_token(token), created_at=now,
+                              expires_at=now + timedelta(seconds=max_age_s),
+                              issued_by_id=issued_by.id if issued_by is not None else None))
+    session.flush()
+    return token
+
+
+def may_issue_reset(session: Session, issuer: User, target: User) -> bool:
+    """Whether `issuer` may issue a link for `target`: a student of an assignment the issuer
+    teaches, who is staff of no assignment."""
+    target_roles = list(session.execute(select(Enrollment.assignment_id, Enrollment.role)
+                                        .where(Enrollment.user_id == target.id)))
+    if any(role is CourseRole.staff for _, role in target_roles):
+        return False
+    taught = set(session.scalars(select(Enrollment.assignment_id).where(Enrollment.user_id == issuer.id,
+                                                                        Enrollment.role == CourseRole.staff)))
+    return any(assignment_id in taught for assignment_id, _ in target_roles)
+
+
+def live_reset(session: Session, token: str) -> PasswordReset | None:
+    """The unused, unexpired reset the token names, or None."""
+    return session.scalar(select(PasswordReset).where(PasswordReset.token_hash == hash_token(token),
+                                                      PasswordReset.used_at.is_(None),
+                                                      PasswordReset.expires_at > utcnow()))
+
+
+def redeem_reset(session: Session, token: str, password: str, min_length: int) -> User | None:
+    """Set the password of the user the live token names, using the token up; None (nothing
+    changed) when the token is unknown, used or expired; ValueError when the password is too
+    short (the link stays usable). The single use holds under concurrent requests: the
+    token is marked used by one conditional UPDATE."""
+    check_new_password(password, min_length)
+    now = utcnow()
+    used = session.execute(
+        update(PasswordReset)
+        .where(PasswordReset.token_hash == hash_token(token), PasswordReset.used_at.is_(None),
+               PasswordReset.expires_at > now)
+        .values(used_at=now)
+        .returning(PasswordReset.user_id)
+    ).scalar_one_or_none()
+    if used is None:
+        return None
+    user = session.get(User, used)
+    assert user is not None  # the row's foreign key cascades
+    change_password(session, user, password, min_length)
+    session.execute(update(PasswordReset).where(PasswordReset.user_id == user.id, PasswordReset.used_at.is_(None))
+                    .values(used_at=now))
+    return user

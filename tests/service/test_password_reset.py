@@ -1,0 +1,142 @@
+"""Password reset links (grader.password_reset): issued by an instructor for a student of their
+own assignment, shown once; the link sets a new password once, ends the student's sessions,
+expires, and is refused when used again."""
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+
+import pytest
+from fastapi.testclient import TestClient
+from httpx import Response
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from grader.app import create_app
+from grader.auth import set_password
+from grader.db import session_scope
+from grader.models import Assignment, PasswordReset, Role, User, utcnow
+from grader.password_reset import issue_reset
+from grader.service import get_assignment, get_or_create_user
+from grader.settings import Settings
+from tests.service.test_web_settings import PASSWORD, Browser
+
+NEW_PASSWORD = "a brand new passphrase"
+LINK = re.compile(r'<code id="reset-link">http://testserver(/reset/[^<]+)</code>')
+
+
+@dataclass
+class People:
+    student: str  # of hw4
+    outsider: str  # a student of another assignment only
+    prof: str  # staff of hw4
+    colleague: str  # another instructor of hw4
+
+
+@pytest.fixture
+def people(sessions: sessionmaker[Session]) -> People:
+    tag = uuid.uuid4().hex[:6]
+    found = People(f"rs-stu-{tag}", f"rs-out-{tag}", f"rs-prof-{tag}", f"rs-col-{tag}")
+    with session_scope(sessions) as session:
+        hw4 = get_assignment(session, "hw4")
+        other = Assignment(slug=f"rs-{tag}", title="Other course", total_points=100)
+        session.add(other)
+        session.flush()
+        for login, role, assignment in ((found.student, Role.student, hw4), (found.outsider, Role.student, other),
+                                        (found.prof, Role.instructor, hw4), (found.colleague, Role.instructor, hw4)):
+            set_password(get_or_create_user(session, login, role, [assignment]), PASSWORD)
+    return found
+
+
+def _issue(prof: Browser, username: str) -> tuple[int, str | None]:
+    response = prof.client.post("/roster/reset-link", data={"csrf_token": prof.page_csrf("/roster"),
+                                                            "username": username})
+    found = LINK.search(response.text)
+    return response.status_code, found.group(1) if found else None
+
+
+def _can_log_in(settings: Settings, username: str, password: str) -> bool:
+    client = TestClient(create_app(settings))
+    csrf = Browser.csrf(client.get("/login").text)
+    response = client.post("/login", data={"csrf_token": csrf, "username": username, "password": password},
+                           follow_redirects=False)
+    return response.status_code == 303
+
+
+def _set(client: TestClient, link: str, new: str, again: str | None = None, csrf: bool = True) -> Response:
+    """POST the reset form of `link` as the (anonymous) browser `client`."""
+    data = {"new": new, "again": new if again is None else again}
+    if csrf:  # the login page carries the same session's token, whether or not the link is valid
+        data["csrf_token"] = Browser.csrf(client.get("/login").text)
+    return client.post(link, data=data)
+
+
+def test_link_works_once_and_ends_the_students_sessions(settings: Settings, people: People) -> None:
+    student = Browser(settings, people.student)  # a session from before the reset
+    assert student.client.get("/submissions").status_code == 200
+    code, link = _issue(Browser(settings, people.prof), people.student)
+    assert code == 200 and link is not None
+    anonymous = TestClient(create_app(settings))
+    form = anonymous.get(link)
+    assert form.status_code == 200 and form.headers["cache-control"] == "no-store" and 'name="new"' in form.text
+    # refusals that leave the link usable: a mismatch, a short password, no CSRF token
+    assert _set(anonymous, link, NEW_PASSWORD, NEW_PASSWORD + "x").status_code == 400
+    assert "at least 8 characters" in _set(anonymous, link, "short1").text
+    assert _set(anonymous, link, NEW_PASSWORD, csrf=False).status_code == 403
+    assert _can_log_in(settings, people.student, PASSWORD)
+
+    done = _set(anonymous, link, NEW_PASSWORD)
+    assert done.status_code == 200 and 'id="reset-done"' in done.text
+    assert student.client.get("/submissions", follow_redirects=False).headers["location"] == "/login"
+    assert _can_log_in(settings, people.student, NEW_PASSWORD)
+    assert not _can_log_in(settings, people.student, PASSWORD)
+
+    # used: refused, and the password stays
+    again = TestClient(create_app(settings))
+    assert again.get(link).status_code == 404
+    reused = _set(again, link, "yet another passphrase")
+    assert reused.status_code == 404 and "not valid" in reused.text
+    assert _can_log_in(settings, people.student, NEW_PASSWORD)
+
+
+def test_link_expires(settings: Settings, sessions: sessionmaker[Session], people: People) -> None:
+    code, link = _issue(Browser(settings, people.prof), people.student)
+    assert code == 200 and link is not None
+    with session_scope(sessions) as session:
+        row = session.scalar(select(PasswordReset).order_by(PasswordReset.id.desc()))
+        assert row is not None
+        assert row.expires_at - row.created_at == timedelta(seconds=settings.password_reset_max_age_s)
+        row.expires_at = utcnow() - timedelta(seconds=1)
+    client = TestClient(create_app(settings))
+    assert client.get(link).status_code == 404
+    assert _set(client, link, NEW_PASSWORD).status_code == 404
+    assert _can_log_in(settings, people.student, PASSWORD) and not _can_log_in(settings, people.student, NEW_PASSWORD)
+
+
+def test_a_new_password_voids_the_other_links(settings: Settings, sessions: sessionmaker[Session],
+                                              people: People) -> None:
+    with session_scope(sessions) as session:
+        user = session.scalar(select(User).where(User.username == people.student))
+        assert user is not None
+        first, second = (issue_reset(session, user, 600) for _ in range(2))
+    client = TestClient(create_app(settings))
+    assert _set(client, f"/reset/{first}", NEW_PASSWORD).status_code == 200
+    assert client.get(f"/reset/{second}").status_code == 404
+
+
+def test_instructors_issue_links_only_for_students_of_their_assignments(
+        settings: Settings, sessions: sessionmaker[Session], people: People) -> None:
+    prof = Browser(settings, people.prof)
+    with session_scope(sessions) as session:
+        before = session.scalar(select(func.count(PasswordReset.id)))
+    for target in (people.outsider, people.colleague, people.prof, "nobody-" + people.student):
+        code, link = _issue(prof, target)
+        assert code == 404 and link is None, target
+    with session_scope(sessions) as session:
+        assert session.scalar(select(func.count(PasswordReset.id))) == before
+    student = Browser(settings, people.student)  # a student has no roster page to issue from
+    refused = student.client.post("/roster/reset-link", data={"csrf_token": student.page_csrf(),
+                                                              "username": people.student})
+    assert refused.status_code == 404
