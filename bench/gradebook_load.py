@@ -39,7 +39,8 @@ from grader.app import create_app  # noqa: E402
 from grader.auth import set_password  # noqa: E402
 from grader.cli import init_database  # noqa: E402
 from grader.db import make_engine, make_session_factory, session_scope  # noqa: E402
-from grader.models import ProblemResult, Role, Run, RunState, Submission, User, utcnow  # noqa: E402
+from grader.membership import enroll  # noqa: E402
+from grader.models import CourseRole, ProblemResult, Role, Run, RunState, Submission, User, utcnow  # noqa: E402
 from grader.service import get_assignment  # noqa: E402
 from grader.settings import Settings  # noqa: E402
 from worker.rubric import load_rubric  # noqa: E402
@@ -86,6 +87,8 @@ def seed(settings: Settings, students: int, runs_per_student: int) -> None:
         set_password(set_password_user, PASSWORD)
         session.add(set_password_user)
         assignment = get_assignment(session, ASSIGNMENT)
+        session.flush()
+        enroll(session, set_password_user, assignment, CourseRole.staff)  # the gradebook is its staff's
         for s in range(students):
             user = User(username=f"student{s:04d}@uni.edu", role=Role.student, full_name=f"Student {s:04d}",
                         section="ABCD"[s % 4])
