@@ -75,6 +75,7 @@ def pipeline_config(settings: Settings, rubric: Rubric) -> PipelineConfig:
             memory_bytes=settings.build_memory_bytes,
             max_processes=settings.build_max_processes,
             file_size_bytes=settings.build_file_size_bytes,
+            disk_bytes=settings.sandbox_disk_bytes,
         ),
         build_policy=build_policy(settings),
     )
@@ -87,6 +88,7 @@ def build_policy(settings: Settings) -> SandboxPolicy:
     return SandboxPolicy(
         user=settings.sandbox_user,
         isolate_network=settings.sandbox_isolate_network,
+        require_namespaces=settings.sandbox_require_namespaces,
         docker=None if docker is None else replace(docker, image=settings.build_docker_image, gpu=None),
     )
 
@@ -103,10 +105,12 @@ def gpu_stage_config(settings: Settings) -> GpuStageConfig:
             memory_bytes=settings.sandbox_memory_bytes,
             max_processes=settings.sandbox_max_processes,
             file_size_bytes=settings.sandbox_file_size_bytes,
+            disk_bytes=settings.sandbox_disk_bytes,
         ),
         policy=SandboxPolicy(
             user=settings.sandbox_user,
             isolate_network=settings.sandbox_isolate_network,
+            require_namespaces=settings.sandbox_require_namespaces,
             gpu_index=settings.gpu_index,
             docker=docker_options(settings),
         ),

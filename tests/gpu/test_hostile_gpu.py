@@ -100,7 +100,13 @@ class Expectation:
 ZERO = Expectation("0 points", lambda got, ref: got.points == 0)
 NO_SPEED = Expectation("correctness lost, no speed points",
                        lambda got, ref: got.speed_points == 0 and got.correctness_points < ref.correctness_points)
-NO_GAIN = Expectation("no more than the reference kit", lambda got, ref: got.points <= ref.points + 0.6)
+# Two grades of the same kernels differ in speed points: on the H200 (2026-11-29) the student
+# baseline of 1.1 took 9.8 ms in one child and 21.8 ms in the next, moving the kit's speed
+# points by up to ~1.8. A cheat that "gains" less than that is indistinguishable from noise;
+# what must hold is that it stays correct and gains no more than that spread.
+REGRADE_NOISE_POINTS = 2.0
+NO_GAIN = Expectation("no more than the reference kit (within re-grade noise)",
+                      lambda got, ref: got.points <= ref.points + REGRADE_NOISE_POINTS)
 
 
 @dataclass(frozen=True)
