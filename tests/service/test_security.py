@@ -23,7 +23,7 @@ from grader.app import create_app
 from grader.auth import issue_token, set_password
 from grader.blobstore import BlobStore
 from grader.db import session_scope
-from grader.models import ApiToken, ProblemResult, Role, Run, RunState, Submission, User, utcnow
+from grader.models import ApiToken, PasswordReset, ProblemResult, Role, Run, RunState, Submission, User, utcnow
 from grader.ratelimit import SlidingWindow
 from grader.security import CONTENT_SECURITY_POLICY
 from grader.service import get_assignment, get_or_create_user, record_submission
@@ -262,6 +262,21 @@ def _roster_import(w: World) -> None:
     assert w.count(User, User.username == login_name) == 0
 
 
+def _reset_link_for_b(w: World) -> None:
+    """A student issues no reset link, least of all for another student."""
+    refused(w.a_web.post("/roster/reset-link", data={"csrf_token": w.a_csrf(), "username": w.b_name},
+                         follow_redirects=False), 404, w=w)
+    assert w.count(PasswordReset, PasswordReset.user_id.in_(select(User.id).where(User.username == w.b_name))) == 0
+
+
+def _reset_guessed(w: World) -> None:
+    """A made-up reset token names no one: nothing to read, and B's password stays."""
+    refused(w.a_web.get("/reset/guessed-token", follow_redirects=False), 404, w=w)
+    refused(w.a_web.post("/reset/guessed-token", data={"csrf_token": w.a_csrf(), "new": "taken over password",
+                                                       "again": "taken over password"}), 404, w=w)
+    login(w.settings, w.b_name)
+
+
 PUBLIC: dict[tuple[str, str], Check] = {  # no one's data behind them
     ("GET", "/openapi.json"): _public("/openapi.json"),
     ("GET", "/docs"): _public("/docs"),
@@ -307,6 +322,9 @@ ROUTES: dict[tuple[str, str], Check] = {
                                follow_redirects=False), 404),
     ("GET", "/roster"): _roster_page,
     ("POST", "/roster"): _roster_import,
+    ("POST", "/roster/reset-link"): _reset_link_for_b,
+    ("GET", "/reset/{token}"): _reset_guessed,
+    ("POST", "/reset/{token}"): _reset_guessed,
     ("GET", "/settings/password"): _password_page,
     ("POST", "/settings/password"): _password_change,
     ("GET", "/settings/tokens"): _token_page,
@@ -347,6 +365,8 @@ def test_strangers_get_nothing(world: World) -> None:
         response = stranger.request(method, _concrete(path, world), follow_redirects=False,
                                     files={"file": ("x.zip", EMPTY_ZIP)} if method == "POST" else None)
         expected = (401,) if path.startswith("/api/") else (303, 401, 403)
+        if path.startswith("/reset/"):  # the token in the path is the credential: a wrong one names nothing
+            expected = (403, 404)
         assert response.status_code in expected, (method, path, response.status_code, response.text[:200])
         assert world.b_marker not in response.text
     assert (world.b_runs(), world.count(Submission), world.count(ApiToken)) == before
