@@ -5,6 +5,8 @@ at any time. Without NVML (no driver, no nvidia-ml-py) the snapshot says so inst
 """
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 
@@ -98,3 +100,59 @@ def gpu_model_mismatch(expected: str, actual: str | None) -> str | None:
     if f" {words(expected)} " not in f" {words(actual)} ":  # whole words: "H20" is not "H200"
         return f"KG_GPU_MODEL is {expected!r} but this worker's GPU is {actual!r}: it would take another model's runs"
     return None
+
+
+class GpuBusySampler:
+    """`with GpuBusySampler(index) as busy: ...` then `busy.summary()`: how busy the GPU was
+    during the block, from NVML's utilization (the share of each sample period in which a
+    kernel ran), polled every `interval_s` from a thread. A measure of how well grading
+    uses the GPU (issue 8), not of the submission."""
+
+    def __init__(self, index: int = 0, interval_s: float = 0.2) -> None:
+        self.index, self.interval_s = index, interval_s
+        self._samples: list[int] = []
+        self._error: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._started = self._ended = 0.0
+
+    def __enter__(self) -> GpuBusySampler:
+        self._started = time.monotonic()
+        self._thread = threading.Thread(target=self._poll, name="gpu-busy", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._ended = time.monotonic()
+
+    def _poll(self) -> None:
+        try:
+            import pynvml as nvml  # nvidia-ml-py
+            nvml.nvmlInit()
+        except Exception as exc:  # no package, driver or GPU
+            self._error = f"NVML: {exc}"
+            return
+        try:
+            handle = nvml.nvmlDeviceGetHandleByIndex(self.index)
+            while not self._stop.wait(self.interval_s):
+                self._samples.append(int(nvml.nvmlDeviceGetUtilizationRates(handle).gpu))
+        except Exception as exc:
+            self._error = f"NVML: {exc}"
+        finally:
+            try:
+                nvml.nvmlShutdown()
+            except Exception:
+                pass
+
+    def summary(self) -> dict[str, Any]:
+        """busy_fraction = mean utilization / 100 over the block; None without samples."""
+        samples = self._samples
+        return {
+            "seconds": round(self._ended - self._started, 1),
+            "samples": len(samples),
+            "busy_fraction": round(sum(samples) / len(samples) / 100.0, 3) if samples else None,
+            **({"error": self._error} if self._error else {}),
+        }

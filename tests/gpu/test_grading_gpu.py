@@ -73,6 +73,7 @@ def record(label: str, measurements: list[ProblemMeasurement], score: RunScore, 
                 ("trusted", m.speedup_trusted, "median_baseline_ms")) if r is not None},
             "kernel_ms": m.kernel_ms,
             "phase_seconds": m.telemetry.get("seconds"),
+            "gpu_busy": m.telemetry.get("gpu_busy"),
             "points": s.points,
             "max": s.max_points,
             "reasons": s.reasons,
@@ -84,7 +85,7 @@ def record(label: str, measurements: list[ProblemMeasurement], score: RunScore, 
               f"speedup {r['speedup']:<22} trusted {r['speedup_trusted']:<22} {r['points']:>5}/{r['max']:g}")
         if r["median_ms"] or r["kernel_ms"] is not None:
             print(f"        ms per computation {r['median_ms']}; kernels' own GPU time {r['kernel_ms']}; "
-                  f"phases (s) {r['phase_seconds']}")
+                  f"phases (s) {r['phase_seconds']}; GPU busy {r['gpu_busy']}")
         for reason in r["reasons"]:
             print(f"        - {reason}")
 

@@ -21,7 +21,7 @@ from worker.hw4.cases import load_cases
 from worker.measurements import ProblemMeasurement
 from worker.rubric import Rubric
 from worker.sandbox import Sandbox, SandboxLimits, SandboxPolicy
-from worker.telemetry import gpu_snapshot
+from worker.telemetry import GpuBusySampler, gpu_snapshot
 
 KERNEL_PROBLEMS = ("1.1", "1.2", "2.1", "2.2")
 KERNEL_ARENA_BYTES = 512 * 1024 * 1024
@@ -74,21 +74,28 @@ def run_gpu_stage(
         spec = problem.scoring
         target = spec.target if spec.target is not None else problem.reference_speedup
         kernel_problems.append((pid, cases[pid], tuple(t for t in (spec.speed_floor, target) if t is not None)))
+    # GPU utilisation is recorded per part of the stage: the kernel problems share one figure.
     try:
-        measurements.extend(kernels.grade_kernel_problems(
-            kernel_problems,
-            lambda label: open_child(f"problem-{label}", staged_root, kernels.HANDLERS, KERNEL_ARENA_BYTES),
-            trusted, rng, config.timing, telemetry, on_problem, config.timing_cpus,
-        ))
+        with GpuBusySampler(gpu) as busy:
+            measurements.extend(kernels.grade_kernel_problems(
+                kernel_problems,
+                lambda label: open_child(f"problem-{label}", staged_root, kernels.HANDLERS, KERNEL_ARENA_BYTES),
+                trusted, rng, config.timing, telemetry, on_problem, config.timing_cpus,
+            ))
     finally:
         if trusted is not None:
             trusted.close()
+    for m in measurements:
+        m.telemetry["gpu_busy"] = busy.summary()
     if "3" not in config.problems:
         return measurements
     on_problem("3")
     client = open_child("problem-3", staged_root, (problem3.HANDLERS,), problem3.arena_bytes(config.problem3))
     try:
-        measurements.append(problem3.measure_problem3(client, config.problem3, rng, telemetry))
+        with GpuBusySampler(gpu) as busy:
+            m3 = problem3.measure_problem3(client, config.problem3, rng, telemetry)
+        m3.telemetry["gpu_busy"] = busy.summary()
+        measurements.append(m3)
     finally:
         client.close()
     return measurements
