@@ -51,7 +51,7 @@ app.add_typer(roster_app, name="roster")
 app.add_typer(token_app, name="token")
 app.add_typer(starter_app, name="starter")
 client_cli.register(app)  # submit, status, regrade, export (REST client)
-ops_cli.register(app)  # schedule, extend, similarity, gradescope-pack (course operations)
+ops_cli.register(app)  # schedule, extend, pause, resume, similarity, gradescope-pack (course operations)
 
 
 def _alembic_config(settings: Settings) -> AlembicConfig:

@@ -1,5 +1,6 @@
-"""`grader` commands for course operations: schedule and extensions, similarity report,
-Gradescope autograder zip. Registered on the main app by grader.cli."""
+"""`grader` commands for course operations: schedule and extensions, pausing and resuming an
+assignment's grading, similarity report, Gradescope autograder zip. Registered on the main
+app by grader.cli."""
 from __future__ import annotations
 
 import json
@@ -15,9 +16,11 @@ from grader.course_ops import late_policy
 from grader.course_settings import ScheduleChange, ScheduleError, extend_student, update_schedule
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.gradescope_pack import build_autograder_zip
+from grader.grading_control import grading_state, resume, set_paused
 from grader.models import Assignment
 from grader.service import NotFound, get_assignment
 from grader.settings import get_settings
+from worker.celery_app import make_celery
 from worker.rubric import load_rubric
 from worker.runs import pipeline_config
 
@@ -104,6 +107,26 @@ def gradescope_pack(
     typer.echo(build_autograder_zip(load_rubric(assignment), out, cuda_arch or get_settings().cuda_arch))
 
 
+def pause(assignment: Annotated[str, typer.Argument(help="assignment slug, e.g. hw4")]) -> None:
+    """Stop sending the assignment's runs to the workers (uploads are still stored and
+    queued); what is in flight finishes. `grader resume` sends the waiting runs."""
+    sessions = make_session_factory(make_engine(get_settings()))
+    with session_scope(sessions) as session:
+        assignment_or_exit(session, assignment)
+        state = grading_state(session, set_paused(session, assignment, True))
+    typer.echo(f"{assignment}: paused; {len(state.in_flight)} run(s) in flight, {state.waiting} waiting")
+
+
+def resume_grading(assignment: Annotated[str, typer.Argument(help="assignment slug, e.g. hw4")]) -> None:
+    """Resume a paused assignment: each waiting student's next run is sent now (fair share)."""
+    settings = get_settings()
+    sessions = make_session_factory(make_engine(settings))
+    with session_scope(sessions) as session:
+        assignment_or_exit(session, assignment)
+    sent = resume(make_celery(settings), sessions, assignment, settings.task_queue)
+    typer.echo(f"{assignment}: resumed; sent {len(sent)} run(s)")
+
+
 def assignment_or_exit(session: Session, slug: str) -> Assignment:
     try:
         return get_assignment(session, slug)
@@ -115,6 +138,8 @@ def assignment_or_exit(session: Session, slug: str) -> Assignment:
 def register(app: typer.Typer) -> None:
     app.command()(schedule)
     app.command()(extend)
+    app.command()(pause)
+    app.command("resume")(resume_grading)
     app.command()(similarity)
     app.command("gradescope-pack")(gradescope_pack)
 

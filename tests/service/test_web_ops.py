@@ -16,11 +16,13 @@ from datetime import timedelta
 import pytest
 import redis
 from fastapi.testclient import TestClient
+from typer.testing import CliRunner
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.app import create_app
 from grader.auth import set_password
+from grader.cli import app as grader_cli
 from grader.course_ops import admission, late_policy, lateness
 from grader.db import session_scope
 from grader.deadlines import LateStatus
@@ -28,7 +30,7 @@ from grader.models import (Assignment, ErrorClass, Extension, GpuCalibration, Pr
                            Submission, User, utcnow)
 from grader.reconcile import forgotten_runs
 from grader.service import get_assignment, get_or_create_user
-from grader.settings import Settings
+from grader.settings import Settings, get_settings
 from tests.service.conftest import REDIS_URL
 from tests.service.test_web_settings import PASSWORD, Browser
 
@@ -294,6 +296,34 @@ def test_pause_holds_every_dispatch_and_resume_sends(course: Course, prof: Brows
     assert queue.llen(course.settings.task_queue) == sent_before + 1
     page = prof.client.get(resumed.headers["location"]).text
     assert 'id="grading-mode">running<' in page and "1 run sent now" in page and f"Run {run.id}</a>" in page
+
+
+def test_pause_and_resume_from_the_command_line(course: Course, prof: Browser, sessions: sessionmaker[Session],
+                                                settings_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    queue = redis.Redis.from_url(REDIS_URL)
+    waiting_one = course.students[3]
+    _end_queued_runs(sessions, course.slug)
+    for key, value in {**settings_env, "KG_TASK_QUEUE": course.settings.task_queue}.items():
+        monkeypatch.setenv(key, value)
+    get_settings.cache_clear()
+    try:
+        paused = CliRunner().invoke(grader_cli, ["pause", course.slug])
+        assert paused.exit_code == 0, paused.output
+        assert f"{course.slug}: paused; 0 run(s) in flight" in paused.output
+        assert _stored(sessions, course.slug)[2] is True
+        sent_before = queue.llen(course.settings.task_queue)
+        assert _upload(Browser(course.settings, waiting_one), course).status_code == 303
+        assert _runs_of(sessions, waiting_one)[-1].enqueued_at is None  # held by the pause
+        resumed = CliRunner().invoke(grader_cli, ["resume", course.slug])
+        assert resumed.exit_code == 0, resumed.output
+        assert f"{course.slug}: resumed; sent 1 run(s)" in resumed.output
+        assert _stored(sessions, course.slug)[2] is False
+        assert _runs_of(sessions, waiting_one)[-1].enqueued_at is not None
+        assert queue.llen(course.settings.task_queue) == sent_before + 1
+        unknown = CliRunner().invoke(grader_cli, ["pause", "no-such-assignment"])
+        assert unknown.exit_code == 2 and "grader migrate" in unknown.output
+    finally:
+        get_settings.cache_clear()
 
 
 def test_regrade_all_from_the_controls_never_loses_a_grade(course: Course, prof: Browser,
