@@ -134,7 +134,8 @@ def make_rig(settings: Settings, settings_env: dict[str, str], sessions: session
              **changes: str) -> Rig:
     """A rig on its own queue; `changes` are KG_* variables (lower-case names) for both sides."""
     queue = f"{settings.task_queue}-fault-{uuid.uuid4().hex[:6]}"
-    bin_dir = Path(tempfile.mkdtemp(prefix="kg-fault-nvcc-"))  # builds run as the sandbox user: it must reach nvcc
+    # builds run as the sandbox user, who must reach nvcc, and the sandbox's /tmp is a fresh one
+    bin_dir = Path(tempfile.mkdtemp(prefix="kg-fault-nvcc-", dir="/var/lib"))
     bin_dir.chmod(0o755)
     nvcc = cpu_standin.write_fake_nvcc(bin_dir / "nvcc")
     values = {"task_queue": queue, "gpu_grading": "on", "nvcc": str(nvcc), "requeue_after_s": "2", **changes}
