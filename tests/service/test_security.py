@@ -23,7 +23,8 @@ from grader.app import create_app
 from grader.auth import issue_token, set_password
 from grader.blobstore import BlobStore
 from grader.db import session_scope
-from grader.models import ApiToken, PasswordReset, ProblemResult, Role, Run, RunState, Submission, User, utcnow
+from grader.models import (ApiToken, Assignment, Extension, PasswordReset, ProblemResult, Role, Run, RunState,
+                           Submission, User, utcnow)
 from grader.ratelimit import SlidingWindow
 from grader.security import CONTENT_SECURITY_POLICY
 from grader.service import get_assignment, get_or_create_user, record_submission
@@ -277,6 +278,36 @@ def _reset_guessed(w: World) -> None:
     login(w.settings, w.b_name)
 
 
+def _ops_list(w: World) -> None:
+    """The course-operations list shows a student no assignment to run."""
+    page = w.a_web.get("/assignments")
+    assert page.status_code == 200 and "/assignments/hw4/" not in page.text and w.b_marker not in page.text
+    assert "/assignments/hw4/settings" in w.staff_web.get("/assignments").text
+
+
+def _hw4_row(w: World) -> tuple:
+    with session_scope(w.sessions) as session:
+        row = session.scalars(select(Assignment).where(Assignment.slug == "hw4")).one()
+        return row.due_at, row.late_window_s, row.score_policy, row.grading_paused
+
+
+def _ops_post_denied(path: str, data: dict[str, str]) -> Check:
+    """A student's post to a staff form of hw4 is 404 and changes nothing of the assignment
+    (schedule, policy, pause) nor anyone's extension."""
+    def check(w: World) -> None:
+        before, extensions = _hw4_row(w), w.count(Extension)
+        filled = {key: value.format(w=w) for key, value in data.items()}
+        refused(w.a_web.post(path.format(w=w), data={"csrf_token": w.a_csrf(), **filled}, follow_redirects=False),
+                404, w=w)
+        assert _hw4_row(w) == before and w.count(Extension) == extensions
+    return check
+
+
+def _ops_pair(w: World) -> None:
+    refused(w.a_web.get(f"/assignments/hw4/similarity/pair?a={w.a_name}&b={w.b_name}", follow_redirects=False),
+            404, w=w)
+
+
 PUBLIC: dict[tuple[str, str], Check] = {  # no one's data behind them
     ("GET", "/openapi.json"): _public("/openapi.json"),
     ("GET", "/docs"): _public("/docs"),
@@ -330,6 +361,19 @@ ROUTES: dict[tuple[str, str], Check] = {
     ("GET", "/settings/tokens"): _token_page,
     ("POST", "/settings/tokens"): _token_create,
     ("POST", "/settings/tokens/{token_id}/revoke"): _token_revoke,
+    ("GET", "/assignments"): _ops_list,
+    ("GET", "/assignments/{slug}/settings"): _web_get_denied("/assignments/hw4/settings", 404, owner="staff"),
+    ("GET", "/assignments/{slug}/grading"): _web_get_denied("/assignments/hw4/grading", 404, owner="staff"),
+    ("GET", "/assignments/{slug}/similarity"): _web_get_denied("/assignments/hw4/similarity", 404, owner="staff"),
+    ("GET", "/assignments/{slug}/similarity/pair"): _ops_pair,
+    ("POST", "/assignments/{slug}/settings"): _ops_post_denied(
+        "/assignments/hw4/settings", {"due": "2030-01-01T00:00", "score_policy": "best", "late_window": "30d"}),
+    ("POST", "/assignments/{slug}/extensions"): _ops_post_denied(
+        "/assignments/hw4/extensions", {"student": "{w.a_name}", "extra": "30d"}),
+    ("POST", "/assignments/{slug}/extensions/{username}/remove"): _ops_post_denied(
+        "/assignments/hw4/extensions/{w.b_name}/remove", {}),
+    ("POST", "/assignments/{slug}/grading"): _ops_post_denied("/assignments/hw4/grading", {"action": "pause"}),
+    ("POST", "/assignments/{slug}/similarity"): _ops_post_denied("/assignments/hw4/similarity", {}),
 }
 
 
