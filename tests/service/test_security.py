@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.routing import Mount
 
@@ -23,8 +23,8 @@ from grader.app import create_app
 from grader.auth import issue_token, set_password
 from grader.blobstore import BlobStore
 from grader.db import session_scope
-from grader.models import (ApiToken, Assignment, Extension, PasswordReset, ProblemResult, Role, Run, RunState,
-                           Submission, User, utcnow)
+from grader.models import (FINAL_STATES, ApiToken, Assignment, ErrorClass, Extension, PasswordReset, ProblemResult,
+                           Role, Run, RunState, Submission, User, utcnow)
 from grader.ratelimit import SlidingWindow
 from grader.security import CONTENT_SECURITY_POLICY
 from grader.service import get_assignment, get_or_create_user, record_submission
@@ -543,7 +543,13 @@ def test_tokens_are_stored_hashed_and_never_logged(world: World, caplog: pytest.
     assert all(world.a_token not in h and world.b_token not in h for h in stored)
     caplog.set_level(logging.DEBUG)
     wrong = world.a_token[:-4] + "xxxx"
-    offline = world.settings.model_copy(update={"broker_url": "redis://127.0.0.1:1/0"})  # logs a warning
+    # A's earlier runs end, so fair share sends A's next upload: to a broker that is down,
+    # which logs a warning (with a run of A still in flight nothing would be sent or logged).
+    with session_scope(world.sessions) as session:
+        session.execute(update(Run).where(Run.state.not_in(FINAL_STATES), Run.submission_id.in_(
+            select(Submission.id).join(User).where(User.username == world.a_name))).values(
+            state=RunState.failed, error_class=ErrorClass.infra_error, finished_at=utcnow()))
+    offline = world.settings.model_copy(update={"broker_url": "redis://127.0.0.1:1/0"})
     with TestClient(create_app(offline)) as client:
         client.get("/api/v1/submissions", headers=auth(world.a_token))
         client.get("/api/v1/submissions", headers=auth(wrong))
