@@ -134,10 +134,7 @@ def make_rig(settings: Settings, settings_env: dict[str, str], sessions: session
              **changes: str) -> Rig:
     """A rig on its own queue; `changes` are KG_* variables (lower-case names) for both sides."""
     queue = f"{settings.task_queue}-fault-{uuid.uuid4().hex[:6]}"
-    # builds run as the sandbox user, who must reach nvcc, and the sandbox's /tmp is a fresh one
-    bin_dir = Path(tempfile.mkdtemp(prefix="kg-fault-nvcc-", dir="/var/lib"))
-    bin_dir.chmod(0o755)
-    nvcc = cpu_standin.write_fake_nvcc(bin_dir / "nvcc")
+    nvcc = cpu_standin.write_fake_nvcc(cpu_standin.sandbox_visible_dir("kg-fault-nvcc-") / "nvcc")
     values = {"task_queue": queue, "gpu_grading": "on", "nvcc": str(nvcc), "requeue_after_s": "2", **changes}
     env = {**settings_env, **{f"KG_{k.upper()}": str(v) for k, v in values.items()}}
     own = Settings(_env_file=None, **{k.removeprefix("KG_").lower(): v for k, v in env.items()})  # type: ignore[call-arg]

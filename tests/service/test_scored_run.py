@@ -4,7 +4,6 @@ built by a g++ "nvcc", the kit's MiniTorch on the CPU), since CI has no GPU."""
 from __future__ import annotations
 
 import shutil
-import tempfile
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -58,8 +57,7 @@ def small_stage(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def work() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="kg-scored-run-"))
-    path.chmod(0o755)  # the sandbox user runs the fake nvcc kept here
+    path = cpu_standin.sandbox_visible_dir("kg-scored-run-")  # the sandbox user runs the fake nvcc kept here
     yield path
     shutil.rmtree(path, ignore_errors=True)
 

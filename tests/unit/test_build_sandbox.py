@@ -14,7 +14,6 @@ import os
 import pwd
 import shutil
 import stat
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -26,6 +25,7 @@ from grader.settings import Settings
 from grader.states import ErrorClass, RunState
 from grader.web import _stage_logs
 from test_build import BROKEN, FLAGS, GOOD, HEADER, NVCC, call_int, needs_nvcc, write_tree
+from tests.fixtures import cpu_standin
 from worker.build import Confinement, KernelTarget, Toolchain, build_kernels, cuda_include_dirs
 from worker.measurements import CaseOutcome, ProblemMeasurement
 from worker.pipeline import PipelineConfig, grade_submission
@@ -60,8 +60,7 @@ def shared() -> Iterator[Path]:
     """A folder everyone can traverse (pytest's own are 0700 as root), for files the sandbox
     user must reach: fake compilers, or a secret that only its mode protects. Not under /tmp:
     the sandbox sees a fresh, empty /tmp."""
-    path = Path(tempfile.mkdtemp(prefix="kg-build-sandbox-", dir="/var/lib"))
-    path.chmod(0o755)
+    path = cpu_standin.sandbox_visible_dir("kg-build-sandbox-")
     yield path
     shutil.rmtree(path, ignore_errors=True)
 
