@@ -11,7 +11,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from grader.blobstore import BlobStore
-from grader.models import Assignment, Role, Submission, User
+from grader.models import Assignment, CourseRole, Enrollment, Submission, User
 from grader.similarity import Sources, tree_sources
 from worker.rubric import Rubric
 from worker.unpack import BadArchive, UnpackLimits, find_assignment_root, unpack_zip
@@ -25,13 +25,16 @@ class ClassSources:
 
 
 def latest_submissions(session: Session, slug: str) -> list[tuple[str, str]]:
-    """(username, sha256) of every student's newest submission of `slug`, by username."""
+    """(username, sha256) of the newest submission of `slug` by each submitter who is not
+    staff of it (staff upload the reference kit to test: not a student's work), by username."""
     newest = (select(Submission.user_id, func.max(Submission.id).label("id"))
               .join(Assignment, Submission.assignment_id == Assignment.id)
               .where(Assignment.slug == slug).group_by(Submission.user_id).subquery())
+    staff = (select(Enrollment.user_id).join(Assignment, Enrollment.assignment_id == Assignment.id)
+             .where(Assignment.slug == slug, Enrollment.role == CourseRole.staff))
     rows = session.execute(
         select(User.username, Submission.sha256).join(newest, Submission.id == newest.c.id)
-        .join(User, Submission.user_id == User.id).where(User.role == Role.student).order_by(User.username)
+        .join(User, Submission.user_id == User.id).where(User.id.not_in(staff)).order_by(User.username)
     )
     return [(name, sha) for name, sha in rows]
 

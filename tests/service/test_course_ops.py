@@ -9,6 +9,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
@@ -17,7 +18,7 @@ from grader.cli import app
 from grader.course_ops import grant_extension, late_policy, lateness, quota_decision, set_schedule
 from grader.db import session_scope
 from grader.deadlines import Extension, LatePolicy, LateStatus
-from grader.models import ErrorClass, Role, RunState, Submission
+from grader.models import CourseRole, Enrollment, ErrorClass, Role, RunState, Submission
 from grader.service import get_assignment, get_or_create_user, record_submission
 from grader.settings import Settings, get_settings
 from worker.rubric import load_rubric
@@ -88,8 +89,13 @@ def test_similarity_command_reads_each_students_latest_zip(sessions: sessionmake
     store = BlobStore(settings.blob_dir)
     with session_scope(sessions) as session:
         assignment = get_assignment(session, "hw4")
-        for name, data in (("sim-a", _kit_zip()), ("sim-b", _kit_zip()), ("sim-c", b"not a zip")):
+        for name, data in (("sim-a", _kit_zip()), ("sim-b", _kit_zip()), ("sim-c", b"not a zip"),
+                           ("sim-staff", _kit_zip())):
             user = get_or_create_user(session, name, Role.student)
+            if name == "sim-staff":  # a student account that is staff (a TA) of hw4
+                session.execute(update(Enrollment).where(Enrollment.user_id == user.id,
+                                                         Enrollment.assignment_id == assignment.id)
+                                .values(role=CourseRole.staff))
             for upload in (b"an older upload of " + name.encode(), data):  # rows only: nothing to grade
                 blob = store.put_bytes(upload)
                 session.add(Submission(user=user, assignment=assignment, original_filename="hw4.zip",
@@ -109,4 +115,6 @@ def test_similarity_command_reads_each_students_latest_zip(sessions: sessionmake
     report = json.loads(out.read_text())
     pair = next(p for p in report["pairs"] if {p["a"], p["b"]} == {"sim-a", "sim-b"})
     assert pair["score"] > 0.95 and pair["files"]
+    # Staff of hw4 upload the kit to try it: not a student's work, never in the comparison.
+    assert not any("sim-staff" in (p["a"], p["b"]) for p in report["pairs"]) and "sim-staff" not in result.output
     assert html.exit_code == 0 and "sim-a and sim-b" in (tmp_path / "report.html").read_text()
