@@ -191,7 +191,9 @@ async def _parse(request: Request, collector: _PartCollector, max_bytes: int) ->
         async for chunk in request.stream():
             parser.write(chunk)
         parser.finalize()
-    except (UploadError, OSError):  # OSError: the server could not write the bytes
+    except (UploadError, OSError, SQLAlchemyError):
+        # The server's faults, not a malformed body: the bytes could not be written, or a
+        # field's check (the form's token) met the database down.
         raise
     except Exception as exc:  # malformed multipart body
         raise UploadError(400, f"malformed multipart upload: {exc}") from exc

@@ -270,6 +270,8 @@ def test_postgres_restart_mid_grade_and_at_upload(settings: Settings, settings_e
             private_postgres.stop()
             refused = client.post("/api/v1/submissions", headers=auth(token),
                                   files={"file": ("hw.zip", unique(standin_zip, "postgres down"))})
+            refused_form = client.post("/upload", data={"token": token},  # the token is checked mid-body
+                                       files={"file": ("hw.zip", unique(standin_zip, "postgres down, form"))})
             time.sleep(2)  # the worker's heartbeat, or its finish, meets the outage
             private_postgres.start()
             runs = rig.settle([run_id])
@@ -279,6 +281,7 @@ def test_postgres_restart_mid_grade_and_at_upload(settings: Settings, settings_e
         worker.stop()
     assert refused.status_code == 503 and refused.json()["error"]["code"] == "unavailable", refused.text
     assert "Retry-After" in refused.headers
+    assert refused_form.status_code == 503 and "Retry-After" in refused_form.headers, refused_form.text
     for run in runs.values():
         graded_once(run)
     with session_scope(sessions) as session:
