@@ -22,7 +22,7 @@ from tests.browser.test_pages import PASSWORD, log_in
 from worker.rubric import load_rubric
 from worker.starter_kit import zip_tree
 
-STUDENTS = ("ops-ann", "ops-ben")
+STUDENTS = ("ops-cara", "ops-dora")
 
 
 @pytest.fixture(scope="module", autouse=True)
