@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed (test extra)")
 import uvicorn  # noqa: E402
-from playwright.sync_api import Browser, Error as PlaywrightError, sync_playwright  # noqa: E402
+from playwright.sync_api import Browser, BrowserContext, Error as PlaywrightError, sync_playwright  # noqa: E402
 
 from grader.app import create_app  # noqa: E402
 from grader.settings import Settings  # noqa: E402
@@ -65,6 +65,15 @@ def base_url(settings: Settings) -> Iterator[str]:  # noqa: F811
     yield f"http://127.0.0.1:{port}"
     server.should_exit = True
     thread.join(timeout=10)
+
+
+@pytest.fixture
+def context(browser: Browser, base_url: str) -> Iterator[BrowserContext]:
+    """A fresh browser context (cookies, storage) per test, on the app under test."""
+    ctx = browser.new_context(base_url=base_url, viewport={"width": 1100, "height": 800})
+    ctx.set_default_timeout(15_000)
+    yield ctx
+    ctx.close()
 
 
 @pytest.fixture(scope="session")

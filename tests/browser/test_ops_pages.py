@@ -4,11 +4,10 @@ the field), grants an extension; each page passes the accessibility checks (test
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext, expect
+from playwright.sync_api import BrowserContext, expect
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.auth import set_password
@@ -36,14 +35,6 @@ def course(sessions: sessionmaker[Session], settings: Settings, tmp_path_factory
             user = get_or_create_user(session, name, Role.student)
             session.add(Submission(user=user, assignment=get_assignment(session, "hw4"),
                                    original_filename=archive.name, size_bytes=blob.size, sha256=blob.sha256))
-
-
-@pytest.fixture
-def context(browser: Browser, base_url: str) -> Iterator[BrowserContext]:
-    ctx = browser.new_context(base_url=base_url, viewport={"width": 1100, "height": 800})
-    ctx.set_default_timeout(15_000)
-    yield ctx
-    ctx.close()
 
 
 def test_similarity_and_settings_pages(context: BrowserContext, screenshot_dir: Path) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import re
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,14 +35,6 @@ def users(sessions: sessionmaker[Session]) -> None:
     with session_scope(sessions) as session:
         for name, role in USERS.items():
             set_password(get_or_create_user(session, name, role), PASSWORD)
-
-
-@pytest.fixture
-def context(browser: Browser, base_url: str) -> Iterator[BrowserContext]:
-    ctx = browser.new_context(base_url=base_url, viewport={"width": 1100, "height": 800})
-    ctx.set_default_timeout(15_000)
-    yield ctx
-    ctx.close()
 
 
 def log_in(context: BrowserContext, username: str, password: str = PASSWORD) -> Page:
