@@ -43,8 +43,10 @@ BROKER_DOWN_MESSAGE = (
 )
 WAITING_MESSAGE = ("Upload stored; it is graded as soon as your earlier run finishes "
                    "(one run per student at a time, so everyone gets a fair share of the GPUs).")
+PAUSED_MESSAGE = ("Upload stored; the course staff have paused grading of this assignment, "
+                  "and your run is graded when they resume it.")
 ADMISSION_MESSAGES = {Admission.sent: QUEUED_MESSAGE, Admission.waiting: WAITING_MESSAGE,
-                      Admission.unreachable: BROKER_DOWN_MESSAGE}
+                      Admission.paused: PAUSED_MESSAGE, Admission.unreachable: BROKER_DOWN_MESSAGE}
 
 
 # ---- errors -------------------------------------------------------------------------------

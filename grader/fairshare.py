@@ -85,6 +85,7 @@ def release_next(celery: Celery, sessions: sessionmaker[Session], user_id: int, 
 class Admission(str, enum.Enum):
     sent = "sent"  # in the broker now
     waiting = "waiting"  # behind the student's earlier run; sent when that one ends
+    paused = "paused"  # its assignment's grading is paused; sent when the staff resume it
     unreachable = "unreachable"  # broker down: the reconciler sends it when it is back
 
 
@@ -93,12 +94,14 @@ def admit(celery: Celery, sessions: sessionmaker[Session], run_id: int, queue: s
     have none in flight, and say where `run_id` stands."""
     with session_scope(sessions) as session:
         user_id = _owner(session, run_id)
-    reserved = _reserve(sessions, user_id)
-    if reserved is None:
-        return Admission.waiting
-    if not _send(celery, sessions, reserved, queue):
+        paused = session.scalar(select(Assignment.grading_paused).join(Submission).join(Run)
+                                .where(Run.id == run_id))
+    reserved = _reserve(sessions, user_id)  # may be a run of another assignment of theirs
+    if reserved is not None and not _send(celery, sessions, reserved, queue):
         return Admission.unreachable
-    return Admission.sent if reserved == run_id else Admission.waiting
+    if reserved == run_id:
+        return Admission.sent
+    return Admission.paused if paused else Admission.waiting
 
 
 def release_after(celery: Celery, sessions: sessionmaker[Session], finished_run_id: int, queue: str) -> int | None:

@@ -21,7 +21,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.app import create_app
-from grader.auth import set_password
+from grader.auth import issue_token, set_password
 from grader.cli import app as grader_cli
 from grader.course_ops import admission, late_policy, lateness
 from grader.db import session_scope
@@ -312,7 +312,13 @@ def test_pause_and_resume_from_the_command_line(course: Course, prof: Browser, s
         assert f"{course.slug}: paused; 0 run(s) in flight" in paused.output
         assert _stored(sessions, course.slug)[2] is True
         sent_before = queue.llen(course.settings.task_queue)
-        assert _upload(Browser(course.settings, waiting_one), course).status_code == 303
+        with session_scope(sessions) as session:
+            token = issue_token(session, get_or_create_user(session, waiting_one, Role.student), "ops-cli")
+        with TestClient(create_app(course.settings)) as api:
+            stored = api.post("/api/v1/submissions", headers={"Authorization": f"Bearer {token}"},
+                              data={"assignment": course.slug}, files={"file": ("hw.zip", MINIMAL_ZIP)})
+        assert stored.status_code == 201, stored.text
+        assert "paused grading of this assignment" in stored.json()["message"]  # not "your earlier run"
         assert _runs_of(sessions, waiting_one)[-1].enqueued_at is None  # held by the pause
         resumed = CliRunner().invoke(grader_cli, ["resume", course.slug])
         assert resumed.exit_code == 0, resumed.output
