@@ -15,14 +15,15 @@ from typing import Annotated
 import httpx
 import typer
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 from alembic import command as alembic_command
 from alembic.config import Config as AlembicConfig
 
 from grader import client_cli, ops_cli
 from grader.auth import issue_token
 from grader.db import make_engine, make_session_factory, session_scope
-from grader.membership import assignments_of
-from grader.models import Role, User
+from grader.membership import assignments_of, enroll, unenroll
+from grader.models import CourseRole, Role, User
 from grader.password_reset import RESET_PATH, issue_reset
 from grader.reconcile import reconcile
 from grader.roster import import_roster
@@ -105,16 +106,42 @@ def user_add(
                    + (", password set" if secret else ""))
 
 
+def _user_or_exit(session: Session, username: str) -> User:
+    user = session.scalar(select(User).where(User.username == username))
+    if user is None:
+        typer.echo(f"no user {username!r}", err=True)
+        raise typer.Exit(2)
+    return user
+
+
+@user_app.command("enroll")
+def user_enroll(
+    username: str,
+    assignment: str,
+    part: Annotated[CourseRole, typer.Option("--as", help="student, or staff (e.g. a TA's student account)")]
+    = CourseRole.student,
+) -> None:
+    """Enroll USERNAME in ASSIGNMENT as a student or as staff (changing their part if enrolled)."""
+    with session_scope(make_session_factory(make_engine(get_settings()))) as session:
+        changed = enroll(session, _user_or_exit(session, username), ops_cli.assignment_or_exit(session, assignment), part)
+    typer.echo(f"{username} is {part.value} of {assignment}" + ("" if changed else " (already)"))
+
+
+@user_app.command("unenroll")
+def user_unenroll(username: str, assignment: str) -> None:
+    """Take USERNAME out of ASSIGNMENT: they no longer see or submit to it; their submissions
+    stay in the gradebook's records."""
+    with session_scope(make_session_factory(make_engine(get_settings()))) as session:
+        removed = unenroll(session, _user_or_exit(session, username), ops_cli.assignment_or_exit(session, assignment))
+    typer.echo(f"{username} {'left' if removed else 'was not enrolled in'} {assignment}")
+
+
 @user_app.command("logout-all")
 def user_logout_all(username: str) -> None:
     """End every browser session of USERNAME (a lost laptop, a shared computer); API tokens
     are revoked separately, on the token settings page."""
     with session_scope(make_session_factory(make_engine(get_settings()))) as session:
-        user = session.scalar(select(User).where(User.username == username))
-        if user is None:
-            typer.echo(f"no user {username!r}", err=True)
-            raise typer.Exit(2)
-        ended = revoke_user_sessions(session, user.id)
+        ended = revoke_user_sessions(session, _user_or_exit(session, username).id)
     typer.echo(f"ended {ended} session{'' if ended == 1 else 's'} of {username}")
 
 
@@ -128,11 +155,7 @@ def user_reset_link(
     hand it to the user, who sets a new password with it (their browser sessions end)."""
     settings = get_settings()
     with session_scope(make_session_factory(make_engine(settings))) as session:
-        user = session.scalar(select(User).where(User.username == username))
-        if user is None:
-            typer.echo(f"no user {username!r}", err=True)
-            raise typer.Exit(2)
-        token = issue_reset(session, user, settings.password_reset_max_age_s)
+        token = issue_reset(session, _user_or_exit(session, username), settings.password_reset_max_age_s)
     typer.echo(base_url.rstrip("/") + RESET_PATH + token)
 
 

@@ -46,6 +46,17 @@ def enroll(session: Session, user: User, assignment: Assignment, role: CourseRol
     return True
 
 
+def unenroll(session: Session, user: User, assignment: Assignment) -> bool:
+    """Take `user` out of `assignment` (their submissions stay); True when they were in it."""
+    row = session.scalar(select(Enrollment).where(Enrollment.user_id == user.id,
+                                                  Enrollment.assignment_id == assignment.id))
+    if row is None:
+        return False
+    session.delete(row)
+    session.flush()
+    return True
+
+
 def enroll_in_all(session: Session, user: User, assignments: Iterable[Assignment]) -> None:
     """Enroll `user` in each of `assignments` in the part their account role gives."""
     for assignment in assignments:

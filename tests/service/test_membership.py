@@ -13,15 +13,18 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
+from typer.testing import CliRunner
 
 from grader.auth import issue_token, set_password
+from grader.app import create_app
 from grader.blobstore import StoredBlob
+from grader.cli import app as grader_cli
 from grader.course_ops import admission
 from grader.db import session_scope
 from grader.membership import roles_of
 from grader.models import Assignment, CourseRole, Role, Run, RunState, User, utcnow
 from grader.service import get_assignment, get_or_create_user, record_submission
-from grader.settings import Settings
+from grader.settings import Settings, get_settings
 from tests.service.conftest import auth
 from tests.service.test_web_settings import PASSWORD, Browser
 
@@ -185,3 +188,38 @@ def test_roster_import_enrolls_into_the_chosen_assignment(
         assert roles_of(session, user.id) == {b_id: CourseRole.student}
     book = prof_b.client.get(f"/gradebook.json?assignment={world.b}").json()
     assert newcomer in [row["user"] for row in book["rows"]]
+
+
+def test_enrollment_and_reset_link_from_the_command_line(settings: Settings, settings_env: dict[str, str],
+                                                         sessions: sessionmaker[Session], world: World,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A student account made staff of hw4 (a TA) reads hw4's gradebook until unenrolled;
+    `grader user reset-link` prints a link that opens the reset form."""
+    ta = f"mem-ta-{uuid.uuid4().hex[:6]}"
+    with session_scope(sessions) as session:
+        set_password(get_or_create_user(session, ta, Role.student, [get_assignment(session, world.b)]), PASSWORD)
+    for key, value in settings_env.items():
+        monkeypatch.setenv(key, value)
+    get_settings.cache_clear()
+    try:
+        cli = CliRunner()
+        made_staff = cli.invoke(grader_cli, ["user", "enroll", ta, "hw4", "--as", "staff"])
+        assert made_staff.exit_code == 0 and f"{ta} is staff of hw4" in made_staff.output, made_staff.output
+        assert Browser(settings, ta).client.get("/gradebook?assignment=hw4").status_code == 200
+        left = cli.invoke(grader_cli, ["user", "unenroll", ta, "hw4"])
+        assert left.exit_code == 0 and f"{ta} left hw4" in left.output, left.output
+        assert Browser(settings, ta).client.get("/gradebook?assignment=hw4").status_code == 404
+        with session_scope(sessions) as session:
+            ids = {row.slug: row.id for row in session.scalars(select(Assignment))}
+            assert roles_of(session, session.scalar(select(User.id).where(User.username == ta)) or 0) == {
+                ids[world.b]: CourseRole.student}
+        link = cli.invoke(grader_cli, ["user", "reset-link", ta, "--base-url", "http://testserver"])
+        assert link.exit_code == 0, link.output
+        url = link.output.strip()
+        assert url.startswith("http://testserver/reset/")
+        form = TestClient(create_app(settings)).get(url.removeprefix("http://testserver"))
+        assert form.status_code == 200 and 'name="new"' in form.text
+        unknown = cli.invoke(grader_cli, ["user", "enroll", "no-such-user", "hw4"])
+        assert unknown.exit_code == 2 and "no user" in unknown.output
+    finally:
+        get_settings.cache_clear()
