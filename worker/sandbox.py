@@ -352,6 +352,24 @@ def _launch_report(sock: socket.socket, program: str) -> int:
     raise SandboxError(str(report.get("error", report)))
 
 
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+FRESH_FOR_THE_JOB = ("/tmp", "/var/tmp", "/dev/shm", "/run", "/var/run")  # see worker/sandbox_init.py
+
+
+def _kept_paths(argv: list[str], env: dict[str, str]) -> list[str]:
+    """Host folders the job must still read though they lie under a folder the sandbox gives it
+    fresh (a CI checkout or a virtualenv under /tmp): this interpreter's prefixes, this
+    project, the job's PYTHONPATH and its program's folder. Outermost folders only."""
+    candidates = {sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)), str(PROJECT_ROOT),
+                  *env.get("PYTHONPATH", "").split(os.pathsep)}
+    if os.path.isabs(argv[0]):
+        candidates.add(os.path.dirname(os.path.realpath(argv[0])))
+    found = {os.path.realpath(p) for p in candidates if p and os.path.isdir(p)}
+    # Strictly below: a PYTHONPATH of "/tmp" itself must not hand the host's /tmp back.
+    hidden = [p for p in found if any(p.startswith(f + "/") for f in FRESH_FOR_THE_JOB)]
+    return sorted(p for p in hidden if not any(p.startswith(q + "/") for q in hidden))
+
+
 @functools.cache
 def namespaces_unavailable() -> str | None:
     """Why this host cannot give a sandboxed job its own PID, mount and network namespaces, or
@@ -359,9 +377,11 @@ def namespaces_unavailable() -> str | None:
     if os.geteuid() != 0:
         return "the grading parent is not root"
     folder = Path(tempfile.mkdtemp(prefix="kg-sandbox-probe-"))
-    config = {"cwd": str(folder), "uid": None, "gid": None, "network": True, "disk_bytes": 1 << 20, "shared": []}
+    argv = [sys.executable, "-I", "-S", "-c", ""]
+    config = {"cwd": str(folder), "uid": None, "gid": None, "network": True, "disk_bytes": 1 << 20, "shared": [],
+              "keep": _kept_paths(argv, {})}
     try:
-        popen, scratch = _launch_namespaced([sys.executable, "-I", "-S", "-c", ""], folder, {}, (), config,
+        popen, scratch = _launch_namespaced(argv, folder, {}, (), config,
                                             None, subprocess.DEVNULL)
         os.close(scratch)
         return None if popen.wait(timeout=30) == 0 else "the probe job failed"
@@ -536,7 +556,7 @@ class Sandbox:
                           pass_fds: tuple[int, ...]) -> SandboxedProcess:
         uid, gid = self.ids or (None, None)
         config = {"cwd": str(cwd), "uid": uid, "gid": gid, "network": self.policy.isolate_network,
-                  "disk_bytes": self.limits.disk_bytes, "shared": _mapped_files(cwd)}
+                  "disk_bytes": self.limits.disk_bytes, "shared": _mapped_files(cwd), "keep": _kept_paths(argv, child_env)}
         setup = _ChildSetup(self.limits, False, self.ids, -1, namespaced=True)
         out_r, out_w = os.pipe()
         try:

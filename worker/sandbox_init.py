@@ -18,7 +18,9 @@ The file system view: everything read-only (mount_setattr, recursively); one tmp
 `disk_bytes` (and a number of inodes) holds every writable place: fresh empty /tmp, /var/tmp,
 /dev/shm and /var/run, /run itself, and the upper layer of an overlay mounted on the job
 folder (so the job can write there, within the cap; the parent merges what it wrote back into
-the real folder when it ends). Files the parent has mapped (the GPU stage's arena) are
+the real folder when it ends). Host folders the job needs that lie under those fresh ones (the
+`keep` list: a checkout or virtualenv under /tmp) are bound back, read-only. Files the parent
+has mapped (the GPU stage's arena) are
 bind-mounted through the overlay, so both sides keep sharing one inode. Every file-system Unix
 socket bound in the host's network namespace is covered by /dev/null, and a fresh /proc shows
 only the job's processes.
@@ -95,9 +97,23 @@ def fresh_folders(disk_bytes):
             mount(f"{SCRATCH}/{name}", target, None, MS_BIND)
 
 
-def mask_sockets(paths, cwd):
+def open_kept(paths):
+    """O_PATH fds of the host folders to show again inside the fresh ones (opened while visible)."""
+    return {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in paths}
+
+
+def show_kept(kept):
+    """Bind each kept host folder (read-only, as the whole view) back at its place inside the
+    fresh /tmp & co.: a checkout or virtualenv under /tmp must stay importable."""
+    for path, fd in kept.items():
+        os.makedirs(path, exist_ok=True)
+        mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+
+
+def mask_sockets(paths, cwd, kept):
     for path in paths:
-        if _under(path, cwd) or any(_under(path, hidden) for hidden in ("/run", *FRESH)):
+        hidden = any(_under(path, folder) for folder in ("/run", *FRESH))
+        if _under(path, cwd) or (hidden and not any(_under(path, k) for k in kept)):
             continue
         try:
             mount("/dev/null", path, None, MS_BIND)
@@ -129,9 +145,11 @@ def build_view(config):
     cwd = config["cwd"]
     lower = os.open(".", os.O_PATH | os.O_DIRECTORY)  # the launcher was started in the job folder
     shared = {rel: os.open(rel, os.O_PATH | os.O_NOFOLLOW, dir_fd=lower) for rel in config["shared"]}
+    kept = open_kept(config.get("keep", []))
     read_only_everywhere()
     fresh_folders(config["disk_bytes"])
-    mask_sockets(sockets, cwd)
+    show_kept(kept)
+    mask_sockets(sockets, cwd, kept)
     job_folder(cwd, lower, shared)
     mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     return os.open(f"{SCRATCH}/upper", os.O_RDONLY | os.O_DIRECTORY)

@@ -215,3 +215,34 @@ def test_without_namespaces_it_refuses_unless_allowed(job: Path, monkeypatch: py
     result = proc.wait()
     assert result.reason == "exited" and "ran" in proc.output_tail()
     assert result.isolation == ("network",)
+
+
+def test_host_folders_under_tmp_the_job_needs_stay_readable(job: Path) -> None:
+    """A checkout or virtualenv under /tmp (as CI clones) is bound back into the job's fresh
+    /tmp, read-only; the rest of the host's /tmp stays out of sight."""
+    kept = Path(tempfile.mkdtemp(prefix="kg-ns-kept-"))
+    sibling = Path(tempfile.mkdtemp(prefix="kg-ns-sibling-"))
+    try:
+        for folder in (kept, sibling):
+            folder.chmod(0o755)
+        module = f"kgkept{uuid.uuid4().hex[:8]}"
+        (kept / f"{module}.py").write_text("VALUE = 'imported from the kept folder'\n")
+        (sibling / "secret.txt").write_text("not for the job")
+        code = textwrap.dedent(f"""
+            import os, {module}
+            print({module}.VALUE)
+            print("sibling visible:", os.path.exists({str(sibling / 'secret.txt')!r}))
+            try:
+                open({str(kept / 'planted')!r}, "w")
+                print("kept folder writable")
+            except OSError as exc:
+                print("kept folder read-only:", exc.errno)
+        """)
+        proc = Sandbox(LIMITS, SandboxPolicy()).spawn([_python(), "-c", code], job, {"PYTHONPATH": str(kept)})
+        result, output = proc.wait(), proc.output_tail()
+        assert result.reason == "exited" and result.returncode == 0, (result, output)
+        assert "imported from the kept folder" in output and "sibling visible: False" in output, output
+        assert "kept folder read-only" in output and not (kept / "planted").exists(), output
+    finally:
+        shutil.rmtree(kept, ignore_errors=True)
+        shutil.rmtree(sibling, ignore_errors=True)
