@@ -1,6 +1,8 @@
 """Engine and session factory built from the settings."""
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -10,8 +12,24 @@ from sqlalchemy.orm import Session, sessionmaker
 from grader.settings import Settings
 
 
+_ENGINES: dict[tuple[str, int], Engine] = {}
+_ENGINES_LOCK = threading.Lock()
+
+
 def make_engine(settings: Settings) -> Engine:
+    """This process's engine for the settings' database: one connection pool per database and
+    process, however many apps, commands or tests ask (each used to open a pool of its own,
+    up to 15 connections apiece). Keyed by pid too: a forked child must not share its
+    parent's connections."""
     url = settings.resolved_database_url
+    key = (url, os.getpid())
+    with _ENGINES_LOCK:
+        if key not in _ENGINES:
+            _ENGINES[key] = _create_engine(settings, url)
+        return _ENGINES[key]
+
+
+def _create_engine(settings: Settings, url: str) -> Engine:
     if url.startswith("sqlite"):
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
