@@ -13,7 +13,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from fastapi import APIRouter, Request, status
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
@@ -215,6 +215,21 @@ def similarity_page(request: Request, slug: str) -> Response:
         report = load_report(report_path(ctx.settings.data_dir, slug))
         return _page(request, "ops_similarity.html", user, assignment=assignment, report=report,
                      pairs=report.pairs[:SHOWN_PAIRS] if report else [])
+
+
+@router.get("/assignments/{slug}/similarity.json")
+def similarity_download(request: Request, slug: str) -> Response:
+    """The stored report as computed (every pair, the zips compared, who was left out and why)."""
+    ctx = get_context(request)
+    with _db(ctx) as session:
+        found = _staff(request, session, slug)
+        if isinstance(found, Response):
+            return found
+    path = report_path(ctx.settings.data_dir, slug)
+    if not path.is_file():
+        return _page(request, "error.html", found[0], status.HTTP_404_NOT_FOUND, title="No report",
+                     message=f"No similarity report of {slug} was computed yet.")
+    return FileResponse(path, media_type="application/json", filename=f"similarity-{slug}.json")
 
 
 def _compute_and_store(ctx: Any, slug: str) -> None:

@@ -303,6 +303,10 @@ def _ops_post_denied(path: str, data: dict[str, str]) -> Check:
     return check
 
 
+def _ops_report_download(w: World) -> None:
+    refused(w.a_web.get("/assignments/hw4/similarity.json", follow_redirects=False), 404, w=w)
+
+
 def _ops_pair(w: World) -> None:
     refused(w.a_web.get(f"/assignments/hw4/similarity/pair?a={w.a_name}&b={w.b_name}", follow_redirects=False),
             404, w=w)
@@ -366,6 +370,7 @@ ROUTES: dict[tuple[str, str], Check] = {
     ("GET", "/assignments/{slug}/grading"): _web_get_denied("/assignments/hw4/grading", 404, owner="staff"),
     ("GET", "/assignments/{slug}/similarity"): _web_get_denied("/assignments/hw4/similarity", 404, owner="staff"),
     ("GET", "/assignments/{slug}/similarity/pair"): _ops_pair,
+    ("GET", "/assignments/{slug}/similarity.json"): _ops_report_download,
     ("POST", "/assignments/{slug}/settings"): _ops_post_denied(
         "/assignments/hw4/settings", {"due": "2030-01-01T00:00", "score_policy": "best", "late_window": "30d"}),
     ("POST", "/assignments/{slug}/extensions"): _ops_post_denied(

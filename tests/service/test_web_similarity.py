@@ -90,6 +90,7 @@ def test_students_get_no_similarity_page_and_cannot_compute(own_settings: Settin
     token = student.page_csrf("/")
     assert student.client.post("/assignments/hw4/similarity", data={"csrf_token": token}).status_code == 404
     assert student.client.get("/assignments/hw4/similarity/pair", params={"a": "s07", "b": "s23"}).status_code == 404
+    assert student.client.get("/assignments/hw4/similarity.json").status_code == 404
     anonymous = TestClient(create_app(own_settings)).get("/assignments/hw4/similarity", follow_redirects=False)
     assert anonymous.status_code == 303 and anonymous.headers["location"] == "/login"
     prof = Browser(own_settings, "sim-prof")
@@ -102,6 +103,7 @@ def test_planted_copy_ranks_first_and_shows_side_by_side(own_settings: Settings,
     prof = Browser(own_settings, "sim-prof")
     before = prof.client.get("/assignments/hw4/similarity").text
     assert 'id="no-report"' in before
+    assert prof.client.get("/assignments/hw4/similarity.json").status_code == 404  # nothing computed yet
     response = prof.client.post("/assignments/hw4/similarity", data={"csrf_token": prof.csrf(before)},
                                 follow_redirects=False)
     assert response.status_code == 303
@@ -112,6 +114,12 @@ def test_planted_copy_ranks_first_and_shows_side_by_side(own_settings: Settings,
     assert int(rows[0][2]) > 90 and int(rows[0][2]) > int(rows[1][2])
     link = f'/assignments/hw4/similarity/pair?a={PLANTED[0]}&amp;b={PLANTED[1]}'
     assert link in page
+    assert 'href="/assignments/hw4/similarity.json"' in page
+    download = prof.client.get("/assignments/hw4/similarity.json")
+    assert download.status_code == 200 and "attachment" in download.headers["content-disposition"]
+    stored = download.json()
+    assert len(stored["pairs"]) == 435 and {stored["pairs"][0]["a"], stored["pairs"][0]["b"]} == set(PLANTED)
+    assert len(stored["submissions"]) == 30
 
     pair = prof.client.get(link.replace("&amp;", "&"))
     assert pair.status_code == 200
