@@ -98,6 +98,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from worker import sandbox_init
 from worker.affinity import pin_process
 
 if TYPE_CHECKING:
@@ -353,7 +354,6 @@ def _launch_report(sock: socket.socket, program: str) -> int:
 
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
-FRESH_FOR_THE_JOB = ("/tmp", "/var/tmp", "/dev/shm", "/run", "/var/run")  # see worker/sandbox_init.py
 
 
 def _kept_paths(argv: list[str], env: dict[str, str]) -> list[str]:
@@ -366,7 +366,7 @@ def _kept_paths(argv: list[str], env: dict[str, str]) -> list[str]:
         candidates.add(os.path.dirname(os.path.realpath(argv[0])))
     found = {os.path.realpath(p) for p in candidates if p and os.path.isdir(p)}
     # Strictly below: a PYTHONPATH of "/tmp" itself must not hand the host's /tmp back.
-    hidden = [p for p in found if any(p.startswith(f + "/") for f in FRESH_FOR_THE_JOB)]
+    hidden = [p for p in found if any(p.startswith(f + "/") for f in sandbox_init.HIDDEN)]
     return sorted(p for p in hidden if not any(p.startswith(q + "/") for q in hidden))
 
 

@@ -40,6 +40,7 @@ PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
 SCRATCH = "/run/.kg"  # root-only: the overlay's upper and work dirs, and the fresh tmp folders
 FRESH = {"/tmp": ("tmp", 0o1777), "/var/tmp": ("var-tmp", 0o1777), "/dev/shm": ("shm", 0o1777),
          "/var/run": ("var-run", 0o755)}
+HIDDEN = ("/run", *FRESH)  # every host folder a job sees fresh (/run: the capped tmpfs itself)
 INODES_PER_MIB = 16
 
 libc = ctypes.CDLL(None, use_errno=True)
@@ -112,7 +113,7 @@ def show_kept(kept):
 
 def mask_sockets(paths, cwd, kept):
     for path in paths:
-        hidden = any(_under(path, folder) for folder in ("/run", *FRESH))
+        hidden = any(_under(path, folder) for folder in HIDDEN)
         if _under(path, cwd) or (hidden and not any(_under(path, k) for k in kept)):
             continue
         try:
