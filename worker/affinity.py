@@ -21,15 +21,6 @@ class TimingCpus:
     trusted: int  # our reference kit's child
 
 
-def parse_cpu_list(text: str) -> list[int]:
-    """`0-3,8,10-11` (the kernel's cpulist format) -> [0, 1, 2, 3, 8, 10, 11]."""
-    cpus: list[int] = []
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        low, _, high = part.partition("-")
-        cpus.extend(range(int(low), int(high or low) + 1))
-    return cpus
-
-
 def choose_timing_cpus(spec: str, gpu_index: int, allowed: set[int] | None = None) -> TimingCpus | None:
     """`off` -> None; `a,b,c` -> those cores (parent, student, trusted); `auto` -> three of the
     cores this worker may use, from the top down (core 0 takes most interrupts), a different
@@ -38,10 +29,10 @@ def choose_timing_cpus(spec: str, gpu_index: int, allowed: set[int] | None = Non
     if spec in ("", "off", "none"):
         return None
     if spec != "auto":
-        cpus = parse_cpu_list(spec)
-        if len(cpus) != 3:
+        parts = [p.strip() for p in spec.split(",")]
+        if len(parts) != 3 or not all(p.isdigit() for p in parts):
             raise ValueError(f"timing CPUs: want 'auto', 'off' or three cores 'parent,student,trusted', got {spec!r}")
-        return TimingCpus(*cpus)
+        return TimingCpus(*map(int, parts))
     usable = sorted(allowed if allowed is not None else os.sched_getaffinity(0), reverse=True)
     groups = len(usable) // 3
     if groups == 0:

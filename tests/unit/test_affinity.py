@@ -8,12 +8,7 @@ import time
 
 import pytest
 
-from worker.affinity import TimingCpus, choose_timing_cpus, parse_cpu_list, pin_process, this_thread_on
-
-
-def test_cpu_lists_parse_like_the_kernel_writes_them() -> None:
-    assert parse_cpu_list("0-3,8,10-11\n") == [0, 1, 2, 3, 8, 10, 11]
-    assert parse_cpu_list("") == []
+from worker.affinity import TimingCpus, choose_timing_cpus, pin_process, this_thread_on
 
 
 def test_explicit_and_off() -> None:
@@ -21,6 +16,8 @@ def test_explicit_and_off() -> None:
     assert choose_timing_cpus("5,6,7", 0) == TimingCpus(5, 6, 7)
     with pytest.raises(ValueError, match="three cores"):
         choose_timing_cpus("5,6", 0)
+    with pytest.raises(ValueError, match="three cores"):
+        choose_timing_cpus("5-7", 0)
 
 
 def test_auto_takes_distinct_top_cores_per_gpu() -> None:
