@@ -55,8 +55,13 @@ def _page(request: Request, name: str, user: User | None, status_code: int = 200
     return templates.TemplateResponse(request, name, values, status_code=status_code)
 
 
+def _see_other(path: str) -> RedirectResponse:
+    """Where a form post (or a page that needs a login) sends the browser next."""
+    return RedirectResponse(path, status_code=status.HTTP_303_SEE_OTHER)
+
+
 def _to_login() -> RedirectResponse:
-    return RedirectResponse("/login", status_code=status.HTTP_303_SEE_OTHER)
+    return _see_other("/login")
 
 
 def _not_found(request: Request, user: User | None, what: str) -> HTMLResponse:
@@ -96,7 +101,7 @@ def _upload_page(request: Request, session: Session, user: User | None, status_c
 def login_form(request: Request) -> Response:
     with _db(get_context(request)) as session:
         if current_user(request, session) is not None:
-            return RedirectResponse("/", status_code=status.HTTP_303_SEE_OTHER)
+            return _see_other("/")
     return _page(request, "login.html", None)
 
 
@@ -115,7 +120,7 @@ async def login(request: Request) -> Response:
             return _page(request, "login.html", None, status.HTTP_401_UNAUTHORIZED,
                          error="Wrong username or password.", username=username)
         log_in(request, session, user, ctx.settings.session_max_age_s)
-    return RedirectResponse("/", status_code=status.HTTP_303_SEE_OTHER)
+    return _see_other("/")
 
 
 @router.post("/logout")
@@ -184,7 +189,7 @@ async def submit_from_session(request: Request) -> Response:
                 return _to_login()
             return _upload_page(request, session, user, error[0], error[1])
     admit(ctx.celery, ctx.sessions, run_id, ctx.settings.task_queue)
-    return RedirectResponse(f"/runs/{run_id}", status_code=status.HTTP_303_SEE_OTHER)
+    return _see_other(f"/runs/{run_id}")
 
 
 def _refuse_if_not_admitted(ctx: AppContext, session: Session, user: User, assignment: Assignment) -> None:
@@ -450,7 +455,7 @@ async def regrade_many(request: Request) -> Response:
     back = str(form.get("back", "")) or f"/gradebook?assignment={slug}"
     if not back.startswith("/gradebook?"):  # only ever back to a gradebook view
         back = f"/gradebook?assignment={slug}"
-    return RedirectResponse(f"{back}&queued={len(run_ids)}", status_code=status.HTTP_303_SEE_OTHER)
+    return _see_other(f"{back}&queued={len(run_ids)}")
 
 
 def _download_headers(book: queries.Gradebook, extension: str) -> dict[str, str]:
@@ -495,7 +500,7 @@ async def regrade(request: Request, submission_id: int) -> Response:
             return _not_found(request, user, f"submission {submission_id}")
         run_id = record_regrade(session, sub).id
     admit(ctx.celery, ctx.sessions, run_id, ctx.settings.task_queue)
-    return RedirectResponse(f"/runs/{run_id}", status_code=status.HTTP_303_SEE_OTHER)
+    return _see_other(f"/runs/{run_id}")
 
 
 # ---- roster -------------------------------------------------------------------------------
@@ -641,7 +646,7 @@ async def password_change(request: Request) -> Response:
         if error is not None:
             return _password_page(request, user, status.HTTP_400_BAD_REQUEST, error=error)
         log_in(request, session, user, ctx.settings.session_max_age_s)
-    return RedirectResponse("/settings/password?changed=1", status_code=status.HTTP_303_SEE_OTHER)
+    return _see_other("/settings/password?changed=1")
 
 
 def _reset_page(request: Request, token: str, status_code: int = 200, **values: Any) -> HTMLResponse:
@@ -762,4 +767,4 @@ async def revoke_token(request: Request, token_id: int) -> Response:
             return _not_found(request, user, f"token {token_id}")
         if token.revoked_at is None:
             token.revoked_at = utcnow()
-    return RedirectResponse("/settings/tokens", status_code=status.HTTP_303_SEE_OTHER)
+    return _see_other("/settings/tokens")

@@ -13,7 +13,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from fastapi import APIRouter, Request, status
-from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
+from fastapi.responses import FileResponse, HTMLResponse, Response
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
@@ -25,7 +25,7 @@ from grader.models import Assignment, CourseRole, User
 from grader.service import NotFound
 from grader.similarity_report import describe_ranges, numbered_lines
 from grader.similarity_store import compute_report, load_report, pair_sources, report_path, save_report
-from grader.web import _db, _form_user, _page, _taught_assignment, _to_login, get_context
+from grader.web import _db, _form_user, _page, _see_other, _taught_assignment, _to_login, get_context
 from grader.websession import current_user
 from worker.rubric import RubricError, load_rubric
 from worker.runs import pipeline_config
@@ -54,10 +54,6 @@ async def _staff_form(request: Request, session: Session, slug: str) -> tuple[Us
         return user
     found = _staff(request, session, slug, user)
     return found if isinstance(found, Response) else (*found, form)
-
-
-def _redirect(path: str) -> RedirectResponse:
-    return RedirectResponse(path, status_code=status.HTTP_303_SEE_OTHER)
 
 
 @router.get("/assignments", response_class=HTMLResponse)
@@ -133,7 +129,7 @@ async def settings_save(request: Request, slug: str) -> Response:
             session.rollback()
             return _settings_page(request, session, user, assignment, status.HTTP_400_BAD_REQUEST,
                                   form=typed, errors=exc.errors)
-    return _redirect(f"/assignments/{slug}/settings?saved=schedule")
+    return _see_other(f"/assignments/{slug}/settings?saved=schedule")
 
 
 @router.post("/assignments/{slug}/extensions", response_class=HTMLResponse)
@@ -152,7 +148,7 @@ async def extension_save(request: Request, slug: str) -> Response:
             message = str(exc).removeprefix("no user ") + " is not a user." if isinstance(exc, NotFound) else str(exc)
             return _settings_page(request, session, user, assignment, status.HTTP_400_BAD_REQUEST,
                                   extension_error=message)
-    return _redirect(f"/assignments/{slug}/settings?saved=extension#extensions")
+    return _see_other(f"/assignments/{slug}/settings?saved=extension#extensions")
 
 
 @router.post("/assignments/{slug}/extensions/{username}/remove")
@@ -165,7 +161,7 @@ async def extension_remove(request: Request, slug: str, username: str) -> Respon
             extend_student(session, slug, username, "0")
         except NotFound:
             pass  # already gone with its user: nothing to remove
-    return _redirect(f"/assignments/{slug}/settings?saved=extension#extensions")
+    return _see_other(f"/assignments/{slug}/settings?saved=extension#extensions")
 
 
 # ---- grading controls ---------------------------------------------------------------------
@@ -197,8 +193,8 @@ async def grading_change(request: Request, slug: str) -> Response:
             set_paused(session, slug, True)
     if action == "resume":
         sent = await run_in_threadpool(resume, ctx.celery, ctx.sessions, slug, ctx.settings.task_queue)
-        return _redirect(f"/assignments/{slug}/grading?sent={len(sent)}")
-    return _redirect(f"/assignments/{slug}/grading")
+        return _see_other(f"/assignments/{slug}/grading?sent={len(sent)}")
+    return _see_other(f"/assignments/{slug}/grading")
 
 
 # ---- similarity ---------------------------------------------------------------------------
@@ -254,7 +250,7 @@ async def similarity_compute(request: Request, slug: str) -> Response:
     except RubricError as exc:
         return _page(request, "error.html", user, status.HTTP_404_NOT_FOUND, title="No rubric",
                      message=f"Assignment {slug} has no rubric to compare submissions by: {exc}")
-    return _redirect(f"/assignments/{slug}/similarity")
+    return _see_other(f"/assignments/{slug}/similarity")
 
 
 @router.get("/assignments/{slug}/similarity/pair", response_class=HTMLResponse)
