@@ -2,8 +2,7 @@
 # The whole GPU suite in one call, for a bare GPU machine (see README, "GPU suite").
 #   bash tests/gpu/suite.sh [pytest args...]      default: every test under tests/gpu
 #   bash tests/gpu/suite.sh --bench SCRIPT [args]  only the set-up, then that bench script
-# Installs the carried wheels (.whl/, ignored by git) into /opt/kg-site (not under /tmp: the
-# sandbox gives every job a fresh, empty /tmp, so packages there vanish for it), prints the GPU's
+# Installs the carried wheels (.whl/, ignored by git) into /opt/kg-site, prints the GPU's
 # identity, runs the GPU tests, then the speedup benchmark when it exists.
 # Logs go to $OUT (the device tool's output folder) or .gpu-out/.
 set -uo pipefail
