@@ -31,7 +31,7 @@ if ! python3 -c "import os; os.setgid(65534); os.setuid(65534); import sys; sys.
 fi
 if [ "${1:-}" = --bench ]; then
   shift
-  python3 "$@" 2>&1 | tee "$OUT/bench.txt"
+  python3 "$@" 2>&1 | tee "$OUT/$(basename "$1" .py).txt"
   exit "${PIPESTATUS[0]}"
 fi
 args=("$@")

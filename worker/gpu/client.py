@@ -20,6 +20,16 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 ARENA_NAME = ".kg-arena"
 # Variables the child may see: nothing else of the parent's environment is passed on.
 _PASSED_ENV = ("PATH", "LD_LIBRARY_PATH", "CUDA_HOME", "LANG")
+# Host memory that behaves the same in every child, so a timing does not depend on which
+# process ran it. By default glibc serves large blocks with fresh mmaps (page faults on every
+# array) until a free raises its threshold, and numpy asks for transparent huge pages for
+# arrays of 4 MiB and more, which the kernel grants or not depending on its free memory: the
+# same MiniTorch op then cost 1x or 2x from one child to the next. A fixed threshold of 32 MiB
+# (glibc's maximum) and no trimming keep freed blocks in the heap for reuse; no huge page advice.
+STEADY_MEMORY_ENV = {
+    "GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967296",
+    "NUMPY_MADVISE_HUGEPAGE": "0",
+}
 
 
 class ChildFailure(Exception):
@@ -41,8 +51,10 @@ class StudentError(Exception):
         return self.error
 
 
-def child_env(gpu_index: int | None, home: Path) -> dict[str, str]:
+def child_env(gpu_index: int | None, home: Path, steady_memory: bool = True) -> dict[str, str]:
     env = {k: os.environ[k] for k in _PASSED_ENV if k in os.environ}
+    if steady_memory:
+        env.update(STEADY_MEMORY_ENV)
     python_path = [str(PROJECT_ROOT), *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]]
     env.update(
         PYTHONPATH=os.pathsep.join(python_path),
@@ -64,6 +76,7 @@ class ChildClient:
         handlers: tuple[str, ...],
         arena_bytes: int,
         gpu_index: int | None = None,
+        steady_memory: bool = True,
     ) -> None:
         self.arena = Arena(cwd / ARENA_NAME, arena_bytes, create=True)
         parent_sock, child_sock = socket.socketpair()
@@ -72,7 +85,7 @@ class ChildClient:
         for module in handlers:
             argv += ["--handlers", module]
         self.process: SandboxedProcess = sandbox.spawn(
-            argv, cwd=cwd, env=child_env(gpu_index, cwd), pass_fds=(child_sock.fileno(),)
+            argv, cwd=cwd, env=child_env(gpu_index, cwd, steady_memory), pass_fds=(child_sock.fileno(),)
         )
         child_sock.close()
         self.channel = Channel(parent_sock)

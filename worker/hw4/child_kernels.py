@@ -6,7 +6,7 @@ either the fused op ("custom") or the composition of basic ops ("baseline"), as 
 tests define them. The parent times `binding_run` on its own clock.
 
 Inputs of a timed forward arrive only with `binding_run` and are copied into tensors made
-in `binding_prepare` from random placeholders, so the student's code never sees the real
+in `binding_prepare` from zero placeholders, so the student's code never sees the real
 inputs before the clock starts. A backward needs its forward graph: `binding_prepare` builds
 it from the real inputs, but the upstream gradient arrives only with `binding_run`.
 """
@@ -119,19 +119,18 @@ def _forward(mt: Any, kind: str, variant: str, t: dict[str, Any]) -> Any:
 @handler("binding_prepare")
 def binding_prepare(state: ChildState, msg: dict[str, Any]) -> dict[str, Any]:
     """`reps` independent computations, each with its own tensors. Forward kinds: tensors of
-    the right shapes holding random placeholders. Backward kinds: leaves from the real
+    the right shapes holding zeros. Backward kinds: leaves from the real
     inputs (arrays with a leading `reps` axis) and the forward run; gradients come later."""
     mt, backend = _minitorch(state)
     kind, variant, reps = msg["kind"], msg["variant"], int(msg.get("reps", 1))
     backward = kind.endswith("_bw")
     stacked = _views(state, msg["arrays"]) if backward else {}
-    rng = np.random.default_rng()
     prepared = []
     for i in range(reps):
         if backward:
             inputs = {name: a[i] for name, a in stacked.items()}
-        else:
-            inputs = {name: rng.standard_normal(tuple(shape)).astype(np.float32) for name, shape in msg["shapes"].items()}
+        else:  # zeros: the values are overwritten before the computation, and drawing them cost
+            inputs = {name: np.zeros(tuple(shape), np.float32) for name, shape in msg["shapes"].items()}
         leaves = {name: _tensor(mt, backend, a, requires_grad=backward and name != "mask") for name, a in inputs.items()}
         one: dict[str, Any] = {"leaves": leaves}
         if backward:

@@ -37,6 +37,7 @@ class GpuStageConfig:
     seed: int | None = None  # None: fresh inputs on every grade (hidden values never repeat)
     problems: tuple[str, ...] = (*KERNEL_PROBLEMS, "3")  # a subset only for tests and calibration
     timing_cpus: TimingCpus | None = None  # cores for the timing phase (worker.affinity); None: unpinned
+    steady_memory: bool = True  # children's malloc settings (worker.gpu.client); False only to measure them
 
 
 def _fresh_copy(source: Path, dest: Path) -> Path:
@@ -62,7 +63,8 @@ def run_gpu_stage(
         return gpu_snapshot(gpu)
 
     def open_child(label: str, root: Path, handlers: tuple[str, ...], arena: int) -> ChildClient:
-        return ChildClient(sandbox, _fresh_copy(root, work_dir / label), handlers, arena, config.policy.gpu_index)
+        return ChildClient(sandbox, _fresh_copy(root, work_dir / label), handlers, arena, config.policy.gpu_index,
+                           config.steady_memory)
 
     cases = load_cases(rubric.slug)
     measurements: list[ProblemMeasurement] = []

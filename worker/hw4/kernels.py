@@ -107,16 +107,15 @@ def run_binding(client: ChildClient, case: Case, variant: str, sets: list[dict[s
     request; returns (outputs per set, milliseconds per computation on the parent's clock)."""
     backward = case.kind.endswith("_bw")
     reps = len(sets)
-    stacked = {name: np.stack([s[name] for s in sets]) for name in sets[0]}
+    first = sets[0]
     client.arena.reset()
     prepare: dict[str, Any] = {"op": "binding_prepare", "kind": case.kind, "variant": variant, "reps": reps}
     if backward:
-        prepare["arrays"] = client.arena.put_all({k: v for k, v in stacked.items() if k != "out_grad"})
+        prepare["arrays"] = client.arena.put_stacked(sets, tuple(k for k in first if k != "out_grad"))
     else:
-        prepare["shapes"] = {k: list(v.shape) for k, v in sets[0].items()}
+        prepare["shapes"] = {k: list(v.shape) for k, v in first.items()}
     client.call(prepare, timeout)
-    run_inputs = {"out_grad": stacked["out_grad"]} if backward else stacked
-    first = sets[0]
+    run_inputs = ("out_grad",) if backward else tuple(first)
     out_shapes = {"out": first["inp"].shape, "inp_grad": first["inp"].shape,
                   "gamma_grad": first.get("gamma", np.empty(0)).shape,
                   "beta_grad": first.get("beta", np.empty(0)).shape}
@@ -126,7 +125,7 @@ def run_binding(client: ChildClient, case: Case, variant: str, sets: list[dict[s
         client.arena.view(ref)[...] = np.nan  # poisoned: an unwritten output fails
         outputs[name] = ref.to_json()
     message = {"op": "binding_run", "kind": case.kind, "variant": variant,
-               "arrays": client.arena.put_all(run_inputs), "outputs": outputs}
+               "arrays": client.arena.put_stacked(sets, run_inputs), "outputs": outputs}
     _, seconds = client.timed_call(message, timeout)
     results = client.arena.read_all(outputs)
     return [{name: results[name][i] for name in results} for i in range(reps)], seconds * 1000.0 / reps
