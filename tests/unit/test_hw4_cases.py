@@ -299,3 +299,18 @@ def test_binding_inputs_and_references() -> None:
     d = hc.make_binding_inputs(lfw, rng)
     assert set(d) == {"inp", "gamma", "beta"}
     assert set(hc.binding_reference(lfw, d)) == set(hc.binding_output_names(lfw)) == {"out"}
+
+
+def test_fast_timing_inputs_keep_the_checks_mean_and_spread() -> None:
+    """Timing trials draw uniform values (cheaper) with the mean and spread the checks' normal
+    draws have, fresh on every call."""
+    rng = np.random.default_rng(11)
+    case = hc.make_case("layernorm_fw", rows=512, hidden=1024, scale=3.0, offset=5.0)
+    normal, fast = hc.make_binding_inputs(case, rng), hc.make_binding_inputs(case, rng, fast=True)
+    for arrays in (normal, fast):
+        assert arrays["inp"].dtype == np.float32
+        assert abs(arrays["inp"].mean() - 5.0) < 0.05 and abs(arrays["inp"].std() - 3.0) < 0.05
+    assert np.abs(fast["inp"] - 5.0).max() <= 3.0 * 12**0.5 / 2 + 1e-4  # bounded: uniform, not normal
+    assert np.abs(normal["inp"] - 5.0).max() > 3.0 * 12**0.5 / 2
+    again = hc.make_binding_inputs(case, rng, fast=True)
+    assert not np.array_equal(again["inp"], fast["inp"])

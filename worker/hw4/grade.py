@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,11 @@ class GpuStageConfig:
     seed: int | None = None  # None: fresh inputs on every grade (hidden values never repeat)
     problems: tuple[str, ...] = (*KERNEL_PROBLEMS, "3")  # a subset only for tests and calibration
     timing_cpus: TimingCpus | None = None  # cores for the timing phase (worker.affinity); None: unpinned
-    steady_memory: bool = True  # children's malloc settings (worker.gpu.client); False only to measure them
+    # Children with steady malloc settings (worker.gpu.client) and one address layout
+    # (SandboxPolicy.fixed_address_layout), so a timing does not depend on the process; False
+    # only to measure what each is worth (bench/timing_stability.py).
+    steady_memory: bool = True
+    fixed_address_layout: bool = True
 
 
 def _fresh_copy(source: Path, dest: Path) -> Path:
@@ -55,7 +59,7 @@ def run_gpu_stage(
     on_problem: Callable[[str], None] = lambda _pid: None,
 ) -> list[ProblemMeasurement]:
     """Measure every rubric problem of hw4 for the built submission in `staged_root`."""
-    sandbox = Sandbox(config.limits, config.policy)
+    sandbox = Sandbox(config.limits, replace(config.policy, fixed_address_layout=config.fixed_address_layout))
     rng = np.random.default_rng(config.seed)
     gpu = config.policy.gpu_index or 0
 

@@ -197,7 +197,7 @@ def time_problem(student: ChildClient, trusted: ChildClient | None, case: Case, 
 
     warm_ms = {name: 1e-3 for name, _, _ in variants}
     for _ in range(config.warmup):
-        inputs = [make_binding_inputs(case, rng)]
+        inputs = [make_binding_inputs(case, rng, fast=True)]
         for name, client, variant in list(variants):
             result = attempt(name, client, variant, inputs)
             if result is not None:
@@ -211,7 +211,7 @@ def time_problem(student: ChildClient, trusted: ChildClient | None, case: Case, 
     trial = 0
     while True:
         for _ in range(config.round_trials):
-            sets = [make_binding_inputs(case, rng) for _ in range(max(reps.values()))]
+            sets = [make_binding_inputs(case, rng, fast=True) for _ in range(max(reps.values()))]
             order = variants[trial % len(variants):] + variants[: trial % len(variants)]
             for name, client, variant in order:
                 result = attempt(name, client, variant, sets[:reps[name]])
