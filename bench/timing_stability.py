@@ -1,6 +1,6 @@
 """Re-grade stability of the speedups under two settings of one factor, side by side.
 
-    bash tests/gpu/suite.sh --bench bench/timing_stability.py [--compare memory|pinning|layout] [--grades 3]
+    bash tests/gpu/suite.sh --bench bench/timing_stability.py [--compare memory|pinning] [--grades 3]
 
 (on a GPU machine; the suite script installs the carried wheels first). Builds the reference
 kit once, then grades its four kernel problems `--grades` times under each setting,
@@ -8,7 +8,7 @@ alternating them grade by grade so both see the same machine drift, with the pro
 timing settings (TimingConfig's defaults; the GPU machine lacks pydantic for grader.settings).
 Factors, everything else as in production: `memory`, the children's steady malloc settings
 (worker.gpu.client) on or off; `pinning`, the timing phase on fixed cores or left to the
-scheduler; `layout`, the children's address layout fixed or randomised (ASLR).
+scheduler.
 Prints, per problem and setting, the speedups (own baseline and reference baseline), their
 max/min (the issue's goal: <= 1.05), the median wall seconds of each phase and the trials
 timed, and the wall seconds per grade; writes the section to $OUT/timing_stability.md.
@@ -39,8 +39,7 @@ from worker.rubric import load_rubric  # noqa: E402
 from worker.sandbox import SandboxLimits, SandboxPolicy  # noqa: E402
 from worker.timing import spread  # noqa: E402
 
-FACTORS = {"memory": ("steady malloc", "default malloc"), "pinning": ("pinned", "unpinned"),
-           "layout": ("fixed layout", "randomised layout")}
+FACTORS = {"memory": ("steady malloc", "default malloc"), "pinning": ("pinned", "unpinned")}
 PHASES = ("start", "abi_cases", "binding_cases", "kernel_profile", "timing")
 
 
@@ -51,8 +50,7 @@ def gpu_name() -> str:
 
 def settings(factor: str, base: GpuStageConfig, cpus: TimingCpus) -> dict[str, GpuStageConfig]:
     on, off = FACTORS[factor]
-    changed = {"memory": {"steady_memory": False}, "pinning": {"timing_cpus": None},
-               "layout": {"fixed_address_layout": False}}[factor]
+    changed = {"memory": {"steady_memory": False}, "pinning": {"timing_cpus": None}}[factor]
     return {on: replace(base, timing_cpus=cpus), off: replace(base, **{"timing_cpus": cpus, **changed})}
 
 

@@ -110,7 +110,6 @@ __all__ = ["SandboxLimits", "SandboxPolicy", "SandboxExit", "Sandbox", "Sandboxe
 CLONE_NEWNET = 0x40000000
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_PDEATHSIG = 1
-ADDR_NO_RANDOMIZE = 0x0040000  # personality(2) flag: no address-space layout randomisation
 SCAN_INTERVAL_S = 0.2
 TAIL_KEEP_BYTES = 64 * 1024
 SPAWN_RETRY_S = 5.0
@@ -164,11 +163,6 @@ class SandboxPolicy:
     # Without PID/mount namespaces on this host the process backend refuses to run (False: it
     # runs without them, with only what the preexec hook applies; see `isolation`).
     require_namespaces: bool = True
-    # The same address layout in every child (ASLR off for it, process backend only): the
-    # timed children, whose speed otherwise depends on where their buffers happen to land.
-    # ASLR guards a process against input that exploits its bugs; a child's only input is
-    # our parent's, and the code it runs is the submitter's own, so it protects nothing here.
-    fixed_address_layout: bool = False
 
 
 @dataclass(frozen=True)
@@ -231,7 +225,7 @@ class _ChildSetup:
     root to build the namespaces, and drops the job's privileges itself."""
 
     def __init__(self, limits: SandboxLimits, isolate_network: bool, ids: tuple[int, int] | None, report_fd: int,
-                 namespaced: bool = False, fixed_address_layout: bool = False):
+                 namespaced: bool = False):
         self.rlimits = [
             (resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 1)),
             (resource.RLIMIT_FSIZE, (limits.file_size_bytes, limits.file_size_bytes)),
@@ -249,15 +243,11 @@ class _ChildSetup:
         self.report_fd = report_fd
         self.namespaced = namespaced
         self.prctl = _LIBC.prctl
-        self.personality = _LIBC.personality if fixed_address_layout else None
         self.parent = os.getpid()
 
     def __call__(self) -> None:
         for which, value in self.rlimits:
             resource.setrlimit(which, value)
-        if self.personality is not None:  # kept across the launcher's exec and the job's
-            current = self.personality(ctypes.c_ulong(0xFFFFFFFF))  # 0xFFFFFFFF: only query
-            self.personality(ctypes.c_ulong(current | ADDR_NO_RANDOMIZE))
         if not self.namespaced:
             isolated = self.isolate_network and _unshare_net()
             os.write(self.report_fd, b"1" if isolated else b"0")
@@ -567,8 +557,7 @@ class Sandbox:
         uid, gid = self.ids or (None, None)
         config = {"cwd": str(cwd), "uid": uid, "gid": gid, "network": self.policy.isolate_network,
                   "disk_bytes": self.limits.disk_bytes, "shared": _mapped_files(cwd), "keep": _kept_paths(argv, child_env)}
-        setup = _ChildSetup(self.limits, False, self.ids, -1, namespaced=True,
-                            fixed_address_layout=self.policy.fixed_address_layout)
+        setup = _ChildSetup(self.limits, False, self.ids, -1, namespaced=True)
         out_r, out_w = os.pipe()
         try:
             popen, scratch = _launch_namespaced(argv, cwd, child_env, pass_fds, config, setup, out_w)
@@ -586,8 +575,7 @@ class Sandbox:
         report_r, report_w = os.pipe()
         out_r, out_w = os.pipe()
         try:
-            setup = _ChildSetup(self.limits, self.policy.isolate_network, self.ids, report_w,
-                                fixed_address_layout=self.policy.fixed_address_layout)
+            setup = _ChildSetup(self.limits, self.policy.isolate_network, self.ids, report_w)
             popen = subprocess.Popen(
                 argv, cwd=cwd, env=child_env, stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w,
                 close_fds=True, pass_fds=pass_fds, start_new_session=True, preexec_fn=setup,

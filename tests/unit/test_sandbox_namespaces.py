@@ -246,27 +246,3 @@ def test_host_folders_under_tmp_the_job_needs_stay_readable(job: Path) -> None:
     finally:
         shutil.rmtree(kept, ignore_errors=True)
         shutil.rmtree(sibling, ignore_errors=True)
-
-
-def _layout(job: Path, fixed: bool) -> tuple[str, str]:
-    """(personality, where the heap and stack are) of a job, as it sees them."""
-    proc = spawn(job, """
-        print(open("/proc/self/personality").read().strip())
-        print([line.split()[0] for line in open("/proc/self/maps") if "[heap]" in line or "[stack]" in line])
-    """, policy=SandboxPolicy(fixed_address_layout=fixed))
-    result = proc.wait()
-    assert result.reason == "exited" and result.returncode == 0, (result, proc.output_tail())
-    personality, regions = proc.output_tail().strip().split("\n", 1)
-    return personality, regions
-
-
-def test_a_fixed_address_layout_is_the_same_in_every_job(job: Path) -> None:
-    """The timed children's layout does not change from one process to the next (ASLR off);
-    other jobs keep it randomised."""
-    first, second = _layout(job, True), _layout(job, True)
-    assert int(first[0], 16) & sandbox.ADDR_NO_RANDOMIZE
-    assert first == second
-    if Path("/proc/sys/kernel/randomize_va_space").read_text().strip() != "0":
-        randomised = [_layout(job, False) for _ in range(2)]
-        assert not int(randomised[0][0], 16) & sandbox.ADDR_NO_RANDOMIZE
-        assert randomised[0][1] != randomised[1][1]

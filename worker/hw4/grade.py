@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +37,9 @@ class GpuStageConfig:
     seed: int | None = None  # None: fresh inputs on every grade (hidden values never repeat)
     problems: tuple[str, ...] = (*KERNEL_PROBLEMS, "3")  # a subset only for tests and calibration
     timing_cpus: TimingCpus | None = None  # cores for the timing phase (worker.affinity); None: unpinned
-    # Children with steady malloc settings (worker.gpu.client) and one address layout
-    # (SandboxPolicy.fixed_address_layout), so a timing does not depend on the process; False
-    # only to measure what each is worth (bench/timing_stability.py).
+    # Children with steady malloc settings (worker.gpu.client), so a timing does not depend on
+    # the process; False only to measure what that is worth (bench/timing_stability.py).
     steady_memory: bool = True
-    fixed_address_layout: bool = True
 
 
 def _fresh_copy(source: Path, dest: Path) -> Path:
@@ -59,7 +57,7 @@ def run_gpu_stage(
     on_problem: Callable[[str], None] = lambda _pid: None,
 ) -> list[ProblemMeasurement]:
     """Measure every rubric problem of hw4 for the built submission in `staged_root`."""
-    sandbox = Sandbox(config.limits, replace(config.policy, fixed_address_layout=config.fixed_address_layout))
+    sandbox = Sandbox(config.limits, config.policy)
     rng = np.random.default_rng(config.seed)
     gpu = config.policy.gpu_index or 0
 
