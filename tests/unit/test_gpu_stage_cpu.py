@@ -215,7 +215,7 @@ def test_a_failing_reference_child_costs_the_submission_nothing(base: Path, poli
 
 
 def _kernel_children(work: Path) -> dict[str, str]:
-    """problem id -> process state letter of each live kernel-problem child under `work`."""
+    """problem id (or "<id>-profile") -> process state letter of each live kernel-problem child under `work`."""
     states = {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -230,9 +230,9 @@ def _kernel_children(work: Path) -> dict[str, str]:
 
 def test_checks_overlap_and_only_the_timed_child_runs(base: Path, trusted: Path, policy: SandboxPolicy,
                                                        short_cases: dict) -> None:
-    """All four children are up during the checks; when a problem's timing starts, every
-    other child still waiting for its turn is stopped (T), so nothing else of the submission
-    runs beside a timing."""
+    """All four children and their kernel-profile children are up during the checks; when a
+    problem's timing starts, the profilers are gone and every other child still waiting for
+    its turn is stopped (T), so nothing else of the submission runs beside a timing."""
     submission = cpu_standin.make_cpu_submission(base / "frozen" / "submission")
     work = base / "frozen" / "work"
     seen: dict[str, dict[str, str]] = {}
@@ -240,8 +240,10 @@ def test_checks_overlap_and_only_the_timed_child_runs(base: Path, trusted: Path,
                                  _config(policy, problems=KERNEL_PROBLEMS),
                                  on_problem=lambda pid: seen.setdefault(pid, _kernel_children(work)))
     assert all(m.status == "ok" and m.speedup_student is not None for m in measurements), [_describe(m) for m in measurements]
-    assert set(seen["1.1"]) == set(KERNEL_PROBLEMS), seen  # phase 1: every child is up
+    profilers = {f"{pid}-profile" for pid in KERNEL_PROBLEMS}
+    assert set(seen["1.1"]) == set(KERNEL_PROBLEMS) | profilers, seen  # phase 1: every child is up
     for i, pid in enumerate(KERNEL_PROBLEMS[1:], start=1):  # each timing: the later ones frozen
         later = KERNEL_PROBLEMS[i + 1:]
         assert all(seen[pid].get(other) == "T" for other in later), (pid, seen[pid])
         assert seen[pid].get(pid) == "T" and not any(p in seen[pid] for p in KERNEL_PROBLEMS[:i]), (pid, seen[pid])
+        assert not profilers & set(seen[pid]), (pid, seen[pid])

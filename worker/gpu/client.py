@@ -51,8 +51,16 @@ class StudentError(Exception):
         return self.error
 
 
+# CPU thread pools of one thread: a timed child is pinned to one core, where a pool of one
+# thread per core only adds threads that spin beside the timing, and nine children of one
+# grade (checks and kernel profiles at once) would otherwise start ~20 threads each against
+# the sandbox user's RLIMIT_NPROC. A submission may still size its own pools.
+ONE_THREAD_POOLS = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
 def child_env(gpu_index: int | None, home: Path, steady_memory: bool = True) -> dict[str, str]:
     env = {k: os.environ[k] for k in _PASSED_ENV if k in os.environ}
+    env.update(ONE_THREAD_POOLS)
     if steady_memory:
         env.update(STEADY_MEMORY_ENV)
     python_path = [str(PROJECT_ROOT), *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]]

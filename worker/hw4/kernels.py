@@ -145,7 +145,8 @@ def check_binding_case(client: ChildClient, case: Case, rng: np.random.Generator
 def measure_kernel_ms(client: ChildClient, case: Case, rng: np.random.Generator,
                       config: TimingConfig) -> tuple[float | None, str]:
     """The fused kernels' own GPU time per C ABI call (CUPTI, in the child), or None and why.
-    Informational: a profiler that is missing or refuses is not the submission's fault."""
+    Informational: a profiler that is missing or refuses, or a kernel that crashes or hangs
+    there (the checks say so), is not scored."""
     client.arena.reset()
     refs = client.arena.put_all(make_inputs(case, rng))
     try:
@@ -153,6 +154,8 @@ def measure_kernel_ms(client: ChildClient, case: Case, rng: np.random.Generator,
                              "calls": config.kernel_calls}, config.call_timeout_s)
     except StudentError as exc:
         return None, f"kernel GPU time not measured: {exc.error}"
+    except ChildFailure as exc:
+        return None, f"kernel GPU time not measured: {exc}"
     return float(reply["kernel_ms"]), ", ".join(reply.get("kernels", []))
 
 
@@ -268,9 +271,11 @@ class KernelProblem:
     cases: list[Case]
     thresholds: tuple[float, ...]  # speedups where a point changes: measure until clear of them
     rng: np.random.Generator  # its own stream: the checks of several problems run in threads
+    profile_rng: np.random.Generator  # the kernel profile's, which runs beside the checks
     measurement: ProblemMeasurement
     clock: Stopwatch
     client: ChildClient | None = None  # open while the problem still has something to measure
+    profiler: ChildClient | None = None  # a second child, for the kernel profile only
 
 
 @contextlib.contextmanager
@@ -291,6 +296,7 @@ def _ends_on_failure(problem: KernelProblem) -> Iterator[None]:
 
 
 def _finish(problem: KernelProblem) -> None:
+    """Close the problem's (checking, timed) child; the profiler closes its own."""
     if problem.client is not None:
         problem.client.close()
         problem.client = None
@@ -299,8 +305,8 @@ def _finish(problem: KernelProblem) -> None:
 
 
 def check_phase(problem: KernelProblem, config: TimingConfig) -> None:
-    """Correctness through the C ABI and the binding, then the kernels' own GPU time. Safe
-    to run beside other problems' checks: nothing here is a speedup."""
+    """Correctness through the C ABI and the binding. Safe to run beside other problems'
+    checks and profiles: nothing here is a speedup."""
     client, m, rng, clock = problem.client, problem.measurement, problem.rng, problem.clock
     assert client is not None
     with _ends_on_failure(problem):
@@ -315,10 +321,20 @@ def check_phase(problem: KernelProblem, config: TimingConfig) -> None:
             # No speed points without correctness: spend no GPU time timing a wrong kernel.
             m.log_tail = "not timed: a correctness case failed"
             _finish(problem)
-            return
-        with clock("kernel_profile"):
+
+
+def profile_phase(problem: KernelProblem, config: TimingConfig) -> None:
+    """The kernels' own GPU time, in the problem's second child, beside its checks: CUPTI's
+    start-up takes seconds, which the checks then hide."""
+    profiler, m = problem.profiler, problem.measurement
+    assert profiler is not None
+    try:
+        with problem.clock("kernel_profile"):
             m.kernel_ms, m.telemetry["kernel_profile"] = measure_kernel_ms(
-                client, TIMING_CASES[problem.problem_id], rng, config)
+                profiler, TIMING_CASES[problem.problem_id], problem.profile_rng, config)
+    finally:
+        problem.profiler = None
+        profiler.close()
 
 
 def timing_phase(problem: KernelProblem, trusted: ChildClient | None, config: TimingConfig) -> None:
@@ -362,12 +378,14 @@ def grade_kernel_problems(
 ) -> list[ProblemMeasurement]:
     """Every kernel problem (id, cases, thresholds), each in a fresh child of its own.
 
-    Phase 1 runs the correctness checks of all problems at once (they only compete for
-    time, which they do not measure). Phase 2 times the correct ones one after another, the
+    Phase 1 runs the correctness checks and kernel profiles of all problems at once, each
+    profile in a second child of its problem (they only compete for time, which they do not
+    measure). Phase 2 times the correct ones one after another, the
     other children frozen meanwhile, so no code of this submission runs beside a timing;
     with `cpus`, on the same three cores every grade."""
-    seeds = rng.integers(2**63 - 1, size=len(problems))
-    states = [KernelProblem(pid, cases, thresholds, np.random.default_rng(int(seed)),
+    seeds = rng.integers(2**63 - 1, size=(len(problems), 2))
+    states = [KernelProblem(pid, cases, thresholds, np.random.default_rng(int(seed[0])),
+                            np.random.default_rng(int(seed[1])),
                             ProblemMeasurement(pid, telemetry={"before": telemetry()}), Stopwatch({}))
               for (pid, cases, thresholds), seed in zip(problems, seeds)]
     for problem in states:
@@ -376,10 +394,13 @@ def grade_kernel_problems(
         for problem in states:  # spawned one by one from this thread (fork + exec is not thread-safe)
             with problem.clock("start"):
                 problem.client = open_student(problem.problem_id)
+                problem.profiler = open_student(f"{problem.problem_id}-profile")
         if states:
             on_problem(states[0].problem_id)
-        with ThreadPoolExecutor(max_workers=max(1, len(states))) as pool:
-            list(pool.map(lambda problem: check_phase(problem, config), states))
+        with ThreadPoolExecutor(max_workers=max(1, 2 * len(states))) as pool:
+            phase1 = [pool.submit(work, problem, config) for problem in states for work in (check_phase, profile_phase)]
+            for done in phase1:
+                done.result()
         waiting = [p for p in states if p.client is not None]
         for problem in waiting:
             problem.client.pause()  # type: ignore[union-attr]
@@ -394,5 +415,8 @@ def grade_kernel_problems(
     finally:
         for problem in states:
             _finish(problem)
+            if problem.profiler is not None:  # opened, but phase 1 never ran
+                problem.profiler.close()
+                problem.profiler = None
             problem.measurement.telemetry.setdefault("after", telemetry())
     return [p.measurement for p in states]
