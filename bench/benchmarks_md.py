@@ -22,6 +22,9 @@ def publish(lines: list[str], record: bool) -> str:
 
 
 def current_commit() -> str:
-    """The short hash of HEAD, for the 'commit' of a recorded table."""
-    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=BENCHMARKS_MD.parent,
-                          capture_output=True, text=True).stdout.strip()
+    """The short hash of HEAD, for the 'commit' of a recorded table; "+ uncommitted changes"
+    when the tree differs from it (as on a GPU machine, which gets the working tree)."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=BENCHMARKS_MD.parent, capture_output=True, text=True).stdout.strip()
+    head = git("rev-parse", "--short", "HEAD")
+    return f"{head} + uncommitted changes" if head and git("status", "--porcelain", "--untracked-files=no") else head
