@@ -1,6 +1,7 @@
 """Appending a measured table to BENCHMARKS.md (shared by the bench scripts)."""
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -19,6 +20,15 @@ def publish(lines: list[str], record: bool) -> str:
     if record:
         append_section(text)
     return text
+
+
+def publish_gpu_section(lines: list[str], name: str) -> None:
+    """Print a section measured on a GPU machine and leave it as $OUT/<name>.md (the device
+    tool's output folder, or .gpu-out/) for BENCHMARKS.md."""
+    text = publish(lines, record=False)
+    out = Path(os.environ.get("OUT", ".gpu-out"))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.md").write_text(text)
 
 
 def current_commit() -> str:

@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks_md import current_commit, publish  # noqa: E402
+from benchmarks_md import current_commit, publish_gpu_section  # noqa: E402
 from worker.build import Confinement, KernelTarget, Toolchain, build_kernels, cuda_include_dirs, nvcc_version  # noqa: E402
 from worker.rubric import load_rubric  # noqa: E402
 from worker.sandbox import Sandbox, SandboxLimits, SandboxPolicy  # noqa: E402
@@ -138,10 +138,7 @@ def main() -> int:
                  + " | ".join("" for _ in phase_names) + " | "
                  + " | ".join(f"{med(walls[k]):.2f} ({min(walls[k]):.2f}-{max(walls[k]):.2f})" for k in together)
                  + " |")
-    text = publish(lines, record=False)
-    out = Path(os.environ.get("OUT", ".gpu-out"))
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "nvcc_phases.md").write_text(text)
+    publish_gpu_section(lines, "nvcc_phases")
     return 0
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks_md import current_commit, publish  # noqa: E402
+from benchmarks_md import current_commit, publish_gpu_section  # noqa: E402
 from hw4_speedups import build_kit  # noqa: E402
 from worker.affinity import TimingCpus, choose_timing_cpus  # noqa: E402
 from worker.hw4.grade import KERNEL_PROBLEMS, GpuStageConfig, run_gpu_stage  # noqa: E402
@@ -120,10 +120,7 @@ def main() -> int:
     for mode in modes:
         lines.append(f"| {mode} | {statistics.median(seconds[mode]):.1f} ({min(seconds[mode]):.1f}-"
                      f"{max(seconds[mode]):.1f}) |")
-    text = publish(lines, record=False)
-    out = Path(os.environ.get("OUT", ".gpu-out"))
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "timing_stability.md").write_text(text)
+    publish_gpu_section(lines, "timing_stability")
     return 0
 
 
