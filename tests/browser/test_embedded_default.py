@@ -81,7 +81,9 @@ def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServi
 
 def log_in(browser: Browser, service: EmbeddedService, username: str) -> Page:
     context = browser.new_context(base_url=f"http://127.0.0.1:{service.port}", accept_downloads=True)
-    context.set_default_timeout(20_000)
+    # Generous: on a 2-core machine the service builds the kit (three nvcc at once) while
+    # the browser logs in; one CI run saw the login's navigation pass 20 s.
+    context.set_default_timeout(60_000)
     page = context.new_page()
     page.goto("/login")
     page.get_by_label("Username").fill(username)
