@@ -24,8 +24,9 @@ _PASSED_ENV = ("PATH", "LD_LIBRARY_PATH", "CUDA_HOME", "LANG")
 # process ran it. By default glibc serves large blocks with fresh mmaps (page faults on every
 # array) until a free raises its threshold, and numpy asks for transparent huge pages for
 # arrays of 4 MiB and more, which the kernel grants or not depending on its free memory: the
-# same MiniTorch op then cost 1x or 2x from one child to the next. A fixed threshold of 32 MiB
-# (glibc's maximum) and no trimming keep freed blocks in the heap for reuse; no huge page advice.
+# same MiniTorch composition ran 1.7x slower in one child than in another (BENCHMARKS.md). A
+# fixed threshold of 32 MiB (glibc's maximum) and no trimming keep freed blocks in the heap
+# for reuse; no huge page advice.
 STEADY_MEMORY_ENV = {
     "GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967296",
     "NUMPY_MADVISE_HUGEPAGE": "0",

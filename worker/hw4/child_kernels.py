@@ -129,7 +129,7 @@ def binding_prepare(state: ChildState, msg: dict[str, Any]) -> dict[str, Any]:
     for i in range(reps):
         if backward:
             inputs = {name: a[i] for name, a in stacked.items()}
-        else:  # zeros: the values are overwritten before the computation, and drawing them cost
+        else:  # zeros: overwritten before the computation (random ones cost more than the timing)
             inputs = {name: np.zeros(tuple(shape), np.float32) for name, shape in msg["shapes"].items()}
         leaves = {name: _tensor(mt, backend, a, requires_grad=backward and name != "mask") for name, a in inputs.items()}
         one: dict[str, Any] = {"leaves": leaves}
