@@ -1,26 +1,30 @@
 """Course operations pages for an assignment's staff: settings (schedule, late policy, score
-policy, extensions), grading controls (pause / drain / resume, re-grade everything) and the
-similarity report with its side-by-side pair view.
+policy, extensions), members (who is enrolled, as student or staff), grading controls
+(pause / drain / resume, re-grade everything) and the similarity report with its
+side-by-side pair view.
 
 Each page uses grader.web's session, CSRF and staff checks (someone who is not staff of the
 assignment gets the 404 page, as for the gradebook), and the same functions as the `grader`
-commands: grader.course_settings, grader.grading_control, grader.similarity_store.
+commands: grader.course_settings, grader.membership, grader.grading_control,
+grader.similarity_store.
 """
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 from typing import Any
+from urllib.parse import quote
 from zoneinfo import ZoneInfo
 
 from fastapi import APIRouter, Request, status
 from fastapi.responses import FileResponse, HTMLResponse, Response
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from grader.course_ops import SCORE_POLICIES, late_policy
 from grader.course_settings import ScheduleChange, ScheduleError, extend_student, extensions_of, update_schedule
 from grader.grading_control import grading_state, resume, set_paused
-from grader.membership import assignments_of
+from grader.membership import assignments_of, enroll, members_of, unenroll
 from grader.models import Assignment, CourseRole, User
 from grader.service import NotFound
 from grader.similarity_report import describe_ranges, numbered_lines
@@ -162,6 +166,72 @@ async def extension_remove(request: Request, slug: str, username: str) -> Respon
         except NotFound:
             pass  # already gone with its user: nothing to remove
     return _see_other(f"/assignments/{slug}/settings?saved=extension#extensions")
+
+
+# ---- members -------------------------------------------------------------------------------
+
+
+def _members_page(request: Request, session: Session, user: User, assignment: Assignment, status_code: int = 200,
+                  **values: Any) -> HTMLResponse:
+    values.setdefault("error", None)
+    return _page(request, "ops_members.html", user, status_code, assignment=assignment,
+                 members=members_of(session, assignment), parts=[r.value for r in CourseRole],
+                 saved=request.query_params.get("saved"), **values)
+
+
+@router.get("/assignments/{slug}/members", response_class=HTMLResponse)
+def members_list(request: Request, slug: str) -> Response:
+    with _db(get_context(request)) as session:
+        found = _staff(request, session, slug)
+        if isinstance(found, Response):
+            return found
+        return _members_page(request, session, *found)
+
+
+def _own_part_refused(request: Request, session: Session, user: User, assignment: Assignment) -> HTMLResponse:
+    """Nobody changes or ends their own part here, so an assignment always keeps the staff
+    member who could undo a change."""
+    return _members_page(request, session, user, assignment, status.HTTP_400_BAD_REQUEST,
+                         error="You cannot change your own part; ask another staff member of this assignment.")
+
+
+@router.post("/assignments/{slug}/members", response_class=HTMLResponse)
+async def member_save(request: Request, slug: str) -> Response:
+    """Enroll an existing account as a student or as staff (changing their part if enrolled)."""
+    with _db(get_context(request)) as session:
+        found = await _staff_form(request, session, slug)
+        if isinstance(found, Response):
+            return found
+        user, assignment, form = found
+        username, part = str(form.get("username", "")).strip(), str(form.get("part", ""))
+        if part not in {r.value for r in CourseRole}:
+            return _members_page(request, session, user, assignment, status.HTTP_400_BAD_REQUEST,
+                                 error="Choose whether they join as a student or as staff.")
+        target = session.scalar(select(User).where(User.username == username))
+        if target is None:
+            return _members_page(request, session, user, assignment, status.HTTP_400_BAD_REQUEST,
+                                 error=f"No account “{username}”: create accounts with the roster import "
+                                       "(Roster page) or `grader user add`.")
+        if target.id == user.id:
+            return _own_part_refused(request, session, user, assignment)
+        enroll(session, target, assignment, CourseRole(part))
+    return _see_other(f"/assignments/{slug}/members?saved={quote(username)}")
+
+
+@router.post("/assignments/{slug}/members/{username}/remove", response_class=HTMLResponse)
+async def member_remove(request: Request, slug: str, username: str) -> Response:
+    """Take someone out of the assignment: they no longer see it; their submissions stay."""
+    with _db(get_context(request)) as session:
+        found = await _staff_form(request, session, slug)
+        if isinstance(found, Response):
+            return found
+        user, assignment, _form = found
+        if username == user.username:
+            return _own_part_refused(request, session, user, assignment)
+        target = session.scalar(select(User).where(User.username == username))
+        if target is not None:  # an unknown or already removed member: nothing to do
+            unenroll(session, target, assignment)
+    return _see_other(f"/assignments/{slug}/members")
 
 
 # ---- grading controls ---------------------------------------------------------------------

@@ -23,8 +23,8 @@ from grader.app import create_app
 from grader.auth import issue_token, set_password
 from grader.blobstore import BlobStore
 from grader.db import session_scope
-from grader.models import (FINAL_STATES, ApiToken, Assignment, ErrorClass, Extension, PasswordReset, ProblemResult,
-                           Role, Run, RunState, Submission, User, utcnow)
+from grader.models import (FINAL_STATES, ApiToken, Assignment, Enrollment, ErrorClass, Extension, PasswordReset,
+                           ProblemResult, Role, Run, RunState, Submission, User, utcnow)
 from grader.ratelimit import SlidingWindow
 from grader.security import CONTENT_SECURITY_POLICY
 from grader.service import get_assignment, get_or_create_user, record_submission
@@ -291,15 +291,20 @@ def _hw4_row(w: World) -> tuple:
         return row.due_at, row.late_window_s, row.score_policy, row.grading_paused
 
 
+def _enrollments(w: World) -> list[tuple]:
+    with session_scope(w.sessions) as session:
+        return sorted(session.execute(select(Enrollment.user_id, Enrollment.assignment_id, Enrollment.role)).all())
+
+
 def _ops_post_denied(path: str, data: dict[str, str]) -> Check:
     """A student's post to a staff form of hw4 is 404 and changes nothing of the assignment
-    (schedule, policy, pause) nor anyone's extension."""
+    (schedule, policy, pause) nor anyone's extension or enrollment."""
     def check(w: World) -> None:
-        before, extensions = _hw4_row(w), w.count(Extension)
+        before, extensions, enrollments = _hw4_row(w), w.count(Extension), _enrollments(w)
         filled = {key: value.format(w=w) for key, value in data.items()}
         refused(w.a_web.post(path.format(w=w), data={"csrf_token": w.a_csrf(), **filled}, follow_redirects=False),
                 404, w=w)
-        assert _hw4_row(w) == before and w.count(Extension) == extensions
+        assert _hw4_row(w) == before and w.count(Extension) == extensions and _enrollments(w) == enrollments
     return check
 
 
@@ -377,6 +382,11 @@ ROUTES: dict[tuple[str, str], Check] = {
         "/assignments/hw4/extensions", {"student": "{w.a_name}", "extra": "30d"}),
     ("POST", "/assignments/{slug}/extensions/{username}/remove"): _ops_post_denied(
         "/assignments/hw4/extensions/{w.b_name}/remove", {}),
+    ("GET", "/assignments/{slug}/members"): _web_get_denied("/assignments/hw4/members", 404, owner="staff"),
+    ("POST", "/assignments/{slug}/members"): _ops_post_denied(
+        "/assignments/hw4/members", {"username": "{w.a_name}", "part": "staff"}),
+    ("POST", "/assignments/{slug}/members/{username}/remove"): _ops_post_denied(
+        "/assignments/hw4/members/{w.b_name}/remove", {}),
     ("POST", "/assignments/{slug}/grading"): _ops_post_denied("/assignments/hw4/grading", {"action": "pause"}),
     ("POST", "/assignments/{slug}/similarity"): _ops_post_denied("/assignments/hw4/similarity", {}),
 }

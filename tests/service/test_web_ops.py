@@ -1,8 +1,9 @@
 """The course-operations pages on PostgreSQL and Redis: who may use them (staff only, CSRF on
-every form), the settings form at its boundaries, extensions as admission and the late
-penalty see them, pausing (nothing sent, not even by the reconciler), draining and resuming
-grading, re-grading from the controls without losing a grade, and the GPU model on the run
-page with the gradebook's mark for a GPU model without a stored calibration."""
+every form), the settings form at its boundaries, members (a TA made and taken out),
+extensions as admission and the late penalty see them, pausing (nothing sent, not even by
+the reconciler), draining and resuming grading, re-grading from the controls without losing
+a grade, and the GPU model on the run page with the gradebook's mark for a GPU model without
+a stored calibration."""
 from __future__ import annotations
 
 import io
@@ -26,8 +27,9 @@ from grader.cli import app as grader_cli
 from grader.course_ops import admission, late_policy, lateness
 from grader.db import session_scope
 from grader.deadlines import LateStatus
-from grader.models import (Assignment, ErrorClass, Extension, GpuCalibration, ProblemResult, Role, Run, RunState,
-                           Submission, User, utcnow)
+from grader.membership import role_in
+from grader.models import (Assignment, CourseRole, ErrorClass, Extension, GpuCalibration, ProblemResult, Role, Run,
+                           RunState, Submission, User, utcnow)
 from grader.reconcile import forgotten_runs
 from grader.service import get_assignment, get_or_create_user
 from grader.settings import Settings, get_settings
@@ -90,7 +92,7 @@ def _stored(sessions: sessionmaker[Session], slug: str) -> tuple:
 
 def test_pages_are_for_the_assignments_staff(course: Course, prof: Browser, student: Browser,
                                              sessions: sessionmaker[Session]) -> None:
-    pages = ["settings", "grading", "similarity"]
+    pages = ["settings", "members", "grading", "similarity"]
     anonymous = TestClient(create_app(course.settings))
     for page in pages:
         path = f"/assignments/{course.slug}/{page}"
@@ -101,7 +103,8 @@ def test_pages_are_for_the_assignments_staff(course: Course, prof: Browser, stud
     before = _stored(sessions, course.slug)
     student_token = student.page_csrf("/")
     posts = {"settings": {"due": "2030-01-01T00:00:00"}, "grading": {"action": "pause"},
-             "extensions": {"student": course.students[0], "extra": "9d"}}
+             "extensions": {"student": course.students[0], "extra": "9d"},
+             "members": {"username": course.students[0], "part": "staff"}}
     for page, data in posts.items():
         path = f"/assignments/{course.slug}/{page}"
         assert student.client.post(path, data={**data, "csrf_token": student_token}).status_code == 404
@@ -110,10 +113,17 @@ def test_pages_are_for_the_assignments_staff(course: Course, prof: Browser, stud
         wrong = prof.client.post(path, data={**data, "csrf_token": student_token})
         assert wrong.status_code == 403
     assert _stored(sessions, course.slug) == before
+    assert _part(sessions, course.slug, course.students[0]) is CourseRole.student
     with session_scope(sessions) as session:
         assert not session.scalars(select(Extension).join(Assignment).where(Assignment.slug == course.slug)).all()
     assert course.slug in prof.client.get("/assignments").text
     assert course.slug not in student.client.get("/assignments").text
+
+
+def _part(sessions: sessionmaker[Session], slug: str, username: str) -> CourseRole | None:
+    with session_scope(sessions) as session:
+        user = session.scalars(select(User).where(User.username == username)).one()
+        return role_in(session, user.id, get_assignment(session, slug).id)
 
 
 # ---- settings -----------------------------------------------------------------------------
@@ -171,6 +181,51 @@ def test_settings_form_refuses_bad_values_and_keeps_the_schedule(course: Course,
         if field != "score_policy":
             assert f'value="{fields[field]}"' in response.text
     assert _stored(sessions, course.slug) == before
+
+
+# ---- members ------------------------------------------------------------------------------
+
+
+def _members_post(prof: Browser, course: Course, suffix: str = "", **data: str):
+    token = prof.page_csrf(f"/assignments/{course.slug}/members")
+    return prof.client.post(f"/assignments/{course.slug}/members{suffix}", data={"csrf_token": token, **data},
+                            follow_redirects=False)
+
+
+def test_members_page_makes_a_ta_and_takes_them_out(course: Course, prof: Browser,
+                                                    sessions: sessionmaker[Session]) -> None:
+    """A student account made staff reaches the staff pages; taken out, it no longer sees the
+    assignment at all. Unknown accounts, unknown parts and one's own part are refused."""
+    ta = f"ops-ta-{uuid.uuid4().hex[:6]}"
+    with session_scope(sessions) as session:
+        set_password(get_or_create_user(session, ta, Role.student), PASSWORD)  # joins every assignment as student
+    ta_browser = Browser(course.settings, ta)
+    settings_page = f"/assignments/{course.slug}/settings"
+    assert ta_browser.client.get(settings_page).status_code == 404
+
+    made = _members_post(prof, course, username=ta, part="staff")
+    assert made.status_code == 303 and made.headers["location"] == f"/assignments/{course.slug}/members?saved={ta}"
+    assert _part(sessions, course.slug, ta) is CourseRole.staff
+    listing = prof.client.get(made.headers["location"]).text
+    assert re.search(rf"<th scope=\"row\">{ta}</th>\s*<td>staff</td>", listing), listing
+    assert ta_browser.client.get(settings_page).status_code == 200
+    assert course.slug in ta_browser.client.get("/").text
+
+    removed = _members_post(prof, course, f"/{ta}/remove")
+    assert removed.status_code == 303 and _part(sessions, course.slug, ta) is None
+    assert ta_browser.client.get(settings_page).status_code == 404
+    assert course.slug not in ta_browser.client.get("/").text  # the upload form no longer offers it
+    assert ta not in prof.client.get(f"/assignments/{course.slug}/members").text
+    assert _members_post(prof, course, f"/{ta}/remove").status_code == 303  # twice: nothing left to do
+
+    unknown = _members_post(prof, course, username=f"nobody-{ta}", part="student")
+    assert unknown.status_code == 400 and "No account" in unknown.text
+    bad_part = _members_post(prof, course, username=ta, part="owner")
+    assert bad_part.status_code == 400 and _part(sessions, course.slug, ta) is None
+    for own in (_members_post(prof, course, username=course.prof, part="student"),
+                _members_post(prof, course, f"/{course.prof}/remove")):
+        assert own.status_code == 400 and "cannot change your own part" in own.text
+    assert _part(sessions, course.slug, course.prof) is CourseRole.staff
 
 
 # ---- extensions ---------------------------------------------------------------------------
