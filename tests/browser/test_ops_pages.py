@@ -1,6 +1,7 @@
 """The course-operations pages in a real (headless) Chromium: the instructor computes the
 similarity report, opens a pair side by side, saves a schedule with a mistake (shown next to
-the field), grants an extension; each page passes the accessibility checks (tests/browser/a11y.py)."""
+the field), grants an extension, makes a student staff and takes them out; each page passes
+the accessibility checks (tests/browser/a11y.py)."""
 from __future__ import annotations
 
 import re
@@ -85,4 +86,29 @@ def test_similarity_and_settings_pages(context: BrowserContext, screenshot_dir: 
 
     page.get_by_role("link", name="Grading controls").click()
     expect(page.locator("#grading-mode")).to_have_text("running")
+    check_page(page)
+
+
+def test_members_page_makes_a_student_staff_and_takes_them_out(context: BrowserContext, screenshot_dir: Path) -> None:
+    page = log_in(context, "ops-prof")
+    page.goto("/assignments")
+    page.get_by_role("link", name="Members of hw4").click()
+    row = page.locator("#members tbody tr").filter(has_text=STUDENTS[1])
+    expect(row.locator("td").first).to_have_text("student")
+    page.get_by_label("Username").fill(STUDENTS[1])
+    page.get_by_label("Part", exact=True).select_option("staff")
+    page.get_by_role("button", name="Save").click()
+    expect(page.locator("#saved")).to_contain_text(STUDENTS[1])
+    expect(row.locator("td").first).to_have_text("staff")
+    check_page(page)
+    page.screenshot(path=str(screenshot_dir / "assignment-members.png"), full_page=True)
+    page.get_by_role("button", name=f"Remove {STUDENTS[1]} from hw4").click()
+    expect(page.locator("#members")).not_to_contain_text(STUDENTS[1])
+    page.get_by_label("Username").fill(STUDENTS[1])  # back in as a student, for the other tests
+    page.get_by_label("Part", exact=True).select_option("student")
+    page.get_by_role("button", name="Save").click()
+    expect(row.locator("td").first).to_have_text("student")
+    page.get_by_label("Username").fill("ops-prof")
+    page.get_by_role("button", name="Save").click()
+    expect(page.locator("#member-error")).to_contain_text("cannot change your own part")
     check_page(page)
