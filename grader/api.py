@@ -28,8 +28,8 @@ from grader.auth import SCOPE_READ, SCOPE_READ_ALL, SCOPE_REGRADE, SCOPE_SUBMIT,
 from grader.context import AppContext
 from grader.course_ops import admission
 from grader.fairshare import Admission, admit
-from grader.models import Assignment, ProblemResult, Run, Submission, User, utcnow
-from grader.service import NotFound, get_assignment, record_regrade, record_submission
+from grader.models import Assignment, ProblemResult, Run, Submission, utcnow
+from grader.service import NotFound, find_user, get_assignment, record_regrade, record_submission
 from grader.uploads import ReceivedUpload, UploadError, receive_upload
 
 log = logging.getLogger(__name__)
@@ -419,7 +419,7 @@ def list_submissions(
         if not caller.can(SCOPE_READ_ALL):
             raise HTTPException(status.HTTP_403_FORBIDDEN,
                                 "listing another user's submissions needs the 'read:all' scope")
-        row = session.scalar(select(User).where(User.username == user))
+        row = find_user(session, user)
         if row is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no user {user!r}")
         user_id = row.id

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from grader.membership import roles_of
 from grader.models import ApiToken, CourseRole, Role, Submission, User, utcnow
+from grader.service import find_user
 
 TOKEN_PREFIX = "kg_"
 
@@ -115,7 +116,7 @@ def set_password(user: User, password: str, min_length: int = MIN_PASSWORD_LENGT
 
 def check_password(session: Session, username: str, password: str) -> User | None:
     """The user if `password` is theirs; None otherwise (same work either way)."""
-    user = session.scalar(select(User).where(User.username == username))
+    user = find_user(session, username)
     stored = user.password_hash if user is not None and user.password_hash else _DUMMY_HASH
     try:
         _hasher.verify(stored, password)

@@ -14,7 +14,6 @@ from typing import Annotated
 
 import httpx
 import typer
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 from alembic import command as alembic_command
 from alembic.config import Config as AlembicConfig
@@ -27,7 +26,7 @@ from grader.models import CourseRole, Role, User
 from grader.password_reset import RESET_PATH, issue_reset
 from grader.reconcile import reconcile
 from grader.roster import import_roster
-from grader.service import get_or_create_user, save_calibration, sync_assignments
+from grader.service import find_user, get_or_create_user, save_calibration, sync_assignments
 from grader.settings import Settings, get_settings
 from grader.websession import change_password, revoke_user_sessions
 from worker.celery_app import make_celery
@@ -107,9 +106,9 @@ def user_add(
 
 
 def _user_or_exit(session: Session, username: str) -> User:
-    user = session.scalar(select(User).where(User.username == username))
+    user = find_user(session, username)
     if user is None:
-        typer.echo(f"no user {username!r}", err=True)
+        typer.echo(f"no user {username!r}; create it with `grader user add`", err=True)
         raise typer.Exit(2)
     return user
 
@@ -168,11 +167,7 @@ def token_create(
     """Create an API token for USERNAME and print it (it is shown only once)."""
     sessions = make_session_factory(make_engine(get_settings()))
     with session_scope(sessions) as session:
-        user = session.scalar(select(User).where(User.username == username))
-        if user is None:
-            typer.echo(f"no user {username!r}; create it with `grader user add`", err=True)
-            raise typer.Exit(2)
-        typer.echo(issue_token(session, user, name, tuple(scope) if scope else None))
+        typer.echo(issue_token(session, _user_or_exit(session, username), name, tuple(scope) if scope else None))
 
 
 @roster_app.command("import")

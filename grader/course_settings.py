@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 from grader.course_ops import SCORE_POLICIES, grant_extension, late_policy, set_schedule
 from grader.deadlines import Extension, LatePolicy
 from grader.models import Assignment, Extension as ExtensionRow, User
-from grader.service import NotFound, get_assignment
+from grader.service import NotFound, find_user, get_assignment
 
 T = TypeVar("T")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(d|h|m|s)\s*$")
@@ -127,7 +127,7 @@ def extend_student(session: Session, slug: str, username: str, extra: str, reaso
     """Give the student `username` `extra` time on `slug` (replacing an earlier extension);
     `0` removes their extension (None). NotFound: no such user or assignment; ValueError: a
     bad duration."""
-    user = session.scalar(select(User).where(User.username == username.strip()))
+    user = find_user(session, username.strip())
     if user is None:
         raise NotFound(f"no user “{username.strip()}”")
     extension = Extension(parse_duration(extra), reason.strip())

@@ -39,12 +39,16 @@ def get_assignment(session: Session, slug: str) -> Assignment:
     return row
 
 
+def find_user(session: Session, username: str) -> User | None:
+    return session.scalar(select(User).where(User.username == username))
+
+
 def get_or_create_user(session: Session, username: str, role: Role,
                        assignments: Sequence[Assignment] | None = None) -> User:
     """The user named `username` (an existing one keeps its role), enrolled in `assignments`
     in the part its role gives (grader.membership). None: a new user joins every assignment
     there is (the one-course default), an existing one changes nothing."""
-    user = session.scalar(select(User).where(User.username == username))
+    user = find_user(session, username)
     if user is None:
         user = User(username=username, role=role)
         session.add(user)

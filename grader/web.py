@@ -31,7 +31,7 @@ from grader.models import ApiToken, Assignment, CourseRole, ProblemResult, Role,
 from grader.password_reset import RESET_PATH, issue_reset, live_reset, may_issue_reset, redeem_reset
 from grader.roster import import_roster
 from grader.runstatus import run_status
-from grader.service import NotFound, get_assignment, record_regrade, record_submission
+from grader.service import NotFound, find_user, get_assignment, record_regrade, record_submission
 from grader.uploads import UploadError, receive_upload
 from grader.websession import (CSRF_FIELD, CsrfError, change_password, check_csrf, csrf_token, current_user, log_in,
                                 log_out)
@@ -584,7 +584,7 @@ async def roster_reset_link(request: Request) -> Response:
         if isinstance(user, Response):
             return user
         username = str(form.get("username", "")).strip()
-        target = session.scalar(select(User).where(User.username == username))
+        target = find_user(session, username)
         if target is None or not may_issue_reset(session, user, target):
             return _roster_page(request, session, user, status.HTTP_404_NOT_FOUND,
                                 error=f"No student “{username}” in an assignment you teach.")

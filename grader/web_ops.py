@@ -17,7 +17,6 @@ from zoneinfo import ZoneInfo
 
 from fastapi import APIRouter, Request, status
 from fastapi.responses import FileResponse, HTMLResponse, Response
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
@@ -26,7 +25,7 @@ from grader.course_settings import ScheduleChange, ScheduleError, extend_student
 from grader.grading_control import grading_state, resume, set_paused
 from grader.membership import assignments_of, enroll, members_of, unenroll
 from grader.models import Assignment, CourseRole, User
-from grader.service import NotFound
+from grader.service import NotFound, find_user
 from grader.similarity_report import describe_ranges, numbered_lines
 from grader.similarity_store import compute_report, load_report, pair_sources, report_path, save_report
 from grader.web import _db, _form_user, _page, _see_other, _taught_assignment, _to_login, get_context
@@ -207,7 +206,7 @@ async def member_save(request: Request, slug: str) -> Response:
         if part not in {r.value for r in CourseRole}:
             return _members_page(request, session, user, assignment, status.HTTP_400_BAD_REQUEST,
                                  error="Choose whether they join as a student or as staff.")
-        target = session.scalar(select(User).where(User.username == username))
+        target = find_user(session, username)
         if target is None:
             return _members_page(request, session, user, assignment, status.HTTP_400_BAD_REQUEST,
                                  error=f"No account “{username}”: create accounts with the roster import "
@@ -228,7 +227,7 @@ async def member_remove(request: Request, slug: str, username: str) -> Response:
         user, assignment, _form = found
         if username == user.username:
             return _own_part_refused(request, session, user, assignment)
-        target = session.scalar(select(User).where(User.username == username))
+        target = find_user(session, username)
         if target is not None:  # an unknown or already removed member: nothing to do
             unenroll(session, target, assignment)
     return _see_other(f"/assignments/{slug}/members")
