@@ -33,25 +33,21 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks_md import current_commit, publish_gpu_section  # noqa: E402
 from hw4_speedups import build_kit  # noqa: E402
-from worker.affinity import TimingCpus, choose_timing_cpus  # noqa: E402
+from worker.affinity import choose_timing_cpus  # noqa: E402
 from worker.hw4.grade import KERNEL_PROBLEMS, GpuStageConfig, run_gpu_stage  # noqa: E402
 from worker.rubric import load_rubric  # noqa: E402
 from worker.sandbox import SandboxLimits, SandboxPolicy  # noqa: E402
 from worker.timing import spread  # noqa: E402
 
-FACTORS = {"memory": ("steady malloc", "default malloc"), "pinning": ("pinned", "unpinned")}
+# factor -> {setting: what it changes in the production configuration}; production first
+FACTORS = {"memory": {"steady malloc": {}, "default malloc": {"steady_memory": False}},
+           "pinning": {"pinned": {}, "unpinned": {"timing_cpus": None}}}
 PHASES = ("start", "abi_cases", "binding_cases", "kernel_profile", "timing")
 
 
 def gpu_name() -> str:
     out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True)
     return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else "unknown GPU"
-
-
-def settings(factor: str, base: GpuStageConfig, cpus: TimingCpus) -> dict[str, GpuStageConfig]:
-    on, off = FACTORS[factor]
-    changed = {"memory": {"steady_memory": False}, "pinning": {"timing_cpus": None}}[factor]
-    return {on: replace(base, timing_cpus=cpus), off: replace(base, **{"timing_cpus": cpus, **changed})}
 
 
 def main() -> int:
@@ -69,7 +65,7 @@ def main() -> int:
     cpus = choose_timing_cpus("auto", 0)
     if cpus is None:
         raise SystemExit("fewer than three usable cores: nothing to compare")
-    configs = settings(args.compare, base, cpus)
+    configs = {name: replace(base, **{"timing_cpus": cpus, **change}) for name, change in FACTORS[args.compare].items()}
     modes = tuple(configs)
     rubric = load_rubric("hw4")
     speedups = {m: {p: {"own": [], "reference": []} for p in KERNEL_PROBLEMS} for m in modes}
@@ -95,7 +91,7 @@ def main() -> int:
                     phases[mode][m.problem_id]["trials"].append(m.speedup_student.trials)
                 print(f"{mode} grade {i + 1}: {seconds[mode][-1]:.0f} s", flush=True)
 
-    on, off = FACTORS[args.compare]
+    on, off = modes
     lines = [f"### Speedup stability over {args.grades} re-grades, {on} vs {off} ({date.today().isoformat()})", "",
              f"Hardware: {gpu_name()}, {os.cpu_count()} CPU cores, {platform.machine()}; commit "
              f"{args.commit or current_commit() or 'unknown'}; pinned cores (parent, student, reference) = "
