@@ -10,13 +10,14 @@ who are staff nowhere (a staff account's reset goes through the operator).
 from __future__ import annotations
 
 import secrets
-from datetime import timedelta
+from datetime import datetime, timedelta
 
-from sqlalchemy import select, update
+from sqlalchemy import ColumnElement, select, update
 from sqlalchemy.orm import Session
 
 from grader.auth import check_new_password, hash_token
-from grader.models import CourseRole, Enrollment, PasswordReset, User, utcnow
+from grader.membership import roles_of
+from grader.models import CourseRole, PasswordReset, User, utcnow
 from grader.websession import change_password
 
 RESET_PATH = "/reset/"
@@ -36,20 +37,21 @@ def issue_reset(session: Session, user: User, max_age_s: int, issued_by: User | 
 def may_issue_reset(session: Session, issuer: User, target: User) -> bool:
     """Whether `issuer` may issue a link for `target`: a student of an assignment the issuer
     teaches, who is staff of no assignment."""
-    target_roles = list(session.execute(select(Enrollment.assignment_id, Enrollment.role)
-                                        .where(Enrollment.user_id == target.id)))
-    if any(role is CourseRole.staff for _, role in target_roles):
+    target_roles = roles_of(session, target.id)
+    if CourseRole.staff in target_roles.values():
         return False
-    taught = set(session.scalars(select(Enrollment.assignment_id).where(Enrollment.user_id == issuer.id,
-                                                                        Enrollment.role == CourseRole.staff)))
-    return any(assignment_id in taught for assignment_id, _ in target_roles)
+    return any(roles_of(session, issuer.id).get(assignment_id) is CourseRole.staff for assignment_id in target_roles)
+
+
+def _live(token: str, now: datetime) -> tuple[ColumnElement[bool], ...]:
+    """The conditions of an unused, unexpired reset named by `token`."""
+    return (PasswordReset.token_hash == hash_token(token), PasswordReset.used_at.is_(None),
+            PasswordReset.expires_at > now)
 
 
 def live_reset(session: Session, token: str) -> PasswordReset | None:
     """The unused, unexpired reset the token names, or None."""
-    return session.scalar(select(PasswordReset).where(PasswordReset.token_hash == hash_token(token),
-                                                      PasswordReset.used_at.is_(None),
-                                                      PasswordReset.expires_at > utcnow()))
+    return session.scalar(select(PasswordReset).where(*_live(token, utcnow())))
 
 
 def redeem_reset(session: Session, token: str, password: str, min_length: int) -> User | None:
@@ -61,8 +63,7 @@ def redeem_reset(session: Session, token: str, password: str, min_length: int) -
     now = utcnow()
     used = session.execute(
         update(PasswordReset)
-        .where(PasswordReset.token_hash == hash_token(token), PasswordReset.used_at.is_(None),
-               PasswordReset.expires_at > now)
+        .where(*_live(token, now))
         .values(used_at=now)
         .returning(PasswordReset.user_id)
     ).scalar_one_or_none()
