@@ -202,8 +202,10 @@ async def member_save(request: Request, slug: str) -> Response:
         if isinstance(found, Response):
             return found
         user, assignment, form = found
-        username, part = str(form.get("username", "")).strip(), str(form.get("part", ""))
-        if part not in {r.value for r in CourseRole}:
+        username = str(form.get("username", "")).strip()
+        try:
+            part = CourseRole(str(form.get("part", "")))
+        except ValueError:
             return _members_page(request, session, user, assignment, status.HTTP_400_BAD_REQUEST,
                                  error="Choose whether they join as a student or as staff.")
         target = find_user(session, username)
@@ -213,7 +215,7 @@ async def member_save(request: Request, slug: str) -> Response:
                                        "(Roster page) or `grader user add`.")
         if target.id == user.id:
             return _own_part_refused(request, session, user, assignment)
-        enroll(session, target, assignment, CourseRole(part))
+        enroll(session, target, assignment, part)
     return _see_other(f"/assignments/{slug}/members?saved={quote(username)}")
 
 
