@@ -44,7 +44,12 @@ class ProblemScoring:
     speed_figure: str = "min"
     # Flag a submission whose own baseline is this many times slower than the trusted one.
     baseline_gap_flag: float | None = 3.0
-    # False: correctness points are all-or-nothing; True: proportional to passed cases.
+    # Of the correctness points, those carried by the hidden cases (edge cases inside the
+    # assignment's domain that the course's own tests never reach), given in proportion to the
+    # hidden cases passed; the rest need the public (course-like) cases, and so does any speed
+    # point. 0: every case weighs the same (see partial_correctness).
+    hidden_points: float = 0.0
+    # False: the public share is all-or-nothing; True: proportional to passed public cases.
     partial_correctness: bool = False
     # Measurement policy tied to the thresholds: re-measure while the interval is wider
     # than this fraction of the speedup (or straddles the floor or the target).
@@ -86,7 +91,7 @@ def _problem_scoring(p: dict[str, Any]) -> ProblemScoring:
     if "correctness_points" not in raw:
         raw["correctness_points"] = points - float(raw["speed_points"])
     raw.setdefault("target", p.get("reference_speedup"))
-    for key in ("correctness_points", "speed_points", "speed_floor", "max_relative_width"):
+    for key in ("correctness_points", "speed_points", "speed_floor", "max_relative_width", "hidden_points"):
         raw[key] = float(raw.get(key, getattr(ProblemScoring, key)))
     for key in ("target", "baseline_gap_flag"):
         if raw.get(key) is not None:
@@ -99,6 +104,8 @@ def _problem_scoring(p: dict[str, Any]) -> ProblemScoring:
         )
     if scoring.correctness_points < 0 or scoring.speed_points < 0:
         raise RubricError(f"problem {p['id']}: negative points in scoring")
+    if not 0 <= scoring.hidden_points <= scoring.correctness_points:
+        raise RubricError(f"problem {p['id']}: hidden_points must lie between 0 and correctness_points")
     if scoring.speed_figure not in SPEED_FIGURES:
         raise RubricError(f"problem {p['id']}: speed_figure must be one of {SPEED_FIGURES}")
     return scoring

@@ -3,9 +3,11 @@
 Rules (per problem, from its `scoring:` section, worker.rubric.ProblemScoring):
 - A problem that did not finish (`timeout`, `crashed`, `error`) or did not run (`not_run`)
   scores 0, with a reason quoting the detail.
-- Correctness points need every case, C ABI and binding, to pass (all-or-nothing), or with
-  `partial_correctness` are given in proportion to the passed cases.
-- No speed points without full correctness. Otherwise speed points scale linearly from
+- Correctness: `hidden_points` of them follow the hidden cases (edge cases inside the
+  assignment's domain that the course's tests never reach), in proportion to those passed;
+  the rest need every public (course-like) case, C ABI and binding, to pass (all-or-nothing),
+  or with `partial_correctness` are given in proportion to the passed public cases.
+- No speed points unless every public case passes. Otherwise speed points scale linearly from
   `speed_floor` (0 at or below) to the target (all of them at or above); the target is the
   rubric's reference speedup or a per-GPU calibrated one passed in.
 - `speed_figure` picks which measured speedup scores: the student's own MiniTorch baseline,
@@ -177,7 +179,8 @@ def score_problem(
         )
         return score
 
-    # Correctness.
+    # Correctness: the public (course-like) cases carry correctness_points - hidden_points,
+    # the hidden ones hidden_points in proportion to those passed.
     cases = m.cases
     failed = m.failed_cases
     if not cases:
@@ -186,25 +189,42 @@ def score_problem(
             f"{pid}: no correctness case was run; 0 of {_pts(spec.max_points)} points"
         )
         return score
-    if failed:
-        score.status = "failed"
-        passed = len(cases) - len(failed)
-        if spec.partial_correctness:
-            score.correctness_points = round(spec.correctness_points * passed / len(cases), 2)
-        lost = spec.correctness_points - score.correctness_points
+    split = spec.hidden_points > 0 and any(not c.public for c in cases)
+    public = [c for c in cases if c.public or not split]  # without a split every case weighs alike
+    hidden = [c for c in cases if not c.public and split]
+    hidden_share = spec.hidden_points if split else 0.0
+    what = "course-like cases" if split else "correctness cases"
+    public_share = spec.correctness_points - hidden_share
+    public_failed = [c for c in public if not c.ok]
+    hidden_failed = [c for c in hidden if not c.ok]
+    public_passed = bool(public) and not public_failed
+    if public_passed:
+        public_points = public_share
+    elif spec.partial_correctness and public:
+        public_points = public_share * (len(public) - len(public_failed)) / len(public)
+    else:
+        public_points = 0.0
+    hidden_points = hidden_share * (len(hidden) - len(hidden_failed)) / len(hidden) if hidden else 0.0
+    score.correctness_points = round(public_points + hidden_points, 2)
+    score.status = "passed" if not failed else "failed"
+    if public_failed or not public:
         score.reasons.append(
-            f"{pid}: {len(failed)} of {len(cases)} correctness cases failed: "
-            f"{_pts(score.correctness_points)} of {_pts(spec.correctness_points)} correctness points "
-            f"({_pts(lost)} lost)"
+            f"{pid}: {len(public_failed)} of {len(public)} {what} failed: "
+            f"{_pts(round(public_points, 2))} of {_pts(public_share)} points for them "
+            f"({_pts(round(public_share - public_points, 2))} lost)"
         )
+    if hidden_failed:
+        score.reasons.append(
+            f"{pid}: {len(hidden_failed)} of {len(hidden)} hidden edge cases failed: "
+            f"{_pts(round(hidden_points, 2))} of {_pts(hidden_share)} points for them "
+            f"({_pts(round(hidden_share - hidden_points, 2))} lost); the course-like cases decide the rest"
+        )
+    if failed:
         first = m.first_failure if m.first_failure is not None and not m.first_failure.ok else failed[0]
         listed = [first] + [c for c in failed if c != first][: MAX_LISTED_FAILURES - 1]
         score.reasons.extend(_case_line(c, m, spec) for c in listed)
         if len(failed) > len(listed):
             score.reasons.append(f"... and {len(failed) - len(listed)} more failed cases")
-    else:
-        score.status = "passed"
-        score.correctness_points = spec.correctness_points
 
     # Speed.
     figure, which, fallback_notes = choose_figure(spec, m)
@@ -237,9 +257,10 @@ def score_problem(
 
     if spec.speed_points > 0:
         target_text = f"target {_x(target)}" if target is not None else "no target"
-        if score.status != "passed":
+        if not public_passed:
             score.reasons.append(
-                f"{pid}: no speed points without full correctness: 0 of {_pts(spec.speed_points)} speed points"
+                f"{pid}: no speed points unless every {what[:-1]} passes: "
+                f"0 of {_pts(spec.speed_points)} speed points"
             )
         elif figure is None:
             score.reasons.append(f"{pid}: speedup was not measured: 0 of {_pts(spec.speed_points)} speed points")

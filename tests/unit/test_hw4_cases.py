@@ -133,7 +133,7 @@ def test_load_cases_rejects_bad_data(tmp_path: Path) -> None:
     bad.write_text('cases:\n  "2.1":\n    kind: layernorm_fw\n    hidden: [{rows: 3, hidden: 30}]\n')
     with pytest.raises(hc.CaseError, match="multiple of 4"):
         hc.load_cases(bad)
-    bad.write_text('cases:\n  "1.2":\n    kind: softmax_bw\n    hidden: [{rows: 3, softmax_len: 4}, {rows: 3, softmax_len: 4}]\n')
+    bad.write_text('cases:\n  "1.2":\n    kind: softmax_bw\n    hidden: [{rows: 4, softmax_len: 4}, {rows: 4, softmax_len: 4}]\n')
     with pytest.raises(hc.CaseError, match="duplicate"):
         hc.load_cases(bad)
     bad.write_text('cases:\n  "1.1":\n    kind: softmax_fw\n    hidden: [{batch: 1, nhead: 1, from_len: 2, to_len: 2, mask_future: false, mask: nope}]\n')
@@ -185,7 +185,7 @@ def test_in_process_runner_and_kit_checks_layer() -> None:
     assert case.run(NumpyLib(), _rng(case)).ok
     assert not case.run(NumpyLib("row_off_by_one"), _rng(case)).ok
     assert kc.check_softmax_fw(NumpyLib(), 2, 3, 40, 40, True, np.random.default_rng(0), mask="inf").ok
-    assert not kc.check_layernorm_fw(NumpyLib(eps=1e-2), 20, 64, np.random.default_rng(0), scale=1e-3).ok
+    assert not kc.check_layernorm_fw(NumpyLib(eps=1e-2), 20, 64, np.random.default_rng(0), scale=0.1).ok
 
 
 def _outputs_and_expected(case: hc.Case):
@@ -261,23 +261,24 @@ def test_broken_variants_fail(bug: str, kwargs: dict, problems: list[str]) -> No
 
 def test_binding_inputs_and_references() -> None:
     rng = np.random.default_rng(5)
-    sbw = hc.make_case("softmax_bw", rows=999, softmax_len=65)
-    assert hc.binding_factors(sbw) == (1, 1, 999, 65)
-    assert hc.binding_factors(CASES["1.2"][0]) == (32, 8, 32, 32)
+    sbw = hc.make_case("softmax_bw", rows=996, softmax_len=65)
+    assert hc.binding_factors(sbw) == (1, 4, 249, 65)
+    assert hc.binding_factors(CASES["1.2"][1]) == (1, 8, 512, 512)
     a = hc.make_binding_inputs(sbw, rng)
-    assert a["inp"].shape == a["out_grad"].shape == (1, 1, 999, 65) and not a["mask"].any()
+    assert a["inp"].shape == a["out_grad"].shape == (1, 4, 249, 65)
+    assert a["mask"].shape == (1, 1, 1, 65) and not a["mask"].any()
     ref = hc.binding_reference(sbw, a)["inp_grad"]
     # finite differences of sum(softmax(inp) * out_grad) on one row
-    x = a["inp"][0, 0, 7].astype(np.float64)
-    g = a["out_grad"][0, 0, 7].astype(np.float64)
+    x = a["inp"][0, 1, 7].astype(np.float64)
+    g = a["out_grad"][0, 1, 7].astype(np.float64)
     f = lambda v: float((np.exp(v - v.max()) / np.exp(v - v.max()).sum() * g).sum())  # noqa: E731
     h = 1e-6
     fd = [(f(x + h * e) - f(x - h * e)) / (2 * h) for e in np.eye(x.size)[:5]]
-    np.testing.assert_allclose(ref[0, 0, 7, :5], fd, atol=1e-6)
+    np.testing.assert_allclose(ref[0, 1, 7, :5], fd, atol=1e-6)
 
     sfw = hc.make_case("softmax_fw", batch=2, nhead=2, from_len=4, to_len=6, mask_future=False, mask="none")
     b = hc.make_binding_inputs(sfw, rng)
-    assert b["mask"].shape == (2, 6) and not b["mask"].any()
+    assert b["mask"].shape == (2, 1, 1, 6) and not b["mask"].any()  # as the course's tests shape it
     np.testing.assert_allclose(hc.binding_reference(sfw, b)["out"].sum(-1), 1.0)
 
     lbw = hc.make_case("layernorm_bw", rows=6, hidden=8)
@@ -301,16 +302,74 @@ def test_binding_inputs_and_references() -> None:
     assert set(hc.binding_reference(lfw, d)) == set(hc.binding_output_names(lfw)) == {"out"}
 
 
-def test_fast_timing_inputs_keep_the_checks_mean_and_spread() -> None:
-    """Timing trials draw uniform values (cheaper) with the mean and spread the checks' normal
-    draws have, fresh on every call."""
+def test_inputs_are_the_courses_uniform_draws() -> None:
+    """kt.rand draws uniform(-1, 1); a case's scale and offset stretch and move that, and every
+    draw is fresh."""
     rng = np.random.default_rng(11)
     case = hc.make_case("layernorm_fw", rows=512, hidden=1024, scale=3.0, offset=5.0)
-    normal, fast = hc.make_binding_inputs(case, rng), hc.make_binding_inputs(case, rng, fast=True)
-    for arrays in (normal, fast):
-        assert arrays["inp"].dtype == np.float32
-        assert abs(arrays["inp"].mean() - 5.0) < 0.05 and abs(arrays["inp"].std() - 3.0) < 0.05
-    assert np.abs(fast["inp"] - 5.0).max() <= 3.0 * 12**0.5 / 2 + 1e-4  # bounded: uniform, not normal
-    assert np.abs(normal["inp"] - 5.0).max() > 3.0 * 12**0.5 / 2
-    again = hc.make_binding_inputs(case, rng, fast=True)
-    assert not np.array_equal(again["inp"], fast["inp"])
+    first, again = hc.make_binding_inputs(case, rng), hc.make_binding_inputs(case, rng)
+    x = first["inp"]
+    assert x.dtype == np.float32 and 2.0 <= x.min() < 2.01 and 7.99 < x.max() <= 8.0
+    assert abs(x.mean() - 5.0) < 0.01 and abs(x.std() - 3.0 / 3**0.5) < 0.01
+    assert np.abs(first["gamma"]).max() <= 1.0 and np.abs(first["beta"]).max() <= 1.0
+    assert not np.array_equal(again["inp"], x)
+    soft = hc.make_inputs(hc.make_case("softmax_bw", rows=8, softmax_len=50), rng)["soft_out"]
+    np.testing.assert_allclose(soft.sum(-1), 1.0, rtol=1e-6)
+    # softmax of uniform(-1, 1) rows: within a row no entry is more than e^2 times another
+    assert (soft.max(-1) / soft.min(-1)).max() <= np.exp(2.0) * (1 + 1e-5)
+
+
+def _within_bs_sl(batch: int, seq: int, to_len: int | None = None) -> bool:
+    """What test_utils.py's bs_sl can draw: seq 1..512, batch 1..1024 // seq, and a second
+    length for the same batch within min(1024 // batch, 512)."""
+    ok = 1 <= seq <= 512 and 1 <= batch <= 1024 // seq
+    return ok and (to_len is None or 1 <= to_len <= min(1024 // batch, 512))
+
+
+def test_public_cases_are_the_courses_own_domain() -> None:
+    for case in ALL:
+        if not case.public:
+            continue
+        p = case.params
+        assert p["scale"] == 1.0 and not p.get("offset"), case.id
+        if case.kind == "softmax_fw":
+            assert p["nhead"] == 8 and p["mask"] == "pad" and not p["mask_future"], case.id
+            assert _within_bs_sl(p["batch"], p["from_len"], p["to_len"]), case.id
+        elif case.kind == "softmax_bw":
+            assert p["nhead"] == 8 and _within_bs_sl(p["batch"], p["from_len"], p["softmax_len"]), case.id
+        else:
+            assert p["hidden"] == 32 and p["rows"] <= 1024, case.id
+
+
+def test_every_case_is_inside_the_starters_domain() -> None:
+    for case in ALL:
+        p = case.params
+        if case.kind == "softmax_fw":
+            assert p["to_len"] <= 1024 and p["mask"] in hc.MASK_KINDS
+            assert not p["mask_future"] or p["from_len"] == p["to_len"], case.id  # self-attention only
+            assert "mask" in hc.abi_shapes(case)  # the launcher always reads a mask
+        elif case.kind == "softmax_bw":
+            assert p["softmax_len"] <= 2048 and p["rows"] % 4 == 0, case.id
+        else:
+            assert p["hidden"] % 4 == 0 and p["hidden"] <= 4096 and p["scale"] >= hc.MIN_LN_SCALE, case.id
+
+
+@pytest.mark.parametrize("kind,params,match", [
+    ("softmax_fw", dict(batch=1, nhead=1, from_len=2, to_len=1025, mask_future=False), "to_len"),
+    ("softmax_bw", dict(rows=6, softmax_len=8), "multiple of 4"),
+    ("softmax_bw", dict(rows=4, softmax_len=2049), "softmax_len"),
+    ("layernorm_fw", dict(rows=2, hidden=8192), "4096"),
+    ("layernorm_bw", dict(rows=2, hidden=64, scale=0.001), "eps convention"),
+])
+def test_cases_outside_the_domain_are_refused(kind: str, params: dict, match: str) -> None:
+    with pytest.raises(hc.CaseError, match=match):
+        hc.make_case(kind, **params)
+
+
+def test_cases_describe_how_to_rebuild_their_inputs() -> None:
+    text = hc.make_case("softmax_fw", batch=2, nhead=8, from_len=5, to_len=33, mask_future=True,
+                        mask="none").describe_inputs()
+    assert "inp [2, 8, 5, 33] uniform(-1, 1)" in text and "attn_mask [2, 1, 1, 33] zeros" in text
+    assert "mask_future=True" in text
+    text = hc.make_case("layernorm_bw", rows=3, hidden=8, offset=5).describe_inputs()
+    assert "uniform(-1, 1) + 5" in text and "out_grad" in text

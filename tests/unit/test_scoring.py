@@ -80,7 +80,7 @@ def test_correctness_failure_gives_no_speed_points():
     text = "\n".join(s.reasons)
     assert "1 of 8 correctness cases failed" in text
     assert "max error 0.42 at [1, 2, 5, 7]" in text
-    assert "no speed points without full correctness" in text
+    assert "no speed points unless every correctness case passes" in text
 
 
 def test_first_failure_is_reported_first_and_list_is_bounded():

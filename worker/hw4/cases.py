@@ -14,9 +14,16 @@ student's library and calls it:
 The student's MiniTorch binding takes the same cases through make_binding_inputs /
 binding_reference (tensors instead of raw buffers; see those functions).
 
-Case lists are data: the `cases:` section of rubrics/<slug>.yaml. Tolerances are the
-course's (HW4_INTERFACE.md): |got - ref| <= atol + rtol * |ref| element-wise, and NaN or inf
-in an output never passes.
+Case lists are data: the `cases:` section of rubrics/<slug>.yaml. Every case lies inside the
+official starter's domain (worker/hw4/CONTRACT.md says where each limit comes from): inputs
+uniform(-1, 1) (times `scale`, plus `offset`) as the course's `kt.rand` draws them, a mask
+array always passed (the starter's launcher copies it unconditionally; zeros stand for "no
+mask"), to_len <= 1024, rows of a softmax backward a multiple of 4 (the given
+ker_attn_softmax_bw has no row guard), hidden_dim % 4 == 0 and <= 4096, and no input where the
+open eps convention of the LayerNorm backward (sqrt(var) or sqrt(var + eps)) decides a verdict.
+Tolerances are the course's (HW4_INTERFACE.md): |got - ref| <= atol + rtol * |ref|
+element-wise, and NaN or inf in an output never passes; the rubric's `cases:` comment gives
+the float32 error analysis that shows they hold for every case there.
 
 Dependencies: the standard library, numpy and PyYAML only (this runs on the bare GPU machine).
 """
@@ -44,10 +51,17 @@ TOLERANCES: dict[str, tuple[float, float]] = {
 }
 
 LN_EPS = 1e-8
-PAD_VALUE = -1e8  # additive mask value for padded keys (finite, like the course's masks)
+PAD_VALUE = -1e8  # additive mask value for padded keys (the course's masks: kt.attn_mask * -1e8)
 MASK_KINDS = ("none", "pad", "neginf", "full")
+# launch_attn_softmax dispatches on to_len up to 1024 and throws above; the backward's
+# ITERATIONS go up to 2048 (the assignment's list). Both launchers' limits: CONTRACT.md.
 MAX_SOFTMAX_LEN = {"softmax_fw": 1024, "softmax_bw": 2048}
-MAX_LN_HIDDEN_BW = 4096
+SOFTMAX_BW_ROW_MULTIPLE = 4  # the given kernel runs 4 rows per block with no guard on the row
+MAX_LN_HIDDEN = 4096  # float4 loads; the backward launcher throws above 4096
+# The LayerNorm backward may use sqrt(var) or sqrt(var + eps) (the course's own test uses the
+# first, LightSeq the second): they differ by eps / (2 var) relative. Inputs of scale s have
+# var ~ s^2 / 3, so s >= 0.1 keeps that below 2e-6, far inside every tolerance.
+MIN_LN_SCALE = 0.1
 
 # Parameters per kind: required ones, and optional ones with their defaults.
 _REQUIRED = {
@@ -88,6 +102,24 @@ class Case:
         if self.kind == "softmax_bw":
             return (p["rows"], p["softmax_len"])
         return (p["rows"], p["hidden"])
+
+    def describe_inputs(self) -> str:
+        """How the inputs are drawn, so a student can rebuild the case from its feedback."""
+        p = self.params
+        spread = f"uniform(-{p['scale']:g}, {p['scale']:g})"
+        if p.get("offset", 0.0):
+            spread += f" + {p['offset']:g}"
+        if self.kind == "softmax_fw":
+            masks = {"none": "zeros", "pad": f"{PAD_VALUE:g} on a random tail of each batch's keys",
+                     "neginf": "-inf on a random tail of each batch's keys",
+                     "full": f"{PAD_VALUE:g} on a random tail, batch 0 fully padded"}
+            return (f"inp {list(self.shape)} {spread}, attn_mask [{p['batch']}, 1, 1, {p['to_len']}] "
+                    f"{masks[p['mask']]}, mask_future={p['mask_future']}")
+        if self.kind == "softmax_bw":
+            return (f"out_grad {list(self.shape)} {spread}, softmax output of uniform(-1, 1) "
+                    f"rows of length {p['softmax_len']}")
+        text = f"inp {list(self.shape)} {spread}, gamma and beta [{p['hidden']}] uniform(-1, 1)"
+        return text + (", out_grad uniform(-1, 1)" if self.kind == "layernorm_bw" else "")
 
     def describe_shape(self) -> str:
         p = self.params
@@ -135,6 +167,8 @@ def make_case(kind: str, *, public: bool = False, id: str | None = None, problem
     if missing:
         raise CaseError(f"{kind}: missing parameter(s) {missing}")
     p["scale"] = float(p["scale"])
+    if p["scale"] <= 0:
+        raise CaseError(f"scale must be positive, not {p['scale']!r}")
     if "offset" in p:
         p["offset"] = float(p["offset"])
     if kind == "softmax_fw":
@@ -164,13 +198,17 @@ def make_case(kind: str, *, public: bool = False, id: str | None = None, problem
         if p["rows"] is None:
             raise CaseError("softmax_bw: give rows or batch, nhead and from_len")
         _positive_int("rows", p["rows"])
+        if p["rows"] % SOFTMAX_BW_ROW_MULTIPLE:
+            raise CaseError(f"softmax_bw: rows {p['rows']} is not a multiple of {SOFTMAX_BW_ROW_MULTIPLE}")
     else:
         _positive_int("rows", p["rows"])
         _positive_int("hidden", p["hidden"])
         if p["hidden"] % 4:
             raise CaseError(f"hidden {p['hidden']} is not a multiple of 4 (float4 loads)")
-        if kind == "layernorm_bw" and p["hidden"] > MAX_LN_HIDDEN_BW:
-            raise CaseError(f"hidden {p['hidden']} > {MAX_LN_HIDDEN_BW}")
+        if p["hidden"] > MAX_LN_HIDDEN:
+            raise CaseError(f"hidden {p['hidden']} > {MAX_LN_HIDDEN}")
+        if p["scale"] < MIN_LN_SCALE:
+            raise CaseError(f"scale {p['scale']:g} < {MIN_LN_SCALE:g}: the open eps convention would decide")
     if problem is None:
         problem = {v: k for k, v in PROBLEM_KIND.items()}[kind]
     elif PROBLEM_KIND.get(problem) != kind:
@@ -227,15 +265,17 @@ def load_cases(rubric_path_or_slug: str | Path = "hw4") -> dict[str, list[Case]]
 # --------------------------------------------------------------------------- inputs
 
 
-def make_mask(rng: np.random.Generator, batch: int, to_len: int, kind: str) -> np.ndarray | None:
-    """Additive attention mask [batch, to_len], float32. none: no mask (None); pad: each batch
-    keeps a random prefix (>= 1 key), the rest PAD_VALUE; neginf: like pad with -inf; full:
-    like pad, and batch 0 entirely PAD_VALUE (fully masked rows)."""
-    if kind == "none":
-        return None
-    if kind not in ("pad", "neginf", "full"):
+def make_mask(rng: np.random.Generator, batch: int, to_len: int, kind: str) -> np.ndarray:
+    """Additive attention mask [batch, to_len], float32, as the course's tests build it: each
+    batch keeps a random prefix of 1..to_len keys and pads the rest. none: zeros (the
+    starter's launcher always reads a mask); pad: PAD_VALUE on the padded tail; neginf: -inf
+    there (kernels.h documents padding as -inf); full: like pad, and batch 0 entirely
+    PAD_VALUE (fully padded rows)."""
+    if kind not in MASK_KINDS:
         raise CaseError(f"unknown mask kind {kind!r}")
     mask = np.zeros((batch, to_len), dtype=np.float32)
+    if kind == "none":
+        return mask
     fill = -np.inf if kind == "neginf" else PAD_VALUE
     for b in range(batch):
         keep = int(rng.integers(1, to_len + 1))
@@ -245,10 +285,10 @@ def make_mask(rng: np.random.Generator, batch: int, to_len: int, kind: str) -> n
     return mask
 
 
-def random_softmax_rows(rng: np.random.Generator, rows: int, length: int, scale: float = 1.0) -> np.ndarray:
-    """Valid softmax outputs (rows sum to 1), float32."""
-    x = _normal(rng, (rows, length), scale)
-    e = np.exp(x - x.max(axis=-1, keepdims=True))
+def softmax_rows(x: np.ndarray) -> np.ndarray:
+    """Softmax over the last axis, float32 (valid softmax outputs: rows sum to 1)."""
+    x64 = x.astype(np.float64)
+    e = np.exp(x64 - x64.max(axis=-1, keepdims=True))
     return _f32(e / e.sum(axis=-1, keepdims=True))
 
 
@@ -256,22 +296,13 @@ def _f32(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.float32)
 
 
-def _normal(rng: np.random.Generator, shape: tuple[int, ...] | int, scale: float = 1.0,
-            offset: float = 0.0, fast: bool = False) -> np.ndarray:
-    """Normal(offset, scale) drawn directly in float32: the timing trials draw millions of
-    fresh values per trial, and float64 draws plus a cast took about half the parent's time.
-    `fast`: uniform values with the same mean and spread instead, about 5x cheaper to draw
-    (timing trials: what is measured there is speed, and every value is still fresh)."""
-    if fast:
-        x = rng.random(shape, dtype=np.float32)
-        x -= np.float32(0.5)
-        x *= np.float32(12**0.5)  # unit variance
-    else:
-        x = rng.standard_normal(shape, dtype=np.float32)
-    if scale != 1.0:
-        x *= np.float32(scale)
-    if offset:
-        x += np.float32(offset)
+def _uniform(rng: np.random.Generator, shape: tuple[int, ...] | int, scale: float = 1.0,
+             offset: float = 0.0) -> np.ndarray:
+    """uniform(-scale, scale) + offset, drawn directly in float32 (the course's kt.rand is
+    uniform(-1, 1); the timing trials draw millions of fresh values per trial)."""
+    x = rng.random(shape, dtype=np.float32)
+    x *= np.float32(2 * scale)
+    x -= np.float32(scale - offset)
     return x
 
 
@@ -290,13 +321,10 @@ def abi_output_names(case: Case) -> tuple[str, ...]:
 
 
 def abi_shapes(case: Case) -> dict[str, tuple[int, ...]]:
-    """Every array abi_call takes, with its shape (mask only when the case has one)."""
+    """Every array abi_call takes, with its shape."""
     p = case.params
     if case.kind == "softmax_fw":
-        shapes = {"inp": case.shape}
-        if p["mask"] != "none":
-            shapes["mask"] = (p["batch"], p["to_len"])
-        return shapes
+        return {"inp": case.shape, "mask": (p["batch"], p["to_len"])}
     if case.kind == "softmax_bw":
         return {"out_grad": case.shape, "soft_out": case.shape}
     rows, hidden = case.shape
@@ -308,42 +336,33 @@ def abi_shapes(case: Case) -> dict[str, tuple[int, ...]]:
             "gamma_grad": (hidden,), "betta_grad": (hidden,), "inp_grad": (rows, hidden)}
 
 
-def make_inputs(case: Case, rng: np.random.Generator, fast: bool = False) -> dict[str, np.ndarray]:
+def make_inputs(case: Case, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """Fresh random arrays for one ABI call (float32, C-contiguous), named as in abi_shapes.
-    Separate output buffers are filled with NaN; in-place buffers hold the input. `fast`:
-    the large inputs uniform instead of normal (see _normal), for timing trials.
+    Separate output buffers are filled with NaN; in-place buffers hold the input.
 
-    softmax_fw: inp [b,h,f,t] (in place), mask [b,t] (absent for mask "none")
-    softmax_bw: out_grad [rows,n] (in place), soft_out [rows,n] (valid softmax rows)
+    softmax_fw: inp [b,h,f,t] (in place), mask [b,t] (zeros for mask "none")
+    softmax_bw: out_grad [rows,n] (in place), soft_out [rows,n] (softmax of uniform rows)
     layernorm_fw: inp, gamma, beta; out: ln_res, vars, means
     layernorm_bw: out_grad, inp, gamma, beta, vars, means (the variance without eps and the
-                  mean, as the forward stores them); out: gamma_grad, betta_grad, inp_grad"""
+                  mean, as the course's backward test computes them); out: gamma_grad,
+                  betta_grad, inp_grad"""
     p = case.params
     scale = p["scale"]
     if case.kind == "softmax_fw":
-        arrays = {"inp": _normal(rng, case.shape, scale, fast=fast)}
-        mask = make_mask(rng, p["batch"], p["to_len"], p["mask"])
-        if mask is not None:
-            arrays["mask"] = mask
-        return arrays
+        return {"inp": _uniform(rng, case.shape, scale),
+                "mask": make_mask(rng, p["batch"], p["to_len"], p["mask"])}
     if case.kind == "softmax_bw":
         rows, n = case.shape
-        soft_out = random_softmax_rows(rng, rows, n)
-        out_grad = _normal(rng, (rows, n), scale, fast=fast)
-        return {"out_grad": out_grad, "soft_out": soft_out}
+        soft_out = softmax_rows(_uniform(rng, (rows, n)))
+        return {"out_grad": _uniform(rng, (rows, n), scale), "soft_out": soft_out}
     rows, hidden = case.shape
+    inp = _uniform(rng, (rows, hidden), scale, p["offset"])
+    gamma, beta = _uniform(rng, hidden), _uniform(rng, hidden)
     if case.kind == "layernorm_fw":
-        inp = _normal(rng, (rows, hidden), scale, p["offset"], fast)
-        gamma = _f32(rng.uniform(0.5, 1.5, hidden))
-        beta = _normal(rng, hidden)
         return {"inp": inp, "gamma": gamma, "beta": beta, "ln_res": _poisoned((rows, hidden)),
                 "vars": _poisoned((rows,)), "means": _poisoned((rows,))}
-    inp = _normal(rng, (rows, hidden), scale, p["offset"], fast)
-    out_grad = _normal(rng, (rows, hidden), fast=fast)
-    gamma = _f32(rng.uniform(0.5, 1.5, hidden))
-    beta = _normal(rng, hidden)
     x64 = inp.astype(np.float64)
-    return {"out_grad": out_grad, "inp": inp, "gamma": gamma, "beta": beta,
+    return {"out_grad": _uniform(rng, (rows, hidden)), "inp": inp, "gamma": gamma, "beta": beta,
             "vars": _f32(x64.var(axis=-1)), "means": _f32(x64.mean(axis=-1)),
             "gamma_grad": _poisoned((hidden,)), "betta_grad": _poisoned((hidden,)),
             "inp_grad": _poisoned((rows, hidden))}
@@ -365,28 +384,27 @@ def binding_factors(case: Case) -> tuple[int, int, int, int]:
     return 1, nhead, rows // nhead, p["softmax_len"]
 
 
-def make_binding_inputs(case: Case, rng: np.random.Generator, fast: bool = False) -> dict[str, np.ndarray]:
-    """Inputs for the student's MiniTorch binding (tensors, not raw buffers), float32:
+def make_binding_inputs(case: Case, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Inputs for the student's MiniTorch binding, float32, shaped as the course's tests
+    shape them (the binding is called with exactly these tensors):
 
-    softmax_fw: inp [b,h,f,t], mask [b,t] (zeros for mask "none"): Tensor.attn_softmax(mask);
-                the binding has no mask_future, so binding_reference ignores it
-    softmax_bw: inp [b,h,f,t] (b,h,f from binding_factors), mask [b,t] zeros, out_grad
-                [b,h,f,t]: grad of sum(attn_softmax(inp, mask) * out_grad) wrt inp
+    softmax_fw: inp [b,h,f,t], mask [b,1,1,t]: Tensor.attn_softmax(mask); the binding has
+                no mask_future (the starter's attn_softmax_fw passes False)
+    softmax_bw: inp [b,h,f,t] (b,h,f from binding_factors), mask [b,1,1,t] zeros, out_grad
+                [b,h,f,t]: Attn_Softmax.backward(ctx of attn_softmax(inp, mask), out_grad)
     layernorm_fw: inp [rows,hidden], gamma, beta: Tensor.layernorm(gamma, beta)
-    layernorm_bw: inp, gamma, beta, out_grad [rows,hidden]: grads of
-                sum(layernorm(inp) * out_grad) wrt inp, gamma, beta"""
+    layernorm_bw: inp, gamma, beta, out_grad [rows,hidden]: the gradients of
+                layernorm(inp, gamma, beta).backward(out_grad) wrt inp, gamma, beta"""
     p = case.params
     if case.kind == "softmax_fw":
-        arrays = make_inputs(case, rng, fast)
-        if "mask" not in arrays:
-            arrays["mask"] = np.zeros((p["batch"], p["to_len"]), dtype=np.float32)
-        return arrays
+        arrays = make_inputs(case, rng)
+        b, _, _, t = case.shape
+        return {"inp": arrays["inp"], "mask": arrays["mask"].reshape(b, 1, 1, t)}
     if case.kind == "softmax_bw":
         b, h, f, t = binding_factors(case)
-        inp = _normal(rng, (b, h, f, t), fast=fast)
-        out_grad = _normal(rng, (b, h, f, t), p["scale"], fast=fast)
-        return {"inp": inp, "mask": np.zeros((b, t), dtype=np.float32), "out_grad": out_grad}
-    arrays = make_inputs(case, rng, fast)
+        return {"inp": _uniform(rng, (b, h, f, t)), "mask": np.zeros((b, 1, 1, t), dtype=np.float32),
+                "out_grad": _uniform(rng, (b, h, f, t), p["scale"])}
+    arrays = make_inputs(case, rng)
     keep = ("inp", "gamma", "beta") + (("out_grad",) if case.kind == "layernorm_bw" else ())
     return {k: arrays[k] for k in keep}
 
@@ -395,12 +413,13 @@ def make_binding_inputs(case: Case, rng: np.random.Generator, fast: bool = False
 
 
 def softmax_fw_ref(inp: np.ndarray, mask: np.ndarray | None, mask_future: bool) -> np.ndarray:
-    """inp [B, H, F, T] float32; mask [B, T] additive or None. The mask is added in float32 (as
+    """inp [B, H, F, T] float32; mask [B, T] or [B, 1, 1, T] additive, or None. The mask is added in float32 (as
     any float32 implementation does), then softmax in float64; mask_future hides keys j > i.
     A row whose entries are all -inf gives zeros."""
     x = np.array(inp, dtype=np.float32, copy=True)
     if mask is not None:
-        x = x + np.asarray(mask, dtype=np.float32)[:, None, None, :]
+        m = np.asarray(mask, dtype=np.float32)
+        x = x + m.reshape(m.shape[0], 1, 1, m.shape[-1])
     x = x.astype(np.float64)
     if mask_future:
         future = np.triu(np.ones(x.shape[-2:], dtype=bool), k=1)
@@ -543,7 +562,7 @@ def abi_call(lib: Any, case: Case, arrays: Mapping[str, np.ndarray], streams: tu
     p = case.params
     a = arrays
     if case.kind == "softmax_fw":
-        lib.launch_attn_softmax(_ptr(a["inp"]), _ptr(a.get("mask") if "mask" in shapes else None),
+        lib.launch_attn_softmax(_ptr(a["inp"]), _ptr(a["mask"]),
                                 p["batch"], p["nhead"], p["from_len"], p["to_len"],
                                 bool(p["mask_future"]), s1)
     elif case.kind == "softmax_bw":

@@ -80,36 +80,80 @@ def case_json(case: Case) -> dict[str, Any]:
     return dataclasses.asdict(case)
 
 
-def _outcome(case: Case, ok: bool, max_err: float | None, where: tuple[int, ...] | None,
-             message: str, path: str) -> CaseOutcome:
-    return CaseOutcome(case_id=f"{path}:{case.id}", shape=tuple(case.shape), ok=ok, max_err=max_err,
-                       where=where, message=message, public=case.public)
+@dataclass(frozen=True)
+class Check:
+    """One correctness check: a case through one path, with the seed of its inputs (so the
+    feedback can say exactly how to rebuild them)."""
+
+    path: str  # "abi" | "binding"
+    case: Case
+    seed: int
+
+    @property
+    def id(self) -> str:
+        return f"{self.path}:{self.case.id}"
+
+    def rng(self) -> np.random.Generator:
+        return np.random.default_rng(self.seed)
+
+    def reproduce(self) -> str:
+        via = "the C ABI" if self.path == "abi" else "your MiniTorch binding"
+        return f"through {via}; inputs: {self.case.describe_inputs()}; seed {self.seed}"
 
 
-def check_abi_case(client: ChildClient, case: Case, rng: np.random.Generator, timeout: float) -> CaseOutcome:
-    arrays = make_inputs(case, rng)
+def plan_checks(cases: list[Case], rng: np.random.Generator) -> list[Check]:
+    """Every case through the C ABI, then every case the binding can express through the
+    binding, each with a fresh seed."""
+    checks = [Check("abi", c, int(rng.integers(2**31))) for c in cases]
+    checks += [Check("binding", c, int(rng.integers(2**31))) for c in cases if binding_eligible(c)]
+    return checks
+
+
+def _outcome(check: Check, ok: bool, max_err: float | None, where: tuple[int, ...] | None,
+             message: str) -> CaseOutcome:
+    if not ok:
+        message = f"{message} ({check.reproduce()})" if message else f"({check.reproduce()})"
+    return CaseOutcome(case_id=check.id, shape=tuple(check.case.shape), ok=ok, max_err=max_err,
+                       where=where, message=message, public=check.case.public)
+
+
+def crash_outcome(check: Check, failure: ChildFailure) -> CaseOutcome:
+    """A crash or hang of the submission's code, attributed to the check that caused it."""
+    lines = [ln.strip() for ln in failure.tail.splitlines() if ln.strip()]
+    said = " | ".join(lines[-3:])
+    words = "hung" if failure.kind == "timeout" else "crashed"
+    return _outcome(check, False, None, None, f"{words}: {failure.detail}" + (f" | {said}" if said else ""))
+
+
+def check_abi_case(client: ChildClient, check: Check, timeout: float) -> CaseOutcome:
+    case = check.case
+    arrays = make_inputs(case, check.rng())
     expected = reference(case, arrays)
     client.arena.reset()
     refs = client.arena.put_all(arrays)
     try:
         client.call({"op": "abi", "case": case_json(case), "arrays": refs}, timeout)
     except StudentError as exc:
-        return _outcome(case, False, None, None, f"raised {exc.error}", "abi")
+        return _outcome(check, False, None, None, f"raised {exc.error}")
     outputs = {name: client.arena.view(ArrayRef.from_json(refs[name])).copy() for name in abi_output_names(case)}
     result = verify(case, outputs, expected)
     where_text = f" in {result.output}" if result.output and not result.ok else ""
-    return _outcome(case, result.ok, result.max_err, result.where, (result.message + where_text).strip(), "abi")
+    return _outcome(check, result.ok, result.max_err, result.where, (result.message + where_text).strip())
 
 
 def run_binding(client: ChildClient, case: Case, variant: str, sets: list[dict[str, np.ndarray]],
-                timeout: float) -> tuple[list[dict[str, np.ndarray]], float]:
+                timeout: float, course_tensors: bool = False) -> tuple[list[dict[str, np.ndarray]], float]:
     """Prepare (untimed) then run (timed) one binding computation per input set, in one
-    request; returns (outputs per set, milliseconds per computation on the parent's clock)."""
+    request; returns (outputs per set, milliseconds per computation on the parent's clock).
+    `course_tensors`: build the tensors exactly as the course's tests do (minitorch.tensor from
+    lists, requires_grad=True), for the correctness checks; the timing trials take the faster
+    tensor_from_numpy where the package has it."""
     backward = case.kind.endswith("_bw")
     reps = len(sets)
     first = sets[0]
     client.arena.reset()
-    prepare: dict[str, Any] = {"op": "binding_prepare", "kind": case.kind, "variant": variant, "reps": reps}
+    prepare: dict[str, Any] = {"op": "binding_prepare", "kind": case.kind, "variant": variant, "reps": reps,
+                               "course_tensors": course_tensors}
     if backward:
         prepare["arrays"] = client.arena.put_stacked(sets, tuple(k for k in first if k != "out_grad"))
     else:
@@ -131,15 +175,21 @@ def run_binding(client: ChildClient, case: Case, variant: str, sets: list[dict[s
     return [{name: results[name][i] for name in results} for i in range(reps)], seconds * 1000.0 / reps
 
 
-def check_binding_case(client: ChildClient, case: Case, rng: np.random.Generator, timeout: float) -> CaseOutcome:
-    inputs = make_binding_inputs(case, rng)
+def check_binding_case(client: ChildClient, check: Check, timeout: float) -> CaseOutcome:
+    case = check.case
+    inputs = make_binding_inputs(case, check.rng())
     expected = binding_reference(case, inputs)
     try:
-        (outputs,), _ = run_binding(client, case, "custom", [inputs], timeout)
+        (outputs,), _ = run_binding(client, case, "custom", [inputs], timeout, course_tensors=True)
     except StudentError as exc:
-        return _outcome(case, False, None, None, f"raised {exc.error}", "binding")
+        return _outcome(check, False, None, None, f"raised {exc.error}")
     result = verify(case, outputs, expected)
-    return _outcome(case, result.ok, result.max_err, result.where, result.message, "binding")
+    return _outcome(check, result.ok, result.max_err, result.where, result.message)
+
+
+def run_check(client: ChildClient, check: Check, timeout: float) -> CaseOutcome:
+    run = check_abi_case if check.path == "abi" else check_binding_case
+    return run(client, check, timeout)
 
 
 def measure_kernel_ms(client: ChildClient, case: Case, rng: np.random.Generator,
@@ -200,7 +250,7 @@ def time_problem(student: ChildClient, trusted: ChildClient | None, case: Case, 
 
     warm_ms = {name: 1e-3 for name, _, _ in variants}
     for _ in range(config.warmup):
-        inputs = [make_binding_inputs(case, rng, fast=True)]
+        inputs = [make_binding_inputs(case, rng)]
         for name, client, variant in list(variants):
             result = attempt(name, client, variant, inputs)
             if result is not None:
@@ -214,7 +264,7 @@ def time_problem(student: ChildClient, trusted: ChildClient | None, case: Case, 
     trial = 0
     while True:
         for _ in range(config.round_trials):
-            sets = [make_binding_inputs(case, rng, fast=True) for _ in range(max(reps.values()))]
+            sets = [make_binding_inputs(case, rng) for _ in range(max(reps.values()))]
             order = variants[trial % len(variants):] + variants[: trial % len(variants)]
             for name, client, variant in order:
                 result = attempt(name, client, variant, sets[:reps[name]])
@@ -263,12 +313,15 @@ class Stopwatch:
             self.seconds[phase] = round(self.seconds.get(phase, 0.0) + time.monotonic() - started, 3)
 
 
+MAX_CRASHES = 3  # fresh children per problem after crashes or hangs; then the rest is not run
+
+
 @dataclass
 class KernelProblem:
     """One kernel problem on its way through the two phases of `grade_kernel_problems`."""
 
     problem_id: str
-    cases: list[Case]
+    checks: list[Check]  # still to run, in order
     thresholds: tuple[float, ...]  # speedups where a point changes: measure until clear of them
     rng: np.random.Generator  # its own stream: the checks of several problems run in threads
     profile_rng: np.random.Generator  # the kernel profile's, which runs beside the checks
@@ -276,11 +329,27 @@ class KernelProblem:
     clock: Stopwatch
     client: ChildClient | None = None  # open while the problem still has something to measure
     profiler: ChildClient | None = None  # a second child, for the kernel profile only
+    crashes: int = 0  # checks that killed or hung the child (each costs a fresh one)
+
+    def record(self, outcome: CaseOutcome, check: Check) -> None:
+        cases = self.measurement.abi_cases if check.path == "abi" else self.measurement.binding_cases
+        cases.append(outcome)
+
+    @property
+    def public_passed(self) -> bool:
+        public = [c for c in self.measurement.cases if c.public]
+        return bool(public) and all(c.ok for c in public)
+
+
+def _close_client(problem: KernelProblem) -> None:
+    if problem.client is not None:
+        problem.client.close()
+        problem.client = None
 
 
 @contextlib.contextmanager
 def _ends_on_failure(problem: KernelProblem) -> Iterator[None]:
-    """A crash, hang or raise of the submission's code ends the problem with that status."""
+    """A crash, hang or raise of the submission's code during its timing ends the problem."""
     m = problem.measurement
     try:
         yield
@@ -297,30 +366,49 @@ def _ends_on_failure(problem: KernelProblem) -> Iterator[None]:
 
 def _finish(problem: KernelProblem) -> None:
     """Close the problem's (checking, timed) child; the profiler closes its own."""
-    if problem.client is not None:
-        problem.client.close()
-        problem.client = None
+    _close_client(problem)
     failed = problem.measurement.failed_cases
     problem.measurement.first_failure = failed[0] if failed else None
 
 
 def check_phase(problem: KernelProblem, config: TimingConfig) -> None:
-    """Correctness through the C ABI and the binding. Safe to run beside other problems'
-    checks and profiles: nothing here is a speedup."""
-    client, m, rng, clock = problem.client, problem.measurement, problem.rng, problem.clock
-    assert client is not None
-    with _ends_on_failure(problem):
-        with clock("abi_cases"):
-            for case in problem.cases:
-                m.abi_cases.append(check_abi_case(client, case, rng, config.call_timeout_s))
-        with clock("binding_cases"):
-            for case in problem.cases:
-                if binding_eligible(case):
-                    m.binding_cases.append(check_binding_case(client, case, rng, config.call_timeout_s))
-        if any(not c.ok for c in m.cases):
-            # No speed points without correctness: spend no GPU time timing a wrong kernel.
-            m.log_tail = "not timed: a correctness case failed"
-            _finish(problem)
+    """Run the problem's pending checks in its child until they are done or one crashes or
+    hangs the child: that check fails with what the child said, the child is gone, and the
+    caller gives the problem a fresh one for the rest (`needs_fresh_child`). Safe to run
+    beside other problems' checks and profiles: nothing here is a speedup."""
+    assert problem.client is not None
+    while problem.checks:
+        check = problem.checks[0]
+        with problem.clock(f"{check.path}_cases"):
+            try:
+                outcome = run_check(problem.client, check, config.call_timeout_s)
+            except ChildFailure as exc:
+                outcome = crash_outcome(check, exc)
+                problem.crashes += 1
+                _close_client(problem)
+        problem.checks.pop(0)
+        problem.record(outcome, check)
+        if problem.client is None:
+            break
+    if problem.crashes >= MAX_CRASHES and problem.checks:
+        for check in problem.checks:
+            problem.record(_outcome(check, False, None, None,
+                                    f"not run: the code crashed or hung on {problem.crashes} earlier cases"), check)
+        problem.checks.clear()
+
+
+def needs_fresh_child(problem: KernelProblem) -> bool:
+    return problem.client is None and bool(problem.checks)
+
+
+def ready_for_timing(problem: KernelProblem) -> bool:
+    """No speed points without the course's own cases passing: a problem whose public cases
+    failed spends no GPU time on timing (a failed hidden case costs only its share)."""
+    if not problem.public_passed:
+        if problem.measurement.log_tail == "":
+            problem.measurement.log_tail = "not timed: a public correctness case failed"
+        return False
+    return True
 
 
 def profile_phase(problem: KernelProblem, config: TimingConfig) -> None:
@@ -380,28 +468,50 @@ def grade_kernel_problems(
 
     Phase 1 runs the correctness checks and kernel profiles of all problems at once, each
     profile in a second child of its problem (they only compete for time, which they do not
-    measure). Phase 2 times the correct ones one after another, the
+    measure). A check that crashes or hangs the child fails with what the child said, and the
+    problem's remaining checks continue in a fresh child (up to MAX_CRASHES). Phase 2 times
+    the problems whose public cases all passed one after another, the
     other children frozen meanwhile, so no code of this submission runs beside a timing;
     with `cpus`, on the same three cores every grade."""
-    seeds = rng.integers(2**63 - 1, size=(len(problems), 2))
-    states = [KernelProblem(pid, cases, thresholds, np.random.default_rng(int(seed[0])),
-                            np.random.default_rng(int(seed[1])),
+    seeds = rng.integers(2**63 - 1, size=(len(problems), 3))
+    states = [KernelProblem(pid, plan_checks(cases, np.random.default_rng(int(seed[2]))), thresholds,
+                            np.random.default_rng(int(seed[0])), np.random.default_rng(int(seed[1])),
                             ProblemMeasurement(pid, telemetry={"before": telemetry()}), Stopwatch({}))
               for (pid, cases, thresholds), seed in zip(problems, seeds)]
     for problem in states:
         problem.measurement.telemetry["seconds"] = problem.clock.seconds  # where its wall time went
+
+    def fresh_child(problem: KernelProblem) -> None:
+        # Only ever from this thread, with no other thread spawning: fork + exec is not thread-safe.
+        with problem.clock("start"):
+            problem.client = open_student(problem.problem_id)
+
     try:
-        for problem in states:  # spawned one by one from this thread (fork + exec is not thread-safe)
+        for problem in states:
+            fresh_child(problem)
             with problem.clock("start"):
-                problem.client = open_student(problem.problem_id)
                 problem.profiler = open_student(f"{problem.problem_id}-profile")
         if states:
             on_problem(states[0].problem_id)
         with ThreadPoolExecutor(max_workers=max(1, 2 * len(states))) as pool:
-            phase1 = [pool.submit(work, problem, config) for problem in states for work in (check_phase, profile_phase)]
-            for done in phase1:
+            profiles = [pool.submit(profile_phase, problem, config) for problem in states]
+            rounds = states
+            while rounds:  # a crash ends its child: the problem's remaining checks get a fresh one
+                for done in [pool.submit(check_phase, problem, config) for problem in rounds]:
+                    done.result()
+                rounds = [p for p in states if needs_fresh_child(p)]
+                for done in profiles if rounds else ():
+                    done.result()  # no profile thread running while this thread spawns
+                for problem in rounds:
+                    fresh_child(problem)
+            for done in profiles:
                 done.result()
-        waiting = [p for p in states if p.client is not None]
+        waiting = [p for p in states if ready_for_timing(p)]
+        for problem in states:
+            if problem not in waiting:
+                _finish(problem)
+            elif problem.client is None:  # its last check crashed the child
+                fresh_child(problem)
         for problem in waiting:
             problem.client.pause()  # type: ignore[union-attr]
         for problem in waiting:
