@@ -197,7 +197,8 @@ def test_run_totals_and_missing_problems():
     assert run.problem("2.2").status == "not_run" and run.problem("2.2").reasons
     assert run.problem("1.1").points == 20
     assert run.problem("3").points == 20  # 1.2x >= target 1.1x, student figure
-    assert run.total == pytest.approx(20 + 14 + 6 * 2 / 4.5 + 0 + 0 + 20, abs=0.01)
+    # 2.1's only hidden case failed: its 4 hidden points are lost, the speed points stay
+    assert run.total == pytest.approx(20 + 14 + 6 * 2 / 4.5 + 10 + 6 * 6 / 14.8 + 0 + 20, abs=0.01)
     json.dumps(run.to_dict(), allow_nan=False)
 
 
@@ -253,3 +254,50 @@ def test_rubric_scoring_defaults_and_validation(tmp_path: Path):
         write(f'  - {{id: "1", title: t, points: 10, scoring: {bad}}}\n')
         with pytest.raises(RubricError):
             load_rubric("x", tmp_path)
+
+
+SPLIT = replace(SPEC, hidden_points=4)
+
+
+def split_measured(public_bad: int = 0, hidden_bad: int = 0, hidden: int = 4) -> ProblemMeasurement:
+    """4 public cases and `hidden` hidden ones, the first few of each failing."""
+    public = [replace(ok_case(i), public=True, ok=i >= public_bad) for i in range(4)]
+    edge = [replace(ok_case(10 + i), public=False, ok=i >= hidden_bad) for i in range(hidden)]
+    return ProblemMeasurement("1.1", abi_cases=public, binding_cases=edge,
+                              speedup_student=ratio(7.0), speedup_trusted=ratio(7.0))
+
+
+def test_a_failed_hidden_case_costs_only_its_share():
+    s = score_problem(SPLIT, split_measured(hidden_bad=1))
+    assert s.correctness_points == pytest.approx(10 + 4 * 3 / 4) and s.speed_points == 6
+    assert s.points == pytest.approx(19) and s.status == "failed"
+    assert any("1 of 4 hidden edge cases failed: 3 of 4 points for them (1 lost)" in r for r in s.reasons)
+    every = score_problem(SPLIT, split_measured(hidden_bad=4))
+    assert every.points == pytest.approx(16)  # never more than hidden_points lost
+
+
+def test_a_failed_public_case_costs_the_public_share_and_the_speed_points():
+    s = score_problem(SPLIT, split_measured(public_bad=1))
+    assert s.correctness_points == pytest.approx(4) and s.speed_points == 0
+    text = "\n".join(s.reasons)
+    assert "1 of 4 course-like cases failed: 0 of 10 points for them (10 lost)" in text
+    assert "no speed points unless every course-like case passes" in text
+
+
+def test_without_hidden_cases_the_split_gives_every_point_to_the_public_ones():
+    s = score_problem(SPLIT, split_measured(hidden=0))
+    assert (s.correctness_points, s.points) == (14, 20)
+
+
+def test_the_rubric_splits_kernel_correctness_into_public_and_hidden():
+    for p in RUBRIC.problems:
+        expected = 4 if p.id != "3" else 0
+        assert p.scoring.hidden_points == expected, p.id
+
+
+def test_hidden_points_beyond_correctness_are_refused(tmp_path: Path):
+    text = (Path(__file__).resolve().parents[2] / "rubrics" / "hw4.yaml").read_text()
+    bad = tmp_path / "hw4.yaml"
+    bad.write_text(text.replace("hidden_points: 4", "hidden_points: 15"))
+    with pytest.raises(RubricError, match="hidden_points"):
+        load_rubric("hw4", tmp_path)
