@@ -60,8 +60,10 @@ SOFTMAX_BW_ROW_MULTIPLE = 4  # the given kernel runs 4 rows per block with no gu
 MAX_LN_HIDDEN = 4096  # float4 loads; the backward launcher throws above 4096
 # The LayerNorm backward may use sqrt(var) or sqrt(var + eps) (the course's own test uses the
 # first, LightSeq the second): they differ by eps / (2 var) relative. Inputs of scale s have
-# var ~ s^2 / 3, so s >= 0.1 keeps that below 2e-6, far inside every tolerance.
-MIN_LN_SCALE = 0.1
+# var = s^2 / 3, so s >= 0.02 keeps that below 4e-5, 270x inside the backward's rtol 1e-2
+# (and the forward's, where eps = 1e-8 is prescribed). At s = 0.02 an eps of 1e-5 instead
+# still moves the forward's outputs by ~4%: that hidden case catches a wrong epsilon.
+MIN_LN_SCALE = 0.02
 
 # Parameters per kind: required ones, and optional ones with their defaults.
 _REQUIRED = {
