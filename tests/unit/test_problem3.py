@@ -1,6 +1,8 @@
 """Problem 3 end to end on the CPU: the real sandboxed child (worker.hw4.child_problem3) runs a
 copy of starter/hw4's MiniTorch on its numpy backend with a tiny DecoderLM; the parent
-(worker.hw4.problem3) checks and times it. Broken copies must fail the right check."""
+(worker.hw4.problem3) checks and times it. Broken copies must fail the right check, and a
+fused branch that names and orders its LayerNorm parameters its own way (as students' do)
+must be graded like the kit's."""
 from __future__ import annotations
 
 import dataclasses
@@ -12,7 +14,9 @@ import pytest
 
 from worker.gpu.client import ChildClient
 from worker.hw4.problem3 import HANDLERS, Problem3Config, arena_bytes, measure_problem3
+from worker.rubric import load_rubric
 from worker.sandbox import Sandbox, SandboxLimits, SandboxPolicy
+from worker.scoring import score_problem
 
 KIT = Path(__file__).resolve().parents[2] / "starter" / "hw4"
 MiB = 1 << 20
@@ -48,6 +52,43 @@ def _measure(root: Path, config: Problem3Config = TINY, seed: int = 3):
 
 def _cases(m) -> dict[str, object]:
     return {c.case_id: c for c in m.binding_cases}
+
+
+def _problem3_score(m):
+    return score_problem(next(p for p in load_rubric("hw4").problems if p.id == "3").scoring, m)
+
+
+def _own_layernorm_edits(gamma: str = "ln{i}_gamma", beta: str = "ln{i}_beta", swap: bool = False):
+    """Kit edits giving the FUSED model LayerNorm parameters of its own, as many students
+    wrote it: held by TransformerLayer / DecoderLM themselves (so named_parameters lists them
+    before the submodules' and the position-k parameters of the two models differ), gammas
+    defined before betas, betas initialised to one (the unfused LayerNorm1d's are zero, so
+    only a copy makes the models agree). `swap` makes the fused path use beta as the scale
+    and gamma as the shift: a bug the pairing must not hide."""
+    def params(names: list[str], indent: str) -> str:
+        return "".join(f"{indent}self.{n} = Parameter(ones((n_embd,), backend=backend))\n" for n in names)
+
+    def use(attr: str, g: str, b: str, indent: str) -> str:
+        scale, shift = (b, g) if swap else (g, b)
+        return f"{indent}self.{attr} = _OwnLayerNorm(self.{scale}, self.{shift})\n"
+
+    g1, g2, b1, b2 = gamma.format(i=1), gamma.format(i=2), beta.format(i=1), beta.format(i=2)
+    layer_old = ("        self.ln_1 = LayerNorm1d(n_embd, eps=ln_eps, backend=backend)\n"
+                 "        self.ln_2 = LayerNorm1d(n_embd, eps=ln_eps, backend=backend)\n")
+    layer_new = ("        if use_fused_kernel:\n" + params([g1, g2, b1, b2], " " * 12)
+                 + use("ln_1", g1, b1, " " * 12) + use("ln_2", g2, b2, " " * 12)
+                 + "        else:\n" + layer_old.replace("        self.", "            self."))
+    final_old = "        self.ln = LayerNorm1d(n_embd, eps=ln_eps, backend=backend)\n"
+    final_new = ("        if use_fused_kernel:\n" + params(["ln_gamma", "ln_beta"], " " * 12)
+                 + use("ln", "ln_gamma", "ln_beta", " " * 12) + "        else:\n    " + final_old)
+    holder = ("class _OwnLayerNorm:  # what the kit's _layer_norm reads: .weights and .bias\n"
+              "    def __init__(self, weights, bias):\n"
+              "        self.weights, self.bias = weights, bias\n\n\n"
+              "class MultiHeadAttention(Module):\n")
+    return (("from .module import Module\n", "from .module import Module, Parameter\n"),
+            ("from .tensor_functions import tensor_from_numpy, zeros\n",
+             "from .tensor_functions import ones, tensor_from_numpy, zeros\n"),
+            ("class MultiHeadAttention(Module):\n", holder), (layer_old, layer_new), (final_old, final_new))
 
 
 def test_reference_passes_and_is_timed(tmp_path: Path) -> None:
@@ -113,15 +154,94 @@ def test_unfused_path_using_fused_ops_fails(tmp_path: Path) -> None:
     assert "layernorm_fw" in cases["p3-unfused-composed"].message
 
 
-def test_decoder_without_fused_flag_is_an_error(tmp_path: Path) -> None:
+def test_decoder_without_fused_flag_fails_the_construction_case(tmp_path: Path) -> None:
+    """No use_fused_kernel argument: one failed case saying what the course's driver passes,
+    and 0 points for the problem with that message in the feedback."""
     root = _kit_copy(tmp_path, (("        use_fused_kernel: bool = False,\n    ) -> None:\n        super().__init__()\n"
                                  "        self.backend = backend\n        self.n_embd = n_embd",
                                  "    ) -> None:\n        use_fused_kernel = False\n        super().__init__()\n"
                                  "        self.backend = backend\n        self.n_embd = n_embd"),))
     m = _measure(root)
-    assert m.status == "error"
-    assert "use_fused_kernel" in m.log_tail
-    assert m.first_failure is not None and not m.first_failure.ok
+    assert m.status == "ok", m.log_tail
+    assert [c.case_id for c in m.binding_cases] == ["p3-constructs"]
+    case = m.binding_cases[0]
+    assert not case.ok and m.first_failure == case and m.speedup_student is None
+    assert "does not take use_fused_kernel" in case.message
+    assert "run_machine_translation.py" in case.message and "n_positions, p_dropout, ln_eps" in case.message
+    score = _problem3_score(m)
+    assert score.points == 0 and score.status == "failed"
+    assert any("p3-constructs" in r and "does not take use_fused_kernel" in r for r in score.reasons), score.reasons
+
+
+def test_decoder_is_built_with_the_drivers_keys_only(tmp_path: Path) -> None:
+    """The driver passes no `bias`: a DecoderLM that requires it fails the construction case
+    with its own TypeError (the grader guesses no keywords)."""
+    root = _kit_copy(tmp_path, (("        ln_eps: float = 1e-5,\n        bias: bool = True,\n        backend=None,\n"
+                                 "        use_fused_kernel: bool = False,\n    ) -> None:",
+                                 "        ln_eps: float = 1e-5,\n        *,\n        bias: bool,\n        backend=None,\n"
+                                 "        use_fused_kernel: bool = False,\n    ) -> None:"),))
+    m = _measure(root)
+    assert m.status == "ok", m.log_tail
+    assert [c.case_id for c in m.binding_cases] == ["p3-constructs"]
+    msg = m.binding_cases[0].message
+    assert "DecoderLM(use_fused_kernel=False)" in msg and "TypeError" in msg and "'bias'" in msg
+    assert " at " not in msg.split("raised", 1)[1]  # the call itself failed: no frame of the submission
+    assert _problem3_score(m).points == 0
+
+
+def test_unimplemented_fused_branch_fails_the_construction_case_with_its_location(tmp_path: Path) -> None:
+    old = "        self.use_fused_kernel = use_fused_kernel\n        self.ln_1 = "
+    root = _kit_copy(tmp_path, ((old, "        if use_fused_kernel:\n            raise NotImplementedError\n" + old),))
+    m = _measure(root)
+    assert m.status == "ok", m.log_tail
+    assert [c.case_id for c in m.binding_cases] == ["p3-constructs"]
+    msg = m.binding_cases[0].message
+    assert "building DecoderLM(use_fused_kernel=True)" in msg
+    line = (root / TRANSFORMER).read_text().splitlines().index("            raise NotImplementedError") + 1
+    assert msg.endswith(f"raised NotImplementedError at {TRANSFORMER} line {line}"), msg
+
+
+def test_fused_branch_with_its_own_layernorm_parameters_passes(tmp_path: Path) -> None:
+    """ln1_gamma / ln2_gamma / ln1_beta / ln2_beta / ln_gamma / ln_beta listed first in the fused
+    model: paired by role, copied, and every check passes as for the kit (gradients compared
+    role by role: a pairing by position would fail at the copy, one that crossed roles would
+    fail the logits and gradient checks)."""
+    m = _measure(_kit_copy(tmp_path, _own_layernorm_edits()))
+    assert m.status == "ok", m.log_tail
+    cases = _cases(m)
+    assert set(cases) == ALL_CASES
+    assert all(c.ok for c in cases.values()), [c.describe() for c in m.failed_cases]
+    assert cases["p3-fused-matches-unfused"].max_err < 1e-4
+    assert cases["p3-fused-grads-match"].max_err < 1e-5
+    assert cases["p3-timed-fused-step-verified"].max_err < 1e-5
+    setup = m.telemetry["problem3"]["setup"]
+    assert setup["renamed_parameters"] == 4 * 4 + 2
+
+
+def test_own_layernorm_parameters_used_the_wrong_way_round_fail(tmp_path: Path) -> None:
+    """The same renamed fused branch using beta as the scale and gamma as the shift: the
+    pairing goes by name, so the models differ and the checks say so."""
+    m = _measure(_kit_copy(tmp_path, _own_layernorm_edits(swap=True)))
+    assert m.status == "ok", m.log_tail
+    cases = _cases(m)
+    assert not cases["p3-fused-matches-unfused"].ok
+    assert not cases["p3-fused-grads-match"].ok
+    assert "(fused " in cases["p3-fused-grads-match"].message  # names both models' parameter
+    assert cases["p3-causal-fused"].ok and cases["p3-fused-ops-called"].ok
+
+
+def test_unpairable_fused_parameters_fail_the_pairing_case(tmp_path: Path) -> None:
+    """Fused LayerNorm parameters whose names hide which LayerNorm they belong to (`sub1_gamma`
+    is no `ln_1`, and t_layer_1 holds two gammas of that shape): one failed case naming what was
+    left on each side, and 0 points."""
+    m = _measure(_kit_copy(tmp_path, _own_layernorm_edits(gamma="sub{i}_gamma", beta="sub{i}_beta")))
+    assert m.status == "ok", m.log_tail
+    assert [c.case_id for c in m.binding_cases] == ["p3-parameters-pair"]
+    msg = m.binding_cases[0].message
+    assert "Unpaired in the unfused model: t_layer_1.ln_1.weights [16]" in msg
+    assert "t_layer_1.sub1_gamma [16]" in msg and "could be any of t_layer_1.sub1_gamma, t_layer_1.sub2_gamma" in msg
+    score = _problem3_score(m)
+    assert score.points == 0 and any("p3-parameters-pair" in r for r in score.reasons), score.reasons
 
 
 def test_swapped_layernorm_parameter_grads_fail_the_gradient_check(tmp_path: Path) -> None:

@@ -6,8 +6,12 @@ twice (unfused and fused, identical parameters), run steps the parent asks for a
 what happened; the parent draws every input, keeps the clock and judges the results.
 
 - `p3_setup`  {config}: import the student's minitorch, wrap the backend's fused ops
-  (attn_softmax_fw/bw, layernorm_fw/bw) with call counters, build both models with
-  p_dropout 0 and copy every parameter of the unfused model into the fused one.
+  (attn_softmax_fw/bw, layernorm_fw/bw) with call counters, build both models as the course's
+  driver does (`DecoderLM(**config)`, p_dropout 0) and copy every parameter of the unfused
+  model into its counterpart in the fused one, paired by role (worker.hw4.parameter_roles:
+  the fused branch is the student's design, so names and order may differ). Gradients and
+  the names reported are in the unfused model's order, the fused model's mapped to it. A
+  model that cannot be built or paired is reported as `{"setup_failure": {case_id, message}}`.
 - `p3_step`   {model, tokens, grad, want_logits, logits_out, grads_out}: one forward +
   backward(grad), optionally writing the logits and every parameter's gradient.
 - `p3_logits` {model, tokens, out}: forward only (the parent's causality probe).
@@ -20,13 +24,16 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 import random
+import traceback
 from typing import Any, Callable
 
 import numpy as np
 
 from worker.gpu.channel import ArrayRef
 from worker.gpu.child import ChildState, handler
+from worker.hw4.parameter_roles import ParameterMappingError, map_parameters
 
 FUSED_OPS = ("attn_softmax_fw", "attn_softmax_bw", "layernorm_fw", "layernorm_bw")
 MODELS = ("unfused", "fused")
@@ -90,30 +97,90 @@ def make_tensor(mt: Any, backend: Any, array: np.ndarray) -> Any:
     return mt.tensor(data.tolist(), backend=backend)
 
 
-def _decoder_kwargs(cls: Any, cfg: dict[str, Any], backend: Any, fused: bool) -> dict[str, Any]:
-    wanted = dict(
-        n_vocab=int(cfg["n_vocab"]), n_embd=int(cfg["n_embd"]), n_head=int(cfg["n_head"]),
-        n_positions=int(cfg["n_positions"]), p_dropout=0.0, ln_eps=1e-5, bias=True, backend=backend,
-        use_fused_kernel=fused,
-    )
-    params = inspect.signature(cls).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return wanted
-    if "use_fused_kernel" not in params:
-        raise TypeError("DecoderLM does not take use_fused_kernel")
-    # Optional knobs a student's version may lack; the required ones must be accepted.
-    return {k: v for k, v in wanted.items() if k in params or k not in ("ln_eps", "bias")}
+# The keys of the course's driver (project/run_machine_translation.py, main): DecoderLM(**config).
+DRIVER_KEYS = ("n_vocab", "n_embd", "n_head", "n_positions", "p_dropout", "ln_eps", "backend", "use_fused_kernel")
 
 
-def _copy_parameters(src_model: Any, dst_model: Any, mt: Any, backend: Any) -> tuple[int, int]:
-    src = list(src_model.named_parameters())
-    dst = list(dst_model.named_parameters())
-    if len(src) != len(dst):
-        raise ValueError(f"the unfused model has {len(src)} parameters, the fused one {len(dst)}")
+class SetupFailure(Exception):
+    """The submission's DecoderLM cannot be graded as built: a failed case, not a crash."""
+
+    def __init__(self, case_id: str, message: str) -> None:
+        super().__init__(message)
+        self.case_id, self.message = case_id, message
+
+
+def driver_config(cfg: dict[str, Any], backend: Any, fused: bool) -> dict[str, Any]:
+    """The driver's config, p_dropout 0 so that both models compute the same function."""
+    return dict(n_vocab=int(cfg["n_vocab"]), n_embd=int(cfg["n_embd"]), n_head=int(cfg["n_head"]),
+                n_positions=int(cfg["n_positions"]), p_dropout=0.0, ln_eps=1e-5, backend=backend,
+                use_fused_kernel=fused)
+
+
+def _driver_call() -> str:
+    return "DecoderLM(**config) with the keys " + ", ".join(DRIVER_KEYS)
+
+
+def _check_takes_flag(cls: Any) -> None:
+    try:
+        params = inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        return  # no signature to read: the call below says what is wrong
+    if "use_fused_kernel" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    raise SetupFailure("p3-constructs", (
+        "DecoderLM does not take use_fused_kernel: the course's driver (project/run_machine_translation.py) "
+        f"builds the model as {_driver_call()}, and Problem 3 compares DecoderLM(use_fused_kernel=False) "
+        "with DecoderLM(use_fused_kernel=True); without that argument it could not be graded"))
+
+
+def build_model(mt: Any, cfg: dict[str, Any], backend: Any, fused: bool) -> Any:
+    """DecoderLM(**config) as the driver calls it; whatever the student's code raises while
+    building is reported as a failed case naming the model."""
+    try:
+        return mt.DecoderLM(**driver_config(cfg, backend, fused))
+    except Exception as exc:
+        text = str(exc).strip()
+        raise SetupFailure("p3-constructs", (
+            f"building DecoderLM(use_fused_kernel={fused}) as the course's driver does ({_driver_call()}) "
+            f"raised {type(exc).__name__}{': ' + text if text else ''}{_where(exc)}")) from exc
+
+
+def _where(exc: BaseException) -> str:
+    """` at minitorch/x.py line N`: the innermost frame in the submission (the cwd), if any;
+    never a path of the grader's machine."""
+    cwd = os.getcwd() + os.sep
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        path = frame.filename
+        if os.path.isabs(path):
+            if not path.startswith(cwd):
+                continue
+            path = path[len(cwd):]
+        return f" at {path} line {frame.lineno}"
+    return ""
+
+
+def _shape(p: Any) -> tuple[int, ...]:
+    return tuple(int(s) for s in p.value.shape)
+
+
+def pair_parameters(unfused: Any, fused: Any) -> list[tuple[str, Any, str, Any]]:
+    """(unfused name, parameter, fused name, parameter) for every parameter, in the unfused
+    model's named_parameters order, paired by role."""
+    src, dst = list(unfused.named_parameters()), list(fused.named_parameters())
+    try:
+        mapping = map_parameters([(n, _shape(p)) for n, p in src], [(n, _shape(p)) for n, p in dst])
+    except ParameterMappingError as exc:
+        raise SetupFailure("p3-parameters-pair", str(exc)) from exc
+    by_name = dict(dst)
+    return [(n, p, mapping[n], by_name[mapping[n]]) for n, p in src]
+
+
+def _copy_parameters(pairs: list[tuple[str, Any, str, Any]], mt: Any, backend: Any) -> int:
+    """Copy each unfused parameter's value into its fused counterpart; returns the elements copied."""
     elements = 0
-    for (s_name, s_p), (d_name, d_p) in zip(src, dst):
+    for s_name, s_p, d_name, d_p in pairs:
         value = np.asarray(s_p.value.to_numpy(), dtype=np.float32)
-        if tuple(d_p.value.shape) != value.shape:
+        if tuple(d_p.value.shape) != value.shape:  # map_parameters pairs equal shapes only
             raise ValueError(f"parameter {s_name} {value.shape} vs {d_name} {tuple(d_p.value.shape)}")
         data = d_p.value._tensor
         storage = getattr(data, "_storage", None)
@@ -124,9 +191,9 @@ def _copy_parameters(src_model: Any, dst_model: Any, mt: Any, backend: Any) -> t
             fresh = make_tensor(mt, backend, value)
             d_p.update(fresh)
         if not np.array_equal(np.asarray(d_p.value.to_numpy(), dtype=np.float32), value):
-            raise ValueError(f"copying parameter {s_name} into the fused model did not take")
+            raise ValueError(f"copying parameter {s_name} into the fused model's {d_name} did not take")
         elements += value.size
-    return len(src), elements
+    return elements
 
 
 def _load_backend(mt: Any, kind: str) -> type:
@@ -151,15 +218,22 @@ def p3_setup(state: ChildState, msg: dict[str, Any]) -> dict[str, Any]:
     wrap_backend(backend, counts)
     seed = int(cfg.get("seed", 0))
     models = {}
-    for name in MODELS:
-        _seed(mt, seed)  # the same draws for both: the copy below makes it exact regardless
-        models[name] = mt.DecoderLM(**_decoder_kwargs(mt.DecoderLM, cfg, backend, name == "fused"))
-    n_params, elements = _copy_parameters(models["unfused"], models["fused"], mt, backend)
-    state.memo["p3"] = {"mt": mt, "backend": backend, "models": models, "counts": counts}
-    names = [name for name, _ in models["unfused"].named_parameters()]
-    shapes = [[int(s) for s in p.value.shape] for _, p in models["unfused"].named_parameters()]
-    return {"parameters": n_params, "parameter_elements": elements, "fused_ops_found": wrapped,
-            "parameter_names": names, "parameter_shapes": shapes}
+    try:
+        _check_takes_flag(mt.DecoderLM)
+        for name in MODELS:
+            _seed(mt, seed)  # the same draws for both: the copy below makes it exact regardless
+            models[name] = build_model(mt, cfg, backend, name == "fused")
+        pairs = pair_parameters(models["unfused"], models["fused"])
+    except SetupFailure as exc:
+        return {"setup_failure": {"case_id": exc.case_id, "message": exc.message}, "fused_ops_found": wrapped}
+    elements = _copy_parameters(pairs, mt, backend)
+    # Both models' parameters in one order (the unfused model's): _write_grads writes the
+    # fused model's gradients role by role against the unfused ones.
+    ordered = {"unfused": [(u, up) for u, up, _, _ in pairs], "fused": [(f, fp) for _, _, f, fp in pairs]}
+    state.memo["p3"] = {"mt": mt, "backend": backend, "models": models, "counts": counts, "ordered": ordered}
+    return {"parameters": len(pairs), "parameter_elements": elements, "fused_ops_found": wrapped,
+            "parameter_names": [u for u, _, _, _ in pairs], "fused_parameter_names": [f for _, _, f, _ in pairs],
+            "parameter_shapes": [list(_shape(up)) for _, up, _, _ in pairs]}
 
 
 def _context(state: ChildState, msg: dict[str, Any]) -> tuple[Any, Any, Any, dict[str, int]]:
@@ -198,12 +272,13 @@ def _write(state: ChildState, ref: dict[str, Any], tensor: Any) -> None:
     out[...] = np.asarray(tensor.to_numpy(), dtype=np.float32).reshape(out.shape)
 
 
-def _write_grads(state: ChildState, ref: dict[str, Any], model: Any) -> None:
-    """Every parameter's gradient, flattened and concatenated in named_parameters order; a
-    parameter without a gradient is written as NaN (the parent sees it)."""
+def _write_grads(state: ChildState, ref: dict[str, Any], params: list[tuple[str, Any]]) -> None:
+    """Every parameter's gradient, flattened and concatenated in the paired order of p3_setup
+    (the unfused model's named_parameters order); a parameter without a gradient is written
+    as NaN (the parent sees it)."""
     out = state.arena.view(ArrayRef.from_json(ref)).reshape(-1)
     pos = 0
-    for name, p in model.named_parameters():
+    for name, p in params:
         n = int(np.prod(tuple(int(s) for s in p.value.shape)))
         if pos + n > out.size:
             raise ValueError("the parameters outgrew the gradient buffer")
@@ -252,7 +327,7 @@ def p3_step(state: ChildState, msg: dict[str, Any]) -> dict[str, Any]:
     if msg.get("want_logits") and msg.get("logits_out") is not None:
         _write(state, msg["logits_out"], logits)
     if msg.get("grads_out") is not None:
-        _write_grads(state, msg["grads_out"], model)
+        _write_grads(state, msg["grads_out"], state.memo["p3"]["ordered"][msg["model"]])
     return {"counts": dict(counts), "params_with_grad": with_grad}
 
 

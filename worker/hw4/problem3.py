@@ -1,9 +1,20 @@
 """Problem 3 (fused kernels adopted in the Transformer): checks and step-time ratio, trusted side.
 
 The submission's own DecoderLM runs in the sandboxed child (worker.hw4.child_problem3), built
-twice with identical parameters: use_fused_kernel False ("unfused") and True ("fused"). The
-parent draws every input, keeps the clock (ChildClient.timed_call) and judges. Any failed
-case makes the problem not correct.
+twice as the course's driver builds it (DecoderLM(**config), p_dropout 0): use_fused_kernel
+False ("unfused") and True ("fused"). The parent draws every input, keeps the clock
+(ChildClient.timed_call) and judges. Any failed case makes the problem not correct.
+
+Parameters. The fused branch is the student's design, so its parameters may be named and
+ordered differently (`t_layer_1.ln1_gamma` for `t_layer_1.ln_1.weights`, listed first).
+The child pairs them one to one by role (worker.hw4.parameter_roles: same name and shape,
+else the same module, LayerNorm and weight/gamma vs bias/beta kind, else the only parameter
+of that shape and kind in the same module; a weight never pairs with a bias), copies every
+unfused value into its counterpart, and writes the fused model's gradients in the unfused
+order, so every gradient comparison below compares the same role. `p3-constructs` fails
+when a model cannot be built as the driver does (a DecoderLM without use_fused_kernel, or
+one whose construction raises) and `p3-parameters-pair` when the parameters cannot be
+paired; either is then the problem's only case, so it scores 0 with that message.
 
 (a) `p3-logits-finite`: both models' logits of the first batch are finite (buffers are
     poisoned with NaN before each call, so an answer that writes nothing fails).
@@ -197,6 +208,7 @@ class _Session:
         self.names: list[str] = []
         self.shapes: list[list[int]] = []
         self.elements = 0
+        self.phase = "setup"  # what was running, for a failure's message
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
@@ -412,6 +424,44 @@ def _time_pairs(s: _Session, warmup_s: float) -> tuple[RatioSummary | None, list
     return summary, steps, case
 
 
+def _display_names(unfused: list[Any], fused: list[Any] | None) -> list[str]:
+    """The unfused name, with the fused counterpart's where the student renamed it."""
+    if fused is None or len(fused) != len(unfused):
+        return [str(n) for n in unfused]
+    return [str(u) if u == f else f"{u} (fused {f})" for u, f in zip(unfused, fused)]
+
+
+def _measure_built(s: _Session, m: ProblemMeasurement, setup: dict[str, Any]) -> None:
+    """Everything after a successful p3_setup: checks (a)-(c), timing, (d) and (e)."""
+    config = s.config
+    s.names = _display_names(setup.get("parameter_names", []), setup.get("fused_parameter_names"))
+    s.shapes = [[int(d) for d in sh] for sh in setup.get("parameter_shapes", [])]
+    s.elements = int(sum(int(np.prod(sh, dtype=np.int64)) for sh in s.shapes))
+    s.info["setup"] = {k: v for k, v in setup.items()
+                       if k not in ("ok", "parameter_names", "fused_parameter_names", "parameter_shapes")}
+    s.info["setup"]["renamed_parameters"] = sum(
+        u != f for u, f in zip(setup.get("parameter_names", []), setup.get("fused_parameter_names") or []))
+    s.info["setup_s"] = s.elapsed()
+    if not s.names or len(s.names) != len(s.shapes):
+        raise StudentError("the DecoderLM has no parameters", "")
+    needed = 2 * int(np.prod(config.logits_shape)) * 4 + s.elements * 4 + 4 * config.batch * config.seq_len * 4
+    if needed + 16 * ALIGN > s.arena.size:
+        raise StudentError(f"the DecoderLM's {s.elements} parameters do not fit the grader's buffers "
+                           f"({s.arena.size} bytes); the course's model has {reference_parameter_elements(config)}", "")
+    s.phase = "first steps and causality probe"
+    cases, first = _checks(s)
+    warmup_s = sum(first[mdl]["seconds"] for mdl in first)
+    s.phase = "timed steps"
+    summary, steps, verified = _time_pairs(s, warmup_s)
+    all_steps = [{"model": mdl, "counts": first[mdl]["counts"]} for mdl in first] + steps
+    cases += _count_cases(all_steps, list(setup.get("fused_ops_found", [])))
+    cases.append(verified)
+    s.info["steps"] = steps
+    m.binding_cases = cases
+    m.speedup_student = summary
+    m.first_failure = next((cs for cs in cases if not cs.ok), None)
+
+
 def measure_problem3(
     client: ChildClient,
     config: Problem3Config = Problem3Config(),
@@ -428,40 +478,26 @@ def measure_problem3(
     s = _Session(client, config, rng)
     if telemetry is not None:
         m.telemetry["gpu_before"] = telemetry()
-    phase = "setup"
     try:
         setup = client.call({"op": "p3_setup", "config": config.child_config()}, config.setup_timeout_s)
-        s.names = [str(n) for n in setup.get("parameter_names", [])]
-        s.shapes = [[int(d) for d in sh] for sh in setup.get("parameter_shapes", [])]
-        s.elements = int(sum(int(np.prod(sh, dtype=np.int64)) for sh in s.shapes))
-        s.info["setup"] = {k: v for k, v in setup.items() if k not in ("ok", "parameter_names", "parameter_shapes")}
-        s.info["setup_s"] = s.elapsed()
-        if not s.names or len(s.names) != len(s.shapes):
-            raise StudentError("the DecoderLM has no parameters", "")
-        needed = 2 * int(np.prod(config.logits_shape)) * 4 + s.elements * 4 + 4 * config.batch * config.seq_len * 4
-        if needed + 16 * ALIGN > s.arena.size:
-            raise StudentError(f"the DecoderLM's {s.elements} parameters do not fit the grader's buffers "
-                               f"({s.arena.size} bytes); the course's model has {reference_parameter_elements(config)}", "")
-        phase = "first steps and causality probe"
-        cases, first = _checks(s)
-        warmup_s = sum(first[mdl]["seconds"] for mdl in first)
-        phase = "timed steps"
-        summary, steps, verified = _time_pairs(s, warmup_s)
-        all_steps = [{"model": mdl, "counts": first[mdl]["counts"]} for mdl in first] + steps
-        cases += _count_cases(all_steps, list(setup.get("fused_ops_found", [])))
-        cases.append(verified)
-        s.info["steps"] = steps
-        m.binding_cases = cases
-        m.speedup_student = summary
-        m.first_failure = next((cs for cs in cases if not cs.ok), None)
+        failure = setup.get("setup_failure")
+        if failure is None:
+            _measure_built(s, m, setup)
+        else:  # not buildable or not pairable as the driver builds it: the only case, failed (0 points)
+            case = CaseOutcome(str(failure.get("case_id", "p3-constructs")), (), False,
+                               message=str(failure.get("message", "")))
+            m.binding_cases, m.first_failure = [case], case
+            s.info["setup_failure"] = case.to_dict()
     except ChildFailure as exc:
         m.status = exc.kind if exc.kind in ("timeout", "crashed") else "crashed"
-        m.log_tail = f"Problem 3, {phase}: {exc.detail}\n{exc.tail}"
-        m.first_failure = CaseOutcome(f"p3-{phase.split()[0]}", (), False, message=f"{exc.kind} during {phase}: {exc.detail}")
+        m.log_tail = f"Problem 3, {s.phase}: {exc.detail}\n{exc.tail}"
+        m.first_failure = CaseOutcome(f"p3-{s.phase.split()[0]}", (), False,
+                                      message=f"{exc.kind} during {s.phase}: {exc.detail}")
     except StudentError as exc:
         m.status = "error"
-        m.log_tail = f"Problem 3, {phase}: {exc.error}\n{exc.trace}"
-        m.first_failure = CaseOutcome(f"p3-{phase.split()[0]}", (), False, message=f"your code raised during {phase}: {exc.error}")
+        m.log_tail = f"Problem 3, {s.phase}: {exc.error}\n{exc.trace}"
+        m.first_failure = CaseOutcome(f"p3-{s.phase.split()[0]}", (), False,
+                                      message=f"your code raised during {s.phase}: {exc.error}")
     s.info["elapsed_s"] = s.elapsed()
     m.telemetry["problem3"] = s.info
     if telemetry is not None:
