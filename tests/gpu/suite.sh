@@ -3,7 +3,8 @@
 #   bash tests/gpu/suite.sh [pytest args...]      default: every test under tests/gpu
 #   bash tests/gpu/suite.sh --bench SCRIPT [args]  only the set-up, then that bench script
 # Installs the carried wheels (.whl/, ignored by git) into /opt/kg-site, prints the GPU's
-# identity, runs the GPU tests, then the speedup benchmark when it exists.
+# identity, runs the GPU tests, then the speedup benchmark when it exists and the fidelity bench
+# when .corpus/ was carried (KG_SKIP_BENCH=1: neither; KG_FIDELITY_ONLY=1: the fidelity bench only).
 # Logs go to $OUT (the device tool's output folder) or .gpu-out/.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -38,7 +39,15 @@ args=("$@")
 [ ${#args[@]} -eq 0 ] && args=(tests/gpu)
 python3 -m pytest -p no:cacheprovider -q -rA "${args[@]}" 2>&1 | tee "$OUT/pytest.log"
 status=${PIPESTATUS[0]}
-if [ "${KG_SKIP_BENCH:-0}" != 1 ] && [ -f bench/hw4_speedups.py ]; then
-  python3 bench/hw4_speedups.py 2>&1 | tee "$OUT/speedups.txt"
+if [ "${KG_SKIP_BENCH:-0}" != 1 ]; then
+  if [ "${KG_FIDELITY_ONLY:-0}" != 1 ] && [ -f bench/hw4_speedups.py ]; then
+    python3 bench/hw4_speedups.py 2>&1 | tee "$OUT/speedups.txt"
+  fi
+  # The course harness vs kernelgrade on the development corpus, when it was carried along
+  # (.corpus/ is ignored by git). KG_FIDELITY_ARGS: its options, e.g. "--problems 1.1,1.2,2.1,2.2".
+  if [ -d .corpus/zips ] && [ -d .corpus/official ] && [ -f bench/fidelity.py ]; then
+    # shellcheck disable=SC2086
+    python3 bench/fidelity.py ${KG_FIDELITY_ARGS:-} 2>&1 | tee "$OUT/fidelity.txt"
+  fi
 fi
 exit "$status"
