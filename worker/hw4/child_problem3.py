@@ -250,8 +250,11 @@ def _tokens(state: ChildState, mt: Any, backend: Any, ref: dict[str, Any]) -> tu
     ids = state.arena.view(ArrayRef.from_json(ref))
     if ids.ndim != 2:
         raise ValueError(f"tokens must be [batch, seq], got {ids.shape}")
-    # Token ids as float32 values, as the course's DecoderLM takes them (exact below 2**24).
-    return make_tensor(mt, backend, ids.astype(np.float32)), (int(ids.shape[0]), int(ids.shape[1]))
+    # Token ids as float32 values, as the course's DecoderLM takes them (exact below 2**24),
+    # with requires_grad set as the driver's loss_fn sets it on its batch.
+    tokens = make_tensor(mt, backend, ids.astype(np.float32))
+    tokens.requires_grad_(True)
+    return tokens, (int(ids.shape[0]), int(ids.shape[1]))
 
 
 def _forward(state: ChildState, msg: dict[str, Any], tokens_key: str) -> tuple[Any, Any, Any, dict[str, int]]:
@@ -259,7 +262,7 @@ def _forward(state: ChildState, msg: dict[str, Any], tokens_key: str) -> tuple[A
     for name in counts:
         counts[name] = 0
     tokens, (batch, seq) = _tokens(state, mt, backend, msg[tokens_key])
-    logits = model(tokens)
+    logits = model(idx=tokens)  # the driver calls it so (run_machine_translation.py loss_fn)
     shape = tuple(int(s) for s in logits.shape)
     n_vocab = int(getattr(model, "n_vocab", shape[-1]))
     if shape != (batch, seq, n_vocab):
