@@ -63,6 +63,7 @@ OVERLAID = ("src", "minitorch")  # what a submission contributes to the harness 
 _COPY_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.so", ".git")
 LOG_TAIL_BYTES = 16 * 1024
 GRADE_ESTIMATE_S = 90.0  # before the first grade has been timed, for --budget
+MIN_TEST_S = 30.0  # --budget: a course test is not started with less time than this left
 # The settings' unpack defaults, used only when a harness-only run cannot read the settings
 FALLBACK_LIMITS = UnpackLimits(200 << 20, 50 << 20, 5000, 24, 100.0)
 
@@ -232,11 +233,18 @@ def run_harness(zips: list[Path], official: Path, work: Path, store: ResultStore
         if blocked is not None:
             blocked.expected = expected[test]
             return name, test, blocked
-        if deadline is not None and time.monotonic() > deadline:
-            return name, test, report.CourseVerdict("not run", "skipped: --budget used up", expected=expected[test])
-        verdict, output = run_course_test(Path(record["tree"]), test, args.python, args.timeout, expected[test],
+        timeout = args.timeout
+        if deadline is not None:  # no test runs past the budget: the last ones get less time
+            left = deadline - time.monotonic()
+            if left < MIN_TEST_S:
+                return name, test, report.CourseVerdict("not run", "skipped: --budget used up", expected=expected[test])
+            timeout = min(timeout, left)
+        verdict, output = run_course_test(Path(record["tree"]), test, args.python, timeout, expected[test],
                                           work / name / "logs" / f"{test}.log")
         verdict = report.blame_build(verdict, output, failed)
+        if verdict.timed_out and timeout < args.timeout:  # cut by the bench, not the test's own fault
+            verdict.verdict = "not run"
+            verdict.reason = f"cut at {timeout:.0f} s by --budget ({verdict.passes}/{verdict.expected} passed by then)"
         save_tail(logs / name / f"{test}.log", output)
         return name, test, verdict
 

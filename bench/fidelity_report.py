@@ -228,7 +228,8 @@ def kernelgrade_cell(record: dict[str, Any] | None) -> str:
     if record is None:
         return "not graded"
     if record.get("graded") is False:
-        return "not graded (no GPU stage)"
+        why = str(record.get("message") or "")
+        return why if why.startswith("not graded") else f"not graded: {why}" if why else "not graded"
     status = record.get("status", "?")
     if status == "passed":
         return "pass"
@@ -287,8 +288,8 @@ def table_rows(results: dict[str, Any]) -> list[dict[str, str]]:
                 raw = {"verdict": "not run", "reason": h["error"]}
             course = CourseVerdict.from_dict(raw) if raw else None
             record = (g.get("problems") or {}).get(pid)
-            if record is None and g.get("error"):
-                record = {"status": "error", "message": g["error"]}
+            if record is None and g.get("error"):  # the bench could not grade it: no verdict
+                record = {"status": "error", "message": g["error"], "graded": False}
             rows.append({
                 "submission": name,
                 "problem": pid,

@@ -10,6 +10,7 @@ import shutil
 import sys
 import tempfile
 import textwrap
+import time
 import zipfile
 from dataclasses import replace
 from pathlib import Path
@@ -540,5 +541,93 @@ def test_run_grader_without_a_gpu_ends_at_the_build_and_gives_no_verdict(
     rows = report.table_rows(results)
     for pid, p in record["problems"].items():  # a course pass beside it is not a disagreement
         assert report.agreement(pid, report.CourseVerdict("pass"), p) == "no grade"
-    assert {r["kernelgrade"] for r in rows if r["problem"] in ("1.1", "2.2")} == {"not graded (no GPU stage)"}
+    assert {r["kernelgrade"] for r in rows if r["problem"] in ("1.1", "2.2")} == {"not graded: no GPU stage on this worker"}
     assert {r["points"] for r in rows if r["problem"] in ("1.1", "2.2")} == {"-"}
+
+
+def test_run_grader_past_its_budget_grades_nothing_and_gives_no_verdict(grading: dict) -> None:
+    fidelity.run_grader([grading["archive"]], grading["work"], grading["store"], fidelity.parse_args([]),
+                        grading["rubric"], grading["config"], grading["stage"], deadline=time.monotonic())
+    results = json.loads(grading["store"].path.read_text())
+    assert results["grader"]["kit"] == {"problems": {}, "error": "skipped: --budget used up"}
+    rows = report.table_rows(results)
+    assert rows and all(r["kernelgrade"] == "not graded: skipped: --budget used up" for r in rows)
+    course_pass = report.CourseVerdict("pass")
+    assert report.agreement("1.1", course_pass, {"status": "error", "graded": False}) == "no grade"
+
+
+# --------------------------------------------------------------------------- the harness half end to end
+
+COURSE_STANDINS = {
+    "test_softmax_fw": "import sys\nsys.stdout.write(%r)\n" % five_passes(),
+    "test_softmax_bw": ("print('>>>>>>>>>>>>>>>>>>>>>>test_launch_attn_softmax_bw, ntest [0], dtype [torch.float32]:')\n"
+                        "print('Compare the results of custom and baseline...')\n"
+                        "print('torch.allclose failed, use numpy.allclose to log detail.')\nexit(0)\n"),
+    "test_layernorm_fw": "import time\nprint('>>>>>>>>>>>>>>>>>>>>>>x, ntest [0], dtype [f]:', flush=True)\ntime.sleep(60)\n",
+    "test_layernorm_bw": "import minitorch\nminitorch.layernorm_bw()\n",
+}
+
+
+def harness_setup(tmp_path: Path) -> tuple[Path, Path]:
+    """An official tree whose four course tests are stand-ins (each a different ending), a
+    stand-in nvcc, and two zips: one complete, one without src/combine.cu."""
+    official = tmp_path / "official"
+    for test, body in COURSE_STANDINS.items():
+        write(official / "kernel_tests" / f"{test}.py", body)
+    write(official / "test_utils.py", "")
+    write(official / "minitorch" / "__init__.py", "raise ImportError('the starter minitorch must not be used')\n")
+    student_minitorch = "def layernorm_bw():\n    raise NotImplementedError('TODO 2.2')\n"
+    zips = tmp_path / "zips"
+    zips.mkdir()
+    make_zip(zips / "alice.zip", {"llmsys_hw4/src/softmax_kernel.cu": "", "llmsys_hw4/src/layernorm_kernel.cu": "",
+                                  "llmsys_hw4/src/combine.cu": "", "llmsys_hw4/minitorch/__init__.py": student_minitorch})
+    make_zip(zips / "bob.zip", {"llmsys_hw4/src/softmax_kernel.cu": "", "llmsys_hw4/src/layernorm_kernel.cu": "",
+                                "llmsys_hw4/minitorch/__init__.py": student_minitorch})
+    nvcc = write(tmp_path / "bin" / "nvcc", FAKE_NVCC)
+    nvcc.chmod(0o755)
+    return official, zips
+
+
+def run_harness_here(tmp_path: Path, official: Path, zips: Path, *options: str, deadline: float | None = None) -> dict:
+    args = fidelity.parse_args(["--nvcc", str(tmp_path / "bin" / "nvcc"), "--python", sys.executable,
+                                "--out", str(tmp_path / "out"), "--jobs", "4", *options])
+    args.out = args.out.absolute()
+    store = fidelity.ResultStore(args.out / "fidelity.json", {"mode": "harness"})
+    fidelity.run_harness(sorted(zips.glob("*.zip")), official, tmp_path / "work", store, args,
+                         load_rubric("hw4"), LIMITS, deadline)
+    return json.loads(store.path.read_text())
+
+
+def test_run_harness_end_to_end_on_stand_ins(tmp_path: Path) -> None:
+    official, zips = harness_setup(tmp_path)
+    results = run_harness_here(tmp_path, official, zips, "--timeout", "3")
+    alice, bob = results["harness"]["alice"], results["harness"]["bob"]
+    assert all(b["ok"] for b in alice["builds"].values())
+    verdicts = {t: v["verdict"] for t, v in alice["tests"].items()}
+    assert verdicts == {"test_softmax_fw": "pass", "test_softmax_bw": "fail",
+                        "test_layernorm_fw": "crash", "test_layernorm_bw": "not implemented"}
+    assert alice["tests"]["test_layernorm_fw"]["reason"] == "timed out after 3 s (0/5 passed)"
+    assert alice["tests"]["test_layernorm_bw"]["reason"] == "NotImplementedError: TODO 2.2"
+    assert not bob["builds"]["combine"]["ok"]
+    assert {v["verdict"] for v in bob["tests"].values()} == {"build failed"}
+    assert bob["tests"]["test_softmax_fw"]["reason"] == "combine.so: missing kernel source: src/combine.cu"
+    logs = tmp_path / "out" / "fidelity-logs"
+    assert "Test passed" in (logs / "alice" / "test_softmax_fw.log").read_text()
+    assert (logs / "bob" / "build-combine.log").is_file()
+    rows = {(r["submission"], r["problem"]): r for r in report.table_rows(results)}
+    assert rows[("alice", "1.1")]["course"] == "pass 5/5" and rows[("alice", "1.1")]["agreement"] == "no grade"
+
+
+def test_run_harness_cuts_the_last_tests_at_the_budget(tmp_path: Path) -> None:
+    official, zips = harness_setup(tmp_path)
+    (zips / "bob.zip").unlink()
+    fidelity_min = fidelity.MIN_TEST_S
+    try:
+        fidelity.MIN_TEST_S = 1.0
+        results = run_harness_here(tmp_path, official, zips, "--timeout", "300", "--only", "alice",
+                                   deadline=time.monotonic() + 8)
+    finally:
+        fidelity.MIN_TEST_S = fidelity_min
+    slow = results["harness"]["alice"]["tests"]["test_layernorm_fw"]
+    assert slow["verdict"] == "not run" and slow["reason"].startswith("cut at ") and "by --budget" in slow["reason"]
+    assert results["harness"]["alice"]["tests"]["test_softmax_fw"]["verdict"] == "pass"
