@@ -510,6 +510,14 @@ def gpu_description() -> str:
     return f"{name.strip()} (driver {driver.strip()})" if driver else name.strip()
 
 
+def safe_commit() -> str:
+    """benchmarks_md.current_commit, or "" where git is missing (a copy of the tree without it)."""
+    try:
+        return current_commit()
+    except OSError:
+        return ""
+
+
 def command_line(argv: list[str]) -> str:
     script = Path(argv[0])
     try:
@@ -596,6 +604,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--budget", type=float, default=0.0,
                         help="seconds: start no test or grade that would end past this (0: no limit)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary trees")
+    parser.add_argument("--commit", default="", help="the commit to name in the header (default: git's HEAD)")
     return parser.parse_args(argv)
 
 
@@ -638,7 +647,7 @@ def main(argv: list[str] | None = None) -> int:
         limits, settings_source = FALLBACK_LIMITS, f"production settings unreadable ({type(exc).__name__}: {exc})"
     meta = {"date": date.today().isoformat(), "started_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "mode": mode, "gpu": gpu_description(), "cpus": os.cpu_count(), "machine": platform.machine(),
-            "nvcc": nvcc_version(args.nvcc), "python": sys.version.split()[0], "commit": current_commit(),
+            "nvcc": nvcc_version(args.nvcc), "python": sys.version.split()[0], "commit": args.commit or safe_commit(),
             "command": command_line(sys.argv if argv is None else ["bench/fidelity.py", *argv]),
             "zips": [z.name for z in zips], "jobs": args.jobs, "timeout_s": args.timeout, "arch": f"-arch={args.arch}",
             "harness_python": args.python, "problems": list(problems), "settings": settings_source}
