@@ -54,6 +54,7 @@ class KernelTarget:
     name: str
     source: str
     output: str
+    missing_hint: str = ""  # what to tell a student whose submission lacks `source`
 
 
 @dataclass(frozen=True)
@@ -262,6 +263,23 @@ def _store_atomically(src: Path, dest: Path) -> None:
     os.close(fd)
     shutil.copyfile(src, tmp)
     os.replace(tmp, dest)
+
+
+STUB_SOURCE = "// kernelgrade: stands in for a kernel that did not build; it exports nothing.\n"
+
+
+def build_stub(toolchain: Toolchain, folder: Path, cache_dir: Path | None = None) -> Path:
+    """A shared library that exports nothing, built (trusted, cached) with the submission's
+    toolchain in `folder`: it takes the place of a kernel that did not build, so that a
+    MiniTorch that loads every library at import still imports, and only a call into that
+    kernel fails (an undefined symbol). Raises RuntimeError when even this does not build."""
+    (folder / "src").mkdir(parents=True, exist_ok=True)
+    (folder / "src" / "kg_stub.cu").write_text(STUB_SOURCE)
+    target = KernelTarget("stub", "src/kg_stub.cu", "kg_stub.so")
+    (result,) = build_kernels(folder, [target], toolchain, cache_dir, 1)
+    if not result.ok:
+        raise RuntimeError(f"the empty stand-in library did not build: {result.log.strip()[-500:]}")
+    return folder / target.output
 
 
 def build_kernels(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import yaml
@@ -74,6 +74,26 @@ class Problem:
     points: float
     reference_speedup: float | None
     scoring: ProblemScoring = field(default_factory=ProblemScoring)
+    # Names of the rubric's kernels this problem's grading uses; the problem is not graded
+    # when one of them did not build (worker.pipeline). The parser fills in every kernel when
+    # the rubric's entry has no `needs:`.
+    needs: tuple[str, ...] = ()
+
+
+def _problem_needs(p: dict[str, Any], kernels: tuple[str, ...]) -> tuple[str, ...]:
+    """The `needs:` list of one problem: kernel names of the rubric, each once; absent, every
+    kernel (a problem is never graded on a kernel that did not build)."""
+    if "needs" not in p:
+        return kernels
+    raw = p["needs"]
+    if not isinstance(raw, list) or not all(isinstance(n, str) for n in raw):
+        raise RubricError(f"problem {p['id']}: needs must be a list of kernel names")
+    unknown = [n for n in raw if n not in kernels]
+    if unknown:
+        raise RubricError(f"problem {p['id']}: needs unknown kernels {unknown} (kernels: {', '.join(kernels)})")
+    if len(set(raw)) != len(raw):
+        raise RubricError(f"problem {p['id']}: needs lists a kernel twice")
+    return tuple(raw)
 
 
 def _problem_scoring(p: dict[str, Any]) -> ProblemScoring:
@@ -144,13 +164,21 @@ def load_rubric(slug: str, rubric_dir: Path = RUBRIC_DIR) -> Rubric:
 def _parse_rubric(path: Path, _mtime_ns: int) -> Rubric:
     data = yaml.safe_load(path.read_text())
     try:
+        kernels = tuple(KernelTarget(**k) for k in data["kernels"])
+        names = tuple(k.name for k in kernels)
+        if len(set(names)) != len(names):
+            raise RubricError(f"two kernels share a name: {list(names)}")
+        student_files = tuple(data["student_files"])
+        for k in kernels:  # a kernel is only ever built from the submission's own source
+            if not any(PurePosixPath(k.source).match(g) for g in student_files):
+                raise RubricError(f"kernel {k.name}: its source {k.source} is not among student_files")
         return Rubric(
             slug=data["slug"],
             title=data["title"],
             starter=data["starter"],
             required_files=tuple(data["required_files"]),
-            student_files=tuple(data["student_files"]),
-            kernels=tuple(KernelTarget(**k) for k in data["kernels"]),
+            student_files=student_files,
+            kernels=kernels,
             nvcc_flags=tuple(data["nvcc_flags"]),
             problems=tuple(
                 Problem(
@@ -159,6 +187,7 @@ def _parse_rubric(path: Path, _mtime_ns: int) -> Rubric:
                     points=float(p["points"]),
                     reference_speedup=p.get("reference_speedup"),
                     scoring=_problem_scoring(p),
+                    needs=_problem_needs(p, names),
                 )
                 for p in data["problems"]
             ),

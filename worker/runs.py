@@ -122,13 +122,16 @@ def gpu_stage_config(settings: Settings) -> GpuStageConfig:
 def gpu_stage_for(settings: Settings, rubric: Rubric,
                   on_problem: Callable[[str], None] = lambda _pid: None) -> GpuStage | None:
     """The assignment's GPU stage when this worker grades on a GPU, else None (runs end `built`).
-    `on_problem` is called with each problem id before that problem is measured."""
+    `on_problem` is called with each problem id before that problem is measured. The stage runs
+    only the problems the pipeline passes it (those whose kernels built)."""
     if not gpu_available(settings) or rubric.slug != "hw4":
         return None
     config = gpu_stage_config(settings)
 
-    def stage(rubric: Rubric, staged: Path, reference: Path, work_dir: Path) -> list[ProblemMeasurement]:
-        return run_gpu_stage(rubric, staged, reference, work_dir, config, on_problem)
+    def stage(rubric: Rubric, staged: Path, reference: Path, work_dir: Path,
+              problems: tuple[str, ...]) -> list[ProblemMeasurement]:
+        chosen = replace(config, problems=tuple(p for p in config.problems if p in problems))
+        return run_gpu_stage(rubric, staged, reference, work_dir, chosen, on_problem)
 
     return stage
 

@@ -181,29 +181,34 @@ def _raise_for_name(name: str, exc: OSError) -> NoReturn:
 
 
 def find_assignment_root(tree: Path, required_files: tuple[str, ...]) -> Path:
-    """The folder holding the assignment: the zip's top level, or one folder whose subtree
-    has every required file (students zip with and without an enclosing folder)."""
-    def has_all(folder: Path) -> bool:
-        return all((folder / f).is_file() for f in required_files)
-
-    if has_all(tree):
-        return tree
-    anchor = required_files[0]
-    candidates = sorted(
-        p.parents[len(PurePosixPath(anchor).parts) - 1]
-        for p in tree.rglob(PurePosixPath(anchor).name)
-        if p.as_posix().endswith("/" + anchor)
-    )
-    complete = [c for c in candidates if has_all(c) and "__MACOSX" not in c.parts]
-    if len(complete) == 1:
-        return complete[0]
-    if len(complete) > 1:
-        names = ", ".join(str(c.relative_to(tree)) for c in complete)
+    """The folder holding the assignment: of the folders (the zip's top level or any below it:
+    students zip with and without an enclosing folder) holding some of `required_files`, the
+    one holding the most. Some may be missing (the pipeline names them per problem); a zip
+    with none of them, or with two folders holding as many, is a bad archive."""
+    holding: dict[Path, int] = {}
+    for rel in required_files:
+        parts = PurePosixPath(rel).parts
+        for found in tree.rglob(parts[-1]):
+            inside = found.relative_to(tree).parts
+            if found.is_file() and inside[-len(parts):] == parts and "__MACOSX" not in inside:
+                folder = tree.joinpath(*inside[: -len(parts)])
+                holding[folder] = holding.get(folder, 0) + 1
+    if not holding:
+        seen = sorted({f.relative_to(tree).as_posix() for rel in required_files
+                       for f in tree.rglob(PurePosixPath(rel).name) if f.is_file()})
+        hint = f" Found {', '.join(seen[:5])}, but not in the assignment's layout." if seen else ""
+        raise BadArchive(
+            "could not find the assignment folder in the zip: it needs " + ", ".join(required_files)
+            + f" side by side. Missing: {', '.join(required_files)}.{hint} Zip your whole assignment folder."
+        )
+    most = max(holding.values())
+    best = sorted(folder for folder, count in holding.items() if count == most)
+    if len(best) == 1:
+        return best[0]
+    names = ", ".join(f.relative_to(tree).as_posix() if f != tree else "the top level" for f in best)
+    if most == len(required_files):
         raise BadArchive(f"the zip holds more than one assignment folder ({names}); upload one")
-    missing = [f for f in required_files if not any(tree.rglob(PurePosixPath(f).name))]
-    hint = f" Missing: {', '.join(missing)}." if missing else ""
     raise BadArchive(
-        "could not find the assignment folder in the zip: it needs "
-        + ", ".join(required_files)
-        + f" side by side.{hint} Zip your whole assignment folder."
+        f"the assignment's files are spread over several folders ({names}): keep "
+        + ", ".join(required_files) + " side by side in one folder and zip that folder."
     )

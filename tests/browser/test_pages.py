@@ -246,21 +246,21 @@ def test_compiler_log_with_line_numbers(context: BrowserContext, worker: Any, tm
     the first error line."""
     kit = tmp_path / "llmsys_hw4"
     shutil.copytree(load_rubric("hw4").starter_dir, kit, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
-    source = kit / "src" / "layernorm_kernel.cu"
+    source = kit / "src" / "combine.cu"  # every problem needs it: the run fails as a build error
     source.write_text(source.read_text().replace('extern "C"', 'extern "C" not_cuda_at_all;', 1))
     page = log_in(context, "amy")
     page.get_by_label(re.compile("Submission")).set_input_files(str(zip_tree(kit, tmp_path / "broken.zip")))
     page.get_by_role("button", name="Upload and grade").click()
     page.wait_for_url(re.compile(r"/runs/\d+$"))
     expect(page.locator("#run-state")).to_have_text("failed", timeout=300_000)
-    expect(page.locator("#run-message")).to_contain_text("layernorm_kernel did not compile")
+    expect(page.locator("#run-message")).to_contain_text("combine did not compile")
     log = page.locator("#log-build")
     expect(log).to_be_visible()  # the build stage is open
     jump = page.get_by_role("link", name=re.compile(r"^First error: line \d+$"))
     line = int(jump.inner_text().rsplit(" ", 1)[1])
     jump.click()
     target = page.locator(f"#log-build-{line}")
-    expect(target).to_contain_text(re.compile(r"layernorm_kernel\.cu\(\d+\): error"))
+    expect(target).to_contain_text(re.compile(r"combine\.cu\(\d+\): error"))
     assert target.evaluate("el => el.matches(':target') && el.classList.contains('err')")
     # The number a student reads is the list's own: the line's position in the ordered list.
     assert log.locator("li").nth(line - 1).get_attribute("id") == f"log-build-{line}"

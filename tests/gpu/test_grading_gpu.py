@@ -129,8 +129,8 @@ def test_reference_kit_end_to_end(kit_root: Path, tmp_path: Path, work: Path) ->
     )
     collected: list[ProblemMeasurement] = []
 
-    def gpu_stage(rubric, staged, reference, work):  # type: ignore[no-untyped-def]
-        collected.extend(run_gpu_stage(rubric, staged, reference, work, stage_config(("1.1", "1.2", "2.1", "2.2", "3"))))
+    def gpu_stage(rubric, staged, reference, work, problems):  # type: ignore[no-untyped-def]
+        collected.extend(run_gpu_stage(rubric, staged, reference, work, stage_config(problems)))
         return collected
 
     started = time.monotonic()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import re
 import stat
 import time
 import uuid
@@ -76,18 +77,39 @@ def test_reference_kit_builds_and_logs_are_readable(
     assert all(r["status"] == "not_run" for r in run["results"])
 
 
-def test_compile_error_ends_as_build_error_with_the_log(
+def test_a_compile_error_leaves_out_only_the_problems_needing_that_kernel(
     client: TestClient, student: str, worker: WorkerProcess, kit_tree: Path, tmp_path: Path
 ) -> None:
+    """softmax_kernel.cu does not compile: 1.1, 1.2 and 3 (which need it) say so; the run still
+    ends `built` (this worker has no GPU stage), the other problems waiting only for a GPU."""
     source = (kit_tree / "src/softmax_kernel.cu").read_text()
     broken = source.replace("extern \"C\"", "extern \"C\" this_is_not_cuda;", 1)
     assert broken != source
     archive = make_zip(kit_tree, tmp_path / "broken.zip", {"src/softmax_kernel.cu": broken})
     run = wait_for_run(client, submit(client, student, archive)["run_id"], student)
+    assert run["state"] == "built" and run["error_class"] is None, run
+    assert run["message"].startswith("Problems 1.1, 1.2 and 3 not graded: src/softmax_kernel.cu did not compile")
+    results = {r["problem_id"]: r for r in run["results"]}
+    for pid in ("1.1", "1.2", "3"):
+        assert results[pid]["message"].startswith("not graded: src/softmax_kernel.cu did not compile: "
+                                                  "src/softmax_kernel.cu("), results[pid]
+    assert [results[pid]["message"] for pid in ("2.1", "2.2")] == ["not graded: no GPU stage on this worker"] * 2
+    log = run["stages"]["build"]["log"]
+    assert run["stages"]["build"]["status"] == "failed"
+    assert "this_is_not_cuda" in log and "error" in log.lower()
+    assert re.search(r"== combine \((ok|cached)", log) and re.search(r"== layernorm_kernel \((ok|cached)", log)
+
+
+def test_a_combine_that_does_not_compile_is_a_build_error(
+    client: TestClient, student: str, worker: WorkerProcess, kit_tree: Path, tmp_path: Path
+) -> None:
+    source = (kit_tree / "src/combine.cu").read_text()
+    archive = make_zip(kit_tree, tmp_path / "broken.zip", {"src/combine.cu": source + "\nint oops = not_cuda;\n"})
+    run = wait_for_run(client, submit(client, student, archive)["run_id"], student)
     assert run["state"] == "failed" and run["error_class"] == "build_error", run
-    assert "softmax_kernel did not compile" in run["message"]
-    assert "this_is_not_cuda" in run["stages"]["build"]["log"]
-    assert "error" in run["stages"]["build"]["log"].lower()
+    assert run["message"].startswith("combine did not compile: src/combine.cu(")
+    assert all(r["message"].startswith("not graded: src/combine.cu did not compile: ") for r in run["results"])
+    assert "not_cuda" in run["stages"]["build"]["log"]
 
 
 def test_hostile_archives_end_as_bad_archive(

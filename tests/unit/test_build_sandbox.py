@@ -264,7 +264,8 @@ def test_gpu_stage_logs_and_messages_name_files_from_the_submission_root(tmp_pat
     nvcc = _script(shared / "nvcc", 'for a; do [ "$p" = "-o" ] && : > "$a"; p=$a; done; exit 0')
     job = tmp_path / "job"
 
-    def gpu_stage(rubric: Rubric, staged: Path, reference: Path, work: Path) -> list[ProblemMeasurement]:
+    def gpu_stage(rubric: Rubric, staged: Path, reference: Path, work: Path,
+                  problems: tuple[str, ...]) -> list[ProblemMeasurement]:
         trace = (f'Traceback (most recent call last):\n  File "{work}/problem-1.1/minitorch/cuda_kernel_ops.py", '
                  f'line 12, in launch\nRuntimeError: bad launch at {staged}/src/softmax_kernel.cu:204\n')
         crash = CaseOutcome("c1", (2, 3), False, message=f"crashed in {work.resolve()}/problem-1.1/minitorch/x.py")

@@ -158,17 +158,18 @@ def test_pipeline_grades_a_zip_of_the_standin(base: Path, trusted: Path, policy:
     stage_config = _config(policy)
     seen: dict[str, Path] = {}
 
-    def gpu_stage(rubric, staged: Path, reference: Path, work: Path):
+    def gpu_stage(rubric, staged: Path, reference: Path, work: Path, problems: tuple[str, ...]):
         # `reference` is our kit built by the pipeline (with the fake nvcc: empty libraries and
         # the real pycuda binding), unusable on a CPU: the trusted stand-in plays its part.
-        seen.update(staged=staged, reference=reference)
-        return run_gpu_stage(rubric, staged, trusted, work, stage_config)
+        seen.update(staged=staged, reference=reference, problems=problems)
+        return run_gpu_stage(rubric, staged, trusted, work, dataclasses.replace(stage_config, problems=problems))
 
     rubric = load_rubric("hw4")
     stages: list[str] = []
     outcome = grade_submission(archive, rubric, base / "job", config, on_stage=stages.append, gpu_stage=gpu_stage)
     assert outcome.state == RunState.scored, outcome.message
     assert stages == ["unpack", "stage", "build", "run"]
+    assert seen["problems"] == tuple(p.id for p in rubric.problems)  # every kernel built: all of them
     assert (seen["staged"] / "minitorch" / "cuda_kernels" / "softmax_kernel.so").is_file()
     assert outcome.score == pytest.approx(sum(p.points for p in outcome.problems))
     assert [p.problem_id for p in outcome.problems] == [p.id for p in rubric.problems]

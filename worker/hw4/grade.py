@@ -56,7 +56,8 @@ def run_gpu_stage(
     config: GpuStageConfig,
     on_problem: Callable[[str], None] = lambda _pid: None,
 ) -> list[ProblemMeasurement]:
-    """Measure every rubric problem of hw4 for the built submission in `staged_root`."""
+    """Measure the problems of hw4 that `config.problems` names (every one by default) for the
+    built submission in `staged_root`."""
     sandbox = Sandbox(config.limits, config.policy)
     rng = np.random.default_rng(config.seed)
     gpu = config.policy.gpu_index or 0
@@ -70,14 +71,15 @@ def run_gpu_stage(
 
     cases = load_cases(rubric.slug)
     measurements: list[ProblemMeasurement] = []
-    trusted = (open_child("trusted", trusted_root, kernels.HANDLERS, KERNEL_ARENA_BYTES)
-               if trusted_root is not None else None)
     kernel_problems = []
     for pid in (p for p in KERNEL_PROBLEMS if p in config.problems):
         problem = next(p for p in rubric.problems if p.id == pid)
         spec = problem.scoring
         target = spec.target if spec.target is not None else problem.reference_speedup
         kernel_problems.append((pid, cases[pid], tuple(t for t in (spec.speed_floor, target) if t is not None)))
+    # The trusted baseline is only for kernel problems: none to run (a subset), no child.
+    trusted = (open_child("trusted", trusted_root, kernels.HANDLERS, KERNEL_ARENA_BYTES)
+               if trusted_root is not None and kernel_problems else None)
     # GPU utilisation is recorded per part of the stage: the kernel problems share one figure.
     try:
         with GpuBusySampler(gpu) as busy:
