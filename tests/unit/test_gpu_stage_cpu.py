@@ -39,7 +39,7 @@ from grader.states import RunState  # noqa: E402
 from worker.build import Toolchain  # noqa: E402
 from worker.hw4.cases import load_cases  # noqa: E402
 from worker.hw4.grade import GpuStageConfig, run_gpu_stage  # noqa: E402
-from worker.hw4.kernels import TimingConfig, binding_eligible  # noqa: E402
+from worker.hw4.kernels import MAX_CRASHES, TimingConfig, binding_eligible  # noqa: E402
 from worker.pipeline import PipelineConfig, grade_submission  # noqa: E402
 from worker.rubric import load_rubric  # noqa: E402
 from worker.sandbox import SandboxPolicy  # noqa: E402
@@ -115,17 +115,26 @@ def test_hung_layernorm_times_out_and_grading_goes_on(base: Path, trusted: Path,
     p3 = dataclasses.replace(P3, step_timeout_s=3.0)
     by_id = _run(base, "spin", trusted, _config(policy, timing, p3), ("SPIN_FOREVER",))
     m = by_id["2.1"]
-    assert m.status == "timeout", _describe(m)
-    assert "within 3 s" in m.log_tail
+    # Each hang fails the case that caused it, and the next case gets a fresh child, up to
+    # MAX_CRASHES; the rest are not run. The problem itself finishes (status ok).
+    assert m.status == "ok" and m.speedup_student is None, _describe(m)
+    hung = [c for c in m.cases if "hung: no answer" in c.message]
+    assert len(hung) == MAX_CRASHES, _describe(m)
+    assert hung[0].case_id == m.first_failure.case_id == "abi:" + short_cases["2.1"][0].id
+    assert "within 3 s" in hung[0].message and "seed " in hung[0].message and "uniform(-1, 1)" in hung[0].message
+    assert all(not c.ok for c in m.cases)
+    assert all("not run: the code crashed or hung on 3 earlier cases" in c.message
+               for c in m.cases if c not in hung)
     for pid in ("1.1", "1.2"):  # measured before and unaffected
         assert by_id[pid].status == "ok" and not by_id[pid].failed_cases, _describe(by_id[pid])
         assert _measured(by_id[pid])
     # 2.2's own kernel is fine (its C ABI cases pass); its binding runs the forward first, and
     # Problem 3's fused model runs it too: both are measured, and hang there.
     assert by_id["2.2"].abi_cases and all(c.ok for c in by_id["2.2"].abi_cases)
-    assert by_id["2.2"].status == "timeout" and by_id["3"].status == "timeout"
+    assert by_id["2.2"].binding_cases and all("hung" in c.message for c in by_id["2.2"].binding_cases)
+    assert by_id["3"].status == "timeout"
     score = score_run(load_rubric("hw4"), list(by_id.values()))
-    assert score.problem("2.1").points == 0 and "timed out" in score.problem("2.1").reasons[0]
+    assert score.problem("2.1").points == 0 and any("hung" in r for r in score.problem("2.1").reasons)
     assert score.problem("1.1").correctness_points == 14 and score.problem("1.2").correctness_points == 14
 
 
@@ -133,14 +142,17 @@ def test_crash_in_softmax_backward_is_reported_with_output(base: Path, trusted: 
                                                            short_cases: dict) -> None:
     by_id = _run(base, "crash", trusted, _config(policy), ("CRASH_SOFTMAX_BW",))
     m = by_id["1.2"]
-    assert m.status == "crashed", _describe(m)
-    assert "SIGABRT" in m.log_tail and "CRASH_SOFTMAX_BW: aborting" in m.log_tail
+    assert m.status == "ok" and m.speedup_student is None, _describe(m)
+    crashed = m.first_failure
+    assert crashed is not None and crashed.case_id == "abi:" + short_cases["1.2"][0].id, _describe(m)
+    assert "crashed: signal" in crashed.message and "SIGABRT" in crashed.message
+    assert "CRASH_SOFTMAX_BW: aborting" in crashed.message and "seed " in crashed.message
     for pid in ("1.1", "2.1", "2.2"):
         assert by_id[pid].status == "ok" and not by_id[pid].failed_cases, _describe(by_id[pid])
         assert _measured(by_id[pid])
     score = score_run(load_rubric("hw4"), list(by_id.values()))
-    assert score.problem("1.2").status == "crashed" and score.problem("1.2").points == 0
-    assert "aborting" in score.problem("1.2").reasons[0]
+    assert score.problem("1.2").status == "failed" and score.problem("1.2").points == 0
+    assert any("aborting" in r for r in score.problem("1.2").reasons)
 
 
 def test_pipeline_grades_a_zip_of_the_standin(base: Path, trusted: Path, policy: SandboxPolicy,
