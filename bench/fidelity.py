@@ -436,6 +436,9 @@ def outcome_record(outcome: Any, seconds: float, wanted: tuple[str, ...]) -> dic
             "speedup_student": m.speedup_student.describe() if m is not None and m.speedup_student else None,
             "speedup_trusted": m.speedup_trusted.describe() if m is not None and m.speedup_trusted else None,
             "log_tail": m.log_tail[-1500:] if m is not None and m.status != "ok" else "",
+            # for diagnosis: every failed case (bounded) and the score's reasons
+            "failed_cases": [c.describe() for c in m.failed_cases][:30] if m is not None else [],
+            "reasons": ((p.details or {}).get("score") or {}).get("reasons", []),
         }
     return {"state": outcome.state.value, "error_class": outcome.error_class.value if outcome.error_class else None,
             "message": outcome.message, "score": outcome.score, "seconds": round(seconds, 1),
