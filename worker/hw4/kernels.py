@@ -19,7 +19,7 @@ import secrets
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -313,7 +313,12 @@ class Stopwatch:
             self.seconds[phase] = round(self.seconds.get(phase, 0.0) + time.monotonic() - started, 3)
 
 
-MAX_CRASHES = 3  # fresh children per problem after crashes or hangs; then the rest is not run
+# Fresh children per problem and path (C ABI, binding) after checks that killed the child, or
+# hung it (each hang costs the call's timeout); past either, that path's other checks are not
+# run. Per path: a launcher whose signature differs from the starter's crashes every C ABI
+# call, and the binding checks, the course's own path, still deserve their run.
+MAX_CRASHES = 6
+MAX_HANGS = 2
 
 
 @dataclass
@@ -329,7 +334,14 @@ class KernelProblem:
     clock: Stopwatch
     client: ChildClient | None = None  # open while the problem still has something to measure
     profiler: ChildClient | None = None  # a second child, for the kernel profile only
-    crashes: int = 0  # checks that killed or hung the child (each costs a fresh one)
+    # checks that killed ("crashed") or hung ("timeout") the child, per path
+    failures: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    def out_of_children(self, path: str) -> str | None:
+        crashes, hangs = self.failures.get((path, "crashed"), 0), self.failures.get((path, "timeout"), 0)
+        if crashes >= MAX_CRASHES or hangs >= MAX_HANGS:
+            return f"not run: the code crashed on {crashes} and hung on {hangs} earlier cases of this path"
+        return None
 
     def record(self, outcome: CaseOutcome, check: Check) -> None:
         cases = self.measurement.abi_cases if check.path == "abi" else self.measurement.binding_cases
@@ -377,27 +389,29 @@ def check_phase(problem: KernelProblem, config: TimingConfig) -> None:
     caller gives the problem a fresh one for the rest (`needs_fresh_child`). Safe to run
     beside other problems' checks and profiles: nothing here is a speedup."""
     assert problem.client is not None
-    while problem.checks:
-        check = problem.checks[0]
+    while problem.checks and problem.client is not None:
+        check = problem.checks.pop(0)
+        exhausted = problem.out_of_children(check.path)
+        if exhausted:
+            problem.record(_outcome(check, False, None, None, exhausted), check)
+            continue
         with problem.clock(f"{check.path}_cases"):
             try:
                 outcome = run_check(problem.client, check, config.call_timeout_s)
             except ChildFailure as exc:
                 outcome = crash_outcome(check, exc)
-                problem.crashes += 1
+                key = (check.path, exc.kind)
+                problem.failures[key] = problem.failures.get(key, 0) + 1
                 _close_client(problem)
-        problem.checks.pop(0)
         problem.record(outcome, check)
-        if problem.client is None:
-            break
-    if problem.crashes >= MAX_CRASHES and problem.checks:
-        for check in problem.checks:
-            problem.record(_outcome(check, False, None, None,
-                                    f"not run: the code crashed or hung on {problem.crashes} earlier cases"), check)
-        problem.checks.clear()
 
 
 def needs_fresh_child(problem: KernelProblem) -> bool:
+    """Whether the problem's child is gone with checks left to run; checks of a path that has
+    used up its fresh children are recorded as not run first (no child is started for them)."""
+    for check in [c for c in problem.checks if problem.out_of_children(c.path)]:
+        problem.checks.remove(check)
+        problem.record(_outcome(check, False, None, None, problem.out_of_children(check.path) or ""), check)
     return problem.client is None and bool(problem.checks)
 
 
@@ -469,8 +483,9 @@ def grade_kernel_problems(
     Phase 1 runs the correctness checks and kernel profiles of all problems at once, each
     profile in a second child of its problem (they only compete for time, which they do not
     measure). A check that crashes or hangs the child fails with what the child said, and the
-    problem's remaining checks continue in a fresh child (up to MAX_CRASHES). Phase 2 times
-    the problems whose public cases all passed one after another, the
+    problem's remaining checks continue in a fresh child (up to MAX_CRASHES / MAX_HANGS per
+    path). Phase 2 times, each in a fresh child, the problems whose public cases all passed,
+    one after another, the
     other children frozen meanwhile, so no code of this submission runs beside a timing;
     with `cpus`, on the same three cores every grade."""
     seeds = rng.integers(2**63 - 1, size=(len(problems), 3))
@@ -508,9 +523,8 @@ def grade_kernel_problems(
                 done.result()
         waiting = [p for p in states if ready_for_timing(p)]
         for problem in states:
-            if problem not in waiting:
-                _finish(problem)
-            elif problem.client is None:  # its last check crashed the child
+            _finish(problem)
+            if problem in waiting:  # a fresh child: a hidden case may have broken the CUDA context
                 fresh_child(problem)
         for problem in waiting:
             problem.client.pause()  # type: ignore[union-attr]
