@@ -343,8 +343,10 @@ def summary_counts(rows: list[dict[str, str]]) -> dict[str, int]:
 
 
 def merge_results(parts: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    """Results of several runs (a harness-only and a grader-only call) as one: per
-    submission, the later part's half wins; each part's meta is kept."""
+    """Results of several runs (a harness-only and a grader-only call, grades of different
+    problems) as one: per submission the later part's harness half wins, and its graded
+    problems replace the same problems of earlier parts (others are kept); each part's meta
+    is kept."""
     merged: dict[str, Any] = {"meta": [], "harness": {}, "grader": {}}
     for part in parts:
         meta = part.get("meta")
@@ -353,5 +355,9 @@ def merge_results(parts: Iterable[dict[str, Any]]) -> dict[str, Any]:
         elif meta:
             merged["meta"].append(meta)
         merged["harness"].update(part.get("harness") or {})
-        merged["grader"].update(part.get("grader") or {})
+        for name, record in (part.get("grader") or {}).items():
+            earlier = merged["grader"].get(name) or {}
+            if earlier.get("problems") and record.get("problems"):
+                record = {**record, "problems": {**earlier["problems"], **record["problems"]}}
+            merged["grader"][name] = record
     return merged

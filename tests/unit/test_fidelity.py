@@ -253,6 +253,14 @@ def test_merge_keeps_both_halves_and_both_metas() -> None:
     assert report.table_rows(merged) == report.table_rows(full)
 
 
+def test_merge_combines_grades_of_different_problems() -> None:
+    kernels = {"grader": {"bob": {"state": "scored", "problems": {"1.1": {"points": 14}, "2.1": {"points": 3}}}}}
+    problem3 = {"grader": {"bob": {"state": "scored", "problems": {"3": {"points": 20}}}}}
+    regrade = {"grader": {"bob": {"state": "scored", "problems": {"2.1": {"points": 15}}}}}
+    merged = report.merge_results([kernels, problem3, regrade])
+    assert merged["grader"]["bob"]["problems"] == {"1.1": {"points": 14}, "2.1": {"points": 15}, "3": {"points": 20}}
+
+
 def test_render_mode_merges_files_and_writes_markdown(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     full = results_fixture()
     a, b = tmp_path / "a.json", tmp_path / "b.json"
