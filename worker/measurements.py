@@ -16,6 +16,23 @@ from worker.timing import RatioSummary
 
 STATUSES = ("ok", "timeout", "crashed", "error", "not_run")
 
+# Lines of a dying child's output that say what went wrong (a CUDA error, an exception, a
+# failed assertion), as opposed to the boilerplate printed after them: PyCUDA's "context
+# stack was not empty" notice at exit buried "Reduce Error: an illegal memory access".
+_TELLING = ("error", "what():", "assert", "exception", "traceback", "illegal", "abort", "fault", "killed")
+_BOILERPLATE = ("pycuda error: the context stack", "----------", "a context was still active",
+                "cleaned up. at this point", "have been deinitialized", "cleanly. the program",
+                "use context.pop()")
+
+
+def salient_lines(log: str, limit: int = 3) -> list[str]:
+    """Up to `limit` lines of `log` worth quoting to a student: the last ones that name an
+    error, else the last lines that are not exit boilerplate."""
+    lines = [ln.strip() for ln in log.splitlines() if ln.strip()]
+    useful = [ln for ln in lines if not ln.lower().startswith(_BOILERPLATE)]
+    telling = [ln for ln in useful if any(word in ln.lower() for word in _TELLING)]
+    return (telling or useful)[-limit:]
+
 
 def _enc_float(x: float | None) -> float | str | None:
     if x is None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Iterable, Mapping
 
-from worker.measurements import CaseOutcome, ProblemMeasurement
+from worker.measurements import CaseOutcome, ProblemMeasurement, salient_lines
 from worker.rubric import ProblemScoring, Rubric
 from worker.timing import RatioSummary
 
@@ -99,12 +99,14 @@ def _ratio_line(r: RatioSummary) -> str:
 
 
 def _log_quote(m: ProblemMeasurement) -> str:
-    lines = [ln.strip() for ln in m.log_tail.splitlines() if ln.strip()]
-    text = " | ".join(lines[-_LOG_QUOTE_LINES:])
+    """The log's first line (how the child ended, and while doing what) and the lines after
+    it that name the error."""
+    head, _, rest = m.log_tail.strip().partition("\n")
+    parts = [head.strip()[:_LOG_QUOTE_CHARS]] if head.strip() else []
+    parts += [ln[:_LOG_QUOTE_CHARS] for ln in salient_lines(rest, _LOG_QUOTE_LINES - 1)]
+    text = " | ".join(parts)
     if not text and m.first_failure is not None:
         text = m.first_failure.message
-    if len(text) > _LOG_QUOTE_CHARS:
-        text = "..." + text[-_LOG_QUOTE_CHARS:]
     return text
 
 

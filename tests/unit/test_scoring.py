@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from worker.measurements import CaseOutcome, ProblemMeasurement
+from worker.measurements import CaseOutcome, ProblemMeasurement, salient_lines
 from worker.rubric import ProblemScoring, RubricError, load_rubric
 from worker.scoring import score_problem, score_run, speed_fraction
 from worker.timing import RatioSummary
@@ -301,3 +301,28 @@ def test_hidden_points_beyond_correctness_are_refused(tmp_path: Path):
     bad.write_text(text.replace("hidden_points: 4", "hidden_points: 15"))
     with pytest.raises(RubricError, match="hidden_points"):
         load_rubric("hw4", tmp_path)
+
+
+# A dying child's output as seen on the H200: the CUDA error, then PyCUDA's notice at exit.
+PYCUDA_EXIT = """Reduce Error: an illegal memory access was encountered
+-------------------------------------------------------------------
+PyCUDA ERROR: The context stack was not empty upon module cleanup.
+-------------------------------------------------------------------
+A context was still active when the context stack was being
+cleaned up. At this point in our execution, CUDA may already
+have been deinitialized, so there is no way we can finish
+cleanly. The program will be aborted now.
+Use Context.pop() to avoid this problem.
+-------------------------------------------------------------------
+"""
+
+
+def test_a_crash_is_quoted_by_its_error_not_the_exit_boilerplate():
+    assert salient_lines(PYCUDA_EXIT) == ["Reduce Error: an illegal memory access was encountered"]
+    assert salient_lines("step 1\nstep 2\nstep 3\nstep 4", 2) == ["step 3", "step 4"]  # no error named
+    m = ProblemMeasurement("2.1", status="crashed",
+                           log_tail="signal: SIGABRT (while timing ... inp [1024, 32])\n" + PYCUDA_EXIT)
+    reason = score_problem(SPEC, m).reasons[0]
+    assert reason.startswith("2.1: crashed: signal: SIGABRT (while timing ... inp [1024, 32]) | "
+                             "Reduce Error: an illegal memory access was encountered;")
+    assert "Context.pop" not in reason

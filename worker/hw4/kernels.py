@@ -39,7 +39,7 @@ from worker.hw4.cases import (
     reference,
     verify,
 )
-from worker.measurements import CaseOutcome, ProblemMeasurement
+from worker.measurements import CaseOutcome, ProblemMeasurement, salient_lines
 from worker.timing import RatioSummary, needs_more_trials, ratio_summary
 
 HANDLERS = ("worker.hw4.child_kernels",)
@@ -119,8 +119,7 @@ def _outcome(check: Check, ok: bool, max_err: float | None, where: tuple[int, ..
 
 def crash_outcome(check: Check, failure: ChildFailure) -> CaseOutcome:
     """A crash or hang of the submission's code, attributed to the check that caused it."""
-    lines = [ln.strip() for ln in failure.tail.splitlines() if ln.strip()]
-    said = " | ".join(lines[-3:])
+    said = " | ".join(salient_lines(failure.tail))
     words = "hung" if failure.kind == "timeout" else "crashed"
     return _outcome(check, False, None, None, f"{words}: {failure.detail}" + (f" | {said}" if said else ""))
 
@@ -360,17 +359,19 @@ def _close_client(problem: KernelProblem) -> None:
 
 
 @contextlib.contextmanager
-def _ends_on_failure(problem: KernelProblem) -> Iterator[None]:
-    """A crash, hang or raise of the submission's code during its timing ends the problem."""
+def _ends_on_failure(problem: KernelProblem, during: str) -> Iterator[None]:
+    """A crash, hang or raise of the submission's code during its timing ends the problem;
+    the log says what it was doing (`during`), as the course's harness would have crashed
+    on that very call."""
     m = problem.measurement
     try:
         yield
     except ChildFailure as exc:
         m.status = exc.kind
-        m.log_tail = f"{exc.detail}\n{exc.tail}"[-8000:]
+        m.log_tail = f"{exc.detail} {during}\n{exc.tail}"[-8000:]
     except StudentError as exc:
         m.status = "error"
-        m.log_tail = f"{exc.error}\n{exc.trace}"[-8000:]
+        m.log_tail = f"{exc.error} {during}\n{exc.trace}"[-8000:]
     else:
         return
     _finish(problem)
@@ -443,7 +444,8 @@ def timing_phase(problem: KernelProblem, trusted: ChildClient | None, config: Ti
     """The speedups, with nothing else of this grade running (the caller freezes the others)."""
     client, m, case = problem.client, problem.measurement, TIMING_CASES[problem.problem_id]
     assert client is not None
-    with _ends_on_failure(problem):
+    during = f"(while timing your fused op and your MiniTorch's composition on {case.describe_inputs()})"
+    with _ends_on_failure(problem, during):
         with problem.clock("timing"):
             timing = time_problem(client, trusted, case, problem.rng, config, problem.thresholds)
         m.speedup_student, m.speedup_trusted = timing.student, timing.trusted
