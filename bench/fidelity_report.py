@@ -1,7 +1,7 @@
 """The pure half of bench/fidelity.py: read what the course's harness printed, compare it
 with kernelgrade's verdict, and render the table (text and markdown) and merged results.
 
-Standard library only, so the unit tests (and a merge of two GPU calls' JSON on a CPU
+Standard library and numpy only (worker.measurements), so the unit tests (and a merge of GPU calls' JSON on a CPU
 machine) need neither torch nor a GPU.
 
 The course harness (kernel_tests/test_*.py with test_utils.py's TestDecorator) prints, per
@@ -17,6 +17,8 @@ import re
 import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
+
+from worker.measurements import salient_lines
 
 # Course test file -> the rubric problem it checks. Problem 3 has no course kernel test.
 COURSE_TESTS: dict[str, str] = {
@@ -103,7 +105,8 @@ def _exception_line(output: str) -> str:
 
 
 def _last_line(output: str) -> str:
-    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+    """The last line that names the error (PyCUDA's exit notice after a crash does not)."""
+    lines = salient_lines(output, 1)
     return lines[-1] if lines else ""
 
 
