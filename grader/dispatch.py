@@ -6,10 +6,17 @@ The database is the source of truth: a run that could not be sent stays `queued`
 When the app routes builds to a CPU queue (KG_BUILD_QUEUE), a run is sent as a chain:
 `prebuild` on the build queue, then the grading task on `queue`. The prebuild never fails the
 chain (worker.tasks.prebuild), so the grading task is always sent on once it ran.
+
+`held_runs` reads what a Redis broker holds, so the reconciler can tell a message the broker
+lost (a restart without persistence, a flushed list) from one that is merely waiting.
 """
 from __future__ import annotations
 
+import base64
+import json
 import logging
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 from celery import Celery
 from celery.canvas import Signature, chain
@@ -46,3 +53,56 @@ def send_run(celery: Celery, sessions: sessionmaker[Session], run_id: int, queue
     with session_scope(sessions) as session:
         session.execute(update(Run).where(Run.id == run_id).values(enqueued_at=utcnow()))
     return True
+
+
+def held_runs(celery: Celery, queues: Iterable[str]) -> set[int] | None:
+    """Ids of the runs the broker holds a task for: waiting in one of `queues` or delivered to a
+    worker and not yet acknowledged (a running task, a retry's countdown). None when the broker
+    cannot tell: it is not Redis, or it cannot be read now."""
+    try:
+        with celery.connection_for_read() as conn:
+            if conn.transport.driver_type != "redis":
+                return None
+            conn.ensure_connection(max_retries=1)
+            return {run_id for payload in _redis_payloads(conn.default_channel, queues)
+                    if (run_id := _run_of(payload)) is not None}
+    except Exception as exc:  # an unreadable broker only means we cannot tell
+        log.warning("could not read the broker's queues: %s", exc)
+        return None
+
+
+def _redis_payloads(channel: Any, queues: Iterable[str]) -> Iterator[Any]:
+    """Every message in the queues' lists (one per priority step) and in the unacked hash, as
+    kombu's Redis transport stores them; its own key names, so a key prefix is honoured."""
+    client = channel.client
+    keys = {channel._q_for_pri(queue, pri) for queue in queues for pri in channel.priority_steps}
+    for key in sorted(keys):
+        for raw in client.lrange(key, 0, -1):
+            yield _loads(raw)
+    for raw in client.hvals(channel.unacked_key):
+        entry = _loads(raw)  # [message, exchange, routing key]
+        yield entry[0] if isinstance(entry, list) and entry else None
+
+
+def _loads(raw: bytes | str) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
+
+
+def _run_of(payload: Any) -> int | None:
+    """The run id of a grading or prebuild task message (protocol 2, JSON body), else None."""
+    if not isinstance(payload, dict):
+        return None
+    headers = payload.get("headers") or {}
+    if headers.get("task") not in (TASK_GRADE_RUN, TASK_PREBUILD):
+        return None
+    try:
+        body: Any = payload["body"]
+        if (payload.get("properties") or {}).get("body_encoding") == "base64":
+            body = base64.b64decode(body)
+        args = json.loads(body)[0]
+        return int(args[0])
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None

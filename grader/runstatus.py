@@ -2,12 +2,13 @@
 worker is on, and the final state. Shared by the server-rendered page and its JSON poll."""
 from __future__ import annotations
 
+import enum
 import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, select
-from sqlalchemy.orm import Session
+from sqlalchemy import and_, exists, func, or_, select
+from sqlalchemy.orm import Session, aliased
 
 from grader.gpu_info import gpu_notes
 from grader.models import ACTIVE_STATES, FINAL_STATES, Run, RunState, Submission
@@ -19,6 +20,33 @@ STAGE_WORDS = {
     "build": "compiling the kernels with nvcc",
     "run": "building the reference kit before the first problem",
 }
+
+
+class Waiting(str, enum.Enum):
+    """Why a queued run is not in the broker's queue (only a run that is has a position)."""
+    sent = "sent"  # in the broker: position and ETA apply
+    paused = "paused"  # its assignment's grading is paused
+    behind_own = "behind_own"  # fair share: behind the student's run in flight
+    resend = "resend"  # its message was lost or could not be sent: the reconciler sends it
+
+
+RESEND_TEXT = ("Waiting to be re-sent to the grading queue (its place in the queue was lost or the queue "
+               "was unreachable); it is sent again automatically, so no estimate until it is back in the queue.")
+BEHIND_OWN_TEXT = ("Waiting behind your earlier run: one run per student is in the queue at a time, and this one "
+                   "joins it when that one ends; no estimate until then.")
+
+
+def waiting_reason(session: Session, run: Run) -> Waiting:
+    """Where a queued run stands: sent (enqueued_at set), or why it has not been (re-)sent."""
+    if run.enqueued_at is not None:
+        return Waiting.sent
+    if run.submission.assignment.grading_paused:
+        return Waiting.paused
+    other, theirs = aliased(Run), aliased(Submission)
+    in_flight = exists().where(
+        other.submission_id == theirs.id, theirs.user_id == run.submission.user_id, other.id != run.id,
+        or_(other.state.in_(ACTIVE_STATES), and_(other.state == RunState.queued, other.enqueued_at.is_not(None))))
+    return Waiting.behind_own if session.scalar(select(in_flight)) else Waiting.resend
 
 
 @dataclass(frozen=True)
@@ -52,7 +80,9 @@ def eta_seconds(median_s: float, position: int, busy_workers: int) -> float:
 
 
 def queue_estimate(session: Session, run: Run, sample: int) -> QueueEstimate | None:
-    if run.state != RunState.queued:
+    """Position and ETA of a run in the broker's queue; None for any other run (a run not sent
+    has no place in the queue to promise)."""
+    if run.state != RunState.queued or run.enqueued_at is None:
         return None
     ahead = session.scalar(select(func.count(Run.id)).where(Run.state == RunState.queued, Run.id < run.id)) or 0
     busy = session.scalar(select(func.count(Run.id)).where(Run.state.in_(ACTIVE_STATES))) or 0
@@ -75,13 +105,17 @@ def describe_duration(seconds: float) -> str:
     return f"about {minutes} minutes" if minutes < 90 else f"about {seconds / 3600:.1f} hours"
 
 
-def progress_text(run: Run, queue: QueueEstimate | None) -> str:
+def progress_text(run: Run, queue: QueueEstimate | None, waiting: Waiting = Waiting.sent) -> str:
     """One sentence for the page: where the run is now ("" once it is final)."""
     if run.state in FINAL_STATES:
         return ""
     if run.state == RunState.queued:
-        if run.submission.assignment.grading_paused and run.enqueued_at is None:
+        if waiting is Waiting.paused:
             return "Waiting: the instructor has paused grading of this assignment; it is graded when they resume."
+        if waiting is Waiting.behind_own:
+            return BEHIND_OWN_TEXT
+        if waiting is Waiting.resend:
+            return RESEND_TEXT
         if queue is None:
             return "Waiting in the queue."
         text = f"Position {queue.position} in the queue"
@@ -103,6 +137,7 @@ def progress_text(run: Run, queue: QueueEstimate | None) -> str:
 def run_status(session: Session, run: Run, eta_sample: int) -> dict[str, Any]:
     """The JSON the run page polls (and renders from at first)."""
     queue = queue_estimate(session, run, eta_sample)
+    waiting = waiting_reason(session, run) if run.state == RunState.queued else None
     active = run.state in ACTIVE_STATES
     gpu = gpu_notes(session, run.submission.assignment_id, [run.id]).get(run.id)
     return {
@@ -115,7 +150,8 @@ def run_status(session: Session, run: Run, eta_sample: int) -> dict[str, Any]:
         "queue_position": queue.position if queue else None,
         "eta_s": round(queue.eta_s) if queue and queue.eta_s is not None else None,
         "progress": run.progress if active else None,
-        "progress_text": progress_text(run, queue),
+        "progress_text": progress_text(run, queue, waiting or Waiting.sent),
+        "waiting": waiting.value if waiting else None,  # why a queued run has no position (or "sent")
         "gpu_model": gpu.model if gpu else None,  # from the run's telemetry; None: not run on a GPU
         "gpu_calibrated": gpu.calibrated if gpu else None,
     }

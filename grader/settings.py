@@ -87,9 +87,16 @@ class Settings(BaseSettings):
     heartbeat_interval_s: float = 5.0
     heartbeat_timeout_s: float = 60.0  # a claim older than this is presumed dead
     max_attempts: int = 3  # infrastructure retries before a run is failed as infra_error
-    # A queued run whose task was sent this long ago without being claimed is sent again.
+    # A queued run whose task was sent this long ago without being claimed is sent again (the
+    # fallback when the broker cannot be read: the embedded SQLite transport, Redis down).
     requeue_after_s: float = 900.0
     reconcile_interval_s: float = 30.0
+    # A queued run sent this long ago whose task a Redis broker no longer holds (neither waiting
+    # nor delivered) is sent again: lost messages are re-sent within this plus reconcile_interval_s.
+    resend_unheld_after_s: float = Field(default=20.0, gt=0)
+    # A worker whose claim of a run failed on a database error retries the task after this long
+    # (a Celery retry: the message is never acknowledged away).
+    claim_retry_after_s: float = Field(default=10.0, gt=0)
     stage_log_limit_bytes: int = 64 * 1024
 
     # Browser sessions: a row per login (grader/websession.py), its id in a signed cookie. Empty

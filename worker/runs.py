@@ -21,6 +21,7 @@ from enum import Enum
 from pathlib import Path
 
 from sqlalchemy import and_, func, or_, update
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.blobstore import BlobStore
@@ -43,8 +44,10 @@ log = logging.getLogger(__name__)
 
 class Disposition(str, Enum):
     done = "done"  # outcome recorded
+    discarded = "discarded"  # graded, but the claim was taken over meanwhile: nothing recorded
     skipped = "skipped"  # someone else holds it, or it is already final
     retry = "retry"  # infrastructure fault: released back to the queue
+    unclaimed = "unclaimed"  # the database failed during the claim: nothing changed, retry soon
 
 
 def worker_identity() -> str:
@@ -203,18 +206,24 @@ class RunExecutor:
     def execute(self, run_id: int) -> Disposition:
         me = worker_identity()
         stale_before = utcnow() - timedelta(seconds=self.settings.heartbeat_timeout_s)
-        with session_scope(self.sessions) as session:
-            if not claim_run(session, run_id, me, stale_before):
-                log.info("run %s: not claimable (final, or held by a live worker); skipping", run_id)
-                return Disposition.skipped
+        try:
+            with session_scope(self.sessions) as session:
+                claimed = claim_run(session, run_id, me, stale_before)
+        except SQLAlchemyError:
+            # Nothing was claimed (or, if the commit's answer was lost, the claim goes stale and
+            # the reconciler requeues it); either way the task must be tried again, not dropped.
+            log.exception("run %s: the database failed during the claim", run_id)
+            return Disposition.unclaimed
+        if not claimed:
+            log.info("run %s: not claimable (final, or held by a live worker); skipping", run_id)
+            return Disposition.skipped
         with session_scope(self.sessions) as session:
             run = session.get(Run, run_id)
             assert run is not None
             attempts, sha256 = run.attempts, run.submission.sha256
             slug = run.submission.assignment.slug
         if attempts > self.settings.max_attempts:
-            self._finish(run_id, me, _infra_failure(slug, f"grading was interrupted {attempts - 1} times"))
-            return Disposition.done
+            return self._finish(run_id, me, _infra_failure(slug, f"grading was interrupted {attempts - 1} times"))
 
         job_dir = self.settings.jobs_dir / f"run-{run_id}-attempt-{attempts}"
         try:
@@ -225,14 +234,13 @@ class RunExecutor:
             if attempts >= self.settings.max_attempts:
                 # Only the kind of fault reaches the student: its text may name worker paths
                 # (logged above in full for staff).
-                self._finish(run_id, me, _infra_failure(slug, f"{type(exc).__name__}; details in the worker log"))
-                return Disposition.done
+                failure = _infra_failure(slug, f"{type(exc).__name__}; details in the worker log")
+                return self._finish(run_id, me, failure)
             self._release(run_id, me)
             return Disposition.retry
         finally:
             shutil.rmtree(job_dir, ignore_errors=True)
-        self._finish(run_id, me, outcome)
-        return Disposition.done
+        return self._finish(run_id, me, outcome)
 
     def _grade(self, run_id: int, me: str, sha256: str, slug: str, job_dir: Path) -> Outcome:
         archive = self.blobs.path(sha256)
@@ -277,12 +285,14 @@ class RunExecutor:
                 .values(state=RunState.queued, claimed_by=None, heartbeat_at=None, enqueued_at=None, progress=None)
             )
 
-    def _finish(self, run_id: int, me: str, outcome: Outcome) -> None:
+    def _finish(self, run_id: int, me: str, outcome: Outcome) -> Disposition:
+        """Record `outcome` if this worker still holds the claim: `done`, else `discarded`."""
         with session_scope(self.sessions) as session:
             run = session.get(Run, run_id, with_for_update=True)
             if run is None or run.claimed_by != me:
-                log.warning("run %s: claim lost before finishing; result discarded", run_id)
-                return
+                log.warning("run %s: result discarded (%s): the claim was lost, another attempt owns the run",
+                            run_id, outcome.state.value)
+                return Disposition.discarded
             run.state = outcome.state
             run.error_class = outcome.error_class
             run.message = outcome.message
@@ -306,6 +316,7 @@ class RunExecutor:
                 )
                 for p in outcome.problems
             )
+        return Disposition.done
 
 
 def _infra_failure(slug: str, detail: str) -> Outcome:

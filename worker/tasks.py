@@ -40,11 +40,17 @@ def executor() -> RunExecutor:
 
 @celery.task(name=TASK_GRADE_RUN, bind=True, max_retries=None)
 def grade_run(self: Task, run_id: int) -> str:
-    # An infrastructure fault releases the run and retries; RunExecutor caps the attempts.
+    # An infrastructure fault releases the run and retries; RunExecutor caps the attempts. A
+    # database error at the claim retries too (no attempt was used): with acks_late, a task that
+    # raised would be acknowledged and its message gone. The return value is what Celery logs.
     ex = executor()
     disposition = ex.execute(run_id)
     if disposition is Disposition.retry:
         raise self.retry(countdown=RETRY_COUNTDOWN_S)
+    if disposition is Disposition.unclaimed:
+        log.warning("run %s: claim failed on a database error; retrying in %s s", run_id,
+                    ex.settings.claim_retry_after_s)
+        raise self.retry(countdown=ex.settings.claim_retry_after_s)
     if disposition is Disposition.done:  # fair share: the student's next waiting run may go
         release_after(celery, ex.sessions, run_id, ex.settings.task_queue)
     return disposition.value

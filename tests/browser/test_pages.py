@@ -143,6 +143,7 @@ def test_run_page_follows_progress_without_reload(
         blob = StoredBlob(sha256=earlier.submission.sha256, size=earlier.submission.size_bytes)
         user = get_or_create_user(session, "amy", Role.student)
         _sub, run = record_submission(session, user, get_assignment(session, "hw4"), "progress.zip", blob)
+        run.enqueued_at = utcnow()  # sent to the broker: only a sent run has a place in the queue
         session.flush()
         run_id = run.id
     page = log_in(context, "amy")

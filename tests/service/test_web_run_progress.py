@@ -62,6 +62,7 @@ def test_queued_run_shows_position_and_eta_from_recent_durations(
             _sub, done = record_submission(session, user, assignment, "old.zip", blob)
             done.state, done.started_at, done.finished_at = state, now - timedelta(seconds=seconds), now
         _sub, queued = record_submission(session, user, assignment, "new.zip", blob)
+        queued.enqueued_at = now  # sent to the broker: only a sent run has a place in the queue
         session.flush()
         run_id = queued.id
         ahead = session.scalar(select(func.count(Run.id)).where(Run.state == RunState.queued, Run.id < run_id))
@@ -83,6 +84,7 @@ def test_queued_run_without_history_says_no_estimate(
         session.add(assignment)
         user = get_or_create_user(session, student_name, Role.student, [assignment])
         _sub, run = record_submission(session, user, assignment, "a.zip", StoredBlob(sha256="ef" * 32, size=1))
+        run.enqueued_at = utcnow()  # sent to the broker
         session.flush()
         run_id = run.id
     status = Browser(settings, student_name).client.get(f"/runs/{run_id}/status").json()
