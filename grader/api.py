@@ -12,13 +12,14 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, Body, Depends, FastAPI, HTTPException, Query, Request, status
+from fastapi import APIRouter, Body, Depends, FastAPI, Header, HTTPException, Query, Request, status
 from fastapi.exception_handlers import http_exception_handler, request_validation_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -28,9 +29,10 @@ from grader.auth import SCOPE_READ, SCOPE_READ_ALL, SCOPE_REGRADE, SCOPE_SUBMIT,
 from grader.context import AppContext
 from grader.course_ops import admission
 from grader.fairshare import Admission, admit
-from grader.models import Assignment, ProblemResult, Run, Submission, utcnow
-from grader.service import NotFound, find_user, get_assignment, record_regrade, record_submission
-from grader.uploads import ReceivedUpload, UploadError, receive_upload
+from grader.models import Assignment, ProblemResult, Run, RunState, Submission, utcnow
+from grader.service import (MAX_IDEMPOTENCY_KEY, CommitUncertain, IdempotencyConflict, NotFound, Recorded,
+                            commit_upload, find_user, get_assignment, record_regrade, record_upload)
+from grader.uploads import ReceivedUpload, UploadError, earlier_upload_message, maybe_stored_message, receive_upload
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/v1", tags=["v1"])
@@ -47,6 +49,10 @@ PAUSED_MESSAGE = ("Upload stored; the course staff have paused grading of this a
                   "and your run is graded when they resume it.")
 ADMISSION_MESSAGES = {Admission.sent: QUEUED_MESSAGE, Admission.waiting: WAITING_MESSAGE,
                       Admission.paused: PAUSED_MESSAGE, Admission.unreachable: BROKER_DOWN_MESSAGE}
+# The rows are committed but the database failed while the run was being sent: it is stored,
+# and the reconciler sends it (never "nothing was recorded", which made students upload twice).
+NOT_YET_SENT_MESSAGE = ("Upload stored; grading will start shortly: the grading database failed while "
+                        "the run was being queued, and it is sent automatically. Do not upload it again.")
 
 
 # ---- errors -------------------------------------------------------------------------------
@@ -295,6 +301,9 @@ class Accepted(BaseModel):
 class SubmissionCreated(Accepted):
     sha256: str
     size_bytes: int
+    earlier_upload: bool = Field(
+        default=False, description="true (status 200): the same upload as an earlier submission (same "
+        "Idempotency-Key, or the same bytes within the re-send window); nothing new was stored")
 
 
 # ---- dependencies -------------------------------------------------------------------------
@@ -348,15 +357,42 @@ def _readable_submission(session: Session, principal: Principal, submission_id: 
     return submission
 
 
+def admit_committed(ctx: AppContext, run_id: int) -> Admission | None:
+    """`admit` for a run whose rows are committed; None when the database failed meanwhile
+    (the run is stored and queued; the reconciler sends it)."""
+    try:
+        return admit(ctx.celery, ctx.sessions, run_id, ctx.settings.task_queue)
+    except SQLAlchemyError:
+        log.warning("run %s is stored but the database failed while sending it; the reconciler sends it",
+                    run_id, exc_info=True)
+        return None
+
+
+def admission_message(admitted: Admission | None) -> str:
+    return NOT_YET_SENT_MESSAGE if admitted is None else ADMISSION_MESSAGES[admitted]
+
+
 def _acceptance(ctx: AppContext, submission: Submission, run: Run) -> dict[str, Any]:
-    admission = admit(ctx.celery, ctx.sessions, run.id, ctx.settings.task_queue)
+    admitted = admit_committed(ctx, run.id)
     return {
         "submission_id": submission.id,
         "run_id": run.id,
-        "queued": admission is not Admission.unreachable,
-        "message": ADMISSION_MESSAGES[admission],
+        "queued": admitted is not None and admitted is not Admission.unreachable,
+        "message": admission_message(admitted),
         "run_url": f"/api/v1/runs/{run.id}",
     }
+
+
+def _earlier_acceptance(ctx: AppContext, recorded: Recorded) -> dict[str, Any]:
+    """The answer to a repeat: the earlier submission and its run, sent now if it never was
+    (the earlier request may have failed before sending it)."""
+    submission, run = recorded.submission, recorded.run
+    unsent = run.state is RunState.queued and run.enqueued_at is None
+    body = _acceptance(ctx, submission, run) if unsent else {
+        "submission_id": submission.id, "run_id": run.id, "queued": True, "message": "",
+        "run_url": f"/api/v1/runs/{run.id}"}
+    body["message"] = f"{earlier_upload_message(submission.id, run.id)} {body['message']}".strip()
+    return body
 
 
 # ---- routes -------------------------------------------------------------------------------
@@ -366,29 +402,60 @@ def _acceptance(ctx: AppContext, submission: Submission, run: Run) -> dict[str, 
     "/submissions",
     status_code=status.HTTP_201_CREATED,
     response_model=SubmissionCreated,
-    responses={**ERRORS, 413: {"model": ErrorBody, "description": "upload too large"},
+    responses={**ERRORS,
+               200: {"model": SubmissionCreated,
+                     "description": "the same upload as an earlier submission (same Idempotency-Key, or the same "
+                                    "bytes within the re-send window): that submission and its run"},
+               413: {"model": ErrorBody, "description": "upload too large"},
                415: {"model": ErrorBody, "description": "not a multipart upload"},
                429: {"model": ErrorBody, "description": "upload quota reached (see Retry-After)"},
+               503: {"model": ErrorBody, "description": "the database failed: `unavailable` (nothing was "
+                                                        "recorded) or `outcome_unknown` (it may be stored: send it "
+                                                        "again with the same Idempotency-Key)"},
                507: {"model": ErrorBody, "description": "the server is out of storage; nothing was stored"}},
     summary="Upload a zipped submission (multipart field 'file'; optional field 'assignment')",
 )
-async def create_submission(request: Request, ctx: Context, session: DB, caller: Caller) -> dict[str, Any]:
+async def create_submission(
+    request: Request, response: Response, ctx: Context, session: DB, caller: Caller,
+    idempotency_key: Annotated[str | None, Header(
+        alias="Idempotency-Key", min_length=1, max_length=MAX_IDEMPOTENCY_KEY, pattern=r"^[!-~]+$",
+        description="a client-chosen key (visible ASCII, e.g. a UUID): sending the same upload again with it "
+                    "answers with the submission it created instead of a new one")] = None,
+) -> dict[str, Any]:
     require(caller, SCOPE_SUBMIT)
     session.commit()  # hand the connection back to the pool while the body streams in
+
+    def check_admission(assignment: Assignment) -> None:
+        refusal = admission(session, ctx.settings, caller.user, assignment, utcnow())
+        if refusal is not None:  # no submission is recorded, and receive_upload removes the blob
+            retry = {"Retry-After": str(refusal.retry_after_s)} if refusal.retry_after_s else None
+            raise ApiError(refusal.status_code, refusal.message, refusal.code, headers=retry)
 
     def record(upload: ReceivedUpload) -> dict[str, Any]:  # blocking database and broker calls: off the event loop
         try:
             assignment = get_assignment(session, upload.fields.get("assignment", ctx.default_assignment))
         except NotFound as exc:
             raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from exc
-        refusal = admission(session, ctx.settings, caller.user, assignment, utcnow())
-        if refusal is not None:  # no submission is recorded, and receive_upload removes the blob
-            retry = {"Retry-After": str(refusal.retry_after_s)} if refusal.retry_after_s else None
-            raise ApiError(refusal.status_code, refusal.message, refusal.code, headers=retry)
-        submission, run = record_submission(session, caller.user, assignment, upload.filename, upload.blob)
-        session.commit()  # durable before the task is sent and before the client hears 201
-        body = _acceptance(ctx, submission, run)
-        return {**body, "sha256": submission.sha256, "size_bytes": submission.size_bytes}
+        try:
+            recorded = record_upload(session, caller.user, assignment, upload.filename, upload.blob,
+                                     idempotency_key, ctx.settings.upload_dedup_window_s,
+                                     lambda: check_admission(assignment))
+        except IdempotencyConflict as exc:
+            raise ApiError(422, str(exc), "idempotency_key_reused") from exc
+        try:
+            commit_upload(session)  # durable before the task is sent and before the client hears 201
+        except CommitUncertain as exc:
+            raise ApiError(503, maybe_stored_message(ctx.settings.upload_dedup_window_s), "outcome_unknown",
+                           headers={"Retry-After": "10"}) from exc
+        # From here on the upload is stored: no answer may say otherwise.
+        submission = recorded.submission
+        if recorded.earlier:
+            response.status_code = status.HTTP_200_OK
+            body = _earlier_acceptance(ctx, recorded)
+        else:
+            body = _acceptance(ctx, submission, recorded.run)
+        return {**body, "sha256": submission.sha256, "size_bytes": submission.size_bytes,
+                "earlier_upload": recorded.earlier}
 
     try:
         async with receive_upload(request, ctx) as upload:
@@ -619,7 +686,7 @@ def regrade_assignment(
         targets = [found[i] for i in wanted]
     runs = [record_regrade(session, sub) for sub in targets]
     session.commit()
-    admissions = [admit(ctx.celery, ctx.sessions, run.id, ctx.settings.task_queue) for run in runs]
+    admissions = [admit_committed(ctx, run.id) for run in runs]
     sent = sum(a is Admission.sent for a in admissions)
     return {
         "run_ids": [r.id for r in runs],

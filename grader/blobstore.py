@@ -19,6 +19,11 @@ from pathlib import Path
 _SHA256 = re.compile(r"^[0-9a-f]{64}\Z")  # \Z: `$` would accept a trailing newline
 
 
+def is_digest(name: str) -> bool:
+    """Whether `name` is a blob's name (a lower-case sha256 hex digest)."""
+    return _SHA256.match(name) is not None
+
+
 class BlobTooLarge(ValueError):
     def __init__(self, limit: int) -> None:
         super().__init__(f"upload exceeds the size limit of {limit} bytes")

@@ -14,12 +14,13 @@ from typing import Annotated
 
 import httpx
 import typer
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 from alembic import command as alembic_command
 from alembic.config import Config as AlembicConfig
 
 from grader import client_cli, ops_cli
 from grader.auth import issue_token
+from grader.collector import collect
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.membership import assignments_of, enroll, unenroll
 from grader.models import CourseRole, Role, User
@@ -242,13 +243,43 @@ def reconcile_command(loop: Annotated[bool, typer.Option(help="run forever")] = 
     settings = get_settings()
     sessions = make_session_factory(make_engine(settings))
     celery = make_celery(settings)
+    last_collect = float("-inf")
     while True:
         report = reconcile(settings, sessions, celery)
         if report.resent or report.unreachable:
             typer.echo(f"resent {report.resent}; broker unreachable for {report.unreachable}")
         if not loop:
             return
+        if time.monotonic() - last_collect >= settings.collect_interval_s:
+            last_collect = time.monotonic()
+            _collect_once(settings, sessions)
         time.sleep(settings.reconcile_interval_s)
+
+
+def _collect_once(settings: Settings, sessions: sessionmaker[Session]) -> None:
+    """A collector pass inside the reconcile loop: a failure is logged, the loop goes on."""
+    try:
+        report = collect(settings, sessions)
+    except Exception as exc:  # the database or the disk may blip; the next pass tries again
+        typer.echo(f"collector pass failed: {exc}", err=True)
+        return
+    if report.blobs or report.temp_files or report.job_folders:
+        typer.echo(f"collector: {report.summary()}")
+
+
+@app.command("collect")
+def collect_command() -> None:
+    """Remove blobs no submission refers to (older than KG_UPLOAD_MAX_DURATION_S), stale upload
+    temp files and the job folders of attempts that are over; print what was removed."""
+    settings = get_settings()
+    report = collect(settings, make_session_factory(make_engine(settings)))
+    for sha256 in report.blobs:
+        typer.echo(f"removed blob {sha256}")
+    for name in report.temp_files:
+        typer.echo(f"removed upload temp file {name}")
+    for name in report.job_folders:
+        typer.echo(f"removed job folder {name}")
+    typer.echo(report.summary())
 
 
 @app.command()

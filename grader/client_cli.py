@@ -5,6 +5,9 @@
     grader regrade 17
     grader export --format csv --out hw4.csv
 
+`submit` sends an Idempotency-Key and, after a connection error or a 5xx, sends the upload
+again with the same key, so a retry never makes a second submission.
+
 The server and token come from --url/--token or KG_URL/KG_TOKEN. This module needs only
 httpx and Typer. Exit codes: 0 ok, 1 the run failed or scored below --min-score,
 2 usage error, 3 the server refused the request or could not be reached, 4 --wait timed out.
@@ -14,7 +17,9 @@ from __future__ import annotations
 import json
 import sys
 import time
+import uuid
 from pathlib import Path
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import httpx
@@ -46,6 +51,60 @@ def _call(client: httpx.Client, method: str, path: str, **kwargs: Any) -> httpx.
         response = client.request(method, path, **kwargs)
     except httpx.HTTPError as exc:
         raise ApiFailure(f"cannot reach {client.base_url}: {exc}") from exc
+    return _checked(response, method, path)
+
+
+class ServerFault(ApiFailure):
+    """No answer, or a 5xx: the upload may or may not be stored, so it is sent again with its key."""
+
+    def __init__(self, message: str, retry_after: str | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+def _post_upload(client: httpx.Client, archive: Path, assignment: str, key: str) -> httpx.Response:
+    try:
+        with archive.open("rb") as fh:
+            response = client.post("/api/v1/submissions", data={"assignment": assignment},
+                                   files={"file": (archive.name, fh, "application/zip")},
+                                   headers={"Idempotency-Key": key})
+    except httpx.TransportError as exc:
+        raise ServerFault(f"cannot reach {client.base_url}: {exc}") from exc
+    if response.status_code >= 500:
+        try:
+            _checked(response, "POST", "/api/v1/submissions")
+        except ApiFailure as exc:
+            raise ServerFault(exc.message, response.headers.get("Retry-After")) from None
+    return response
+
+
+def retry_delay(attempt: int, retry_after: str | None, cap: float = 30.0) -> float:
+    """Seconds before retry `attempt` (1-based): the server's Retry-After when it sent one, else 2, 4, 8, ..."""
+    if retry_after is not None and retry_after.strip().isdigit():
+        return min(float(retry_after), cap)
+    return min(2.0 ** attempt, cap)
+
+
+def upload(client: httpx.Client, archive: Path, assignment: str, retries: int,
+           sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
+    """Upload once under one Idempotency-Key, sending again with the same key on a connection
+    error or a 5xx: the server answers a repeat with the submission it stored, never a second."""
+    key = uuid.uuid4().hex
+    for attempt in range(1, retries + 2):
+        try:
+            response = _post_upload(client, archive, assignment, key)
+        except ServerFault as exc:
+            if attempt > retries:
+                raise
+            delay = retry_delay(attempt, exc.retry_after)
+            typer.echo(f"{exc.message}; sending again in {delay:g} s (attempt {attempt + 1})", err=True)
+            sleep(delay)
+            continue
+        return _checked(response, "POST", "/api/v1/submissions").json()  # type: ignore[no-any-return]
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def _checked(response: httpx.Response, method: str, path: str) -> httpx.Response:
     if response.status_code >= 400:
         try:
             error = response.json()["error"]
@@ -121,15 +180,15 @@ def submit(
     min_score: Annotated[float | None, typer.Option(help="with --wait: exit 1 when the score is below this")] = None,
     timeout: Annotated[float, typer.Option(help="with --wait: give up (exit 4) after this many seconds")] = 3600,
     poll: Annotated[float, typer.Option(help="seconds between status checks")] = 5.0,
+    retries: Annotated[int, typer.Option(min=0, help="send again (same Idempotency-Key) this many times "
+                                                     "on a connection error or a server error")] = 3,
     url: Url = DEFAULT_URL,
     token: Token = "",
 ) -> None:
     """Upload ZIP as a new submission; with --wait, print the per-problem table when final."""
     with _client(url, token) as client:
         try:
-            with archive.open("rb") as fh:
-                created = _call(client, "POST", "/api/v1/submissions", data={"assignment": assignment},
-                                files={"file": (archive.name, fh, "application/zip")}).json()
+            created = upload(client, archive, assignment, retries)
             typer.echo(f"submission {created['submission_id']}, run {created['run_id']}: {created['message']}")
             if not wait:
                 if min_score is not None:

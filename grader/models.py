@@ -175,7 +175,8 @@ class GpuCalibration(Base):
 
 class Submission(Base):
     __tablename__ = "submissions"
-    __table_args__ = (Index("ix_submissions_user_assignment", "user_id", "assignment_id"),)
+    __table_args__ = (Index("ix_submissions_user_assignment", "user_id", "assignment_id"),
+                      UniqueConstraint("user_id", "idempotency_key", name="uq_submissions_user_idempotency_key"))
 
     id: Mapped[int] = mapped_column(primary_key=True)
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
@@ -184,6 +185,8 @@ class Submission(Base):
     size_bytes: Mapped[int] = mapped_column(BigInteger)
     sha256: Mapped[str] = mapped_column(String(64), index=True)
     uploaded_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # The client's Idempotency-Key header (API uploads): a repeat answers with this submission
+    idempotency_key: Mapped[str | None] = mapped_column(String(128))
 
     user: Mapped[User] = relationship()
     assignment: Mapped[Assignment] = relationship()

@@ -1,9 +1,12 @@
 """Submission bookkeeping shared by the web form, the REST API and the CLI."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from grader.blobstore import StoredBlob
@@ -14,6 +17,75 @@ from worker.rubric import load_rubric
 
 class NotFound(LookupError):
     pass
+
+
+MAX_IDEMPOTENCY_KEY = 128
+
+
+class IdempotencyConflict(ValueError):
+    """An Idempotency-Key the user already used for another upload (other bytes or assignment)."""
+
+    def __init__(self, submission_id: int) -> None:
+        super().__init__(
+            f"this Idempotency-Key was already used for submission {submission_id}, which has different "
+            "bytes or another assignment; send a new key for a new upload")
+        self.submission_id = submission_id
+
+
+class CommitUncertain(RuntimeError):
+    """The commit of an upload's rows failed: they may or may not be stored (the database can
+    fail after it committed and before it answered)."""
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """Where an upload stands once recorded: a new submission, or an earlier one it repeats."""
+
+    submission: Submission
+    run: Run
+    earlier: bool  # True: the same upload was stored before; nothing new was created
+
+
+def earlier_upload(session: Session, user: User, assignment: Assignment, sha256: str, key: str | None,
+                   window_s: float, now: datetime) -> Submission | None:
+    """The submission this upload repeats: the one stored under the same Idempotency-Key, else
+    the newest one of the same bytes by the same user to the same assignment within `window_s`.
+    Raises IdempotencyConflict when the key was used for another upload."""
+    if key is not None:
+        keyed = session.scalar(select(Submission).where(Submission.user_id == user.id,
+                                                        Submission.idempotency_key == key))
+        if keyed is not None:
+            if keyed.sha256 != sha256 or keyed.assignment_id != assignment.id:
+                raise IdempotencyConflict(keyed.id)
+            return keyed
+    if window_s <= 0:
+        return None
+    return session.scalar(
+        select(Submission)
+        .where(Submission.user_id == user.id, Submission.assignment_id == assignment.id,
+               Submission.sha256 == sha256, Submission.uploaded_at >= now - timedelta(seconds=window_s))
+        .order_by(Submission.id.desc())
+        .limit(1))
+
+
+def lock_user(session: Session, user: User) -> None:
+    """Serialise one user's uploads until the transaction ends, so two copies of the same
+    upload sent at once cannot both miss each other (a no-op on SQLite, which has one writer)."""
+    session.execute(select(User.id).where(User.id == user.id).with_for_update())
+
+
+def upload_run(submission: Submission) -> Run:
+    """The run an upload created (its first); re-grades come after it."""
+    return submission.runs[0]
+
+
+def commit_upload(session: Session) -> None:
+    """Commit the upload's rows; a failure is CommitUncertain, never "nothing was stored"."""
+    try:
+        session.commit()
+    except SQLAlchemyError as exc:
+        session.rollback()
+        raise CommitUncertain(str(exc)) from exc
 
 
 def sync_assignments(session: Session, slugs: list[str]) -> list[Assignment]:
@@ -60,7 +132,8 @@ def get_or_create_user(session: Session, username: str, role: Role,
 
 
 def record_submission(
-    session: Session, user: User, assignment: Assignment, filename: str, blob: StoredBlob
+    session: Session, user: User, assignment: Assignment, filename: str, blob: StoredBlob,
+    idempotency_key: str | None = None,
 ) -> tuple[Submission, Run]:
     """The submission and its first run; the caller commits before anything is sent."""
     submission = Submission(
@@ -69,11 +142,26 @@ def record_submission(
         original_filename=filename[:512],
         size_bytes=blob.size,
         sha256=blob.sha256,
+        idempotency_key=idempotency_key,
     )
     run = Run(submission=submission, reason="upload")
     session.add_all([submission, run])
     session.flush()
     return submission, run
+
+
+def record_upload(session: Session, user: User, assignment: Assignment, filename: str, blob: StoredBlob,
+                  key: str | None, window_s: float, check_admission: Callable[[], None]) -> Recorded:
+    """Record an upload, or find the earlier one it repeats (which passed admission when it was
+    new, so a repeat is answered even past the deadline or quota). `check_admission` raises to
+    refuse a new one. The caller commits with `commit_upload`."""
+    lock_user(session, user)
+    earlier = earlier_upload(session, user, assignment, blob.sha256, key, window_s, utcnow())
+    if earlier is not None:
+        return Recorded(earlier, upload_run(earlier), earlier=True)
+    check_admission()
+    submission, run = record_submission(session, user, assignment, filename, blob, key)
+    return Recorded(submission, run, earlier=False)
 
 
 def record_regrade(session: Session, submission: Submission) -> Run:

@@ -35,6 +35,24 @@ NOT_STORED = ("Nothing was stored. This is a problem on the grading server, not 
               "please try again later.")
 
 
+def earlier_upload_message(submission_id: int, run_id: int) -> str:
+    return (f"This is the same upload as your submission {submission_id} (sent again), so nothing new was "
+            f"stored: run {run_id} grades it.")
+
+
+def maybe_stored_message(window_s: float, keyed: bool = True) -> str:
+    """The answer when the commit of an upload's rows failed: the database may have committed
+    them before failing, so "nothing was stored" could be false. `keyed`: the client can send an
+    Idempotency-Key (the API; a browser form cannot)."""
+    head = "The grading database failed while recording your upload, so it may or may not have been stored. "
+    ways = (["with the same Idempotency-Key"] if keyed else []) + (
+        [f"the same file within {window_s:g} s"] if window_s > 0 else [])
+    if not ways:
+        return head + "Check your submissions before sending it again."
+    return head + (f"Send it again ({' or '.join(ways)}): if it was stored, you get that submission back "
+                   "instead of a second one.")
+
+
 class UploadError(Exception):
     def __init__(self, status_code: int, message: str) -> None:
         super().__init__(message)

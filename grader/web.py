@@ -20,19 +20,21 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
 from grader import charts, gradebook_view, queries
-from grader.api import ADMISSION_MESSAGES, GradebookOut, get_context, gradebook_csv, gradebook_to_dict
+from grader.api import (GradebookOut, admission_message, admit_committed, get_context, gradebook_csv,
+                        gradebook_to_dict)
 from grader.auth import DEFAULT_SCOPES, SCOPE_SUBMIT, authenticate, browser_principal, check_password, issue_token
 from grader.context import AppContext
 from grader.db import session_scope
 from grader.course_ops import admission
 from grader.fairshare import admit
 from grader.membership import assignments_of, role_in, roles_of
-from grader.models import ApiToken, Assignment, CourseRole, ProblemResult, Role, Run, Submission, User, utcnow
+from grader.models import ApiToken, Assignment, CourseRole, ProblemResult, Role, Run, RunState, Submission, User, utcnow
 from grader.password_reset import RESET_PATH, issue_reset, live_reset, may_issue_reset, redeem_reset
 from grader.roster import import_roster
 from grader.runstatus import run_status
-from grader.service import NotFound, find_user, get_assignment, record_regrade, record_submission
-from grader.uploads import UploadError, receive_upload
+from grader.service import (CommitUncertain, NotFound, Recorded, commit_upload, find_user, get_assignment,
+                            record_regrade, record_upload)
+from grader.uploads import ReceivedUpload, UploadError, earlier_upload_message, maybe_stored_message, receive_upload
 from grader.websession import (CSRF_FIELD, CsrfError, change_password, check_csrf, csrf_token, current_user, log_in,
                                 log_out)
 from worker.rubric import RubricError, load_rubric
@@ -171,25 +173,27 @@ async def submit_from_session(request: Request) -> Response:
                 if fh.read(4) not in ZIP_MAGIC:
                     raise UploadError(415, f"“{upload.filename}” is not a zip archive. Zip your assignment folder "
                                            "(for example with `zip -r llmsys_hw4.zip llmsys_hw4`) and upload the .zip.")
-            with _db(ctx) as session:
-                assignment = get_assignment(session, upload.fields.get("assignment", ctx.default_assignment))
-                user = session.get(User, holder["user_id"])
-                assert user is not None
-                _refuse_if_not_admitted(ctx, session, user, assignment)
-                _submission, run = record_submission(session, user, assignment, upload.filename, upload.blob)
-                run_id = run.id
+            recorded = _record_form_upload(ctx, upload, holder["user_id"])
     except UploadError as exc:
         error = (exc.status_code, exc.message)
     except NotFound as exc:
         error = (status.HTTP_404_NOT_FOUND, str(exc))
+    if error is not None and error[0] == status.HTTP_503_SERVICE_UNAVAILABLE:
+        # The commit failed, the database may still be down: a page that needs no query
+        return _page(request, "upload_result.html", None, error[0], error=error[1])
     if error is not None:
         with _db(ctx) as session:
             user = current_user(request, session)
             if user is None:
                 return _to_login()
             return _upload_page(request, session, user, error[0], error[1])
-    admit(ctx.celery, ctx.sessions, run_id, ctx.settings.task_queue)
-    return _see_other(f"/runs/{run_id}")
+    message = _admit_form_upload(ctx, recorded)
+    if not recorded.earlier:
+        return _see_other(f"/runs/{recorded.run.id}")
+    # Say that it is the earlier upload, with a link to its run (stored: no query may fail this answer)
+    return _page(request, "upload_result.html", None, status.HTTP_200_OK, error=None,
+                 submission_id=recorded.submission.id, run_id=recorded.run.id,
+                 sha256=recorded.submission.sha256, message=message)
 
 
 def _refuse_if_not_admitted(ctx: AppContext, session: Session, user: User, assignment: Assignment) -> None:
@@ -197,6 +201,33 @@ def _refuse_if_not_admitted(ctx: AppContext, session: Session, user: User, assig
     refusal = admission(session, ctx.settings, user, assignment, utcnow())
     if refusal is not None:
         raise UploadError(refusal.status_code, refusal.message)
+
+
+def _record_form_upload(ctx: AppContext, upload: ReceivedUpload, user_id: int) -> Recorded:
+    """Record a form upload, or find the earlier one it repeats (the same file within the
+    re-send window: browsers send no Idempotency-Key). A failed commit may have stored it."""
+    with _db(ctx) as session:
+        assignment = get_assignment(session, upload.fields.get("assignment", ctx.default_assignment))
+        user = session.get(User, user_id)
+        assert user is not None
+        recorded = record_upload(session, user, assignment, upload.filename, upload.blob, None,
+                                 ctx.settings.upload_dedup_window_s,
+                                 lambda: _refuse_if_not_admitted(ctx, session, user, assignment))
+        try:
+            commit_upload(session)
+        except CommitUncertain as exc:
+            raise UploadError(status.HTTP_503_SERVICE_UNAVAILABLE,
+                              maybe_stored_message(ctx.settings.upload_dedup_window_s, keyed=False)) from exc
+        return recorded  # its rows stay loaded after the session closes (expire_on_commit=False)
+
+
+def _admit_form_upload(ctx: AppContext, recorded: Recorded) -> str:
+    """Send the upload's run (a repeat's only if it never was sent); the answer's message."""
+    run = recorded.run
+    if recorded.earlier and not (run.state is RunState.queued and run.enqueued_at is None):
+        return earlier_upload_message(recorded.submission.id, run.id)
+    message = admission_message(admit_committed(ctx, run.id))
+    return f"{earlier_upload_message(recorded.submission.id, run.id)} {message}" if recorded.earlier else message
 
 
 @router.post("/upload", response_class=HTMLResponse)
@@ -215,20 +246,15 @@ async def upload_from_form(request: Request) -> HTMLResponse:
 
     try:
         async with receive_upload(request, ctx, before_file=authenticate_from_fields) as upload:
-            with session_scope(ctx.sessions) as session:
-                assignment = get_assignment(session, upload.fields.get("assignment", ctx.default_assignment))
-                user = session.get(User, principal_holder["user_id"])
-                assert user is not None
-                _refuse_if_not_admitted(ctx, session, user, assignment)
-                submission, run = record_submission(session, user, assignment, upload.filename, upload.blob)
+            recorded = _record_form_upload(ctx, upload, principal_holder["user_id"])
     except (UploadError, NotFound) as exc:
         code = exc.status_code if isinstance(exc, UploadError) else status.HTTP_404_NOT_FOUND
         message = exc.message if isinstance(exc, UploadError) else str(exc)
         return _page(request, "upload_result.html", None, code, error=message)
-    admitted = admit(ctx.celery, ctx.sessions, run.id, ctx.settings.task_queue)
     return _page(
-        request, "upload_result.html", None, status.HTTP_201_CREATED, error=None, submission_id=submission.id,
-        run_id=run.id, sha256=submission.sha256, message=ADMISSION_MESSAGES[admitted],
+        request, "upload_result.html", None, status.HTTP_200_OK if recorded.earlier else status.HTTP_201_CREATED,
+        error=None, submission_id=recorded.submission.id, run_id=recorded.run.id,
+        sha256=recorded.submission.sha256, message=_admit_form_upload(ctx, recorded),
     )
 
 

@@ -407,7 +407,9 @@ def _finish_when_uploaded(sessions: sessionmaker[Session], filename: str, **spec
 
 def _zip(tmp_path: Path) -> Path:
     path = tmp_path / f"hw-{uuid.uuid4().hex[:8]}.zip"
-    path.write_bytes(b"PK\x05\x06" + b"\0" * 18)  # an empty zip: content does not matter here
+    # An empty zip (content does not matter here) with a tag of its own: the same bytes again
+    # within the re-send window would be answered with the earlier submission
+    path.write_bytes(b"PK\x05\x06" + b"\0" * 18 + path.stem.encode())
     return path
 
 

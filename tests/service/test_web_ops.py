@@ -230,13 +230,19 @@ def test_members_page_makes_a_ta_and_takes_them_out(course: Course, prof: Browse
 
 # ---- extensions ---------------------------------------------------------------------------
 
-MINIMAL_ZIP = (lambda buf: (zipfile.ZipFile(buf, "w").writestr("llmsys_hw4/README", "hi"), buf.getvalue())[1])(io.BytesIO())
+def minimal_zip() -> bytes:
+    """A small zip of its own each time: the same bytes again within the re-send window would be
+    answered with the earlier submission, not stored (or refused) as another upload."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr("llmsys_hw4/README", f"hi {uuid.uuid4().hex}")
+    return buf.getvalue()
 
 
 def _upload(browser: Browser, course: Course):
     token = browser.page_csrf("/")
     return browser.client.post("/submit", data={"csrf_token": token, "assignment": course.slug},
-                               files={"file": ("hw.zip", MINIMAL_ZIP, "application/zip")}, follow_redirects=False)
+                               files={"file": ("hw.zip", minimal_zip(), "application/zip")}, follow_redirects=False)
 
 
 def _extend(prof: Browser, course: Course, student: str, extra: str, reason: str = ""):
@@ -371,7 +377,7 @@ def test_pause_and_resume_from_the_command_line(course: Course, prof: Browser, s
             token = issue_token(session, get_or_create_user(session, waiting_one, Role.student), "ops-cli")
         with TestClient(create_app(course.settings)) as api:
             stored = api.post("/api/v1/submissions", headers={"Authorization": f"Bearer {token}"},
-                              data={"assignment": course.slug}, files={"file": ("hw.zip", MINIMAL_ZIP)})
+                              data={"assignment": course.slug}, files={"file": ("hw.zip", minimal_zip())})
         assert stored.status_code == 201, stored.text
         assert "paused grading of this assignment" in stored.json()["message"]  # not "your earlier run"
         assert _runs_of(sessions, waiting_one)[-1].enqueued_at is None  # held by the pause
