@@ -26,7 +26,6 @@ from grader.auth import DEFAULT_SCOPES, SCOPE_SUBMIT, authenticate, browser_prin
 from grader.context import AppContext
 from grader.db import session_scope
 from grader.course_ops import admission
-from grader.fairshare import admit
 from grader.membership import assignments_of, role_in, roles_of
 from grader.models import ApiToken, Assignment, CourseRole, ProblemResult, Role, Run, RunState, Submission, User, utcnow
 from grader.password_reset import RESET_PATH, issue_reset, live_reset, may_issue_reset, redeem_reset
@@ -476,8 +475,8 @@ async def regrade_many(request: Request) -> Response:
         except (NotFound, LookupError) as exc:
             return _not_found(request, user, str(exc).removeprefix("no "))
         run_ids = [record_regrade(session, sub).id for sub in targets]
-    for run_id in run_ids:
-        admit(ctx.celery, ctx.sessions, run_id, ctx.settings.task_queue)
+    for run_id in run_ids:  # committed: a database fault now delays the sending, never the answer
+        admit_committed(ctx, run_id)
     back = str(form.get("back", "")) or f"/gradebook?assignment={slug}"
     if not back.startswith("/gradebook?"):  # only ever back to a gradebook view
         back = f"/gradebook?assignment={slug}"
@@ -525,7 +524,7 @@ async def regrade(request: Request, submission_id: int) -> Response:
         if sub is None or role_in(session, user.id, sub.assignment_id) is not CourseRole.staff:
             return _not_found(request, user, f"submission {submission_id}")
         run_id = record_regrade(session, sub).id
-    admit(ctx.celery, ctx.sessions, run_id, ctx.settings.task_queue)
+    admit_committed(ctx, run_id)  # committed: the run page says if it waits to be sent
     return _see_other(f"/runs/{run_id}")
 
 

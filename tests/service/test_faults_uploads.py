@@ -34,7 +34,8 @@ from grader.cli import app as grader_cli
 from grader.cli import init_database
 from grader.collector import CollectReport, collect
 from grader.db import make_engine, make_session_factory, session_scope
-from grader.models import Role, Run, RunState, Submission, User, utcnow
+from grader.membership import enroll
+from grader.models import CourseRole, Role, Run, RunState, Submission, User, utcnow
 from grader.service import get_assignment, get_or_create_user, record_submission
 from grader.settings import Settings, get_settings
 from tests.faults.services import PrivatePostgres
@@ -323,6 +324,31 @@ def test_the_logged_in_form_answers_a_resend_with_the_earlier_upload(settings: S
     assert sent[1].status_code == 200 and "same upload as your submission" in sent[1].text, sent[1].text[:500]
     assert f"run {run_id} grades it" in sent[1].text
     assert count_submissions(sessions, name) == 1
+
+
+@pytest.mark.timeout(180)
+def test_database_error_after_a_regrades_commit_still_leads_to_its_run(faulty: FaultyDatabase) -> None:
+    """A re-grade from the gradebook whose rows are committed when the database fails is
+    stored: the answer is its run page, not a 503 saying nothing was recorded."""
+    _, token = faulty.student()
+    staff = f"staff-{uuid.uuid4().hex[:8]}"
+    with session_scope(faulty.sessions) as session:
+        user = get_or_create_user(session, staff, Role.instructor)
+        set_password(user, PASSWORD)
+        enroll(session, user, get_assignment(session, "hw4"), CourseRole.staff)
+    with TestClient(create_app(faulty.settings)) as client:
+        upload = post(client, token, fresh_zip("to be re-graded"))
+        assert upload.status_code == 201, upload.text
+        login(faulty.settings, staff, client)
+        csrf = csrf_of(client.get("/gradebook?assignment=hw4").text)
+        fired = faulty.stop_when("after_commit")
+        answer = client.post(f"/submissions/{upload.json()['submission_id']}/regrade",
+                             data={"csrf_token": csrf}, follow_redirects=False)
+        assert fired(), "the fault did not happen after the commit"
+        faulty.server.start()
+    assert answer.status_code == 303 and answer.headers["location"].startswith("/runs/"), answer.text[:300]
+    regrade = run_row(faulty.sessions, int(answer.headers["location"].removeprefix("/runs/")))
+    assert regrade.submission_id == upload.json()["submission_id"] and regrade.state == RunState.queued
 
 
 # ---- the collector ---------------------------------------------------------------------------------
