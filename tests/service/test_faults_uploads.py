@@ -40,7 +40,7 @@ from grader.service import get_assignment, get_or_create_user, record_submission
 from grader.settings import Settings, get_settings
 from tests.faults.services import PrivatePostgres
 from tests.fixtures import cpu_standin
-from tests.service.conftest import REDIS_URL, auth, new_student, wait_for_run
+from tests.service.conftest import REDIS_URL, auth, new_student, run_row, wait_for_run
 from tests.service.test_faults import graded_once, make_rig, standin_zip, unique  # noqa: F401 (a fixture)
 from tests.service.test_faults import post as fault_post
 from tests.service.test_security import PASSWORD, csrf_of, login
@@ -129,14 +129,6 @@ def faulty(private_db: tuple[PrivatePostgres, Settings]) -> Iterator[FaultyDatab
         db.disarm()
         if not (server.data / "postmaster.pid").exists():
             server.start()
-
-
-def run_row(sessions: sessionmaker[Session], run_id: int) -> Run:
-    with session_scope(sessions) as session:
-        run = session.get(Run, run_id)
-        assert run is not None
-        session.expunge(run)
-        return run
 
 
 # ---- a database error after the commit ---------------------------------------------------------
