@@ -60,6 +60,11 @@ def post(client: TestClient, token: str, data: bytes, key: str | None = None):  
     return client.post("/api/v1/submissions", headers=headers, files={"file": ("hw.zip", data, "application/zip")})
 
 
+def post_form(client: TestClient, token: str, data: bytes):  # type: ignore[no-untyped-def]
+    """An upload through the token form (the browser door without a login)."""
+    return client.post("/upload", data={"token": token}, files={"file": ("hw.zip", data, "application/zip")})
+
+
 def count_submissions(sessions: sessionmaker[Session], username: str) -> int:
     with session_scope(sessions) as session:
         return int(session.scalar(select(func.count(Submission.id)).join(User, Submission.user_id == User.id)
@@ -189,10 +194,10 @@ def test_database_error_after_commit_on_the_token_form_says_stored(faulty: Fault
     data = fresh_zip("after commit, form")
     fired = faulty.stop_when("after_commit")
     with TestClient(create_app(faulty.settings)) as client:
-        page = client.post("/upload", data={"token": token}, files={"file": ("hw.zip", data, "application/zip")})
+        page = post_form(client, token, data)
         assert fired()
         faulty.server.start()
-        again = client.post("/upload", data={"token": token}, files={"file": ("hw.zip", data, "application/zip")})
+        again = post_form(client, token, data)
     assert page.status_code == 201 and "Upload stored; grading will start" in page.text, page.text[:500]
     assert again.status_code == 200 and "same upload as your submission" in again.text
     assert count_submissions(faulty.sessions, name) == 1
@@ -230,10 +235,10 @@ def test_database_error_during_the_commit_on_the_token_form_says_it_may_be_store
     data = fresh_zip("during commit, form")
     fired = faulty.stop_when("before_commit")
     with TestClient(create_app(faulty.settings)) as client:
-        failed = client.post("/upload", data={"token": token}, files={"file": ("hw.zip", data, "application/zip")})
+        failed = post_form(client, token, data)
         assert fired()
         faulty.server.start()
-        again = client.post("/upload", data={"token": token}, files={"file": ("hw.zip", data, "application/zip")})
+        again = post_form(client, token, data)
     assert failed.status_code == 503 and failed.headers["content-type"].startswith("text/html"), failed.text[:300]
     assert "may or may not have been stored" in failed.text and f"the same file within {faulty.settings.upload_dedup_window_s:g} s" in failed.text
     assert "Idempotency-Key" not in failed.text and "nothing was recorded" not in failed.text.lower()
@@ -293,7 +298,7 @@ def test_the_token_form_answers_a_resend_with_the_earlier_upload(client: TestCli
     with session_scope(sessions) as session:
         token = issue_token(session, get_or_create_user(session, name, Role.student), "t")
     data = fresh_zip("form")
-    pages = [client.post("/upload", data={"token": token}, files={"file": ("hw.zip", data, "application/zip")})
+    pages = [post_form(client, token, data)
              for _ in range(2)]
     assert [p.status_code for p in pages] == [201, 200], [p.text[:300] for p in pages]
     assert "same upload as your submission" in pages[1].text
