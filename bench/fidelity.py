@@ -434,7 +434,15 @@ def outcome_record(outcome: Any, seconds: float, wanted: tuple[str, ...]) -> dic
             "first_failure": first,
             "measurement_status": m.status if m is not None else None,
             "speedup_student": m.speedup_student.describe() if m is not None and m.speedup_student else None,
+            "speedup_reference_ops": (m.speedup_reference_ops.describe()
+                                      if m is not None and m.speedup_reference_ops else None),
             "speedup_trusted": m.speedup_trusted.describe() if m is not None and m.speedup_trusted else None,
+            # the figure that scored, as a number, and the timing's own record (per shape)
+            "scored_figure": ((p.details or {}).get("score") or {}).get("figure"),
+            "scored_speedup": (((p.details or {}).get("score") or {}).get("speedup") or {}).get("speedup"),
+            "flags": ((p.details or {}).get("score") or {}).get("flags", []),
+            "timing": {k: m.telemetry.get(k) for k in ("timing_shapes", "timing_evidence", "timing_dropped", "seconds")}
+            if m is not None else {},
             "log_tail": m.log_tail[-1500:] if m is not None and m.status != "ok" else "",
             # for diagnosis: every failed case (bounded) and the score's reasons
             "failed_cases": [c.describe() for c in m.failed_cases][:30] if m is not None else [],

@@ -107,8 +107,10 @@ class ProblemMeasurement:
     """Everything measured for one problem.
 
     Kernel problems: `abi_cases` through the .so's C ABI, `binding_cases` through the
-    student's MiniTorch binding; `speedup_student` times the student's own MiniTorch
-    composition, `speedup_trusted` the reference composition, both against the fused op.
+    student's MiniTorch binding; against the fused op, on the course's shapes (worker.hw4.speed):
+    `speedup_student` times the student's composition on its own basic ops (the course's
+    figure), `speedup_reference_ops` the same composition on our basic ops in the starter's
+    ABI, `speedup_trusted` our reference kit's composition (information only).
     Problem 3: `binding_cases` hold the loss/causality checks and `speedup_student` the
     unfused/fused training step-time ratio.
     """
@@ -119,6 +121,7 @@ class ProblemMeasurement:
     binding_cases: list[CaseOutcome] = field(default_factory=list)
     first_failure: CaseOutcome | None = None
     speedup_student: RatioSummary | None = None
+    speedup_reference_ops: RatioSummary | None = None
     speedup_trusted: RatioSummary | None = None
     kernel_ms: float | None = None  # the fused kernels' own GPU time per C ABI call (CUPTI), informational
     log_tail: str = ""
@@ -148,6 +151,8 @@ class ProblemMeasurement:
             "binding_cases": [c.to_dict() for c in self.binding_cases],
             "first_failure": None if self.first_failure is None else self.first_failure.to_dict(),
             "speedup_student": None if self.speedup_student is None else self.speedup_student.to_dict(),
+            "speedup_reference_ops": (None if self.speedup_reference_ops is None
+                                      else self.speedup_reference_ops.to_dict()),
             "speedup_trusted": None if self.speedup_trusted is None else self.speedup_trusted.to_dict(),
             "kernel_ms": _enc_float(self.kernel_ms),
             "log_tail": self.log_tail,
@@ -168,6 +173,7 @@ class ProblemMeasurement:
             binding_cases=[CaseOutcome.from_dict(c) for c in data.get("binding_cases", [])],
             first_failure=None if first is None else CaseOutcome.from_dict(first),
             speedup_student=ratio("speedup_student"),
+            speedup_reference_ops=ratio("speedup_reference_ops"),
             speedup_trusted=ratio("speedup_trusted"),
             kernel_ms=_dec_float(data.get("kernel_ms")),
             log_tail=str(data.get("log_tail", "")),

@@ -26,7 +26,7 @@ from grader.states import ErrorClass, RunState
 from worker.build import BuildResult, Confinement, KernelTarget, Toolchain, build_kernels, build_stub, nvcc_version
 from worker.measurements import ProblemMeasurement
 from worker.report import gradescope_results
-from worker.rubric import Rubric
+from worker.rubric import PROJECT_ROOT, REFERENCE_OPS_BUILT, Rubric
 from worker.sandbox import Sandbox, SandboxLimits, SandboxPolicy
 from worker.scoring import score_run
 from worker.stage import stage_submission
@@ -210,9 +210,15 @@ def not_run_problems(rubric: Rubric, message: str) -> list[ProblemOutcome]:
 
 
 def build_reference(rubric: Rubric, config: PipelineConfig, dest: Path) -> Path:
-    """Our reference kit, built like a submission (cached), for the trusted baseline."""
+    """Our reference kit, built like a submission (cached), for the trusted baseline; with the
+    rubric's `reference_ops` library built beside it (at REFERENCE_OPS_BUILT)."""
     shutil.copytree(rubric.starter_dir, dest, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
-    results = build_kernels(dest, list(rubric.kernels), config.toolchain, config.build_cache_dir, config.build_jobs)
+    targets = list(rubric.kernels)
+    if rubric.reference_ops is not None:
+        source = Path("src") / f"kg_{rubric.reference_ops.name}.cu"
+        shutil.copyfile(PROJECT_ROOT / rubric.reference_ops.source, dest / source)
+        targets.append(KernelTarget(rubric.reference_ops.name, source.as_posix(), REFERENCE_OPS_BUILT))
+    results = build_kernels(dest, targets, config.toolchain, config.build_cache_dir, config.build_jobs)
     failed = [r for r in results if not r.ok]
     if failed:  # our own kit: never the student's fault
         raise RuntimeError(f"the reference kit did not build: {failed[0].name}: {_first_error_line(failed[0].log)}")

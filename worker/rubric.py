@@ -14,14 +14,17 @@ import yaml
 from worker.build import KernelTarget
 
 RUBRIC_DIR = Path(__file__).resolve().parent.parent / "rubrics"
-STARTER_DIR = Path(__file__).resolve().parent.parent / "starter"
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+STARTER_DIR = PROJECT_ROOT / "starter"
+# Where the built reference kit holds the rubric's `reference_ops` library (worker.pipeline).
+REFERENCE_OPS_BUILT = "kg/reference_ops.so"
 
 
 class RubricError(ValueError):
     """A rubric file is missing or malformed."""
 
 
-SPEED_FIGURES = ("student", "trusted", "min")
+SPEED_FIGURES = ("reference_ops", "student")
 # Share of a problem's points that correctness carries when its `scoring:` section is absent.
 DEFAULT_CORRECTNESS_SHARE = 0.7
 
@@ -39,11 +42,12 @@ class ProblemScoring:
     speed_points: float = 6.0
     speed_floor: float = 1.0
     target: float | None = None
-    # Which speedup scores: the student's own MiniTorch baseline, the trusted reference
-    # composition, or the smaller of the two (so slowing your own baseline cannot pay).
-    speed_figure: str = "min"
-    # Flag a submission whose own baseline is this many times slower than the trusted one.
-    baseline_gap_flag: float | None = 3.0
+    # Which speedup scores: the student's composition on our basic ops in the starter's ABI
+    # (so slowing one's own basic ops cannot pay; worker.hw4.speed), or on the student's own.
+    speed_figure: str = "reference_ops"
+    # Flag for staff a composition this many times slower on the student's own basic ops
+    # than on ours (a slowed combine.cu, or a very slow one: it does not change the points).
+    basic_ops_gap_flag: float | None = 1.5
     # Of the correctness points, those carried by the hidden cases (edge cases inside the
     # assignment's domain that the course's own tests never reach), given in proportion to the
     # hidden cases passed; the rest need the public (course-like) cases, and so does any speed
@@ -113,7 +117,7 @@ def _problem_scoring(p: dict[str, Any]) -> ProblemScoring:
     raw.setdefault("target", p.get("reference_speedup"))
     for key in ("correctness_points", "speed_points", "speed_floor", "max_relative_width", "hidden_points"):
         raw[key] = float(raw.get(key, getattr(ProblemScoring, key)))
-    for key in ("target", "baseline_gap_flag"):
+    for key in ("target", "basic_ops_gap_flag"):
         if raw.get(key) is not None:
             raw[key] = float(raw[key])
     scoring = ProblemScoring(**raw)
@@ -141,6 +145,9 @@ class Rubric:
     kernels: tuple[KernelTarget, ...]
     nvcc_flags: tuple[str, ...]
     problems: tuple[Problem, ...]
+    # Our basic ops in the starter's ABI (source under the project root), put in place of the
+    # submission's library at `output` for the composition that scores (worker.hw4.speed).
+    reference_ops: KernelTarget | None = None
 
     @property
     def total_points(self) -> float:
@@ -180,6 +187,7 @@ def _parse_rubric(path: Path, _mtime_ns: int) -> Rubric:
             student_files=student_files,
             kernels=kernels,
             nvcc_flags=tuple(data["nvcc_flags"]),
+            reference_ops=KernelTarget(**data["reference_ops"]) if data.get("reference_ops") else None,
             problems=tuple(
                 Problem(
                     id=str(p["id"]),

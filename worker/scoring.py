@@ -10,10 +10,11 @@ Rules (per problem, from its `scoring:` section, worker.rubric.ProblemScoring):
 - No speed points unless every public case passes. Otherwise speed points scale linearly from
   `speed_floor` (0 at or below) to the target (all of them at or above); the target is the
   rubric's reference speedup or a per-GPU calibrated one passed in.
-- `speed_figure` picks which measured speedup scores: the student's own MiniTorch baseline,
-  the trusted reference composition, or the smaller of the two.
-- Every lost point has a reason a student can read; flags (a suspiciously slow own
-  baseline) are reported as reasons too.
+- `speed_figure` picks which measured speedup scores: the student's composition on our basic
+  ops in the starter's ABI (`reference_ops`, falling back to its own basic ops with a flag)
+  or on its own (`student`). The reference kit's figure is information only.
+- Every lost point has a reason a student can read; flags for staff (evidence of a gamed
+  timing, worker.hw4.speed) are also shown to the student as notes.
 
 Standard library + numpy only (through worker.timing): importable on a bare GPU machine.
 """
@@ -24,7 +25,9 @@ from typing import Any, Iterable, Mapping
 
 from worker.measurements import CaseOutcome, ProblemMeasurement, salient_lines
 from worker.rubric import ProblemScoring, Rubric
-from worker.timing import RatioSummary
+from worker.timing import IDLE_SLACK, RatioSummary
+
+DEFERRED_FLAG_SHARE = 0.10  # a fused op whose deferred read is this share of its time is flagged
 
 MAX_LISTED_FAILURES = 3
 _LOG_QUOTE_LINES = 3
@@ -51,7 +54,7 @@ class ProblemScore:
     reasons: list[str] = field(default_factory=list)  # one or more per lost point, plus flags
     notes: list[str] = field(default_factory=list)  # informational: the speedup line, kernel time
     flags: list[str] = field(default_factory=list)  # for staff: e.g. a suspiciously slow own baseline
-    figure: str | None = None  # which speedup scored: student | trusted
+    figure: str | None = None  # which speedup scored: reference_ops | student
     speedup: RatioSummary | None = None
     target: float | None = None
 
@@ -127,32 +130,50 @@ def speed_fraction(speedup: float, floor: float, target: float | None) -> float:
 def choose_figure(
     spec: ProblemScoring, m: ProblemMeasurement
 ) -> tuple[RatioSummary | None, str | None, list[str]]:
-    """The speedup that scores, which one it is, and notes about any fallback."""
-    student, trusted = m.speedup_student, m.speedup_trusted
-    notes: list[str] = []
-    if spec.speed_figure == "student":
-        if student is not None:
-            return student, "student", notes
-        if trusted is not None:
-            notes.append("no speedup against your own MiniTorch baseline was measured; scored on the reference figure")
-            return trusted, "trusted", notes
-    elif spec.speed_figure == "trusted":
-        if trusted is not None:
-            return trusted, "trusted", notes
-        if student is not None:
-            notes.append("no speedup against the reference composition was measured; scored on your own baseline's figure")
-            return student, "student", notes
-    else:  # min
-        if student is not None and trusted is not None:
-            return (student, "student", notes) if student.speedup <= trusted.speedup else (trusted, "trusted", notes)
-        if student is not None:
-            return student, "student", notes
-        if trusted is not None:
-            return trusted, "trusted", notes
-    return None, None, notes
+    """The speedup that scores, which one it is, and flags about a fallback."""
+    flags: list[str] = []
+    if spec.speed_figure == "reference_ops":
+        if m.speedup_reference_ops is not None:
+            return m.speedup_reference_ops, "reference_ops", flags
+        if m.speedup_student is not None:
+            why = m.telemetry.get("timing_dropped", {}).get("reference_ops", "it was not measured")
+            flags.append(f"{m.problem_id}: your composition could not be timed on the reference basic ops ({why}); "
+                         "speed scored on your own basic ops")
+    if m.speedup_student is not None:
+        return m.speedup_student, "student", flags
+    return None, None, flags
 
 
-_FIGURE_WORDS = {"student": "against your MiniTorch baseline", "trusted": "against the reference baseline"}
+_FIGURE_WORDS = {
+    "reference_ops": "your fused op vs your MiniTorch's composition on the reference basic ops",
+    "student": "your fused op vs your MiniTorch's composition on your own basic ops",
+}
+_FIGURE_LABELS = (
+    ("speedup_reference_ops", "your composition on the reference basic ops"),
+    ("speedup_student", "your composition on your own basic ops (the course's figure)"),
+    ("speedup_trusted", "the reference kit's composition (information only)"),
+)
+
+
+def timing_flags(spec: ProblemScoring, m: ProblemMeasurement) -> list[str]:
+    """What the timing's evidence (worker.hw4.speed) says a student or staff should know."""
+    pid, ev, flags = m.problem_id, m.telemetry.get("timing_evidence") or {}, []
+    gap = ev.get("own_ops_vs_reference_ops")
+    if spec.basic_ops_gap_flag is not None and gap is not None and gap >= spec.basic_ops_gap_flag:
+        flags.append(f"{pid}: your composition runs {gap:.2g}x slower on your own basic ops (combine.cu) than on "
+                     "the reference basic ops; speed points use the reference ones")
+    custom_share = ev.get("custom_cpu_share")
+    for variant in ("baseline", "reference_ops"):
+        share = ev.get(f"{variant}_cpu_share")
+        if share is not None and custom_share and share * (1 + IDLE_SLACK) < custom_share:
+            flags.append(f"{pid}: your composition spent {1 - share:.0%} of its time off the CPU (the fused op "
+                         f"{1 - custom_share:.0%}): that waiting is not counted in its time")
+            break
+    deferred = ev.get("deferred_share")
+    if deferred is not None and deferred >= DEFERRED_FLAG_SHARE:
+        flags.append(f"{pid}: reading your fused op's results took longer than reading the composition's; "
+                     f"that extra time ({deferred:.0%} of the fused op's) is counted as the fused op's")
+    return flags
 
 
 def score_problem(
@@ -229,33 +250,22 @@ def score_problem(
             score.reasons.append(f"... and {len(failed) - len(listed)} more failed cases")
 
     # Speed.
-    figure, which, fallback_notes = choose_figure(spec, m)
+    figure, which, fallback_flags = choose_figure(spec, m)
     score.figure, score.speedup = which, figure
-    score.notes.extend(fallback_notes)
     if m.kernel_ms is not None:
         score.notes.append(f"{pid}: fused kernels' own GPU time {m.kernel_ms:.4g} ms per call (CUPTI)")
-    for label, r in (("your MiniTorch baseline", m.speedup_student), ("reference baseline", m.speedup_trusted)):
+    shapes = m.telemetry.get("timing_shapes") or []
+    for attr, label in _FIGURE_LABELS:
+        r = getattr(m, attr)
         if r is not None:
+            over = f", mean over the course's {len(shapes)} shapes" if len(shapes) > 1 else ""
             score.notes.append(
                 f"{pid}: speedup vs {label}: {_ratio_line(r)} "
-                f"({r.median_baseline_ms:.4g} ms / {r.median_custom_ms:.4g} ms, {r.trials} trials)"
+                f"({r.median_baseline_ms:.4g} ms / {r.median_custom_ms:.4g} ms{over}, {r.trials} trials)"
             )
-
-    if (
-        spec.baseline_gap_flag is not None
-        and m.speedup_student is not None
-        and m.speedup_trusted is not None
-        and m.speedup_trusted.median_baseline_ms > 0
-    ):
-        gap = m.speedup_student.median_baseline_ms / m.speedup_trusted.median_baseline_ms
-        if gap >= spec.baseline_gap_flag:
-            scored_on = "the reference figure" if which == "trusted" else "your own baseline's figure"
-            flag = (
-                f"{pid}: your MiniTorch baseline is {gap:.1f}x slower than the reference composition; "
-                f"speed scored on {scored_on}"
-            )
-            score.flags.append(flag)
-            score.reasons.append(flag)
+    for flag in fallback_flags + timing_flags(spec, m):
+        score.flags.append(flag)
+        score.notes.append(flag)
 
     if spec.speed_points > 0:
         target_text = f"target {_x(target)}" if target is not None else "no target"

@@ -15,6 +15,15 @@ from typing import Any, Sequence
 import numpy as np
 
 
+# A composition may use up to this much less of its CPU time than the fused op before its
+# waiting is taken out (honest ones differ by a few percent: both spin in cudaMemcpy).
+IDLE_SLACK = 0.15
+# A fused op's read may cost this much more than the composition's (noise) before the excess
+# counts as deferred work: x the composition's read, plus a fixed allowance per computation.
+READ_SLACK = 1.25
+READ_ALLOWANCE_MS = 0.05
+
+
 @dataclass(frozen=True)
 class RatioSummary:
     """speedup = median(baseline) / median(custom), with a bootstrap percentile interval."""
@@ -96,6 +105,24 @@ def ratio_summary(
     return RatioSummary(med_b, med_c, speedup, min(float(low), speedup), max(float(high), speedup), n)
 
 
+def mean_over_shapes(summaries: Sequence[RatioSummary]) -> RatioSummary:
+    """One figure for a problem timed on several shapes, as the course reports it: the mean
+    of the per-shape speedups. The interval is the mean of the per-shape bounds (each shape's
+    trials are independent of the others', so this is wider than the mean's own interval:
+    conservative), the times are means, and `trials` the fewest of any shape."""
+    if not summaries:
+        raise ValueError("mean over no shapes")
+    n = len(summaries)
+    return RatioSummary(
+        median_baseline_ms=sum(s.median_baseline_ms for s in summaries) / n,
+        median_custom_ms=sum(s.median_custom_ms for s in summaries) / n,
+        speedup=sum(s.speedup for s in summaries) / n,
+        low=sum(s.low for s in summaries) / n,
+        high=sum(s.high for s in summaries) / n,
+        trials=min(s.trials for s in summaries),
+    )
+
+
 def needs_more_trials(summary: RatioSummary, thresholds: Sequence[float], max_relative_width: float) -> bool:
     """True when the grader should measure again (it does so up to a cap).
 
@@ -114,3 +141,17 @@ def spread(values: Sequence[float]) -> tuple[float, float, float]:
         raise ValueError("spread of no values")
     lo, hi = min(arr), max(arr)
     return lo, hi, (hi / lo if lo > 0 else math.inf)
+
+
+def waiting_removed(baseline_ms: float, baseline_cpu: float | None, custom_cpu: float | None) -> float:
+    """The composition's time without what it spent waiting off the CPU beyond what the fused
+    op waits (IDLE_SLACK allowed): an honest composition keeps its time."""
+    if baseline_cpu is None or not custom_cpu:
+        return baseline_ms
+    allowed = min(1.0, baseline_cpu / custom_cpu * (1.0 + IDLE_SLACK))
+    return baseline_ms * allowed
+
+
+def deferred_excess(custom_read_ms: float, baseline_read_ms: float) -> float:
+    """What the fused op's read costs beyond the composition's read of the same results."""
+    return max(0.0, custom_read_ms - READ_SLACK * baseline_read_ms - READ_ALLOWANCE_MS)

@@ -19,9 +19,10 @@ from grader.models import Role
 from grader.service import get_assignment, get_or_create_user, record_submission
 from grader.settings import Settings
 from tests.fixtures import cpu_standin
+from tests.fixtures.gpu_stage_support import SMALL_TIMING_CASES
 from tests.service.conftest import auth
-from worker.hw4 import grade, kernels
-from worker.hw4.cases import load_cases, make_case
+from worker.hw4 import grade, speed
+from worker.hw4.cases import load_cases
 from worker.hw4.grade import GpuStageConfig
 from worker.hw4.problem3 import Problem3Config
 from worker.runs import Disposition, RunExecutor
@@ -31,7 +32,7 @@ GiB = 1024**3
 SMALL = GpuStageConfig(
     limits=SandboxLimits(wall_s=300, cpu_s=600, memory_bytes=8 * GiB, max_processes=256, file_size_bytes=GiB),
     policy=SandboxPolicy(user=None),  # CI's interpreter lives under a 0700 home: no uid drop here
-    timing=kernels.TimingConfig(warmup=1, min_trials=4, max_trials=4, round_trials=4, request_ms=1.0, max_reps=2),
+    timing=speed.TimingConfig(warmup=1, min_trials=4, max_trials=4, round_trials=4, request_ms=1.0, max_reps=2),
     problem3=Problem3Config(n_vocab=50, n_embd=16, n_head=2, n_positions=8, batch=2, seq_len=8,
                             budget_s=60, min_pairs=2, max_pairs=2),
 )
@@ -42,16 +43,8 @@ def small_stage(monkeypatch: pytest.MonkeyPatch) -> None:
     """Two rubric cases per problem, tiny timing shapes and model: the same code, less work."""
     short = {pid: cases[:2] for pid, cases in load_cases("hw4").items()}
     monkeypatch.setattr(grade, "load_cases", lambda _slug: short)
-    monkeypatch.setitem(kernels.TIMING_CASES, "1.1", make_case(
-        "softmax_fw", id="t-sfw", problem="1.1", public=True, batch=2, nhead=2, from_len=32, to_len=32,
-        mask="pad", mask_future=False))
-    monkeypatch.setitem(kernels.TIMING_CASES, "1.2", make_case(
-        "softmax_bw", id="t-sbw", problem="1.2", public=True, rows=128, softmax_len=32, batch=2, nhead=2,
-        from_len=32))
-    monkeypatch.setitem(kernels.TIMING_CASES, "2.1", make_case("layernorm_fw", id="t-lfw", problem="2.1",
-                                                               public=True, rows=64, hidden=32))
-    monkeypatch.setitem(kernels.TIMING_CASES, "2.2", make_case("layernorm_bw", id="t-lbw", problem="2.2",
-                                                               public=True, rows=64, hidden=32))
+    for pid, case in SMALL_TIMING_CASES.items():
+        monkeypatch.setitem(speed.TIMING_CASES, pid, [case])
     monkeypatch.setattr(worker.runs, "gpu_stage_config", lambda _settings: SMALL)
 
 

@@ -105,11 +105,20 @@ class ChildClient:
 
     def timed_call(self, message: dict[str, Any], timeout: float) -> tuple[dict[str, Any], float]:
         """Send, wait for the answer; returns (reply, seconds on the parent's clock)."""
+        reply, seconds, _ = self.measured_call(message, timeout)
+        return reply, seconds
+
+    def measured_call(self, message: dict[str, Any], timeout: float) -> tuple[dict[str, Any], float, float | None]:
+        """As timed_call, plus the CPU seconds the child's processes used meanwhile (None
+        where the backend cannot tell): a child that waits without computing (a sleep) shows
+        far less CPU than wall time."""
         try:
+            cpu_before = self.process.cpu_seconds()
             started = time.perf_counter_ns()
             self.channel.send(message)
             reply = self.channel.recv(timeout)
             elapsed = (time.perf_counter_ns() - started) / 1e9
+            cpu_after = self.process.cpu_seconds()
         except TimeoutError:
             self.process.kill()
             try:
@@ -123,7 +132,8 @@ class ChildClient:
             raise ChildFailure("crashed", f"{exit_.reason}: {exit_.detail}", self.process.output_tail()) from None
         if not reply.get("ok"):
             raise StudentError(str(reply.get("error")), str(reply.get("trace", "")))
-        return reply, elapsed
+        cpu = None if cpu_before is None or cpu_after is None else max(0.0, cpu_after - cpu_before)
+        return reply, elapsed, cpu
 
     def pause(self) -> None:
         """Freeze the child (all its processes) while another child is timed."""

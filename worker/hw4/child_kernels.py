@@ -1,19 +1,17 @@
 """Child-side operations for hw4's kernel problems (run inside the sandbox).
 
 `abi`: call the student's launch function through ctypes on arrays in the arena.
-`binding_prepare` / `binding_run`: the same computation through the student's MiniTorch,
-either the fused op ("custom") or the composition of basic ops ("baseline"), called exactly
-as the course's current kernel_tests call them (worker/hw4/CONTRACT.md): what `binding_run`
-computes is what each test's custom() and baseline() put inside their clock. The parent
-times `binding_run` on its own clock.
-
-Inputs of a timed forward arrive only with `binding_run` and are copied into tensors made
-in `binding_prepare` from zero placeholders, so the student's code never sees the real
-inputs before the clock starts. A backward needs its forward graph: `binding_prepare` builds
-it from the real inputs, but the upstream gradient arrives only with `binding_run`.
+`binding_prepare` / `binding_run` / `binding_read`: the same computation through the
+student's MiniTorch, either the fused op ("custom") or the composition of basic ops
+("baseline"), called exactly as the course's current kernel_tests call them
+(worker/hw4/CONTRACT.md). As in the course's tests, tensors are made (and a backward's forward
+is run) before the clock, `binding_run` is what each test's custom() and baseline() put inside
+their clock, and the results are read after it. The parent times `binding_run` and
+`binding_read` on its own clock.
 """
 from __future__ import annotations
 
+import ctypes
 import importlib
 import statistics
 from typing import Any
@@ -101,11 +99,6 @@ def _tensor(mt: Any, backend: Any, array: np.ndarray, course: bool) -> Any:
     return mt.tensor(data.tolist(), backend=backend, requires_grad=True)
 
 
-def _fill(tensor: Any, array: np.ndarray) -> None:
-    """Copy fresh values into a tensor's own storage (the layout the course's binding uses)."""
-    tensor._tensor._storage[:] = np.asarray(array, dtype=np.float32).reshape(-1)
-
-
 def _attn_softmax_function(mt: Any) -> Any:
     found = getattr(mt, "Attn_Softmax", None)
     return found if found is not None else importlib.import_module("minitorch.tensor_functions").Attn_Softmax
@@ -156,65 +149,78 @@ def _layernorm_backward_baseline(mt: Any, backend: Any, leaves: dict[str, Any], 
 
 @handler("binding_prepare")
 def binding_prepare(state: ChildState, msg: dict[str, Any]) -> dict[str, Any]:
-    """`reps` independent computations, each with its own tensors. Forward kinds: tensors of
-    the right shapes holding zeros. Backward kinds: leaves from the real inputs (arrays with a
-    leading `reps` axis) and the forward run outside the clock, as the course's tests run it
-    (a softmax backward's baseline takes nn.softmax(inp), its custom attn_softmax(inp, mask));
-    the upstream gradient is a zero placeholder, filled only in `binding_run`."""
+    """`reps` independent computations, each with its own tensors made from the real inputs
+    (arrays with a leading `reps` axis), outside the clock as in the course's tests. Backward
+    kinds also run their forward here, as the tests do before their clock starts (a softmax
+    backward's baseline takes nn.softmax(inp), its custom attn_softmax(inp, mask)); the
+    upstream gradient becomes a tensor of its own."""
     mt, backend = _minitorch(state)
     kind, variant, reps = msg["kind"], msg["variant"], int(msg.get("reps", 1))
     course = bool(msg.get("course_tensors", False))
-    backward = kind.endswith("_bw")
-    stacked = _views(state, msg["arrays"]) if backward else {}
+    stacked = _views(state, msg["arrays"])
     prepared = []
     for i in range(reps):
-        if backward:
-            inputs = {name: a[i] for name, a in stacked.items()}
-        else:  # zeros: overwritten before the computation (random ones cost more than the timing)
-            inputs = {name: np.zeros(tuple(shape), np.float32) for name, shape in msg["shapes"].items()}
+        inputs = {name: a[i] for name, a in stacked.items()}
+        grad = inputs.pop("out_grad", None)
         leaves = {name: _tensor(mt, backend, a, course) for name, a in inputs.items()}
         one: dict[str, Any] = {"leaves": leaves}
-        if backward:
+        if grad is not None:
             if kind == "softmax_bw" and variant != "custom":
                 one["out"] = mt.nn.softmax(leaves["inp"], dim=3)
             else:
                 one["out"] = _forward(mt, kind, "custom", leaves)
-            one["grad"] = _tensor(mt, backend, np.zeros(one["out"].shape, np.float32), course)
+            one["grad"] = _tensor(mt, backend, grad, course)
         prepared.append(one)
     state.memo[f"prepared:{variant}"] = prepared
     return {}
 
 
-def _write(outputs: dict[str, np.ndarray], name: str, i: int, tensor: Any) -> None:
-    if name in outputs:
-        outputs[name][i] = tensor.to_numpy().reshape(outputs[name].shape[1:])
+def _synchronize(state: ChildState) -> None:
+    """Wait for the GPU (the driver's cuCtxSynchronize), so that work a fused op left running
+    asynchronously is inside the clock; a no-op where no context is current."""
+    if "libcuda" not in state.memo:
+        try:
+            state.memo["libcuda"] = ctypes.CDLL("libcuda.so.1")
+        except OSError:
+            state.memo["libcuda"] = None
+    if state.memo["libcuda"] is not None:
+        state.memo["libcuda"].cuCtxSynchronize()
+
+
+def _compute(mt: Any, backend: Any, kind: str, variant: str, one: dict[str, Any]) -> dict[str, Any]:
+    """One prepared computation: the tensors it yields, by output name."""
+    leaves = one["leaves"]
+    if kind.endswith("_fw"):
+        return {"out": _forward(mt, kind, variant, leaves)}
+    if kind == "softmax_bw":
+        return {"inp_grad": _softmax_backward(mt, variant, one)}
+    if variant == "custom":
+        one["out"].backward(one["grad"])
+        return {name: leaves[leaf].grad for leaf, name in GRADIENTS["layernorm"]}
+    return _layernorm_backward_baseline(mt, backend, leaves, one["grad"])
 
 
 @handler("binding_run")
 def binding_run(state: ChildState, msg: dict[str, Any]) -> dict[str, Any]:
-    """The timed part, for each prepared computation in turn: fill the real inputs (forward)
-    or the upstream gradient (backward), compute, and write the results where the parent
-    asked (arrays and outputs carry a leading `reps` axis)."""
+    """The timed part (the parent's clock): each prepared computation in turn, then a wait
+    for the GPU. What each computation yields is kept for `binding_read`."""
     mt, backend = _minitorch(state)
     kind, variant = msg["kind"], msg["variant"]
     prepared = state.memo.pop(f"prepared:{variant}")
-    arrays = _views(state, msg["arrays"])
+    state.memo[f"results:{variant}"] = [_compute(mt, backend, kind, variant, one) for one in prepared]
+    _synchronize(state)
+    return {}
+
+
+@handler("binding_read")
+def binding_read(state: ChildState, msg: dict[str, Any]) -> dict[str, Any]:
+    """The results of the last `binding_run` into the arrays the parent asked for (a leading
+    `reps` axis). Timed apart from the computation, as the course reads its results after its
+    clock; the parent compares the fused op's read with the composition's, so work deferred
+    into the read is still counted."""
     outputs = _views(state, msg["outputs"])
-    for i, one in enumerate(prepared):
-        leaves = one["leaves"]
-        if kind.endswith("_fw"):
-            for name, array in arrays.items():
-                _fill(leaves[name], array[i])
-            _write(outputs, "out", i, _forward(mt, kind, variant, leaves))
-            continue
-        _fill(one["grad"], arrays["out_grad"][i])
-        if kind == "softmax_bw":
-            _write(outputs, "inp_grad", i, _softmax_backward(mt, variant, one))
-        elif variant == "custom":
-            one["out"].backward(one["grad"])
-            for leaf, name in GRADIENTS["layernorm"]:
-                _write(outputs, name, i, leaves[leaf].grad)
-        else:
-            for name, grad in _layernorm_backward_baseline(mt, backend, leaves, one["grad"]).items():
-                _write(outputs, name, i, grad)
+    for i, results in enumerate(state.memo.pop(f"results:{msg['variant']}")):
+        for name, tensor in results.items():
+            if name in outputs:
+                outputs[name][i] = tensor.to_numpy().reshape(outputs[name].shape[1:])
     return {}

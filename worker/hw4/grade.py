@@ -1,8 +1,10 @@
 """hw4's GPU stage: every problem measured in sandboxed children, then scored.
 
 `run_gpu_stage` is what the pipeline calls after a successful build: one fresh child per
-problem on a private copy of the staged tree, plus one child on our reference kit for the
-trusted baseline. Nothing here judges points: worker.scoring does that from the measurements.
+problem on a private copy of the staged tree; for the timing, one more child on a copy whose
+basic-ops library is ours (the rubric's `reference_ops`) and one on our reference kit
+(worker.hw4.speed). Nothing here judges points: worker.scoring does that from the
+measurements.
 """
 from __future__ import annotations
 
@@ -16,10 +18,10 @@ import numpy as np
 
 from worker.affinity import TimingCpus
 from worker.gpu.client import ChildClient
-from worker.hw4 import kernels, problem3
+from worker.hw4 import kernels, problem3, speed
 from worker.hw4.cases import load_cases
 from worker.measurements import ProblemMeasurement
-from worker.rubric import Rubric
+from worker.rubric import REFERENCE_OPS_BUILT, Rubric
 from worker.sandbox import Sandbox, SandboxLimits, SandboxPolicy
 from worker.telemetry import GpuBusySampler, gpu_snapshot
 
@@ -32,7 +34,7 @@ _COPY_IGNORE = shutil.ignore_patterns("__pycache__", ".kg-arena")
 class GpuStageConfig:
     limits: SandboxLimits
     policy: SandboxPolicy
-    timing: kernels.TimingConfig = field(default_factory=kernels.TimingConfig)
+    timing: speed.TimingConfig = field(default_factory=speed.TimingConfig)
     problem3: problem3.Problem3Config = field(default_factory=problem3.Problem3Config)
     seed: int | None = None  # None: fresh inputs on every grade (hidden values never repeat)
     problems: tuple[str, ...] = (*KERNEL_PROBLEMS, "3")  # a subset only for tests and calibration
@@ -46,6 +48,19 @@ def _fresh_copy(source: Path, dest: Path) -> Path:
     shutil.rmtree(dest, ignore_errors=True)
     shutil.copytree(source, dest, ignore=_COPY_IGNORE)
     return dest
+
+
+def _reference_ops_child(rubric: Rubric, staged_root: Path, trusted_root: Path, work_dir: Path,
+                         open_child: Callable[..., ChildClient]) -> ChildClient | None:
+    """The submission's tree with our basic-ops library in place of its own, in a child of
+    its own (the submission's Python runs there too: it is never given our kit's)."""
+    ops = rubric.reference_ops
+    if ops is None or not (trusted_root / REFERENCE_OPS_BUILT).is_file():
+        return None
+    tree = _fresh_copy(staged_root, work_dir / "reference-ops-tree")
+    (tree / ops.output).unlink(missing_ok=True)
+    shutil.copyfile(trusted_root / REFERENCE_OPS_BUILT, tree / ops.output)
+    return open_child("reference-ops", tree, kernels.HANDLERS, KERNEL_ARENA_BYTES)
 
 
 def run_gpu_stage(
@@ -77,20 +92,24 @@ def run_gpu_stage(
         spec = problem.scoring
         target = spec.target if spec.target is not None else problem.reference_speedup
         kernel_problems.append((pid, cases[pid], tuple(t for t in (spec.speed_floor, target) if t is not None)))
-    # The trusted baseline is only for kernel problems: none to run (a subset), no child.
-    trusted = (open_child("trusted", trusted_root, kernels.HANDLERS, KERNEL_ARENA_BYTES)
-               if trusted_root is not None and kernel_problems else None)
+    sides = speed.Sides({})
+    if kernel_problems and trusted_root is not None:
+        sides.clients["kit"] = open_child("trusted", trusted_root, kernels.HANDLERS, KERNEL_ARENA_BYTES)
+        sides.clients["reference_ops"] = _reference_ops_child(rubric, staged_root, trusted_root, work_dir, open_child)
+    if sides.client("reference_ops") is None:
+        sides.drop("reference_ops", "no library of reference basic ops was available")
     # GPU utilisation is recorded per part of the stage: the kernel problems share one figure.
     try:
         with GpuBusySampler(gpu) as busy:
             measurements.extend(kernels.grade_kernel_problems(
                 kernel_problems,
                 lambda label: open_child(f"problem-{label}", staged_root, kernels.HANDLERS, KERNEL_ARENA_BYTES),
-                trusted, rng, config.timing, telemetry, on_problem, config.timing_cpus,
+                sides, rng, config.timing, telemetry, on_problem, config.timing_cpus,
             ))
     finally:
-        if trusted is not None:
-            trusted.close()
+        for client in sides.clients.values():
+            if client is not None:
+                client.close()
     for m in measurements:
         m.telemetry["gpu_busy"] = busy.summary()
     if "3" not in config.problems:

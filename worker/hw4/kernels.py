@@ -2,20 +2,15 @@
 
 For each problem the trusted parent draws fresh inputs, computes float64 references, and asks
 a sandboxed child (one per problem) to run the student's code: first through the C ABI of the
-built .so on every rubric case, then through the student's MiniTorch binding, then the timing
-trials. Timing interleaves, trial by trial and in rotating order, the fused op ("custom"),
-the student's own composition of basic ops ("baseline") and, in a second child running our
-reference kit, the trusted composition; every trial has fresh inputs and its custom results
-are verified (all of them in the first trial, then a few chosen at random by a generator the
-child cannot predict), so caching outputs or deferring work cannot pay. The clock is the
-parent's.
+built .so on every rubric case, then through the student's MiniTorch binding; then, in a fresh
+child, the timing trials of worker.hw4.speed (the course's shapes and definition, with our
+basic ops swapped in beside the student's own). The clock is the parent's.
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import math
-import secrets
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -40,40 +35,10 @@ from worker.hw4.cases import (
     verify,
 )
 from worker.measurements import CaseOutcome, ProblemMeasurement, salient_lines
-from worker.timing import RatioSummary, needs_more_trials, ratio_summary
+from worker.hw4.speed import TIMING_CASES, Sides, TimingConfig, run_binding, time_problem
 
 HANDLERS = ("worker.hw4.child_kernels",)
 BINDING_KINDS_WITHOUT_MASK_FUTURE = ("softmax_fw",)  # Tensor.attn_softmax(mask) has no mask_future
-
-
-@dataclass(frozen=True)
-class TimingConfig:
-    warmup: int = 3
-    min_trials: int = 10
-    max_trials: int = 40
-    round_trials: int = 10  # trials added per round while the interval is too wide
-    max_relative_width: float = 0.10  # stop once the 95% interval is within +-5%
-    call_timeout_s: float = 60.0
-    request_ms: float = 25.0  # aim for timed requests at least this long ...
-    max_reps: int = 32  # ... with at most this many computations in one request
-    kernel_calls: int = 20  # C ABI calls profiled for the kernel's own GPU time
-    # Custom results verified per timed request after the first (which verifies all): a float64
-    # reference of a 1M-element output takes ~15 ms, so verifying all 7 of a 1.1 request cost
-    # more than the timing itself. A submission wrong on a fraction f of its results is still
-    # caught with probability 1 - (1 - f)^(2 x trials).
-    verified_reps: int = 2
-
-
-# Course-like timing shapes (the course's tests draw tokens <= 1024, seq <= 512, nhead 8,
-# layernorm hidden 32). One fixed shape per problem keeps re-grades comparable.
-TIMING_CASES: dict[str, Case] = {
-    "1.1": make_case("softmax_fw", id="time-sfw-b8h8f128t128", problem="1.1", public=True,
-                     batch=8, nhead=8, from_len=128, to_len=128, mask="pad", mask_future=False),
-    "1.2": make_case("softmax_bw", id="time-sbw-b8h8f128t128", problem="1.2", public=True,
-                     rows=8 * 8 * 128, softmax_len=128, batch=8, nhead=8, from_len=128),
-    "2.1": make_case("layernorm_fw", id="time-lfw-r1024h32", problem="2.1", public=True, rows=1024, hidden=32),
-    "2.2": make_case("layernorm_bw", id="time-lbw-r1024h32", problem="2.2", public=True, rows=1024, hidden=32),
-}
 
 
 def case_json(case: Case) -> dict[str, Any]:
@@ -140,49 +105,15 @@ def check_abi_case(client: ChildClient, check: Check, timeout: float) -> CaseOut
     return _outcome(check, result.ok, result.max_err, result.where, (result.message + where_text).strip())
 
 
-def run_binding(client: ChildClient, case: Case, variant: str, sets: list[dict[str, np.ndarray]],
-                timeout: float, course_tensors: bool = False) -> tuple[list[dict[str, np.ndarray]], float]:
-    """Prepare (untimed) then run (timed) one binding computation per input set, in one
-    request; returns (outputs per set, milliseconds per computation on the parent's clock).
-    `course_tensors`: build the tensors exactly as the course's tests do (minitorch.tensor from
-    lists, requires_grad=True), for the correctness checks; the timing trials take the faster
-    tensor_from_numpy where the package has it."""
-    backward = case.kind.endswith("_bw")
-    reps = len(sets)
-    first = sets[0]
-    client.arena.reset()
-    prepare: dict[str, Any] = {"op": "binding_prepare", "kind": case.kind, "variant": variant, "reps": reps,
-                               "course_tensors": course_tensors}
-    if backward:
-        prepare["arrays"] = client.arena.put_stacked(sets, tuple(k for k in first if k != "out_grad"))
-    else:
-        prepare["shapes"] = {k: list(v.shape) for k, v in first.items()}
-    client.call(prepare, timeout)
-    run_inputs = ("out_grad",) if backward else tuple(first)
-    out_shapes = {"out": first["inp"].shape, "inp_grad": first["inp"].shape,
-                  "gamma_grad": first.get("gamma", np.empty(0)).shape,
-                  "beta_grad": first.get("beta", np.empty(0)).shape}
-    outputs = {}
-    for name in binding_output_names(case):
-        ref = client.arena.alloc((reps, *out_shapes[name]))
-        client.arena.view(ref)[...] = np.nan  # poisoned: an unwritten output fails
-        outputs[name] = ref.to_json()
-    message = {"op": "binding_run", "kind": case.kind, "variant": variant,
-               "arrays": client.arena.put_stacked(sets, run_inputs), "outputs": outputs}
-    _, seconds = client.timed_call(message, timeout)
-    results = client.arena.read_all(outputs)
-    return [{name: results[name][i] for name in results} for i in range(reps)], seconds * 1000.0 / reps
-
-
 def check_binding_case(client: ChildClient, check: Check, timeout: float) -> CaseOutcome:
     case = check.case
     inputs = make_binding_inputs(case, check.rng())
     expected = binding_reference(case, inputs)
     try:
-        (outputs,), _ = run_binding(client, case, "custom", [inputs], timeout, course_tensors=True)
+        run = run_binding(client, case, "custom", [inputs], timeout, course_tensors=True)
     except StudentError as exc:
         return _outcome(check, False, None, None, f"raised {exc.error}")
-    result = verify(case, outputs, expected)
+    result = verify(case, run.outputs[0], expected)
     return _outcome(check, result.ok, result.max_err, result.where, result.message)
 
 
@@ -217,81 +148,6 @@ def binding_eligible(case: Case) -> bool:
     if case.kind == "softmax_bw" and case.params["softmax_len"] > MAX_SOFTMAX_LEN["softmax_fw"]:
         return False
     return True
-
-
-@dataclass
-class TimingResult:
-    student: RatioSummary | None
-    trusted: RatioSummary | None
-    wrong_trials: int
-    trusted_error: str | None = None  # our reference child failed: its figure is dropped
-
-
-def time_problem(student: ChildClient, trusted: ChildClient | None, case: Case, rng: np.random.Generator,
-                 config: TimingConfig, thresholds: tuple[float, ...]) -> TimingResult:
-    variants: list[tuple[str, ChildClient, str]] = [("custom", student, "custom"), ("baseline", student, "baseline")]
-    if trusted is not None:
-        variants.append(("trusted", trusted, "baseline"))
-    trusted_error: str | None = None
-
-    def attempt(name: str, client: ChildClient, variant: str, inputs: list[dict[str, np.ndarray]]):
-        """run_binding; a failure of OUR reference child is never the submission's: it drops
-        the trusted figure (None) instead of ending the problem."""
-        nonlocal trusted_error
-        if name != "trusted":
-            return run_binding(client, case, variant, inputs, config.call_timeout_s)
-        try:
-            return run_binding(client, case, variant, inputs, config.call_timeout_s)
-        except (ChildFailure, StudentError) as exc:
-            trusted_error = f"reference baseline failed: {exc}"
-            variants[:] = [v for v in variants if v[0] != "trusted"]
-            return None
-
-    warm_ms = {name: 1e-3 for name, _, _ in variants}
-    for _ in range(config.warmup):
-        inputs = [make_binding_inputs(case, rng)]
-        for name, client, variant in list(variants):
-            result = attempt(name, client, variant, inputs)
-            if result is not None:
-                warm_ms[name] = max(result[1], 1e-3)
-    # Each timed request runs a variant `reps` times, enough for ~request_ms, so the request's
-    # own round trip (~0.1 ms) stays a small part of what is measured even for sub-millisecond
-    # fused ops, while a 10x slower baseline does not run 10x longer than it needs to.
-    reps = {name: max(1, min(config.max_reps, math.ceil(config.request_ms / ms))) for name, ms in warm_ms.items()}
-    samples: dict[str, list[float]] = {name: [] for name, _, _ in variants}
-    wrong = 0
-    trial = 0
-    while True:
-        for _ in range(config.round_trials):
-            sets = [make_binding_inputs(case, rng) for _ in range(max(reps.values()))]
-            order = variants[trial % len(variants):] + variants[: trial % len(variants)]
-            for name, client, variant in order:
-                result = attempt(name, client, variant, sets[:reps[name]])
-                if result is None:
-                    continue
-                outputs, ms = result
-                samples[name].append(ms)
-                if name == "custom":
-                    wrong += sum(not verify(case, outputs[i], binding_reference(case, sets[i])).ok
-                                 for i in verified_indices(len(outputs), config.verified_reps, trial == 0))
-            trial += 1
-        student_ratio = ratio_summary(samples["baseline"], samples["custom"])
-        has_trusted = any(v[0] == "trusted" for v in variants)
-        trusted_ratio = ratio_summary(samples["trusted"], samples["custom"]) if has_trusted else None
-        settled = not needs_more_trials(student_ratio, thresholds, config.max_relative_width) and (
-            trusted_ratio is None or not needs_more_trials(trusted_ratio, thresholds, config.max_relative_width))
-        if trial >= config.max_trials or (trial >= config.min_trials and settled):
-            return TimingResult(student_ratio, trusted_ratio, wrong, trusted_error)
-
-
-_UNPREDICTABLE = secrets.SystemRandom()  # not the grading seed: a child must not know what is checked
-
-
-def verified_indices(reps: int, count: int, first_trial: bool) -> list[int]:
-    """Which results of a timed request the parent verifies."""
-    if first_trial or count >= reps:
-        return list(range(reps))
-    return sorted(_UNPREDICTABLE.sample(range(reps), count))
 
 
 ClientFactory = Callable[[str], ChildClient]  # label -> a fresh sandboxed child
@@ -434,38 +290,43 @@ def profile_phase(problem: KernelProblem, config: TimingConfig) -> None:
     try:
         with problem.clock("kernel_profile"):
             m.kernel_ms, m.telemetry["kernel_profile"] = measure_kernel_ms(
-                profiler, TIMING_CASES[problem.problem_id], problem.profile_rng, config)
+                profiler, max(TIMING_CASES[problem.problem_id], key=lambda c: math.prod(c.shape)),
+                problem.profile_rng, config)
     finally:
         problem.profiler = None
         profiler.close()
 
 
-def timing_phase(problem: KernelProblem, trusted: ChildClient | None, config: TimingConfig) -> None:
+def timing_phase(problem: KernelProblem, sides: Sides, config: TimingConfig) -> None:
     """The speedups, with nothing else of this grade running (the caller freezes the others)."""
-    client, m, case = problem.client, problem.measurement, TIMING_CASES[problem.problem_id]
+    client, m, cases = problem.client, problem.measurement, TIMING_CASES[problem.problem_id]
     assert client is not None
-    during = f"(while timing your fused op and your MiniTorch's composition on {case.describe_inputs()})"
+    shapes = ", ".join(c.describe_shape() for c in cases)
+    during = f"(while timing your fused op and your MiniTorch's composition on the course's shapes: {shapes})"
     with _ends_on_failure(problem, during):
         with problem.clock("timing"):
-            timing = time_problem(client, trusted, case, problem.rng, config, problem.thresholds)
-        m.speedup_student, m.speedup_trusted = timing.student, timing.trusted
-        if timing.trusted_error:
-            m.telemetry["trusted_failure"] = timing.trusted_error
+            timing = time_problem(client, sides, cases, problem.rng, config, problem.thresholds)
+        m.speedup_student, m.speedup_reference_ops, m.speedup_trusted = (
+            timing.student, timing.reference_ops, timing.kit)
+        m.telemetry.update(timing_shapes=timing.shapes, timing_evidence=timing.evidence,
+                           timing_dropped=timing.dropped)
         if timing.wrong_trials:
             m.binding_cases.append(CaseOutcome(
-                case_id=f"timing:{case.id}", shape=tuple(case.shape), ok=False,
+                case_id="timing:course-shapes", shape=tuple(cases[0].shape), ok=False,
                 message=f"{timing.wrong_trials} timed trial(s) returned a wrong result", public=True))
 
 
 @contextlib.contextmanager
-def _placed_for_timing(student: ChildClient, trusted: ChildClient | None, cpus: TimingCpus | None) -> Iterator[None]:
-    """The timed children and the clock's thread each on their own fixed core (or left alone)."""
+def _placed_for_timing(student: ChildClient, sides: Sides, cpus: TimingCpus | None) -> Iterator[None]:
+    """The timed children and the clock's thread each on their own fixed core (or left alone);
+    the side children take turns on one core (a trial runs one request at a time)."""
     if cpus is None:
         yield
         return
     student.pin({cpus.student})
-    if trusted is not None:
-        trusted.pin({cpus.trusted})
+    for client in sides.clients.values():
+        if client is not None:
+            client.pin({cpus.trusted})
     with this_thread_on(cpus.parent):
         yield
 
@@ -473,7 +334,7 @@ def _placed_for_timing(student: ChildClient, trusted: ChildClient | None, cpus: 
 def grade_kernel_problems(
     problems: list[tuple[str, list[Case], tuple[float, ...]]],
     open_student: ClientFactory,
-    trusted: ChildClient | None,
+    sides: Sides,
     rng: np.random.Generator,
     config: TimingConfig,
     telemetry: Callable[[], dict[str, Any]] = dict,
@@ -534,8 +395,8 @@ def grade_kernel_problems(
             on_problem(problem.problem_id)
             problem.client.resume()  # type: ignore[union-attr]
             problem.measurement.telemetry["timing_cpus"] = dataclasses.asdict(cpus) if cpus else None
-            with _placed_for_timing(problem.client, trusted, cpus):  # type: ignore[arg-type]
-                timing_phase(problem, trusted, config)
+            with _placed_for_timing(problem.client, sides, cpus):  # type: ignore[arg-type]
+                timing_phase(problem, sides, config)
             _finish(problem)
             problem.measurement.telemetry["after"] = telemetry()
     finally:
