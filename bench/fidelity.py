@@ -11,13 +11,20 @@ For every zip in --zips (default .corpus/zips):
    --shared src/X.cu -Xcompiler -fPIC`, plus -arch and the cuBLAS/cuRAND header folders the
    grader adds), then `python3 kernel_tests/test_X.py` for the four kernel tests, cwd = the
    tree, each under a timeout, --jobs of them at once across submissions. Verdicts come from
-   the printed text (bench/fidelity_report.py): the harness exits 0 on an allclose failure.
+   the printed text of the first run (bench/fidelity_report.py): the harness exits 0 on an
+   allclose failure. A file whose first run passed is run --repeat times in all (default 5),
+   one after another; each passing run's printed per-case speedups are kept, and the course
+   figure is the mean over runs of each run's mean. Speed figures are cleanest with --jobs 1
+   or 2 (other test files share the GPU otherwise); meta records jobs and repeat.
 2. kernelgrade: worker.pipeline.grade_submission on the same zip with the PipelineConfig and
    GPU stage built as production builds them (worker.runs from the settings' defaults and
    KG_* variables), one zip after another, after every harness run has ended, so that no
    course test runs beside kernelgrade's timing. Targets are the rubric's (no calibration).
 3. One row per submission and problem: course verdict and speedups, kernelgrade verdict,
-   speedups and points, agreement. Printed, and written to $OUT (default .gpu-out/):
+   speedups and points, agreement; then the speed fidelity table (course mean beside
+   kernelgrade's scored figure, ratio, within 15%, whether the printed shapes are
+   worker.hw4.course_shapes'), a per-shape listing and each graded problem's flags.
+   Printed, and written to $OUT (default .gpu-out/):
    fidelity.md (section for BENCHMARKS.md), fidelity.json (raw results, rewritten after every
    result, so a run cut short keeps what it had), fidelity-logs/ (test output tails, failed
    build logs).
@@ -198,6 +205,28 @@ def run_course_test(tree: Path, test: str, python: str, timeout_s: float, expect
     return verdict, output
 
 
+def repeat_course_test(verdict: report.CourseVerdict, tree: Path, test: str, args: argparse.Namespace,
+                       expected: int, log_dir: Path, deadline: float | None) -> None:
+    """Runs 2..--repeat of a test file whose first run passed, one after another, for the
+    course's speedup: the verdict stays the first run's; `repeat_speedups` gets the printed
+    per-case speedups of every run that passed all its cases (the first included)."""
+    verdict.runs = 1
+    if verdict.verdict != "pass":
+        return
+    verdict.repeat_speedups = [list(verdict.speedups)]
+    for run in range(2, max(1, args.repeat) + 1):
+        timeout = args.timeout
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left < MIN_TEST_S:
+                return
+            timeout = min(timeout, left)
+        again, _ = run_course_test(tree, test, args.python, timeout, expected, log_dir / f"{test}.run{run}.log")
+        verdict.runs = run
+        if again.verdict == "pass":
+            verdict.repeat_speedups.append(list(again.speedups))
+
+
 def run_harness(zips: list[Path], official: Path, work: Path, store: ResultStore, args: argparse.Namespace,
                 rubric: Rubric, limits: UnpackLimits, deadline: float | None) -> None:
     tests = list(report.COURSE_TESTS)
@@ -246,6 +275,7 @@ def run_harness(zips: list[Path], official: Path, work: Path, store: ResultStore
             verdict.verdict = "not run"
             verdict.reason = f"cut at {timeout:.0f} s by --budget ({verdict.passes}/{verdict.expected} passed by then)"
         save_tail(logs / name / f"{test}.log", output)
+        repeat_course_test(verdict, Path(record["tree"]), test, args, expected[test], work / name / "logs", deadline)
         return name, test, verdict
 
     # The softmax tests (largest inputs) first, so the long ones do not start last.
@@ -260,8 +290,10 @@ def run_harness(zips: list[Path], official: Path, work: Path, store: ResultStore
                 continue
             store.update(lambda d, n=name, t=test, v=verdict: d["harness"][n]["tests"].__setitem__(t, v.to_dict()))
             took = f" ({verdict.seconds:g} s)" if verdict.seconds is not None else ""
+            speed = report.course_speed(verdict)
+            mean = f"; course mean {speed.mean:.2f}x over {speed.runs} of {verdict.runs} runs" if speed else ""
             log(f"harness {name} {test}: {report.course_cell(verdict)}; speedups "
-                f"{report.speedup_summary(verdict.speedups)}{took}")
+                f"{report.speedup_summary(verdict.speedups)}{took}{mean}")
 
 
 # --------------------------------------------------------------------------- production configuration
@@ -550,7 +582,8 @@ def header_lines(metas: list[dict[str, Any]]) -> list[str]:
             lines.append(f"Course harness: official starter (kernel_tests/, test_utils.py) with each submission's "
                          f"src/ and minitorch/; built with compile_cuda.sh's flags + {m.get('arch')}; "
                          f"{m.get('jobs')} test files at once, {m.get('timeout_s') or 0:g} s each; verdicts from the "
-                         "printed output.")
+                         f"printed output of the first run; each passing file run {m.get('repeat') or 1} times "
+                         "for the course's mean speedup.")
         if m.get("mode") in ("grader", "both"):
             lines.append(f"kernelgrade: grade_submission with production settings ({m.get('settings')}); "
                          f"problems {', '.join(m.get('problems') or [])}; targets: the rubric's (no calibration).")
@@ -570,6 +603,31 @@ def build_lines(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+SPEED_TITLE = ("Speed fidelity: the course harness's speedup (mean over its repeated runs of each run's mean "
+               "of the printed per-case speedups) beside kernelgrade's scored figure")
+
+
+def speed_section(results: dict[str, Any]) -> str:
+    """The speed fidelity table, the per-shape listing and the graded problems' flags, as
+    markdown (printed as text beside it)."""
+    rows = report.speed_rows(results)
+    shapes, flags = report.shape_lines(results), report.flag_lines(results)
+    print(f"\n{SPEED_TITLE}:")
+    print(report.render_speed_text(rows) if rows else "(no submission and problem with both figures)")
+    md = f"\n{SPEED_TITLE}:\n\n" + (report.render_speed_markdown(rows) if rows else
+                                    "(no submission and problem with both figures)\n")
+    if shapes:
+        print("per shape, course per-case mean over runs vs kernelgrade's per-shape speedup:")
+        print("\n".join(shapes))
+        md += ("\nPer shape, course per-case mean over runs vs kernelgrade's per-shape speedup:\n\n"
+               + "\n".join(shapes) + "\n")
+    if flags:
+        print("kernelgrade's flags and timing seconds per graded problem:")
+        print("\n".join(flags))
+        md += "\nkernelgrade's flags and timing seconds per graded problem:\n\n" + "\n".join(flags) + "\n"
+    return md
+
+
 def render(results: dict[str, Any], out: Path) -> None:
     metas = results["meta"] if isinstance(results.get("meta"), list) else [results.get("meta") or {}]
     rows = report.table_rows(results)
@@ -586,6 +644,7 @@ def render(results: dict[str, Any], out: Path) -> None:
            f"{counts['not compared']} not compared.\n")
     if builds:
         md += "\nnvcc builds for the harness (course flags):\n\n" + "\n".join(builds) + "\n"
+    md += speed_section(results)
     out.mkdir(parents=True, exist_ok=True)
     (out / "fidelity.md").write_text(md)
     print(f"\nwrote {out / 'fidelity.md'} and {out / 'fidelity.json'}")
@@ -601,7 +660,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="the official starter tree (kernel_tests/, test_utils.py, ...)")
     parser.add_argument("--only", default="", help="comma-separated zip names (without .zip) to include")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".gpu-out")))
-    parser.add_argument("--jobs", type=int, default=8, help="course test files run at once")
+    parser.add_argument("--jobs", type=int, default=8,
+                        help="course test files run at once (speed figures are cleanest with 1 or 2)")
+    parser.add_argument("--repeat", type=int, default=5,
+                        help="runs of each course test file, one after another, for the course's mean speedup")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per course test file")
     parser.add_argument("--arch", default="sm_90", help="nvcc -arch for the harness builds")
     parser.add_argument("--nvcc", default=os.environ.get("KG_NVCC", "nvcc"))
@@ -660,7 +722,8 @@ def main(argv: list[str] | None = None) -> int:
             "mode": mode, "gpu": gpu_description(), "cpus": os.cpu_count(), "machine": platform.machine(),
             "nvcc": nvcc_version(args.nvcc), "python": sys.version.split()[0], "commit": args.commit or safe_commit(),
             "command": command_line(sys.argv if argv is None else ["bench/fidelity.py", *argv]),
-            "zips": [z.name for z in zips], "jobs": args.jobs, "timeout_s": args.timeout, "arch": f"-arch={args.arch}",
+            "zips": [z.name for z in zips], "jobs": args.jobs, "repeat": args.repeat,
+            "timeout_s": args.timeout, "arch": f"-arch={args.arch}",
             "harness_python": args.python, "problems": list(problems), "settings": settings_source}
     store = ResultStore(args.out / "fidelity.json", meta)
     log(f"fidelity: {len(zips)} zips, mode {mode}; work folder {work}; results -> {store.path}")

@@ -10,6 +10,10 @@ case, a `>>>>...<name>, ntest [i], dtype [...]:` header, then `Run baseline...`,
 `Test passed. Time of custom/baseline (ms): C / B, speedup: S`. On a mismatch it prints
 `torch.allclose failed, ...` and details, then calls exit(0): a failing kernel exits with
 status 0, so verdicts are read from the printed text, never from the exit status alone.
+Before each case it prints the case's shape, `(batch_size, nhead, from_len, to_len): (1, 8, 115, 282)`
+(parse_shapes keeps the leading integers). The course speedup of a test file run several times
+(course_speed) is the mean over runs of each run's mean of its printed per-case speedups;
+speed_rows sets it beside kernelgrade's scored figure.
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
+from worker.hw4.course_shapes import course_shapes
 from worker.measurements import salient_lines
 
 # Course test file -> the rubric problem it checks. Problem 3 has no course kernel test.
@@ -40,6 +45,8 @@ PASSED_RE = re.compile(
     r"Test passed\. Time of custom/baseline \(ms\):\s*(?P<custom>[-+0-9.eE]+|nan|inf)\s*/\s*"
     r"(?P<baseline>[-+0-9.eE]+|nan|inf),\s*speedup:\s*(?P<speedup>[-+0-9.eE]+|nan|inf)"
 )
+# The shape line each case prints first: `(batch_size, nhead, from_len, to_len): (1, 8, 115, 282)`.
+SHAPE_RE = re.compile(r"^\((?P<names>[A-Za-z_]\w*(?:,\s*[A-Za-z_]\w*)*)\):\s*\((?P<values>[^()]*)\)\s*$", re.M)
 CASE_RE = re.compile(r"^>{5,}\s*(?P<name>\w+), ntest \[(?P<index>\d+)\]", re.M)
 ALLCLOSE = "torch.allclose failed"
 TRACEBACK = "Traceback (most recent call last)"
@@ -69,6 +76,9 @@ class CourseVerdict:
     returncode: int | None = None
     timed_out: bool = False
     seconds: float | None = None
+    shapes: list[list[int]] = field(default_factory=list)  # per case, from the first run's shape lines
+    repeat_speedups: list[list[float]] = field(default_factory=list)  # per run that passed every case
+    runs: int = 0  # how many times the test file was run (0: a record from before --repeat)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -77,6 +87,22 @@ class CourseVerdict:
     def from_dict(cls, data: dict[str, Any]) -> CourseVerdict:
         known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def parse_shapes(output: str) -> list[list[int]]:
+    """The leading integers of every printed shape line, in order (one line per case):
+    `(batch_size, nhead, from_len, to_len, is_dec_self_attn, ...): (1, 8, 115, 282, False, ...)`
+    gives [1, 8, 115, 282]."""
+    shapes = []
+    for m in SHAPE_RE.finditer(output):
+        ints: list[int] = []
+        for item in m.group("values").split(","):
+            item = item.strip()
+            if not re.fullmatch(r"[-+]?\d+", item):
+                break
+            ints.append(int(item))
+        shapes.append(ints)
+    return shapes
 
 
 def expected_cases(test_source: str) -> int:
@@ -148,6 +174,7 @@ def parse_harness_output(output: str, returncode: int | None, timed_out: bool = 
         returncode=returncode,
         timed_out=timed_out,
         seconds=seconds,
+        shapes=parse_shapes(output),
     )
     progress = f"{result.passes}/{expected} passed"
     if ALLCLOSE in output:
@@ -364,3 +391,203 @@ def merge_results(parts: Iterable[dict[str, Any]]) -> dict[str, Any]:
                 record = {**record, "problems": {**earlier["problems"], **record["problems"]}}
             merged["grader"][name] = record
     return merged
+
+
+# --------------------------------------------------------------------------- speed fidelity
+
+WITHIN = 0.15  # kernelgrade's scored figure "agrees" with the course mean within this fraction
+# scored_figure -> the key of a timing_shapes entry's "speedups" that figure is the mean of
+FIGURE_SHAPE_KEY = {"reference_ops": "reference_ops", "student": "baseline"}
+
+
+@dataclass
+class CourseSpeed:
+    """The course harness's speedup for one test file over its repeated runs."""
+
+    mean: float  # mean over runs of each run's mean of its printed per-case speedups
+    run_means: list[float]
+    per_case: list[float]  # per case, the mean over the runs that printed that case
+    runs: int
+
+    @property
+    def low(self) -> float:
+        return min(self.run_means)
+
+    @property
+    def high(self) -> float:
+        return max(self.run_means)
+
+
+def _finite(values: Iterable[float]) -> bool:
+    return all(v == v and v not in (float("inf"), float("-inf")) for v in values)
+
+
+def course_runs(v: CourseVerdict) -> list[list[float]]:
+    """The per-case speedups of every run that passed; a record from before --repeat (no
+    repeat_speedups) gives its one passing run."""
+    if v.repeat_speedups:
+        return [list(r) for r in v.repeat_speedups if r]
+    return [list(v.speedups)] if v.verdict == "pass" and v.speedups else []
+
+
+def course_speed(v: CourseVerdict | None) -> CourseSpeed | None:
+    """The course figure: the mean over runs of the per-run mean of the printed per-case
+    speedups (runs with a NaN or infinite speedup are left out); None with no such run."""
+    if v is None or v.verdict != "pass":
+        return None
+    runs = [r for r in course_runs(v) if _finite(r)]
+    if not runs:
+        return None
+    run_means = [statistics.fmean(r) for r in runs]
+    width = max(len(r) for r in runs)
+    per_case = [statistics.fmean(r[i] for r in runs if i < len(r)) for i in range(width)]
+    return CourseSpeed(statistics.fmean(run_means), run_means, per_case, len(runs))
+
+
+def shapes_match(problem: str, printed: list[list[int]]) -> str:
+    """yes / no: the course's printed shapes are kernelgrade's timing shapes
+    (worker.hw4.course_shapes); `-` when the record has none (before shapes were kept)."""
+    if not printed:
+        return "-"
+    try:
+        ours = [list(s) for s in course_shapes(problem)]
+    except ValueError:
+        return "-"
+    return "yes" if [list(s) for s in printed] == ours else "no"
+
+
+def _x(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _scored(record: dict[str, Any]) -> float | None:
+    value = record.get("scored_speedup")
+    return float(value) if isinstance(value, (int, float)) and value == value else None
+
+
+Pair = tuple[str, str, "CourseVerdict | None", "dict[str, Any] | None"]
+
+
+def _course_problem_pairs(results: dict[str, Any]) -> list[Pair]:
+    """(submission, problem, course verdict, kernelgrade record) for every course-tested problem."""
+    harness, grader = results.get("harness", {}), results.get("grader", {})
+    pairs = []
+    for name in sorted(set(harness) | set(grader)):
+        tests = (harness.get(name) or {}).get("tests") or {}
+        problems = (grader.get(name) or {}).get("problems") or {}
+        for test, pid in COURSE_TESTS.items():
+            raw = tests.get(test)
+            pairs.append((name, pid, CourseVerdict.from_dict(raw) if raw else None, problems.get(pid)))
+    return pairs
+
+
+def speed_rows(results: dict[str, Any]) -> list[dict[str, str]]:
+    """The speed fidelity table: one row per submission and problem where both the course
+    (a passing run) and kernelgrade (a scored speedup) have a figure."""
+    rows = []
+    for name, pid, course, record in _course_problem_pairs(results):
+        speed = course_speed(course)
+        scored = _scored(record) if record else None
+        if speed is None or scored is None or record is None or course is None:
+            continue
+        ratio = scored / speed.mean if speed.mean else None
+        runs = f"{speed.runs} run{'s' if speed.runs != 1 else ''}"
+        rows.append({
+            "submission": name,
+            "problem": pid,
+            "course_mean": f"{speed.mean:.2f}x ({runs}, {speed.low:.2f}-{speed.high:.2f})",
+            "kg_scored": f"{scored:.2f}x ({record.get('scored_figure') or '?'})",
+            "kg_own_ops": record.get("speedup_student") or "-",
+            "kg_our_ops": record.get("speedup_reference_ops") or "-",
+            "kg_kit": record.get("speedup_trusted") or "-",
+            "ratio": "-" if ratio is None else f"{ratio:.3f}",
+            "within": "-" if ratio is None else ("yes" if abs(ratio - 1) <= WITHIN else "no"),
+            "shapes": shapes_match(pid, course.shapes),
+        })
+    return rows
+
+
+SPEED_COLUMNS = (("submission", "submission"), ("problem", "problem"),
+                 ("course_mean", "course mean (runs, min-max of run means)"),
+                 ("kg_scored", "kernelgrade scored (figure)"), ("kg_own_ops", "kernelgrade vs its own ops"),
+                 ("kg_our_ops", "kernelgrade vs our ops"), ("kg_kit", "kit figure"),
+                 ("ratio", "scored / course"), ("within", f"within {WITHIN:.0%}"), ("shapes", "shapes"))
+
+
+def _shape_speedup(entry: dict[str, Any], figure: str | None) -> tuple[float | None, str]:
+    """A timing_shapes entry's speedup of the scored figure (reference_ops, else baseline)."""
+    speedups = entry.get("speedups") or {}
+    keys = [FIGURE_SHAPE_KEY[figure]] if figure in FIGURE_SHAPE_KEY else []
+    for key in [*keys, "reference_ops", "baseline"]:
+        value = speedups.get(key)
+        if isinstance(value, (int, float)):
+            return float(value), key
+    return None, "-"
+
+
+def shape_lines(results: dict[str, Any]) -> list[str]:
+    """Per shape: the course's per-case mean over runs beside kernelgrade's per-shape speedup."""
+    lines = []
+    for name, pid, course, record in _course_problem_pairs(results):
+        speed = course_speed(course)
+        shapes = ((record or {}).get("timing") or {}).get("timing_shapes") or []
+        if speed is None or not shapes or course is None or record is None:
+            continue
+        lines.append(f"- {name} {pid}:")
+        for i in range(max(len(speed.per_case), len(shapes))):
+            printed = course.shapes[i] if i < len(course.shapes) else None
+            entry = shapes[i] if i < len(shapes) else {}
+            value, key = _shape_speedup(entry, record.get("scored_figure"))
+            ours = entry.get("shape")
+            where = f"course {tuple(printed) if printed else '?'}"
+            if ours is not None and list(ours) != (printed or []):
+                where += f" / kernelgrade {tuple(ours)}"
+            c = speed.per_case[i] if i < len(speed.per_case) else None
+            lines.append(f"  - case {i + 1} {where}: course {_x(c)}, kernelgrade {_x(value)} ({key})")
+    return lines
+
+
+def _seconds_text(seconds: Any) -> str:
+    if not isinstance(seconds, dict) or not seconds:
+        return "-"
+    return ", ".join(f"{k} {v:g} s" if isinstance(v, (int, float)) else f"{k} {v}" for k, v in seconds.items())
+
+
+def flag_lines(results: dict[str, Any]) -> list[str]:
+    """A line per graded problem: its score's flags (if any) and the timing's phase seconds."""
+    lines = []
+    for name, g in sorted((results.get("grader") or {}).items()):
+        for pid, record in sorted(((g or {}).get("problems") or {}).items()):
+            if record.get("graded") is False:
+                continue
+            flags = record.get("flags") or []
+            seconds = _seconds_text((record.get("timing") or {}).get("seconds"))
+            lines.append(f"- {name} {pid}: flags {'; '.join(flags) if flags else 'none'}; timing seconds: {seconds}")
+    return lines
+
+
+def render_speed_text(rows: list[dict[str, str]], width: int = 48) -> str:
+    return _text_table(rows, SPEED_COLUMNS, width)
+
+
+def render_speed_markdown(rows: list[dict[str, str]]) -> str:
+    return _md_table(rows, SPEED_COLUMNS)
+
+
+def _text_table(rows: list[dict[str, str]], columns: tuple[tuple[str, str], ...], width: int) -> str:
+    def cut(text: str) -> str:
+        return text if len(text) <= width else text[: width - 3] + "..."
+
+    header = [title for _, title in columns]
+    body = [[cut(r[key]) for key, _ in columns] for r in rows]
+    widths = [max(len(x) for x in col) for col in zip(header, *body)] if body else [len(h) for h in header]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip(),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip() for cells in body]
+    return "\n".join(lines)
+
+
+def _md_table(rows: list[dict[str, str]], columns: tuple[tuple[str, str], ...]) -> str:
+    lines = ["| " + " | ".join(title for _, title in columns) + " |", "|" + " --- |" * len(columns)]
+    lines += ["| " + " | ".join(_md_cell(r[key]) for key, _ in columns) + " |" for r in rows]
+    return "\n".join(lines) + "\n"

@@ -22,6 +22,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import fidelity  # noqa: E402
 import fidelity_report as report  # noqa: E402
+from worker.hw4.course_shapes import course_shapes  # noqa: E402
 from worker.rubric import load_rubric  # noqa: E402
 from worker.unpack import UnpackLimits, unpack_zip  # noqa: E402
 
@@ -639,3 +640,124 @@ def test_run_harness_cuts_the_last_tests_at_the_budget(tmp_path: Path) -> None:
     slow = results["harness"]["alice"]["tests"]["test_layernorm_fw"]
     assert slow["verdict"] == "not run" and slow["reason"].startswith("cut at ") and "by --budget" in slow["reason"]
     assert results["harness"]["alice"]["tests"]["test_softmax_fw"]["verdict"] == "pass"
+
+
+# --------------------------------------------------------------------------- speed fidelity
+
+SOFTMAX_FW_SHAPE = ("(batch_size, nhead, from_len, to_len, is_dec_self_attn, is_dec_self_attn_infer): "
+                    "(1, 8, 115, 282, False, False)\n")
+
+
+def test_shape_lines_give_their_leading_integers_in_order() -> None:
+    out = (">>>>>>>>>>>>>>>>>>>>>>test_launch_attn_softmax, ntest [0], dtype [torch.float32]:\n" + SOFTMAX_FW_SHAPE
+           + "Run baseline...\n(batch_size, nhead, from_len, to_len): (3, 8, 40, 41)\n"
+           "(batch_token_num, hidden_dim): (115, 32)\nnot a shape: (1, 2)\n(a, b): (x, 2)\n")
+    assert report.parse_shapes(out) == [[1, 8, 115, 282], [3, 8, 40, 41], [115, 32], []]
+    assert report.parse_harness_output(five_passes(), 0).shapes == [[2, 8]] * 5
+    old = {k: v for k, v in report.parse_harness_output(five_passes(), 0).to_dict().items()
+           if k not in ("shapes", "repeat_speedups", "runs")}
+    v = report.CourseVerdict.from_dict(old)  # a fidelity.json from before --repeat
+    assert v.shapes == [] and v.repeat_speedups == [] and v.runs == 0
+
+
+def test_course_speed_is_the_mean_over_runs_of_each_runs_mean() -> None:
+    v = report.CourseVerdict("pass", speedups=[1.0, 3.0],
+                             repeat_speedups=[[1.0, 3.0], [3.0, 5.0], [2.0, float("nan")]], runs=4)
+    speed = report.course_speed(v)
+    assert speed is not None and speed.runs == 2  # the run with a NaN is left out
+    assert speed.run_means == [2.0, 4.0] and speed.mean == 3.0
+    assert speed.per_case == [2.0, 4.0] and (speed.low, speed.high) == (2.0, 4.0)
+    old = report.course_speed(report.CourseVerdict("pass", speedups=[10.0, 12.0]))  # no repeat_speedups: one run
+    assert old is not None and old.runs == 1 and old.mean == 11.0 and old.per_case == [10.0, 12.0]
+    assert report.course_speed(report.CourseVerdict("fail", speedups=[10.0], repeat_speedups=[[10.0]])) is None
+    assert report.course_speed(report.CourseVerdict("pass")) is None and report.course_speed(None) is None
+
+
+def speed_results() -> dict:
+    shapes = [list(s) for s in course_shapes("1.1")]
+    course = report.CourseVerdict("pass", passes=5, speedups=[10.0] * 5, shapes=shapes, runs=2,
+                                  repeat_speedups=[[10.0, 10.0, 10.0, 10.0, 10.0], [12.0, 12.0, 12.0, 12.0, 12.0]])
+    wrong_shapes = report.CourseVerdict("pass", passes=5, speedups=[4.0] * 5, shapes=[[1, 8, 2, 2]] * 5, runs=1,
+                                        repeat_speedups=[[4.0] * 5])
+    timing_shapes = [{"shape": list(s), "speedups": {"baseline": 9.0, "reference_ops": 10.0 + i, "kit": 8.0}}
+                     for i, s in enumerate(course_shapes("1.1"))]
+    return {
+        "meta": {"mode": "both", "repeat": 2},
+        "harness": {"alice": {"tests": {"test_softmax_fw": course.to_dict(), "test_softmax_bw": wrong_shapes.to_dict(),
+                                        "test_layernorm_fw": course.to_dict()}}},
+        "grader": {"alice": {"problems": {
+            "1.1": kg("passed", scored_figure="reference_ops", scored_speedup=12.0, speedup_student="11x [10, 12]",
+                      speedup_reference_ops="12x [11, 13]", speedup_trusted="9x [8, 10]", flags=["slow CPU share"],
+                      timing={"timing_shapes": timing_shapes, "seconds": {"compile": 1.5, "time": 20.0}}),
+            "1.2": kg("passed", scored_figure="student", scored_speedup=5.0),
+            "2.1": kg("passed"),  # no scored figure: no row
+            "3": kg("passed", scored_speedup=2.0)}}},
+    }
+
+
+def test_speed_rows_only_where_both_sides_have_a_figure() -> None:
+    rows = {r["problem"]: r for r in report.speed_rows(speed_results())}
+    assert set(rows) == {"1.1", "1.2"}
+    one = rows["1.1"]
+    assert one["course_mean"] == "11.00x (2 runs, 10.00-12.00)"
+    assert one["kg_scored"] == "12.00x (reference_ops)" and one["kg_own_ops"] == "11x [10, 12]"
+    assert one["kg_our_ops"] == "12x [11, 13]" and one["kg_kit"] == "9x [8, 10]"
+    assert one["ratio"] == "1.091" and one["within"] == "yes" and one["shapes"] == "yes"
+    two = rows["1.2"]
+    assert two["ratio"] == "1.250" and two["within"] == "no" and two["shapes"] == "no" and two["kg_kit"] == "-"
+    text = report.render_speed_text(list(rows.values()))
+    assert text.splitlines()[0].startswith("submission  problem  course mean") and len(text.splitlines()) == 4
+    md = report.render_speed_markdown(list(rows.values()))
+    assert md.splitlines()[1] == "|" + " --- |" * len(report.SPEED_COLUMNS)
+
+
+def test_shape_lines_and_flag_lines() -> None:
+    results = speed_results()
+    lines = report.shape_lines(results)
+    first = course_shapes("1.1")[0]
+    assert lines[0] == "- alice 1.1:" and len(lines) == 6
+    assert lines[1] == f"  - case 1 course {first}: course 11.00x, kernelgrade 10.00x (reference_ops)"
+    flags = report.flag_lines(results)
+    assert "- alice 1.1: flags slow CPU share; timing seconds: compile 1.5 s, time 20 s" in flags
+    assert "- alice 2.1: flags none; timing seconds: -" in flags
+
+
+def test_render_writes_the_speed_table_and_old_results_still_render(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    new = tmp_path / "new.json"
+    new.write_text(json.dumps(speed_results()))
+    assert fidelity.main(["--render", str(new), "--out", str(tmp_path / "a")]) == 0
+    md = (tmp_path / "a" / "fidelity.md").read_text()
+    assert "Speed fidelity" in md and "| alice | 1.1 | 11.00x (2 runs, 10.00-12.00) |" in md
+    assert "  - case 1 course" in md and "- alice 1.1: flags slow CPU share" in md
+    old = results_fixture()  # as written before --repeat: no shapes, repeats or timing records
+    for test in old["harness"]["alice"]["tests"].values():
+        test.pop("shapes", None)
+    old_json = tmp_path / "old.json"
+    old_json.write_text(json.dumps(old))
+    assert fidelity.main(["--render", str(old_json), "--out", str(tmp_path / "b")]) == 0
+    assert "(no submission and problem with both figures)" in (tmp_path / "b" / "fidelity.md").read_text()
+
+
+def test_run_harness_repeats_a_passing_test_and_keeps_only_passing_runs(tmp_path: Path) -> None:
+    official, zips = harness_setup(tmp_path)
+    (zips / "bob.zip").unlink()
+    counter = tmp_path / "runs.txt"
+    write(official / "kernel_tests" / "test_softmax_fw.py", textwrap.dedent(f"""
+        import pathlib, sys
+        p = pathlib.Path({str(counter)!r})
+        n = int(p.read_text()) + 1 if p.exists() else 1
+        p.write_text(str(n))
+        if n == 2:
+            print("torch.allclose failed, use numpy.allclose to log detail.")
+        else:
+            sys.stdout.write({five_passes()!r})
+        """))
+    results = run_harness_here(tmp_path, official, zips, "--timeout", "3", "--repeat", "3")
+    tests = results["harness"]["alice"]["tests"]
+    fw = tests["test_softmax_fw"]
+    assert fw["verdict"] == "pass" and fw["runs"] == 3 and counter.read_text() == "3"
+    assert len(fw["repeat_speedups"]) == 2 and fw["shapes"] == [[2, 8]] * 5  # run 2 failed: not kept
+    assert tests["test_softmax_bw"]["runs"] == 1 and tests["test_softmax_bw"]["repeat_speedups"] == []
+    assert results["meta"] == {"mode": "harness"}
+    assert fidelity.parse_args([]).repeat == 5
