@@ -33,9 +33,11 @@ from grader.websession import change_password, revoke_user_sessions
 from worker.celery_app import make_celery
 from worker.calibration import DEFAULT_MARGIN, calibrated_targets
 from worker.hw4.grade import run_gpu_stage
-from worker.pipeline import build_reference
-from worker.rubric import load_rubric
-from worker.runs import gpu_available, gpu_stage_config, pipeline_config
+from worker.measurements import ProblemMeasurement
+from worker.pipeline import build_reference, grade_submission
+from worker.rubric import Rubric, load_rubric
+from worker.runs import gpu_available, gpu_stage_config, gpu_stage_for, pipeline_config
+from worker.timing import RatioSummary
 from worker.telemetry import gpu_model_mismatch, gpu_snapshot
 from worker.starter_kit import write_starter_zip, zip_tree
 
@@ -282,12 +284,33 @@ def collect_command() -> None:
     typer.echo(report.summary())
 
 
+def _measure_for_calibration(settings: Settings, rubric: Rubric, submissions: list[Path],
+                             work: Path) -> list[ProblemMeasurement]:
+    """Every problem of each known-correct submission graded here through the production
+    pipeline, or, without submissions, of our reference kit (its own tree as the trusted one)."""
+    if not submissions:
+        reference = build_reference(rubric, pipeline_config(settings, rubric), work / "reference")
+        return run_gpu_stage(rubric, reference, reference, work / "run", gpu_stage_config(settings))
+    measurements = []
+    for i, archive in enumerate(submissions):
+        outcome = grade_submission(archive, rubric, work / f"submission-{i}", pipeline_config(settings, rubric),
+                                   gpu_stage=gpu_stage_for(settings, rubric))
+        found = [ProblemMeasurement.from_dict(p.details["measurement"]) for p in outcome.problems
+                 if (p.details or {}).get("measurement")]
+        typer.echo(f"{archive.name}: {outcome.state.value}, {outcome.score} points, {len(found)} problems measured")
+        measurements.extend(found)
+    return measurements
+
+
 @app.command()
 def calibrate(
     assignment: str = "hw4",
-    margin: Annotated[float, typer.Option(help="target = reference speedup x margin")] = DEFAULT_MARGIN,
+    margin: Annotated[float, typer.Option(help="target = median scored speedup x margin")] = DEFAULT_MARGIN,
+    submissions: Annotated[list[Path] | None, typer.Option(
+        "--from", help="a known-correct submission zip (repeat the option); none: our reference kit")] = None,
 ) -> None:
-    """Grade our reference kit on this worker's GPU and store its speedups as this GPU model's
+    """Grade known-correct submissions (or, without --from, our reference kit) on this worker's
+    GPU and store the median of their scored speedups, times the margin, as this GPU model's
     targets (runs on this GPU model are then scored against them)."""
     settings = get_settings()
     if not gpu_available(settings):
@@ -295,19 +318,27 @@ def calibrate(
         raise typer.Exit(2)
     rubric = load_rubric(assignment)
     gpu = gpu_snapshot(settings.gpu_index)
+    chosen = list(submissions or [])
+    if not chosen:
+        typer.echo("no --from submissions: calibrating from our reference kit, whose MiniTorch is faster than an "
+                   "ordinary student's; prefer known-correct submissions")
     with tempfile.TemporaryDirectory(prefix="kg-calibrate-") as tmp:
         work = Path(tmp)
         work.chmod(0o711)  # the sandbox user must reach its job folders
-        reference = build_reference(rubric, pipeline_config(settings, rubric), work / "reference")
-        measurements = run_gpu_stage(rubric, reference, reference, work / "run", gpu_stage_config(settings))
+        measurements = _measure_for_calibration(settings, rubric, chosen, work)
     targets = calibrated_targets(rubric, measurements, margin)
-    details = {"gpu": gpu, "measured": {m.problem_id: m.speedup_student.to_dict() for m in measurements
-                                        if m.speedup_student is not None}}
+    details = {"gpu": gpu, "source": [p.name for p in chosen] or "reference kit",
+               "measured": [{"problem": m.problem_id, "speedup_reference_ops": _summary(m.speedup_reference_ops),
+                             "speedup_student": _summary(m.speedup_student)} for m in measurements]}
     with session_scope(make_session_factory(make_engine(settings))) as session:
         save_calibration(session, assignment, str(gpu.get("name")), targets, margin, details)
     for pid, target in sorted(targets.items()):
         typer.echo(f"{pid}: target {target:.2f}x (rubric {next(p.reference_speedup for p in rubric.problems if p.id == pid)}x)")
     typer.echo(f"stored for {gpu.get('name')}")
+
+
+def _summary(r: RatioSummary | None) -> dict | None:
+    return None if r is None else r.to_dict()
 
 
 @app.command()

@@ -334,7 +334,8 @@ def _speed_line(score: dict[str, Any]) -> str | None:
     speedup = score.get("speedup")
     if not speedup:
         return None
-    figure = {"student": "against your MiniTorch baseline", "trusted": "against the reference baseline"}
+    figure = {"reference_ops": "vs your composition on the reference basic ops",
+              "student": "vs your composition on your own basic ops"}
     text = f"{speedup['speedup']:.3g}x [{speedup['low']:.3g}, {speedup['high']:.3g}]"
     text += f" ({figure.get(score.get('figure') or '', 'measured')}, {speedup['trials']} trials)"
     target = score.get("target")

@@ -1,37 +1,44 @@
-"""Per-GPU speedup targets from our reference kit.
+"""Per-GPU speedup targets from known-correct submissions graded on that GPU.
 
-The course's published speedups were measured on the course's GPUs against the course's
-MiniTorch; on another GPU the same good solution lands elsewhere (BENCHMARKS.md). `grader
-calibrate` grades starter/hw4 on a worker's GPU and stores, per GPU model, a target for each
-problem: the reference kit's median speedup, in the figure the rubric scores with (own
-baseline, reference baseline or the smaller), times a margin, so a solution as good as ours
-earns every speed point despite run-to-run noise.
+The course's published speedups (6.5x / 5.5x / 15.8x / 3.7x / 1.1x) were measured against
+the course's MiniTorch on the course's GPUs; on another GPU an ordinary correct solution lands
+elsewhere, problem by problem (BENCHMARKS.md, "Speed fidelity"). `grader calibrate --from
+ZIP ...` grades a set of known-correct submissions (last term's accepted ones, the staff's)
+on a worker's GPU and stores, per GPU model and problem, the median of their scored speedups
+(the figure the rubric scores, under the course's definition) times a margin, so an ordinary
+correct solution earns every speed point despite run-to-run noise. Without submissions it
+falls back to our reference kit, which is no student's code (its own MiniTorch is faster than
+students'), and says so.
 """
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable
 
 from worker.measurements import ProblemMeasurement
 from worker.rubric import Rubric
 from worker.scoring import choose_figure
 
-# Three grades of the reference kit on the H200 spread a scored speedup by up to 1.14x
-# (max/min, BENCHMARKS.md): a target at 0.85x the calibration grade keeps every speed point.
+# A corpus solution's scored speedup moves by up to ~1.1x between grades and the corpus
+# solutions differ among themselves (BENCHMARKS.md): a target at 0.85x their median keeps
+# every speed point for an ordinary correct solution.
 DEFAULT_MARGIN = 0.85
 
 
 def calibrated_targets(rubric: Rubric, measurements: Iterable[ProblemMeasurement],
                        margin: float = DEFAULT_MARGIN) -> dict[str, float]:
-    """Problem id -> target: the reference kit's speedup, in the figure the rubric scores
-    with, times `margin`. Problems without a speedup, or not fully correct, get none."""
+    """Problem id -> target: the median, over the measured submissions whose problem is fully
+    correct, of the speedup the rubric scores, times `margin` (at least 1x). `measurements`
+    may hold several submissions' measurements of one problem; problems without a correct,
+    timed one get no target."""
     if not 0 < margin <= 1:
         raise ValueError(f"margin must be in (0, 1], not {margin}")
     specs = {p.id: p.scoring for p in rubric.problems}
-    targets = {}
+    figures: dict[str, list[float]] = {}
     for m in measurements:
         if m.status != "ok" or not m.all_passed or m.problem_id not in specs:
             continue
         figure, _, _ = choose_figure(specs[m.problem_id], m)
         if figure is not None:
-            targets[m.problem_id] = round(max(1.0, figure.speedup * margin), 3)
-    return targets
+            figures.setdefault(m.problem_id, []).append(figure.speedup)
+    return {pid: round(max(1.0, statistics.median(values) * margin), 3) for pid, values in figures.items()}

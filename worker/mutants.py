@@ -5,7 +5,8 @@ A mutant set is `starter/mutants/<slug>.yaml`:
     mutants:
       - id: softmax_fw_no_syncthreads
         description: what a student got wrong
-        kind: correctness            # or: speed (values right, speed credit must be lost)
+        kind: correctness            # or: speed (values right, speed credit must be lost), or
+                                     # gaming (values right, the scored speedup must not rise)
         must_fail: ["1.1"]           # problem ids of the rubric it must fail / lose speed on
         detect: abi                  # optional hint for the GPU test: how the failure shows
         edits:
@@ -33,7 +34,7 @@ from worker.starter_kit import starter_files
 
 MUTANTS_DIR = Path(__file__).resolve().parent.parent / "starter" / "mutants"
 PROBLEM_IDS = frozenset({"1.1", "1.2", "2.1", "2.2", "3"})
-KINDS = frozenset({"correctness", "speed"})
+KINDS = frozenset({"correctness", "speed", "gaming"})
 
 
 class MutantError(ValueError):

@@ -17,6 +17,7 @@ kernels only on their own problem.
 from __future__ import annotations
 
 import re
+import statistics
 import sys
 from pathlib import Path
 
@@ -39,7 +40,10 @@ def _python_side(m: Mutant) -> bool:
     return all(e.file.startswith("minitorch/") and e.file.endswith(".py") for e in m.edits)
 
 
-PYTHON_MUTANTS = [m for m in load_mutants("hw4") if _python_side(m)]
+PYTHON_MUTANTS = [m for m in load_mutants("hw4") if _python_side(m) and m.kind != "gaming"]
+# The gaming mutants that live in Python: graded here on the stand-in, the others (combine.cu)
+# need nvcc and a GPU (bench/gaming.py on the corpus).
+GAMING_PYTHON_MUTANTS = [m for m in load_mutants("hw4") if _python_side(m) and m.kind == "gaming"]
 # Known members of that set: a mutant set that lost one (or a filter that stopped seeing
 # one) fails here instead of silently testing less.
 EXPECTED_PYTHON_MUTANTS = {"softmax_backward_swapped_tuple", "layernorm_backward_swapped_gamma_beta",
@@ -77,6 +81,32 @@ def _score(by_id: dict) -> RunScore:
 
 def test_the_python_side_mutants_are_all_here() -> None:
     assert {m.id for m in PYTHON_MUTANTS} == EXPECTED_PYTHON_MUTANTS
+
+
+@pytest.mark.parametrize("mutant", GAMING_PYTHON_MUTANTS, ids=lambda m: m.id)
+def test_gaming_mutant_gains_no_speed(mutant: Mutant, base: Path, trusted: Path, policy: SandboxPolicy,
+                                      short_grading: dict, baseline: RunScore) -> None:
+    """A submission that sleeps in its Python tensor ops (the composition slows, the fused op
+    hardly) or defers its fused work into the read of the result keeps at most a tenth of what
+    the trick would have gained (here the stand-in's ops take microseconds, so the CPU cost of
+    waking from each sleep is what remains of it), and staff see a flag saying why."""
+    assert {m.id for m in GAMING_PYTHON_MUTANTS} == {"gaming_python_sleep_in_tensor_ops",
+                                                     "gaming_deferred_softmax_forward"}
+    files = mutate_text(trusted, mutant)
+    by_id = run_stage(base, f"gaming-{mutant.id}", trusted, stage_config(policy, problems=mutant.must_fail),
+                      files=files)
+    score = _score(by_id)
+    for pid in mutant.must_fail:
+        m, s, before = by_id[pid], score.problem(pid), baseline.problem(pid)
+        assert m.status == "ok" and not m.failed_cases, describe(m)
+        assert s.figure == "reference_ops" and before.figure == "reference_ops", (s.notes, before.notes)
+        shapes = m.telemetry["timing_shapes"]
+        untreated = statistics.mean(sh["raw"]["reference_ops"]["compute_ms"] / sh["raw"]["custom"]["compute_ms"]
+                                    for sh in shapes)  # the figure without the guards
+        gained, would_gain = s.speedup.speedup / before.speedup.speedup, untreated / before.speedup.speedup
+        assert would_gain > 3, (would_gain, s.notes)  # the trick is real
+        assert gained - 1 <= 0.1 * (would_gain - 1) or gained <= 1.3, (gained, would_gain, s.notes)
+        assert s.flags, s.notes
 
 
 def test_every_kernel_switch_is_graded_somewhere() -> None:

@@ -29,7 +29,8 @@ def ok_case(i: int = 0) -> CaseOutcome:
 BAD = CaseOutcome("sfw-b3h8f33t33-fut", (3, 8, 33, 33), False, 0.42, (1, 2, 5, 7), public=False)
 
 
-def measured(pid: str = "1.1", *, bad: int = 0, student: float | None = 7.0, trusted: float | None = 7.0, **kw):
+def measured(pid: str = "1.1", *, bad: int = 0, student: float | None = 7.0, reference_ops: float | None = 7.0,
+             trusted: float | None = 7.0, **kw):
     cases = [ok_case(i) for i in range(4)]
     binding = [ok_case(10 + i) for i in range(4)]
     for j in range(bad):
@@ -39,6 +40,7 @@ def measured(pid: str = "1.1", *, bad: int = 0, student: float | None = 7.0, tru
         abi_cases=cases,
         binding_cases=binding,
         speedup_student=None if student is None else ratio(student),
+        speedup_reference_ops=None if reference_ops is None else ratio(reference_ops),
         speedup_trusted=None if trusted is None else ratio(trusted),
         **kw,
     )
@@ -52,30 +54,30 @@ def test_full_marks():
 
 
 def test_partial_speed_is_linear_between_floor_and_target():
-    s = score_problem(SPEC, measured(student=4.1, trusted=4.1))
+    s = score_problem(SPEC, measured(student=4.1, reference_ops=4.1))
     assert s.speed_points == pytest.approx(round(6 * 3.1 / 5.5, 2))
     assert s.points == pytest.approx(14 + s.speed_points)
     [line] = [r for r in s.reasons if "speed points" in r]
-    assert line.startswith("1.1: speedup 4.1x [3.89, 4.3] (against your MiniTorch baseline)") and "vs target 6.5x: 3.38 of 6 speed points" in line
+    assert line.startswith("1.1: speedup 4.1x [3.89, 4.3] (your fused op vs your MiniTorch's composition on the reference basic ops)") and "vs target 6.5x: 3.38 of 6 speed points" in line
 
 
 def test_speed_floor_and_cap():
-    assert score_problem(SPEC, measured(student=1.0, trusted=1.0)).speed_points == 0
-    assert score_problem(SPEC, measured(student=0.5, trusted=0.5)).speed_points == 0
-    assert score_problem(SPEC, measured(student=30, trusted=30)).speed_points == 6
+    assert score_problem(SPEC, measured(student=1.0, reference_ops=1.0)).speed_points == 0
+    assert score_problem(SPEC, measured(student=0.5, reference_ops=0.5)).speed_points == 0
+    assert score_problem(SPEC, measured(student=30, reference_ops=30)).speed_points == 6
     assert speed_fraction(2.0, 1.0, 0.9) == 1.0  # a calibrated target below the floor
     assert speed_fraction(0.9, 1.0, 0.9) == 0.0
 
 
 def test_calibrated_target_overrides_rubric():
-    m = measured(student=5.0, trusted=5.0)
+    m = measured(student=5.0, reference_ops=5.0)
     assert score_problem(SPEC, m).speed_points < 6
     s = score_problem(SPEC, m, target=5.0)
     assert s.speed_points == 6 and s.target == 5.0
 
 
 def test_correctness_failure_gives_no_speed_points():
-    s = score_problem(SPEC, measured(bad=1, student=30, trusted=30))
+    s = score_problem(SPEC, measured(bad=1, student=30, reference_ops=30))
     assert (s.points, s.correctness_points, s.speed_points, s.status) == (0, 0, 0, "failed")
     text = "\n".join(s.reasons)
     assert "1 of 8 correctness cases failed" in text
@@ -130,43 +132,52 @@ def test_no_cases_is_not_correct():
     assert s.points == 0 and s.status == "failed" and s.reasons
 
 
-def test_min_figure_uses_the_smaller_speedup():
-    m = measured(student=9.0, trusted=4.1)
+def test_the_reference_ops_figure_scores_and_the_kit_never_does():
+    m = measured(student=9.0, reference_ops=4.1, trusted=1.5)
     s = score_problem(SPEC, m)
-    assert s.figure == "trusted" and s.speedup.speedup == 4.1 and s.speed_points < 6
+    assert s.figure == "reference_ops" and s.speedup.speedup == 4.1 and 0 < s.speed_points < 6
     assert score_problem(replace(SPEC, speed_figure="student"), m).speed_points == 6
-    assert score_problem(replace(SPEC, speed_figure="trusted"), m).figure == "trusted"
-    s2 = score_problem(SPEC, measured(student=4.1, trusted=9.0))
-    assert s2.figure == "student"
+    notes = " ".join(s.notes)
+    assert "your composition on your own basic ops (the course's figure): 9x" in notes
+    assert "the reference kit's composition (information only): 1.5x" in notes
+    # A kit 20x faster than the student's MiniTorch costs nothing and flags nothing.
+    assert score_problem(SPEC, measured(reference_ops=7.0, trusted=0.3)).speed_points == 6
 
 
-def test_missing_figure_falls_back_with_a_note_or_scores_zero():
-    s = score_problem(replace(SPEC, speed_figure="trusted"), measured(trusted=None))
-    assert s.figure == "student" and s.speed_points == 6 and any("no speedup against" in n for n in s.notes)
-    s = score_problem(SPEC, measured(student=None, trusted=None))
+def test_a_missing_reference_ops_figure_falls_back_to_the_own_figure_with_a_flag():
+    m = measured(reference_ops=None, telemetry={"timing_dropped": {"reference_ops": "it crashed there"}})
+    s = score_problem(SPEC, m)
+    assert s.figure == "student" and s.speed_points == 6
+    assert any("could not be timed on the reference basic ops (it crashed there)" in f for f in s.flags)
+    assert any("could not be timed" in n for n in s.notes)
+    s = score_problem(SPEC, measured(student=None, reference_ops=None, trusted=None))
     assert s.speed_points == 0 and any("not measured" in r for r in s.reasons)
 
 
-def test_slow_own_baseline_is_flagged():
-    m = measured()
-    m.speedup_student = RatioSummary(5.2, 0.25, 20.8, 20.0, 21.5, 30)  # own baseline 5.2 ms
-    m.speedup_trusted = RatioSummary(1.0, 0.25, 4.0, 3.9, 4.1, 30)  # reference 1.0 ms
-    s = score_problem(SPEC, m)
-    flag = "your MiniTorch baseline is 5.2x slower than the reference composition; speed scored on the reference figure"
-    assert any(flag in f for f in s.flags) and any(flag in r for r in s.reasons)
-    assert s.figure == "trusted" and s.speed_points < 6
-    # Below the threshold, or with the flag off: nothing flagged.
-    assert score_problem(replace(SPEC, baseline_gap_flag=6.0), m).flags == []
-    assert score_problem(replace(SPEC, baseline_gap_flag=None), m).flags == []
+def test_timing_evidence_is_flagged_for_staff():
+    slow_ops = measured(telemetry={"timing_evidence": {"own_ops_vs_reference_ops": 2.4}})
+    [flag] = score_problem(SPEC, slow_ops).flags
+    assert "2.4x slower on your own basic ops (combine.cu)" in flag
+    assert score_problem(replace(SPEC, basic_ops_gap_flag=None), slow_ops).flags == []
+    assert score_problem(SPEC, measured(telemetry={"timing_evidence": {"own_ops_vs_reference_ops": 1.1}})).flags == []
+    sleepy = measured(telemetry={"timing_evidence": {"custom_cpu_share": 0.97, "reference_ops_cpu_share": 0.40}})
+    [flag] = score_problem(SPEC, sleepy).flags
+    assert "60% of its time off the CPU" in flag and "not counted" in flag
+    honest = measured(telemetry={"timing_evidence": {"custom_cpu_share": 0.97, "reference_ops_cpu_share": 0.93}})
+    assert score_problem(SPEC, honest).flags == []
+    deferred = measured(telemetry={"timing_evidence": {"deferred_share": 0.4}})
+    [flag] = score_problem(SPEC, deferred).flags
+    assert "counted as the fused op's" in flag
+    assert score_problem(SPEC, measured(telemetry={"timing_evidence": {"deferred_share": 0.01}})).flags == []
 
 
 @pytest.mark.parametrize(
     "m",
     [
         measured(),
-        measured(student=3.0, trusted=3.0),
+        measured(student=3.0, reference_ops=3.0),
         measured(bad=1),
-        measured(student=0.7, trusted=0.7),
+        measured(student=0.7, reference_ops=0.7),
         measured(status="crashed"),
         measured(student=None, trusted=None),
         ProblemMeasurement("1.1", status="not_run"),
@@ -186,7 +197,7 @@ def test_every_lost_point_has_a_reason(m):
 def test_run_totals_and_missing_problems():
     ms = [
         measured("1.1"),
-        measured("1.2", student=3.0, trusted=3.0),
+        measured("1.2", student=3.0, reference_ops=3.0),
         measured("2.1", bad=1),
         measured("3", student=1.2, trusted=None),
     ]
@@ -203,7 +214,7 @@ def test_run_totals_and_missing_problems():
 
 
 def test_run_with_calibrated_targets_and_mapping():
-    ms = {"1.1": measured("1.1", student=5.0, trusted=5.0)}
+    ms = {"1.1": measured("1.1", student=5.0, reference_ops=5.0)}
     assert score_run(RUBRIC, ms).problem("1.1").speed_points < 6
     assert score_run(RUBRIC, ms, targets={"1.1": 4.8}).problem("1.1").speed_points == 6
 
@@ -230,7 +241,7 @@ def test_measurement_round_trips_through_json():
 def test_rubric_scoring_defaults_and_validation(tmp_path: Path):
     p11 = RUBRIC.problems[0].scoring
     assert (p11.correctness_points, p11.speed_points, p11.speed_floor, p11.target) == (14, 6, 1.0, 6.5)
-    assert p11.speed_figure == "min" and p11.baseline_gap_flag == 3.0 and not p11.partial_correctness
+    assert p11.speed_figure == "reference_ops" and p11.basic_ops_gap_flag == 1.5 and not p11.partial_correctness
     assert RUBRIC.problems[-1].scoring.speed_figure == "student"
     assert p11.thresholds() == (1.0, 6.5) and p11.thresholds(7.0) == (1.0, 7.0)
 
@@ -264,7 +275,7 @@ def split_measured(public_bad: int = 0, hidden_bad: int = 0, hidden: int = 4) ->
     public = [replace(ok_case(i), public=True, ok=i >= public_bad) for i in range(4)]
     edge = [replace(ok_case(10 + i), public=False, ok=i >= hidden_bad) for i in range(hidden)]
     return ProblemMeasurement("1.1", abi_cases=public, binding_cases=edge,
-                              speedup_student=ratio(7.0), speedup_trusted=ratio(7.0))
+                              speedup_student=ratio(7.0), speedup_reference_ops=ratio(7.0))
 
 
 def test_a_failed_hidden_case_costs_only_its_share():
