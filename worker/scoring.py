@@ -155,6 +155,21 @@ _FIGURE_LABELS = (
 )
 
 
+def waited_off_cpu(m: ProblemMeasurement) -> str | None:
+    """Why the composition's figure is not trusted, when it spent more of its time off the CPU
+    than the fused op beyond worker.timing.IDLE_SLACK: an honest MiniTorch never sleeps (both
+    spin while the GPU works, the corpus's compositions run 98-99% on the CPU), and the CPU
+    time of one that does still carries what each wake-up costs it (a cold GPU and caches)."""
+    ev = m.telemetry.get("timing_evidence") or {}
+    custom_share = ev.get("custom_cpu_share")
+    for variant in ("reference_ops", "baseline"):
+        share = ev.get(f"{variant}_cpu_share")
+        if share is not None and custom_share and share * (1 + IDLE_SLACK) < custom_share:
+            return (f"{m.problem_id}: your composition spent {1 - share:.0%} of its time off the CPU (the fused op "
+                    f"{1 - custom_share:.0%}), as code that sleeps does")
+    return None
+
+
 def timing_flags(spec: ProblemScoring, m: ProblemMeasurement) -> list[str]:
     """What the timing's evidence (worker.hw4.speed) says a student or staff should know."""
     pid, ev, flags = m.problem_id, m.telemetry.get("timing_evidence") or {}, []
@@ -162,13 +177,9 @@ def timing_flags(spec: ProblemScoring, m: ProblemMeasurement) -> list[str]:
     if spec.basic_ops_gap_flag is not None and gap is not None and gap >= spec.basic_ops_gap_flag:
         flags.append(f"{pid}: your composition runs {gap:.2g}x slower on your own basic ops (combine.cu) than on "
                      "the reference basic ops; speed points use the reference ones")
-    custom_share = ev.get("custom_cpu_share")
-    for variant in ("baseline", "reference_ops"):
-        share = ev.get(f"{variant}_cpu_share")
-        if share is not None and custom_share and share * (1 + IDLE_SLACK) < custom_share:
-            flags.append(f"{pid}: your composition spent {1 - share:.0%} of its time off the CPU (the fused op "
-                         f"{1 - custom_share:.0%}): that waiting is not counted in its time")
-            break
+    waited = waited_off_cpu(m)
+    if waited:
+        flags.append(f"{waited}: its speed points are withheld until course staff review it")
     deferred = ev.get("deferred_share")
     if deferred is not None and deferred >= DEFERRED_FLAG_SHARE:
         flags.append(f"{pid}: reading your fused op's results took longer than reading the composition's; "
@@ -276,6 +287,9 @@ def score_problem(
             )
         elif figure is None:
             score.reasons.append(f"{pid}: speedup was not measured: 0 of {_pts(spec.speed_points)} speed points")
+        elif waited_off_cpu(m):
+            score.reasons.append(f"{pid}: speed points withheld for review (see the flag): "
+                                 f"0 of {_pts(spec.speed_points)} speed points")
         else:
             frac = speed_fraction(figure.speedup, spec.speed_floor, target)
             score.speed_points = round(spec.speed_points * frac, 2)

@@ -107,6 +107,7 @@ def test_gaming_mutant_gains_no_speed(mutant: Mutant, base: Path, trusted: Path,
         assert would_gain > 3, (would_gain, s.notes)  # the trick is real
         assert gained - 1 <= 0.1 * (would_gain - 1) or gained <= 1.3, (gained, would_gain, s.notes)
         assert s.flags, s.notes
+        assert s.points <= before.points + 0.5, (s.points, before.points, s.reasons)
 
 
 def test_every_kernel_switch_is_graded_somewhere() -> None:

@@ -161,10 +161,13 @@ def test_timing_evidence_is_flagged_for_staff():
     assert score_problem(replace(SPEC, basic_ops_gap_flag=None), slow_ops).flags == []
     assert score_problem(SPEC, measured(telemetry={"timing_evidence": {"own_ops_vs_reference_ops": 1.1}})).flags == []
     sleepy = measured(telemetry={"timing_evidence": {"custom_cpu_share": 0.97, "reference_ops_cpu_share": 0.40}})
-    [flag] = score_problem(SPEC, sleepy).flags
-    assert "60% of its time off the CPU" in flag and "not counted" in flag
+    s = score_problem(SPEC, sleepy)
+    [flag] = s.flags
+    assert "60% of its time off the CPU" in flag and "withheld until course staff review it" in flag
+    assert s.speed_points == 0 and s.correctness_points == 14
+    assert any("speed points withheld for review" in r for r in s.reasons)
     honest = measured(telemetry={"timing_evidence": {"custom_cpu_share": 0.97, "reference_ops_cpu_share": 0.93}})
-    assert score_problem(SPEC, honest).flags == []
+    assert score_problem(SPEC, honest).flags == [] and score_problem(SPEC, honest).speed_points == 6
     deferred = measured(telemetry={"timing_evidence": {"deferred_share": 0.4}})
     [flag] = score_problem(SPEC, deferred).flags
     assert "counted as the fused op's" in flag
