@@ -20,7 +20,7 @@ import pytest
 
 from worker.build import Toolchain, build_kernels, cuda_include_dirs
 from worker.calibration import calibrated_targets
-from worker.hw4 import kernels
+from worker.hw4 import speed
 from worker.hw4.grade import GpuStageConfig, run_gpu_stage
 from worker.hw4.problem3 import Problem3Config
 from worker.measurements import ProblemMeasurement
@@ -39,7 +39,7 @@ RUBRIC = load_rubric("hw4")
 GiB = 1024**3
 LIMITS = SandboxLimits(wall_s=600, cpu_s=1200, memory_bytes=48 * GiB, max_processes=512, file_size_bytes=4 * GiB)
 POLICY = SandboxPolicy(user=os.environ.get("KG_SANDBOX_USER", "nobody") or None, isolate_network=True, gpu_index=0)
-TIMING = kernels.TimingConfig()  # production settings: its grade times are the kernel problems' p50 figures
+TIMING = speed.TimingConfig()  # production settings: its grade times are the kernel problems' p50 figures
 P3 = Problem3Config(budget_s=100, max_pairs=6)
 OUT = Path(os.environ.get("OUT", ".gpu-out"))
 REPORT: dict[str, object] = {"grades": [], "stability": {}}
@@ -67,6 +67,7 @@ def record(label: str, measurements: list[ProblemMeasurement], score: RunScore, 
             "correct": m.all_passed,
             "cases": f"{sum(c.ok for c in m.cases)}/{len(m.cases)}",
             "speedup": m.speedup_student.describe() if m.speedup_student else "-",
+            "speedup_reference_ops": m.speedup_reference_ops.describe() if m.speedup_reference_ops else "-",
             "speedup_trusted": m.speedup_trusted.describe() if m.speedup_trusted else "-",
             "median_ms": {name: round(getattr(r, attr), 4) for name, r, attr in (
                 ("custom", m.speedup_student, "median_custom_ms"), ("baseline", m.speedup_student, "median_baseline_ms"),
@@ -303,15 +304,16 @@ def test_cheats_gain_nothing(kit_root: Path, tmp_path: Path, work: Path) -> None
                 assert got.correctness_points == 0 and got.speed_points == 0, (cheat.id, got.to_dict())
                 continue
             assert got.points <= ref_scores[pid].points + 0.6, (cheat.id, got.to_dict())  # type: ignore[attr-defined]
-            m = next(x for x in measurements if x.problem_id == pid)
-            figure = min(x.speedup for x in (m.speedup_student, m.speedup_trusted) if x is not None)
-            if pid in reference and reference[pid].speedup_trusted:
-                assert figure <= reference[pid].speedup_trusted.speedup * 1.25, (cheat.id, m.to_dict())
+            honest = score_run(RUBRIC, list(reference.values())).problem(pid)
+            if got.speedup is not None and honest.speedup is not None:  # the figure that scores
+                assert got.speedup.speedup <= honest.speedup.speedup * 1.25, (cheat.id, got.to_dict())
 
 
 @pytest.mark.timeout(1200)
 def test_every_mutant_loses_points_on_its_problems(kit_root: Path, tmp_path: Path, work: Path) -> None:
-    mutants = load_mutants("hw4")
+    # The gaming mutants lose nothing by design (values right): bench/gaming.py proves on real
+    # submissions that they gain nothing either.
+    mutants = [m for m in load_mutants("hw4") if m.kind != "gaming"]
     speed_problems = tuple(sorted({p for m in mutants if m.kind == "speed" for p in m.must_fail} - {"3"}))
     reference = reference_scores(kit_root, work, speed_problems)
     trees = build_all(mutants, kit_root, tmp_path / "trees")

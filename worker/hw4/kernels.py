@@ -26,16 +26,14 @@ from worker.hw4.cases import (
     MAX_SOFTMAX_LEN,
     Case,
     abi_output_names,
-    binding_output_names,
     binding_reference,
     make_binding_inputs,
-    make_case,
     make_inputs,
     reference,
     verify,
 )
-from worker.measurements import CaseOutcome, ProblemMeasurement, salient_lines
 from worker.hw4.speed import TIMING_CASES, Sides, TimingConfig, run_binding, time_problem
+from worker.measurements import CaseOutcome, ProblemMeasurement, salient_lines
 
 HANDLERS = ("worker.hw4.child_kernels",)
 BINDING_KINDS_WITHOUT_MASK_FUTURE = ("softmax_fw",)  # Tensor.attn_softmax(mask) has no mask_future
