@@ -340,16 +340,7 @@ COLUMNS = (("submission", "submission"), ("problem", "problem"), ("course", "cou
 
 def render_text(rows: list[dict[str, str]], width: int = 48) -> str:
     """An aligned plain-text table; long cells cut to `width` characters."""
-    def cut(text: str) -> str:
-        return text if len(text) <= width else text[: width - 3] + "..."
-
-    header = [title for _, title in COLUMNS]
-    body = [[cut(r[key]) for key, _ in COLUMNS] for r in rows]
-    widths = [max(len(x) for x in col) for col in zip(header, *body)] if body else [len(h) for h in header]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip(),
-             "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip() for cells in body]
-    return "\n".join(lines)
+    return _text_table(rows, COLUMNS, width)
 
 
 def _md_cell(text: str) -> str:
