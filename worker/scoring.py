@@ -266,6 +266,8 @@ def score_problem(
     if m.kernel_ms is not None:
         score.notes.append(f"{pid}: fused kernels' own GPU time {m.kernel_ms:.4g} ms per call (CUPTI)")
     shapes = m.telemetry.get("timing_shapes") or []
+    if m.telemetry.get("timed"):
+        score.notes.append(f"{pid}: timed: {m.telemetry['timed']}")
     for attr, label in _FIGURE_LABELS:
         r = getattr(m, attr)
         if r is not None:

@@ -140,6 +140,8 @@ def test_the_reference_ops_figure_scores_and_the_kit_never_does():
     notes = " ".join(s.notes)
     assert "your composition on your own basic ops (the course's figure): 9x" in notes
     assert "the reference kit's composition (information only): 1.5x" in notes
+    timed = score_problem(SPEC, measured(telemetry={"timed": "inp.attn_softmax(mask) against ..."})).notes
+    assert "1.1: timed: inp.attn_softmax(mask) against ..." in timed
     # A kit 20x faster than the student's MiniTorch costs nothing and flags nothing.
     assert score_problem(SPEC, measured(reference_ops=7.0, trusted=0.3)).speed_points == 6
 

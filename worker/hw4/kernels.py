@@ -32,7 +32,7 @@ from worker.hw4.cases import (
     reference,
     verify,
 )
-from worker.hw4.speed import TIMING_CASES, Sides, TimingConfig, run_binding, time_problem
+from worker.hw4.speed import TIMING_CASES, Sides, TimingConfig, describe_timing, run_binding, time_problem
 from worker.measurements import CaseOutcome, ProblemMeasurement, salient_lines
 
 HANDLERS = ("worker.hw4.child_kernels",)
@@ -307,7 +307,7 @@ def timing_phase(problem: KernelProblem, sides: Sides, config: TimingConfig) -> 
         m.speedup_student, m.speedup_reference_ops, m.speedup_trusted = (
             timing.student, timing.reference_ops, timing.kit)
         m.telemetry.update(timing_shapes=timing.shapes, timing_evidence=timing.evidence,
-                           timing_dropped=timing.dropped)
+                           timing_dropped=timing.dropped, timed=describe_timing(cases))
         if timing.wrong_trials:
             m.binding_cases.append(CaseOutcome(
                 case_id="timing:course-shapes", shape=tuple(cases[0].shape), ok=False,
