@@ -19,7 +19,7 @@ from grader.models import Role
 from grader.service import get_assignment, get_or_create_user, record_submission
 from grader.settings import Settings
 from tests.fixtures import cpu_standin
-from tests.fixtures.gpu_stage_support import SMALL_TIMING_CASES
+from tests.fixtures.small_timing import SMALL_TIMING_CASES
 from tests.service.conftest import auth
 from worker.hw4 import grade, speed
 from worker.hw4.cases import load_cases
