@@ -86,10 +86,10 @@ def test_the_python_side_mutants_are_all_here() -> None:
 @pytest.mark.parametrize("mutant", GAMING_PYTHON_MUTANTS, ids=lambda m: m.id)
 def test_gaming_mutant_gains_no_speed(mutant: Mutant, base: Path, trusted: Path, policy: SandboxPolicy,
                                       short_grading: dict, baseline: RunScore) -> None:
-    """A submission that sleeps in its Python tensor ops (the composition slows, the fused op
-    hardly) or defers its fused work into the read of the result keeps at most a tenth of what
-    the trick would have gained (here the stand-in's ops take microseconds, so the CPU cost of
-    waking from each sleep is what remains of it), and staff see a flag saying why."""
+    """A submission that defers its fused work into the read of the result keeps at most a
+    tenth of what the trick would have gained (or 1.3x: the stand-in's figures are noisy), with
+    a flag; one that sleeps in its Python tensor ops (the composition slows, the fused op
+    hardly) is caught waiting off the CPU: its speed points are withheld for review."""
     assert {m.id for m in GAMING_PYTHON_MUTANTS} == {"gaming_python_sleep_in_tensor_ops",
                                                      "gaming_deferred_softmax_forward"}
     files = mutate_text(trusted, mutant)
@@ -106,8 +106,11 @@ def test_gaming_mutant_gains_no_speed(mutant: Mutant, base: Path, trusted: Path,
         gained, would_gain = s.speedup.speedup / before.speedup.speedup, untreated / before.speedup.speedup
         assert would_gain > 3, (would_gain, s.notes)  # the trick is real
         assert gained - 1 <= 0.1 * (would_gain - 1) or gained <= 1.3, (gained, would_gain, s.notes)
-        assert s.flags, s.notes
-        assert s.points <= before.points + 0.5, (s.points, before.points, s.reasons)
+        if mutant.id == "gaming_python_sleep_in_tensor_ops":
+            assert any("withheld until course staff review it" in f for f in s.flags), s.flags
+            assert s.speed_points == 0 and s.correctness_points == before.correctness_points, s.reasons
+        else:
+            assert any("counted as the fused op's" in f for f in s.flags), s.flags
 
 
 def test_every_kernel_switch_is_graded_somewhere() -> None:
