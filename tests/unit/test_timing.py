@@ -6,7 +6,17 @@ import math
 import numpy as np
 import pytest
 
-from worker.timing import RatioSummary, needs_more_trials, ratio_summary, spread
+from worker.timing import (
+    READ_ALLOWANCE_MS,
+    READ_SLACK,
+    RatioSummary,
+    deferred_excess,
+    mean_over_shapes,
+    needs_more_trials,
+    ratio_summary,
+    spread,
+    waiting_removed,
+)
 
 
 def lognormal_pairs(seed: int, n: int, truth: float, sigma: float = 0.1, shared: float = 0.05):
@@ -105,3 +115,28 @@ def test_round_trip_and_describe():
     s = ratio_summary([4.1, 4.2, 4.0], [1.0, 1.0, 1.0])
     assert RatioSummary.from_dict(s.to_dict()) == s
     assert s.describe().startswith("4.1x [")
+
+
+def test_mean_over_shapes_is_the_course_aggregate():
+    a = RatioSummary(10.0, 1.0, 10.0, 9.0, 11.0, 12)
+    b = RatioSummary(4.0, 1.0, 4.0, 3.0, 6.0, 8)
+    m = mean_over_shapes([a, b])
+    assert (m.speedup, m.low, m.high, m.trials) == (7.0, 6.0, 8.5, 8)
+    assert (m.median_baseline_ms, m.median_custom_ms) == (7.0, 1.0)
+    with pytest.raises(ValueError):
+        mean_over_shapes([])
+
+
+def test_waiting_off_the_cpu_is_removed_only_beyond_the_slack():
+    # honest: the composition spins like the fused op (or within the slack): its time is kept
+    assert waiting_removed(10.0, 0.99, 0.97) == 10.0
+    assert waiting_removed(10.0, 0.90, 0.97) == 10.0
+    assert waiting_removed(10.0, None, 0.97) == 10.0 and waiting_removed(10.0, 0.5, None) == 10.0
+    # a sleeping one: its CPU time, scaled by the fused op's share
+    assert waiting_removed(40.0, 0.25, 1.0) == pytest.approx(10.0)
+
+
+def test_a_deferred_read_counts_beyond_the_compositions_read():
+    assert deferred_excess(1.0, 1.0) == 0.0  # the same read as the composition's
+    assert deferred_excess(1.2, 1.0) == 0.0  # within READ_SLACK
+    assert deferred_excess(5.0, 1.0) == pytest.approx(5.0 - READ_SLACK - READ_ALLOWANCE_MS)
