@@ -1,64 +1,89 @@
-"""Pairwise similarity of a class's submissions (copydetect's winnowed fingerprints).
+"""Similarity of a class's submissions: what each student wrote, file by file and function by
+function, against every other student's, through an index of shared fingerprints.
 
-Every student file the rubric takes (`student_files`: kernel sources, headers, MiniTorch
-bindings) is tokenized and filtered by copydetect (names, strings and comments normalized, so
-renaming and reformatting do not hide a copy), fingerprinted with winnowing, and compared
-with the file of the same path of every other student. Fingerprints that also occur in the
-student starter (the reference kit with its solutions stripped, as `grader starter build`
-renders it) are boilerplate and never count, so only code the students wrote is compared.
+Each student file the rubric takes (`student_files`) that differs from the base (the starter the
+students received) is tokenized by copydetect (names, strings and comments normalized, so
+renaming and reformatting do not hide a copy) and winnowed into fingerprints (hashes of
+k-grams, with the line each covers). A file's fingerprints are computed once per file content
+(grader.similarity_cache keeps them by sha256). Fingerprints that occur anywhere in the base are
+boilerplate; fingerprints held by many students of the class (more than `common_share` of
+them, and more than `common_min`) are common knowledge (a previous assignment's starter, the
+obvious launcher); neither counts.
 
-A pair's score is the share of both students' own code that the other one also has:
-(overlap in A + overlap in B) / (own code of A + own code of B), in tokens. Each matching
-file comes with the line ranges of the shared code on both sides (for a side-by-side view).
+The units compared are each file and each function in it (grader.similarity_units). A unit
+of A matches a unit of B by the fingerprints both hold: an inverted index (fingerprint ->
+units holding it) gives every unit pair with anything in common without comparing every pair
+from scratch. A match scores its Dice share 2s/(|a|+|b|) times min(1, s/`full_evidence`)
+(s: fingerprints in common), so a small function alike in two submissions weighs less than a
+whole copied kernel; a pair of students ranks by its strongest match, which the report names.
 """
 from __future__ import annotations
 
-import io
-import itertools
 import tempfile
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from copydetect import CodeFingerprint, compare_files, defaults
 
+from grader.similarity_cache import PrintCache, Progress
+from grader.similarity_prints import FilePrint, Fingerprinting, fingerprint_file
+from grader.similarity_units import Function
 from worker.rubric import Rubric
 from worker.starter_kit import render_starter
 
-Sources = Mapping[str, str]  # relative path -> text of one student's (or the starter's) files
+Sources = Mapping[str, str]  # relative path -> text of one student's (or the base's) files
 LineRange = tuple[int, int]  # 1-based, inclusive
 
 
 @dataclass(frozen=True)
-class Fingerprinting:
-    """k: shortest match (in filtered characters) that is noise; window: winnowing window."""
+class Match:
+    """One file or function of A against one of B (function None: the whole file)."""
 
-    k: int = defaults.NOISE_THRESHOLD
-    window: int = defaults.GUARANTEE_THRESHOLD - defaults.NOISE_THRESHOLD + 1
-
-
-@dataclass(frozen=True)
-class FileMatch:
-    path: str
-    share_a: float  # share of A's own code in this file also found in B's
+    path_a: str
+    function_a: str | None
+    path_b: str
+    function_b: str | None
+    score: float
+    share_a: float  # share of A's own fingerprints in this unit also in B's unit
     share_b: float
     lines_a: tuple[LineRange, ...]
     lines_b: tuple[LineRange, ...]
+
+    @property
+    def label(self) -> str:
+        a = f"{self.path_a}: {self.function_a}" if self.function_a else self.path_a
+        if (self.path_b, self.function_b) == (self.path_a, self.function_a):
+            return a
+        return f"{a} ~ {self.path_b}: {self.function_b}" if self.function_b else f"{a} ~ {self.path_b}"
 
 
 @dataclass(frozen=True)
 class PairResult:
     a: str
     b: str
-    score: float
-    files: tuple[FileMatch, ...]  # files with shared code, most shared first
+    score: float  # the strongest match's
+    matches: tuple[Match, ...]  # strongest first
+
+    @property
+    def driver(self) -> str:
+        return self.matches[0].label if self.matches else ""
 
 
-@dataclass(frozen=True)
-class _Fingerprinted:
-    text: str
-    print_: CodeFingerprint
+@dataclass
+class _Unit:
+    student: int
+    path: str
+    function: Function | None
+    hashes: np.ndarray  # own fingerprints, unique
+    first: np.ndarray
+    last: np.ndarray
+
+
+@dataclass
+class _Class:
+    names: list[str]
+    units: list[_Unit] = field(default_factory=list)
 
 
 def tree_sources(root: Path, patterns: Iterable[str]) -> dict[str, str]:
@@ -73,68 +98,150 @@ def tree_sources(root: Path, patterns: Iterable[str]) -> dict[str, str]:
 
 
 def starter_sources(rubric: Rubric) -> dict[str, str]:
-    """The student starter's own code: what every submission contains without writing it."""
+    """The fallback base: our kit's student starter (its solutions stripped), used only when
+    staff gave no starter of their own (grader.similarity_base)."""
     with tempfile.TemporaryDirectory(prefix="kg-starter-") as tmp:
         render_starter(rubric.starter_dir, Path(tmp) / "starter")
         return tree_sources(Path(tmp) / "starter", rubric.student_files)
 
 
-def _fingerprint(path: str, text: str, config: Fingerprinting, boilerplate: np.ndarray) -> CodeFingerprint:
-    # copydetect picks the lexer from the file name (.cu: CUDA, .py: Python)
-    return CodeFingerprint(path, config.k, config.window, boilerplate=boilerplate, fp=io.StringIO(text))
+def own_files(files: Sources, base: Sources) -> dict[str, str]:
+    """The files a student changed: those identical to the base's are dropped unread."""
+    return {path: text for path, text in files.items() if base.get(path) != text}
 
 
-def boilerplate_hashes(starter: Sources, config: Fingerprinting) -> np.ndarray:
-    hashes: set[int] = set()
-    for path, text in starter.items():
-        hashes |= _fingerprint(path, text, config, np.array([], dtype=np.int64)).hashes
-    return np.array(sorted(hashes), dtype=np.int64)
+def compare_class(students: Mapping[str, Sources], base: Sources, config: Fingerprinting = Fingerprinting(),
+                  cache: PrintCache | None = None, progress: Progress | None = None) -> list[PairResult]:
+    """Every pair of students, most similar first (ties by name). `cache`: where fingerprints
+    are computed and kept (grader.similarity_cache.PrintCache; in memory for this call when
+    None); `progress`: told (files fingerprinted, files to fingerprint)."""
+    prints = cache or PrintCache(config)
+    names = sorted(students)
+    own = {name: own_files(students[name], base) for name in names}
+    prints.fill([item for files in (base, *own.values()) for item in files.items()], progress)
+    found = [prints.get(path, text).hashes for path, text in base.items()]
+    boilerplate = np.unique(np.concatenate(found)) if found else np.array([], dtype=np.int64)
+    files = [(index, path, prints.get(path, text)) for index, name in enumerate(names)
+             for path, text in own[name].items()]
+    kept = [~np.isin(p.hashes, boilerplate) for _, _, p in files]
+    common = _common(names, [(index, p.hashes[keep]) for (index, _, p), keep in zip(files, kept)], config)
+    klass = _Class(names)
+    for (index, path, print_), keep in zip(files, kept):
+        _add_units(klass, index, path, print_, keep & ~np.isin(print_.hashes, common))
+    pairs = _pairs(klass, config)
+    pairs.sort(key=lambda p: (-p.score, p.a, p.b))
+    return pairs
 
 
-def _line_ranges(text: str, slices: np.ndarray) -> tuple[LineRange, ...]:
-    if slices.size == 0:
-        return ()
-    starts = np.cumsum([0] + [len(line) for line in text.splitlines(keepends=True)])
+def _common(names: list[str], hashes: list[tuple[int, np.ndarray]], config: Fingerprinting) -> np.ndarray:
+    """The fingerprints more students hold than `config` allows (each student counted once)."""
+    held = [np.unique(np.concatenate([h for i, h in hashes if i == s] or [np.array([], np.int64)]))
+            for s in range(len(names))]
+    if not held:
+        return np.array([], dtype=np.int64)
+    found, counts = np.unique(np.concatenate(held), return_counts=True)
+    return found[counts > max(config.common_min, config.common_share * len(names))]
+
+
+def _add_units(klass: _Class, student: int, path: str, print_: FilePrint, keep: np.ndarray) -> None:
+    hashes, first, last = print_.hashes[keep], print_.first[keep], print_.last[keep]
+    klass.units.append(_unit(student, path, None, hashes, first, last))
+    for function in print_.functions:
+        inside = (first >= function.first) & (first <= function.last)
+        klass.units.append(_unit(student, path, function, hashes[inside], first[inside], last[inside]))
+
+
+def _unit(student: int, path: str, function: Function | None, hashes: np.ndarray, first: np.ndarray,
+          last: np.ndarray) -> _Unit:
+    unique, at = np.unique(hashes, return_index=True)
+    return _Unit(student, path, function, unique, first[at], last[at])
+
+
+def _shared_counts(klass: _Class, level_is_file: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
+    """(unit a, unit b, fingerprints in common) for every pair of units of one level (files or
+    functions) of two different students sharing any: a self-join of the inverted index."""
+    ids = [i for i, u in enumerate(klass.units) if (u.function is None) == level_is_file and u.hashes.size]
+    if not ids:
+        empty = np.array([], dtype=np.int64)
+        return empty, empty, empty, ids
+    hashes = np.concatenate([klass.units[i].hashes for i in ids])
+    owner = np.concatenate([np.full(klass.units[i].hashes.size, i, dtype=np.int64) for i in ids])
+    order = np.argsort(hashes, kind="stable")
+    hashes, owner = hashes[order], owner[order]
+    group_start = np.flatnonzero(np.r_[True, hashes[1:] != hashes[:-1]])
+    group_end = np.r_[group_start[1:], hashes.size]
+    sizes = group_end - group_start
+    position = np.arange(hashes.size)
+    later = np.repeat(group_end, sizes) - position - 1  # entries after each one in its group
+    left = np.repeat(position, later)
+    right = np.arange(left.size) - np.repeat(np.cumsum(later) - later, later) + left + 1
+    student = np.array([u.student for u in klass.units], dtype=np.int64)
+    a, b = owner[left], owner[right]
+    other = student[a] != student[b]
+    a, b = a[other], b[other]
+    swap = student[a] > student[b]
+    a, b = np.where(swap, b, a), np.where(swap, a, b)
+    keys, counts = np.unique(a * len(klass.units) + b, return_counts=True)
+    return keys // len(klass.units), keys % len(klass.units), counts, ids
+
+
+def _pairs(klass: _Class, config: Fingerprinting) -> list[PairResult]:
+    student = np.array([u.student for u in klass.units], dtype=np.int64)
+    found: dict[tuple[int, int], list[tuple[float, int, int, int]]] = {}
+    for level_is_file in (True, False):
+        a, b, shared, _ = _shared_counts(klass, level_is_file)
+        sizes = np.array([u.hashes.size for u in klass.units], dtype=np.float64)
+        score = 2 * shared / (sizes[a] + sizes[b]) * np.minimum(1.0, shared / config.full_evidence)
+        for ua, ub, s, value in zip(a.tolist(), b.tolist(), shared.tolist(), score.tolist()):
+            if value >= config.floor:
+                found.setdefault((int(student[ua]), int(student[ub])), []).append((value, ua, ub, s))
+    results = []
+    n = len(klass.names)
+    for i in range(n):
+        for j in range(i + 1, n):
+            best = sorted(found.get((i, j), []), key=lambda m: (-m[0], m[1], m[2]))
+            matches = tuple(_match(klass, ua, ub, value) for value, ua, ub, _ in _distinct(klass, best, config.shown))
+            results.append(PairResult(klass.names[i], klass.names[j], matches[0].score if matches else 0.0, matches))
+    return results
+
+
+def _distinct(klass: _Class, best: list[tuple[float, int, int, int]], shown: int) -> list[tuple[float, int, int, int]]:
+    """The strongest matches, a function left out when its file's match already says as much
+    (a file copied whole matches function by function too)."""
+    kept: list[tuple[float, int, int, int]] = []
+    for candidate in best:
+        _, ua, ub, _ = candidate
+        unit_a, unit_b = klass.units[ua], klass.units[ub]
+        if unit_a.function is not None and any(
+                klass.units[ka].function is None and klass.units[ka].path == unit_a.path
+                and klass.units[kb].path == unit_b.path and value >= candidate[0] for value, ka, kb, _ in kept):
+            continue
+        kept.append(candidate)
+        if len(kept) == shown:
+            break
+    return kept
+
+
+def _match(klass: _Class, ua: int, ub: int, score: float) -> Match:
+    unit_a, unit_b = klass.units[ua], klass.units[ub]
+    common = np.intersect1d(unit_a.hashes, unit_b.hashes, assume_unique=True)
+    return Match(
+        unit_a.path, unit_a.function.name if unit_a.function else None,
+        unit_b.path, unit_b.function.name if unit_b.function else None,
+        round(float(score), 4),
+        round(common.size / max(unit_a.hashes.size, 1), 4), round(common.size / max(unit_b.hashes.size, 1), 4),
+        _ranges(unit_a, common), _ranges(unit_b, common),
+    )
+
+
+def _ranges(unit: _Unit, common: np.ndarray) -> tuple[LineRange, ...]:
+    """The lines the shared fingerprints cover, merged into ranges."""
+    at = np.isin(unit.hashes, common)
+    spans = sorted(zip(unit.first[at].tolist(), unit.last[at].tolist()))
     ranges: list[LineRange] = []
-    for begin, end in zip(slices[0], slices[1]):
-        first = int(np.searchsorted(starts, begin, side="right"))
-        last = int(np.searchsorted(starts, max(int(end) - 1, int(begin)), side="right"))
+    for first, last in spans:
         if ranges and first <= ranges[-1][1] + 1:
             ranges[-1] = (ranges[-1][0], max(ranges[-1][1], last))
         else:
             ranges.append((first, last))
     return tuple(ranges)
-
-
-def _own_tokens(prints: Mapping[str, _Fingerprinted]) -> int:
-    return sum(int(f.print_.token_coverage) for f in prints.values())
-
-
-def _compare(a: str, b: str, prints_a: Mapping[str, _Fingerprinted], prints_b: Mapping[str, _Fingerprinted]) -> PairResult:
-    matches: list[FileMatch] = []
-    shared = 0.0
-    for path in sorted(prints_a.keys() & prints_b.keys()):
-        fa, fb = prints_a[path], prints_b[path]
-        overlap, (share_a, share_b), (slices_a, slices_b) = compare_files(fa.print_, fb.print_)
-        if overlap == 0:
-            continue
-        shared += share_a * fa.print_.token_coverage + share_b * fb.print_.token_coverage
-        matches.append(FileMatch(path, float(share_a), float(share_b),
-                                 _line_ranges(fa.text, slices_a), _line_ranges(fb.text, slices_b)))
-    own = _own_tokens(prints_a) + _own_tokens(prints_b)
-    matches.sort(key=lambda m: (-(m.share_a + m.share_b), m.path))
-    return PairResult(a, b, shared / own if own else 0.0, tuple(matches))
-
-
-def compare_class(students: Mapping[str, Sources], starter: Sources,
-                  config: Fingerprinting = Fingerprinting()) -> list[PairResult]:
-    """Every pair of students, most similar first (ties by name)."""
-    boilerplate = boilerplate_hashes(starter, config)
-    prints = {
-        student: {path: _Fingerprinted(text, _fingerprint(path, text, config, boilerplate))
-                  for path, text in files.items()}
-        for student, files in students.items()
-    }
-    pairs = [_compare(a, b, prints[a], prints[b]) for a, b in itertools.combinations(sorted(prints), 2)]
-    pairs.sort(key=lambda p: (-p.score, p.a, p.b))
-    return pairs
