@@ -72,28 +72,33 @@ def extend(
 def similarity(
     assignment: str,
     out: Annotated[Path, typer.Option(help="report.html (side by side) or report.json")],
-    detailed: Annotated[int, typer.Option(help="pairs shown side by side in the HTML report")] = 20,
+    detailed: Annotated[int, typer.Option(help="pairs shown side by side in the HTML report")] = 50,
+    base: Annotated[str | None, typer.Option(help="the starter students received: a zip, a folder or git:<repo>@<ref> "
+                                             "(default: the one kept for the assignment, else our kit's)")] = None,
 ) -> None:
-    """Compare every student's latest submission with every other's (starter code ignored) and
-    write the ranked pairs with their matching regions."""
+    """Compare every student's latest submission with every other's, file by file and function
+    by function (the starter's code ignored), and write the ranked pairs with their matching regions."""
     # imported here: copydetect loads matplotlib, which no other command needs
+    from grader.similarity_base import assignment_base, given_base
     from grader.similarity_report import report_html, report_json
-    from grader.similarity_store import compute_report
+    from grader.similarity_store import compute_report, fingerprint_dir
 
     if out.suffix not in (".html", ".json"):
         raise typer.BadParameter("--out must end in .html or .json")
     settings = get_settings()
     rubric = load_rubric(assignment)
+    limits = pipeline_config(settings, rubric).limits
+    starter = given_base(base, rubric, limits) if base else assignment_base(settings.data_dir, rubric, limits)[0]
     with session_scope(make_session_factory(make_engine(settings))) as session:
-        report, found = compute_report(session, BlobStore(settings.blob_dir), rubric,
-                                       pipeline_config(settings, rubric).limits)
+        report, found = compute_report(session, BlobStore(settings.blob_dir), rubric, limits, starter,
+                                       fingerprint_dir(settings.data_dir))
     for username, why in sorted(report.skipped.items()):
         typer.echo(f"left out {username}: {why}", err=True)
     pairs = report.pairs
     if out.suffix == ".json":
         out.write_text(json.dumps(report_json(assignment, pairs), indent=1))
     else:
-        out.write_text(report_html(assignment, pairs, found.students, detailed))
+        out.write_text(report_html(assignment, pairs, found.students, starter, detailed))
     best = f"; most similar: {pairs[0].a} and {pairs[0].b} ({pairs[0].score:.0%})" if pairs else ""
     typer.echo(f"{len(found.students)} students, {len(pairs)} pairs{best}; report in {out}")
 

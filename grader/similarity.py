@@ -66,6 +66,11 @@ class PairResult:
     matches: tuple[Match, ...]  # strongest first
 
     @property
+    def breadth(self) -> float:
+        """The evidence besides the strongest match (ranks pairs of equal score)."""
+        return sum(m.score for m in self.matches[1:])
+
+    @property
     def driver(self) -> str:
         return self.matches[0].label if self.matches else ""
 
@@ -112,7 +117,7 @@ def own_files(files: Sources, base: Sources) -> dict[str, str]:
 
 def compare_class(students: Mapping[str, Sources], base: Sources, config: Fingerprinting = Fingerprinting(),
                   cache: PrintCache | None = None, progress: Progress | None = None) -> list[PairResult]:
-    """Every pair of students, most similar first (ties by name). `cache`: where fingerprints
+    """Every pair of students, most similar first (ties: by the other matches, then by name). `cache`: where fingerprints
     are computed and kept (grader.similarity_cache.PrintCache; in memory for this call when
     None); `progress`: told (files fingerprinted, files to fingerprint)."""
     prints = cache or PrintCache(config)
@@ -129,7 +134,7 @@ def compare_class(students: Mapping[str, Sources], base: Sources, config: Finger
     for (index, path, print_), keep in zip(files, kept):
         _add_units(klass, index, path, print_, keep & ~np.isin(print_.hashes, common))
     pairs = _pairs(klass, config)
-    pairs.sort(key=lambda p: (-p.score, p.a, p.b))
+    pairs.sort(key=lambda p: (-p.score, -p.breadth, p.a, p.b))
     return pairs
 
 

@@ -1,8 +1,8 @@
 """A class's similarity report, computed once and kept (for the instructor's pages).
 
 `compute_report` is what `grader similarity` and the similarity page both run: every
-student's latest zip (grader.submission_sources), compared pairwise with the student
-starter's code left out (grader.similarity). The page stores the result as JSON under
+student's latest zip (grader.submission_sources), compared with the base's code left out
+(grader.similarity; fingerprints cached under `KG_DATA_DIR/reports/fingerprints`). The page stores the result as JSON under
 `KG_DATA_DIR/reports/` (shared by every web process) with the sha256 of each zip compared,
 so a pair's side-by-side view re-reads exactly those two zips from the blob store, however
 the students have uploaded since.
@@ -21,7 +21,9 @@ from sqlalchemy.orm import Session
 
 from grader.blobstore import BlobStore
 from grader.models import utcnow
-from grader.similarity import FileMatch, PairResult, Sources, compare_class, starter_sources
+from grader.similarity import Match, PairResult, Sources, compare_class
+from grader.similarity_cache import PrintCache
+from grader.similarity_prints import Fingerprinting
 from grader.similarity_report import report_json
 from grader.submission_sources import ClassSources, blob_sources, class_sources
 from worker.rubric import Rubric
@@ -40,12 +42,18 @@ class StoredReport:
         return next((p for p in self.pairs if {p.a, p.b} == {a, b}), None)
 
 
-def compute_report(session: Session, blobs: BlobStore, rubric: Rubric,
-                   limits: UnpackLimits) -> tuple[StoredReport, ClassSources]:
-    """Compare every student's latest submission with every other's; the report and the
-    sources it was computed from. CPU-bound for seconds to minutes: keep it off an event loop."""
+def fingerprint_dir(data_dir: Path) -> Path:
+    return data_dir / "reports" / "fingerprints"
+
+
+def compute_report(session: Session, blobs: BlobStore, rubric: Rubric, limits: UnpackLimits, base: Sources,
+                   cache_dir: Path | None = None) -> tuple[StoredReport, ClassSources]:
+    """Compare every student's latest submission with every other's, `base` (the starter the
+    students received, grader.similarity_base) left out; the report and the sources it was
+    computed from. CPU-bound for seconds to minutes: keep it off an event loop."""
     found = class_sources(session, blobs, rubric, limits)
-    pairs = compare_class(found.students, starter_sources(rubric))
+    config = Fingerprinting()
+    pairs = compare_class(found.students, base, config, PrintCache(config, cache_dir))
     return StoredReport(rubric.slug, utcnow(), found.submissions, found.skipped, pairs), found
 
 
@@ -65,9 +73,10 @@ def save_report(report: StoredReport, path: Path) -> None:
 
 
 def _pair(data: dict[str, Any]) -> PairResult:
-    files = tuple(FileMatch(f["path"], f["share_a"], f["share_b"], tuple(map(tuple, f["lines_a"])),
-                            tuple(map(tuple, f["lines_b"]))) for f in data["files"])
-    return PairResult(data["a"], data["b"], data["score"], files)
+    matches = tuple(Match(m["path_a"], m["function_a"], m["path_b"], m["function_b"], m["score"], m["share_a"],
+                          m["share_b"], tuple(map(tuple, m["lines_a"])), tuple(map(tuple, m["lines_b"])))
+                    for m in data["matches"])
+    return PairResult(data["a"], data["b"], data["score"], matches)
 
 
 def load_report(path: Path) -> StoredReport | None:

@@ -26,8 +26,9 @@ from grader.grading_control import grading_state, resume, set_paused
 from grader.membership import assignments_of, enroll, members_of, unenroll
 from grader.models import Assignment, CourseRole, User
 from grader.service import NotFound, find_user
-from grader.similarity_report import describe_ranges, numbered_lines
-from grader.similarity_store import compute_report, load_report, pair_sources, report_path, save_report
+from grader.similarity_base import assignment_base, base_path, save_base
+from grader.similarity_report import describe_ranges, numbered_lines, starter_lines
+from grader.similarity_store import compute_report, fingerprint_dir, load_report, pair_sources, report_path, save_report
 from grader.web import _db, _form_user, _page, _see_other, _taught_assignment, _to_login, get_context
 from grader.websession import current_user
 from worker.rubric import RubricError, load_rubric
@@ -36,7 +37,7 @@ from worker.unpack import BadArchive
 
 router = APIRouter(include_in_schema=False)
 
-SHOWN_PAIRS = 50  # the similarity page lists the most similar pairs; the JSON file holds them all
+SHOWN_PAIRS = 100  # pairs per page of the similarity ranking (every pair is on some page)
 SCHEDULE_FIELDS = ("release", "due", "grace", "late_window", "penalty_per_day", "score_policy")
 
 
@@ -272,7 +273,7 @@ async def grading_change(request: Request, slug: str) -> Response:
 
 
 @router.get("/assignments/{slug}/similarity", response_class=HTMLResponse)
-def similarity_page(request: Request, slug: str) -> Response:
+def similarity_page(request: Request, slug: str, page: int = 1, base: str = "") -> Response:
     ctx = get_context(request)
     with _db(ctx) as session:
         found = _staff(request, session, slug)
@@ -280,8 +281,12 @@ def similarity_page(request: Request, slug: str) -> Response:
             return found
         user, assignment = found
         report = load_report(report_path(ctx.settings.data_dir, slug))
-        return _page(request, "ops_similarity.html", user, assignment=assignment, report=report,
-                     pairs=report.pairs[:SHOWN_PAIRS] if report else [])
+        pages = max(1, -(-len(report.pairs) // SHOWN_PAIRS)) if report else 1
+        page = min(max(page, 1), pages)
+        return _page(request, "ops_similarity.html", user, assignment=assignment, report=report, page=page,
+                     pages=pages, first=(page - 1) * SHOWN_PAIRS,
+                     pairs=report.pairs[(page - 1) * SHOWN_PAIRS: page * SHOWN_PAIRS] if report else [],
+                     has_base=base_path(ctx.settings.data_dir, slug).is_file(), base_message=base)
 
 
 @router.get("/assignments/{slug}/similarity.json")
@@ -302,8 +307,10 @@ def similarity_download(request: Request, slug: str) -> Response:
 def _compute_and_store(ctx: Any, slug: str) -> None:
     """The class's report, written for the page (runs in a worker thread: CPU-bound)."""
     rubric = load_rubric(slug)
+    limits = pipeline_config(ctx.settings, rubric).limits
+    base, _what = assignment_base(ctx.settings.data_dir, rubric, limits)
     with _db(ctx) as session:
-        report, _sources = compute_report(session, ctx.blobs, rubric, pipeline_config(ctx.settings, rubric).limits)
+        report, _sources = compute_report(session, ctx.blobs, rubric, limits, base, fingerprint_dir(ctx.settings.data_dir))
     save_report(report, report_path(ctx.settings.data_dir, slug))
 
 
@@ -322,6 +329,26 @@ async def similarity_compute(request: Request, slug: str) -> Response:
         return _page(request, "error.html", user, status.HTTP_404_NOT_FOUND, title="No rubric",
                      message=f"Assignment {slug} has no rubric to compare submissions by: {exc}")
     return _see_other(f"/assignments/{slug}/similarity")
+
+
+@router.post("/assignments/{slug}/similarity/base", response_class=HTMLResponse)
+async def similarity_base(request: Request, slug: str) -> Response:
+    """Keep the uploaded zip as the starter the assignment's students received (the base)."""
+    ctx = get_context(request)
+    with _db(ctx) as session:
+        found = await _staff_form(request, session, slug)
+        if isinstance(found, Response):
+            return found
+        upload = found[2].get("starter")
+    if upload is None or isinstance(upload, str):
+        return _see_other(f"/assignments/{slug}/similarity?base=" + quote("Choose the starter zip first."))
+    rubric = load_rubric(slug)
+    try:
+        count = await run_in_threadpool(save_base, ctx.settings.data_dir, slug, await upload.read(), rubric,
+                                        pipeline_config(ctx.settings, rubric).limits)
+    except BadArchive as exc:
+        return _see_other(f"/assignments/{slug}/similarity?base=" + quote(f"Not kept: {exc}"))
+    return _see_other(f"/assignments/{slug}/similarity?base=" + quote(f"Kept: {count} starter files; compute again."))
 
 
 @router.get("/assignments/{slug}/similarity/pair", response_class=HTMLResponse)
@@ -344,9 +371,11 @@ def similarity_pair(request: Request, slug: str, a: str = "", b: str = "") -> Re
     except (BadArchive, FileNotFoundError) as exc:
         return _page(request, "error.html", user, status.HTTP_404_NOT_FOUND, title="Submission unavailable",
                      message=f"A compared zip can no longer be read ({exc}); compute the report again.")
-    files = [{"match": match, "a": numbered_lines(sources[pair.a].get(match.path, ""), match.lines_a),
-              "b": numbered_lines(sources[pair.b].get(match.path, ""), match.lines_b),
+    base, _what = assignment_base(ctx.settings.data_dir, rubric, pipeline_config(ctx.settings, rubric).limits)
+    files = [{"match": match,
+              "a": numbered_lines(sources[pair.a].get(match.path_a, ""), match.lines_a, starter_lines(base, match.path_a)),
+              "b": numbered_lines(sources[pair.b].get(match.path_b, ""), match.lines_b, starter_lines(base, match.path_b)),
               "ranges_a": describe_ranges(match.lines_a), "ranges_b": describe_ranges(match.lines_b)}
-             for match in pair.files]
+             for match in pair.matches]
     return _page(request, "ops_pair.html", user, assignment=assignment, report=report, pair=pair, files=files,
                  rank=report.pairs.index(pair) + 1)

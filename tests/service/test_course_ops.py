@@ -114,7 +114,7 @@ def test_similarity_command_reads_each_students_latest_zip(sessions: sessionmake
     assert "left out sim-c" in result.output
     report = json.loads(out.read_text())
     pair = next(p for p in report["pairs"] if {p["a"], p["b"]} == {"sim-a", "sim-b"})
-    assert pair["score"] > 0.95 and pair["files"]
+    assert pair["score"] > 0.95 and pair["matches"]
     # Staff of hw4 upload the kit to try it: not a student's work, never in the comparison.
     assert not any("sim-staff" in (p["a"], p["b"]) for p in report["pairs"]) and "sim-staff" not in result.output
     assert html.exit_code == 0 and "sim-a and sim-b" in (tmp_path / "report.html").read_text()
