@@ -192,34 +192,43 @@ def _shared_counts(klass: _Class, level_is_file: bool) -> tuple[np.ndarray, np.n
 
 def _pairs(klass: _Class, config: Fingerprinting) -> list[PairResult]:
     student = np.array([u.student for u in klass.units], dtype=np.int64)
-    found: dict[tuple[int, int], list[tuple[float, int, int, int]]] = {}
-    for level_is_file in (True, False):
-        a, b, shared, _ = _shared_counts(klass, level_is_file)
-        sizes = np.array([u.hashes.size for u in klass.units], dtype=np.float64)
-        score = 2 * shared / (sizes[a] + sizes[b]) * np.minimum(1.0, shared / config.full_evidence)
-        for ua, ub, s, value in zip(a.tolist(), b.tolist(), shared.tolist(), score.tolist()):
-            if value >= config.floor:
-                found.setdefault((int(student[ua]), int(student[ub])), []).append((value, ua, ub, s))
-    results = []
+    sizes = np.array([u.hashes.size for u in klass.units], dtype=np.float64)
     n = len(klass.names)
+    levels = [_shared_counts(klass, level_is_file) for level_is_file in (True, False)]
+    a = np.concatenate([level[0] for level in levels])
+    b = np.concatenate([level[1] for level in levels])
+    shared = np.concatenate([level[2] for level in levels])
+    score = 2 * shared / np.maximum(sizes[a] + sizes[b], 1) * np.minimum(1.0, shared / config.full_evidence)
+    keep = score >= config.floor
+    a, b, score = a[keep], b[keep], score[keep]
+    pair_key = student[a] * n + student[b]
+    order = np.lexsort((b, a, -score, pair_key))  # per student pair, strongest first
+    pair_key, a, b, score = pair_key[order], a[order], b[order], score[order]
+    starts = np.flatnonzero(np.r_[True, pair_key[1:] != pair_key[:-1]]) if pair_key.size else np.array([], np.int64)
+    rank = np.arange(pair_key.size) - np.repeat(starts, np.diff(np.r_[starts, pair_key.size]))
+    top = rank < 4 * config.shown  # enough candidates for `shown` distinct matches
+    found: dict[int, list[tuple[float, int, int]]] = {}
+    for key, ua, ub, value in zip(pair_key[top].tolist(), a[top].tolist(), b[top].tolist(), score[top].tolist()):
+        found.setdefault(key, []).append((value, ua, ub))
+    results = []
     for i in range(n):
         for j in range(i + 1, n):
-            best = sorted(found.get((i, j), []), key=lambda m: (-m[0], m[1], m[2]))
-            matches = tuple(_match(klass, ua, ub, value) for value, ua, ub, _ in _distinct(klass, best, config.shown))
+            best = _distinct(klass, found.get(i * n + j, []), config.shown)
+            matches = tuple(_match(klass, ua, ub, value) for value, ua, ub in best)
             results.append(PairResult(klass.names[i], klass.names[j], matches[0].score if matches else 0.0, matches))
     return results
 
 
-def _distinct(klass: _Class, best: list[tuple[float, int, int, int]], shown: int) -> list[tuple[float, int, int, int]]:
+def _distinct(klass: _Class, best: list[tuple[float, int, int]], shown: int) -> list[tuple[float, int, int]]:
     """The strongest matches, a function left out when its file's match already says as much
     (a file copied whole matches function by function too)."""
-    kept: list[tuple[float, int, int, int]] = []
+    kept: list[tuple[float, int, int]] = []
     for candidate in best:
-        _, ua, ub, _ = candidate
+        value, ua, ub = candidate
         unit_a, unit_b = klass.units[ua], klass.units[ub]
         if unit_a.function is not None and any(
                 klass.units[ka].function is None and klass.units[ka].path == unit_a.path
-                and klass.units[kb].path == unit_b.path and value >= candidate[0] for value, ka, kb, _ in kept):
+                and klass.units[kb].path == unit_b.path and kept_value >= value for kept_value, ka, kb in kept):
             continue
         kept.append(candidate)
         if len(kept) == shown:
@@ -229,24 +238,22 @@ def _distinct(klass: _Class, best: list[tuple[float, int, int, int]], shown: int
 
 def _match(klass: _Class, ua: int, ub: int, score: float) -> Match:
     unit_a, unit_b = klass.units[ua], klass.units[ub]
-    common = np.intersect1d(unit_a.hashes, unit_b.hashes, assume_unique=True)
+    common, at_a, at_b = np.intersect1d(unit_a.hashes, unit_b.hashes, assume_unique=True, return_indices=True)
     return Match(
         unit_a.path, unit_a.function.name if unit_a.function else None,
         unit_b.path, unit_b.function.name if unit_b.function else None,
         round(float(score), 4),
         round(common.size / max(unit_a.hashes.size, 1), 4), round(common.size / max(unit_b.hashes.size, 1), 4),
-        _ranges(unit_a, common), _ranges(unit_b, common),
+        _ranges(unit_a.first[at_a], unit_a.last[at_a]), _ranges(unit_b.first[at_b], unit_b.last[at_b]),
     )
 
 
-def _ranges(unit: _Unit, common: np.ndarray) -> tuple[LineRange, ...]:
-    """The lines the shared fingerprints cover, merged into ranges."""
-    at = np.isin(unit.hashes, common)
-    spans = sorted(zip(unit.first[at].tolist(), unit.last[at].tolist()))
-    ranges: list[LineRange] = []
-    for first, last in spans:
-        if ranges and first <= ranges[-1][1] + 1:
-            ranges[-1] = (ranges[-1][0], max(ranges[-1][1], last))
-        else:
-            ranges.append((first, last))
-    return tuple(ranges)
+def _ranges(first: np.ndarray, last: np.ndarray) -> tuple[LineRange, ...]:
+    """The lines the shared fingerprints cover (first..last of each), merged into ranges."""
+    if first.size == 0:
+        return ()
+    order = np.argsort(first, kind="stable")
+    first, reach = first[order], np.maximum.accumulate(last[order])
+    opens = np.flatnonzero(np.r_[True, first[1:] > reach[:-1] + 1])
+    closes = np.r_[opens[1:] - 1, first.size - 1]
+    return tuple(zip(first[opens].tolist(), reach[closes].tolist()))

@@ -38,7 +38,7 @@ def test_planted_copy_ranks_above_every_unrelated_pair(seeded_class) -> None:
     assert (top.a, top.b) == ("s07", "s23")
     # students who drew the same implementation of a whole kernel from the generator's few are
     # alike there too; the copy is alike everywhere: more strong matches besides the first
-    assert top.score > 0.9 and top.breadth > max(p.breadth for p in pairs[1:] if p.score >= top.score - 0.05), default=0.0)
+    assert top.score > 0.9 and top.breadth > max((p.breadth for p in pairs[1:] if p.score >= top.score - 0.05), default=0.0)
     assert top.driver and top.matches[0].share_a > 0.9
     assert seconds < 45
 

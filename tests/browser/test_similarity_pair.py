@@ -1,0 +1,67 @@
+"""The similarity pair view in a real (headless) Chromium at 1280 px: two students share a
+kernel file with a very long line; the side by side wraps it, the page has no horizontal
+scroll, and the shared lines are highlighted on both sides."""
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, expect
+from sqlalchemy.orm import Session, sessionmaker
+
+from grader.auth import set_password
+from grader.blobstore import BlobStore
+from grader.db import session_scope
+from grader.models import Role, Submission
+from grader.service import get_assignment, get_or_create_user
+from grader.settings import Settings
+from tests.browser.test_pages import PASSWORD, log_in
+from worker.rubric import load_rubric
+from worker.starter_kit import zip_tree
+
+STUDENTS = ("wide-ana", "wide-ben")
+LONG_LINE = "  float wide_" + " + ".join(f"inp[{i}] * {i}.5f" for i in range(40)) + ";\n"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def wide_pair(sessions: sessionmaker[Session], settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """An instructor, and two students with the same kit whose softmax kernel has a long line."""
+    work = tmp_path_factory.mktemp("wide")
+    tree = work / "kit"
+    shutil.copytree(load_rubric("hw4").starter_dir, tree)
+    kernel = tree / "src" / "softmax_kernel.cu"
+    text = kernel.read_text()
+    at = text.index("{", text.index("ker_attn_softmax(")) + 1
+    kernel.write_text(text[:at] + "\n" + LONG_LINE + text[at:])
+    archive = zip_tree(tree, work / "llmsys_hw4.zip")
+    blob = BlobStore(settings.blob_dir).put_bytes(archive.read_bytes())
+    with session_scope(sessions) as session:
+        set_password(get_or_create_user(session, "wide-prof", Role.instructor), PASSWORD)
+        for name in STUDENTS:
+            session.add(Submission(user=get_or_create_user(session, name, Role.student),
+                                   assignment=get_assignment(session, "hw4"), original_filename=archive.name,
+                                   size_bytes=blob.size, sha256=blob.sha256))
+
+
+def test_a_pair_fits_1280_px_without_horizontal_scroll(browser: Browser, base_url: str) -> None:
+    context = browser.new_context(base_url=base_url, viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(15_000)
+    try:
+        page = log_in(context, "wide-prof")
+        page.goto("/assignments/hw4/similarity")
+        page.get_by_role("button", name=re.compile("Compute")).click()
+        expect(page.locator("#report-summary")).to_contain_text("students", timeout=120_000)
+        row = page.locator("#pairs tbody tr").filter(has_text=f"{STUDENTS[0]} and {STUDENTS[1]}")
+        row.get_by_role("link", name=re.compile("Side by side")).click()
+        expect(page.get_by_role("heading", level=1)).to_contain_text(f"{STUDENTS[0]} and {STUDENTS[1]}")
+        expect(page.locator("pre[data-side=a]", has_text="wide_inp[0] * 0.5f + inp[1]")).to_be_visible()
+        expect(page.locator("pre[data-side=b] .hit").first).to_be_visible()
+        widths = page.evaluate("() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]")
+        assert widths[0] <= widths[1], widths
+        for side in ("a", "b"):
+            pre = page.locator(f"pre[data-side={side}]", has_text="wide_inp[0] * 0.5f + inp[1]")
+            assert pre.evaluate("e => e.scrollWidth <= e.clientWidth"), side  # the long line wraps
+    finally:
+        context.close()
