@@ -389,6 +389,7 @@ ROUTES: dict[tuple[str, str], Check] = {
         "/assignments/hw4/members/{w.b_name}/remove", {}),
     ("POST", "/assignments/{slug}/grading"): _ops_post_denied("/assignments/hw4/grading", {"action": "pause"}),
     ("POST", "/assignments/{slug}/similarity"): _ops_post_denied("/assignments/hw4/similarity", {}),
+    ("POST", "/assignments/{slug}/similarity/base"): _ops_post_denied("/assignments/hw4/similarity/base", {}),
 }
 
 
