@@ -1,0 +1,80 @@
+"""grader.similarity_units finds kernels, launchers and methods by line; grader.similarity_cache
+keeps fingerprints on disk by content; files identical to the base are never compared; one
+function pasted into another student's file puts that pair first, the function named."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from grader.similarity import compare_class, own_files, starter_sources
+from grader.similarity_cache import PrintCache
+from grader.similarity_prints import Fingerprinting, fingerprint_file
+from grader.similarity_units import functions_of
+from similarity_class import generate_class
+from worker.rubric import load_rubric
+
+CUDA = """#include "x.h"
+namespace lightseq {
+struct Pair { int a; float f() const { return a; } };
+template <typename T, int N>
+__global__ void ker_one(T *inp, int n) {
+  const char *s = "}";  // a brace in a string {
+  if (n > 0) { inp[0] = 1; }
+}
+extern "C" {
+void launch_one(float *inp, int n) {
+  ker_one<float, 4><<<1, 32>>>(inp, n);
+}
+}
+}
+"""
+PY = """class Attn:
+    def __init__(self, n):
+        self.n = n
+
+    def forward(self, x):
+        return (
+            x * self.n
+        )
+
+
+def helper(y):
+    return y
+"""
+
+
+def test_functions_by_line() -> None:
+    assert [(f.name, f.first, f.last) for f in functions_of("src/k.cu", CUDA)] == [
+        ("ker_one", 4, 8), ("launch_one", 10, 12)]
+    assert [(f.name, f.first, f.last) for f in functions_of("m.py", PY)] == [
+        ("Attn.__init__", 2, 3), ("Attn.forward", 5, 8), ("helper", 11, 12)]
+    assert functions_of("notes.txt", "x") == ()
+
+
+def test_fingerprints_kept_on_disk_by_content(tmp_path: Path) -> None:
+    config = Fingerprinting()
+    first = PrintCache(config, tmp_path)
+    first.fill([("src/k.cu", CUDA)])
+    assert len(list(tmp_path.rglob("*.npz"))) == 1
+    again = PrintCache(config, tmp_path).get("src/k.cu", CUDA)  # read back, not recomputed
+    fresh = fingerprint_file("src/k.cu", CUDA, config)
+    assert (again.hashes == fresh.hashes).all() and (again.first == fresh.first).all()
+    assert again.functions == fresh.functions
+
+
+def test_a_pasted_kernel_drives_its_pair(tmp_path: Path) -> None:
+    rubric = load_rubric("hw4")
+    base = starter_sources(rubric)
+    students = {n: dict(s.files) for n, s in generate_class(rubric, tmp_path, size=8, seed=7, planted=(0, 1)).items()}
+    del students["s01"]  # the generator's disguised copy: not this test's plant
+    path, kernel = "src/layernorm_kernel.cu", "ker_ln_bw_dinp"
+    source = next(f for f in functions_of(path, students["s02"][path]) if f.name == kernel)
+    target = next(f for f in functions_of(path, students["s05"][path]) if f.name == kernel)
+    lines_src, lines_dst = students["s02"][path].splitlines(True), students["s05"][path].splitlines(True)
+    students["s05"][path] = "".join(lines_dst[: target.first - 1] + lines_src[source.first - 1: source.last]
+                                    + lines_dst[target.last:])
+    assert set(own_files(students["s03"], base)) < set(students["s03"])  # unchanged starter files dropped
+    pairs = compare_class(students, base)
+    top = pairs[0]
+    assert {top.a, top.b} == {"s02", "s05"}, [(p.a, p.b, p.score, p.driver) for p in pairs[:3]]
+    pasted = next(m for m in top.matches if m.label == f"{path}: {kernel}")  # named as such
+    assert pasted.score > 0.9 and pasted.lines_a and pasted.lines_b
