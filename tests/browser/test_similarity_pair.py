@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import re
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, expect
+from sqlalchemy import delete
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.auth import set_password
@@ -17,6 +19,7 @@ from grader.db import session_scope
 from grader.models import Role, Submission
 from grader.service import get_assignment, get_or_create_user
 from grader.settings import Settings
+from grader.similarity_store import report_path
 from tests.browser.test_pages import PASSWORD, log_in
 from worker.rubric import load_rubric
 from worker.starter_kit import zip_tree
@@ -26,8 +29,10 @@ LONG_LINE = "  float wide_" + " + ".join(f"inp[{i}] * {i}.5f" for i in range(40)
 
 
 @pytest.fixture(scope="module", autouse=True)
-def wide_pair(sessions: sessionmaker[Session], settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> None:
-    """An instructor, and two students with the same kit whose softmax kernel has a long line."""
+def wide_pair(sessions: sessionmaker[Session], settings: Settings,
+              tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """An instructor, and two students with the same kit whose softmax kernel has a long line;
+    their submissions and the report computed here are removed afterwards."""
     work = tmp_path_factory.mktemp("wide")
     tree = work / "kit"
     shutil.copytree(load_rubric("hw4").starter_dir, tree)
@@ -43,6 +48,11 @@ def wide_pair(sessions: sessionmaker[Session], settings: Settings, tmp_path_fact
             session.add(Submission(user=get_or_create_user(session, name, Role.student),
                                    assignment=get_assignment(session, "hw4"), original_filename=archive.name,
                                    size_bytes=blob.size, sha256=blob.sha256))
+    yield
+    with session_scope(sessions) as session:  # other pages' tests compare their own class
+        for name in STUDENTS:
+            session.execute(delete(Submission).where(Submission.user_id == get_or_create_user(session, name, Role.student).id))
+    report_path(settings.data_dir, "hw4").unlink(missing_ok=True)
 
 
 def test_a_pair_fits_1280_px_without_horizontal_scroll(browser: Browser, base_url: str) -> None:
