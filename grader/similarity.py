@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from grader.similarity_cache import PrintCache, Progress
-from grader.similarity_prints import FilePrint, Fingerprinting, fingerprint_file
+from grader.similarity_prints import FilePrint, Fingerprinting
 from grader.similarity_units import Function
 from worker.rubric import Rubric
 from worker.starter_kit import render_starter
