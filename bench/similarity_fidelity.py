@@ -1,7 +1,7 @@
 """Similarity fidelity on the development corpus: where planted copies rank among the genuine
 pairs of real submissions, with the official starter as the base and with our kit's fallback.
 
-    .venv/bin/python bench/similarity_fidelity.py [--corpus .corpus] [--out bench/results/similarity-fidelity.json]
+    .venv/bin/python bench/similarity_fidelity.py [--corpus .corpus] [--out .gpu-out/similarity-fidelity.json]
 
 The class: every submission under CORPUS/src/<name>/llmsys_hw4 (the rubric's student files).
 For each ordered pair (source, copier) of different submissions and each kind of copy, the
@@ -64,7 +64,7 @@ def genuine_scores(pairs: list[PairResult], planted: tuple[str, str]) -> list[fl
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--corpus", type=Path, default=Path(".corpus"))
-    parser.add_argument("--out", type=Path, default=Path("bench/results/similarity-fidelity.json"))
+    parser.add_argument("--out", type=Path, default=Path(".gpu-out/similarity-fidelity.json"))
     args = parser.parse_args()
     rubric = load_rubric("hw4")
     students = {d.name: tree_sources(d / "llmsys_hw4", rubric.student_files)
