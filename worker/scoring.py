@@ -25,7 +25,7 @@ from typing import Any, Iterable, Mapping
 
 from worker.measurements import CaseOutcome, ProblemMeasurement, salient_lines
 from worker.rubric import ProblemScoring, Rubric
-from worker.timing import IDLE_SLACK, RatioSummary
+from worker.timing import RatioSummary, waited_beyond_slack
 
 DEFERRED_FLAG_SHARE = 0.10  # a fused op whose deferred read is this share of its time is flagged
 
@@ -164,7 +164,7 @@ def waited_off_cpu(m: ProblemMeasurement) -> str | None:
     custom_share = ev.get("custom_cpu_share")
     for variant in ("reference_ops", "baseline"):
         share = ev.get(f"{variant}_cpu_share")
-        if share is not None and custom_share and share * (1 + IDLE_SLACK) < custom_share:
+        if waited_beyond_slack(share, custom_share):
             return (f"{m.problem_id}: your composition spent {1 - share:.0%} of its time off the CPU (the fused op "
                     f"{1 - custom_share:.0%}), as code that sleeps does")
     return None

@@ -143,14 +143,20 @@ def spread(values: Sequence[float]) -> tuple[float, float, float]:
     return lo, hi, (hi / lo if lo > 0 else math.inf)
 
 
+def waited_beyond_slack(baseline_cpu: float | None, custom_cpu: float | None) -> bool:
+    """Whether a composition spent more of its time off the CPU than the fused op, beyond
+    IDLE_SLACK (CPU shares of wall time; unknown shares never count)."""
+    return baseline_cpu is not None and bool(custom_cpu) and baseline_cpu * (1.0 + IDLE_SLACK) < custom_cpu
+
+
 def waiting_removed(baseline_ms: float, baseline_cpu: float | None, custom_cpu: float | None) -> float:
-    """The composition's time without its waiting off the CPU, when it waited more than the
-    fused op does beyond IDLE_SLACK: its CPU time scaled by the fused op's CPU share. An
-    honest composition (within the slack) keeps its time. What a sleep still costs in CPU
-    (waking up: tens of microseconds) stays counted."""
-    if baseline_cpu is None or not custom_cpu or baseline_cpu * (1.0 + IDLE_SLACK) >= custom_cpu:
+    """The composition's time without its waiting off the CPU, when it waited beyond the
+    slack: its CPU time scaled by the fused op's CPU share. An honest composition (within the
+    slack) keeps its time. What a sleep still costs in CPU (waking up: tens of microseconds)
+    stays counted."""
+    if not waited_beyond_slack(baseline_cpu, custom_cpu):
         return baseline_ms
-    return baseline_ms * baseline_cpu / custom_cpu
+    return baseline_ms * baseline_cpu / custom_cpu  # type: ignore[operator]
 
 
 def deferred_excess(custom_read_ms: float, baseline_read_ms: float) -> float:
