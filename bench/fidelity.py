@@ -172,10 +172,19 @@ def prepare_submission(archive: Path, official: Path, work: Path, rubric: Rubric
     return record
 
 
+# `--harness-gc off`: the test file run as its own script would be, with the garbage collector
+# off from the start (for measuring what collections inside the course's clock do to its figure).
+NO_GC_RUNNER = ("import gc, runpy, sys; gc.disable(); script = sys.argv[1]; sys.argv = sys.argv[1:]; "
+                "sys.path[0] = __import__('os').path.dirname(script); runpy.run_path(script, run_name='__main__')")
+
+
 def run_course_test(tree: Path, test: str, python: str, timeout_s: float, expected: int,
-                    log_path: Path) -> tuple[report.CourseVerdict, str]:
-    """`python3 kernel_tests/<test>.py` in the tree, output to `log_path`; its verdict and output."""
+                    log_path: Path, extra_env: dict[str, str] | None = None,
+                    gc_off: bool = False) -> tuple[report.CourseVerdict, str]:
+    """`python3 kernel_tests/<test>.py` in the tree, output to `log_path`; its verdict and output.
+    `extra_env` / `gc_off`: the experiments of `--harness-env` / `--harness-gc off`."""
     env = dict(os.environ)
+    env.update(extra_env or {})
     env["PYTHONPATH"] = os.pathsep.join([str(tree), *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]])
     env["PYTHONUNBUFFERED"] = "1"  # stdout and stderr interleave as printed
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -183,7 +192,9 @@ def run_course_test(tree: Path, test: str, python: str, timeout_s: float, expect
     timed_out = False
     with open(log_path, "wb") as out:
         try:
-            proc = subprocess.Popen([python, f"kernel_tests/{test}.py"], cwd=tree, stdout=out,
+            script = f"kernel_tests/{test}.py"
+            argv = [python, "-c", NO_GC_RUNNER, script] if gc_off else [python, script]
+            proc = subprocess.Popen(argv, cwd=tree, stdout=out,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                     start_new_session=True)
         except OSError as exc:
@@ -205,6 +216,14 @@ def run_course_test(tree: Path, test: str, python: str, timeout_s: float, expect
     return verdict, output
 
 
+def harness_env(args: argparse.Namespace) -> dict[str, str]:
+    """--harness-env KEY=VALUE ... as a dict."""
+    pairs = [item.partition("=") for item in args.harness_env]
+    if bad := [k for k, sep, _ in pairs if not sep or not k]:
+        raise SystemExit(f"--harness-env wants KEY=VALUE, got {bad}")
+    return {k: v for k, _, v in pairs}
+
+
 def repeat_course_test(verdict: report.CourseVerdict, tree: Path, test: str, args: argparse.Namespace,
                        expected: int, log_dir: Path, deadline: float | None) -> None:
     """Runs 2..--repeat of a test file whose first run passed, one after another, for the
@@ -221,7 +240,8 @@ def repeat_course_test(verdict: report.CourseVerdict, tree: Path, test: str, arg
             if left < MIN_TEST_S:
                 return
             timeout = min(timeout, left)
-        again, _ = run_course_test(tree, test, args.python, timeout, expected, log_dir / f"{test}.run{run}.log")
+        again, _ = run_course_test(tree, test, args.python, timeout, expected, log_dir / f"{test}.run{run}.log",
+                                   harness_env(args), args.harness_gc == "off")
         verdict.runs = run
         if again.verdict == "pass":
             verdict.repeat_speedups.append(list(again.speedups))
@@ -269,7 +289,8 @@ def run_harness(zips: list[Path], official: Path, work: Path, store: ResultStore
                 return name, test, report.CourseVerdict("not run", "skipped: --budget used up", expected=expected[test])
             timeout = min(timeout, left)
         verdict, output = run_course_test(Path(record["tree"]), test, args.python, timeout, expected[test],
-                                          work / name / "logs" / f"{test}.log")
+                                          work / name / "logs" / f"{test}.log", harness_env(args),
+                                          args.harness_gc == "off")
         verdict = report.blame_build(verdict, output, failed)
         if verdict.timed_out and timeout < args.timeout:  # cut by the bench, not the test's own fault
             verdict.verdict = "not run"
@@ -584,6 +605,9 @@ def header_lines(metas: list[dict[str, Any]]) -> list[str]:
                          f"{m.get('jobs')} test files at once, {m.get('timeout_s') or 0:g} s each; verdicts from the "
                          f"printed output of the first run; each passing file run {m.get('repeat') or 1} times "
                          "for the course's mean speedup.")
+            if m.get("harness_env") or m.get("harness_gc") == "off":
+                lines.append(f"Course harness EXPERIMENT (not the course's conditions): environment "
+                             f"{m.get('harness_env') or {}}, garbage collector {m.get('harness_gc')}.")
         if m.get("mode") in ("grader", "both"):
             lines.append(f"kernelgrade: grade_submission with production settings ({m.get('settings')}); "
                          f"problems {', '.join(m.get('problems') or [])}; targets: the rubric's (no calibration).")
@@ -668,6 +692,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--arch", default="sm_90", help="nvcc -arch for the harness builds")
     parser.add_argument("--nvcc", default=os.environ.get("KG_NVCC", "nvcc"))
     parser.add_argument("--python", default="python3", help="the interpreter that runs the course tests")
+    parser.add_argument("--harness-env", action="append", default=[], metavar="KEY=VALUE",
+                        help="an experiment: set this in the course tests' environment (repeatable), e.g. "
+                             "the GLIBC_TUNABLES of kernelgrade's children")
+    parser.add_argument("--harness-gc", choices=("on", "off"), default="on",
+                        help="an experiment: 'off' runs the course tests with Python's garbage collector off")
     parser.add_argument("--problems", default="", help="kernelgrade problems, e.g. 1.1,1.2,2.1,2.2 (default: all)")
     half = parser.add_mutually_exclusive_group()
     half.add_argument("--harness-only", action="store_true")
@@ -724,7 +753,8 @@ def main(argv: list[str] | None = None) -> int:
             "command": command_line(sys.argv if argv is None else ["bench/fidelity.py", *argv]),
             "zips": [z.name for z in zips], "jobs": args.jobs, "repeat": args.repeat,
             "timeout_s": args.timeout, "arch": f"-arch={args.arch}",
-            "harness_python": args.python, "problems": list(problems), "settings": settings_source}
+            "harness_python": args.python, "harness_env": harness_env(args), "harness_gc": args.harness_gc,
+            "problems": list(problems), "settings": settings_source}
     store = ResultStore(args.out / "fidelity.json", meta)
     log(f"fidelity: {len(zips)} zips, mode {mode}; work folder {work}; results -> {store.path}")
     try:

@@ -385,6 +385,27 @@ def test_run_course_test_reads_the_printed_passes(tmp_path: Path) -> None:
     assert v.passes == 5 and v.seconds is not None
 
 
+def test_run_course_test_experiments_reach_the_test(tmp_path: Path) -> None:
+    """--harness-env reaches the test's environment; --harness-gc off runs it as its own script
+    (its folder first on sys.path, __name__ == '__main__') with the collector off."""
+    tree = tmp_path / "tree"
+    write(tree / "kernel_tests" / "helper_here.py", "OK = 1\n")
+    fake_test(tree, f"""
+        import gc, os, sys
+        import helper_here  # the script's own folder is on sys.path, as for `python3 kernel_tests/x.py`
+        assert __name__ == "__main__"
+        assert os.environ["KG_PROBE"] == "42"
+        assert not gc.isenabled()
+        sys.stdout.write({five_passes()!r})
+        """)
+    v, out = fidelity.run_course_test(tree, "test_softmax_fw", sys.executable, 60, 5, tmp_path / "l.log",
+                                      {"KG_PROBE": "42"}, gc_off=True)
+    assert v.verdict == "pass", out
+    v, _ = fidelity.run_course_test(tree, "test_softmax_fw", sys.executable, 60, 5, tmp_path / "m.log",
+                                    {"KG_PROBE": "42"})
+    assert v.verdict != "pass"  # the collector is on by default: the assertion fails
+
+
 def test_run_course_test_allclose_failure_exits_zero_and_fails(tmp_path: Path) -> None:
     fake_test(tmp_path / "t", """
         print(">>>>>>>>>>>>>>>>>>>>>>test_launch_attn_softmax, ntest [0], dtype [torch.float32]:")

@@ -71,6 +71,10 @@ def test_standin_scores_full_correctness(base: Path, trusted: Path, policy: Sand
         assert _measured(m), (m.speedup_student, m.speedup_reference_ops, m.speedup_trusted)
         # No CUPTI on the CPU stand-in: the kernel time is missing, says why, and costs nothing.
         assert m.kernel_ms is None and "not measured" in m.telemetry["kernel_profile"], m.telemetry
+        # where the timing's wall time went, per shape: every variant's requests and the parent's work
+        for shape in m.telemetry["timing_shapes"]:
+            assert {"custom", "baseline", "reference_ops", "inputs", "verify"} <= set(shape["wall_s"]), shape
+            assert all(v >= 0 for v in shape["wall_s"].values()) and shape["wall_s"]["custom"] > 0, shape
     p3 = by_id["3"]
     assert p3.status == "ok", _describe(p3)
     assert p3.binding_cases and all(c.ok for c in p3.binding_cases), _describe(p3)

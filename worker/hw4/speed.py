@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 import secrets
 import statistics
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -176,6 +177,12 @@ class ShapeTiming:
     raw: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     trials: int = 0
     wrong: int = 0
+    # wall seconds, for the record of where a grade's time goes: per variant (its requests,
+    # prepare and read included) and the parent's own work (inputs, verification)
+    wall_s: dict[str, float] = field(default_factory=dict)
+
+    def add_wall(self, what: str, seconds: float) -> None:
+        self.wall_s[what] = self.wall_s.get(what, 0.0) + seconds
 
     def ratio(self, baseline: str) -> RatioSummary | None:
         pairs = [(b, c) for b, c in zip(self.ms.get(baseline, []), self.ms.get("custom", []))]
@@ -192,6 +199,7 @@ class ShapeTiming:
             "ms": {v: med(x) for v, x in self.ms.items()},
             "raw": {v: {k: med(x) for k, x in d.items()} for v, d in self.raw.items()},
             "speedups": {b: (r.speedup if (r := self.ratio(b)) else None) for b in ("baseline", *SIDE_VARIANTS)},
+            "wall_s": {k: round(v, 2) for k, v in self.wall_s.items()},
         }
 
 
@@ -220,24 +228,27 @@ class _Timer:
                 found.append((name, client, "baseline"))
         return found
 
-    def attempt(self, name: str, client: ChildClient, variant: str, case: Case,
+    def attempt(self, name: str, client: ChildClient, variant: str, shape: ShapeTiming,
                 sets: list[dict[str, np.ndarray]]) -> BindingRun | None:
         """The submission's own variants raise (its crash ends the problem); a side's failure
         drops that side with the reason."""
-        if name in STUDENT_VARIANTS:
-            return run_binding(client, case, variant, sets, self.config.call_timeout_s)
+        started = time.monotonic()
         try:
-            return run_binding(client, case, variant, sets, self.config.call_timeout_s)
+            return run_binding(client, shape.case, variant, sets, self.config.call_timeout_s)
         except (ChildFailure, StudentError) as exc:
+            if name in STUDENT_VARIANTS:
+                raise
             self.sides.drop(name, f"the composition failed there: {exc}")
             return None
+        finally:
+            shape.add_wall(name, time.monotonic() - started)
 
     def warm_up(self, shape: ShapeTiming) -> None:
         warm: dict[str, float] = {}  # the last warm-up's time: the first pays one-time costs
         for _ in range(max(1, self.config.warmup)):
             inputs = [make_binding_inputs(shape.case, self.rng)]
             for name, client, variant in self.variants(0):
-                run = self.attempt(name, client, variant, shape.case, inputs)
+                run = self.attempt(name, client, variant, shape, inputs)
                 if run is not None:
                     warm[name] = max(run.compute_ms + run.read_ms, 1e-3)
         # Each timed request runs a variant `reps` times, enough for ~request_ms, so the
@@ -248,18 +259,22 @@ class _Timer:
     def trial(self, shape: ShapeTiming) -> None:
         case, config = shape.case, self.config
         variants = self.variants(shape.trials)
+        started = time.monotonic()
         sets = [make_binding_inputs(case, self.rng) for _ in range(max(shape.reps.get(v[0], 1) for v in variants))]
+        shape.add_wall("inputs", time.monotonic() - started)
         turn = shape.trials % len(variants)
         runs: dict[str, BindingRun] = {}
         for name, client, variant in variants[turn:] + variants[:turn]:
-            run = self.attempt(name, client, variant, case, sets[:shape.reps.get(name, 1)])
+            run = self.attempt(name, client, variant, shape, sets[:shape.reps.get(name, 1)])
             if run is None:
                 continue
             runs[name] = run
             checked = name == "custom" or (name == "reference_ops" and shape.trials == 0)
             if checked:
+                started = time.monotonic()
                 wrong = sum(not verify(case, run.outputs[i], binding_reference(case, sets[i])).ok
                             for i in verified_indices(len(run.outputs), config.verified_reps, shape.trials == 0))
+                shape.add_wall("verify", time.monotonic() - started)
                 if name == "custom":
                     shape.wrong += wrong
                 elif wrong:
