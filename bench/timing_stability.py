@@ -95,7 +95,7 @@ def main() -> int:
     lines = [f"### Speedup stability over {args.grades} re-grades, {on} vs {off} ({date.today().isoformat()})", "",
              f"Hardware: {gpu_name()}, {os.cpu_count()} CPU cores, {platform.machine()}; commit "
              f"{args.commit or current_commit() or 'unknown'}; pinned cores (parent, student, reference) = "
-             f"{cpus.parent}, {cpus.student}, {cpus.trusted}; settings alternate grade by grade.",
+             f"{cpus.parent}, {cpus.timed}; settings alternate grade by grade.",
              "Command: `bash tests/gpu/suite.sh --bench bench/timing_stability.py --compare "
              f"{args.compare} --grades {args.grades}` (GPU machine, `.whl/` carried)", "",
              "| problem | setting | speedups, own baseline | max/min | speedups, reference baseline | max/min |",

@@ -1,9 +1,12 @@
-"""CPU placement for timing: the parent and the two timed children each on a fixed core.
+"""CPU placement for timing: the parent on one fixed core, every timed child on another.
 
 The speedups of hw4 are mostly host time (a fused op's kernel takes 2-9 us of a 0.4-9 ms
 computation), so where the scheduler happens to put the processes moves the medians between
 grades. Pinning the timed processes to the same three cores on every grade removes that
-source of drift. Scope: only the timing phase; checks still run on every core in parallel.
+source of drift. The timed children (the submission's and the sides: its composition on our
+basic ops, our kit) share one core: a trial runs one request at a time, and a figure that is
+the ratio of two children's times must not also be the ratio of two cores' speeds. Scope:
+only the timing phase; checks still run on every core in parallel.
 """
 from __future__ import annotations
 
@@ -16,29 +19,28 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class TimingCpus:
-    parent: int   # the grading thread that runs the clock and verifies
-    student: int  # the submission's child being timed
-    trusted: int  # our reference kit's child
+    parent: int  # the grading thread that runs the clock and verifies
+    timed: int  # every child whose requests are timed, one request at a time
 
 
 def choose_timing_cpus(spec: str, gpu_index: int, allowed: set[int] | None = None) -> TimingCpus | None:
-    """`off` -> None; `a,b,c` -> those cores (parent, student, trusted); `auto` -> three of the
+    """`off` -> None; `a,b` -> those cores (parent, timed children); `auto` -> two of the
     cores this worker may use, from the top down (core 0 takes most interrupts), a different
-    three per GPU index so workers of one host do not share them. None when fewer than 3."""
+    two per GPU index so workers of one host do not share them. None when fewer than 2."""
     spec = spec.strip().lower()
     if spec in ("", "off", "none"):
         return None
     if spec != "auto":
         parts = [p.strip() for p in spec.split(",")]
-        if len(parts) != 3 or not all(p.isdigit() for p in parts):
-            raise ValueError(f"timing CPUs: want 'auto', 'off' or three cores 'parent,student,trusted', got {spec!r}")
+        if len(parts) != 2 or not all(p.isdigit() for p in parts):
+            raise ValueError(f"timing CPUs: want 'auto', 'off' or two cores 'parent,timed', got {spec!r}")
         return TimingCpus(*map(int, parts))
     usable = sorted(allowed if allowed is not None else os.sched_getaffinity(0), reverse=True)
-    groups = len(usable) // 3
+    groups = len(usable) // 2
     if groups == 0:
         return None
-    start = 3 * (gpu_index % groups)
-    return TimingCpus(*usable[start:start + 3])
+    start = 2 * (gpu_index % groups)
+    return TimingCpus(*usable[start:start + 2])
 
 
 def pin_process(pid: int, cpus: set[int]) -> None:

@@ -13,22 +13,22 @@ from worker.affinity import TimingCpus, choose_timing_cpus, pin_process, this_th
 
 def test_explicit_and_off() -> None:
     assert choose_timing_cpus("off", 0) is None
-    assert choose_timing_cpus("5,6,7", 0) == TimingCpus(5, 6, 7)
-    with pytest.raises(ValueError, match="three cores"):
-        choose_timing_cpus("5,6", 0)
-    with pytest.raises(ValueError, match="three cores"):
-        choose_timing_cpus("5-7", 0)
+    assert choose_timing_cpus("5,6", 0) == TimingCpus(5, 6)
+    with pytest.raises(ValueError, match="two cores"):
+        choose_timing_cpus("5,6,7", 0)
+    with pytest.raises(ValueError, match="two cores"):
+        choose_timing_cpus("5-6", 0)
 
 
 def test_auto_takes_distinct_top_cores_per_gpu() -> None:
     allowed = set(range(16))
-    picks = [choose_timing_cpus("auto", gpu, allowed) for gpu in range(5)]
-    assert picks[0] == TimingCpus(15, 14, 13)
-    assert picks[1] == TimingCpus(12, 11, 10)
-    cores = [c for p in picks for c in (p.parent, p.student, p.trusted)]  # type: ignore[union-attr]
-    assert len(set(cores)) == 15 and 0 not in cores
-    assert choose_timing_cpus("auto", 5, allowed) == picks[0]  # more GPUs than groups: reuse
-    assert choose_timing_cpus("auto", 0, {0, 1}) is None
+    picks = [choose_timing_cpus("auto", gpu, allowed) for gpu in range(7)]
+    assert picks[0] == TimingCpus(15, 14)
+    assert picks[1] == TimingCpus(13, 12)
+    cores = [c for p in picks for c in (p.parent, p.timed)]  # type: ignore[union-attr]
+    assert len(set(cores)) == 14 and 0 not in cores
+    assert choose_timing_cpus("auto", 8, allowed) == picks[0]  # more GPUs than groups: reuse
+    assert choose_timing_cpus("auto", 0, {0}) is None
 
 
 THREADED = "import threading, time\n[threading.Thread(target=time.sleep, args=(30,), daemon=True).start() for _ in range(3)]\nprint('up', flush=True)\ntime.sleep(30)\n"

@@ -104,7 +104,7 @@ def test_ignored_mask_fails_only_softmax_forward(base: Path, trusted: Path, poli
     for pid in ("1.2", "2.1", "2.2", "3"):
         assert by_id[pid].status == "ok" and not by_id[pid].failed_cases, _describe(by_id[pid])
     for pid in ("1.2", "2.1", "2.2"):
-        assert _measured(by_id[pid])
+        assert _measured(by_id[pid]), (by_id[pid].telemetry.get("timing_dropped"), by_id[pid].speedup_student, by_id[pid].speedup_reference_ops, by_id[pid].log_tail[-500:])
 
     rubric = load_rubric("hw4")
     score = score_run(rubric, list(by_id.values()))
@@ -131,7 +131,7 @@ def test_hung_layernorm_times_out_and_grading_goes_on(base: Path, trusted: Path,
                for c in m.cases if c not in hung)
     for pid in ("1.1", "1.2"):  # measured before and unaffected
         assert by_id[pid].status == "ok" and not by_id[pid].failed_cases, _describe(by_id[pid])
-        assert _measured(by_id[pid])
+        assert _measured(by_id[pid]), (by_id[pid].telemetry.get("timing_dropped"), by_id[pid].speedup_student, by_id[pid].speedup_reference_ops, by_id[pid].log_tail[-500:])
     # 2.2's own kernel is fine (its C ABI cases pass); its binding runs the forward first, and
     # Problem 3's fused model runs it too: both are measured, and hang there.
     assert by_id["2.2"].abi_cases and all(c.ok for c in by_id["2.2"].abi_cases)
@@ -153,7 +153,7 @@ def test_crash_in_softmax_backward_is_reported_with_output(base: Path, trusted: 
     assert "CRASH_SOFTMAX_BW: aborting" in crashed.message and "seed " in crashed.message
     for pid in ("1.1", "2.1", "2.2"):
         assert by_id[pid].status == "ok" and not by_id[pid].failed_cases, _describe(by_id[pid])
-        assert _measured(by_id[pid])
+        assert _measured(by_id[pid]), (by_id[pid].telemetry.get("timing_dropped"), by_id[pid].speedup_student, by_id[pid].speedup_reference_ops, by_id[pid].log_tail[-500:])
     score = score_run(load_rubric("hw4"), list(by_id.values()))
     assert score.problem("1.2").status == "failed" and score.problem("1.2").points == 0
     assert any("aborting" in r for r in score.problem("1.2").reasons)
@@ -228,7 +228,7 @@ def test_a_failing_reference_child_costs_the_submission_nothing(base: Path, poli
         assert m.status == "ok" and not m.failed_cases, _describe(m)
         assert m.speedup_student is not None and m.speedup_trusted is None and m.speedup_reference_ops is None
         dropped = m.telemetry["timing_dropped"]
-        assert "the composition failed there" in dropped["kit"], dropped
+        assert "its MiniTorch's basic tensor ops failed" in dropped["kit"], dropped  # found while warming it
         assert "no library of reference basic ops" in dropped["reference_ops"], dropped
     score = score_run(load_rubric("hw4"), list(by_id.values()))
     p21 = score.problem("2.1")
@@ -252,9 +252,10 @@ def _kernel_children(work: Path) -> dict[str, str]:
 
 def test_checks_overlap_and_only_the_timed_child_runs(base: Path, trusted: Path, policy: SandboxPolicy,
                                                        short_cases: dict) -> None:
-    """All four children and their kernel-profile children are up during the checks; when a
-    problem's timing starts, the profilers are gone and every other child still waiting for
-    its turn is stopped (T), so nothing else of the submission runs beside a timing."""
+    """All four children, their kernel-profile children and their timing children are up
+    during the checks; when a problem's timing starts, the checking and profiling children are
+    gone and every timing child still waiting for its turn is stopped (T), so nothing else of
+    the submission runs beside a timing."""
     submission = cpu_standin.make_cpu_submission(base / "frozen" / "submission")
     work = base / "frozen" / "work"
     seen: dict[str, dict[str, str]] = {}
@@ -263,9 +264,7 @@ def test_checks_overlap_and_only_the_timed_child_runs(base: Path, trusted: Path,
                                  on_problem=lambda pid: seen.setdefault(pid, _kernel_children(work)))
     assert all(m.status == "ok" and m.speedup_student is not None for m in measurements), [_describe(m) for m in measurements]
     profilers = {f"{pid}-profile" for pid in KERNEL_PROBLEMS}
-    assert set(seen["1.1"]) == set(KERNEL_PROBLEMS) | profilers, seen  # phase 1: every child is up
-    for i, pid in enumerate(KERNEL_PROBLEMS[1:], start=1):  # each timing: the later ones frozen
-        later = KERNEL_PROBLEMS[i + 1:]
-        assert all(seen[pid].get(other) == "T" for other in later), (pid, seen[pid])
-        assert seen[pid].get(pid) == "T" and not any(p in seen[pid] for p in KERNEL_PROBLEMS[:i]), (pid, seen[pid])
-        assert not profilers & set(seen[pid]), (pid, seen[pid])
+    timers = [f"{pid}-timing" for pid in KERNEL_PROBLEMS]
+    assert set(seen["1.1"]) == set(KERNEL_PROBLEMS) | profilers | set(timers), seen  # phase 1: every child is up
+    for i, pid in enumerate(KERNEL_PROBLEMS[1:], start=1):  # each timing: its own and the later ones frozen
+        assert set(seen[pid]) == set(timers[i:]) and all(v == "T" for v in seen[pid].values()), (pid, seen[pid])

@@ -32,7 +32,16 @@ from worker.hw4.cases import (
     reference,
     verify,
 )
-from worker.hw4.speed import TIMING_CASES, Sides, TimingConfig, describe_timing, run_binding, time_problem
+from worker.hw4.speed import (
+    TIMING_CASES,
+    Sides,
+    TimingConfig,
+    describe_timing,
+    run_binding,
+    time_problem,
+    warm_sides,
+    warm_student,
+)
 from worker.measurements import CaseOutcome, ProblemMeasurement, salient_lines
 
 HANDLERS = ("worker.hw4.child_kernels",)
@@ -187,6 +196,7 @@ class KernelProblem:
     clock: Stopwatch
     client: ChildClient | None = None  # open while the problem still has something to measure
     profiler: ChildClient | None = None  # a second child, for the kernel profile only
+    timer: ChildClient | None = None  # a third, fresh one for the timing, warmed during the checks
     # checks that killed ("crashed") or hung ("timeout") the child, per path
     failures: dict[tuple[str, str], int] = field(default_factory=dict)
 
@@ -295,6 +305,20 @@ def profile_phase(problem: KernelProblem, config: TimingConfig) -> None:
         profiler.close()
 
 
+def warm_phase(problem: KernelProblem, config: TimingConfig) -> None:
+    """The timing child's one-time costs (seconds: imports, CUDA context) paid beside the
+    checks. If the submission's code fails there, the child is closed and the timing gets a
+    fresh one, where the failure, if it repeats, ends the problem as it would have."""
+    timer = problem.timer
+    assert timer is not None
+    try:
+        with problem.clock("timing_warm"):
+            warm_student(timer, problem.problem_id, config.call_timeout_s)
+    except (ChildFailure, StudentError):
+        problem.timer = None
+        timer.close()
+
+
 def timing_phase(problem: KernelProblem, sides: Sides, config: TimingConfig) -> None:
     """The speedups, with nothing else of this grade running (the caller freezes the others)."""
     client, m, cases = problem.client, problem.measurement, TIMING_CASES[problem.problem_id]
@@ -316,15 +340,15 @@ def timing_phase(problem: KernelProblem, sides: Sides, config: TimingConfig) -> 
 
 @contextlib.contextmanager
 def _placed_for_timing(student: ChildClient, sides: Sides, cpus: TimingCpus | None) -> Iterator[None]:
-    """The timed children and the clock's thread each on their own fixed core (or left alone);
-    the side children take turns on one core (a trial runs one request at a time)."""
+    """The clock's thread on one fixed core, the timed children (the submission's and the
+    sides) taking turns on another (or both left alone): worker.affinity says why."""
     if cpus is None:
         yield
         return
-    student.pin({cpus.student})
+    student.pin({cpus.timed})
     for client in sides.clients.values():
         if client is not None:
-            client.pin({cpus.trusted})
+            client.pin({cpus.timed})
     with this_thread_on(cpus.parent):
         yield
 
@@ -343,12 +367,13 @@ def grade_kernel_problems(
 
     Phase 1 runs the correctness checks and kernel profiles of all problems at once, each
     profile in a second child of its problem (they only compete for time, which they do not
-    measure). A check that crashes or hangs the child fails with what the child said, and the
-    problem's remaining checks continue in a fresh child (up to MAX_CRASHES / MAX_HANGS per
-    path). Phase 2 times, each in a fresh child, the problems whose public cases all passed,
-    one after another, the
-    other children frozen meanwhile, so no code of this submission runs beside a timing;
-    with `cpus`, on the same three cores every grade."""
+    measure), and pays the one-time costs of the timing children (a third child per problem,
+    which runs no check, and the side children). A check that crashes or hangs the child fails
+    with what the child said, and the problem's remaining checks continue in a fresh child (up
+    to MAX_CRASHES / MAX_HANGS per path). Phase 2 times, each in its timing child, the
+    problems whose public cases all passed, one after another, the other children frozen
+    meanwhile, so no code of this submission runs beside a timing; with `cpus`, on the same
+    two cores every grade."""
     seeds = rng.integers(2**63 - 1, size=(len(problems), 3))
     states = [KernelProblem(pid, plan_checks(cases, np.random.default_rng(int(seed[2]))), thresholds,
                             np.random.default_rng(int(seed[0])), np.random.default_rng(int(seed[1])),
@@ -367,25 +392,35 @@ def grade_kernel_problems(
             fresh_child(problem)
             with problem.clock("start"):
                 problem.profiler = open_student(f"{problem.problem_id}-profile")
+                problem.timer = open_student(f"{problem.problem_id}-timing")
         if states:
             on_problem(states[0].problem_id)
-        with ThreadPoolExecutor(max_workers=max(1, 2 * len(states))) as pool:
-            profiles = [pool.submit(profile_phase, problem, config) for problem in states]
+        with ThreadPoolExecutor(max_workers=max(1, 3 * len(states) + 1)) as pool:
+            # beside the checks: profiles and the warming of the timing children (never a timing)
+            aside = [pool.submit(profile_phase, problem, config) for problem in states]
+            aside += [pool.submit(warm_phase, problem, config) for problem in states]
+            aside.append(pool.submit(warm_sides, sides, config.call_timeout_s))
             rounds = states
             while rounds:  # a crash ends its child: the problem's remaining checks get a fresh one
                 for done in [pool.submit(check_phase, problem, config) for problem in rounds]:
                     done.result()
                 rounds = [p for p in states if needs_fresh_child(p)]
-                for done in profiles if rounds else ():
-                    done.result()  # no profile thread running while this thread spawns
+                for done in aside if rounds else ():
+                    done.result()  # no other thread running while this thread spawns
                 for problem in rounds:
                     fresh_child(problem)
-            for done in profiles:
+            for done in aside:
                 done.result()
         waiting = [p for p in states if ready_for_timing(p)]
         for problem in states:
             _finish(problem)
-            if problem in waiting:  # a fresh child: a hidden case may have broken the CUDA context
+            timer, problem.timer = problem.timer, None
+            if problem not in waiting:
+                if timer is not None:
+                    timer.close()
+            elif timer is not None:  # fresh: it ran no check (a hidden case may break a CUDA context)
+                problem.client = timer
+            else:
                 fresh_child(problem)
         for problem in waiting:
             problem.client.pause()  # type: ignore[union-attr]
@@ -400,8 +435,9 @@ def grade_kernel_problems(
     finally:
         for problem in states:
             _finish(problem)
-            if problem.profiler is not None:  # opened, but phase 1 never ran
-                problem.profiler.close()
-                problem.profiler = None
+            for child in (problem.profiler, problem.timer):  # opened, but phase 1 never ran
+                if child is not None:
+                    child.close()
+            problem.profiler = problem.timer = None
             problem.measurement.telemetry.setdefault("after", telemetry())
     return [p.measurement for p in states]
