@@ -9,7 +9,7 @@ a file, so they apply to any llmsys_hw4 submission), each on the problems the mu
 Printed and written to $OUT (default .gpu-out/): gaming.md (a table for BENCHMARKS.md) and
 gaming.json. A mutant gains nothing on a problem when its points are at most the honest
 grade's + 0.5 and its scored speedup at most 1.15x the honest one (the noise between two
-grades); the course's own figure (the composition on the submission's own basic ops) is shown
+grades), or when a higher figure has its speed points withheld for staff review; the course's own figure (the composition on the submission's own basic ops) is shown
 beside it: that is what the cheat would have earned where that figure scores.
 """
 from __future__ import annotations
@@ -31,6 +31,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 import fidelity  # noqa: E402
 from worker.mutants import Mutant, load_mutants, mutate_text  # noqa: E402
 from worker.rubric import Rubric, load_rubric  # noqa: E402
+from worker.scoring import WITHHELD_WORDS  # noqa: E402
 from worker.starter_kit import zip_tree  # noqa: E402
 from worker.unpack import find_assignment_root, unpack_zip  # noqa: E402
 
@@ -88,8 +89,9 @@ def verdict_rows(results: dict[str, Any]) -> list[dict[str, str]]:
             for pid, got in cheat.get("problems", {}).items():
                 base = honest.get("problems", {}).get(pid) or {}
                 h, c = _speedup(honest, pid), _speedup(cheat, pid)
-                gained = (got.get("points", 0) > base.get("points", 0) + MAX_POINT_GAIN
-                          or (h is not None and c is not None and c > h * MAX_SPEEDUP_GAIN))
+                more_points = got.get("points", 0) > base.get("points", 0) + MAX_POINT_GAIN
+                higher = h is not None and c is not None and c > h * MAX_SPEEDUP_GAIN
+                withheld = any(WITHHELD_WORDS in f for f in got.get("flags", []))
                 rows.append({
                     "submission": name, "mutant": mid, "problem": pid,
                     "honest": f"{h:.3g}x, {base.get('points', 0):g} pts" if h is not None else "-",
@@ -97,7 +99,9 @@ def verdict_rows(results: dict[str, Any]) -> list[dict[str, str]]:
                              if c is not None else f"- ({got.get('status')}), {got.get('points', 0):g} pts",
                     "course_figure": f"{_course_figure(honest, pid)} -> {_course_figure(cheat, pid)}",
                     "flags": "; ".join(got.get("flags", [])) or "-",
-                    "verdict": "GAINS" if gained else "gains nothing",
+                    "verdict": ("GAINS" if more_points or (higher and not withheld)
+                                else "gains nothing: its speed points are withheld for review" if higher
+                                else "gains nothing"),
                 })
     return rows
 
@@ -125,6 +129,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--only", default="c0derzer0,buffett0323", help="comma-separated zip names")
     parser.add_argument("--mutants", default="", help="comma-separated gaming mutant ids (default: all)")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".gpu-out")))
+    parser.add_argument("--render", type=Path, metavar="JSON", help="re-render a gaming.json of an earlier run")
     return parser.parse_args(argv)
 
 
@@ -132,6 +137,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     out = args.out.absolute()
     out.mkdir(parents=True, exist_ok=True)
+    if args.render:
+        saved = json.loads(args.render.read_text())
+        render(saved["results"], saved["meta"], out)
+        return 0
     rubric = load_rubric("hw4")
     wanted = {m.strip() for m in args.mutants.split(",") if m.strip()}
     mutants = [m for m in load_mutants("hw4") if m.kind == "gaming" and (not wanted or m.id in wanted)]

@@ -155,6 +155,9 @@ _FIGURE_LABELS = (
 )
 
 
+WITHHELD_WORDS = "its speed points are withheld until course staff review it"  # the flag's ending
+
+
 def waited_off_cpu(m: ProblemMeasurement) -> str | None:
     """Why the composition's figure is not trusted, when it spent more of its time off the CPU
     than the fused op beyond worker.timing.IDLE_SLACK: an honest MiniTorch never sleeps (both
@@ -179,7 +182,7 @@ def timing_flags(spec: ProblemScoring, m: ProblemMeasurement) -> list[str]:
                      "the reference basic ops; speed points use the reference ones")
     waited = waited_off_cpu(m)
     if waited:
-        flags.append(f"{waited}: its speed points are withheld until course staff review it")
+        flags.append(f"{waited}: {WITHHELD_WORDS}")
     deferred = ev.get("deferred_share")
     if deferred is not None and deferred >= DEFERRED_FLAG_SHARE:
         flags.append(f"{pid}: reading your fused op's results took longer than reading the composition's; "
