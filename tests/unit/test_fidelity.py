@@ -688,6 +688,8 @@ def test_course_speed_is_the_mean_over_runs_of_each_runs_mean() -> None:
     assert speed is not None and speed.runs == 2  # the run with a NaN is left out
     assert speed.run_means == [2.0, 4.0] and speed.mean == 3.0
     assert speed.per_case == [2.0, 4.0] and (speed.low, speed.high) == (2.0, 4.0)
+    stalled = report.course_speed(report.CourseVerdict("pass", speedups=[10.0], repeat_speedups=[[10.0], [10.0], [40.0]]))
+    assert stalled is not None and stalled.mean == 20.0 and stalled.robust == 10.0  # one stalled run moves the mean only
     old = report.course_speed(report.CourseVerdict("pass", speedups=[10.0, 12.0]))  # no repeat_speedups: one run
     assert old is not None and old.runs == 1 and old.mean == 11.0 and old.per_case == [10.0, 12.0]
     assert report.course_speed(report.CourseVerdict("fail", speedups=[10.0], repeat_speedups=[[10.0]])) is None
@@ -724,6 +726,7 @@ def test_speed_rows_only_where_both_sides_have_a_figure() -> None:
     assert one["kg_scored"] == "12.00x (reference_ops)" and one["kg_own_ops"] == "11x [10, 12]"
     assert one["kg_our_ops"] == "12x [11, 13]" and one["kg_kit"] == "9x [8, 10]"
     assert one["ratio"] == "1.091" and one["within"] == "yes" and one["shapes"] == "yes"
+    assert one["course_robust"] == "11.00x (1.091)"  # two runs: the median of each case is their mean
     two = rows["1.2"]
     assert two["ratio"] == "1.250" and two["within"] == "no" and two["shapes"] == "no" and two["kg_kit"] == "-"
     text = report.render_speed_text(list(rows.values()))
