@@ -268,3 +268,41 @@ def test_checks_overlap_and_only_the_timed_child_runs(base: Path, trusted: Path,
     assert set(seen["1.1"]) == set(KERNEL_PROBLEMS) | profilers | set(timers), seen  # phase 1: every child is up
     for i, pid in enumerate(KERNEL_PROBLEMS[1:], start=1):  # each timing: its own and the later ones frozen
         assert set(seen[pid]) == set(timers[i:]) and all(v == "T" for v in seen[pid].values()), (pid, seen[pid])
+
+
+# The stand-in's fused softmax raises on its first call in a child whose folder is a timing
+# child's ("problem-<id>-timing"), and leaves a mark there: code that fails only while that
+# child is warmed, beside the checks.
+FAILS_WHILE_WARMED = '''
+import pathlib as _pathlib
+
+_warm_left = [_pathlib.Path.cwd().name.endswith("-timing")]
+_fused_fw = CudaKernelOps.attn_softmax_fw
+
+
+def _fails_once(inp, mask, mask_future=False):
+    if _warm_left[0]:
+        _warm_left[0] = False
+        (_pathlib.Path.cwd() / "raised-while-warmed").write_text("yes")
+        raise RuntimeError("only the first call in the timing child fails")
+    return _fused_fw(inp, mask, mask_future)
+
+
+CudaKernelOps.attn_softmax_fw = staticmethod(_fails_once)
+'''
+
+
+def test_a_timing_child_that_fails_while_warmed_is_replaced(base: Path, trusted: Path, policy: SandboxPolicy,
+                                                            short_cases: dict) -> None:
+    """The warm-up of a problem's timing child runs the submission's code beside the checks;
+    if it fails there, the child is closed and the timing gets a fresh one: the problem is
+    timed as if nothing happened (the failure is not the student's to pay twice, and one that
+    repeats fails the timing itself)."""
+    ops = cpu_standin.OPS_MODULE + FAILS_WHILE_WARMED
+    by_id = _run(base, "fails-warmed", trusted, _config(policy, problems=("1.1",)),
+                 files={"minitorch/cuda_kernel_ops.py": ops})
+    m = by_id["1.1"]
+    assert (base / "fails-warmed" / "work" / "problem-1.1-timing" / "raised-while-warmed").is_file()
+    assert m.status == "ok" and not m.failed_cases, _describe(m)
+    assert _measured(m), (m.speedup_student, m.speedup_reference_ops, m.speedup_trusted)
+    assert "timing_warm" in m.telemetry["seconds"] and m.telemetry["seconds"]["timing"] > 0
