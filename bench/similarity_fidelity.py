@@ -13,7 +13,8 @@ copier's submission is changed and the class compared again:
 A plant counts only where the source wrote the copied code (at least MIN_OWN_LINES of its
 lines are not lines of the official starter's file); it ranks 1 when it scores above every genuine pair of that class. Printed: per kind and base,
 plants, how many rank 1, worst rank, the smallest margin over the best genuine pair; the
-genuine pairs' score distribution; written as JSON to --out.
+genuine pairs' score distribution; written as JSON to --out, with each plant's rank, score and
+driver beside the best genuine pair of its class.
 """
 from __future__ import annotations
 
@@ -71,15 +72,15 @@ def main() -> None:
                 for d in sorted((args.corpus / "src").iterdir()) if (d / "llmsys_hw4").is_dir()}
     bases = {"official starter": tree_sources(args.corpus / "official", rubric.student_files),
              "kit fallback": starter_sources(rubric)}
-    config = Fingerprinting()
-    cache = PrintCache(config)
+    cache = PrintCache(Fingerprinting())
     results: dict[str, object] = {"students": sorted(students), "bases": {}}
     for base_name, base in bases.items():
+        config = Fingerprinting(literal_copies=base_name == "official starter")  # as grader.similarity_store sets it
         started = time.monotonic()
         genuine = compare_class(students, base, config, cache)
         rows = {}
         for kind in KINDS:
-            ranks, margins, skipped = [], [], []
+            ranks, margins, skipped, each = [], [], [], []
             for seed, (src, dst) in enumerate((s, d) for s in students for d in students if s != d):
                 if own_lines(kind, students[src], bases["official starter"]) < MIN_OWN_LINES:
                     skipped.append(f"{src}->{dst}: {src}'s copied code is the starter's")
@@ -93,10 +94,13 @@ def main() -> None:
                 rest = genuine_scores(pairs, (src, dst))
                 ranks.append(1 + sum(score >= planted.score for score in rest))
                 margins.append(planted.score - max(rest))
+                best = max((p for p in pairs if {p.a, p.b} != {src, dst}), key=lambda p: p.score)
+                each.append({"source": src, "copier": dst, "rank": ranks[-1], "score": planted.score,
+                             "driver": planted.driver, "best_genuine": [best.a, best.b, best.score, best.driver]})
             rows[kind] = {"plants": len(ranks), "rank_1": sum(r == 1 for r in ranks), "worst_rank": max(ranks, default=0),
                           "min_margin": round(min(margins, default=0.0), 3),
                           "median_margin": round(statistics.median(margins), 3) if margins else 0.0,
-                          "skipped": skipped}
+                          "skipped": skipped, "each": each}
         scores = sorted(p.score for p in genuine)
         results["bases"][base_name] = {
             "seconds": round(time.monotonic() - started, 1), "kinds": rows,

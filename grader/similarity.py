@@ -16,9 +16,19 @@ units holding it) gives every unit pair with anything in common without comparin
 from scratch. A match scores its Dice share 2s/(|a|+|b|) times min(1, s/`full_evidence`)
 (s: fingerprints in common), so a small function alike in two submissions weighs less than a
 whole copied kernel; a pair of students ranks by its strongest match, which the report names.
+
+A file identical in two submissions apart from whitespace (and not the base's) is a literal
+copy (`Fingerprinting.literal_copies`, on when the base is the starter the students received):
+independent work never agrees on every comment, name and line, so its match counts every
+fingerprint outside the base, common ones too, weighted by `full_evidence` like any match
+(without this, a copied file whose code is mostly what the class shares, such as the course's
+reference kernels filled in, keeps only its few rare fingerprints as evidence). A content more
+students hold than the common rule allows is common like a fingerprint (a later starter's file
+that most of the class has).
 """
 from __future__ import annotations
 
+import hashlib
 import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -49,13 +59,14 @@ class Match:
     share_b: float
     lines_a: tuple[LineRange, ...]
     lines_b: tuple[LineRange, ...]
+    identical: bool = False  # the two files are the same apart from whitespace
 
     @property
     def label(self) -> str:
         a = f"{self.path_a}: {self.function_a}" if self.function_a else self.path_a
-        if (self.path_b, self.function_b) == (self.path_a, self.function_a):
-            return a
-        return f"{a} ~ {self.path_b}: {self.function_b}" if self.function_b else f"{a} ~ {self.path_b}"
+        if (self.path_b, self.function_b) != (self.path_a, self.function_a):
+            a = f"{a} ~ {self.path_b}: {self.function_b}" if self.function_b else f"{a} ~ {self.path_b}"
+        return f"{a} (identical file)" if self.identical else a
 
 
 @dataclass(frozen=True)
@@ -83,12 +94,15 @@ class _Unit:
     hashes: np.ndarray  # own fingerprints, unique
     first: np.ndarray
     last: np.ndarray
+    # a file unit's (first, last) of every fingerprint not the base's, common ones included
+    outside_base: tuple[np.ndarray, np.ndarray] | None = None
 
 
 @dataclass
 class _Class:
     names: list[str]
     units: list[_Unit] = field(default_factory=list)
+    literal: set[tuple[int, int]] = field(default_factory=set)  # file units (a, b) that are literal copies
 
 
 def tree_sources(root: Path, patterns: Iterable[str]) -> dict[str, str]:
@@ -132,7 +146,9 @@ def compare_class(students: Mapping[str, Sources], base: Sources, config: Finger
     common = _common(names, [(index, p.hashes[keep]) for (index, _, p), keep in zip(files, kept)], config)
     klass = _Class(names)
     for (index, path, print_), keep in zip(files, kept):
-        _add_units(klass, index, path, print_, keep & ~np.isin(print_.hashes, common))
+        _add_units(klass, index, path, print_, keep, keep & ~np.isin(print_.hashes, common))
+    if config.literal_copies:
+        klass.literal = _literal_copies(klass, [text for name in names for text in own[name].values()], config)
     pairs = _pairs(klass, config)
     pairs.sort(key=lambda p: (-p.score, -p.breadth, p.a, p.b))
     return pairs
@@ -148,12 +164,27 @@ def _common(names: list[str], hashes: list[tuple[int, np.ndarray]], config: Fing
     return found[counts > max(config.common_min, config.common_share * len(names))]
 
 
-def _add_units(klass: _Class, student: int, path: str, print_: FilePrint, keep: np.ndarray) -> None:
+def _add_units(klass: _Class, student: int, path: str, print_: FilePrint, outside_base: np.ndarray,
+               keep: np.ndarray) -> None:
     hashes, first, last = print_.hashes[keep], print_.first[keep], print_.last[keep]
     klass.units.append(_unit(student, path, None, hashes, first, last))
+    klass.units[-1].outside_base = (print_.first[outside_base], print_.last[outside_base])
     for function in print_.functions:
         inside = (first >= function.first) & (first <= function.last)
         klass.units.append(_unit(student, path, function, hashes[inside], first[inside], last[inside]))
+
+
+def _literal_copies(klass: _Class, texts: list[str], config: Fingerprinting) -> set[tuple[int, int]]:
+    """Pairs of file units (of two students, lower student first) whose texts are equal apart from
+    whitespace, a content held by no more students than the common rule allows. `texts`: each
+    file unit's text, in the order of the file units."""
+    files = [i for i, u in enumerate(klass.units) if u.function is None]
+    holders: dict[str, list[int]] = {}
+    for unit, text in zip(files, texts, strict=True):
+        holders.setdefault(hashlib.sha256(" ".join(text.split()).encode()).hexdigest(), []).append(unit)
+    limit = max(config.common_min, config.common_share * len(klass.names))
+    return {(a, b) for units in holders.values() if 1 < len({klass.units[u].student for u in units}) <= limit
+            for a in units for b in units if klass.units[a].student < klass.units[b].student}
 
 
 def _unit(student: int, path: str, function: Function | None, hashes: np.ndarray, first: np.ndarray,
@@ -199,6 +230,7 @@ def _pairs(klass: _Class, config: Fingerprinting) -> list[PairResult]:
     b = np.concatenate([level[1] for level in levels])
     shared = np.concatenate([level[2] for level in levels])
     score = 2 * shared / np.maximum(sizes[a] + sizes[b], 1) * np.minimum(1.0, shared / config.full_evidence)
+    a, b, score = _with_literal(klass, a, b, score, config)
     keep = score >= config.floor
     a, b, score = a[keep], b[keep], score[keep]
     pair_key = student[a] * n + student[b]
@@ -217,6 +249,28 @@ def _pairs(klass: _Class, config: Fingerprinting) -> list[PairResult]:
             matches = tuple(_match(klass, ua, ub, value) for value, ua, ub in best)
             results.append(PairResult(klass.names[i], klass.names[j], matches[0].score if matches else 0.0, matches))
     return results
+
+
+def _with_literal(klass: _Class, a: np.ndarray, b: np.ndarray, score: np.ndarray,
+                  config: Fingerprinting) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The unit matches with each literal copy scored by all its fingerprints outside the base
+    (once per unit pair: the literal score replaces the fingerprints' where higher)."""
+    if not klass.literal:
+        return a, b, score
+    la, lb = (np.array(side, dtype=np.int64) for side in zip(*sorted(klass.literal)))
+    whole = np.array([_outside_base(klass.units[i])[0].size for i in la.tolist()], dtype=np.float64)
+    a, b = np.r_[a, la], np.r_[b, lb]
+    score = np.r_[score, np.minimum(1.0, whole / config.full_evidence)]
+    order = np.lexsort((-score, b, a))
+    a, b, score = a[order], b[order], score[order]
+    first = np.r_[True, (a[1:] != a[:-1]) | (b[1:] != b[:-1])] if a.size else np.array([], dtype=bool)
+    return a[first], b[first], score[first]
+
+
+def _outside_base(unit: _Unit) -> tuple[np.ndarray, np.ndarray]:
+    if unit.outside_base is None:
+        raise ValueError(f"{unit.path}: a function unit has no whole-file fingerprints")
+    return unit.outside_base
 
 
 def _distinct(klass: _Class, best: list[tuple[float, int, int]], shown: int) -> list[tuple[float, int, int]]:
@@ -238,6 +292,9 @@ def _distinct(klass: _Class, best: list[tuple[float, int, int]], shown: int) -> 
 
 def _match(klass: _Class, ua: int, ub: int, score: float) -> Match:
     unit_a, unit_b = klass.units[ua], klass.units[ub]
+    if (ua, ub) in klass.literal:
+        return Match(unit_a.path, None, unit_b.path, None, round(float(score), 4), 1.0, 1.0,
+                     _ranges(*_outside_base(unit_a)), _ranges(*_outside_base(unit_b)), identical=True)
     common, at_a, at_b = np.intersect1d(unit_a.hashes, unit_b.hashes, assume_unique=True, return_indices=True)
     return Match(
         unit_a.path, unit_a.function.name if unit_a.function else None,

@@ -16,7 +16,10 @@ class Fingerprinting:
     """k: shortest match (in filtered characters) that is noise; window: winnowing window;
     common_*: a fingerprint held by more than max(common_min, common_share x students) is
     common; full_evidence: fingerprints in common for a match to weigh fully; shown: matches
-    kept per pair; floor: weakest match kept."""
+    kept per pair; floor: weakest match kept; literal_copies: files identical apart from
+    whitespace count whole (grader.similarity), right only when the base is the starter the
+    students received: against a stand-in, two students who both left a file of the real
+    starter alone would hand in identical files."""
 
     k: int = defaults.NOISE_THRESHOLD
     window: int = defaults.GUARANTEE_THRESHOLD - defaults.NOISE_THRESHOLD + 1
@@ -25,6 +28,7 @@ class Fingerprinting:
     full_evidence: int = 200
     shown: int = 4
     floor: float = 0.02
+    literal_copies: bool = True
 
 
 @dataclass(frozen=True)

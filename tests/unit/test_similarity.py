@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from grader.similarity import PairResult, compare_class, starter_sources, tree_sources
+from grader.similarity_prints import Fingerprinting
 from grader.similarity_report import report_html, report_json
 from similarity_class import generate_class
 from worker.rubric import load_rubric
@@ -75,6 +76,23 @@ def test_the_starter_never_counts(starter: dict[str, str]) -> None:
     assert scores[("bare1", "ref")] == 0.0
     # without the starter as boilerplate the bare starters would look identical
     assert compare_class({"bare1": starter, "bare2": dict(starter)}, {})[0].score > 0.9
+
+
+def test_an_identical_file_counts_whole_though_the_class_shares_its_code(starter: dict[str, str]) -> None:
+    """Eight students hand in the kit's softmax kernel, each with a comment of their own: its code
+    is common (held by more than 3 of 8). s1's file is s0's exactly (a literal copy); s4..s7's are
+    one text (held by 4: common like a fingerprint)."""
+    path = "src/softmax_kernel.cu"
+    kernel = tree_sources(RUBRIC.starter_dir, RUBRIC.student_files)[path]
+    texts = [f"// {name}'s kernel\n{kernel}" for name in ("s0", "s0", "s2", "s3", "s4", "s4", "s4", "s4")]
+    students = {f"s{i}": {path: text} for i, text in enumerate(texts)}
+    pairs = {(p.a, p.b): p for p in compare_class(students, starter)}
+    copy = pairs[("s0", "s1")]
+    assert copy.score == 1.0 and copy.driver == f"{path} (identical file)" and copy.matches[0].identical
+    assert copy.matches[0].lines_a == copy.matches[0].lines_b and copy.matches[0].lines_a  # the code beyond the starter
+    assert all(p.score == 0.0 for key, p in pairs.items() if key != ("s0", "s1"))
+    stand_in = compare_class(students, starter, Fingerprinting(literal_copies=False))  # against our kit's stand-in
+    assert all(p.score == 0.0 for p in stand_in)
 
 
 def test_tree_sources_takes_the_rubric_files_only(tmp_path: Path) -> None:
