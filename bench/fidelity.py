@@ -17,8 +17,8 @@ For every zip in --zips (default .corpus/zips):
    figure is the mean over runs of each run's mean. Speed figures are cleanest with --jobs 1
    or 2 (other test files share the GPU otherwise); meta records jobs and repeat.
 2. kernelgrade: worker.pipeline.grade_submission on the same zip with the PipelineConfig and
-   GPU stage built as production builds them (worker.runs from the settings' defaults and
-   KG_* variables), one zip after another, after every harness run has ended, so that no
+   GPU stage built as production builds them (grader.runs.engine_config from the settings'
+   defaults and KG_* variables), one zip after another, after every harness run has ended, so that no
    course test runs beside kernelgrade's timing. Targets are the rubric's (no calibration).
 3. One row per submission and problem: course verdict and speedups, kernelgrade verdict,
    speedups and points, agreement; then the speed fidelity table (course mean beside
@@ -319,9 +319,10 @@ def run_harness(zips: list[Path], official: Path, work: Path, store: ResultStore
 
 # --------------------------------------------------------------------------- production configuration
 
-# worker.runs builds the PipelineConfig and the GPU stage's config from grader.settings.Settings.
-# On the bare GPU machine neither pydantic (for Settings) nor the database packages (imported by
-# worker.runs) may be installed; the fallbacks read the same definitions from their source files.
+# grader.runs.engine_config builds the PipelineConfig and the GPU stage's config from
+# grader.settings.Settings. On the bare GPU machine pydantic (for Settings) may not be installed,
+# nor what engine_config's imports need; the fallbacks read the same definitions from their source
+# files.
 
 
 def _field_default(default: Any = None, default_factory: Callable[[], Any] | None = None, **_: Any) -> Any:
@@ -409,11 +410,12 @@ def production_settings(data_dir: Path) -> tuple[Any, str]:
 
 def production_builders() -> tuple[Callable[..., Any], Callable[..., Any], str]:
     try:
-        from worker.runs import gpu_stage_config, pipeline_config
-    except Exception:  # no sqlalchemy & co. (the bare GPU machine)
-        found = functions_from_source(ROOT / "worker" / "runs.py", ("pipeline_config", "build_policy", "gpu_stage_config"))
-        return found["pipeline_config"], found["gpu_stage_config"], "worker/runs.py functions"
-    return pipeline_config, gpu_stage_config, "worker.runs"
+        from grader.runs.engine_config import gpu_stage_config, pipeline_config
+    except Exception:  # an import this machine lacks (the bare GPU machine)
+        found = functions_from_source(ROOT / "grader" / "runs" / "engine_config.py",
+                                      ("pipeline_config", "build_policy", "gpu_stage_config"))
+        return found["pipeline_config"], found["gpu_stage_config"], "grader/runs/engine_config.py functions"
+    return pipeline_config, gpu_stage_config, "grader.runs.engine_config"
 
 
 def _no_empty_user(policy: Any) -> Any:
@@ -533,7 +535,7 @@ def run_grader(zips: list[Path], work: Path, store: ResultStore, args: argparse.
 
         def gpu_stage(r: Rubric, staged: Path, reference: Path, work_dir: Path, *gradable: tuple[str, ...],
                       problem_cb: Callable[[str], None] = on_problem) -> list[Any]:
-            # As production's stage (worker.runs.gpu_stage_for): a pipeline that passes the
+            # As production's stage (grader.runs.engine_config.gpu_stage_for): a pipeline that passes the
             # problems whose kernels built gets only those measured.
             chosen = stage_config
             if gradable:

@@ -363,7 +363,7 @@ def table(result: RushResult) -> str:
         f"refused or failed requests: {failures or 'none'}. Fair share: at most {result.in_flight_max} run(s) of one "
         f"student in the broker at once; the median other student's first upload queued behind "
         f"{result.burst_ahead} of the burst student's runs"
-        + (" (not enforced: the dispatcher sends every upload at once; grader/fairshare.py, once wired, "
+        + (" (not enforced: the dispatcher sends every upload at once; grader/runs/fairshare.py, once wired, "
            "keeps both at 1)." if result.in_flight_max > 1 else "."),
     ]
     return "\n".join(lines) + "\n"

@@ -84,7 +84,7 @@ def main() -> int:
         with session_scope(make_session_factory(make_engine(settings))) as session:
             token = issue_token(session, get_or_create_user(session, "bench", Role.student), "bench")
         worker = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "worker.celery_app", "worker", "-Q", settings.task_queue,
+            [sys.executable, "-m", "celery", "-A", "grader.runs.celery_app", "worker", "-Q", settings.task_queue,
              "--concurrency", "1", "--loglevel", "warning", "--without-gossip", "--without-mingle"],
             cwd=PROJECT_ROOT, env=env,
         )

@@ -28,8 +28,8 @@ from grader import queries
 from grader.auth import SCOPE_READ, SCOPE_READ_ALL, SCOPE_REGRADE, SCOPE_SUBMIT, Principal, authenticate
 from grader.context import AppContext
 from grader.course_ops import admission
-from grader.fairshare import Admission, admit
 from grader.models import Assignment, ProblemResult, Run, RunState, Submission, utcnow
+from grader.runs.fairshare import Admission, admit
 from grader.service import (MAX_IDEMPOTENCY_KEY, CommitUncertain, IdempotencyConflict, NotFound, Recorded,
                             commit_upload, find_user, get_assignment, record_regrade, record_upload)
 from grader.uploads import ReceivedUpload, UploadError, earlier_upload_message, maybe_stored_message, receive_upload

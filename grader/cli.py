@@ -25,21 +25,21 @@ from grader.db import make_engine, make_session_factory, session_scope
 from grader.membership import assignments_of, enroll, unenroll
 from grader.models import CourseRole, Role, User
 from grader.password_reset import RESET_PATH, issue_reset
-from grader.reconcile import reconcile
 from grader.roster import import_roster
+from grader.runs.celery_app import make_celery
+from grader.runs.engine_config import gpu_available, gpu_stage_config, gpu_stage_for, pipeline_config
+from grader.runs.reconcile import reconcile
 from grader.service import find_user, get_or_create_user, save_calibration, sync_assignments
 from grader.settings import Settings, get_settings
 from grader.websession import change_password, revoke_user_sessions
-from worker.celery_app import make_celery
 from worker.calibration import DEFAULT_MARGIN, calibrated_targets
 from worker.hw4.grade import run_gpu_stage
 from worker.measurements import ProblemMeasurement
 from worker.pipeline import build_reference, grade_submission
 from worker.rubric import Rubric, load_rubric
-from worker.runs import gpu_available, gpu_stage_config, gpu_stage_for, pipeline_config
-from worker.timing import RatioSummary
-from worker.telemetry import gpu_model_mismatch, gpu_snapshot
 from worker.starter_kit import write_starter_zip, zip_tree
+from worker.telemetry import gpu_model_mismatch, gpu_snapshot
+from worker.timing import RatioSummary
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 FINAL_STATES = {"built", "scored", "failed"}
@@ -233,7 +233,7 @@ def worker(
 
 def _worker_argv(settings: Settings, concurrency: int, loglevel: str) -> list[str]:
     return [
-        "-m", "celery", "-A", "worker.celery_app", "worker",
+        "-m", "celery", "-A", "grader.runs.celery_app", "worker",
         "-Q", settings.task_queue, "--concurrency", str(concurrency), "--loglevel", loglevel,
         "--without-gossip", "--without-mingle",
     ]

@@ -6,7 +6,7 @@
   database again under that lock: an upload of the same bytes holds the shared lock from
   moving its blob into place until its rows are committed, so it is either seen or it stores
   the bytes again after the removal.
-- Job folders (`jobs/run-<id>-attempt-<n>`, worker/runs.py) of attempts that are over: the
+- Job folders (`jobs/run-<id>-attempt-<n>`, grader/runs/lifecycle.py) of attempts that are over: the
   run is final (or gone), or the folder is not of the run's current attempt (a killed
   worker's). The current attempt of a run that is not final is kept: a worker may be in it.
 

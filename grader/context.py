@@ -9,8 +9,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from grader.blobstore import BlobStore
 from grader.db import make_engine, make_session_factory
+from grader.runs.celery_app import make_celery
 from grader.settings import Settings
-from worker.celery_app import make_celery
 
 
 @dataclass

@@ -17,12 +17,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from grader.runs.engine_config import gpu_stage_for, pipeline_config
 from grader.settings import get_settings
-from grader.states import RunState
 from worker.pipeline import Outcome, grade_submission
 from worker.rubric import Rubric, load_rubric
-from worker.runs import gpu_stage_for, pipeline_config
 from worker.starter_kit import zip_tree
+from worker.states import RunState
 
 LOG_TAIL_CHARS = 4000
 

@@ -1,7 +1,7 @@
 """An instructor's controls over an assignment's grading: pause (drain) and resume.
 
 Paused, an assignment's new runs (uploads and re-grades) are stored and queued as usual but
-never sent to the broker: grader.fairshare.dispatchable leaves them out, so neither `admit`,
+never sent to the broker: grader.runs.fairshare.dispatchable leaves them out, so neither `admit`,
 the worker's release of a student's next run, nor the reconciler sends them. What was already
 sent stays in flight and finishes (draining); `in_flight` lists it. Resuming sends each
 waiting student's next run at once, through fair share (one per student in flight).
@@ -16,8 +16,8 @@ from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.db import session_scope
-from grader.fairshare import dispatchable, release_next
 from grader.models import ACTIVE_STATES, Assignment, Run, RunState, Submission, User
+from grader.runs.fairshare import dispatchable, release_next
 from grader.service import get_assignment
 
 

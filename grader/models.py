@@ -10,7 +10,8 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
-from grader.states import ACTIVE_STATES, FINAL_STATES, CourseRole, ErrorClass, Role, RunState
+from grader.roles import CourseRole, Role
+from worker.states import ACTIVE_STATES, FINAL_STATES, ErrorClass, RunState
 
 __all__ = ["ACTIVE_STATES", "FINAL_STATES", "CourseRole", "ErrorClass", "Role", "RunState"]
 

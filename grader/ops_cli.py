@@ -18,11 +18,11 @@ from grader.db import make_engine, make_session_factory, session_scope
 from grader.gradescope_pack import build_autograder_zip
 from grader.grading_control import grading_state, resume, set_paused
 from grader.models import Assignment
+from grader.runs.celery_app import make_celery
+from grader.runs.engine_config import pipeline_config
 from grader.service import NotFound, get_assignment
 from grader.settings import get_settings
-from worker.celery_app import make_celery
 from worker.rubric import load_rubric
-from worker.runs import pipeline_config
 
 
 def schedule(

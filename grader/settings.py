@@ -28,7 +28,7 @@ class Settings(BaseSettings):
     # The GPU model runs are graded on (e.g. "H200"): unless KG_TASK_QUEUE is set, the run queue
     # is then named after it ("gpu-h200"), so each model's workers have their own queue.
     gpu_model: str = ""
-    # When set, each run is first built by a CPU worker on this queue (worker/tasks.py: prebuild);
+    # When set, each run is first built by a CPU worker on this queue (grader/runs/tasks.py: prebuild);
     # the GPU worker then finds its kernels in the shared build cache.
     build_queue: str = ""
 

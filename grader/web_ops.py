@@ -25,6 +25,7 @@ from grader.course_settings import ScheduleChange, ScheduleError, extend_student
 from grader.grading_control import grading_state, resume, set_paused
 from grader.membership import assignments_of, enroll, members_of, unenroll
 from grader.models import Assignment, CourseRole, User
+from grader.runs.engine_config import pipeline_config
 from grader.service import NotFound, find_user
 from grader.similarity_base import assignment_base, base_path, save_base
 from grader.similarity_report import describe_ranges, numbered_lines, starter_lines
@@ -32,7 +33,6 @@ from grader.similarity_store import compute_report, fingerprint_dir, load_report
 from grader.web import _db, _form_user, _page, _see_other, _taught_assignment, _to_login, get_context
 from grader.websession import current_user
 from worker.rubric import RubricError, load_rubric
-from worker.runs import pipeline_config
 from worker.unpack import BadArchive
 
 router = APIRouter(include_in_schema=False)

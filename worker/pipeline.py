@@ -1,8 +1,8 @@
 """The grading pipeline: unpack -> stage -> build -> (GPU stages) -> report.
 
 Plain Python with no Celery and no database: given an archive, a rubric and a job folder it
-returns an Outcome. The Celery task (worker.tasks) and the run bookkeeping (worker.runs)
-wrap it.
+returns an Outcome. The service's run lifecycle (grader.runs: the Celery task, the claim and the
+record) wraps it.
 
 Build failures isolate: a kernel that did not compile, or whose source the submission lacks,
 makes only the problems that need it (the rubric's `needs:`) not graded, each saying why; the
@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grader.states import ErrorClass, RunState
 from worker.build import BuildResult, Confinement, KernelTarget, Toolchain, build_kernels, build_stub, nvcc_version
 from worker.measurements import ProblemMeasurement
 from worker.report import gradescope_results
@@ -30,6 +29,7 @@ from worker.rubric import PROJECT_ROOT, REFERENCE_OPS_BUILT, Rubric
 from worker.sandbox import Sandbox, SandboxLimits, SandboxPolicy
 from worker.scoring import score_run
 from worker.stage import stage_submission
+from worker.states import ErrorClass, RunState
 from worker.unpack import BadArchive, UnpackLimits, find_assignment_root, unpack_zip
 
 NO_GPU_STAGE_MESSAGE = (
@@ -42,7 +42,7 @@ NO_GPU_STAGE_MESSAGE = (
 GpuStage = Callable[[Rubric, Path, Path, Path, tuple[str, ...]], list[ProblemMeasurement]]
 ERROR_LINE_CHARS = 200  # of a compiler's first error line, quoted in a problem's reason
 
-# A submission's nvcc when the config names no limits (worker.runs takes them from the settings,
+# A submission's nvcc when the config names no limits (grader.runs.engine_config takes them from the settings,
 # whose defaults these are).
 BUILD_LIMITS = SandboxLimits(wall_s=300.0, cpu_s=300, memory_bytes=4 << 30, max_processes=64,
                              file_size_bytes=512 << 20)

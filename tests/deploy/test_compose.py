@@ -18,8 +18,8 @@ import yaml
 
 from grader.app import create_app
 from grader.cli import app as grader_app
+from grader.runs.celery_app import TASK_GRADE_RUN, TASK_PREBUILD, make_celery
 from grader.settings import Settings
-from worker.celery_app import TASK_GRADE_RUN, TASK_PREBUILD, make_celery
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"

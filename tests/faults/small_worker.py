@@ -13,15 +13,15 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
 import gpu_stage_support  # noqa: E402
 
-import worker.runs  # noqa: E402
-from worker.celery_app import celery  # noqa: E402
+import grader.runs.engine_config  # noqa: E402
+from grader.runs.celery_app import celery  # noqa: E402
 from worker.sandbox import SandboxPolicy  # noqa: E402
 
 
 def main(queue: str) -> None:
     patch = pytest.MonkeyPatch()  # kept for the life of the process
     gpu_stage_support.shorten_cases(patch)
-    patch.setattr(worker.runs, "gpu_stage_config",
+    patch.setattr(grader.runs.engine_config, "gpu_stage_config",
                   lambda _settings: gpu_stage_support.stage_config(SandboxPolicy(user=None)))
     celery.worker_main(["worker", "-Q", queue, "--concurrency", "1", "--loglevel", "info", "--without-gossip",
                         "--without-mingle", "--without-heartbeat"])

@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 
+from grader.runs.engine_config import pipeline_config
 from grader.settings import Settings
-from grader.states import ErrorClass
 from hostile_corpus import CASES, RUBRIC, Expect, HostileCase, Materials, load_kit
 from hostile_report import Row, record
 from worker.pipeline import Outcome, PipelineConfig, grade_submission
-from worker.runs import pipeline_config
+from worker.states import ErrorClass
 
 STRAY_NAMES = ("pwned", "escaped.txt", "escaped.cu", "escaped", "evil.cu")
 

@@ -110,7 +110,7 @@ class WorkerProcess:
     def start(self) -> None:
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "worker.celery_app", "worker", "-Q", self.env["KG_TASK_QUEUE"],
+            [sys.executable, "-m", "celery", "-A", "grader.runs.celery_app", "worker", "-Q", self.env["KG_TASK_QUEUE"],
              "--concurrency", "1", "--loglevel", "info", "--without-gossip", "--without-mingle",
              "--without-heartbeat"],
             cwd=PROJECT_ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,

@@ -1,4 +1,4 @@
-"""grader/fairshare.py on PostgreSQL with a real Redis queue (no worker consumes it): one run
+"""grader/runs/fairshare.py on PostgreSQL with a real Redis queue (no worker consumes it): one run
 per student in flight, a student's burst does not push others back, the next run goes out
 when one ends, concurrent uploads of one student cannot both pass, a down broker loses nothing."""
 from __future__ import annotations
@@ -17,12 +17,12 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from grader.blobstore import StoredBlob
 from grader.db import session_scope
-from grader.fairshare import Admission, admit, dispatchable, release_next
 from grader.models import Role, Run, RunState, utcnow
+from grader.runs.celery_app import make_celery
+from grader.runs.fairshare import Admission, admit, dispatchable, release_next
 from grader.service import get_assignment, get_or_create_user, record_submission
 from grader.settings import Settings
 from tests.service.conftest import REDIS_URL
-from worker.celery_app import make_celery
 
 
 @dataclass

@@ -35,14 +35,14 @@ from grader.blobstore import BlobStore
 from grader.cli import init_database
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import ProblemResult, Role, Run, RunState, Submission, utcnow
-from grader.reconcile import reconcile
+from grader.runs.celery_app import make_celery
+from grader.runs.lifecycle import Disposition, RunExecutor
+from grader.runs.reconcile import reconcile
 from grader.service import get_assignment, get_or_create_user, record_submission
 from grader.settings import Settings
 from tests.faults.services import PrivatePostgres, PrivateRedis
 from tests.fixtures import cpu_standin
 from tests.service.conftest import PROJECT_ROOT, WorkerProcess, auth, new_student, wait_for_run
-from worker.celery_app import make_celery
-from worker.runs import Disposition, RunExecutor
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="private PostgreSQL (runs as postgres) and tmpfs mounts need root"),

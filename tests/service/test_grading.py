@@ -15,11 +15,11 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from grader.app import create_app
 from grader.blobstore import BlobStore
-from grader.reconcile import reconcile
+from grader.runs.celery_app import make_celery
+from grader.runs.lifecycle import Disposition, RunExecutor
+from grader.runs.reconcile import reconcile
 from grader.settings import Settings
 from tests.service.conftest import WorkerProcess, auth, make_zip, new_student, run_row, submit, wait_for_run
-from worker.celery_app import make_celery
-from worker.runs import Disposition, RunExecutor
 
 
 def _zip_bytes(entries: list[tuple[zipfile.ZipInfo | str, bytes]]) -> bytes:

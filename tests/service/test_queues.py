@@ -96,7 +96,7 @@ def test_two_gpu_workers_on_one_model_queue_both_take_runs(
         redis.Redis.from_url(REDIS_URL).delete(queue)
     for w in (first, second):  # the queue came from KG_GPU_MODEL alone (celery's banner)
         assert f".> {queue} " in w.log_path.read_text(), w.log()
-    # Each worker logs the runs it grades (worker.runs: "run N: stage ..."), in its own log.
+    # Each worker logs the runs it grades (grader.runs.lifecycle: "run N: stage ..."), in its own log.
     graded = {w.env["CUDA_VISIBLE_DEVICES"]: _runs_graded(w) for w in (first, second)}
     assert graded["0"] and graded["1"], graded
     assert graded["0"].isdisjoint(graded["1"]) and graded["0"] | graded["1"] == set(run_ids), graded

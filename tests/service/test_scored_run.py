@@ -12,10 +12,11 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
-import worker.runs
+import grader.runs.engine_config
 from grader.blobstore import BlobStore
 from grader.db import session_scope
 from grader.models import Role
+from grader.runs.lifecycle import Disposition, RunExecutor
 from grader.service import get_assignment, get_or_create_user, record_submission
 from grader.settings import Settings
 from tests.fixtures import cpu_standin
@@ -25,7 +26,6 @@ from worker.hw4 import grade, speed
 from worker.hw4.cases import load_cases
 from worker.hw4.grade import GpuStageConfig
 from worker.hw4.problem3 import Problem3Config
-from worker.runs import Disposition, RunExecutor
 from worker.sandbox import SandboxLimits, SandboxPolicy
 
 GiB = 1024**3
@@ -45,7 +45,7 @@ def small_stage(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(grade, "load_cases", lambda _slug: short)
     for pid, case in SMALL_TIMING_CASES.items():
         monkeypatch.setitem(speed.TIMING_CASES, pid, [case])
-    monkeypatch.setattr(worker.runs, "gpu_stage_config", lambda _settings: SMALL)
+    monkeypatch.setattr(grader.runs.engine_config, "gpu_stage_config", lambda _settings: SMALL)
 
 
 @pytest.fixture

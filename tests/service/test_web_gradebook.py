@@ -17,10 +17,10 @@ from grader.auth import set_password
 from grader.blobstore import BlobStore
 from grader.db import session_scope
 from grader.models import Assignment, ErrorClass, ProblemResult, Role, Run, RunState, Submission, User, utcnow
+from grader.runs.lifecycle import Disposition, RunExecutor
 from grader.service import get_or_create_user, record_regrade
 from grader.settings import Settings
 from tests.service.test_web_settings import PASSWORD, Browser
-from worker.runs import Disposition, RunExecutor
 
 ROW_HEADER = re.compile(r'<th scope="row">([^<]+)</th>')
 

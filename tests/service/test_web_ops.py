@@ -30,7 +30,7 @@ from grader.deadlines import LateStatus
 from grader.membership import role_in
 from grader.models import (Assignment, CourseRole, ErrorClass, Extension, GpuCalibration, ProblemResult, Role, Run,
                            RunState, Submission, User, utcnow)
-from grader.reconcile import forgotten_runs
+from grader.runs.reconcile import forgotten_runs
 from grader.service import get_assignment, get_or_create_user
 from grader.settings import Settings, get_settings
 from tests.service.conftest import REDIS_URL

@@ -19,6 +19,7 @@ from grader.auth import issue_token, set_password
 from grader.blobstore import BlobStore, StoredBlob
 from grader.db import session_scope
 from grader.models import ACTIVE_STATES, Assignment, Role, Run, RunState, utcnow
+from grader.runs.lifecycle import Disposition, RunExecutor
 from grader.runstatus import describe_duration, eta_seconds
 from grader.service import get_assignment, get_or_create_user, record_submission
 from grader.settings import Settings
@@ -27,7 +28,6 @@ from tests.service.conftest import auth
 from tests.service.test_scored_run import small_stage, work  # noqa: F401  (fixtures)
 from tests.service.test_web_settings import PASSWORD, Browser
 from worker.rubric import load_rubric
-from worker.runs import Disposition, RunExecutor
 
 
 def test_eta_formula() -> None:

@@ -15,16 +15,16 @@ from pathlib import Path
 import pytest
 import yaml
 
+from grader.runs import engine_config
 from grader.settings import Settings
-from grader.states import ErrorClass, RunState
 from test_build import BROKEN, FLAGS, NVCC, call_int, needs_nvcc
-from worker import runs
 from worker.build import Toolchain, cuda_include_dirs
 from worker.measurements import CaseOutcome, ProblemMeasurement
 from worker.pipeline import Outcome, PipelineConfig, grade_submission
 from worker.rubric import RUBRIC_DIR, RubricError, load_rubric
 from worker.sandbox import SandboxLimits, SandboxPolicy
 from worker.stage import stage_submission
+from worker.states import ErrorClass, RunState
 from worker.unpack import UnpackLimits
 
 MiB = 1 << 20
@@ -270,17 +270,17 @@ def test_a_gpu_stage_answer_for_a_problem_left_out_never_scores(tmp_path: Path, 
 @pytest.fixture
 def captured(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, ...]]]:
     seen: list[tuple[str, ...]] = []
-    monkeypatch.setattr(runs, "gpu_available", lambda _settings: True)
-    monkeypatch.setattr(runs, "gpu_stage_config", lambda _settings: runs.GpuStageConfig(
+    monkeypatch.setattr(engine_config, "gpu_available", lambda _settings: True)
+    monkeypatch.setattr(engine_config, "gpu_stage_config", lambda _settings: engine_config.GpuStageConfig(
         limits=SandboxLimits(wall_s=1, cpu_s=1, memory_bytes=MiB, max_processes=1, file_size_bytes=MiB),
         policy=POLICY))
-    monkeypatch.setattr(runs, "run_gpu_stage",
+    monkeypatch.setattr(engine_config, "run_gpu_stage",
                         lambda rubric, staged, ref, work, cfg, on_problem: seen.append(cfg.problems) or [])
     yield seen
 
 
 def test_the_workers_gpu_stage_runs_only_the_problems_passed(captured: list[tuple[str, ...]], tmp_path: Path) -> None:
-    stage = runs.gpu_stage_for(Settings(), RUBRIC)
+    stage = engine_config.gpu_stage_for(Settings(), RUBRIC)
     assert stage is not None
     stage(RUBRIC, tmp_path, tmp_path, tmp_path, ("2.2", "2.1"))
     stage(RUBRIC, tmp_path, tmp_path, tmp_path, ALL)

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from grader.runs.engine_config import build_policy, pipeline_config
 from grader.settings import Settings
-from grader.states import ErrorClass, RunState
 from grader.web import _stage_logs
 from test_build import BROKEN, FLAGS, GOOD, HEADER, NVCC, call_int, needs_nvcc, write_tree
 from tests.fixtures import cpu_standin
@@ -30,9 +30,9 @@ from worker.build import Confinement, KernelTarget, Toolchain, build_kernels, cu
 from worker.measurements import CaseOutcome, ProblemMeasurement
 from worker.pipeline import PipelineConfig, grade_submission
 from worker.rubric import Rubric, load_rubric
-from worker.runs import build_policy, pipeline_config
 from worker.sandbox import Sandbox, SandboxError, SandboxLimits, SandboxPolicy
 from worker.starter_kit import zip_tree
+from worker.states import ErrorClass, RunState
 from worker.unpack import UnpackLimits
 
 IS_ROOT = os.geteuid() == 0

@@ -455,10 +455,10 @@ def test_results_are_written_after_every_update(tmp_path: Path) -> None:
 def test_the_source_fallbacks_build_the_same_configs_as_production(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """On the GPU machine (no pydantic, no database packages) the configs come from the
-    settings' source and worker/runs.py's own functions; here both paths exist: same result."""
+    settings' source and grader/runs/engine_config.py's own functions; here both paths exist: same result."""
     pytest.importorskip("pydantic_settings")
     from grader.settings import Settings
-    from worker.runs import gpu_stage_config, pipeline_config
+    from grader.runs.engine_config import gpu_stage_config, pipeline_config
 
     monkeypatch.setenv("KG_BUILD_JOBS", "5")
     monkeypatch.setenv("KG_SANDBOX_WALL_S", "123.5")
@@ -467,7 +467,7 @@ def test_the_source_fallbacks_build_the_same_configs_as_production(tmp_path: Pat
     rubric = load_rubric("hw4")
     settings = Settings(data_dir=tmp_path)
     shim = fidelity.settings_from_source(ROOT / "grader" / "settings.py", tmp_path, dict(os.environ))
-    found = fidelity.functions_from_source(ROOT / "worker" / "runs.py",
+    found = fidelity.functions_from_source(ROOT / "grader" / "runs" / "engine_config.py",
                                            ("pipeline_config", "build_policy", "gpu_stage_config"))
     assert found["pipeline_config"](shim, rubric) == pipeline_config(settings, rubric)
     assert found["gpu_stage_config"](shim) == gpu_stage_config(settings)

@@ -1,8 +1,8 @@
 """The worker's GPU stage takes its sandbox backend from the settings."""
 from __future__ import annotations
 
+from grader.runs.engine_config import gpu_stage_config
 from grader.settings import Settings
-from worker.runs import gpu_stage_config
 
 
 def test_docker_backend_reaches_the_sandbox_policy() -> None:

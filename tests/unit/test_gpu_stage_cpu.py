@@ -35,7 +35,6 @@ from gpu_stage_support import run_stage as _run  # noqa: E402
 from gpu_stage_support import sandbox_user as _sandbox_user  # noqa: E402
 from gpu_stage_support import stage_config as _config  # noqa: E402
 
-from grader.states import RunState  # noqa: E402
 from worker.build import Toolchain  # noqa: E402
 from worker.hw4.cases import load_cases  # noqa: E402
 from worker.hw4.grade import GpuStageConfig, run_gpu_stage  # noqa: E402
@@ -44,6 +43,7 @@ from worker.pipeline import PipelineConfig, grade_submission  # noqa: E402
 from worker.rubric import load_rubric  # noqa: E402
 from worker.sandbox import SandboxPolicy  # noqa: E402
 from worker.scoring import score_run  # noqa: E402
+from worker.states import RunState  # noqa: E402
 from worker.unpack import UnpackLimits  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not cpu_standin.have_compiler(), reason="g++ is needed to build the CPU stand-in kernels")

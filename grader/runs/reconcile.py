@@ -16,9 +16,9 @@ from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.db import session_scope
-from grader.dispatch import held_runs, send_run
-from grader.fairshare import dispatchable
 from grader.models import ACTIVE_STATES, Run, RunState, utcnow
+from grader.runs.dispatch import held_runs, send_run
+from grader.runs.fairshare import dispatchable
 from grader.settings import Settings
 
 log = logging.getLogger(__name__)

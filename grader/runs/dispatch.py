@@ -5,7 +5,7 @@ The database is the source of truth: a run that could not be sent stays `queued`
 
 When the app routes builds to a CPU queue (KG_BUILD_QUEUE), a run is sent as a chain:
 `prebuild` on the build queue, then the grading task on `queue`. The prebuild never fails the
-chain (worker.tasks.prebuild), so the grading task is always sent on once it ran.
+chain (grader.runs.tasks.prebuild), so the grading task is always sent on once it ran.
 
 `held_runs` reads what a Redis broker holds, so the reconciler can tell a message the broker
 lost (a restart without persistence, a flushed list) from one that is merely waiting.
@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from grader.db import session_scope
 from grader.models import Run, utcnow
-from worker.celery_app import TASK_GRADE_RUN, TASK_PREBUILD, build_queue_of
+from grader.runs.celery_app import TASK_GRADE_RUN, TASK_PREBUILD, build_queue_of
 
 log = logging.getLogger(__name__)
 

@@ -20,8 +20,8 @@ from sqlalchemy import ColumnElement, and_, exists, or_, select, update
 from sqlalchemy.orm import Session, aliased, sessionmaker
 
 from grader.db import session_scope
-from grader.dispatch import send_run
 from grader.models import ACTIVE_STATES, Assignment, Run, RunState, Submission, User, utcnow
+from grader.runs.dispatch import send_run
 
 log = logging.getLogger(__name__)
 

@@ -19,13 +19,14 @@ from celery import Task
 
 from grader.blobstore import BlobStore
 from grader.db import make_engine, make_session_factory, session_scope
-from grader.fairshare import release_after
 from grader.models import Run, RunState
+from grader.runs.celery_app import TASK_GRADE_RUN, TASK_PREBUILD, celery
+from grader.runs.engine_config import pipeline_config
+from grader.runs.fairshare import release_after
+from grader.runs.lifecycle import Disposition, RunExecutor
 from grader.settings import get_settings
-from worker.celery_app import TASK_GRADE_RUN, TASK_PREBUILD, celery
 from worker.pipeline import grade_submission
 from worker.rubric import load_rubric
-from worker.runs import Disposition, RunExecutor, pipeline_config
 
 log = logging.getLogger(__name__)
 RETRY_COUNTDOWN_S = 30

@@ -1,4 +1,4 @@
-"""The Celery application. Configuration only: the tasks live in worker.tasks, the work in
+"""The Celery application. Configuration only: the tasks live in grader.runs.tasks, the work in
 worker.pipeline (which knows nothing of Celery).
 
 Queues (names from grader.settings):
@@ -7,9 +7,9 @@ Queues (names from grader.settings):
   is just another process consuming it (one per GPU, concurrency 1).
 - the build queue, `build_queue` (optional): `prebuild` tasks for CPU workers, which compile a
   run's kernels into the shared, content-addressed build cache before the run is sent on to the
-  run queue (grader.dispatch chains the two).
+  run queue (grader.runs.dispatch chains the two).
 
-Start a worker:  grader worker   (= celery -A worker.celery_app worker -Q <KG_TASK_QUEUE> --concurrency 1)
+Start a worker:  grader worker   (= celery -A grader.runs.celery_app worker -Q <KG_TASK_QUEUE> --concurrency 1)
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def build_queue_of(app: Celery) -> str | None:
 
 
 def make_celery(settings: Settings) -> Celery:
-    app = Celery("kernelgrade", broker=settings.resolved_broker_url, include=["worker.tasks"])
+    app = Celery("kernelgrade", broker=settings.resolved_broker_url, include=["grader.runs.tasks"])
     app.conf.update(
         # A task is acknowledged only after it finished; a worker that dies mid-task gets its
         # message redelivered. The run's claim in the database makes redelivery idempotent.

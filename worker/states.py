@@ -1,21 +1,8 @@
-"""Run states, error classes and roles: plain enums with no dependencies, shared by the
-service (models, API) and the pure pipeline (which also runs on the bare GPU machine)."""
+"""Run states and error classes: plain enums with no dependencies, the pipeline's vocabulary for
+how a run ended (it also runs on the bare GPU machine); the service stores them on its rows."""
 from __future__ import annotations
 
 import enum
-
-
-class Role(str, enum.Enum):
-    student = "student"
-    instructor = "instructor"
-
-
-class CourseRole(str, enum.Enum):
-    """A user's part in one assignment (grader.membership): students submit and read their own
-    work; staff read, re-grade and export everyone's."""
-
-    student = "student"
-    staff = "staff"
 
 
 class RunState(str, enum.Enum):

@@ -1,0 +1,111 @@
+"""The settings turned into the engine's configuration: the pipeline's (unpack limits, nvcc,
+build cache and the build's sandbox) and the GPU stage's (sandbox limits and policy, seed,
+timing CPUs), and the GPU stage a worker runs, if any.
+
+Free of the database and of pydantic (Settings is only a type here): bench/fidelity.py loads
+these functions on a bare GPU machine, from this file when the import fails.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from worker.affinity import choose_timing_cpus
+from worker.build import Toolchain, cuda_include_dirs
+from worker.hw4.grade import GpuStageConfig, run_gpu_stage
+from worker.measurements import ProblemMeasurement
+from worker.pipeline import GpuStage, PipelineConfig
+from worker.rubric import Rubric
+from worker.sandbox import SandboxLimits, SandboxPolicy, docker_options
+from worker.telemetry import gpu_count
+from worker.unpack import UnpackLimits
+
+if TYPE_CHECKING:
+    from grader.settings import Settings
+
+
+def pipeline_config(settings: Settings, rubric: Rubric) -> PipelineConfig:
+    return PipelineConfig(
+        limits=UnpackLimits(
+            max_total_bytes=settings.unpack_max_total_bytes,
+            max_file_bytes=settings.unpack_max_file_bytes,
+            max_files=settings.unpack_max_files,
+            max_depth=settings.unpack_max_depth,
+            max_ratio=settings.unpack_max_ratio,
+        ),
+        toolchain=Toolchain(
+            nvcc=settings.nvcc,
+            flags=(*rubric.nvcc_flags, f"-arch={settings.cuda_arch}"),
+            include_dirs=cuda_include_dirs(),
+            timeout_s=settings.nvcc_timeout_s,
+        ),
+        build_cache_dir=settings.build_cache_dir,
+        build_jobs=settings.build_jobs,
+        log_limit_bytes=settings.stage_log_limit_bytes,
+        build_limits=SandboxLimits(
+            wall_s=settings.nvcc_timeout_s,
+            cpu_s=settings.build_cpu_s,
+            memory_bytes=settings.build_memory_bytes,
+            max_processes=settings.build_max_processes,
+            file_size_bytes=settings.build_file_size_bytes,
+            disk_bytes=settings.sandbox_disk_bytes,
+        ),
+        build_policy=build_policy(settings),
+    )
+
+
+def build_policy(settings: Settings) -> SandboxPolicy:
+    """The sandbox of a submission's nvcc: the GPU stage's user and network isolation, no GPU;
+    with the docker backend, a container of the build image (the sandbox image has no nvcc)."""
+    docker = docker_options(settings)
+    return SandboxPolicy(
+        user=settings.sandbox_user,
+        isolate_network=settings.sandbox_isolate_network,
+        require_namespaces=settings.sandbox_require_namespaces,
+        docker=None if docker is None else replace(docker, image=settings.build_docker_image, gpu=None),
+    )
+
+
+def gpu_available(settings: Settings) -> bool:
+    return settings.gpu_grading == "on" or (settings.gpu_grading == "auto" and gpu_count() > 0)
+
+
+def gpu_stage_config(settings: Settings) -> GpuStageConfig:
+    return GpuStageConfig(
+        limits=SandboxLimits(
+            wall_s=settings.sandbox_wall_s,
+            cpu_s=settings.sandbox_cpu_s,
+            memory_bytes=settings.sandbox_memory_bytes,
+            max_processes=settings.sandbox_max_processes,
+            file_size_bytes=settings.sandbox_file_size_bytes,
+            disk_bytes=settings.sandbox_disk_bytes,
+        ),
+        policy=SandboxPolicy(
+            user=settings.sandbox_user,
+            isolate_network=settings.sandbox_isolate_network,
+            require_namespaces=settings.sandbox_require_namespaces,
+            gpu_index=settings.gpu_index,
+            docker=docker_options(settings),
+        ),
+        seed=settings.grading_seed,
+        timing_cpus=choose_timing_cpus(settings.timing_cpus, settings.gpu_index),
+    )
+
+
+def gpu_stage_for(settings: Settings, rubric: Rubric,
+                  on_problem: Callable[[str], None] = lambda _pid: None) -> GpuStage | None:
+    """The assignment's GPU stage when this worker grades on a GPU, else None (runs end `built`).
+    `on_problem` is called with each problem id before that problem is measured. The stage runs
+    only the problems the pipeline passes it (those whose kernels built)."""
+    if not gpu_available(settings) or rubric.slug != "hw4":
+        return None
+    config = gpu_stage_config(settings)
+
+    def stage(rubric: Rubric, staged: Path, reference: Path, work_dir: Path,
+              problems: tuple[str, ...]) -> list[ProblemMeasurement]:
+        chosen = replace(config, problems=tuple(p for p in config.problems if p in problems))
+        return run_gpu_stage(rubric, staged, reference, work_dir, chosen, on_problem)
+
+    return stage
