@@ -59,8 +59,8 @@ class Settings(BaseSettings):
     # GPU grading (the run stage). "auto": grade on the GPU when NVML reports one.
     gpu_grading: str = "auto"  # auto | on | off
     gpu_index: int = 0
-    # Cores of the timing phase, "parent,student,trusted" (worker/affinity.py): "auto" picks three
-    # of the worker's cores, a different three per gpu_index; "off" leaves it to the scheduler.
+    # Cores of the timing phase, "parent,timed" (worker/affinity.py): "auto" picks two of the
+    # worker's cores, a different two per gpu_index; "off" leaves it to the scheduler.
     timing_cpus: str = "auto"
     # The sandbox every piece of submitted code runs in (worker/sandbox.py)
     sandbox_user: str | None = "nobody"
