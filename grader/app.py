@@ -12,7 +12,7 @@ from starlette.middleware.sessions import SessionMiddleware
 from sqlalchemy import text
 from sqlalchemy.exc import DataError, OperationalError
 
-from grader import api, web, web_ops
+from grader import api, web, web_ops, web_similarity
 from grader.context import AppContext
 from grader.ratelimit import UploadRateLimit
 from grader.security import SecureHeaders
@@ -49,6 +49,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_exception_handler(OperationalError, _database_down)
     app.include_router(web.router)
     app.include_router(web_ops.router)
+    app.include_router(web_similarity.router)
 
     @app.get("/api/v1/health", tags=["v1"], summary="Database and broker reachability")
     def health() -> dict[str, Any]:

@@ -218,6 +218,7 @@ def starter_build(
 def worker(
     concurrency: Annotated[int, typer.Option(help="processes; keep 1 per GPU")] = 1,
     loglevel: str = "info",
+    similarity: Annotated[bool, typer.Option(help="also compute similarity reports (KG_SIMILARITY_QUEUE)")] = False,
 ) -> None:
     """Start a Celery worker on the grading queue (replaces this process). A worker named for
     a GPU model (KG_GPU_MODEL) refuses to start on another GPU, unless GPU grading is off."""
@@ -228,13 +229,14 @@ def worker(
         if mismatch:
             typer.echo(mismatch, err=True)
             raise typer.Exit(2)
-    os.execvp(sys.executable, [sys.executable, *_worker_argv(settings, concurrency, loglevel)])
+    os.execvp(sys.executable, [sys.executable, *_worker_argv(settings, concurrency, loglevel, similarity)])
 
 
-def _worker_argv(settings: Settings, concurrency: int, loglevel: str) -> list[str]:
+def _worker_argv(settings: Settings, concurrency: int, loglevel: str, similarity: bool) -> list[str]:
+    queues = [settings.task_queue, *([settings.similarity_queue] if similarity else [])]
     return [
         "-m", "celery", "-A", "grader.runs.celery_app", "worker",
-        "-Q", settings.task_queue, "--concurrency", str(concurrency), "--loglevel", loglevel,
+        "-Q", ",".join(queues), "--concurrency", str(concurrency), "--loglevel", loglevel,
         "--without-gossip", "--without-mingle",
     ]
 
@@ -379,7 +381,7 @@ def dev(
     typer.echo(f"  log in as student / {passwords['student']}  or  instructor / {passwords['instructor']}")
     typer.echo(f"  student token:    {student}\n  instructor token: {staff}")
 
-    worker_proc = subprocess.Popen([sys.executable, *_worker_argv(settings, 1, "warning")], cwd=Path.cwd())
+    worker_proc = subprocess.Popen([sys.executable, *_worker_argv(settings, 1, "warning", similarity=True)], cwd=Path.cwd())
     stop = threading.Event()
     celery = make_celery(settings)
 

@@ -130,6 +130,9 @@ class Assignment(Base):
     score_policy: Mapped[str] = mapped_column(String(16), default="latest")  # latest | best
     # Paused: new runs are stored and queued but not sent to the broker (grader.grading_control)
     grading_paused: Mapped[bool] = mapped_column(Boolean, default=False)
+    # The similarity check's base, the starter its students received (grader.similarity_base):
+    # "upload" (the zip staff gave), "git:<repository>@<ref>", or None (the rubric's default)
+    similarity_base: Mapped[str | None] = mapped_column(String(512))
 
 
 class Enrollment(Base):
@@ -172,6 +175,26 @@ class GpuCalibration(Base):
     margin: Mapped[float] = mapped_column(Float)
     details: Mapped[dict[str, Any] | None]  # measured speedups, telemetry
     measured_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class SimilarityJob(Base):
+    """One computation of an assignment's similarity report by a worker (grader.similarity_jobs):
+    queued -> running -> done | failed, with the files fingerprinted so far."""
+
+    __tablename__ = "similarity_jobs"
+    __table_args__ = (Index("ix_similarity_jobs_assignment", "assignment_id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    assignment_id: Mapped[int] = mapped_column(ForeignKey("assignments.id"))
+    requested_by: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
+    state: Mapped[str] = mapped_column(String(16), default="queued")  # queued | running | done | failed
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+    files_done: Mapped[int] = mapped_column(Integer, default=0)
+    files_total: Mapped[int] = mapped_column(Integer, default=0)
+    base: Mapped[str | None] = mapped_column(String(512))  # the base compared against, in words
+    error: Mapped[str | None] = mapped_column(Text)
 
 
 class Submission(Base):

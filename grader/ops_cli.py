@@ -23,6 +23,7 @@ from grader.runs.engine_config import pipeline_config
 from grader.service import NotFound, get_assignment
 from grader.settings import get_settings
 from worker.rubric import load_rubric
+from worker.unpack import BadArchive
 
 
 def schedule(
@@ -74,12 +75,12 @@ def similarity(
     out: Annotated[Path, typer.Option(help="report.html (side by side) or report.json")],
     detailed: Annotated[int, typer.Option(help="pairs shown side by side in the HTML report")] = 50,
     base: Annotated[str | None, typer.Option(help="the starter students received: a zip, a folder or git:<repo>@<ref> "
-                                             "(default: the one kept for the assignment, else our kit's)")] = None,
+                                             "(default: the assignment's base, else the rubric's, else our kit's)")] = None,
 ) -> None:
     """Compare every student's latest submission with every other's, file by file and function
     by function (the starter's code ignored), and write the ranked pairs with their matching regions."""
     # imported here: copydetect loads matplotlib, which no other command needs
-    from grader.similarity_base import assignment_base, given_base
+    from grader.similarity_base import Base, assignment_base, clone_dir, given_base
     from grader.similarity_report import report_html, report_json
     from grader.similarity_store import compute_report, fingerprint_dir
 
@@ -88,15 +89,22 @@ def similarity(
     settings = get_settings()
     rubric = load_rubric(assignment)
     limits = pipeline_config(settings, rubric).limits
-    starter = given_base(base, rubric, limits) if base else assignment_base(settings.data_dir, rubric, limits)[0]
     with session_scope(make_session_factory(make_engine(settings))) as session:
+        setting = assignment_or_exit(session, assignment).similarity_base
+        try:
+            starter = (Base(given_base(base, rubric, limits, clone_dir(settings.data_dir)), base) if base
+                       else assignment_base(settings.data_dir, rubric, limits, setting))
+        except BadArchive as exc:
+            typer.echo(f"the base cannot be read: {exc}", err=True)
+            raise typer.Exit(1) from exc
+        typer.echo(f"base: {starter.label}", err=True)
         report, found = compute_report(session, BlobStore(settings.blob_dir), rubric, limits, starter,
                                        fingerprint_dir(settings.data_dir))
     for username, why in sorted(report.skipped.items()):
         typer.echo(f"left out {username}: {why}", err=True)
     pairs = report.pairs
     if out.suffix == ".json":
-        out.write_text(json.dumps(report_json(assignment, pairs), indent=1))
+        out.write_text(json.dumps({**report_json(assignment, pairs), "base": starter.label}, indent=1))
     else:
         out.write_text(report_html(assignment, pairs, found.students, starter, detailed))
     best = f"; most similar: {pairs[0].a} and {pairs[0].b} ({pairs[0].score:.0%})" if pairs else ""

@@ -31,6 +31,9 @@ class Settings(BaseSettings):
     # When set, each run is first built by a CPU worker on this queue (grader/runs/tasks.py: prebuild);
     # the GPU worker then finds its kernels in the shared build cache.
     build_queue: str = ""
+    # Similarity reports are computed by a worker consuming this queue (grader/similarity_jobs.py):
+    # CPU work, kept off the run queue so it neither waits behind runs nor holds a GPU worker.
+    similarity_queue: str = "similarity"
 
     # Uploads
     max_upload_bytes: int = 50 * MiB

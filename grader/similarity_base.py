@@ -1,22 +1,47 @@
 """The base of an assignment's similarity check: the starter its students received, whose code
-never counts. Staff give it as a zip (the similarity page, `grader similarity --base`) or a
-git ref (`--base git:<repository>@<ref>`); the page keeps it per assignment at
-`KG_DATA_DIR/reports/similarity-base-<slug>.zip`. Without one, our kit's stripped starter
-(grader.similarity.starter_sources) is the fallback."""
+never counts.
+
+Where it comes from, first found wins:
+- the assignment's setting (`Assignment.similarity_base`, the settings page): `upload`, the zip
+  staff gave (kept at `KG_DATA_DIR/reports/similarity-base-<slug>.zip`), or a git ref
+  `git:<repository>@<ref>`;
+- the rubric's default (`similarity: base:` in rubrics/<slug>.yaml, a git ref);
+- our kit's stripped starter (grader.similarity.starter_sources), the fallback, also when the
+  rubric's default cannot be fetched (the report says so).
+A setting staff chose that cannot be read is an error, never silently replaced. A git
+repository that is not a folder here is cloned once under `KG_DATA_DIR/reports/starters/`.
+`grader similarity --base` names one directly (a zip, a folder or a git ref).
+"""
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from grader.similarity import Sources, starter_sources, tree_sources
-from worker.rubric import Rubric
+from worker.rubric import Rubric, RubricError, load_rubric
 from worker.unpack import BadArchive, UnpackLimits, find_assignment_root, unpack_zip
+
+UPLOAD = "upload"  # the setting naming the zip staff gave
+GIT_TIMEOUT_S = 300
+
+
+@dataclass(frozen=True)
+class Base:
+    sources: Sources
+    label: str  # what it is, in words, for the report
+    received: bool = True  # the starter the students received; False: our kit's stand-in
 
 
 def base_path(data_dir: Path, slug: str) -> Path:
     return data_dir / "reports" / f"similarity-base-{slug}.zip"
+
+
+def clone_dir(data_dir: Path) -> Path:
+    return data_dir / "reports" / "starters"
 
 
 def zip_sources(archive: Path, rubric: Rubric, limits: UnpackLimits) -> Sources:
@@ -30,23 +55,48 @@ def zip_sources(archive: Path, rubric: Rubric, limits: UnpackLimits) -> Sources:
     return found
 
 
-def git_zip(spec: str, dest: Path) -> Path:
-    """`git:<repository>@<ref>` archived as a zip at `dest`."""
+def parse_git_spec(spec: str) -> tuple[str, str]:
+    """(repository, ref) of `git:<repository>@<ref>`; BadArchive when it is not one."""
     repository, _, ref = spec.removeprefix("git:").rpartition("@")
-    if not repository or not ref:
+    if not spec.startswith("git:") or not repository or not ref:
         raise BadArchive(f"a git base is git:<repository>@<ref>, not {spec!r}")
-    done = subprocess.run(["git", "-C", repository, "archive", "--format=zip", "-o", str(dest), ref],
-                          capture_output=True, text=True, timeout=120)
-    if done.returncode != 0:
-        raise BadArchive(f"git archive {ref} of {repository}: {done.stderr.strip()}")
+    return repository, ref
+
+
+def git_zip(spec: str, dest: Path, clones: Path | None = None) -> Path:
+    """`git:<repository>@<ref>` archived as a zip at `dest`; a repository that is no folder here
+    is cloned (bare) under `clones` first, or into a temporary folder without one."""
+    repository, ref = parse_git_spec(spec)
+    with tempfile.TemporaryDirectory(prefix="kg-clone-") as tmp:
+        local = repository if Path(repository).is_dir() else _clone(repository, clones or Path(tmp))
+        _git(["-C", local, "archive", "--format=zip", "-o", str(dest), ref], f"git archive {ref} of {repository}")
     return dest
 
 
-def given_base(spec: str, rubric: Rubric, limits: UnpackLimits) -> Sources:
-    """A base named on the command line: a zip, a starter folder or a git ref."""
+def _clone(repository: str, clones: Path) -> str:
+    target = clones / (hashlib.sha256(repository.encode()).hexdigest()[:16] + ".git")
+    if not target.is_dir():
+        clones.mkdir(parents=True, exist_ok=True)
+        partial = Path(tempfile.mkdtemp(dir=clones, prefix=".clone-"))
+        _git(["clone", "--bare", "--quiet", repository, str(partial)], f"git clone {repository}")
+        os.replace(partial, target)
+    return str(target)
+
+
+def _git(args: list[str], what: str) -> None:
+    try:
+        done = subprocess.run(["git", *args], capture_output=True, text=True, timeout=GIT_TIMEOUT_S)
+    except subprocess.TimeoutExpired as exc:
+        raise BadArchive(f"{what}: no answer in {GIT_TIMEOUT_S} s") from exc
+    if done.returncode != 0:
+        raise BadArchive(f"{what}: {done.stderr.strip()}")
+
+
+def given_base(spec: str, rubric: Rubric, limits: UnpackLimits, clones: Path | None = None) -> Sources:
+    """A base named directly: a zip, a starter folder or a git ref."""
     if spec.startswith("git:"):
         with tempfile.TemporaryDirectory(prefix="kg-base-") as tmp:
-            return zip_sources(git_zip(spec, Path(tmp) / "base.zip"), rubric, limits)
+            return zip_sources(git_zip(spec, Path(tmp) / "base.zip", clones), rubric, limits)
     path = Path(spec)
     if path.is_dir():
         return tree_sources(path, rubric.student_files)
@@ -69,9 +119,41 @@ def save_base(data_dir: Path, slug: str, archive: bytes, rubric: Rubric, limits:
     return count
 
 
-def assignment_base(data_dir: Path, rubric: Rubric, limits: UnpackLimits) -> tuple[Sources, str]:
-    """The stored base of the assignment, else the kit's fallback; with what it is, in words."""
-    stored = base_path(data_dir, rubric.slug)
-    if stored.is_file():
-        return zip_sources(stored, rubric, limits), "the starter staff gave"
-    return starter_sources(rubric), "our kit's stripped starter (no starter given)"
+def describe_setting(setting: str | None, rubric_default: str | None) -> str:
+    """The base an assignment's setting names, in words (before anything is fetched);
+    `rubric_default`: the rubric's `similarity: base:`."""
+    if setting == UPLOAD:
+        return "the starter zip staff gave"
+    if setting:
+        return setting
+    if rubric_default:
+        return f"the rubric's default, {rubric_default}"
+    return "our kit's stripped starter (no starter given)"
+
+
+def describe_assignment_base(setting: str | None, slug: str) -> str:
+    """`describe_setting` with the default of the rubric named `slug`, if there is one."""
+    try:
+        return describe_setting(setting, load_rubric(slug).similarity_base)
+    except RubricError:
+        return describe_setting(setting, None)
+
+
+def assignment_base(data_dir: Path, rubric: Rubric, limits: UnpackLimits, setting: str | None) -> Base:
+    """The base `setting` (the assignment's `similarity_base`) names, with what it is in words;
+    BadArchive when a base staff set cannot be read."""
+    label = describe_setting(setting, rubric.similarity_base)
+    if setting == UPLOAD:
+        stored = base_path(data_dir, rubric.slug)
+        if not stored.is_file():
+            raise BadArchive("the starter zip staff gave is no longer kept: upload it again")
+        return Base(zip_sources(stored, rubric, limits), label)
+    if setting:
+        return Base(given_base(setting, rubric, limits, clone_dir(data_dir)), label)
+    if rubric.similarity_base:
+        try:
+            return Base(given_base(rubric.similarity_base, rubric, limits, clone_dir(data_dir)), label)
+        except BadArchive as exc:
+            return Base(starter_sources(rubric), f"our kit's stripped starter: the rubric's default "
+                        f"{rubric.similarity_base} could not be read ({exc})", received=False)
+    return Base(starter_sources(rubric), label, received=False)

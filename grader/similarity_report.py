@@ -12,6 +12,7 @@ from typing import Any
 from jinja2 import Environment, select_autoescape
 
 from grader.similarity import LineRange, PairResult, Sources
+from grader.similarity_base import Base
 
 CONTEXT = 2  # lines shown around a shared region in the HTML file's excerpts
 
@@ -79,16 +80,16 @@ def report_json(assignment: str, pairs: Sequence[PairResult]) -> dict[str, Any]:
             "pairs": [{**asdict(p), "driver": p.driver} for p in pairs]}
 
 
-def report_html(assignment: str, pairs: Sequence[PairResult], sources: Mapping[str, Sources], base: Sources,
+def report_html(assignment: str, pairs: Sequence[PairResult], sources: Mapping[str, Sources], base: Base,
                 detailed: int = 50) -> str:
     """The ranking of every pair, and the shared regions of the `detailed` first ones."""
     env = Environment(autoescape=select_autoescape(default=True, default_for_string=True))
-    env.globals.update(ranges=describe_ranges, excerpt=excerpt, base_lines=lambda path: starter_lines(base, path))
+    env.globals.update(ranges=describe_ranges, excerpt=excerpt, base_lines=lambda path: starter_lines(base.sources, path))
     summary = (f"{_student_count(pairs)} students, {len(pairs)} pairs, most similar first. Each file and each "
                "function a student changed from the starter is compared with every other student's; a pair's score "
                "is its strongest match (shared share of the two, weighted by how much code they share), named "
                "in 'driven by'. Code of the starter never counts. Highlighted: shared lines outside the starter. "
-               "A high score is a reason to look, not a verdict.")
+               f"A high score is a reason to look, not a verdict. Base: {base.label}.")
     return env.from_string(_TEMPLATE).render(
         title=f"Similarity: {assignment}", summary=summary, pairs=pairs, sources=sources, detailed=detailed,
     )

@@ -1,11 +1,12 @@
 """A class's similarity report, computed once and kept (for the instructor's pages).
 
-`compute_report` is what `grader similarity` and the similarity page both run: every
-student's latest zip (grader.submission_sources), compared with the base's code left out
-(grader.similarity; fingerprints cached under `KG_DATA_DIR/reports/fingerprints`). The page stores the result as JSON under
-`KG_DATA_DIR/reports/` (shared by every web process) with the sha256 of each zip compared,
-so a pair's side-by-side view re-reads exactly those two zips from the blob store, however
-the students have uploaded since.
+`compute_report` is what `grader similarity` and the similarity job (grader.similarity_jobs)
+both run: every student's latest zip (grader.submission_sources), compared with the base's
+code left out (grader.similarity; fingerprints cached under `KG_DATA_DIR/reports/fingerprints`).
+The job stores the result as JSON under `KG_DATA_DIR/reports/` (shared by every web process)
+with the sha256 of each zip compared and the base it used (its files beside the report), so
+a pair's side-by-side view re-reads exactly those two zips from the blob store, however the
+students have uploaded since, and highlights against that same base.
 """
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ from sqlalchemy.orm import Session
 from grader.blobstore import BlobStore
 from grader.models import utcnow
 from grader.similarity import Match, PairResult, Sources, compare_class
-from grader.similarity_cache import PrintCache
+from grader.similarity_base import Base
+from grader.similarity_cache import PrintCache, Progress
 from grader.similarity_prints import Fingerprinting
 from grader.similarity_report import report_json
 from grader.submission_sources import ClassSources, blob_sources, class_sources
@@ -37,6 +39,7 @@ class StoredReport:
     submissions: dict[str, str]  # username -> sha256 of the zip compared
     skipped: dict[str, str]  # username -> why their zip was left out
     pairs: list[PairResult]  # most similar first
+    base: str  # the base compared against, in words
 
     def pair(self, a: str, b: str) -> PairResult | None:
         return next((p for p in self.pairs if {p.a, p.b} == {a, b}), None)
@@ -46,25 +49,36 @@ def fingerprint_dir(data_dir: Path) -> Path:
     return data_dir / "reports" / "fingerprints"
 
 
-def compute_report(session: Session, blobs: BlobStore, rubric: Rubric, limits: UnpackLimits, base: Sources,
-                   cache_dir: Path | None = None) -> tuple[StoredReport, ClassSources]:
+def compute_report(session: Session, blobs: BlobStore, rubric: Rubric, limits: UnpackLimits, base: Base,
+                   cache_dir: Path | None = None, progress: Progress | None = None) -> tuple[StoredReport, ClassSources]:
     """Compare every student's latest submission with every other's, `base` (the starter the
     students received, grader.similarity_base) left out; the report and the sources it was
-    computed from. CPU-bound for seconds to minutes: keep it off an event loop."""
+    computed from. CPU-bound for seconds to minutes: keep it off an event loop. `progress`:
+    told (files fingerprinted, files to fingerprint)."""
     found = class_sources(session, blobs, rubric, limits)
-    config = Fingerprinting()
-    pairs = compare_class(found.students, base, config, PrintCache(config, cache_dir))
-    return StoredReport(rubric.slug, utcnow(), found.submissions, found.skipped, pairs), found
+    config = Fingerprinting(literal_copies=base.received)
+    pairs = compare_class(found.students, base.sources, config, PrintCache(config, cache_dir), progress)
+    return StoredReport(rubric.slug, utcnow(), found.submissions, found.skipped, pairs, base.label), found
 
 
 def report_path(data_dir: Path, slug: str) -> Path:
     return data_dir / "reports" / f"similarity-{slug}.json"
 
 
-def save_report(report: StoredReport, path: Path) -> None:
-    """Written to a temporary file and renamed: a reader never sees half a report."""
+def base_files_path(report: Path) -> Path:
+    return report.with_suffix(".base.json")
+
+
+def save_report(report: StoredReport, base: Sources, path: Path) -> None:
+    """The report and its base's files, each written to a temporary file and renamed: a reader
+    never sees half of either; the base goes first, so no report is seen without its own."""
     body = {**report_json(report.assignment, report.pairs), "generated_at": report.generated_at.isoformat(),
-            "submissions": report.submissions, "skipped": report.skipped}
+            "submissions": report.submissions, "skipped": report.skipped, "base": report.base}
+    _write_json(base, base_files_path(path))
+    _write_json(body, path)
+
+
+def _write_json(body: Any, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".similarity-")
     with os.fdopen(fd, "w") as fh:
@@ -72,9 +86,18 @@ def save_report(report: StoredReport, path: Path) -> None:
     os.replace(tmp, path)
 
 
+def load_base_files(path: Path) -> Sources:
+    """The files of the base the report at `path` was computed against (none for an older report)."""
+    try:
+        return json.loads(base_files_path(path).read_text())
+    except FileNotFoundError:
+        return {}
+
+
 def _pair(data: dict[str, Any]) -> PairResult:
     matches = tuple(Match(m["path_a"], m["function_a"], m["path_b"], m["function_b"], m["score"], m["share_a"],
-                          m["share_b"], tuple(map(tuple, m["lines_a"])), tuple(map(tuple, m["lines_b"])))
+                          m["share_b"], tuple(map(tuple, m["lines_a"])), tuple(map(tuple, m["lines_b"])),
+                          m.get("identical", False))
                     for m in data["matches"])
     return PairResult(data["a"], data["b"], data["score"], matches)
 
@@ -86,7 +109,7 @@ def load_report(path: Path) -> StoredReport | None:
     except FileNotFoundError:
         return None
     return StoredReport(data["assignment"], datetime.fromisoformat(data["generated_at"]), data["submissions"],
-                        data["skipped"], [_pair(p) for p in data["pairs"]])
+                        data["skipped"], [_pair(p) for p in data["pairs"]], data.get("base", "not recorded"))
 
 
 def pair_sources(blobs: BlobStore, report: StoredReport, pair: PairResult, rubric: Rubric,

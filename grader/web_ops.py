@@ -1,12 +1,11 @@
 """Course operations pages for an assignment's staff: settings (schedule, late policy, score
-policy, extensions), members (who is enrolled, as student or staff), grading controls
-(pause / drain / resume, re-grade everything) and the similarity report with its
-side-by-side pair view.
+policy, extensions, the similarity check's base), members (who is enrolled, as student or
+staff), grading controls (pause / drain / resume, re-grade everything). The similarity
+report's pages are grader.web_similarity.
 
 Each page uses grader.web's session, CSRF and staff checks (someone who is not staff of the
 assignment gets the 404 page, as for the gradebook), and the same functions as the `grader`
-commands: grader.course_settings, grader.membership, grader.grading_control,
-grader.similarity_store.
+commands: grader.course_settings, grader.membership, grader.grading_control.
 """
 from __future__ import annotations
 
@@ -16,7 +15,7 @@ from urllib.parse import quote
 from zoneinfo import ZoneInfo
 
 from fastapi import APIRouter, Request, status
-from fastapi.responses import FileResponse, HTMLResponse, Response
+from fastapi.responses import HTMLResponse, Response
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
@@ -25,19 +24,13 @@ from grader.course_settings import ScheduleChange, ScheduleError, extend_student
 from grader.grading_control import grading_state, resume, set_paused
 from grader.membership import assignments_of, enroll, members_of, unenroll
 from grader.models import Assignment, CourseRole, User
-from grader.runs.engine_config import pipeline_config
 from grader.service import NotFound, find_user
-from grader.similarity_base import assignment_base, base_path, save_base
-from grader.similarity_report import describe_ranges, numbered_lines, starter_lines
-from grader.similarity_store import compute_report, fingerprint_dir, load_report, pair_sources, report_path, save_report
+from grader.similarity_base import describe_assignment_base
 from grader.web import _db, _form_user, _page, _see_other, _taught_assignment, _to_login, get_context
 from grader.websession import current_user
-from worker.rubric import RubricError, load_rubric
-from worker.unpack import BadArchive
 
 router = APIRouter(include_in_schema=False)
 
-SHOWN_PAIRS = 100  # pairs per page of the similarity ranking (every pair is on some page)
 SCHEDULE_FIELDS = ("release", "due", "grace", "late_window", "penalty_per_day", "score_policy")
 
 
@@ -106,7 +99,9 @@ def _settings_page(request: Request, session: Session, user: User, assignment: A
                    "due": _instant_text(due + timedelta(seconds=row.extra_s), zone) if due else None}
                   for ext_user, row in extensions_of(session, assignment)]
     return _page(request, "ops_settings.html", user, status_code, assignment=assignment, zone=zone.key,
-                 policies=SCORE_POLICIES, extensions=extensions, saved=request.query_params.get("saved"), **values)
+                 policies=SCORE_POLICIES, extensions=extensions, saved=request.query_params.get("saved"),
+                 similarity_base=describe_assignment_base(assignment.similarity_base, assignment.slug),
+                 base_message=request.query_params.get("base"), **values)
 
 
 @router.get("/assignments/{slug}/settings", response_class=HTMLResponse)
@@ -267,115 +262,3 @@ async def grading_change(request: Request, slug: str) -> Response:
         sent = await run_in_threadpool(resume, ctx.celery, ctx.sessions, slug, ctx.settings.task_queue)
         return _see_other(f"/assignments/{slug}/grading?sent={len(sent)}")
     return _see_other(f"/assignments/{slug}/grading")
-
-
-# ---- similarity ---------------------------------------------------------------------------
-
-
-@router.get("/assignments/{slug}/similarity", response_class=HTMLResponse)
-def similarity_page(request: Request, slug: str, page: int = 1, base: str = "") -> Response:
-    ctx = get_context(request)
-    with _db(ctx) as session:
-        found = _staff(request, session, slug)
-        if isinstance(found, Response):
-            return found
-        user, assignment = found
-        report = load_report(report_path(ctx.settings.data_dir, slug))
-        pages = max(1, -(-len(report.pairs) // SHOWN_PAIRS)) if report else 1
-        page = min(max(page, 1), pages)
-        return _page(request, "ops_similarity.html", user, assignment=assignment, report=report, page=page,
-                     pages=pages, first=(page - 1) * SHOWN_PAIRS,
-                     pairs=report.pairs[(page - 1) * SHOWN_PAIRS: page * SHOWN_PAIRS] if report else [],
-                     has_base=base_path(ctx.settings.data_dir, slug).is_file(), base_message=base)
-
-
-@router.get("/assignments/{slug}/similarity.json")
-def similarity_download(request: Request, slug: str) -> Response:
-    """The stored report as computed (every pair, the zips compared, who was left out and why)."""
-    ctx = get_context(request)
-    with _db(ctx) as session:
-        found = _staff(request, session, slug)
-        if isinstance(found, Response):
-            return found
-    path = report_path(ctx.settings.data_dir, slug)
-    if not path.is_file():
-        return _page(request, "error.html", found[0], status.HTTP_404_NOT_FOUND, title="No report",
-                     message=f"No similarity report of {slug} was computed yet.")
-    return FileResponse(path, media_type="application/json", filename=f"similarity-{slug}.json")
-
-
-def _compute_and_store(ctx: Any, slug: str) -> None:
-    """The class's report, written for the page (runs in a worker thread: CPU-bound)."""
-    rubric = load_rubric(slug)
-    limits = pipeline_config(ctx.settings, rubric).limits
-    base, _what = assignment_base(ctx.settings.data_dir, rubric, limits)
-    with _db(ctx) as session:
-        report, _sources = compute_report(session, ctx.blobs, rubric, limits, base, fingerprint_dir(ctx.settings.data_dir))
-    save_report(report, report_path(ctx.settings.data_dir, slug))
-
-
-@router.post("/assignments/{slug}/similarity", response_class=HTMLResponse)
-async def similarity_compute(request: Request, slug: str) -> Response:
-    """Compare every student's latest submission now (off the event loop) and keep the report."""
-    ctx = get_context(request)
-    with _db(ctx) as session:
-        found = await _staff_form(request, session, slug)
-        if isinstance(found, Response):
-            return found
-        user = found[0]
-    try:
-        await run_in_threadpool(_compute_and_store, ctx, slug)
-    except RubricError as exc:
-        return _page(request, "error.html", user, status.HTTP_404_NOT_FOUND, title="No rubric",
-                     message=f"Assignment {slug} has no rubric to compare submissions by: {exc}")
-    return _see_other(f"/assignments/{slug}/similarity")
-
-
-@router.post("/assignments/{slug}/similarity/base", response_class=HTMLResponse)
-async def similarity_base(request: Request, slug: str) -> Response:
-    """Keep the uploaded zip as the starter the assignment's students received (the base)."""
-    ctx = get_context(request)
-    with _db(ctx) as session:
-        found = await _staff_form(request, session, slug)
-        if isinstance(found, Response):
-            return found
-        upload = found[2].get("starter")
-    if upload is None or isinstance(upload, str):
-        return _see_other(f"/assignments/{slug}/similarity?base=" + quote("Choose the starter zip first."))
-    rubric = load_rubric(slug)
-    try:
-        count = await run_in_threadpool(save_base, ctx.settings.data_dir, slug, await upload.read(), rubric,
-                                        pipeline_config(ctx.settings, rubric).limits)
-    except BadArchive as exc:
-        return _see_other(f"/assignments/{slug}/similarity?base=" + quote(f"Not kept: {exc}"))
-    return _see_other(f"/assignments/{slug}/similarity?base=" + quote(f"Kept: {count} starter files; compute again."))
-
-
-@router.get("/assignments/{slug}/similarity/pair", response_class=HTMLResponse)
-def similarity_pair(request: Request, slug: str, a: str = "", b: str = "") -> Response:
-    """The two students' files side by side, shared regions highlighted (from the stored report)."""
-    ctx = get_context(request)
-    with _db(ctx) as session:
-        found = _staff(request, session, slug)
-        if isinstance(found, Response):
-            return found
-        user, assignment = found
-    report = load_report(report_path(ctx.settings.data_dir, slug))
-    pair = report.pair(a, b) if report else None
-    if report is None or pair is None:
-        return _page(request, "error.html", user, status.HTTP_404_NOT_FOUND, title="Not found",
-                     message=f"No pair {a} and {b} in the stored similarity report of {slug}.")
-    rubric = load_rubric(slug)
-    try:
-        sources = pair_sources(ctx.blobs, report, pair, rubric, pipeline_config(ctx.settings, rubric).limits)
-    except (BadArchive, FileNotFoundError) as exc:
-        return _page(request, "error.html", user, status.HTTP_404_NOT_FOUND, title="Submission unavailable",
-                     message=f"A compared zip can no longer be read ({exc}); compute the report again.")
-    base, _what = assignment_base(ctx.settings.data_dir, rubric, pipeline_config(ctx.settings, rubric).limits)
-    files = [{"match": match,
-              "a": numbered_lines(sources[pair.a].get(match.path_a, ""), match.lines_a, starter_lines(base, match.path_a)),
-              "b": numbered_lines(sources[pair.b].get(match.path_b, ""), match.lines_b, starter_lines(base, match.path_b)),
-              "ranges_a": describe_ranges(match.lines_a), "ranges_b": describe_ranges(match.lines_b)}
-             for match in pair.matches]
-    return _page(request, "ops_pair.html", user, assignment=assignment, report=report, pair=pair, files=files,
-                 rank=report.pairs.index(pair) + 1)

@@ -148,6 +148,9 @@ class Rubric:
     # Our basic ops in the starter's ABI (source under the project root), put in place of the
     # submission's library at `output` for the composition that scores (worker.hw4.speed).
     reference_ops: KernelTarget | None = None
+    # The similarity check's default base, the starter the course gave its students
+    # ("git:<repository>@<ref>", grader.similarity_base), when staff set none.
+    similarity_base: str | None = None
 
     @property
     def total_points(self) -> float:
@@ -188,6 +191,7 @@ def _parse_rubric(path: Path, _mtime_ns: int) -> Rubric:
             kernels=kernels,
             nvcc_flags=tuple(data["nvcc_flags"]),
             reference_ops=KernelTarget(**data["reference_ops"]) if data.get("reference_ops") else None,
+            similarity_base=(data.get("similarity") or {}).get("base"),
             problems=tuple(
                 Problem(
                     id=str(p["id"]),

@@ -1,4 +1,4 @@
-// Follows a run: polls its status every 2 s, shows the queue position and ETA, the stage or
+// Follows a run (follow.js): polls its status every 2 s, shows the queue position and ETA, the stage or
 // the problem being graded, and reloads once when the run is final so the server renders
 // the breakdown and logs. No framework.
 (function () {
@@ -23,19 +23,11 @@
   }
   mark(state.textContent.trim(), box.dataset.final === "true");
   if (box.dataset.final === "true") return;
-  function poll() {
-    fetch(box.dataset.statusUrl, { credentials: "same-origin", cache: "no-store" })
-      .then(function (r) { if (!r.ok) throw new Error(r.status); return r.json(); })
-      .then(function (s) {
-        if (s.final) { window.location.reload(); return; }
-        state.textContent = s.state;
-        state.className = "state state-" + s.state;
-        progress.textContent = s.progress_text || "";
-        message.textContent = s.message || "";
-        mark(s.state, false);
-        setTimeout(poll, 2000);
-      })
-      .catch(function () { setTimeout(poll, 2000); });
-  }
-  setTimeout(poll, 2000);
+  window.kgFollow(box.dataset.statusUrl, 2000, function (s) {
+    state.textContent = s.state;
+    state.className = "state state-" + s.state;
+    progress.textContent = s.progress_text || "";
+    message.textContent = s.message || "";
+    mark(s.state, false);
+  });
 })();

@@ -4,9 +4,10 @@ an instructor driving Chromium through it end to end.
 
 Student: log in with the password `grader dev` printed, upload the reference kit, watch the
 run reach its final state without reloading, read the build log. Instructor: the gradebook
-lists the student, the CSV export downloads with the student's row, and a re-grade queues a
-new run that also ends final. The other browser tests use PostgreSQL and Redis; this one
-proves the same journeys on the default a new machine gets.
+lists the student, the CSV export downloads with the student's row, a re-grade queues a new
+run that also ends final, and the similarity report is computed in the background (the one
+worker takes the similarity queue too) against the rubric's base. The other browser tests use
+PostgreSQL and Redis; this one proves the same journeys on the default a new machine gets.
 """
 from __future__ import annotations
 
@@ -129,3 +130,9 @@ def test_student_and_instructor_on_the_embedded_default(browser: Browser, embedd
     # The student sees the re-grade in their history; nothing of it needed a reload.
     student.get_by_role("link", name="My submissions").click()
     expect(student.get_by_role("link", name=f"Run {regrade_id}")).to_be_visible()
+
+    instructor.goto("/assignments/hw4/similarity")
+    instructor.get_by_role("button", name="Compute the report").click()
+    expect(instructor.locator("#report-summary")).to_contain_text("over 1 students", timeout=180_000)
+    # the rubric's default base, or our kit's when it cannot be fetched (this machine may be offline)
+    expect(instructor.locator("#report-base")).to_contain_text(load_rubric("hw4").similarity_base or "")

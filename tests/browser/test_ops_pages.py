@@ -19,6 +19,7 @@ from grader.service import get_assignment, get_or_create_user
 from grader.settings import Settings
 from tests.browser.a11y import check_page
 from tests.browser.test_pages import PASSWORD, log_in
+from tests.service.conftest import WorkerProcess
 from worker.rubric import load_rubric
 from worker.starter_kit import zip_tree
 
@@ -26,8 +27,10 @@ STUDENTS = ("ops-cara", "ops-dora")
 
 
 @pytest.fixture(scope="module", autouse=True)
-def course(sessions: sessionmaker[Session], settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> None:
-    """An instructor, and two students who uploaded the same code (our reference kit)."""
+def course(sessions: sessionmaker[Session], settings: Settings, tmp_path_factory: pytest.TempPathFactory,
+           worker: WorkerProcess) -> None:
+    """An instructor, and two students who uploaded the same code (our reference kit); the
+    worker computes the similarity report."""
     archive = zip_tree(load_rubric("hw4").starter_dir, tmp_path_factory.mktemp("ops") / "llmsys_hw4.zip")
     blob = BlobStore(settings.blob_dir).put_bytes(archive.read_bytes())
     with session_scope(sessions) as session:

@@ -21,6 +21,7 @@ from grader.service import get_assignment, get_or_create_user
 from grader.settings import Settings
 from grader.similarity_store import report_path
 from tests.browser.test_pages import PASSWORD, log_in
+from tests.service.conftest import WorkerProcess
 from worker.rubric import load_rubric
 from worker.starter_kit import zip_tree
 
@@ -29,10 +30,11 @@ LONG_LINE = "  float wide_" + " + ".join(f"inp[{i}] * {i}.5f" for i in range(40)
 
 
 @pytest.fixture(scope="module", autouse=True)
-def wide_pair(sessions: sessionmaker[Session], settings: Settings,
-              tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """An instructor, and two students with the same kit whose softmax kernel has a long line;
-    their submissions and the report computed here are removed afterwards."""
+def wide_pair(sessions: sessionmaker[Session], settings: Settings, tmp_path_factory: pytest.TempPathFactory,
+              worker: WorkerProcess) -> Iterator[None]:
+    """An instructor, and two students with the same kit whose softmax kernel has a long line
+    (the worker computes the report); their submissions and the report computed here are
+    removed afterwards."""
     work = tmp_path_factory.mktemp("wide")
     tree = work / "kit"
     shutil.copytree(load_rubric("hw4").starter_dir, tree)

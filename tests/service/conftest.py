@@ -58,13 +58,14 @@ def settings_env(database_url: str, tmp_path_factory: pytest.TempPathFactory) ->
         "KG_BROKER_URL": REDIS_URL,
         "KG_DATA_DIR": str(tmp_path_factory.mktemp("kgdata")),
         "KG_TASK_QUEUE": queue,
+        "KG_SIMILARITY_QUEUE": f"{queue}-similarity",
         "KG_HEARTBEAT_INTERVAL_S": "1",
         "KG_HEARTBEAT_TIMEOUT_S": "4",
         "KG_MAX_UPLOAD_BYTES": str(2 * 1024 * 1024),
     }
     yield env
     client = redis.Redis.from_url(REDIS_URL)
-    client.delete(queue)
+    client.delete(queue, f"{queue}-similarity")
 
 
 @pytest.fixture(scope="session")
@@ -110,7 +111,8 @@ class WorkerProcess:
     def start(self) -> None:
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "grader.runs.celery_app", "worker", "-Q", self.env["KG_TASK_QUEUE"],
+            [sys.executable, "-m", "celery", "-A", "grader.runs.celery_app", "worker",
+             "-Q", f"{self.env['KG_TASK_QUEUE']},{self.env['KG_SIMILARITY_QUEUE']}",
              "--concurrency", "1", "--loglevel", "info", "--without-gossip", "--without-mingle",
              "--without-heartbeat"],
             cwd=PROJECT_ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,

@@ -112,6 +112,7 @@ def test_similarity_command_reads_each_students_latest_zip(sessions: sessionmake
         get_settings.cache_clear()
     assert result.exit_code == 0, result.output
     assert "left out sim-c" in result.output
+    assert "base: " in result.output  # which base the report was computed against
     report = json.loads(out.read_text())
     pair = next(p for p in report["pairs"] if {p["a"], p["b"]} == {"sim-a", "sim-b"})
     assert pair["score"] > 0.95 and pair["matches"]

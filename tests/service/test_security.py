@@ -376,6 +376,8 @@ ROUTES: dict[tuple[str, str], Check] = {
     ("GET", "/assignments/{slug}/similarity"): _web_get_denied("/assignments/hw4/similarity", 404, owner="staff"),
     ("GET", "/assignments/{slug}/similarity/pair"): _ops_pair,
     ("GET", "/assignments/{slug}/similarity.json"): _ops_report_download,
+    ("GET", "/assignments/{slug}/similarity/job.json"):
+        _web_get_denied("/assignments/hw4/similarity/job.json", 404, owner="staff"),
     ("POST", "/assignments/{slug}/settings"): _ops_post_denied(
         "/assignments/hw4/settings", {"due": "2030-01-01T00:00", "score_policy": "best", "late_window": "30d"}),
     ("POST", "/assignments/{slug}/extensions"): _ops_post_denied(

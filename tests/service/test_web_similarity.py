@@ -1,16 +1,24 @@
 """The similarity pages on PostgreSQL, in a database of their own (other tests upload identical
-copies of our reference kit, which are rightly the most similar pairs there): a seeded class of
-30 generated hw4 submissions with one disguised copy, uploaded as zips; the instructor computes
-the report (stored, with the zips compared), the planted pair ranks first, and its side-by-side
-view highlights the shared regions on both sides. Students get neither page nor computation."""
+copies of our reference kit, which are rightly the most similar pairs there), computed by a real
+Celery worker of their own (Redis broker, its own similarity queue): a seeded class of 30
+generated hw4 submissions with one disguised copy, uploaded as zips. The instructor sets the
+base on the settings page (a git ref of a repository holding the students' starter), starts
+the computation, which answers at once and runs in the background (its state and files
+fingerprinted in the database, followed through the JSON status); the report names its base,
+the planted pair ranks first, and its side-by-side view highlights the shared regions on both
+sides. A computation that fails ends `failed` with the reason and keeps the previous report;
+one that succeeds replaces it. Students get neither page nor computation."""
 from __future__ import annotations
 
 import re
 import shutil
+import subprocess
+import time
 import uuid
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -22,11 +30,11 @@ from grader.auth import set_password
 from grader.blobstore import BlobStore
 from grader.cli import init_database
 from grader.db import make_engine, make_session_factory, session_scope
-from grader.models import Role, Submission
+from grader.models import Role, SimilarityJob, Submission
 from grader.service import get_assignment, get_or_create_user
 from grader.settings import Settings
 from grader.similarity_store import load_report, report_path
-from tests.service.conftest import PG_ADMIN_URL
+from tests.service.conftest import PG_ADMIN_URL, WorkerProcess
 from tests.service.test_web_settings import PASSWORD, Browser
 from tests.unit.similarity_class import generate_class
 from worker.rubric import load_rubric
@@ -36,14 +44,25 @@ PLANTED = ("s07", "s23")
 
 
 @pytest.fixture(scope="module")
-def own_settings(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
+def own_settings(settings: Settings, settings_env: dict[str, str],
+                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
+    """Settings of a database, data folder and similarity queue of this module's own, and a real
+    worker process consuming that queue with them."""
     name = f"kg_test_sim_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     base = PG_ADMIN_URL.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1)
-    own = settings.model_copy(update={"database_url": f"{base}/{name}", "data_dir": tmp_path_factory.mktemp("simdata")})
+    data_dir = tmp_path_factory.mktemp("simdata")
+    queue = f"{settings.similarity_queue}-{name}"
+    own = settings.model_copy(update={"database_url": f"{base}/{name}", "data_dir": data_dir,
+                                      "similarity_queue": queue})
     init_database(own)
+    worker = WorkerProcess({**settings_env, "KG_DATABASE_URL": own.database_url, "KG_DATA_DIR": str(data_dir),
+                            "KG_TASK_QUEUE": f"{queue}-runs", "KG_SIMILARITY_QUEUE": queue},
+                           tmp_path_factory.mktemp("simworker") / "worker.log")
+    worker.start()
     yield own
+    worker.stop()
     make_engine(own).dispose()
     with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
@@ -91,24 +110,88 @@ def test_students_get_no_similarity_page_and_cannot_compute(own_settings: Settin
     assert student.client.post("/assignments/hw4/similarity", data={"csrf_token": token}).status_code == 404
     assert student.client.get("/assignments/hw4/similarity/pair", params={"a": "s07", "b": "s23"}).status_code == 404
     assert student.client.get("/assignments/hw4/similarity.json").status_code == 404
+    assert student.client.get("/assignments/hw4/similarity/job.json").status_code == 404
+    assert student.client.post("/assignments/hw4/similarity/base", data={"csrf_token": token, "git": "git:x@y"}
+                               ).status_code == 404
     anonymous = TestClient(create_app(own_settings)).get("/assignments/hw4/similarity", follow_redirects=False)
     assert anonymous.status_code == 303 and anonymous.headers["location"] == "/login"
     prof = Browser(own_settings, "sim-prof")
     assert prof.client.post("/assignments/hw4/similarity", data={}).status_code == 403  # no CSRF token
     assert load_report(report_path(own_settings.data_dir, "hw4")) is None
+    with session_scope(sessions_own) as session:
+        assert session.query(SimilarityJob).count() == 0 and get_assignment(session, "hw4").similarity_base is None
 
 
-def test_planted_copy_ranks_first_and_shows_side_by_side(own_settings: Settings,
-                                                         sessions_own: sessionmaker[Session]) -> None:
+@pytest.fixture(scope="module")
+def starter_repo(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """`git:<repository>@<commit>` of a local repository holding the student starter the class
+    was generated from (as a course's starter repository would)."""
+    repo = tmp_path_factory.mktemp("starter-repo") / "llmsys_hw4"
+    render_starter(load_rubric("hw4").starter_dir, repo)
+    git = ["git", "-C", str(repo), "-c", "user.name=Staff", "-c", "user.email=staff@example.org"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "starter"], check=True)
+    commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], check=True, capture_output=True, text=True)
+    return f"git:{repo}@{commit.stdout.strip()}"
+
+
+def _set_git_base(prof: Browser, spec: str) -> str:
+    page = prof.client.get("/assignments/hw4/settings").text
+    return prof.client.post("/assignments/hw4/similarity/base", data={"csrf_token": prof.csrf(page), "git": spec}).text
+
+
+def _compute(prof: Browser) -> tuple[float, dict[str, Any]]:
+    """Starts a computation: (seconds the request took, the job's status right after)."""
+    page = prof.client.get("/assignments/hw4/similarity").text
+    started = time.monotonic()
+    response = prof.client.post("/assignments/hw4/similarity", data={"csrf_token": prof.csrf(page)},
+                                follow_redirects=False)
+    seconds = time.monotonic() - started
+    assert response.status_code == 303 and response.headers["location"] == "/assignments/hw4/similarity"
+    return seconds, prof.client.get("/assignments/hw4/similarity/job.json").json()
+
+
+def _wait_final(prof: Browser, timeout: float = 240) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The job's final status, and every distinct status seen on the way."""
+    deadline, seen = time.monotonic() + timeout, []
+    while True:
+        status = prof.client.get("/assignments/hw4/similarity/job.json").json()
+        if not seen or seen[-1] != status:
+            seen.append(status)
+        if status["final"]:
+            return status, seen
+        assert time.monotonic() < deadline, f"the similarity job is not final after {timeout} s: {status}"
+        time.sleep(0.2)
+
+
+def test_planted_copy_ranks_first_and_shows_side_by_side(own_settings: Settings, sessions_own: sessionmaker[Session],
+                                                         starter_repo: str) -> None:
     prof = Browser(own_settings, "sim-prof")
     before = prof.client.get("/assignments/hw4/similarity").text
-    assert 'id="no-report"' in before
+    assert 'id="no-report"' in before and 'id="job"' not in before
     assert prof.client.get("/assignments/hw4/similarity.json").status_code == 404  # nothing computed yet
-    response = prof.client.post("/assignments/hw4/similarity", data={"csrf_token": prof.csrf(before)},
-                                follow_redirects=False)
-    assert response.status_code == 303
-    page = prof.client.get(response.headers["location"]).text
+    assert prof.client.get("/assignments/hw4/similarity/job.json").json() == {"state": None, "final": True}
+    assert f"The base is {starter_repo}" in _set_git_base(prof, starter_repo)
+    assert f"Base (the starter the students received): {starter_repo}." in prof.client.get(
+        "/assignments/hw4/similarity").text
+
+    seconds, first = _compute(prof)
+    assert first["state"] in ("queued", "running") and not first["final"]  # the request did not wait for it
+    assert seconds < 5
+    following = prof.client.get("/assignments/hw4/similarity").text
+    assert 'id="job"' in following and 'data-final="false"' in following and "/static/similarity.js" in following
+    final, seen = _wait_final(prof)
+    assert final["state"] == "done" and final["error"] is None and final["base"] == starter_repo, final["error"]
+    assert final["files_total"] > 30 and final["files_done"] == final["files_total"]
+    assert seen[-1]["state"] == "done" and len(seen) >= 2  # progress was seen on the way
+    with session_scope(sessions_own) as session:
+        job = session.get(SimilarityJob, final["id"])
+        assert job is not None and job.started_at and job.finished_at and job.started_at <= job.finished_at
+
+    page = prof.client.get("/assignments/hw4/similarity").text
     assert "over 30" in page and "(435 pairs)" in page and "page 1 of 5" in page
+    assert f'<span id="report-base">{starter_repo}</span>' in page
     assert 'href="/assignments/hw4/similarity?page=5"' in page  # every pair is on some page
     rows = re.findall(r'<th scope="row">(\S+) and (\S+)</th>\s*<td>(\d+)%</td>', page)
     assert rows[0][:2] == PLANTED, rows[:3]
@@ -145,15 +228,44 @@ def test_planted_copy_ranks_first_and_shows_side_by_side(own_settings: Settings,
     assert prof.client.get(link.replace("&amp;", "&")).text.count('class="l hit"') == pair.text.count('class="l hit"')
 
 
-def test_staff_keep_the_starter_students_received_as_the_base(own_settings: Settings, tmp_path: Path) -> None:
+def test_a_failed_computation_keeps_the_previous_report_and_a_new_one_replaces_it(
+        own_settings: Settings, sessions_own: sessionmaker[Session], starter_repo: str) -> None:
     prof = Browser(own_settings, "sim-prof")
+    previous = load_report(report_path(own_settings.data_dir, "hw4"))
+    assert previous is not None  # the test above computed one
+    missing = starter_repo.rpartition("@")[0] + "@no-such-ref"
+    _set_git_base(prof, missing)
+    _compute(prof)
+    final, _ = _wait_final(prof)
+    assert final["state"] == "failed" and "no-such-ref" in final["error"]
     page = prof.client.get("/assignments/hw4/similarity").text
-    assert "None kept: our kit's stripped starter is the base." in page
+    assert 'id="job-error"' in page and "The report below is the previous one." in page
+    kept = load_report(report_path(own_settings.data_dir, "hw4"))
+    assert kept is not None and kept.generated_at == previous.generated_at and kept.base == starter_repo
+
+    _set_git_base(prof, starter_repo)
+    _compute(prof)
+    assert _wait_final(prof)[0]["state"] == "done"
+    replaced = load_report(report_path(own_settings.data_dir, "hw4"))
+    assert replaced is not None and replaced.generated_at > previous.generated_at
+    assert 'id="job-error"' not in prof.client.get("/assignments/hw4/similarity").text
+
+
+def test_staff_set_the_base_on_the_settings_page(own_settings: Settings, sessions_own: sessionmaker[Session],
+                                                 tmp_path: Path) -> None:
+    prof = Browser(own_settings, "sim-prof")
+    page = prof.client.get("/assignments/hw4/settings").text
     refused = prof.client.post("/assignments/hw4/similarity/base", data={"csrf_token": prof.csrf(page)},
                                files={"starter": ("starter.zip", b"not a zip", "application/zip")})
     assert "Not kept" in refused.text
+    assert "Not kept: a git base is git:&lt;repository&gt;@&lt;ref&gt;" in _set_git_base(prof, "git:no-ref-here")
     render_starter(load_rubric("hw4").starter_dir, tmp_path / "starter")
     kept = prof.client.post("/assignments/hw4/similarity/base", data={"csrf_token": prof.csrf(page)},
                             files={"starter": ("starter.zip", _zip(tmp_path / "starter", {}, tmp_path / "z"),
                                                "application/zip")})
-    assert re.search(r"Kept: \d+ starter files", kept.text) and "The kept starter is the base." in kept.text
+    assert re.search(r"Kept: \d+ starter files", kept.text) and "Now: the starter zip staff gave." in kept.text
+    back = prof.client.post("/assignments/hw4/similarity/base", data={"csrf_token": prof.csrf(page), "action": "default"})
+    default = load_rubric("hw4").similarity_base
+    assert default and f"Now: the rubric&#39;s default, {default}." in back.text
+    with session_scope(sessions_own) as session:
+        assert get_assignment(session, "hw4").similarity_base is None

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from grader.similarity import PairResult, compare_class, starter_sources, tree_sources
+from grader.similarity_base import Base
 from grader.similarity_prints import Fingerprinting
 from grader.similarity_report import report_html, report_json
 from similarity_class import generate_class
@@ -114,8 +115,10 @@ def test_reports(seeded_class, starter: dict[str, str]) -> None:
     assert data["students"] == 30 and data["pairs"][0]["a"] == "s07"
     assert data["pairs"][0]["matches"][0]["lines_a"] and data["pairs"][0]["driver"]
     json.dumps(data)
-    page = report_html("hw4", pairs, {n: s.files for n, s in students.items()}, starter, detailed=2)
+    page = report_html("hw4", pairs, {n: s.files for n, s in students.items()}, Base(starter, "the kit starter"),
+                       detailed=2)
     assert page.count('<section id="pair-') == 2
     assert page.count("<tr><td>") == len(pairs)  # every pair ranked
     assert '<span class="l hit">' in page and "s07 and s23" in page
+    assert "Base: the kit starter." in page
     assert "<script" not in page and "&lt;" in page  # sources are escaped (template arguments)

@@ -1,0 +1,73 @@
+"""Which base the similarity check uses: the assignment's setting (a zip staff gave, a git ref),
+else the rubric's default, else our kit's stripped starter; a git repository that is no folder
+here is cloned once. Real git repositories in a temporary folder."""
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from grader.similarity import starter_sources
+from grader.similarity_base import UPLOAD, assignment_base, clone_dir, describe_setting
+from worker.rubric import load_rubric
+from worker.starter_kit import render_starter
+from worker.unpack import BadArchive, UnpackLimits
+
+RUBRIC = load_rubric("hw4")
+LIMITS = UnpackLimits(max_total_bytes=200 << 20, max_file_bytes=50 << 20, max_files=5000, max_depth=24, max_ratio=100.0)
+
+
+@pytest.fixture(scope="module")
+def starter_repo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A repository holding the student starter, with one file changed from our kit's; its
+    folder and commit."""
+    repo = tmp_path_factory.mktemp("repo") / "llmsys_hw4"
+    render_starter(RUBRIC.starter_dir, repo)
+    (repo / "minitorch" / "optim.py").write_text("# the course's own optimizer file\n")
+    git = ["git", "-C", str(repo), "-c", "user.name=Staff", "-c", "user.email=staff@example.org"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "starter"], check=True)
+    commit = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    return repo, commit
+
+
+def test_a_git_ref_staff_set_is_the_base(starter_repo: tuple[Path, str], tmp_path: Path) -> None:
+    repo, commit = starter_repo
+    spec = f"git:{repo}@{commit}"
+    base = assignment_base(tmp_path, RUBRIC, LIMITS, spec)
+    assert base.label == spec and base.received
+    assert base.sources["minitorch/optim.py"] == "# the course's own optimizer file\n"
+    assert base.sources["src/softmax_kernel.cu"] == starter_sources(RUBRIC)["src/softmax_kernel.cu"]
+    with pytest.raises(BadArchive, match="no-such-ref"):
+        assignment_base(tmp_path, RUBRIC, LIMITS, f"git:{repo}@no-such-ref")
+
+
+def test_a_repository_url_is_cloned_once(starter_repo: tuple[Path, str], tmp_path: Path) -> None:
+    repo, commit = starter_repo
+    spec = f"git:file://{repo}@{commit[:8]}"
+    first = assignment_base(tmp_path, RUBRIC, LIMITS, spec)
+    clones = list(clone_dir(tmp_path).glob("*.git"))
+    assert len(clones) == 1 and first.sources["minitorch/optim.py"].startswith("# the course's")
+    assert assignment_base(tmp_path, RUBRIC, LIMITS, spec).sources == first.sources
+    assert list(clone_dir(tmp_path).glob("*.git")) == clones
+
+
+def test_the_rubric_default_and_the_kit_fallback(starter_repo: tuple[Path, str], tmp_path: Path) -> None:
+    repo, commit = starter_repo
+    rubric = dataclasses.replace(RUBRIC, similarity_base=f"git:{repo}@{commit}")
+    default = assignment_base(tmp_path, rubric, LIMITS, None)
+    assert default.received and default.label == f"the rubric's default, git:{repo}@{commit}"
+    unreachable = dataclasses.replace(RUBRIC, similarity_base=f"git:{tmp_path / 'gone'}@{commit}")
+    fallback = assignment_base(tmp_path, unreachable, LIMITS, None)
+    assert not fallback.received and fallback.sources == starter_sources(RUBRIC)
+    assert fallback.label.startswith("our kit's stripped starter: the rubric's default")
+    assert "could not be read" in fallback.label
+    assert describe_setting(None, None) == "our kit's stripped starter (no starter given)"
+
+
+def test_a_zip_staff_gave_that_is_gone_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(BadArchive, match="upload it again"):
+        assignment_base(tmp_path, RUBRIC, LIMITS, UPLOAD)
