@@ -13,6 +13,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import DataError, OperationalError
 
 from grader import api, web, web_ops, web_similarity
+from grader.api.errors import error_response, install_error_handlers
 from grader.context import AppContext
 from grader.ratelimit import UploadRateLimit
 from grader.security import SecureHeaders
@@ -44,7 +45,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(SecureHeaders, https=context.settings.session_https_only)
     app.mount("/static", StaticFiles(directory=Path(__file__).parent / "static"), name="static")
     app.include_router(api.router)
-    api.install_error_handlers(app)  # {"error": {code, message}} on /api/ paths
+    install_error_handlers(app)  # {"error": {code, message}} on /api/ paths
     app.add_exception_handler(DataError, _out_of_range)
     app.add_exception_handler(OperationalError, _database_down)
     app.include_router(web.router)
@@ -62,7 +63,7 @@ def _out_of_range(request: Request, exc: Exception) -> Response:
     """A value the database cannot hold (an id past its integer type) names nothing that
     exists: 404, not a server error."""
     if request.url.path.startswith("/api/"):
-        return api.error_response(404, "not found: a value in the request is out of range")
+        return error_response(404, "not found: a value in the request is out of range")
     return PlainTextResponse("Not Found", status_code=404)
 
 
@@ -71,7 +72,7 @@ def _database_down(request: Request, exc: Exception) -> Response:
     to send again; nothing of the request was recorded."""
     message = "the grading database is unavailable right now; nothing was recorded, send the request again shortly"
     if request.url.path.startswith("/api/"):
-        return api.error_response(503, message, headers={"Retry-After": "10"})
+        return error_response(503, message, headers={"Retry-After": "10"})
     return PlainTextResponse(message, status_code=503, headers={"Retry-After": "10"})
 
 

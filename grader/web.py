@@ -20,8 +20,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
 from grader import charts, gradebook_view, queries
-from grader.api import (GradebookOut, admission_message, admit_committed, get_context, gradebook_csv,
-                        gradebook_to_dict)
+from grader.api.acceptance import admission_message, admit_committed
+from grader.api.deps import get_context
+from grader.api.gradebook import gradebook_csv, gradebook_out
 from grader.auth import DEFAULT_SCOPES, SCOPE_SUBMIT, authenticate, browser_principal, check_password, issue_token
 from grader.context import AppContext
 from grader.db import session_scope
@@ -509,7 +510,7 @@ def gradebook_json_export(request: Request) -> Response:
         if isinstance(found, Response):
             return found
         book = found[1]
-        body = GradebookOut.model_validate(gradebook_to_dict(book)).model_dump(mode="json")
+        body = gradebook_out(book).model_dump(mode="json")
         return JSONResponse(body, headers=_download_headers(book, "json"))
 
 

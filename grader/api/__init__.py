@@ -1,0 +1,13 @@
+"""REST API v1: submit, list and read submissions and runs, re-grade, gradebook export.
+
+Bearer-token auth (deps). Every 4xx/5xx answer under /api/ has the body
+`{"error": {"code": ..., "message": ...}}` (errors). One router per resource."""
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from grader.api import assignments, runs, submissions
+
+router = APIRouter(prefix="/api/v1", tags=["v1"])
+for resource in (submissions, runs, assignments):
+    router.include_router(resource.router)

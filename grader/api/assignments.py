@@ -1,0 +1,94 @@
+"""/api/v1/assignments/{slug}: the gradebook (JSON and CSV) and re-grading, for its staff."""
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Body, HTTPException, Query, Response, status
+from sqlalchemy import select
+
+from grader import queries
+from grader.api.acceptance import admit_committed
+from grader.api.deps import DB, Caller, Context, require, taught_assignment
+from grader.api.errors import ERRORS
+from grader.api.gradebook import gradebook_csv, gradebook_out
+from grader.api.schemas import GradebookOut, RegradeAccepted, RegradeRequest
+from grader.auth import SCOPE_READ_ALL, SCOPE_REGRADE
+from grader.models import Submission
+from grader.runs.fairshare import Admission
+from grader.service import record_regrade
+
+router = APIRouter()
+
+PolicyParam = Annotated[
+    Literal["latest", "best"] | None,
+    Query(description="which scored run counts: the newest submission's, or the best one "
+                      "(default: the assignment's own policy)"),
+]
+
+
+@router.get(
+    "/assignments/{slug}/gradebook",
+    response_model=GradebookOut,
+    responses=ERRORS,
+    summary="Gradebook (staff): one row per student with the graded run's total and per-problem points",
+)
+def read_gradebook(slug: str, session: DB, caller: Caller, policy: PolicyParam = None) -> GradebookOut:
+    require(caller, SCOPE_READ_ALL)
+    return gradebook_out(queries.gradebook(session, taught_assignment(session, caller, slug), policy))
+
+
+@router.get(
+    "/assignments/{slug}/gradebook.csv",
+    response_class=Response,
+    responses={**ERRORS, 200: {"content": {"text/csv": {}}, "description": "Canvas-ready CSV"}},
+    summary="Gradebook as CSV for Canvas import (staff): Student, SIS Login ID, total, one column per problem",
+)
+def read_gradebook_csv(slug: str, session: DB, caller: Caller, policy: PolicyParam = None) -> Response:
+    require(caller, SCOPE_READ_ALL)
+    book = queries.gradebook(session, taught_assignment(session, caller, slug), policy)
+    return Response(
+        gradebook_csv(book),
+        media_type="text/csv; charset=utf-8",
+        headers={"Content-Disposition": f'attachment; filename="{book.assignment}-gradebook-{book.policy}.csv"'},
+    )
+
+
+@router.post(
+    "/assignments/{slug}/regrade",
+    status_code=status.HTTP_201_CREATED,
+    response_model=RegradeAccepted,
+    responses=ERRORS,
+    summary='Re-grade submissions of an assignment (staff): ids, "all" or "latest"; each gets a new run',
+)
+def regrade_assignment(
+    slug: str, ctx: Context, session: DB, caller: Caller, body: Annotated[RegradeRequest, Body()]
+) -> RegradeAccepted:
+    require(caller, SCOPE_REGRADE)
+    require(caller, SCOPE_READ_ALL)
+    assignment = taught_assignment(session, caller, slug)
+    if isinstance(body.submissions, str):
+        targets = queries.regrade_targets(session, assignment, body.submissions)
+    else:
+        wanted = list(dict.fromkeys(body.submissions))
+        found = {
+            s.id: s
+            for s in session.scalars(
+                select(Submission).where(Submission.id.in_(wanted), Submission.assignment_id == assignment.id)
+            )
+        }
+        missing = [i for i in wanted if i not in found]
+        if missing:  # nothing is created unless every id is valid
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no submissions {missing} in assignment {slug!r}")
+        targets = [found[i] for i in wanted]
+    runs = [record_regrade(session, sub) for sub in targets]
+    session.commit()
+    admissions = [admit_committed(ctx, run.id) for run in runs]
+    sent = sum(a is Admission.sent for a in admissions)
+    return RegradeAccepted(
+        run_ids=[r.id for r in runs],
+        submission_ids=[s.id for s in targets],
+        queued=sent,
+        message=f"{len(runs)} run(s) created; {sent} queued now"
+        + ("" if sent == len(runs) else "; the rest follow one per student as earlier runs finish"
+           + (" and the queue is back" if Admission.unreachable in admissions else "")),
+    )

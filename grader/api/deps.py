@@ -1,0 +1,84 @@
+"""The API's dependencies: the app's context, a database session per request, the caller from
+the bearer token, and the checks that turn what the caller may not see into 403/404."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request, status
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.orm import Session
+
+from grader.auth import Principal, authenticate
+from grader.context import AppContext
+from grader.models import Assignment, Submission
+from grader.service import NotFound, get_assignment
+
+_bearer = HTTPBearer(auto_error=False, description="API token (kg_...) from `grader token create`")
+
+
+def get_context(request: Request) -> AppContext:
+    return request.app.state.context  # type: ignore[no-any-return]
+
+
+Context = Annotated[AppContext, Depends(get_context)]
+
+
+def get_session(ctx: Context) -> Iterator[Session]:
+    session = ctx.sessions()
+    try:
+        yield session
+        session.commit()
+    finally:
+        session.close()
+
+
+DB = Annotated[Session, Depends(get_session)]
+
+
+def get_principal(
+    session: DB, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> Principal:
+    principal = authenticate(session, credentials.credentials) if credentials else None
+    if principal is None:
+        raise HTTPException(
+            status.HTTP_401_UNAUTHORIZED,
+            "missing or invalid API token",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    return principal
+
+
+Caller = Annotated[Principal, Depends(get_principal)]
+
+
+def require(principal: Principal, scope: str) -> None:
+    if not principal.can(scope):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, f"this token lacks the {scope!r} scope")
+
+
+def readable_submission(session: Session, principal: Principal, submission_id: int) -> Submission:
+    submission = session.get(Submission, submission_id)
+    # Someone else's submission, or one of an assignment not taught, reads as absent.
+    if submission is None or not principal.can_read_submission(submission):
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no submission {submission_id}")
+    return submission
+
+
+def member_assignment(session: Session, caller: Principal, slug: str) -> Assignment:
+    """The assignment `slug` when the caller is enrolled in it; 404 otherwise, as if absent."""
+    try:
+        assignment = get_assignment(session, slug)
+    except NotFound as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from exc
+    if not caller.member_of(assignment.id):
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no assignment {slug!r}")
+    return assignment
+
+
+def taught_assignment(session: Session, caller: Principal, slug: str) -> Assignment:
+    """The assignment `slug` when the caller reads all of it (its staff); 403 for its students."""
+    assignment = member_assignment(session, caller, slug)
+    if not caller.can_read_all_of(assignment.id):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, f"only staff of {slug!r} may do this")
+    return assignment

@@ -1,0 +1,26 @@
+"""/api/v1/runs: one run, as a student (their own) or staff (their assignments') reads it."""
+from __future__ import annotations
+
+from fastapi import APIRouter, HTTPException, status
+
+from grader.api.deps import DB, Caller, require
+from grader.api.errors import ERRORS
+from grader.api.schemas import RunOut
+from grader.auth import SCOPE_READ
+from grader.models import Run
+
+router = APIRouter()
+
+
+@router.get(
+    "/runs/{run_id}",
+    response_model=RunOut,
+    responses=ERRORS,
+    summary="One run: state, logs, toolchain, per-problem results and the report",
+)
+def read_run(run_id: int, session: DB, caller: Caller) -> RunOut:
+    require(caller, SCOPE_READ)
+    run = session.get(Run, run_id)
+    if run is None or not caller.can_read_submission(run.submission):
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no run {run_id}")
+    return RunOut.of(run, stages=run.stages or {})

@@ -1,0 +1,185 @@
+"""The API's request and response bodies. A response is read from its rows (`FromRow.of`): each
+field is the row's attribute of that name, or of its `validation_alias` path; a route passes
+only what no row holds (links, counts, a picked run)."""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal, Self
+
+from pydantic import AliasPath, BaseModel, ConfigDict, Field
+
+
+class _WithDerived:
+    """`row` with the values in `derived` in front of its own attributes."""
+
+    def __init__(self, row: object, derived: dict[str, Any]) -> None:
+        self._row, self._derived = row, derived
+
+    def __getattr__(self, name: str) -> Any:
+        return self._derived[name] if name in self._derived else getattr(self._row, name)
+
+
+class FromRow(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    @classmethod
+    def of(cls, row: object, **derived: Any) -> Self:
+        """This body read from `row`'s attributes, with `derived` for the fields the row lacks."""
+        return cls.model_validate(_WithDerived(row, derived) if derived else row)
+
+
+class StageOut(BaseModel):
+    status: str
+    seconds: float | None = None
+    log: str = ""
+
+
+class ProblemResultOut(FromRow):
+    problem_id: str
+    title: str
+    status: str
+    points: float
+    max_points: float
+    message: str | None
+    details: dict[str, Any] | None
+
+
+class RunOut(FromRow):
+    id: int
+    submission_id: int
+    state: str
+    error_class: str | None
+    message: str | None
+    reason: str
+    score: float | None
+    attempts: int
+    created_at: datetime
+    enqueued_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    worker_host: str | None
+    toolchain: dict[str, Any] | None
+    stages: dict[str, StageOut]
+    results: list[ProblemResultOut]
+    report: dict[str, Any] | None = None  # Gradescope-format results.json once scored
+    progress: dict[str, Any] | None = Field(
+        default=None, description='while active: {"stage"} or {"stage": "run", "problem", "index", "total"}')
+
+
+class RunSummary(FromRow):
+    id: int
+    state: str
+    error_class: str | None
+    score: float | None
+    reason: str
+    created_at: datetime
+
+
+class _SubmissionFields(FromRow):
+    id: int
+    user: str = Field(validation_alias=AliasPath("user", "username"))
+    assignment: str = Field(validation_alias=AliasPath("assignment", "slug"))
+    original_filename: str
+    size_bytes: int
+    uploaded_at: datetime
+
+
+class SubmissionOut(_SubmissionFields):
+    sha256: str
+    runs: list[RunSummary]
+
+
+class SubmissionSummary(_SubmissionFields):
+    run_count: int
+    latest_run: RunSummary | None
+    url: str
+
+
+class SubmissionPage(BaseModel):
+    items: list[SubmissionSummary]
+    total: int = Field(description="submissions matching the filters, over all pages")
+    page: int
+    page_size: int
+    next: str | None = Field(description="path and query of the next page; null on the last page")
+
+
+class RunListItem(RunSummary):
+    submission_id: int
+    attempts: int
+    started_at: datetime | None
+    finished_at: datetime | None
+    problems: dict[str, float] = Field(description="problem id -> points (scored runs)")
+    url: str
+
+
+class SubmissionRuns(BaseModel):
+    submission_id: int
+    items: list[RunListItem]
+
+
+class ProblemColumnOut(FromRow):
+    problem_id: str
+    title: str
+    max_points: float
+
+
+class ScoredRunOut(FromRow):
+    run_id: int
+    submission_id: int
+    score: float = Field(description="after any late penalty")
+    finished_at: datetime | None
+    problems: dict[str, float]
+    raw_score: float | None = Field(default=None, description="before the late penalty; null: none applied")
+    late: str | None = Field(default=None, description="the late policy's reason; null: on time")
+
+
+class GradebookRowOut(FromRow):
+    user: str = Field(validation_alias="username")
+    name: str | None = Field(default=None, validation_alias="full_name", description="from the roster")
+    section: str | None = Field(default=None, description="from the roster")
+    submissions: int
+    total: float | None = Field(description="score of the run the policy picks; null: no scored run")
+    problems: dict[str, float] = Field(description="problem id -> points of that run")
+    run_id: int | None
+    latest: ScoredRunOut | None
+    best: ScoredRunOut | None
+
+
+class GradebookOut(FromRow):
+    assignment: str
+    title: str
+    total_points: float
+    policy: Literal["latest", "best"]
+    problems: list[ProblemColumnOut]
+    rows: list[GradebookRowOut]
+
+
+class RegradeRequest(BaseModel):
+    submissions: list[int] | Literal["all", "latest"] = Field(
+        description='submission ids, "all" (every submission of the assignment) or '
+        '"latest" (each student\'s newest submission)',
+        examples=[[12, 15], "all"],
+    )
+
+
+class RegradeAccepted(BaseModel):
+    run_ids: list[int]
+    submission_ids: list[int]
+    queued: int = Field(description="how many runs reached the queue now (the rest are sent later)")
+    message: str
+
+
+class Accepted(BaseModel):
+    submission_id: int
+    run_id: int
+    queued: bool
+    message: str
+    run_url: str
+
+
+class SubmissionCreated(Accepted):
+    sha256: str
+    size_bytes: int
+    earlier_upload: bool = Field(
+        default=False, description="true (status 200): the same upload as an earlier submission (same "
+        "Idempotency-Key, or the same bytes within the re-send window); nothing new was stored")
