@@ -15,6 +15,7 @@ from sqlalchemy.exc import DataError, OperationalError
 from grader import api, web, web_ops, web_similarity
 from grader.api.errors import error_response, install_error_handlers
 from grader.context import AppContext
+from grader.error_pages import install_error_pages, not_found_page, wants_page
 from grader.ratelimit import UploadRateLimit
 from grader.security import SecureHeaders
 from grader.settings import Settings, get_settings
@@ -46,6 +47,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.mount("/static", StaticFiles(directory=Path(__file__).parent / "static"), name="static")
     app.include_router(api.router)
     install_error_handlers(app)  # {"error": {code, message}} on /api/ paths
+    install_error_pages(app)  # HTML error pages for browsers elsewhere; after the API's handlers, which it wraps
     app.add_exception_handler(DataError, _out_of_range)
     app.add_exception_handler(OperationalError, _database_down)
     app.include_router(web.router)
@@ -64,6 +66,8 @@ def _out_of_range(request: Request, exc: Exception) -> Response:
     exists: 404, not a server error."""
     if request.url.path.startswith("/api/"):
         return error_response(404, "not found: a value in the request is out of range")
+    if wants_page(request):
+        return not_found_page(request)
     return PlainTextResponse("Not Found", status_code=404)
 
 

@@ -103,7 +103,7 @@ def test_every_page_fits_the_window(browser: Browser, base_url: str, runs: dict[
 
     student = browser.new_context(base_url=base_url, viewport=viewport)
     _visit(log_in(student, STUDENT), ["/", "/submissions", f"/runs/{runs['scored']}", f"/runs/{runs['built']}",
-                                      "/settings/tokens", "/settings/password"], width)
+                                      "/settings/tokens", "/settings/password", "/no/such/page", "/runs/abc"], width)
     student.close()
 
     staff = browser.new_context(base_url=base_url, viewport=viewport)
