@@ -207,7 +207,8 @@ def roster_import(
 
 @starter_app.command("build")
 def starter_build(
-    slug: str = "hw4", out: Annotated[Path | None, typer.Option(help="zip to write")] = None
+    slug: Annotated[str, typer.Argument(help="the assignment (its rubric)")] = "hw4",
+    out: Annotated[Path | None, typer.Option(help="zip to write")] = None,
 ) -> None:
     """Write the student starter zip (solution regions replaced by TODO stubs)."""
     rubric = load_rubric(slug)
