@@ -38,6 +38,7 @@ from grader.uploads import ReceivedUpload, UploadError, earlier_upload_message, 
 from grader.websession import (CSRF_FIELD, CsrfError, change_password, check_csrf, csrf_token, current_user, log_in,
                                 log_out)
 from worker.rubric import RubricError, load_rubric
+from worker.unpack import HEAD_BYTES, not_a_zip
 
 router = APIRouter(include_in_schema=False)
 templates = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
@@ -170,8 +171,9 @@ async def submit_from_session(request: Request) -> Response:
     try:
         async with receive_upload(request, ctx, before_file=check_fields) as upload:
             with ctx.blobs.path(upload.blob.sha256).open("rb") as fh:
-                if fh.read(4) not in ZIP_MAGIC:
-                    raise UploadError(415, f"“{upload.filename}” is not a zip archive. Zip your assignment folder "
+                head = fh.read(HEAD_BYTES)
+                if head[:4] not in ZIP_MAGIC:
+                    raise UploadError(415, f"“{upload.filename}” {not_a_zip(head)}. Zip your assignment folder "
                                            "(for example with `zip -r llmsys_hw4.zip llmsys_hw4`) and upload the .zip.")
             recorded = _record_form_upload(ctx, upload, holder["user_id"])
     except UploadError as exc:

@@ -22,8 +22,17 @@ MAX_NAME_BYTES = 1024  # a whole entry name; real submissions stay far below
 # Errors of a file system call that the entry's name causes (the student's to fix); any other
 # OSError, such as a full disk, is the grader's and propagates.
 _NAME_ERRNOS = (errno.ENAMETOOLONG, errno.EILSEQ, errno.EINVAL)
-NOT_A_ZIP = ("the upload is not a zip file; create it with `zip -r` or your file manager's "
-             "'compress' action")
+# Other formats a student may upload under a .zip name, by their first bytes: (offset, magic, what it is).
+FOREIGN_FORMATS = (
+    (0, b"\x1f\x8b", "a gzip file (a .tar.gz, say)"),
+    (0, b"BZh", "a bzip2 file (a .tar.bz2, say)"),
+    (0, b"\xfd7zXZ\x00", "an xz file (a .tar.xz, say)"),
+    (0, b"\x28\xb5\x2f\xfd", "a zstd file (a .tar.zst, say)"),
+    (0, b"7z\xbc\xaf\x27\x1c", "a 7-Zip archive"),
+    (0, b"Rar!\x1a\x07", "a RAR archive"),
+    (257, b"ustar", "a tar archive"),
+)
+HEAD_BYTES = 262  # enough for every magic above (tar's is at 257)
 IGNORED_PREFIXES = ("__MACOSX/",)
 IGNORED_NAMES = {".DS_Store", "Thumbs.db"}
 
@@ -102,7 +111,8 @@ def check_entries(archive: zipfile.ZipFile, limits: UnpackLimits, archive_bytes:
         if rel is None or info.is_dir() or _is_ignored(info.filename):
             continue
         if len(rel.parts) > limits.max_depth:
-            raise BadArchive(f"{info.filename} is nested deeper than {limits.max_depth} folders")
+            raise BadArchive(f"the zip nests files deeper than {limits.max_depth} folders; keep the assignment's "
+                             f"layout, without extra folders around it (the first such file: {info.filename})")
         if info.file_size > limits.max_file_bytes:
             raise BadArchive(f"{info.filename} is larger than the per-file limit of {_mib(limits.max_file_bytes)}")
         if info.compress_size and info.file_size / info.compress_size > limits.max_ratio and info.file_size > CHUNK:
@@ -159,6 +169,13 @@ def unpack_zip(archive_path: Path, dest: Path, limits: UnpackLimits) -> Unpacked
     return Unpacked(len(files), written_total)
 
 
+def not_a_zip(head: bytes) -> str:
+    """What a file that is not a zip is, from its first HEAD_BYTES: "is a gzip file (a .tar.gz,
+    say), not a zip file", or "is not a zip file" when they name no format we know."""
+    kind = next((what for at, magic, what in FOREIGN_FORMATS if head[at:at + len(magic)] == magic), None)
+    return f"is {kind}, not a zip file" if kind else "is not a zip file"
+
+
 def _open_zip(archive_path: Path) -> zipfile.ZipFile:
     """The archive opened for reading; a damaged or foreign file raises BadArchive (a missing
     one raises OSError: that is the grader's fault, not the student's)."""
@@ -168,7 +185,9 @@ def _open_zip(archive_path: Path) -> zipfile.ZipFile:
         raise BadArchive("the zip has an entry name that is not valid UTF-8 although the zip says it is; "
                          "create the zip again with plain file names") from exc
     except (zipfile.BadZipFile, ValueError, EOFError) as exc:
-        raise BadArchive(NOT_A_ZIP) from exc
+        with archive_path.open("rb") as fh:
+            what = not_a_zip(fh.read(HEAD_BYTES))
+        raise BadArchive(f"the upload {what}; create it with `zip -r` or your file manager's 'compress' action") from exc
 
 
 def _raise_for_name(name: str, exc: OSError) -> NoReturn:

@@ -19,6 +19,7 @@ from grader.db import session_scope
 from grader.models import ErrorClass, ProblemResult, Role, Run, RunState, Submission, utcnow
 from grader.service import get_assignment, get_or_create_user, record_submission
 from tests.browser.a11y import check_page
+from tests.unit.hostile_zips import tar_gz
 from worker.measurements import CaseOutcome, ProblemMeasurement
 from worker.rubric import load_rubric
 from worker.scoring import score_run
@@ -54,6 +55,9 @@ def count(sessions: sessionmaker[Session], model: type) -> int:
 def test_login_page_wrong_password_and_session_cookie(context: BrowserContext, screenshot_dir: Path) -> None:
     page = log_in(context, "amy", "not the password")
     expect(page.locator("#login-error")).to_have_text("Wrong username or password.")
+    # What a student without a password does, in words: no server command.
+    expect(page.get_by_text("No password yet, or forgot it? Ask your course staff")).to_be_visible()
+    expect(page.locator("main code")).to_have_count(0)
     page.screenshot(path=str(screenshot_dir / "login.png"))
     anonymous = {c["name"]: c for c in context.cookies()}["kg_session"]["value"]
     page = log_in(context, "amy")
@@ -103,7 +107,11 @@ def test_student_uploads_and_watches_the_run(
     # A .zip name on something else passes the page's check; the server refuses it by its header.
     picker.set_input_files({"name": "fake.zip", "mimeType": "application/zip", "buffer": b"hello"})
     page.get_by_role("button", name="Upload and grade").click()
-    expect(page.locator("#upload-error")).to_contain_text("“fake.zip” is not a zip archive")
+    expect(page.locator("#upload-error")).to_contain_text("“fake.zip” is not a zip file")
+    # A .tar.gz renamed .zip: the message says what it is.
+    picker.set_input_files({"name": "kit.zip", "mimeType": "application/zip", "buffer": tar_gz()})
+    page.get_by_role("button", name="Upload and grade").click()
+    expect(page.locator("#upload-error")).to_contain_text("“kit.zip” is a gzip file (a .tar.gz, say), not a zip file")
     assert count(sessions, Submission) == before
     # The reference kit, zipped as a student would, dropped onto the form.
     archive = zip_tree(load_rubric("hw4").starter_dir, tmp_path / "llmsys_hw4.zip")

@@ -162,10 +162,10 @@ def random_bytes(size: int = 4096, seed: int = 1868) -> bytes:
     return random.Random(seed).randbytes(size)
 
 
-def tar_gz() -> bytes:
-    """A real .tar.gz (what a student might rename to .zip)."""
+def tar_gz(mode: str = "w:gz") -> bytes:
+    """A real .tar.gz (what a student might rename to .zip); `mode="w"`: a plain .tar."""
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+    with tarfile.open(fileobj=buf, mode=mode) as tf:
         payload = b"__global__ void k() {}\n"
         info = tarfile.TarInfo("hw4/src/combine.cu")
         info.size = len(payload)

@@ -208,7 +208,9 @@ def test_too_deep_nesting(tmp_path: Path) -> None:
     deep = "/".join(["d"] * LIMITS.max_depth) + "/x.cu"
     up = Upload(tmp_path, hz.make_zip([(deep, b"x")]))
     message = up.rejected()
-    assert "nested deeper than" in message and str(LIMITS.max_depth) in message
+    # The reason first; the (possibly very long) path after it.
+    assert message.startswith(f"the zip nests files deeper than {LIMITS.max_depth} folders; ")
+    assert message.endswith(f"(the first such file: {deep})")
 
 
 def test_nesting_at_the_limit_is_fine(tmp_path: Path) -> None:
@@ -270,14 +272,17 @@ def test_empty_zip(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "data",
-    [hz.random_bytes(), hz.tar_gz(), b"", b"PK\x03\x04 truncated"],
-    ids=["random-bytes", "tar-gz-renamed", "zero-bytes", "truncated-zip"],
+    ("data", "what"),
+    [(hz.random_bytes(), "is not a zip file"), (b"", "is not a zip file"), (b"PK\x03\x04 truncated", "is not a zip file"),
+     (hz.tar_gz(), "is a gzip file (a .tar.gz, say), not a zip file"),
+     (hz.tar_gz(mode="w"), "is a tar archive, not a zip file"),
+     (b"BZh91AY&SY" + hz.random_bytes(64), "is a bzip2 file (a .tar.bz2, say), not a zip file")],
+    ids=["random-bytes", "zero-bytes", "truncated-zip", "tar-gz-renamed", "tar-renamed", "bzip2-renamed"],
 )
-def test_not_a_zip(tmp_path: Path, data: bytes) -> None:
+def test_not_a_zip_says_what_it_is(tmp_path: Path, data: bytes, what: str) -> None:
     up = Upload(tmp_path, data)
     message = up.rejected()
-    assert "not a zip file" in message and "zip -r" in message
+    assert message.startswith(f"the upload {what}; ") and "zip -r" in message
     assert not up.dest.exists()
 
 
