@@ -8,12 +8,17 @@ the 404 page).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from urllib.parse import quote
 
 from fastapi import APIRouter, Request, status
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
+from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
+from grader.context import AppContext
+from grader.models import Assignment, User
 from grader.runs.engine_config import pipeline_config
 from grader.similarity_base import UPLOAD, describe_assignment_base, parse_git_spec, save_base
 from grader.similarity_jobs import latest_job, start_job, view
@@ -29,49 +34,64 @@ router = APIRouter(include_in_schema=False)
 SHOWN_PAIRS = 100  # pairs per page of the similarity ranking (every pair is on some page)
 
 
-@router.get("/assignments/{slug}/similarity", response_class=HTMLResponse)
-def similarity_page(request: Request, slug: str, page: int = 1) -> Response:
+@dataclass(frozen=True)
+class _Staff:
+    """A GET by the assignment's staff: the app, its database session, who and which assignment."""
+
+    ctx: AppContext
+    session: Session
+    user: User
+    assignment: Assignment
+
+
+def _as_staff(request: Request, slug: str, show: Callable[[_Staff], Response]) -> Response:
+    """`show`'s answer when the logged-in user is staff of `slug` (within one database session),
+    else the login page or the 404 page."""
     ctx = get_context(request)
     with _db(ctx) as session:
         found = _staff(request, session, slug)
-        if isinstance(found, Response):
-            return found
-        user, assignment = found
-        job = latest_job(session, assignment, ctx.settings)
-        job_view = view(job) if job else None
-        base = describe_assignment_base(assignment.similarity_base, slug)
-        report = load_report(report_path(ctx.settings.data_dir, slug))
-        pages = max(1, -(-len(report.pairs) // SHOWN_PAIRS)) if report else 1
-        page = min(max(page, 1), pages)
-        return _page(request, "ops_similarity.html", user, assignment=assignment, report=report, page=page,
-                     pages=pages, first=(page - 1) * SHOWN_PAIRS,
-                     pairs=report.pairs[(page - 1) * SHOWN_PAIRS: page * SHOWN_PAIRS] if report else [],
-                     job=job_view, base=base)
+        return found if isinstance(found, Response) else show(_Staff(ctx, session, *found))
+
+
+@router.get("/assignments/{slug}/similarity", response_class=HTMLResponse)
+def similarity_page(request: Request, slug: str, page: int = 1) -> Response:
+    return _as_staff(request, slug, lambda staff: _ranking(request, staff, page))
+
+
+def _ranking(request: Request, staff: _Staff, page: int) -> Response:
+    slug = staff.assignment.slug
+    job = latest_job(staff.session, staff.assignment, staff.ctx.settings)
+    report = load_report(report_path(staff.ctx.settings.data_dir, slug))
+    pages = max(1, -(-len(report.pairs) // SHOWN_PAIRS)) if report else 1
+    page = min(max(page, 1), pages)
+    return _page(request, "ops_similarity.html", staff.user, assignment=staff.assignment, report=report, page=page,
+                 pages=pages, first=(page - 1) * SHOWN_PAIRS,
+                 pairs=report.pairs[(page - 1) * SHOWN_PAIRS: page * SHOWN_PAIRS] if report else [],
+                 job=view(job) if job else None, base=describe_assignment_base(staff.assignment.similarity_base, slug))
 
 
 @router.get("/assignments/{slug}/similarity/job.json")
 def similarity_job_status(request: Request, slug: str) -> Response:
     """The newest job: state, files fingerprinted of those to fingerprint, base, error."""
-    ctx = get_context(request)
-    with _db(ctx) as session:
-        found = _staff(request, session, slug)
-        if isinstance(found, Response):
-            return found
-        job = latest_job(session, found[1], ctx.settings)
-        return JSONResponse(view(job).as_json() if job else {"state": None, "final": True})
+    return _as_staff(request, slug, _job_status)
+
+
+def _job_status(staff: _Staff) -> Response:
+    job = latest_job(staff.session, staff.assignment, staff.ctx.settings)
+    return JSONResponse(view(job).as_json() if job else {"state": None, "final": True})
 
 
 @router.get("/assignments/{slug}/similarity.json")
 def similarity_download(request: Request, slug: str) -> Response:
     """The stored report as computed (every pair, the zips compared, who was left out and why)."""
-    ctx = get_context(request)
-    with _db(ctx) as session:
-        found = _staff(request, session, slug)
-        if isinstance(found, Response):
-            return found
-    path = report_path(ctx.settings.data_dir, slug)
+    return _as_staff(request, slug, lambda staff: _download(request, staff))
+
+
+def _download(request: Request, staff: _Staff) -> Response:
+    slug = staff.assignment.slug
+    path = report_path(staff.ctx.settings.data_dir, slug)
     if not path.is_file():
-        return _page(request, "error.html", found[0], status.HTTP_404_NOT_FOUND, title="No report",
+        return _page(request, "error.html", staff.user, status.HTTP_404_NOT_FOUND, title="No report",
                      message=f"No similarity report of {slug} was computed yet.")
     return FileResponse(path, media_type="application/json", filename=f"similarity-{slug}.json")
 
@@ -131,23 +151,22 @@ async def similarity_base(request: Request, slug: str) -> Response:
 @router.get("/assignments/{slug}/similarity/pair", response_class=HTMLResponse)
 def similarity_pair(request: Request, slug: str, a: str = "", b: str = "") -> Response:
     """The two students' files side by side, shared regions highlighted (from the stored report)."""
-    ctx = get_context(request)
-    with _db(ctx) as session:
-        found = _staff(request, session, slug)
-        if isinstance(found, Response):
-            return found
-        user, assignment = found
-    path = report_path(ctx.settings.data_dir, slug)
+    return _as_staff(request, slug, lambda staff: _pair_view(request, staff, a, b))
+
+
+def _pair_view(request: Request, staff: _Staff, a: str, b: str) -> Response:
+    slug, settings = staff.assignment.slug, staff.ctx.settings
+    path = report_path(settings.data_dir, slug)
     report = load_report(path)
     pair = report.pair(a, b) if report else None
     if report is None or pair is None:
-        return _page(request, "error.html", user, status.HTTP_404_NOT_FOUND, title="Not found",
+        return _page(request, "error.html", staff.user, status.HTTP_404_NOT_FOUND, title="Not found",
                      message=f"No pair {a} and {b} in the stored similarity report of {slug}.")
     rubric = load_rubric(slug)
     try:
-        sources = pair_sources(ctx.blobs, report, pair, rubric, pipeline_config(ctx.settings, rubric).limits)
+        sources = pair_sources(staff.ctx.blobs, report, pair, rubric, pipeline_config(settings, rubric).limits)
     except (BadArchive, FileNotFoundError) as exc:
-        return _page(request, "error.html", user, status.HTTP_404_NOT_FOUND, title="Submission unavailable",
+        return _page(request, "error.html", staff.user, status.HTTP_404_NOT_FOUND, title="Submission unavailable",
                      message=f"A compared zip can no longer be read ({exc}); compute the report again.")
     base = load_base_files(path)
     files = [{"match": match,
@@ -155,5 +174,5 @@ def similarity_pair(request: Request, slug: str, a: str = "", b: str = "") -> Re
               "b": numbered_lines(sources[pair.b].get(match.path_b, ""), match.lines_b, starter_lines(base, match.path_b)),
               "ranges_a": describe_ranges(match.lines_a), "ranges_b": describe_ranges(match.lines_b)}
              for match in pair.matches]
-    return _page(request, "ops_pair.html", user, assignment=assignment, report=report, pair=pair, files=files,
-                 rank=report.pairs.index(pair) + 1)
+    return _page(request, "ops_pair.html", staff.user, assignment=staff.assignment, report=report, pair=pair,
+                 files=files, rank=report.pairs.index(pair) + 1)
