@@ -372,12 +372,12 @@ def dev(
     sessions = make_session_factory(make_engine(settings))
     passwords = {name: secrets.token_urlsafe(9) for name in ("student", "instructor")}  # new each start
     with session_scope(sessions) as session:
-        demo = {name: get_or_create_user(session, name, role)
-                for name, role in (("student", Role.student), ("instructor", Role.instructor))}
-        for name, user in demo.items():
+        accounts = {name: get_or_create_user(session, name, role)
+                    for name, role in (("student", Role.student), ("instructor", Role.instructor))}
+        for name, user in accounts.items():
             change_password(session, user, passwords[name])
-        student = issue_token(session, demo["student"], "dev")
-        staff = issue_token(session, demo["instructor"], "dev")
+        student = issue_token(session, accounts["student"], "dev")
+        staff = issue_token(session, accounts["instructor"], "dev")
     typer.echo(f"kernelgrade (embedded) on http://{host}:{port}/  docs: http://{host}:{port}/docs")
     typer.echo(f"  log in as student / {passwords['student']}  or  instructor / {passwords['instructor']}")
     typer.echo(f"  student token:    {student}\n  instructor token: {staff}")
