@@ -198,7 +198,9 @@ def test_members_page_makes_a_ta_and_takes_them_out(course: Course, prof: Browse
     assignment at all. Unknown accounts, unknown parts and one's own part are refused."""
     ta = f"ops-ta-{uuid.uuid4().hex[:6]}"
     with session_scope(sessions) as session:
-        set_password(get_or_create_user(session, ta, Role.student), PASSWORD)  # joins every assignment as student
+        account = get_or_create_user(session, ta, Role.student)  # joins every assignment as student
+        set_password(account, PASSWORD)
+        account.full_name, account.section = "Tess Assistant", "B"  # as the roster import sets them
     ta_browser = Browser(course.settings, ta)
     settings_page = f"/assignments/{course.slug}/settings"
     assert ta_browser.client.get(settings_page).status_code == 404
@@ -207,7 +209,7 @@ def test_members_page_makes_a_ta_and_takes_them_out(course: Course, prof: Browse
     assert made.status_code == 303 and made.headers["location"] == f"/assignments/{course.slug}/members?saved={ta}"
     assert _part(sessions, course.slug, ta) is CourseRole.staff
     listing = prof.client.get(made.headers["location"]).text
-    assert re.search(rf"<th scope=\"row\">{ta}</th>\s*<td>staff</td>", listing), listing
+    assert re.search(rf"<th scope=\"row\">{ta}</th>\s*<td>staff</td>\s*<td>Tess Assistant</td>\s*<td>B</td>", listing), listing
     assert ta_browser.client.get(settings_page).status_code == 200
     assert course.slug in ta_browser.client.get("/").text
 
