@@ -169,6 +169,11 @@ def paginate(rows: list[GradebookRow], page: int, page_size: int) -> Pagination:
     return Pagination(shown, page, pages, start + 1 if shown else 0, start + len(shown), len(rows))
 
 
+def uncalibrated_models(rows: list[GradebookRow]) -> list[str]:
+    """The GPU models without a stored calibration that graded any of `rows` (one banner names them)."""
+    return sorted({r.graded.gpu.model for r in rows if r.graded and r.graded.gpu and not r.graded.gpu.calibrated})
+
+
 def score_histogram(book: Gradebook, rows: list[GradebookRow]) -> Markup:
     totals = [r.total for r in rows if r.total is not None]
     return charts.histogram(totals, book.total_points, bins=10,

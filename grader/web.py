@@ -446,6 +446,7 @@ def gradebook(request: Request) -> Response:
                      sections=sorted({r.section for r in book.rows if r.section}),
                      histogram=gradebook_view.score_histogram(book, rows),
                      distributions=gradebook_view.speedup_distributions(book, rows),
+                     uncalibrated=gradebook_view.uncalibrated_models(book.rows),
                      queued=int(queued) if queued.isdigit() else None,
                      submission_count=sum(r.submissions for r in book.rows))
 

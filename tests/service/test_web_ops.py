@@ -463,3 +463,7 @@ def test_gpu_model_on_the_run_page_and_uncalibrated_mark_in_the_gradebook(course
     rows = {m.group(1): m.group(2) for m in re.finditer(r'<th scope="row">([^<]+)</th>(.*?)</tr>', book, re.S)}
     assert f"uncalibrated GPU: Tesla T4 {tag}" in rows[course.students[1]]
     assert "uncalibrated GPU" not in rows[course.students[0]]
+    # Said once, above the table, naming the model; not in red on every row.
+    banner = re.search(r'<p class="notice" id="calibration-banner">(.*?)</p>', book, re.S)
+    assert banner is not None and f"no stored calibration (Tesla T4 {tag})" in " ".join(banner.group(1).split())
+    assert book.count('class="flag') == 1
