@@ -112,6 +112,10 @@ def test_student_uploads_and_watches_the_run(
     picker.set_input_files({"name": "kit.zip", "mimeType": "application/zip", "buffer": tar_gz()})
     page.get_by_role("button", name="Upload and grade").click()
     expect(page.locator("#upload-error")).to_contain_text("“kit.zip” is a gzip file (a .tar.gz, say), not a zip file")
+    # The address bar says /submit now; opening it again (a GET) shows the upload form, not a raw 405.
+    assert page.url.endswith("/submit")
+    assert page.goto(page.url).url.endswith("/")  # type: ignore[union-attr]
+    expect(page.get_by_role("heading", name="Submit your assignment")).to_be_visible()
     assert count(sessions, Submission) == before
     # The reference kit, zipped as a student would, dropped onto the form.
     archive = zip_tree(load_rubric("hw4").starter_dir, tmp_path / "llmsys_hw4.zip")
