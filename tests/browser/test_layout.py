@@ -111,7 +111,7 @@ def test_every_page_fits_the_window(browser: Browser, base_url: str, runs: dict[
     staff = browser.new_context(base_url=base_url, viewport=viewport)
     page = log_in(staff, STAFF)
     # Not here: the similarity pages (a report computed here would change what tests/browser/test_ops_pages.py
-    # starts from; its ranking's table, #pairs, is not in a scroll box yet).
+    # starts from); tests/browser/test_similarity_pair.py checks them at 390 px.
     _visit(page, ["/gradebook", "/roster", "/assignments", "/assignments/hw4/settings", "/assignments/hw4/members",
                   "/assignments/hw4/grading", f"/runs/{runs['scored']}"], width)
     # The roster's result: the table of new accounts and their first passwords.

@@ -1,6 +1,7 @@
 """The similarity pair view in a real (headless) Chromium at 1280 px: two students share a
 kernel file with a very long line; the side by side wraps it, the page has no horizontal
-scroll, and the shared lines are highlighted on both sides."""
+scroll, and the shared lines are highlighted on both sides; at 390 px the pair and the
+ranking still fit the window."""
 from __future__ import annotations
 
 import re
@@ -75,5 +76,11 @@ def test_a_pair_fits_1280_px_without_horizontal_scroll(browser: Browser, base_ur
         for side in ("a", "b"):
             pre = page.locator(f"pre[data-side={side}]", has_text="wide_inp[0] * 0.5f + inp[1]")
             assert pre.evaluate("e => e.scrollWidth <= e.clientWidth"), side  # the long line wraps
+        # On a phone: the pair and the ranking (its table scrolls in its own box) fit the window.
+        page.set_viewport_size({"width": 390, "height": 800})
+        for address in (page.url, "/assignments/hw4/similarity"):
+            page.goto(address)
+            widths = page.evaluate("() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]")
+            assert widths[0] <= widths[1], (address, widths)
     finally:
         context.close()
