@@ -29,5 +29,5 @@
     progress.textContent = s.progress_text || "";
     message.textContent = s.message || "";
     mark(s.state, false);
-  });
+  }, box);
 })();

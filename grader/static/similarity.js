@@ -11,5 +11,5 @@
     state.className = "state state-" + s.state;
     progress.textContent = s.files_total ? s.files_done + " of " + s.files_total + " files fingerprinted" : "";
     base.textContent = s.base ? "Base: " + s.base + "." : "";
-  });
+  }, box);
 })();

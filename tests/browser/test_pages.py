@@ -180,6 +180,33 @@ def test_run_page_follows_progress_without_reload(
     assert page.evaluate("window.kgNotReloaded === undefined")  # final: reloaded for the breakdown
 
 
+def test_run_page_says_when_the_session_ended(
+    context: BrowserContext, sessions: sessionmaker[Session],
+) -> None:
+    """The run page's polling meets a 401 once the session has ended (here: its cookie is
+    gone): it stops and says so, with a way to log in, instead of showing a stale status."""
+    with session_scope(sessions) as session:
+        earlier = session.get(Run, STATE["run_id"])
+        assert earlier is not None
+        blob = StoredBlob(sha256=earlier.submission.sha256, size=earlier.submission.size_bytes)
+        user = get_or_create_user(session, "amy", Role.student)
+        _sub, run = record_submission(session, user, get_assignment(session, "hw4"), "session.zip", blob)
+        session.flush()
+        run_id = run.id
+    page = log_in(context, "amy")
+    page.goto(f"/runs/{run_id}")
+    expect(page.locator("#run-state")).to_have_text("queued")
+    expect(page.locator("#signed-out")).to_have_count(0)
+    context.clear_cookies()
+    notice = page.locator("#signed-out")
+    expect(notice).to_contain_text("Your session has ended")
+    expect(notice.get_by_role("link", name="log in again")).to_have_attribute("href", "/login")
+    _set_run(sessions, run_id, state=RunState.failed, finished_at=utcnow(), error_class=ErrorClass.timeout,
+             message="Grading stopped: time limit.")
+    page.wait_for_timeout(2500)  # one more poll would have reloaded the page: it no longer polls
+    expect(page.locator("#run-state")).to_have_text("queued")
+
+
 def _scored_run(sessions: sessionmaker[Session], username: str, like_run: int) -> int:
     """A scored run as the pipeline records it (real scoring of made-up measurements), on a
     new submission of the same upload as `like_run` (a worker without a GPU cannot score)."""
