@@ -144,20 +144,26 @@ def _set_run(sessions: sessionmaker[Session], run_id: int, **values: Any) -> Non
         session.execute(update(Run).where(Run.id == run_id).values(**values))
 
 
-def test_run_page_follows_progress_without_reload(
-    context: BrowserContext, sessions: sessionmaker[Session], screenshot_dir: Path,
-) -> None:
-    """The worker's writes (state, progress), made here on a run no worker holds, reach the
-    open page by its own polling: queue position and ETA, building, problem k of 5."""
+def _unheld_run(sessions: sessionmaker[Session], filename: str, **values: Any) -> int:
+    """A queued run of amy's, on the earlier upload's zip, that no worker holds (a test moves it)."""
     with session_scope(sessions) as session:
         earlier = session.get(Run, STATE["run_id"])
         assert earlier is not None
         blob = StoredBlob(sha256=earlier.submission.sha256, size=earlier.submission.size_bytes)
         user = get_or_create_user(session, "amy", Role.student)
-        _sub, run = record_submission(session, user, get_assignment(session, "hw4"), "progress.zip", blob)
-        run.enqueued_at = utcnow()  # sent to the broker: only a sent run has a place in the queue
+        _sub, run = record_submission(session, user, get_assignment(session, "hw4"), filename, blob)
+        for key, value in values.items():
+            setattr(run, key, value)
         session.flush()
-        run_id = run.id
+        return run.id
+
+
+def test_run_page_follows_progress_without_reload(
+    context: BrowserContext, sessions: sessionmaker[Session], screenshot_dir: Path,
+) -> None:
+    """The worker's writes (state, progress), made here on a run no worker holds, reach the
+    open page by its own polling: queue position and ETA, building, problem k of 5."""
+    run_id = _unheld_run(sessions, "progress.zip", enqueued_at=utcnow())  # sent: it has a place in the queue
     page = log_in(context, "amy")
     page.goto(f"/runs/{run_id}")
     # The earlier upload finished, so there is a recent duration to estimate from.
@@ -185,14 +191,7 @@ def test_run_page_says_when_the_session_ended(
 ) -> None:
     """The run page's polling meets a 401 once the session has ended (here: its cookie is
     gone): it stops and says so, with a way to log in, instead of showing a stale status."""
-    with session_scope(sessions) as session:
-        earlier = session.get(Run, STATE["run_id"])
-        assert earlier is not None
-        blob = StoredBlob(sha256=earlier.submission.sha256, size=earlier.submission.size_bytes)
-        user = get_or_create_user(session, "amy", Role.student)
-        _sub, run = record_submission(session, user, get_assignment(session, "hw4"), "session.zip", blob)
-        session.flush()
-        run_id = run.id
+    run_id = _unheld_run(sessions, "session.zip")
     page = log_in(context, "amy")
     page.goto(f"/runs/{run_id}")
     expect(page.locator("#run-state")).to_have_text("queued")
