@@ -235,14 +235,14 @@ def _build_one(root: Path, target: KernelTarget, toolchain: Toolchain, version: 
         return BuildResult(target.name, False, f"missing kernel source: {target.source}\n", 0.0)
     output.parent.mkdir(parents=True, exist_ok=True)
     key = cache_key(root, target, toolchain, version)
+    command = toolchain.command(Path(target.source), Path(target.output))
     cached_so = cache_dir / f"{key}.so" if cache_dir else None
     cached_log = cache_dir / f"{key}.log" if cache_dir else None
     if cached_so is not None and cached_log is not None and cached_so.exists() and cached_log.exists():
         shutil.copyfile(cached_so, output)
-        return BuildResult(target.name, True, cached_log.read_text(), 0.0, cached=True, returncode=0)
+        return BuildResult(target.name, True, cached_log.read_text(), 0.0, cached=True, returncode=0, command=command)
 
     output.unlink(missing_ok=True)  # whatever is there now comes from this build
-    command = toolchain.command(Path(target.source), Path(target.output))
     started = time.monotonic()
     if confine is None:
         log, returncode = _run_trusted(root, command, toolchain.timeout_s)

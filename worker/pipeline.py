@@ -117,7 +117,8 @@ def _build_log(results: list[BuildResult]) -> str:
     parts = []
     for r in results:
         status = "cached" if r.cached else ("ok" if r.ok else "FAILED")
-        parts.append(f"== {r.name} ({status}, {r.seconds:.1f} s)\n$ {' '.join(r.command)}\n{r.log}")
+        ran = " (the same sources built before: the library and this output are the build cache's)" if r.cached else ""
+        parts.append(f"== {r.name} ({status}, {r.seconds:.1f} s)\n$ {' '.join(r.command)}{ran}\n{r.log}")
     return "\n".join(parts)
 
 

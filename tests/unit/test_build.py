@@ -230,7 +230,7 @@ def test_cache_hit_then_header_change_rebuilds(tmp_path: Path) -> None:
     (second,) = build_kernels(root, [target], tc, cache_dir=cache)
     elapsed = time.monotonic() - started
     assert second.ok and second.cached and second.returncode == 0
-    assert second.log == first.log
+    assert second.log == first.log and second.command == first.command and second.command[0].endswith("nvcc")
     assert elapsed < max(1.0, first.seconds / 2), f"cache hit took {elapsed:.2f} s"
     assert call_int(root / "build" / "combine.so", "answer", tmp_path) == 7
 
@@ -255,3 +255,16 @@ def test_failed_build_is_not_cached(tmp_path: Path) -> None:
     (result,) = build_kernels(root, [target], _toolchain(), cache_dir=cache)
     assert not result.ok
     assert not cache.exists() or list(cache.iterdir()) == []
+
+
+def test_the_build_log_names_a_cached_librarys_command() -> None:
+    """A library taken from the build cache shows the nvcc command it stands for (it used to
+    show an empty `$` line) and says where it came from."""
+    from worker.pipeline import _build_log
+
+    command = ["nvcc", "--shared", "-o", "build/combine.so", "src/combine.cu"]
+    log = _build_log([BuildResult("combine", True, "the first build's output\n", 0.0, cached=True, returncode=0,
+                                  command=command)])
+    assert log.startswith("== combine (cached, 0.0 s)\n$ nvcc --shared -o build/combine.so src/combine.cu (the same")
+    assert "build cache" in log and "the first build's output" in log
+    assert "\n$ \n" not in log
