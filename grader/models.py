@@ -55,6 +55,7 @@ class User(Base):
     password_hash: Mapped[str | None] = mapped_column(String(256))  # Argon2id; None: no web login
     full_name: Mapped[str | None] = mapped_column(String(256))  # from the roster
     section: Mapped[str | None] = mapped_column(String(64))  # from the roster
+    email: Mapped[str | None] = mapped_column(String(256))  # from the roster; run notices go here (grader.notify)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
     tokens: Mapped[list[ApiToken]] = relationship(back_populates="user")

@@ -1,10 +1,17 @@
-"""Roster import: a CSV of students (`email,name[,section]`, an optional header line) becomes
-student accounts enrolled in one assignment, idempotently. The email (lower-cased) is the
-login. A new account gets a random first password, returned once so the instructor can hand
-it out; an existing student keeps theirs, gets the roster's name and section, and is
-enrolled in the assignment too. Every line that cannot be imported is
-reported with its line number and why; the other lines are imported (running the corrected
-file again is safe)."""
+"""Roster import: a CSV of students becomes student accounts enrolled in one assignment,
+idempotently. Two forms are read:
+
+- `email,name[,section]` per line (an optional `email,name,section` first line): the email,
+  lower-cased, is the login;
+- a header row naming the columns, in any order, others ignored: a Canvas gradebook export
+  (Student, ID, SIS User ID, SIS Login ID, Section, then its assignments) or a generic one
+  (username or login, name, email, section). The login column is the login (Canvas's SIS Login
+  ID, which the gradebook's CSV export also writes), or the email where there is none.
+
+A new account gets a random first password, returned once so the instructor can hand it out;
+an existing student keeps theirs, gets the roster's name, section and email, and is enrolled
+in the assignment too. Every line that cannot be imported is reported with its line number
+and why; the other lines are imported (running the corrected file again is safe)."""
 from __future__ import annotations
 
 import csv
@@ -21,16 +28,27 @@ from grader.membership import enroll, role_in
 from grader.models import Assignment, CourseRole, Role, User
 
 EMAIL = re.compile(r"^[^@\s,;<>\"']+@[^@\s,;<>\"']+\.[^@\s,;<>\"'.]+$")
-MAX_EMAIL, MAX_NAME, MAX_SECTION = 128, 256, 64  # the users table's column sizes
-HEADER = ("email", "name")
+LOGIN = re.compile(r"^[a-z0-9][a-z0-9._@+-]*$")
+MAX_LOGIN, MAX_EMAIL, MAX_NAME, MAX_SECTION = 128, 256, 256, 64  # the users table's column sizes
+# A header row's column names (compared lower-cased, spaces collapsed), per field
+COLUMNS = {
+    "login": ("sis login id", "login id", "login", "username"),
+    "name": ("student", "name", "full name", "student name"),
+    "email": ("email", "e-mail", "email address"),
+    "section": ("section", "sections"),
+}
+KNOWN_IGNORED = ("id", "sis user id")  # Canvas's own ids: a header, but not read
+LEGACY_HEADER = ("email", "name")  # `email,name[,section]`, the form without a header's mapping
+CANVAS_POINTS_ROW = "points possible"  # the line under a Canvas export's header
 
 
 @dataclass(frozen=True)
 class RosterLine:
     line: int
-    email: str
+    email: str | None  # None: the roster gives no address
     name: str
     section: str | None
+    login: str
 
 
 @dataclass(frozen=True)
@@ -44,8 +62,8 @@ class LineError:
 
 @dataclass
 class RosterReport:
-    created: list[tuple[str, str]] = field(default_factory=list)  # (email, first password)
-    updated: list[str] = field(default_factory=list)  # name, section or enrollment changed
+    created: list[tuple[str, str]] = field(default_factory=list)  # (login, first password)
+    updated: list[str] = field(default_factory=list)  # name, section, email or enrollment changed
     unchanged: list[str] = field(default_factory=list)
     errors: list[LineError] = field(default_factory=list)
 
@@ -54,39 +72,111 @@ class RosterReport:
                 f"{len(self.errors)} line(s) with errors")
 
 
+def _column_name(cell: str) -> str:
+    return " ".join(cell.lower().split())
+
+
+@dataclass(frozen=True)
+class Header:
+    """Where each field is in a header row's columns (None: not there) and the login's label."""
+
+    login: int | None
+    name: int
+    email: int | None
+    section: int | None
+    login_label: str
+
+    @staticmethod
+    def read(cells: list[str]) -> Header | str | None:
+        """The header these cells name; None when they are no header (a student's line); the
+        reason in words when they are one that lacks a column a roster needs."""
+        names = [_column_name(c) for c in cells]
+        known = {n for aliases in COLUMNS.values() for n in aliases} | set(KNOWN_IGNORED)
+        if not known.intersection(names):
+            return None
+        where = {key: next((i for i, n in enumerate(names) if n in aliases), None) for key, aliases in COLUMNS.items()}
+        if where["name"] is None or (where["login"] is None and where["email"] is None):
+            found = ", ".join(f"“{c}”" for c in cells if c) or "none"
+            return (f"the header row names the columns {found}; a roster needs a login column (SIS Login ID, "
+                    "login or username) or an email column, and a name column (Student or name); "
+                    "section and email are optional, other columns are ignored")
+        login = where["login"]
+        label = cells[login] if login is not None else cells[where["email"]]  # type: ignore[index]
+        return Header(login, where["name"], where["email"], where["section"], label)  # type: ignore[arg-type]
+
+    def fields(self, cells: list[str]) -> tuple[str, str | None, str, str]:
+        """(login, email or None, name, section) of one line, lower-casing login and email."""
+        def cell(index: int | None) -> str:
+            return cells[index] if index is not None and index < len(cells) else ""
+        email = cell(self.email).lower() or None
+        login = cell(self.login).lower() if self.login is not None else (email or "")
+        if email is None and EMAIL.match(login):
+            email = login
+        return login, email, cell(self.name), cell(self.section)
+
+
+def _problem(login: str, email: str | None, name: str, section: str | None, login_label: str | None) -> str | None:
+    """What is wrong with one line's fields (None: nothing); `login_label` None: the email is the login."""
+    if login_label is not None:
+        if not login:
+            return f"the {login_label} is empty"
+        if len(login) > MAX_LOGIN:
+            return f"the {login_label} is longer than {MAX_LOGIN} characters"
+        if not LOGIN.match(login):
+            return f"“{login}” is not a login (letters, digits and . _ @ + - only)"
+    if email is not None or login_label is None:
+        if not email or not EMAIL.match(email):
+            return f"“{email or ''}” is not an email address"
+        if len(email) > (MAX_LOGIN if login_label is None else MAX_EMAIL):
+            return f"the email is longer than {MAX_LOGIN if login_label is None else MAX_EMAIL} characters"
+    if not name:
+        return "the name is empty"
+    if len(name) > MAX_NAME:
+        return f"the name is longer than {MAX_NAME} characters"
+    if section is not None and len(section) > MAX_SECTION:
+        return f"the section is longer than {MAX_SECTION} characters"
+    return None
+
+
 def parse_roster(text: str) -> tuple[list[RosterLine], list[LineError]]:
     lines: list[RosterLine] = []
     errors: list[LineError] = []
     seen: dict[str, int] = {}
+    header: Header | None = None
+    first = True
     for number, cells in enumerate(csv.reader(io.StringIO(text.lstrip("\ufeff"))), 1):
         cells = [c.strip() for c in cells]
         if not any(cells):
             continue
-        if number == 1 and tuple(c.lower() for c in cells[:2]) == HEADER:
-            continue
-        if len(cells) not in (2, 3):
+        if first:
+            first = False
+            if [_column_name(c) for c in cells[:2]] == list(LEGACY_HEADER) and len(cells) <= 3:
+                continue  # the old form's own header: its lines keep its column count
+            read = Header.read(cells)
+            if isinstance(read, str):
+                return [], [LineError(number, read)]
+            if read is not None:
+                header = read
+                continue
+        if header is not None:
+            login, email, name, section = header.fields(cells)
+            if not login and name.lower() == CANVAS_POINTS_ROW:
+                continue
+            label: str | None = header.login_label if header.login is not None else None
+        elif len(cells) in (2, 3):
+            login, name, section = cells[0].lower(), cells[1], cells[2] if len(cells) == 3 else ""
+            email, label = login, None
+        else:
             errors.append(LineError(number, f"expected 2 or 3 columns (email,name[,section]), found {len(cells)}"))
             continue
-        email, name = cells[0].lower(), cells[1]
-        section = cells[2] if len(cells) == 3 and cells[2] else None
-        problem = None
-        if not EMAIL.match(email):
-            problem = f"“{cells[0]}” is not an email address"
-        elif len(email) > MAX_EMAIL:
-            problem = f"the email is longer than {MAX_EMAIL} characters"
-        elif not name:
-            problem = "the name is empty"
-        elif len(name) > MAX_NAME:
-            problem = f"the name is longer than {MAX_NAME} characters"
-        elif section is not None and len(section) > MAX_SECTION:
-            problem = f"the section is longer than {MAX_SECTION} characters"
-        elif email in seen:
-            problem = f"{email} is already on line {seen[email]}"
+        problem = _problem(login, email, name, section or None, label)
+        if problem is None and login in seen:
+            problem = f"{login} is already on line {seen[login]}"
         if problem:
             errors.append(LineError(number, problem))
             continue
-        seen[email] = number
-        lines.append(RosterLine(number, email, name, section))
+        seen[login] = number
+        lines.append(RosterLine(number, email, name, section or None, login))
     return lines, errors
 
 
@@ -94,28 +184,31 @@ def import_roster(session: Session, text: str, assignment: Assignment) -> Roster
     """Create or update one student per valid line, enrolled in `assignment` (the caller commits)."""
     lines, errors = parse_roster(text)
     report = RosterReport(errors=errors)
-    existing = {u.username: u for u in session.scalars(select(User).where(User.username.in_([ln.email for ln in lines])))}
+    existing = {u.username: u for u in session.scalars(select(User).where(User.username.in_([ln.login for ln in lines])))}
     for line in lines:
-        user = existing.get(line.email)
+        user = existing.get(line.login)
         if user is None:
-            user = User(username=line.email, role=Role.student, full_name=line.name, section=line.section)
+            user = User(username=line.login, role=Role.student, full_name=line.name, section=line.section,
+                        email=line.email)
             password = secrets.token_urlsafe(9)
             set_password(user, password)
             session.add(user)
             session.flush()
             enroll(session, user, assignment, CourseRole.student)
-            report.created.append((line.email, password))
+            report.created.append((line.login, password))
         elif user.role != Role.student:
-            report.errors.append(LineError(line.line, f"{line.email} is an existing {user.role.value} account; not changed"))
+            report.errors.append(LineError(line.line, f"{line.login} is an existing {user.role.value} account; not changed"))
         elif role_in(session, user.id, assignment.id) is CourseRole.staff:
-            report.errors.append(LineError(line.line, f"{line.email} is staff of {assignment.slug}; not changed"))
+            report.errors.append(LineError(line.line, f"{line.login} is staff of {assignment.slug}; not changed"))
         else:
             newly_enrolled = enroll(session, user, assignment, CourseRole.student)
-            if (user.full_name, user.section) == (line.name, line.section) and not newly_enrolled:
-                report.unchanged.append(line.email)
+            # A roster without an address keeps the one the student has
+            email = line.email or user.email
+            if (user.full_name, user.section, user.email) == (line.name, line.section, email) and not newly_enrolled:
+                report.unchanged.append(line.login)
             else:
-                user.full_name, user.section = line.name, line.section
-                report.updated.append(line.email)
+                user.full_name, user.section, user.email = line.name, line.section, email
+                report.updated.append(line.login)
     report.errors.sort(key=lambda e: e.line)
     session.flush()
     return report

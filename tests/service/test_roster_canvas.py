@@ -1,0 +1,56 @@
+"""A class-size Canvas gradebook export (300 lines) imported on PostgreSQL: each student's
+account is keyed on the SIS Login ID, with the Student name and Section; the lines Canvas adds
+(Points Possible, its test student) are skipped or reported; importing it again changes nothing;
+and the gradebook's Canvas CSV names the same SIS Login IDs, so the grades go back to Canvas."""
+from __future__ import annotations
+
+import csv
+import io
+import uuid
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from grader.api.gradebook import gradebook_csv
+from grader.db import session_scope
+from grader.models import User
+from grader.queries import gradebook
+from grader.roster import import_roster
+from grader.service import get_assignment
+from grader.settings import Settings
+
+
+def _canvas_export(tag: str, students: int) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "Homework 4 (88123)",
+                     "Current Score", "Final Score"])
+    writer.writerow(["    Points Possible", "", "", "", "", "100.00", "(read only)", "(read only)"])
+    for n in range(students):
+        login = f"s{n:03d}{tag}" if n % 3 else f"S{n:03d}{tag}@Andrew.example.edu"  # Canvas keeps its case
+        writer.writerow([f"Student{n:03d}, Given", 5000 + n, 2026000 + n, login, f"Lecture {1 + n % 2}", "", "", ""])
+    writer.writerow(["Student, Test", 9999, "", "", "", "", "", ""])  # Canvas's test student: no login
+    return out.getvalue()
+
+
+def test_a_300_line_canvas_export_round_trips_through_the_gradebook_csv(
+        settings: Settings, sessions: sessionmaker[Session]) -> None:
+    tag = uuid.uuid4().hex[:6]
+    text = _canvas_export(tag, 297)
+    assert len(text.splitlines()) == 300
+    with session_scope(sessions) as session:
+        report = import_roster(session, text, get_assignment(session, "hw4"))
+        assert report.summary() == "297 created, 0 updated, 0 unchanged, 1 line(s) with errors"
+        assert [str(e) for e in report.errors] == ["line 300: the SIS Login ID is empty"]
+    with session_scope(sessions) as session:
+        users = {u.username: u for u in session.scalars(select(User).where(User.username.like(f"%{tag}%")))}
+        assert len(users) == 297
+        plain, address = users[f"s001{tag}"], users[f"s000{tag}@andrew.example.edu"]
+        assert (plain.full_name, plain.section, plain.email) == ("Student001, Given", "Lecture 2", None)
+        assert (address.full_name, address.email) == ("Student000, Given", f"s000{tag}@andrew.example.edu")
+    with session_scope(sessions) as session:
+        again = import_roster(session, text, get_assignment(session, "hw4"))
+        assert again.summary() == "0 created, 0 updated, 297 unchanged, 1 line(s) with errors"
+        exported = csv.DictReader(io.StringIO(gradebook_csv(gradebook(session, get_assignment(session, "hw4")))))
+        logins = {row["SIS Login ID"]: row["Student"] for row in exported if tag in row["SIS Login ID"]}
+    assert logins == {u: users[u].full_name for u in users}
