@@ -115,6 +115,19 @@ class Settings(BaseSettings):
     # Roster import (CSV of students): the largest file the page accepts
     roster_max_bytes: int = 1 * MiB
 
+    # Run notices by e-mail (grader/notify.py): when smtp_host is set, a student whose account has
+    # an address gets one when their run ends (its grade, or why it was not graded, and a link).
+    # smtp_security: "starttls" upgrades a plain connection, "tls" connects with TLS, "none" neither.
+    smtp_host: str = ""  # empty: no e-mail
+    smtp_port: int = 587
+    smtp_security: Literal["starttls", "tls", "none"] = "starttls"
+    smtp_user: str = ""  # empty: no login
+    smtp_password: str = ""
+    smtp_from: str = ""  # the sender's address; required with smtp_host
+    smtp_timeout_s: float = Field(default=10.0, gt=0)
+    # The address users reach the service at, for links in e-mail (e.g. https://grader.example.edu)
+    public_url: str = ""
+
     # Uploads per student (grader/ratelimit.py): at most upload_rate_limit in any window of
     # upload_rate_window_s seconds, counted per user in each web process; 0 turns it off.
     upload_rate_limit: int = 30
@@ -146,6 +159,12 @@ class Settings(BaseSettings):
     def _queue_per_gpu_model(self) -> Settings:
         if self.gpu_model and "task_queue" not in self.model_fields_set:
             self.task_queue = "gpu-" + re.sub(r"[^a-z0-9]+", "-", self.gpu_model.lower()).strip("-")
+        return self
+
+    @model_validator(mode="after")
+    def _mail_needs_a_sender(self) -> Settings:
+        if self.smtp_host and not self.smtp_from:
+            raise ValueError("KG_SMTP_HOST is set but KG_SMTP_FROM is not: set the address run notices are sent from")
         return self
 
     @property

@@ -1,4 +1,4 @@
-"""Run bookkeeping around the pipeline: claim, heartbeat, record the outcome.
+"""Run bookkeeping around the pipeline: claim, heartbeat, record the outcome (then e-mail it: grader.notify).
 
 A run is graded by at most one live worker. The claim is one atomic UPDATE that succeeds
 only for a queued run or for an active run whose heartbeat has gone stale (its worker died).
@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from grader.blobstore import BlobStore
 from grader.db import session_scope
 from grader.models import ACTIVE_STATES, ErrorClass, ProblemResult, Run, RunState, utcnow
+from grader.notify import notify_run_ended
 from grader.runs.engine_config import gpu_stage_for, pipeline_config
 from grader.service import calibrated_targets_for
 from grader.settings import Settings
@@ -225,6 +226,7 @@ class RunExecutor:
                 )
                 for p in outcome.problems
             )
+        notify_run_ended(self.settings, self.sessions, run_id)  # after the commit; never raises
         return Disposition.done
 
 

@@ -1,0 +1,145 @@
+"""Run notices by e-mail: when a run ends, its student gets the grade (or why the run was not
+graded) and a link to the run page, where a mail server is configured (KG_SMTP_HOST) and the
+account has an address (users.email, from the roster). The worker sends it right after it
+records the outcome; a notice that cannot be built or sent is logged, and the run is untouched."""
+from __future__ import annotations
+
+import logging
+import smtplib
+import ssl
+from dataclasses import dataclass
+from email.message import EmailMessage
+from email.utils import formatdate, make_msgid
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from grader.course_ops import lateness
+from grader.db import session_scope
+from grader.deadlines import LateStatus
+from grader.models import Run, RunState
+from grader.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ProblemLine:
+    problem_id: str
+    title: str
+    points: float
+    max_points: float
+
+
+@dataclass(frozen=True)
+class RunNotice:
+    """What one notice says, read from a final run."""
+
+    to: str
+    student: str  # their name, or their login without one
+    run_id: int
+    slug: str
+    title: str
+    state: RunState
+    grade: float | None  # after a late penalty; None: not scored
+    raw_score: float | None  # before the penalty; None: no penalty taken
+    total_points: float
+    late_reason: str | None  # where the upload fell in the schedule, when it was not on time
+    message: str | None  # the run's own words (why it was not graded)
+    problems: tuple[ProblemLine, ...]
+    link: str
+
+
+def _points(value: float) -> str:
+    return f"{round(value, 2):g}"
+
+
+def run_notice(session: Session, run: Run, settings: Settings) -> RunNotice | None:
+    """The notice for `run`'s student; None when their account has no e-mail address."""
+    submission = run.submission
+    user, assignment = submission.user, submission.assignment
+    if not user.email:
+        return None
+    grade = raw = late_reason = None
+    if run.state is RunState.scored and run.score is not None:
+        late = lateness(session, assignment, user.id, submission.uploaded_at, settings)
+        grade = round(late.adjust(run.score), 2)
+        raw = run.score if late.multiplier != 1.0 else None
+        late_reason = late.reason if late.status is not LateStatus.on_time else None
+    path = f"/runs/{run.id}"
+    return RunNotice(
+        to=user.email, student=user.full_name or user.username, run_id=run.id,
+        slug=assignment.slug, title=assignment.title, state=run.state, grade=grade, raw_score=raw,
+        total_points=assignment.total_points, late_reason=late_reason, message=run.message,
+        problems=tuple(ProblemLine(r.problem_id, r.title, r.points, r.max_points) for r in run.results),
+        link=settings.public_url.rstrip("/") + path if settings.public_url else path,
+    )
+
+
+def subject(notice: RunNotice) -> str:
+    if notice.grade is not None:
+        return f"Run {notice.run_id} of {notice.slug}: {_points(notice.grade)} / {_points(notice.total_points)}"
+    if notice.state is RunState.built:
+        return f"Run {notice.run_id} of {notice.slug}: built, not scored"
+    return f"Run {notice.run_id} of {notice.slug}: not graded"
+
+
+def body(notice: RunNotice) -> str:
+    lines = [f"Hello {notice.student},", "", f"Your run {notice.run_id} of {notice.slug} ({notice.title}) has ended.", ""]
+    if notice.grade is not None:
+        lines.append(f"Grade: {_points(notice.grade)} / {_points(notice.total_points)}")
+        if notice.raw_score is not None:
+            lines.append(f"Before the late penalty: {_points(notice.raw_score)}")
+        if notice.late_reason:
+            lines.append(f"Lateness: {notice.late_reason}")
+        lines += ["", "Per problem" + (" (before the late penalty):" if notice.raw_score is not None else ":")]
+        lines += [f"  {p.problem_id} {p.title}: {_points(p.points)} / {_points(p.max_points)}" for p in notice.problems]
+    elif notice.state is RunState.built:
+        lines.append("Your kernels were built, but this grader has no GPU stage, so no score was recorded.")
+    else:
+        lines.append("It was not graded: " + (notice.message or "no reason was recorded."))
+    where = notice.link if notice.link.startswith(("http://", "https://")) else f"{notice.link} on the grader's site"
+    lines += ["", f"The run page, with the details and logs: {where}", "",
+              "-- ", "kernelgrade (an automatic message: replies are not read)"]
+    return "\n".join(lines) + "\n"
+
+
+def compose(notice: RunNotice, sender: str) -> EmailMessage:
+    message = EmailMessage()
+    message["From"], message["To"], message["Subject"] = sender, notice.to, subject(notice)
+    message["Date"] = formatdate(localtime=False, usegmt=True)
+    message["Message-ID"] = make_msgid(domain=sender.rpartition("@")[2] or None)
+    message["Auto-Submitted"] = "auto-generated"  # RFC 3834: no auto-replies back to it
+    message.set_content(body(notice))
+    return message
+
+
+def send(settings: Settings, message: EmailMessage) -> None:
+    host, port, timeout = settings.smtp_host, settings.smtp_port, settings.smtp_timeout_s
+    if settings.smtp_security == "tls":
+        smtp: smtplib.SMTP = smtplib.SMTP_SSL(host, port, timeout=timeout, context=ssl.create_default_context())
+    else:
+        smtp = smtplib.SMTP(host, port, timeout=timeout)
+    with smtp:
+        if settings.smtp_security == "starttls":
+            smtp.starttls(context=ssl.create_default_context())
+        if settings.smtp_user:
+            smtp.login(settings.smtp_user, settings.smtp_password)
+        smtp.send_message(message)
+
+
+def notify_run_ended(settings: Settings, sessions: sessionmaker[Session], run_id: int) -> None:
+    """E-mail the notice of final run `run_id`, when mail is configured. Never raises: the
+    outcome is already recorded, and a mail server's trouble must not fail or repeat a run."""
+    if not settings.smtp_host:
+        return
+    try:
+        with session_scope(sessions) as session:
+            run = session.get(Run, run_id)
+            notice = run_notice(session, run, settings) if run is not None else None
+        if notice is None:
+            log.info("run %s: no e-mail notice (the student's account has no address)", run_id)
+            return
+        send(settings, compose(notice, settings.smtp_from))
+        log.info("run %s: e-mail notice sent to %s", run_id, notice.to)
+    except Exception:  # any failure (the server, the network, the data) only costs the notice
+        log.exception("run %s: the e-mail notice could not be sent; the run's result is recorded", run_id)
