@@ -18,7 +18,7 @@ from worker.hw4.grade import GpuStageConfig, run_gpu_stage
 from worker.measurements import ProblemMeasurement
 from worker.pipeline import GpuStage, PipelineConfig
 from worker.rubric import Rubric
-from worker.sandbox import SandboxLimits, SandboxPolicy, docker_options
+from worker.sandbox import DockerOptions, SandboxLimits, SandboxPolicy
 from worker.telemetry import gpu_count
 from worker.unpack import UnpackLimits
 
@@ -54,6 +54,14 @@ def pipeline_config(settings: Settings, rubric: Rubric) -> PipelineConfig:
         ),
         build_policy=build_policy(settings),
     )
+
+
+def docker_options(settings: Settings) -> DockerOptions | None:
+    """The docker backend's options from the settings, or None for the process backend."""
+    if settings.sandbox_backend != "docker":
+        return None
+    return DockerOptions(image=settings.sandbox_docker_image, cpus=settings.sandbox_docker_cpus,
+                         gpu=settings.sandbox_docker_gpu or str(settings.gpu_index))
 
 
 def build_policy(settings: Settings) -> SandboxPolicy:

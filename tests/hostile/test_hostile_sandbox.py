@@ -1,4 +1,4 @@
-"""The sandbox's host-side promises against hostile children, on the CPU (worker/sandbox.py,
+"""The sandbox's host-side promises against hostile children, on the CPU (worker/sandbox/,
 process backend, as root so the uid drop, the PID, mount and network namespaces and
 RLIMIT_NPROC apply).
 

@@ -11,14 +11,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 SERVICE = "grader"
 
-# Imports still waiting for their owner's change, each with the reason; an entry that no longer
-# holds fails the test, so the list only shrinks.
-PENDING = {
-    ("worker/sandbox.py", "grader.settings"):
-        "docker_options(settings) types its argument as Settings (TYPE_CHECKING only); it belongs in "
-        "grader/runs/engine_config.py with the sandbox split (issue 17), which owns worker/sandbox.py",
-}
-
 
 def service_imports(source: str) -> list[str]:
     """The modules of the service that `source` imports, once per import, sorted."""
@@ -50,9 +42,7 @@ def test_the_scan_sees_every_form_of_import() -> None:
 
 
 def test_no_module_under_worker_imports_the_service() -> None:
-    found = engine_imports_of_the_service()
-    assert found - PENDING.keys() == set(), "worker/ must not import grader: move the code to grader/runs/"
-    assert PENDING.keys() - found == set(), "this import is gone: remove its PENDING entry"
+    assert engine_imports_of_the_service() == set(), "worker/ must not import grader: move the code to grader/runs/"
 
 
 BLOCKED = ("sqlalchemy", "pydantic", "pydantic_settings", "celery", "fastapi")

@@ -24,8 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from worker.sandbox import (_FD_SHIM, SANDBOX_LABEL, DockerOptions, Sandbox, SandboxError, SandboxLimits, SandboxPolicy,
-                            _FdHandover, docker_command, docker_options, usable_by)
+from worker.sandbox import (SANDBOX_LABEL, DockerOptions, Sandbox, SandboxError, SandboxLimits, SandboxPolicy,
+                            docker_command, usable_by)
+from worker.sandbox.docker import _FD_SHIM, _FdHandover
 
 IS_ROOT = os.geteuid() == 0
 MiB = 1 << 20
@@ -479,6 +480,7 @@ def test_docker_kill_stops_the_container(base, docker_backend):
 
 
 def test_docker_options_follow_the_settings():
+    from grader.runs.engine_config import docker_options
     from grader.settings import Settings
 
     assert docker_options(Settings(_env_file=None)) is None  # the process backend by default

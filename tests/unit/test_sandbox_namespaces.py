@@ -1,4 +1,4 @@
-"""The process backend's namespaces (worker/sandbox.py, worker/sandbox_init.py), as root: a
+"""The process backend's namespaces (worker/sandbox/namespaces.py, launcher.py), as root: a
 job's processes die with it, its /tmp & co. are its own, its writes are capped and carried
 back into the job folder, host Unix sockets are out of reach, and where namespaces are missing
 the sandbox refuses unless told otherwise (and says what it applied)."""
@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from tests.unit.test_sandbox import _alive, _python, _with_marker
-from worker import sandbox
-from worker.sandbox import Sandbox, SandboxError, SandboxExit, SandboxedProcess, SandboxLimits, SandboxPolicy
+from worker.sandbox import (Sandbox, SandboxError, SandboxExit, SandboxedProcess, SandboxLimits, SandboxPolicy,
+                            namespaces)
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="namespaces need a root parent")
 
@@ -208,7 +208,7 @@ def test_host_unix_sockets_cannot_be_connected(job: Path, host_sockets: list[Pat
 
 
 def test_without_namespaces_it_refuses_unless_allowed(job: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sandbox, "namespaces_unavailable", lambda: "no namespaces on this host")
+    monkeypatch.setattr(namespaces, "namespaces_unavailable", lambda: "no namespaces on this host")
     with pytest.raises(SandboxError, match="no namespaces on this host"):
         Sandbox(LIMITS)
     proc = spawn(job, "print('ran')", policy=SandboxPolicy(require_namespaces=False))

@@ -1,5 +1,5 @@
-"""The namespaced sandbox's launcher (standard library only; run by worker/sandbox.py as
-`python -I -S sandbox_init.py SOCKET_FD`, as root, in the job folder). Over that socket (a
+"""The namespaced sandbox's launcher (standard library only; run by namespaces.py as the script
+`python -I -S launcher.py SOCKET_FD`, as root, in the job folder). Over that socket (a
 SOCK_SEQPACKET socketpair) the parent first sends the job (one JSON message: program, its
 environment, the job folder, uid, ...) and gets back one report (JSON, with the fd of the
 job's capped scratch folder when all went well).

@@ -1,0 +1,109 @@
+"""The process backend's namespaces, parent side: start a job through the launcher
+(launcher.py, whose docstring has the details), and probe once per process whether this host
+can give jobs namespaces at all.
+
+The launcher, started by Popen after the pre-exec hook (preexec.py), gives the job its own PID
+namespace (its init reaps, and its end kills every process the job started, daemons included),
+mount namespace (everything read-only; fresh empty /tmp, /var/tmp, /dev/shm, /run; host
+file-system Unix sockets covered; a fresh /proc) and network namespace, then drops to the
+sandbox user with no_new_privs and execs the program. All the job writes lands in one tmpfs of
+`limits.disk_bytes` (an overlay on the job folder); when the job ends, the watchdog thread
+merges what it wrote into the real job folder (overlay.py), so callers find it there as
+before, but only then: during the job the parent sees its writes only in files it has mapped
+(bound through, e.g. the GPU stage's arena). What was applied is `SandboxedProcess.isolation`
+and `SandboxExit.isolation`.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from worker.sandbox.launcher import HIDDEN
+from worker.sandbox.limits import SandboxError
+
+LAUNCHER = Path(__file__).with_name("launcher.py")
+NAMESPACED = ("pid", "mount", "disk")  # isolation a namespaced job gets, with "network" unless disabled
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+def launch_namespaced(argv: list[str], cwd: Path, env: dict[str, str], pass_fds: tuple[int, ...],
+                      config: Mapping[str, object], setup: Callable[[], None] | None,
+                      out_w: int | None) -> tuple[subprocess.Popen, int]:
+    """Start `argv` through the launcher; returns its Popen and the fd of the job's capped
+    scratch folder (the overlay's upper layer). Raises SandboxError when the namespaces could
+    not be built, and OSError (as Popen) when `argv` could not be executed."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    with ours:
+        try:
+            popen = subprocess.Popen(
+                [sys.executable, "-I", "-S", str(LAUNCHER), str(theirs.fileno())],
+                cwd=cwd, env={}, stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w, close_fds=True,
+                pass_fds=(*pass_fds, theirs.fileno()), start_new_session=True, preexec_fn=setup,
+                restore_signals=True,
+            )
+        finally:
+            theirs.close()
+        try:
+            ours.sendall(json.dumps({**config, "argv": argv, "env": env}).encode())
+            return popen, _launch_report(ours, argv[0])
+        except BaseException:
+            os.killpg(popen.pid, signal.SIGKILL)
+            popen.wait()
+            raise
+
+
+def _launch_report(sock: socket.socket, program: str) -> int:
+    message, fds, _, _ = socket.recv_fds(sock, 65536, 1)
+    report = json.loads(message) if message else {"error": "the sandbox launcher ended without a word"}
+    if report.get("ok") and len(fds) == 1:
+        return fds[0]
+    for fd in fds:
+        os.close(fd)
+    if "exec_errno" in report:
+        errno = int(report["exec_errno"])
+        raise OSError(errno, os.strerror(errno), program)
+    raise SandboxError(str(report.get("error", report)))
+
+
+def kept_paths(argv: list[str], env: dict[str, str]) -> list[str]:
+    """Host folders the job must still read though they lie under a folder the sandbox gives it
+    fresh (a CI checkout or a virtualenv under /tmp): this interpreter's prefixes, this
+    project, the job's PYTHONPATH and its program's folder. Outermost folders only."""
+    candidates = {sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)), str(PROJECT_ROOT),
+                  *env.get("PYTHONPATH", "").split(os.pathsep)}
+    if os.path.isabs(argv[0]):
+        candidates.add(os.path.dirname(os.path.realpath(argv[0])))
+    found = {os.path.realpath(p) for p in candidates if p and os.path.isdir(p)}
+    # Strictly below: a PYTHONPATH of "/tmp" itself must not hand the host's /tmp back.
+    hidden = [p for p in found if any(p.startswith(f + "/") for f in HIDDEN)]
+    return sorted(p for p in hidden if not any(p.startswith(q + "/") for q in hidden))
+
+
+@functools.cache
+def namespaces_unavailable() -> str | None:
+    """Why this host cannot give a sandboxed job its own PID, mount and network namespaces, or
+    None when it can. Probed once per process by launching a job that does nothing."""
+    if os.geteuid() != 0:
+        return "the grading parent is not root"
+    folder = Path(tempfile.mkdtemp(prefix="kg-sandbox-probe-"))
+    argv = [sys.executable, "-I", "-S", "-c", ""]
+    config = {"cwd": str(folder), "uid": None, "gid": None, "network": True, "disk_bytes": 1 << 20, "shared": [],
+              "keep": kept_paths(argv, {})}
+    try:
+        popen, scratch = launch_namespaced(argv, folder, {}, (), config,
+                                           None, subprocess.DEVNULL)
+        os.close(scratch)
+        return None if popen.wait(timeout=30) == 0 else "the probe job failed"
+    except (OSError, SandboxError, subprocess.TimeoutExpired) as exc:
+        return str(exc)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
