@@ -28,8 +28,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.similarity_plants import disguise, function_text, paste_function  # noqa: E402
-from grader.similarity_cache import PrintCache  # noqa: E402
-from grader.similarity import Fingerprinting, PairResult, compare_class, starter_sources, tree_sources  # noqa: E402
+from grader.similarity.cache import PrintCache  # noqa: E402
+from grader.similarity.compare import Fingerprinting, PairResult, compare_class, starter_sources, tree_sources  # noqa: E402
 from worker.rubric import load_rubric  # noqa: E402
 
 KINDS = {
@@ -75,7 +75,7 @@ def main() -> None:
     cache = PrintCache(Fingerprinting())
     results: dict[str, object] = {"students": sorted(students), "bases": {}}
     for base_name, base in bases.items():
-        config = Fingerprinting(literal_copies=base_name == "official starter")  # as grader.similarity_store sets it
+        config = Fingerprinting(literal_copies=base_name == "official starter")  # as grader.similarity.store sets it
         started = time.monotonic()
         genuine = compare_class(students, base, config, cache)
         rows = {}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 import re
 
-from grader.similarity_units import functions_of
+from grader.similarity.units import functions_of
 
 _WORD = re.compile(r"\b[A-Za-z_]\w*\b")
 _COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/|#[^\n!]*$", re.S | re.M)

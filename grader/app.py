@@ -12,10 +12,11 @@ from starlette.middleware.sessions import SessionMiddleware
 from sqlalchemy import text
 from sqlalchemy.exc import DataError, OperationalError
 
-from grader import api, web, web_ops, web_similarity
+from grader import api, pages
 from grader.api.errors import error_response, install_error_handlers
 from grader.context import AppContext
-from grader.error_pages import install_error_pages, not_found_page, wants_page
+from grader.pages.common import PageDenied, page_denied
+from grader.pages.errors import install_error_pages, not_found_page, wants_page
 from grader.ratelimit import UploadRateLimit
 from grader.security import SecureHeaders
 from grader.settings import Settings, get_settings
@@ -50,9 +51,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_pages(app)  # HTML error pages for browsers elsewhere; after the API's handlers, which it wraps
     app.add_exception_handler(DataError, _out_of_range)
     app.add_exception_handler(OperationalError, _database_down)
-    app.include_router(web.router)
-    app.include_router(web_ops.router)
-    app.include_router(web_similarity.router)
+    app.add_exception_handler(PageDenied, page_denied)  # the pages' one refusal: login, 403 or 404 page
+    for router in pages.routers:
+        app.include_router(router)
 
     @app.get("/api/v1/health", tags=["v1"], summary="Database and broker reachability")
     def health() -> dict[str, Any]:

@@ -80,9 +80,9 @@ def similarity(
     """Compare every student's latest submission with every other's, file by file and function
     by function (the starter's code ignored), and write the ranked pairs with their matching regions."""
     # imported here: copydetect loads matplotlib, which no other command needs
-    from grader.similarity_base import Base, assignment_base, clone_dir, given_base
-    from grader.similarity_report import report_html, report_json
-    from grader.similarity_store import compute_report, fingerprint_dir
+    from grader.similarity.base import Base, assignment_base, clone_dir, given_base
+    from grader.similarity.report import report_html, report_json
+    from grader.similarity.store import compute_report, fingerprint_dir
 
     if out.suffix not in (".html", ".json"):
         raise typer.BadParameter("--out must end in .html or .json")

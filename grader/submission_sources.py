@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from grader.blobstore import BlobStore
 from grader.models import Assignment, CourseRole, Enrollment, Submission, User
-from grader.similarity import Sources, tree_sources
+from grader.similarity.compare import Sources, tree_sources
 from worker.rubric import Rubric
 from worker.unpack import BadArchive, UnpackLimits, find_assignment_root, unpack_zip
 

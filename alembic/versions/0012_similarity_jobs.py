@@ -1,7 +1,7 @@
 """similarity_jobs: an assignment's similarity report computed by a worker in the background
 (queued, running, done or failed, with progress and the reason of a failure); and
 assignments.similarity_base: the starter its students received, as staff set it
-(grader/similarity_jobs.py, grader/similarity_base.py)
+(grader/similarity/jobs.py, grader/similarity/base.py)
 
 Revision ID: 0012
 Revises: 0011

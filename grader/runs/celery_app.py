@@ -35,7 +35,7 @@ def build_queue_of(app: Celery) -> str | None:
 
 
 def make_celery(settings: Settings) -> Celery:
-    app = Celery("kernelgrade", broker=settings.resolved_broker_url, include=["grader.runs.tasks", "grader.similarity_jobs"])
+    app = Celery("kernelgrade", broker=settings.resolved_broker_url, include=["grader.runs.tasks", "grader.similarity.jobs"])
     app.conf.update(
         # A task is acknowledged only after it finished; a worker that dies mid-task gets its
         # message redelivered. The run's claim in the database makes redelivery idempotent.

@@ -20,7 +20,7 @@ from grader.db import session_scope
 from grader.models import Role, Submission
 from grader.service import get_assignment, get_or_create_user
 from grader.settings import Settings
-from grader.similarity_store import report_path
+from grader.similarity.store import report_path
 from tests.browser.test_pages import PASSWORD, log_in
 from tests.service.conftest import WorkerProcess
 from worker.rubric import load_rubric

@@ -39,7 +39,15 @@ def test_a_browser_gets_html_error_pages(client: TestClient) -> None:
     put = client.put("/login", headers=BROWSER)
     _html_page(put, 405, "Not a way to open this address", "/login does not take a PUT request.")
     assert "GET" in put.headers["allow"]  # the headers of the 405 stay
-    invalid = client.get("/assignments/hw4/similarity?page=first", headers=BROWSER)
+
+
+def test_a_staff_member_gets_the_invalid_request_page(settings: Settings, sessions: sessionmaker[Session]) -> None:
+    """A page's own fields are read once its visitor may see it (staff of hw4 here): a page
+    number that is not one is an invalid request."""
+    name = f"errstaff-{uuid.uuid4().hex[:8]}"
+    with session_scope(sessions) as session:
+        set_password(get_or_create_user(session, name, Role.instructor), PASSWORD)
+    invalid = login(settings, name).get("/assignments/hw4/similarity?page=first", headers=BROWSER)
     _html_page(invalid, 422, "Request not understood", "The request was not understood (page: ")
 
 

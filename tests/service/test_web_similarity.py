@@ -33,7 +33,7 @@ from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import Role, SimilarityJob, Submission
 from grader.service import get_assignment, get_or_create_user
 from grader.settings import Settings
-from grader.similarity_store import load_report, report_path
+from grader.similarity.store import load_report, report_path
 from tests.service.conftest import PG_ADMIN_URL, WorkerProcess
 from tests.service.test_web_settings import PASSWORD, Browser
 from tests.unit.similarity_class import generate_class

@@ -1,4 +1,4 @@
-"""grader.similarity: a planted copy ranks first in a seeded class of 30, its driving file
+"""grader.similarity.compare: a planted copy ranks first in a seeded class of 30, its driving file
 named; the base's own code never counts; matching regions come back as line ranges; the
 reports render."""
 from __future__ import annotations
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from grader.similarity import PairResult, compare_class, starter_sources, tree_sources
-from grader.similarity_base import Base
-from grader.similarity_prints import Fingerprinting
-from grader.similarity_report import report_html, report_json
+from grader.similarity.compare import PairResult, compare_class, starter_sources, tree_sources
+from grader.similarity.base import Base
+from grader.similarity.prints import Fingerprinting
+from grader.similarity.report import report_html, report_json
 from similarity_class import generate_class
 from worker.rubric import load_rubric
 

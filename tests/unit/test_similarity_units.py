@@ -1,14 +1,14 @@
-"""grader.similarity_units finds kernels, launchers and methods by line; grader.similarity_cache
+"""grader.similarity.units finds kernels, launchers and methods by line; grader.similarity.cache
 keeps fingerprints on disk by content; files identical to the base are never compared; one
 function pasted into another student's file puts that pair first, the function named."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from grader.similarity import compare_class, own_files, starter_sources
-from grader.similarity_cache import PrintCache
-from grader.similarity_prints import Fingerprinting, fingerprint_file
-from grader.similarity_units import functions_of
+from grader.similarity.compare import compare_class, own_files, starter_sources
+from grader.similarity.cache import PrintCache
+from grader.similarity.prints import Fingerprinting, fingerprint_file
+from grader.similarity.units import functions_of
 from similarity_class import generate_class
 from worker.rubric import load_rubric
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from grader.similarity_prints import FilePrint, Fingerprinting, fingerprint_file
-from grader.similarity_units import Function
+from grader.similarity.prints import FilePrint, Fingerprinting, fingerprint_file
+from grader.similarity.units import Function
 
 Progress = Callable[[int, int], None]  # (files fingerprinted, files to fingerprint)
 

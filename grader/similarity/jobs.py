@@ -2,11 +2,11 @@
 
 Staff start a job (the similarity page): a `SimilarityJob` row in `queued`, and a message on
 the similarity queue (`KG_SIMILARITY_QUEUE`, CPU work: never the GPU run queue). The worker
-claims it (`queued` -> `running`), resolves the assignment's base (grader.similarity_base),
+claims it (`queued` -> `running`), resolves the assignment's base (grader.similarity.base),
 records the files fingerprinted as it goes, and ends `done` once the new report is stored
-(grader.similarity_store; the old one is replaced only then) or `failed` with the reason, the
+(grader.similarity.store; the old one is replaced only then) or `failed` with the reason, the
 previous report kept. The Celery task runs the computation in a child process of its own
-(`python -m grader.similarity_jobs <job id>`): the pool's processes are daemonic and may not
+(`python -m grader.similarity.jobs <job id>`): the pool's processes are daemonic and may not
 fingerprint in a process pool of their own, and a computation that crashes or runs out of
 memory then fails its job instead of the worker. One job per assignment at a time: starting
 while one is queued or running returns that one. A job still queued or running past the task's
@@ -31,8 +31,8 @@ from grader.models import Assignment, SimilarityJob, User, utcnow
 from grader.runs.celery_app import celery
 from grader.runs.engine_config import pipeline_config
 from grader.settings import Settings, get_settings
-from grader.similarity_base import assignment_base
-from grader.similarity_store import compute_report, fingerprint_dir, report_path, save_report
+from grader.similarity.base import assignment_base
+from grader.similarity.store import compute_report, fingerprint_dir, report_path, save_report
 from worker.rubric import load_rubric
 
 TASK_SIMILARITY = "kernelgrade.similarity"
@@ -175,7 +175,7 @@ def similarity_task(job_id: int) -> str:
     settings, sessions, _blobs = _worker_state()
     limit = settings.task_soft_time_limit_s
     try:
-        done = subprocess.run([sys.executable, "-m", "grader.similarity_jobs", str(job_id)], timeout=limit)
+        done = subprocess.run([sys.executable, "-m", "grader.similarity.jobs", str(job_id)], timeout=limit)
     except Exception as exc:  # our timeout or Celery's soft limit: subprocess.run has killed the child
         fail_unfinished(sessions, job_id, f"the computation was stopped after {limit} s ({type(exc).__name__})")
         return FAILED

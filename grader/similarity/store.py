@@ -1,8 +1,8 @@
 """A class's similarity report, computed once and kept (for the instructor's pages).
 
-`compute_report` is what `grader similarity` and the similarity job (grader.similarity_jobs)
+`compute_report` is what `grader similarity` and the similarity job (grader.similarity.jobs)
 both run: every student's latest zip (grader.submission_sources), compared with the base's
-code left out (grader.similarity; fingerprints cached under `KG_DATA_DIR/reports/fingerprints`).
+code left out (grader.similarity.compare; fingerprints cached under `KG_DATA_DIR/reports/fingerprints`).
 The job stores the result as JSON under `KG_DATA_DIR/reports/` (shared by every web process)
 with the sha256 of each zip compared and the base it used (its files beside the report), so
 a pair's side-by-side view re-reads exactly those two zips from the blob store, however the
@@ -22,11 +22,11 @@ from sqlalchemy.orm import Session
 
 from grader.blobstore import BlobStore
 from grader.models import utcnow
-from grader.similarity import Match, PairResult, Sources, compare_class
-from grader.similarity_base import Base
-from grader.similarity_cache import PrintCache, Progress
-from grader.similarity_prints import Fingerprinting
-from grader.similarity_report import report_json
+from grader.similarity.compare import Match, PairResult, Sources, compare_class
+from grader.similarity.base import Base
+from grader.similarity.cache import PrintCache, Progress
+from grader.similarity.prints import Fingerprinting
+from grader.similarity.report import report_json
 from grader.submission_sources import ClassSources, blob_sources, class_sources
 from worker.rubric import Rubric
 from worker.unpack import UnpackLimits
@@ -52,7 +52,7 @@ def fingerprint_dir(data_dir: Path) -> Path:
 def compute_report(session: Session, blobs: BlobStore, rubric: Rubric, limits: UnpackLimits, base: Base,
                    cache_dir: Path | None = None, progress: Progress | None = None) -> tuple[StoredReport, ClassSources]:
     """Compare every student's latest submission with every other's, `base` (the starter the
-    students received, grader.similarity_base) left out; the report and the sources it was
+    students received, grader.similarity.base) left out; the report and the sources it was
     computed from. CPU-bound for seconds to minutes: keep it off an event loop. `progress`:
     told (files fingerprinted, files to fingerprint)."""
     found = class_sources(session, blobs, rubric, limits)

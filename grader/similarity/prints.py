@@ -1,5 +1,5 @@
 """Winnowed fingerprints of one source file (copydetect's tokenizer and winnowing), each with
-the lines it covers, and the file's functions (grader.similarity_units)."""
+the lines it covers, and the file's functions (grader.similarity.units)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,7 +8,7 @@ import numpy as np
 from copydetect import defaults
 from copydetect.utils import filter_code, get_document_fingerprints
 
-from grader.similarity_units import Function, functions_of
+from grader.similarity.units import Function, functions_of
 
 
 @dataclass(frozen=True)
@@ -17,7 +17,7 @@ class Fingerprinting:
     common_*: a fingerprint held by more than max(common_min, common_share x students) is
     common; full_evidence: fingerprints in common for a match to weigh fully; shown: matches
     kept per pair; floor: weakest match kept; literal_copies: files identical apart from
-    whitespace count whole (grader.similarity), right only when the base is the starter the
+    whitespace count whole (grader.similarity.compare), right only when the base is the starter the
     students received: against a stand-in, two students who both left a file of the real
     starter alone would hand in identical files."""
 

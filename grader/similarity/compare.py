@@ -5,12 +5,12 @@ Each student file the rubric takes (`student_files`) that differs from the base 
 students received) is tokenized by copydetect (names, strings and comments normalized, so
 renaming and reformatting do not hide a copy) and winnowed into fingerprints (hashes of
 k-grams, with the line each covers). A file's fingerprints are computed once per file content
-(grader.similarity_cache keeps them by sha256). Fingerprints that occur anywhere in the base are
+(grader.similarity.cache keeps them by sha256). Fingerprints that occur anywhere in the base are
 boilerplate; fingerprints held by many students of the class (more than `common_share` of
 them, and more than `common_min`) are common knowledge (a previous assignment's starter, the
 obvious launcher); neither counts.
 
-The units compared are each file and each function in it (grader.similarity_units). A unit
+The units compared are each file and each function in it (grader.similarity.units). A unit
 of A matches a unit of B by the fingerprints both hold: an inverted index (fingerprint ->
 units holding it) gives every unit pair with anything in common without comparing every pair
 from scratch. A match scores its Dice share 2s/(|a|+|b|) times min(1, s/`full_evidence`)
@@ -36,9 +36,9 @@ from pathlib import Path
 
 import numpy as np
 
-from grader.similarity_cache import PrintCache, Progress
-from grader.similarity_prints import FilePrint, Fingerprinting
-from grader.similarity_units import Function
+from grader.similarity.cache import PrintCache, Progress
+from grader.similarity.prints import FilePrint, Fingerprinting
+from grader.similarity.units import Function
 from worker.rubric import Rubric
 from worker.starter_kit import render_starter
 
@@ -118,7 +118,7 @@ def tree_sources(root: Path, patterns: Iterable[str]) -> dict[str, str]:
 
 def starter_sources(rubric: Rubric) -> dict[str, str]:
     """The fallback base: our kit's student starter (its solutions stripped), used only when
-    staff gave no starter of their own (grader.similarity_base)."""
+    staff gave no starter of their own (grader.similarity.base)."""
     with tempfile.TemporaryDirectory(prefix="kg-starter-") as tmp:
         render_starter(rubric.starter_dir, Path(tmp) / "starter")
         return tree_sources(Path(tmp) / "starter", rubric.student_files)
@@ -132,7 +132,7 @@ def own_files(files: Sources, base: Sources) -> dict[str, str]:
 def compare_class(students: Mapping[str, Sources], base: Sources, config: Fingerprinting = Fingerprinting(),
                   cache: PrintCache | None = None, progress: Progress | None = None) -> list[PairResult]:
     """Every pair of students, most similar first (ties: by the other matches, then by name). `cache`: where fingerprints
-    are computed and kept (grader.similarity_cache.PrintCache; in memory for this call when
+    are computed and kept (grader.similarity.cache.PrintCache; in memory for this call when
     None); `progress`: told (files fingerprinted, files to fingerprint)."""
     prints = cache or PrintCache(config)
     names = sorted(students)

@@ -20,10 +20,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Match
 
-from grader.context import AppContext
-from grader.db import session_scope
-from grader.web import templates
-from grader.websession import CSRF_FIELD, csrf_token, current_user
+from grader.pages.common import error_page as titled_error_page
 
 API_PREFIX = "/api/"
 Handler = Callable[[Request, Any], Response | Awaitable[Response]]
@@ -41,12 +38,7 @@ def wants_page(request: Request) -> bool:
 
 
 def error_page(request: Request, status_code: int, message: str, headers: dict[str, str] | None = None) -> HTMLResponse:
-    """templates/error.html with the visitor's navigation (logged in or not)."""
-    context: AppContext = request.app.state.context
-    with session_scope(context.sessions) as session:
-        values = {"user": current_user(request, session), "csrf": csrf_token(request), "csrf_field": CSRF_FIELD,
-                  "title": TITLES.get(status_code, "Error"), "message": message}
-        return templates.TemplateResponse(request, "error.html", values, status_code=status_code, headers=headers)
+    return titled_error_page(request, status_code, TITLES.get(status_code, "Error"), message, headers)
 
 
 def not_found_page(request: Request) -> HTMLResponse:

@@ -21,7 +21,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.similarity import Sources, starter_sources, tree_sources
+from grader.similarity.compare import Sources, starter_sources, tree_sources
 from worker.rubric import Rubric, RubricError, load_rubric
 from worker.unpack import BadArchive, UnpackLimits, find_assignment_root, unpack_zip
 

@@ -1,0 +1,9 @@
+"""The server-rendered pages, one module per page family; `routers` in the order the app
+includes them. grader.pages.common holds what they share (templates, the page dependencies
+and their one refusal, PageDenied); grader.pages.errors the HTML error pages."""
+from __future__ import annotations
+
+from grader.pages import account, gradebook, login, ops, roster, runs, similarity, submit
+
+routers = [login.router, submit.router, runs.router, gradebook.router, roster.router, account.router, ops.router,
+           similarity.router]

@@ -1,0 +1,124 @@
+"""A user's own settings: their password, and their API tokens (created here, shown once)."""
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request, status
+from fastapi.responses import HTMLResponse, Response
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from grader.auth import DEFAULT_SCOPES, check_password, issue_token
+from grader.models import ApiToken, Role, User, utcnow
+from grader.pages.common import Context, Db, Sender, Viewer, absent, get_context, page, see_other
+from grader.websession import change_password, log_in
+
+router = APIRouter(include_in_schema=False)
+
+MAX_TOKEN_NAME = 128
+
+
+# ---- password -----------------------------------------------------------------------------
+
+
+def _password_page(request: Request, user: User, status_code: int = 200, **values: Any) -> HTMLResponse:
+    values.setdefault("error", None)
+    values.setdefault("changed", False)
+    return page(request, "password.html", user, status_code,
+                min_length=get_context(request).settings.password_min_length, **values)
+
+
+@router.get("/settings/password", response_class=HTMLResponse)
+def password_form(request: Request, user: Viewer) -> Response:
+    return _password_page(request, user, changed=request.query_params.get("changed") == "1")
+
+
+def _apply_password_form(session: Session, user: User, form: Any, min_length: int) -> str | None:
+    """Sets the form's new password (ending every session of the user) and answers None, or
+    answers why it refused and changed nothing."""
+    current, new, again = (str(form.get(name, "")) for name in ("current", "new", "again"))
+    if check_password(session, user.username, current) is None:
+        return "Your current password is not right."
+    if new != again:
+        return "The two new passwords differ."
+    if new == current:
+        return "The new password is your current one."
+    try:
+        change_password(session, user, new, min_length)
+    except ValueError as exc:
+        return f"{str(exc).capitalize()}."
+    return None
+
+
+@router.post("/settings/password", response_class=HTMLResponse)
+async def password_change(request: Request, ctx: Context, session: Db, user: Sender) -> Response:
+    """Sets the new password, ends every session of the user (other browsers are logged out)
+    and gives this browser a new one."""
+    error = _apply_password_form(session, user, await request.form(), ctx.settings.password_min_length)
+    if error is not None:
+        return _password_page(request, user, status.HTTP_400_BAD_REQUEST, error=error)
+    log_in(request, session, user, ctx.settings.session_max_age_s)
+    return see_other("/settings/password?changed=1")
+
+
+# ---- API tokens ---------------------------------------------------------------------------
+
+
+def _token_page(request: Request, session: Session, user: User, status_code: int = 200,
+                **values: Any) -> HTMLResponse:
+    tokens = session.scalars(
+        select(ApiToken).where(ApiToken.user_id == user.id).order_by(ApiToken.id.desc())
+    ).all()
+    # Students always get their role's scopes; instructors choose among theirs.
+    choosable = DEFAULT_SCOPES[user.role] if user.role == Role.instructor else ()
+    values.setdefault("created", None)
+    values.setdefault("error", None)
+    return page(request, "tokens.html", user, status_code, tokens=tokens, choosable=choosable,
+                default_scopes=DEFAULT_SCOPES[user.role], max_name=MAX_TOKEN_NAME, **values)
+
+
+@router.get("/settings/tokens", response_class=HTMLResponse)
+def token_settings(request: Request, session: Db, user: Viewer) -> Response:
+    return _token_page(request, session, user)
+
+
+def _token_error(name: str, scopes: tuple[str, ...], unknown: list[str]) -> str | None:
+    if not name or len(name) > MAX_TOKEN_NAME:
+        return f"Give the token a name of 1 to {MAX_TOKEN_NAME} characters."
+    if unknown:
+        return f"Scopes you cannot grant: {', '.join(unknown)}."
+    if not scopes:
+        return "Choose at least one scope."
+    return None
+
+
+@router.post("/settings/tokens", response_class=HTMLResponse)
+async def create_token(request: Request, session: Db, user: Sender) -> Response:
+    """Creates a token and answers with the page showing it: the only time it is shown."""
+    form = await request.form()
+    name = str(form.get("name", "")).strip()
+    allowed = DEFAULT_SCOPES[user.role]
+    if user.role == Role.instructor:
+        asked = [str(v) for v in form.getlist("scope")]
+        scopes = tuple(s for s in allowed if s in asked)
+        unknown = sorted(set(asked) - set(allowed))
+    else:
+        scopes, unknown = allowed, []
+    error = _token_error(name, scopes, unknown)
+    if error is not None:
+        return _token_page(request, session, user, status.HTTP_400_BAD_REQUEST, error=error)
+    token = issue_token(session, user, name, scopes)
+    response = _token_page(request, session, user, status.HTTP_201_CREATED, created={"name": name, "token": token})
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+@router.post("/settings/tokens/{token_id}/revoke")
+def revoke_token(token_id: int, session: Db, user: Sender) -> Response:
+    token = session.get(ApiToken, token_id)
+    # Someone else's token reads as absent, whatever the caller's role.
+    if token is None or token.user_id != user.id:
+        raise absent(f"token {token_id}")
+    if token.revoked_at is None:
+        token.revoked_at = utcnow()
+    return see_other("/settings/tokens")

@@ -1,0 +1,160 @@
+"""What every page module shares: the templates, the request's database session, and the
+dependencies for who may see a page (the logged-in user; a POSTed form's user, CSRF token
+checked; the staff of the assignment in the path).
+
+A dependency that refuses raises `PageDenied`; grader.app registers `page_denied` as its one
+handler, which answers the login page (303), the refused-form page (403) or the 404 page (an
+assignment one does not teach reads as absent). Browser sessions and CSRF tokens are
+grader.websession's.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from fastapi import Depends, Request, status
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.templating import Jinja2Templates
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from grader.api.deps import Context, get_context
+from grader.db import session_scope
+from grader.membership import assignments_of, role_in
+from grader.models import Assignment, CourseRole, User
+from grader.websession import CSRF_FIELD, CsrfError, check_csrf, csrf_token, current_user
+
+templates = Jinja2Templates(directory=str(Path(__file__).parent.parent / "templates"))
+
+CSRF_MESSAGE = "This form was not sent from a current kernelgrade page. Reload the page and try again."
+
+__all__ = ["Context", "get_context"]  # re-exported: every page module takes the app's context
+
+
+class PageDenied(Exception):
+    """The page asked for is not shown: `login` (nobody is logged in), `csrf` (the form's token
+    is missing or is not this session's) or `absent` (no such thing among what the user may
+    see; `what` names it for the 404 page)."""
+
+    def __init__(self, kind: Literal["login", "csrf", "absent"], what: str = "") -> None:
+        super().__init__(kind, what)
+        self.kind = kind
+        self.what = what
+
+
+def absent(what: str) -> PageDenied:
+    return PageDenied("absent", what)
+
+
+def db_session(request: Request) -> Iterator[Session]:
+    """The request's session: committed when the page function returns (before the answer is
+    sent, so a redirect's next page sees the change), rolled back when it raises."""
+    with session_scope(get_context(request).sessions) as session:
+        yield session
+
+
+Db = Annotated[Session, Depends(db_session, scope="function")]
+
+
+def logged_in(request: Request, session: Db) -> User:
+    user = current_user(request, session)
+    if user is None:
+        raise PageDenied("login")
+    return user
+
+
+async def form_sender(request: Request, session: Db) -> User:
+    """The logged-in user behind a POSTed form whose CSRF token is this session's (the login
+    page first when nobody is logged in)."""
+    user = logged_in(request, session)
+    await check_form(request)
+    return user
+
+
+async def check_form(request: Request) -> None:
+    """The POSTed form carries this session's CSRF token (the form is parsed once, and cached)."""
+    form = await request.form()
+    try:
+        check_csrf(request, form.get(CSRF_FIELD))
+    except CsrfError:
+        raise PageDenied("csrf") from None
+
+
+Viewer = Annotated[User, Depends(logged_in)]
+Sender = Annotated[User, Depends(form_sender)]
+csrf_checked = Depends(check_form)  # for a form anyone may send (login, logout, reset)
+
+
+def taught_assignment(session: Session, user: User, slug: str) -> Assignment:
+    """The assignment `slug` when `user` is its staff; else absent (as if it did not exist)."""
+    assignment = session.scalar(select(Assignment).where(Assignment.slug == slug))
+    if assignment is None or role_in(session, user.id, assignment.id) is not CourseRole.staff:
+        raise absent(f"assignment {slug!r} among those you teach")
+    return assignment
+
+
+def taught_slugs(session: Session, user: User) -> list[str]:
+    return [a.slug for a in assignments_of(session, user.id, CourseRole.staff)]
+
+
+def default_slug(request: Request, taught: list[str]) -> str:
+    """The service's default assignment when it is among `taught` (or nothing is), else the first."""
+    default = get_context(request).default_assignment
+    return default if default in taught or not taught else taught[0]
+
+
+@dataclass(frozen=True)
+class StaffOf:
+    """The logged-in user and the assignment of the path, which they are staff of."""
+
+    user: User
+    assignment: Assignment
+
+
+def staff_viewer(slug: str, user: Viewer, session: Db) -> StaffOf:
+    return StaffOf(user, taught_assignment(session, user, slug))
+
+
+def staff_sender(slug: str, user: Sender, session: Db) -> StaffOf:
+    return StaffOf(user, taught_assignment(session, user, slug))
+
+
+Staff = Annotated[StaffOf, Depends(staff_viewer)]
+StaffForm = Annotated[StaffOf, Depends(staff_sender)]
+
+
+def page(request: Request, name: str, user: User | None, status_code: int = 200, **values: Any) -> HTMLResponse:
+    values.update(user=user, csrf=csrf_token(request), csrf_field=CSRF_FIELD)
+    return templates.TemplateResponse(request, name, values, status_code=status_code)
+
+
+def see_other(path: str) -> RedirectResponse:
+    """Where a form post (or a page that needs a login) sends the browser next."""
+    return RedirectResponse(path, status_code=status.HTTP_303_SEE_OTHER)
+
+
+def error_page(request: Request, status_code: int, title: str, message: str,
+               headers: dict[str, str] | None = None) -> HTMLResponse:
+    """templates/error.html with the visitor's navigation (logged in or not), in a session of
+    its own (the page's may have been rolled back)."""
+    with session_scope(get_context(request).sessions) as session:
+        user = current_user(request, session)
+        return templates.TemplateResponse(request, "error.html", {
+            "user": user, "csrf": csrf_token(request), "csrf_field": CSRF_FIELD, "title": title, "message": message,
+        }, status_code=status_code, headers=headers)
+
+
+def login_path(request: Request) -> str:
+    return "/login"
+
+
+def page_denied(request: Request, exc: Exception) -> Response:
+    """The one answer to every `PageDenied`."""
+    assert isinstance(exc, PageDenied)
+    if exc.kind == "login":
+        return see_other(login_path(request))
+    if exc.kind == "csrf":
+        return error_page(request, status.HTTP_403_FORBIDDEN, "Form refused", CSRF_MESSAGE)
+    return error_page(request, status.HTTP_404_NOT_FOUND, "Not found", f"No {exc.what}.")

@@ -1,0 +1,201 @@
+"""Course operations pages for an assignment's staff: settings (schedule, late policy, score
+policy, extensions, the similarity check's base), members (who is enrolled, as student or
+staff), grading controls (pause / drain / resume, re-grade everything). The similarity
+report's pages are grader.pages.similarity.
+
+Someone who is not staff of the assignment gets the 404 page, as for the gradebook
+(grader.pages.common's Staff and StaffForm). Each page uses the same functions as the `grader`
+commands: grader.course_settings, grader.membership, grader.grading_control.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+from urllib.parse import quote
+from zoneinfo import ZoneInfo
+
+from fastapi import APIRouter, Request, status
+from fastapi.responses import HTMLResponse, Response
+from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
+
+from grader.course_ops import SCORE_POLICIES, late_policy
+from grader.course_settings import ScheduleChange, ScheduleError, extend_student, extensions_of, update_schedule
+from grader.grading_control import grading_state, resume, set_paused
+from grader.membership import assignments_of, enroll, members_of, unenroll
+from grader.models import Assignment, CourseRole, User
+from grader.pages.common import Context, Db, Staff, StaffForm, Viewer, get_context, page, see_other
+from grader.service import NotFound, find_user
+from grader.similarity.base import describe_assignment_base
+
+router = APIRouter(include_in_schema=False)
+
+SCHEDULE_FIELDS = ("release", "due", "grace", "late_window", "penalty_per_day", "score_policy")
+
+
+@router.get("/assignments", response_class=HTMLResponse)
+def assignment_list(request: Request, session: Db, user: Viewer) -> Response:
+    return page(request, "ops_assignments.html", user, assignments=assignments_of(session, user.id, CourseRole.staff))
+
+
+# ---- settings -----------------------------------------------------------------------------
+
+
+def _duration_text(delta: timedelta) -> str:
+    """A duration as `grader.course_settings.parse_duration` reads it back ("" for none)."""
+    seconds = int(delta.total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds and seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s" if seconds else ""
+
+
+def _instant_text(at: datetime | None, zone: ZoneInfo) -> str:
+    return at.astimezone(zone).strftime("%Y-%m-%dT%H:%M:%S") if at else ""
+
+
+def _schedule_values(assignment: Assignment, zone: ZoneInfo) -> dict[str, str]:
+    """The form's fields for the stored schedule."""
+    policy = late_policy(assignment)
+    return {"release": _instant_text(policy.release_at, zone), "due": _instant_text(policy.due_at, zone),
+            "grace": _duration_text(policy.grace), "late_window": _duration_text(policy.late_window),
+            "penalty_per_day": f"{policy.penalty_per_day * 100:g}%" if policy.penalty_per_day else "",
+            "score_policy": assignment.score_policy}
+
+
+def _settings_page(request: Request, session: Session, user: User, assignment: Assignment, status_code: int = 200,
+                   **values: Any) -> HTMLResponse:
+    zone = ZoneInfo(get_context(request).settings.course_timezone)
+    values.setdefault("form", _schedule_values(assignment, zone))
+    values.setdefault("errors", {})
+    values.setdefault("extension_error", None)
+    due = late_policy(assignment).due_at
+    extensions = [{"user": ext_user, "extra": _duration_text(timedelta(seconds=row.extra_s)), "reason": row.reason,
+                   "due": _instant_text(due + timedelta(seconds=row.extra_s), zone) if due else None}
+                  for ext_user, row in extensions_of(session, assignment)]
+    return page(request, "ops_settings.html", user, status_code, assignment=assignment, zone=zone.key,
+                policies=SCORE_POLICIES, extensions=extensions, saved=request.query_params.get("saved"),
+                similarity_base=describe_assignment_base(assignment.similarity_base, assignment.slug),
+                base_message=request.query_params.get("base"), **values)
+
+
+@router.get("/assignments/{slug}/settings", response_class=HTMLResponse)
+def settings_form(request: Request, session: Db, staff: Staff) -> Response:
+    return _settings_page(request, session, staff.user, staff.assignment)
+
+
+@router.post("/assignments/{slug}/settings", response_class=HTMLResponse)
+async def settings_save(request: Request, slug: str, ctx: Context, session: Db, staff: StaffForm) -> Response:
+    form = await request.form()
+    typed = {name: str(form.get(name, "")) for name in SCHEDULE_FIELDS}
+    try:
+        update_schedule(session, slug, ScheduleChange(**typed), ctx.settings.course_timezone)
+    except ScheduleError as exc:
+        session.rollback()
+        return _settings_page(request, session, staff.user, staff.assignment, status.HTTP_400_BAD_REQUEST,
+                              form=typed, errors=exc.errors)
+    return see_other(f"/assignments/{slug}/settings?saved=schedule")
+
+
+@router.post("/assignments/{slug}/extensions", response_class=HTMLResponse)
+async def extension_save(request: Request, slug: str, session: Db, staff: StaffForm) -> Response:
+    """Grant or replace one student's extension (an extra time of 0 removes it)."""
+    form = await request.form()
+    try:
+        extend_student(session, slug, str(form.get("student", "")), str(form.get("extra", "")),
+                       str(form.get("reason", "")))
+    except (NotFound, ValueError) as exc:
+        session.rollback()
+        message = str(exc).removeprefix("no user ") + " is not a user." if isinstance(exc, NotFound) else str(exc)
+        return _settings_page(request, session, staff.user, staff.assignment, status.HTTP_400_BAD_REQUEST,
+                              extension_error=message)
+    return see_other(f"/assignments/{slug}/settings?saved=extension#extensions")
+
+
+@router.post("/assignments/{slug}/extensions/{username}/remove")
+def extension_remove(slug: str, username: str, session: Db, staff: StaffForm) -> Response:
+    try:
+        extend_student(session, slug, username, "0")
+    except NotFound:
+        pass  # already gone with its user: nothing to remove
+    return see_other(f"/assignments/{slug}/settings?saved=extension#extensions")
+
+
+# ---- members -------------------------------------------------------------------------------
+
+
+def _members_page(request: Request, session: Session, user: User, assignment: Assignment, status_code: int = 200,
+                  **values: Any) -> HTMLResponse:
+    values.setdefault("error", None)
+    return page(request, "ops_members.html", user, status_code, assignment=assignment,
+                members=members_of(session, assignment), parts=[r.value for r in CourseRole],
+                saved=request.query_params.get("saved"), **values)
+
+
+@router.get("/assignments/{slug}/members", response_class=HTMLResponse)
+def members_list(request: Request, session: Db, staff: Staff) -> Response:
+    return _members_page(request, session, staff.user, staff.assignment)
+
+
+def _own_part_refused(request: Request, session: Session, user: User, assignment: Assignment) -> HTMLResponse:
+    """Nobody changes or ends their own part here, so an assignment always keeps the staff
+    member who could undo a change."""
+    return _members_page(request, session, user, assignment, status.HTTP_400_BAD_REQUEST,
+                         error="You cannot change your own part; ask another staff member of this assignment.")
+
+
+@router.post("/assignments/{slug}/members", response_class=HTMLResponse)
+async def member_save(request: Request, slug: str, session: Db, staff: StaffForm) -> Response:
+    """Enroll an existing account as a student or as staff (changing their part if enrolled)."""
+    form = await request.form()
+    user, assignment = staff.user, staff.assignment
+    username = str(form.get("username", "")).strip()
+    try:
+        part = CourseRole(str(form.get("part", "")))
+    except ValueError:
+        return _members_page(request, session, user, assignment, status.HTTP_400_BAD_REQUEST,
+                             error="Choose whether they join as a student or as staff.")
+    target = find_user(session, username)
+    if target is None:
+        return _members_page(request, session, user, assignment, status.HTTP_400_BAD_REQUEST,
+                             error=f"No account “{username}”: create accounts with the roster import "
+                                   "(Roster page) or `grader user add`.")
+    if target.id == user.id:
+        return _own_part_refused(request, session, user, assignment)
+    enroll(session, target, assignment, part)
+    return see_other(f"/assignments/{slug}/members?saved={quote(username)}")
+
+
+@router.post("/assignments/{slug}/members/{username}/remove", response_class=HTMLResponse)
+def member_remove(request: Request, slug: str, username: str, session: Db, staff: StaffForm) -> Response:
+    """Take someone out of the assignment: they no longer see it; their submissions stay."""
+    if username == staff.user.username:
+        return _own_part_refused(request, session, staff.user, staff.assignment)
+    target = find_user(session, username)
+    if target is not None:  # an unknown or already removed member: nothing to do
+        unenroll(session, target, staff.assignment)
+    return see_other(f"/assignments/{slug}/members")
+
+
+# ---- grading controls ---------------------------------------------------------------------
+
+
+@router.get("/assignments/{slug}/grading", response_class=HTMLResponse)
+def grading_controls(request: Request, session: Db, staff: Staff) -> Response:
+    sent = request.query_params.get("sent", "")
+    return page(request, "ops_grading.html", staff.user, assignment=staff.assignment,
+                state=grading_state(session, staff.assignment), sent=int(sent) if sent.isdigit() else None)
+
+
+@router.post("/assignments/{slug}/grading")
+async def grading_change(request: Request, slug: str, ctx: Context, session: Db, staff: StaffForm) -> Response:
+    """`action` pause: nothing more of the assignment is sent (what is in flight drains);
+    resume: send each waiting student's next run now."""
+    action = str((await request.form()).get("action", ""))
+    if action == "pause":
+        set_paused(session, slug, True)
+    if action == "resume":
+        session.commit()
+        sent = await run_in_threadpool(resume, ctx.celery, ctx.sessions, slug, ctx.settings.task_queue)
+        return see_other(f"/assignments/{slug}/grading?sent={len(sent)}")
+    return see_other(f"/assignments/{slug}/grading")

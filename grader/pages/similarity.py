@@ -1,0 +1,125 @@
+"""The staff's similarity pages of an assignment: the ranked report, the background job that
+computes it (started here, followed through a small JSON status, grader.similarity.jobs), the
+base it is computed against (set on the settings page, kept by grader.similarity.base) and a
+pair's side-by-side view. Someone who is not staff of the assignment gets the 404 page.
+"""
+from __future__ import annotations
+
+from typing import Annotated
+from urllib.parse import quote
+
+from fastapi import APIRouter, Query, Request, status
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
+
+from grader.pages.common import Context, Db, Staff, StaffForm, page, see_other
+from grader.runs.engine_config import pipeline_config
+from grader.similarity.base import UPLOAD, describe_assignment_base, parse_git_spec, save_base
+from grader.similarity.jobs import latest_job, start_job, view
+from grader.similarity.report import describe_ranges, numbered_lines, starter_lines
+from grader.similarity.store import load_base_files, load_report, pair_sources, report_path
+from worker.rubric import RubricError, load_rubric
+from worker.unpack import BadArchive
+
+router = APIRouter(include_in_schema=False)
+
+SHOWN_PAIRS = 100  # pairs per page of the similarity ranking (every pair is on some page)
+
+
+@router.get("/assignments/{slug}/similarity", response_class=HTMLResponse)
+def similarity_page(request: Request, ctx: Context, session: Db, staff: Staff,
+                    number: Annotated[int, Query(alias="page")] = 1) -> Response:
+    slug = staff.assignment.slug
+    job = latest_job(session, staff.assignment, ctx.settings)
+    report = load_report(report_path(ctx.settings.data_dir, slug))
+    pages = max(1, -(-len(report.pairs) // SHOWN_PAIRS)) if report else 1
+    number = min(max(number, 1), pages)
+    return page(request, "ops_similarity.html", staff.user, assignment=staff.assignment, report=report, page=number,
+                pages=pages, first=(number - 1) * SHOWN_PAIRS,
+                pairs=report.pairs[(number - 1) * SHOWN_PAIRS: number * SHOWN_PAIRS] if report else [],
+                job=view(job) if job else None, base=describe_assignment_base(staff.assignment.similarity_base, slug))
+
+
+@router.get("/assignments/{slug}/similarity/job.json")
+def similarity_job_status(ctx: Context, session: Db, staff: Staff) -> Response:
+    """The newest job: state, files fingerprinted of those to fingerprint, base, error."""
+    job = latest_job(session, staff.assignment, ctx.settings)
+    return JSONResponse(view(job).as_json() if job else {"state": None, "final": True})
+
+
+@router.get("/assignments/{slug}/similarity.json")
+def similarity_download(request: Request, ctx: Context, staff: Staff) -> Response:
+    """The stored report as computed (every pair, the zips compared, who was left out and why)."""
+    slug = staff.assignment.slug
+    path = report_path(ctx.settings.data_dir, slug)
+    if not path.is_file():
+        return page(request, "error.html", staff.user, status.HTTP_404_NOT_FOUND, title="No report",
+                    message=f"No similarity report of {slug} was computed yet.")
+    return FileResponse(path, media_type="application/json", filename=f"similarity-{slug}.json")
+
+
+@router.post("/assignments/{slug}/similarity", response_class=HTMLResponse)
+async def similarity_compute(request: Request, slug: str, ctx: Context, session: Db, staff: StaffForm) -> Response:
+    """Start computing the report in the background (or follow the job already under way)."""
+    try:
+        load_rubric(slug)
+    except RubricError as exc:
+        return page(request, "error.html", staff.user, status.HTTP_404_NOT_FOUND, title="No rubric",
+                    message=f"Assignment {slug} has no rubric to compare submissions by: {exc}")
+    await run_in_threadpool(start_job, session, ctx.celery, ctx.settings, staff.assignment, staff.user)
+    return see_other(f"/assignments/{slug}/similarity")
+
+
+@router.post("/assignments/{slug}/similarity/base", response_class=HTMLResponse)
+async def similarity_base(request: Request, slug: str, ctx: Context, staff: StaffForm) -> Response:
+    """Set the starter the assignment's students received (the base): a zip, kept; a git ref;
+    or back to the rubric's default. Answers on the settings page."""
+    done = f"/assignments/{slug}/settings?base="
+    assignment, form = staff.assignment, await request.form()
+    upload, git = form.get("starter"), str(form.get("git", "")).strip()
+    if form.get("action") == "default":
+        assignment.similarity_base = None
+        return see_other(done + quote("The base is the rubric's default again; compute the report again."))
+    if git:
+        try:
+            parse_git_spec(git)
+        except BadArchive as exc:
+            return see_other(done + quote(f"Not kept: {exc}"))
+        assignment.similarity_base = git
+        return see_other(done + quote(f"The base is {git}; compute the report again."))
+    if upload is None or isinstance(upload, str) or not upload.filename:
+        return see_other(done + quote("Choose the starter zip or give a git ref first."))
+    rubric = load_rubric(slug)
+    try:
+        count = await run_in_threadpool(save_base, ctx.settings.data_dir, slug, await upload.read(), rubric,
+                                        pipeline_config(ctx.settings, rubric).limits)
+    except BadArchive as exc:
+        return see_other(done + quote(f"Not kept: {exc}"))
+    assignment.similarity_base = UPLOAD
+    return see_other(done + quote(f"Kept: {count} starter files; compute the report again."))
+
+
+@router.get("/assignments/{slug}/similarity/pair", response_class=HTMLResponse)
+def similarity_pair(request: Request, ctx: Context, staff: Staff, a: str = "", b: str = "") -> Response:
+    """The two students' files side by side, shared regions highlighted (from the stored report)."""
+    slug, settings = staff.assignment.slug, ctx.settings
+    path = report_path(settings.data_dir, slug)
+    report = load_report(path)
+    pair = report.pair(a, b) if report else None
+    if report is None or pair is None:
+        return page(request, "error.html", staff.user, status.HTTP_404_NOT_FOUND, title="Not found",
+                    message=f"No pair {a} and {b} in the stored similarity report of {slug}.")
+    rubric = load_rubric(slug)
+    try:
+        sources = pair_sources(ctx.blobs, report, pair, rubric, pipeline_config(settings, rubric).limits)
+    except (BadArchive, FileNotFoundError) as exc:
+        return page(request, "error.html", staff.user, status.HTTP_404_NOT_FOUND, title="Submission unavailable",
+                    message=f"A compared zip can no longer be read ({exc}); compute the report again.")
+    base = load_base_files(path)
+    files = [{"match": match,
+              "a": numbered_lines(sources[pair.a].get(match.path_a, ""), match.lines_a, starter_lines(base, match.path_a)),
+              "b": numbered_lines(sources[pair.b].get(match.path_b, ""), match.lines_b, starter_lines(base, match.path_b)),
+              "ranges_a": describe_ranges(match.lines_a), "ranges_b": describe_ranges(match.lines_b)}
+             for match in pair.matches]
+    return page(request, "ops_pair.html", staff.user, assignment=staff.assignment, report=report, pair=pair,
+                files=files, rank=report.pairs.index(pair) + 1)
