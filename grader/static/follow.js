@@ -1,6 +1,7 @@
 // Follows a JSON status (a run's, a similarity job's): fetches `url` every `everyMs`, hands
 // each status to `show`, and reloads the page once the status is final, so the server renders
-// the result. Retries after a failed fetch. When the session has ended (401), it stops and
+// the result; just before, `box` gets a "kg-final" event with that status (notify.js listens).
+// Retries after a failed fetch. When the session has ended (401), it stops and
 // says so in `box`: polling on would show a stale status forever. No framework.
 window.kgFollow = function (url, everyMs, show, box) {
   function signedOut() {
@@ -26,7 +27,11 @@ window.kgFollow = function (url, everyMs, show, box) {
       })
       .then(function (s) {
         if (s === null) { signedOut(); return; }
-        if (s.final) { window.location.reload(); return; }
+        if (s.final) {
+          box.dispatchEvent(new CustomEvent("kg-final", { detail: s }));
+          window.location.reload();
+          return;
+        }
         show(s);
         setTimeout(poll, everyMs);
       })
