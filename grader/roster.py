@@ -18,6 +18,7 @@ import csv
 import io
 import re
 import secrets
+import string
 from dataclasses import dataclass, field
 
 from sqlalchemy import select
@@ -67,6 +68,14 @@ class RosterReport:
     unchanged: list[str] = field(default_factory=list)
     errors: list[LineError] = field(default_factory=list)
 
+    def passwords_csv(self) -> str:
+        """The new accounts' first passwords as a CSV file (login,password), for the one download."""
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(["login", "password"])
+        writer.writerows(self.created)
+        return out.getvalue()
+
     def summary(self) -> str:
         return (f"{len(self.created)} created, {len(self.updated)} updated, {len(self.unchanged)} unchanged, "
                 f"{len(self.errors)} line(s) with errors")
@@ -78,13 +87,14 @@ def _column_name(cell: str) -> str:
 
 @dataclass(frozen=True)
 class Header:
-    """Where each field is in a header row's columns (None: not there) and the login's label."""
+    """Where each field is in a header row's columns (None: not there), and the login column's
+    name as the file writes it (None: no login column, the email is the login)."""
 
     login: int | None
     name: int
     email: int | None
     section: int | None
-    login_label: str
+    login_label: str | None
 
     @staticmethod
     def read(cells: list[str]) -> Header | str | None:
@@ -95,14 +105,13 @@ class Header:
         if not known.intersection(names):
             return None
         where = {key: next((i for i, n in enumerate(names) if n in aliases), None) for key, aliases in COLUMNS.items()}
-        if where["name"] is None or (where["login"] is None and where["email"] is None):
+        login, name, email = where["login"], where["name"], where["email"]
+        if name is None or (login is None and email is None):
             found = ", ".join(f"“{c}”" for c in cells if c) or "none"
             return (f"the header row names the columns {found}; a roster needs a login column (SIS Login ID, "
                     "login or username) or an email column, and a name column (Student or name); "
                     "section and email are optional, other columns are ignored")
-        login = where["login"]
-        label = cells[login] if login is not None else cells[where["email"]]  # type: ignore[index]
-        return Header(login, where["name"], where["email"], where["section"], label)  # type: ignore[arg-type]
+        return Header(login, name, email, where["section"], cells[login] if login is not None else None)
 
     def fields(self, cells: list[str]) -> tuple[str, str | None, str, str]:
         """(login, email or None, name, section) of one line, lower-casing login and email."""
@@ -125,10 +134,11 @@ def _problem(login: str, email: str | None, name: str, section: str | None, logi
         if not LOGIN.match(login):
             return f"“{login}” is not a login (letters, digits and . _ @ + - only)"
     if email is not None or login_label is None:
+        limit = MAX_LOGIN if login_label is None else MAX_EMAIL
         if not email or not EMAIL.match(email):
             return f"“{email or ''}” is not an email address"
-        if len(email) > (MAX_LOGIN if login_label is None else MAX_EMAIL):
-            return f"the email is longer than {MAX_LOGIN if login_label is None else MAX_EMAIL} characters"
+        if len(email) > limit:
+            return f"the email is longer than {limit} characters"
     if not name:
         return "the name is empty"
     if len(name) > MAX_NAME:
@@ -144,6 +154,8 @@ def parse_roster(text: str) -> tuple[list[RosterLine], list[LineError]]:
     seen: dict[str, int] = {}
     header: Header | None = None
     first = True
+    email: str | None
+    label: str | None
     for number, cells in enumerate(csv.reader(io.StringIO(text.lstrip("\ufeff"))), 1):
         cells = [c.strip() for c in cells]
         if not any(cells):
@@ -162,7 +174,7 @@ def parse_roster(text: str) -> tuple[list[RosterLine], list[LineError]]:
             login, email, name, section = header.fields(cells)
             if not login and name.lower() == CANVAS_POINTS_ROW:
                 continue
-            label: str | None = header.login_label if header.login is not None else None
+            label = header.login_label
         elif len(cells) in (2, 3):
             login, name, section = cells[0].lower(), cells[1], cells[2] if len(cells) == 3 else ""
             email, label = login, None
@@ -180,6 +192,15 @@ def parse_roster(text: str) -> tuple[list[RosterLine], list[LineError]]:
     return lines, errors
 
 
+# Letters and digits without look-alikes (0/O, 1/l/I): read out or copied by hand, and never a
+# leading "-" or "=" that a spreadsheet opening the passwords' CSV would take for a formula
+PASSWORD_ALPHABET = "".join(c for c in string.ascii_letters + string.digits if c not in "0O1lI")
+
+
+def first_password(length: int = 12) -> str:
+    return "".join(secrets.choice(PASSWORD_ALPHABET) for _ in range(length))  # about 70 bits
+
+
 def import_roster(session: Session, text: str, assignment: Assignment) -> RosterReport:
     """Create or update one student per valid line, enrolled in `assignment` (the caller commits)."""
     lines, errors = parse_roster(text)
@@ -190,7 +211,7 @@ def import_roster(session: Session, text: str, assignment: Assignment) -> Roster
         if user is None:
             user = User(username=line.login, role=Role.student, full_name=line.name, section=line.section,
                         email=line.email)
-            password = secrets.token_urlsafe(9)
+            password = first_password()
             set_password(user, password)
             session.add(user)
             session.flush()

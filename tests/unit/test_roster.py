@@ -3,7 +3,10 @@ whose columns are mapped by name (a Canvas gradebook export, a generic username/
 file), with a clear error when the header lacks a column a roster needs."""
 from __future__ import annotations
 
-from grader.roster import RosterLine, parse_roster
+import csv
+import io
+
+from grader.roster import RosterLine, RosterReport, first_password, parse_roster
 
 CANVAS = (
     "Student,ID,SIS User ID,SIS Login ID,Section,Homework 4 (1234),Current Score\n"
@@ -65,3 +68,15 @@ def test_the_old_form_keeps_its_column_count_with_or_without_its_header() -> Non
         assert lines == [RosterLine(first, "ada@uni.edu", "Ada", "A", "ada@uni.edu")]
         assert [str(e) for e in errors] == [
             f"line {first + 1}: expected 2 or 3 columns (email,name[,section]), found 4"]
+
+
+def test_first_passwords_as_a_csv_file() -> None:
+    report = RosterReport(created=[("ada", "pw-1"), ("alan@andrew.cmu.edu", "pw,2")])
+    assert list(csv.reader(io.StringIO(report.passwords_csv()))) == [
+        ["login", "password"], ["ada", "pw-1"], ["alan@andrew.cmu.edu", "pw,2"]]
+
+
+def test_first_passwords_are_long_and_read_as_text_by_spreadsheets() -> None:
+    passwords = {first_password() for _ in range(200)}
+    assert len(passwords) == 200 and all(len(p) == 12 and p.isalnum() for p in passwords)
+    assert not set("".join(passwords)) & set("0O1lI")
