@@ -378,8 +378,9 @@ def settings_from_source(source: Path, data_dir: Path, environ: dict[str, str]) 
 
 def functions_from_source(source: Path, names: tuple[str, ...]) -> dict[str, Callable[..., Any]]:
     """The module-level functions `names` of `source`, compiled in a namespace holding the
-    names its own imports provide (imports that fail here are skipped): the production code
-    itself, without the imports this machine lacks."""
+    names its own imports provide (imports that fail here are skipped) and every other
+    function of the file (which they may call): the production code itself, without the
+    imports this machine lacks."""
     tree = ast.parse(source.read_text())
     namespace: dict[str, Any] = {"__name__": f"fidelity_copy_of_{source.stem}"}
     for node in tree.body:
@@ -389,11 +390,11 @@ def functions_from_source(source: Path, names: tuple[str, ...]) -> dict[str, Cal
                 exec(compile(ast.Module([node], []), str(source), "exec"), namespace)
             except Exception:  # ImportError, or a package present in an unusable version
                 continue
-    wanted = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in names]
-    missing = set(names) - {n.name for n in wanted}
+    functions = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
+    missing = set(names) - {n.name for n in functions}
     if missing:
         raise SystemExit(f"{source} has no function(s) {sorted(missing)}: update bench/fidelity.py")
-    code = compile(ast.Module(wanted, []), str(source), "exec",
+    code = compile(ast.Module(functions, []), str(source), "exec",
                    flags=__future__.annotations.compiler_flag, dont_inherit=True)
     exec(code, namespace)
     return {n: namespace[n] for n in names}
@@ -429,7 +430,9 @@ def production_configs(rubric: Rubric, data_dir: Path, problems: tuple[str, ...]
     pipeline_config, gpu_stage_config, builders_source = production_builders()
     config = pipeline_config(settings, rubric)
     config = replace(config, build_policy=_no_empty_user(config.build_policy))
-    stage = gpu_stage_config(settings)
+    from worker.hw4.grade import GpuStageConfig  # the settings' StageConfig with hw4's own knobs
+
+    stage = GpuStageConfig.of(gpu_stage_config(settings))
     stage = replace(stage, policy=_no_empty_user(stage.policy), problems=problems)
     return config, stage, f"{settings_source} through {builders_source}"
 

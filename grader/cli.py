@@ -27,13 +27,13 @@ from grader.models import CourseRole, Role, User
 from grader.password_reset import RESET_PATH, issue_reset
 from grader.roster import import_roster
 from grader.runs.celery_app import make_celery
-from grader.runs.engine_config import gpu_available, gpu_stage_config, gpu_stage_for, pipeline_config
+from grader.runs.engine_config import gpu_available, gpu_stage_for, pipeline_config
 from grader.runs.reconcile import reconcile
 from grader.service import find_user, get_or_create_user, save_calibration, sync_assignments
 from grader.settings import Settings, get_settings
 from grader.websession import change_password, revoke_user_sessions
+from worker.assignment import assignment_of
 from worker.calibration import DEFAULT_MARGIN, calibrated_targets
-from worker.hw4.grade import run_gpu_stage
 from worker.measurements import ProblemMeasurement
 from worker.pipeline import build_reference, grade_submission
 from worker.rubric import Rubric, load_rubric
@@ -207,12 +207,12 @@ def roster_import(
 
 @starter_app.command("build")
 def starter_build(
-    slug: Annotated[str, typer.Argument(help="the assignment (its rubric)")] = "hw4",
+    slug: Annotated[str | None, typer.Argument(help="the assignment (its rubric); default: KG_RUBRICS' first")] = None,
     out: Annotated[Path | None, typer.Option(help="zip to write")] = None,
 ) -> None:
     """Write the student starter zip (solution regions replaced by TODO stubs)."""
-    rubric = load_rubric(slug)
-    typer.echo(write_starter_zip(rubric, out or Path(f"{slug}-starter.zip")))
+    rubric = load_rubric(slug or get_settings().rubrics[0])
+    typer.echo(write_starter_zip(rubric, out or Path(f"{rubric.slug}-starter.zip")))
 
 
 @app.command()
@@ -291,13 +291,16 @@ def _measure_for_calibration(settings: Settings, rubric: Rubric, submissions: li
                              work: Path) -> list[ProblemMeasurement]:
     """Every problem of each known-correct submission graded here through the production
     pipeline, or, without submissions, of our reference kit (its own tree as the trusted one)."""
+    stage = gpu_stage_for(settings, rubric)
+    if stage is None:
+        raise typer.BadParameter(f"The assignment {rubric.slug} has no stage to measure its problems with.")
     if not submissions:
         reference = build_reference(rubric, pipeline_config(settings, rubric), work / "reference")
-        return run_gpu_stage(rubric, reference, reference, work / "run", gpu_stage_config(settings))
+        return stage(rubric, reference, reference, work / "run", tuple(p.id for p in rubric.problems))
     measurements = []
     for i, archive in enumerate(submissions):
         outcome = grade_submission(archive, rubric, work / f"submission-{i}", pipeline_config(settings, rubric),
-                                   gpu_stage=gpu_stage_for(settings, rubric))
+                                   gpu_stage=stage)
         found = [ProblemMeasurement.from_dict(p.details["measurement"]) for p in outcome.problems
                  if (p.details or {}).get("measurement")]
         typer.echo(f"{archive.name}: {outcome.state.value}, {outcome.score} points, {len(found)} problems measured")
@@ -307,7 +310,7 @@ def _measure_for_calibration(settings: Settings, rubric: Rubric, submissions: li
 
 @app.command()
 def calibrate(
-    assignment: str = "hw4",
+    assignment: Annotated[str | None, typer.Option(help="the assignment (its rubric); default: KG_RUBRICS' first")] = None,
     margin: Annotated[float, typer.Option(help="target = median scored speedup x margin")] = DEFAULT_MARGIN,
     submissions: Annotated[list[Path] | None, typer.Option(
         "--from", help="a known-correct submission zip (repeat the option); none: our reference kit")] = None,
@@ -319,12 +322,11 @@ def calibrate(
     if not gpu_available(settings):
         typer.echo("no GPU on this worker (or KG_GPU_GRADING=off): nothing to calibrate", err=True)
         raise typer.Exit(2)
-    rubric = load_rubric(assignment)
+    rubric = load_rubric(assignment or settings.rubrics[0])
     gpu = gpu_snapshot(settings.gpu_index)
     chosen = list(submissions or [])
     if not chosen:
-        typer.echo("no --from submissions: calibrating from our reference kit, whose MiniTorch is faster than an "
-                   "ordinary student's; prefer known-correct submissions")
+        typer.echo(f"no --from submissions: calibrating from {assignment_of(rubric).calibration_warning}")
     with tempfile.TemporaryDirectory(prefix="kg-calibrate-") as tmp:
         work = Path(tmp)
         work.chmod(0o711)  # the sandbox user must reach its job folders
@@ -334,7 +336,7 @@ def calibrate(
                "measured": [{"problem": m.problem_id, "speedup_reference_ops": _summary(m.speedup_reference_ops),
                              "speedup_student": _summary(m.speedup_student)} for m in measurements]}
     with session_scope(make_session_factory(make_engine(settings))) as session:
-        save_calibration(session, assignment, str(gpu.get("name")), targets, margin, details)
+        save_calibration(session, rubric.slug, str(gpu.get("name")), targets, margin, details)
     for pid, target in sorted(targets.items()):
         typer.echo(f"{pid}: target {target:.2f}x (rubric {next(p.reference_speedup for p in rubric.problems if p.id == pid)}x)")
     typer.echo(f"stored for {gpu.get('name')}")
@@ -394,7 +396,8 @@ def dev(
     server = uvicorn.Server(uvicorn.Config(create_app(settings), host=host, port=port, log_level="warning"))
     if demo:
         threading.Thread(
-            target=_demo_submission, args=(server, f"http://{host}:{port}", student, exit_after_demo), daemon=True
+            target=_demo_submission, daemon=True,
+            args=(server, f"http://{host}:{port}", student, load_rubric(settings.rubrics[0]), exit_after_demo),
         ).start()
     try:
         server.run()
@@ -404,15 +407,16 @@ def dev(
         worker_proc.wait(timeout=30)
 
 
-def _demo_submission(server: object, base_url: str, token: str, exit_after: bool) -> None:
-    """Zip the reference kit as a student would, upload it, and print the run when final."""
+def _demo_submission(server: object, base_url: str, token: str, rubric: Rubric, exit_after: bool) -> None:
+    """Zip the assignment's reference kit as a student would, upload it, and print the run when final."""
     while not getattr(server, "started", False):
         time.sleep(0.2)
+    folder = assignment_of(rubric).zip_folder
     with tempfile.TemporaryDirectory() as tmp:
-        archive = zip_tree(load_rubric("hw4").starter_dir, Path(tmp) / "llmsys_hw4.zip")
+        archive = zip_tree(rubric.starter_dir, Path(tmp) / f"{folder}.zip", folder)
         headers = {"Authorization": f"Bearer {token}"}
         with httpx.Client(base_url=base_url, headers=headers, timeout=60) as client, archive.open("rb") as fh:
-            created = client.post("/api/v1/submissions", files={"file": ("llmsys_hw4.zip", fh)}).json()
+            created = client.post("/api/v1/submissions", files={"file": (archive.name, fh)}).json()
             typer.echo(f"demo: uploaded the reference kit -> {json.dumps(created)}")
             while True:
                 run = client.get(created["run_url"]).json()

@@ -1,8 +1,8 @@
 """Which GPU model graded a run, and whether that model has a stored calibration.
 
-The model is read from the telemetry the GPU stage records with every problem's measurement
-(worker/telemetry.py's snapshot: `before` for a kernel problem, `gpu_before` for Problem 3),
-inside the JSON by the database. A model without a GpuCalibration row for the assignment
+The model is read from the telemetry the stage records with every problem's measurement, at
+the paths the assignment's plug-in names (worker.assignment.Assignment.gpu_name_keys), inside
+the JSON by the database. A model without a GpuCalibration row for the assignment
 (`grader calibrate` was not run on it) is scored against the rubric's course targets, which
 our own reference kit may not reach there (BENCHMARKS.md): such grades deserve a second look.
 """
@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from grader.models import GpuCalibration, ProblemResult
-
-_TELEMETRY_NAMES = (("measurement", "telemetry", "before", "name"), ("measurement", "telemetry", "gpu_before", "name"))
+from grader.models import Assignment, GpuCalibration, ProblemResult
+from worker.assignment import assignment_of
+from worker.rubric import load_rubric
 
 
 @dataclass(frozen=True)
@@ -25,11 +25,14 @@ class GpuNote:
     calibrated: bool  # a calibration for this model is stored for the run's assignment
 
 
-def run_gpu_models(session: Session, run_ids: Collection[int]) -> dict[int, str]:
-    """run id -> the GPU model its measurements were taken on (runs without any: absent)."""
-    if not run_ids:
+def run_gpu_models(session: Session, slug: str, run_ids: Collection[int]) -> dict[int, str]:
+    """run id -> the GPU model its measurements were taken on (runs without any: absent), for
+    runs of the assignment `slug`."""
+    keys = assignment_of(load_rubric(slug)).gpu_name_keys if run_ids else ()
+    if not keys:
         return {}
-    name = func.coalesce(*(ProblemResult.details[path].as_string() for path in _TELEMETRY_NAMES))
+    names = [ProblemResult.details[("measurement", "telemetry", *key)].as_string() for key in keys]
+    name = names[0] if len(names) == 1 else func.coalesce(*names)  # SQLite's coalesce needs two
     rows = session.execute(
         select(ProblemResult.run_id, func.max(name)).where(ProblemResult.run_id.in_(list(run_ids)))
         .group_by(ProblemResult.run_id)
@@ -43,6 +46,7 @@ def calibrated_models(session: Session, assignment_id: int) -> set[str]:
 
 def gpu_notes(session: Session, assignment_id: int, run_ids: Collection[int]) -> dict[int, GpuNote]:
     """run id -> its GPU model and whether that model is calibrated for `assignment_id`."""
-    models = run_gpu_models(session, run_ids)
+    row = session.get(Assignment, assignment_id)
+    models = run_gpu_models(session, row.slug, run_ids) if row is not None else {}
     calibrated = calibrated_models(session, assignment_id) if models else set()
     return {run_id: GpuNote(model, model in calibrated) for run_id, model in models.items()}

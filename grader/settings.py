@@ -14,6 +14,8 @@ from typing import Literal
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from worker.rubric import add_rubric_dirs
+
 MiB = 1024 * 1024
 
 
@@ -152,8 +154,18 @@ class Settings(BaseSettings):
     # Run page: a queued run's ETA is the median duration of this many recent finished runs
     eta_recent_runs: int = 20
 
-    # Bootstrap
+    # Bootstrap: the assignments graded here, by rubric slug (the first is the default one);
+    # "hw4" is the project's own assignment (rubrics/hw4.yaml)
     rubrics: list[str] = Field(default_factory=lambda: ["hw4"])
+    # Folders searched for <slug>.yaml after the project's rubrics/ (worker.rubric), e.g. a
+    # course's own assignments, as a JSON list; each rubric's plug-in module must be importable
+    # (worker.assignment). The search path is the process's: built settings add these to it.
+    rubric_dirs: list[Path] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _search_rubric_dirs(self) -> Settings:
+        add_rubric_dirs(self.rubric_dirs)
+        return self
 
     @model_validator(mode="after")
     def _queue_per_gpu_model(self) -> Settings:

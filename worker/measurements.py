@@ -106,13 +106,12 @@ class CaseOutcome:
 class ProblemMeasurement:
     """Everything measured for one problem.
 
-    Kernel problems: `abi_cases` through the .so's C ABI, `binding_cases` through the
-    student's MiniTorch binding; against the fused op, on the course's shapes (worker.hw4.speed):
-    `speedup_student` times the student's composition on its own basic ops (the course's
-    figure), `speedup_reference_ops` the same composition on our basic ops in the starter's
-    ABI, `speedup_trusted` our reference kit's composition (information only).
-    Problem 3: `binding_cases` hold the loss/causality checks and `speedup_student` the
-    unfused/fused training step-time ratio.
+    `abi_cases`: correctness cases that call the compiled library directly; `binding_cases`:
+    cases through the student's own higher-level code (the assignment's words name the two
+    routes to the student: worker.assignment.Words; the names are the stored format).
+    `speedup_student` times the student's baseline on its own basic ops, `speedup_reference_ops`
+    the same baseline on our basic ops, `speedup_trusted` our reference kit's (information
+    only); which one scores is the rubric's speed_figure.
     """
 
     problem_id: str
@@ -123,7 +122,7 @@ class ProblemMeasurement:
     speedup_student: RatioSummary | None = None
     speedup_reference_ops: RatioSummary | None = None
     speedup_trusted: RatioSummary | None = None
-    kernel_ms: float | None = None  # the fused kernels' own GPU time per C ABI call (CUPTI), informational
+    kernel_ms: float | None = None  # the kernels' own GPU time per direct call (CUPTI), informational
     log_tail: str = ""
     telemetry: dict[str, Any] = field(default_factory=dict)
 

@@ -1,6 +1,7 @@
 """Mutants: realistic broken variants of a reference kit, for the grader's regression suite.
 
-A mutant set is `starter/mutants/<slug>.yaml`:
+An assignment's mutant set is the file its plug-in names (worker.assignment; hw4's is
+starter/mutants/hw4.yaml):
 
     mutants:
       - id: softmax_fw_no_syncthreads
@@ -30,10 +31,10 @@ from pathlib import Path
 
 import yaml
 
+from worker.assignment import assignment_of
+from worker.rubric import load_rubric
 from worker.starter_kit import starter_files
 
-MUTANTS_DIR = Path(__file__).resolve().parent.parent / "starter" / "mutants"
-PROBLEM_IDS = frozenset({"1.1", "1.2", "2.1", "2.2", "3"})
 KINDS = frozenset({"correctness", "speed", "gaming"})
 
 
@@ -107,7 +108,9 @@ def _parse_edit(raw: object, mutant_id: str) -> Edit:
     )
 
 
-def parse_mutants(data: object, source: str = "<mutants>") -> list[Mutant]:
+def parse_mutants(data: object, source: str = "<mutants>",
+                  problem_ids: frozenset[str] | None = None) -> list[Mutant]:
+    """The mutants of `data`; with `problem_ids` (the rubric's), each must_fail lies within them."""
     if not isinstance(data, dict) or not isinstance(data.get("mutants"), list):
         raise MutantError(f"{source}: expected a mapping with a 'mutants' list")
     mutants: list[Mutant] = []
@@ -123,8 +126,9 @@ def parse_mutants(data: object, source: str = "<mutants>") -> list[Mutant]:
         if kind not in KINDS:
             raise MutantError(f"mutant {mid}: kind must be one of {sorted(KINDS)}, not {kind!r}")
         must_fail = tuple(str(p) for p in raw.get("must_fail") or ())
-        if not must_fail or not set(must_fail) <= PROBLEM_IDS:
-            raise MutantError(f"mutant {mid}: must_fail must be a non-empty subset of {sorted(PROBLEM_IDS)}")
+        if not must_fail or (problem_ids is not None and not set(must_fail) <= problem_ids):
+            raise MutantError(f"mutant {mid}: must_fail must be a non-empty subset of "
+                              f"{sorted(problem_ids or ())}")
         edits = tuple(_parse_edit(e, mid) for e in raw.get("edits") or ())
         if not edits:
             raise MutantError(f"mutant {mid}: no edits")
@@ -141,11 +145,13 @@ def parse_mutants(data: object, source: str = "<mutants>") -> list[Mutant]:
     return mutants
 
 
-def load_mutants(slug: str = "hw4", mutants_dir: Path = MUTANTS_DIR) -> list[Mutant]:
-    path = Path(mutants_dir) / f"{slug}.yaml"
-    if not path.is_file():
-        raise MutantError(f"no mutant set for {slug!r}: {path}")
-    return parse_mutants(yaml.safe_load(path.read_text()), path.name)
+def load_mutants(slug: str) -> list[Mutant]:
+    """The mutant set of the assignment `slug`, checked against its rubric's problems."""
+    rubric = load_rubric(slug)
+    path = assignment_of(rubric).mutants_file
+    if path is None or not path.is_file():
+        raise MutantError(f"no mutant set for {slug!r}: {path or 'its plug-in names none'}")
+    return parse_mutants(yaml.safe_load(path.read_text()), path.name, frozenset(p.id for p in rubric.problems))
 
 
 def mutate_text(reference_dir: Path, mutant: Mutant) -> dict[str, str]:

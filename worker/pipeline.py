@@ -6,8 +6,8 @@ record) wraps it.
 
 Build failures isolate: a kernel that did not compile, or whose source the submission lacks,
 makes only the problems that need it (the rubric's `needs:`) not graded, each saying why; the
-others are graded, with an empty stand-in library in place of the failed one (the course's
-MiniTorch loads every library at import). Only when no problem is left does the run fail.
+others are graded, with an empty stand-in library in place of the failed one (a student's
+code may load every library at import, as hw4's does). Only when no problem is left does the run fail.
 """
 from __future__ import annotations
 
@@ -192,8 +192,8 @@ def _isolation_log(rubric: Rubric, unusable: list[Unusable], blocked: dict[str, 
         lines.append(f"{u.short}: not graded: {_and(left_out)}" if left_out else f"{u.short}: no problem needs it")
     if len(blocked) < len(rubric.problems):
         stubs = ", ".join(u.kernel.output for u in unusable)
-        lines.append(f"in place of {stubs}: an empty library (it exports nothing), so that MiniTorch "
-                     "imports for the problems that do not need it")
+        lines.append(f"in place of {stubs}: an empty library (it exports nothing), so that code loading "
+                     "every library still loads for the problems that do not need it")
     return "\n".join(lines) + "\n"
 
 

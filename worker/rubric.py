@@ -5,6 +5,7 @@ Depends only on PyYAML so the GPU suite can read rubrics on the bare GPU machine
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -13,9 +14,11 @@ import yaml
 
 from worker.build import KernelTarget
 
-RUBRIC_DIR = Path(__file__).resolve().parent.parent / "rubrics"
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-STARTER_DIR = PROJECT_ROOT / "starter"
+RUBRIC_DIR = PROJECT_ROOT / "rubrics"
+# Searched for <slug>.yaml after RUBRIC_DIR, in order: the service adds its settings'
+# rubric_dirs here (grader.settings) so that an assignment may live outside the project.
+_RUBRIC_DIRS: list[Path] = []
 # Where the built reference kit holds the rubric's `reference_ops` library (worker.pipeline).
 REFERENCE_OPS_BUILT = "kg/reference_ops.so"
 
@@ -55,9 +58,6 @@ class ProblemScoring:
     hidden_points: float = 0.0
     # False: the public share is all-or-nothing; True: proportional to passed public cases.
     partial_correctness: bool = False
-    # Measurement policy tied to the thresholds: re-measure while the interval is wider
-    # than this fraction of the speedup (or straddles the floor or the target).
-    max_relative_width: float = 0.10
     # Show shape and error location of failed hidden cases to the student.
     hidden_case_details: bool = True
 
@@ -115,7 +115,7 @@ def _problem_scoring(p: dict[str, Any]) -> ProblemScoring:
     if "correctness_points" not in raw:
         raw["correctness_points"] = points - float(raw["speed_points"])
     raw.setdefault("target", p.get("reference_speedup"))
-    for key in ("correctness_points", "speed_points", "speed_floor", "max_relative_width", "hidden_points"):
+    for key in ("correctness_points", "speed_points", "speed_floor", "hidden_points"):
         raw[key] = float(raw.get(key, getattr(ProblemScoring, key)))
     for key in ("target", "basic_ops_gap_flag"):
         if raw.get(key) is not None:
@@ -139,7 +139,9 @@ def _problem_scoring(p: dict[str, Any]) -> ProblemScoring:
 class Rubric:
     slug: str
     title: str
-    starter: str
+    # The trusted reference kit's folder (the student starter is derived from it): the rubric's
+    # `starter:`, relative to the rubric file's folder.
+    starter_dir: Path
     required_files: tuple[str, ...]
     student_files: tuple[str, ...]
     kernels: tuple[KernelTarget, ...]
@@ -151,23 +153,40 @@ class Rubric:
     # The similarity check's default base, the starter the course gave its students
     # ("git:<repository>@<ref>", grader.similarity_base), when staff set none.
     similarity_base: str | None = None
+    # The assignment's plug-in (worker.assignment): a module name (worker.hw4) or the absolute
+    # path of a .py file (written relative to the rubric); None: no stage.
+    plugin: str | None = None
 
     @property
     def total_points(self) -> float:
         return sum(p.points for p in self.problems)
 
-    @property
-    def starter_dir(self) -> Path:
-        return STARTER_DIR / self.starter
+
+def add_rubric_dirs(dirs: Iterable[Path]) -> None:
+    """Search these folders too (after RUBRIC_DIR and those added before) for rubric files."""
+    _RUBRIC_DIRS.extend(d.resolve() for d in dirs if d.resolve() not in _RUBRIC_DIRS)
 
 
-def load_rubric(slug: str, rubric_dir: Path = RUBRIC_DIR) -> Rubric:
-    path = rubric_dir / f"{slug}.yaml"
-    if not path.is_file():
-        raise RubricError(f"no rubric named {slug!r} in {rubric_dir}")
+def rubric_dirs() -> tuple[Path, ...]:
+    return (RUBRIC_DIR, *_RUBRIC_DIRS)
+
+
+def load_rubric(slug: str, rubric_dir: Path | None = None) -> Rubric:
+    """The rubric `<slug>.yaml` of `rubric_dir`, or else the first found along rubric_dirs()."""
+    folders = rubric_dirs() if rubric_dir is None else (rubric_dir,)
+    path = next((d / f"{slug}.yaml" for d in folders if (d / f"{slug}.yaml").is_file()), None)
+    if path is None:
+        raise RubricError(f"no rubric named {slug!r} in {', '.join(map(str, folders))}")
     # Parsing hw4.yaml (its case list) takes ~30 ms; pages ask for the rubric on every
     # request. Cached per file version, so an edited rubric is read again.
     return _parse_rubric(path, path.stat().st_mtime_ns)
+
+
+def _plugin_entry(entry: str | None, folder: Path) -> str | None:
+    """The rubric's `plugin:`: a module name as written, a .py file made absolute."""
+    if entry is not None and not isinstance(entry, str):
+        raise RubricError("plugin must be a module name or a Python file")
+    return str((folder / entry).resolve()) if entry and entry.endswith(".py") else entry
 
 
 @functools.lru_cache(maxsize=32)
@@ -185,7 +204,8 @@ def _parse_rubric(path: Path, _mtime_ns: int) -> Rubric:
         return Rubric(
             slug=data["slug"],
             title=data["title"],
-            starter=data["starter"],
+            starter_dir=(path.parent / data["starter"]).resolve(),
+            plugin=_plugin_entry(data.get("plugin"), path.parent),
             required_files=tuple(data["required_files"]),
             student_files=student_files,
             kernels=kernels,
@@ -209,6 +229,3 @@ def _parse_rubric(path: Path, _mtime_ns: int) -> Rubric:
     except (KeyError, TypeError, ValueError) as exc:
         raise RubricError(f"{path.name}: malformed rubric ({exc})") from exc
 
-
-def available_rubrics(rubric_dir: Path = RUBRIC_DIR) -> list[str]:
-    return sorted(p.stem for p in rubric_dir.glob("*.yaml"))

@@ -5,7 +5,7 @@ Rules (per problem, from its `scoring:` section, worker.rubric.ProblemScoring):
   scores 0, with a reason quoting the detail.
 - Correctness: `hidden_points` of them follow the hidden cases (edge cases inside the
   assignment's domain that the course's tests never reach), in proportion to those passed;
-  the rest need every public (course-like) case, C ABI and binding, to pass (all-or-nothing),
+  the rest need every public (course-like) case, by either route, to pass (all-or-nothing),
   or with `partial_correctness` are given in proportion to the passed public cases.
 - No speed points unless every public case passes. Otherwise speed points scale linearly from
   `speed_floor` (0 at or below) to the target (all of them at or above); the target is the
@@ -13,8 +13,9 @@ Rules (per problem, from its `scoring:` section, worker.rubric.ProblemScoring):
 - `speed_figure` picks which measured speedup scores: the student's composition on our basic
   ops in the starter's ABI (`reference_ops`, falling back to its own basic ops with a flag)
   or on its own (`student`). The reference kit's figure is information only.
-- Every lost point has a reason a student can read; flags for staff (evidence of a gamed
-  timing, worker.hw4.speed) are also shown to the student as notes.
+- Every lost point has a reason a student can read, in the assignment's own words
+  (worker.assignment.Words); flags for staff (evidence of a gamed timing, from the stage's
+  telemetry) are also shown to the student as notes.
 
 Standard library + numpy only (through worker.timing): importable on a bare GPU machine.
 """
@@ -23,10 +24,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Iterable, Mapping
 
+from worker.assignment import Words, assignment_of
 from worker.measurements import CaseOutcome, ProblemMeasurement, salient_lines
 from worker.rubric import ProblemScoring, Rubric
 from worker.timing import RatioSummary, waited_beyond_slack
 
+GENERIC_WORDS = Words()  # score_problem's words when the caller gives none (score_run gives the assignment's)
 DEFERRED_FLAG_SHARE = 0.10  # a fused op whose deferred read is this share of its time is flagged
 
 MAX_LISTED_FAILURES = 3
@@ -113,8 +116,8 @@ def _log_quote(m: ProblemMeasurement) -> str:
     return text
 
 
-def _case_line(case: CaseOutcome, m: ProblemMeasurement, spec: ProblemScoring) -> str:
-    via = "C ABI" if case in m.abi_cases else "binding"
+def _case_line(case: CaseOutcome, m: ProblemMeasurement, spec: ProblemScoring, words: Words) -> str:
+    via = words.case_routes[0] if case in m.abi_cases else words.case_routes[1]
     return f"{case.describe(hidden_details=spec.hidden_case_details)} ({via})"
 
 
@@ -144,10 +147,6 @@ def choose_figure(
     return None, None, flags
 
 
-_FIGURE_WORDS = {
-    "reference_ops": "your fused op vs your MiniTorch's composition on the reference basic ops",
-    "student": "your fused op vs your MiniTorch's composition on your own basic ops",
-}
 _FIGURE_LABELS = (
     ("speedup_reference_ops", "your composition on the reference basic ops"),
     ("speedup_student", "your composition on your own basic ops (the course's figure)"),
@@ -160,7 +159,7 @@ WITHHELD_WORDS = "its speed points are withheld until course staff review it"  #
 
 def waited_off_cpu(m: ProblemMeasurement) -> str | None:
     """Why the composition's figure is not trusted, when it spent more of its time off the CPU
-    than the fused op beyond worker.timing.IDLE_SLACK: an honest MiniTorch never sleeps (both
+    than the fused op beyond worker.timing.IDLE_SLACK: an honest composition never sleeps (both
     spin while the GPU works, the corpus's compositions run 98-99% on the CPU), and the CPU
     time of one that does still carries what each wake-up costs it (a cold GPU and caches)."""
     ev = m.telemetry.get("timing_evidence") or {}
@@ -173,12 +172,12 @@ def waited_off_cpu(m: ProblemMeasurement) -> str | None:
     return None
 
 
-def timing_flags(spec: ProblemScoring, m: ProblemMeasurement) -> list[str]:
-    """What the timing's evidence (worker.hw4.speed) says a student or staff should know."""
+def timing_flags(spec: ProblemScoring, m: ProblemMeasurement, words: Words) -> list[str]:
+    """What the timing's evidence (the stage's telemetry) says a student or staff should know."""
     pid, ev, flags = m.problem_id, m.telemetry.get("timing_evidence") or {}, []
     gap = ev.get("own_ops_vs_reference_ops")
     if spec.basic_ops_gap_flag is not None and gap is not None and gap >= spec.basic_ops_gap_flag:
-        flags.append(f"{pid}: your composition runs {gap:.2g}x slower on your own basic ops (combine.cu) than on "
+        flags.append(f"{pid}: your composition runs {gap:.2g}x slower on your own basic ops ({words.own_ops_file}) than on "
                      "the reference basic ops; speed points use the reference ones")
     waited = waited_off_cpu(m)
     if waited:
@@ -191,9 +190,11 @@ def timing_flags(spec: ProblemScoring, m: ProblemMeasurement) -> list[str]:
 
 
 def score_problem(
-    spec: ProblemScoring, measurement: ProblemMeasurement, *, target: float | None = None
+    spec: ProblemScoring, measurement: ProblemMeasurement, *, target: float | None = None,
+    words: Words = GENERIC_WORDS,
 ) -> ProblemScore:
-    """Points for one problem. `target` (a per-GPU calibrated speedup) overrides spec.target."""
+    """Points for one problem, its reasons in `words`. `target` (a per-GPU calibrated speedup)
+    overrides spec.target."""
     m = measurement
     pid = m.problem_id
     target = spec.target if target is None else target
@@ -259,7 +260,7 @@ def score_problem(
     if failed:
         first = m.first_failure if m.first_failure is not None and not m.first_failure.ok else failed[0]
         listed = [first] + [c for c in failed if c != first][: MAX_LISTED_FAILURES - 1]
-        score.reasons.extend(_case_line(c, m, spec) for c in listed)
+        score.reasons.extend(_case_line(c, m, spec, words) for c in listed)
         if len(failed) > len(listed):
             score.reasons.append(f"... and {len(failed) - len(listed)} more failed cases")
 
@@ -279,7 +280,7 @@ def score_problem(
                 f"{pid}: speedup vs {label}: {_ratio_line(r)} "
                 f"({r.median_baseline_ms:.4g} ms / {r.median_custom_ms:.4g} ms{over}, {r.trials} trials)"
             )
-    for flag in fallback_flags + timing_flags(spec, m):
+    for flag in fallback_flags + timing_flags(spec, m, words):
         score.flags.append(flag)
         score.notes.append(flag)
 
@@ -299,7 +300,7 @@ def score_problem(
             frac = speed_fraction(figure.speedup, spec.speed_floor, target)
             score.speed_points = round(spec.speed_points * frac, 2)
             line = (
-                f"{pid}: speedup {_ratio_line(figure)} ({_FIGURE_WORDS[which or 'student']}) vs {target_text}: "
+                f"{pid}: speedup {_ratio_line(figure)} ({words.figures[which or 'student']}) vs {target_text}: "
                 f"{_pts(score.speed_points)} of {_pts(spec.speed_points)} speed points"
             )
             if score.speed_points < spec.speed_points:
@@ -336,6 +337,7 @@ def score_run(
     if unknown:
         raise ValueError(f"measurements for problems not in rubric {rubric.slug}: {unknown}")
     targets = targets or {}
+    words = assignment_of(rubric).words
     problems = []
     for p in rubric.problems:
         m = by_id.get(p.id) or ProblemMeasurement(p.id, status="not_run", log_tail="no measurement")
@@ -344,7 +346,7 @@ def score_run(
             raise ValueError(f"problem {p.id}: scoring splits {spec.max_points:g} points, rubric says {p.points:g}")
         if spec.target is None and p.reference_speedup is not None:
             spec = replace(spec, target=float(p.reference_speedup))
-        problems.append(score_problem(spec, m, target=targets.get(p.id)))
+        problems.append(score_problem(spec, m, target=targets.get(p.id), words=words))
     return RunScore(
         total=round(sum(s.points for s in problems), 2),
         max_total=round(sum(s.max_points for s in problems), 2),

@@ -17,7 +17,7 @@ Unbalanced or nested markers raise `MarkerError` naming the file and line.
 
 `render_starter` copies a reference tree with its marked files stripped (build outputs left
 out); the service uses it both for the starter zip and as the trusted base tree onto which a
-submission's own files are staged. Standard library only (plus the rubric module).
+submission's own files are staged. Standard library only (plus the rubric and plug-in modules).
 """
 from __future__ import annotations
 
@@ -31,10 +31,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from worker.assignment import assignment_of
+
 if TYPE_CHECKING:  # pragma: no cover
     from worker.rubric import Rubric
 
-ZIP_TOP_FOLDER = "llmsys_hw4"
+# The top folder of a zip made of a tree that is not an assignment's starter (a starter zip's
+# is the assignment's own: worker.assignment.Assignment.zip_folder).
+ZIP_TOP_FOLDER = "submission"
 # 1980-01-01 00:00:00, the earliest time a zip entry can carry: fixed for reproducible zips.
 ZIP_TIMESTAMP = (1980, 1, 1, 0, 0, 0)
 
@@ -254,22 +258,23 @@ def zip_tree(root: Path, dest_zip: Path, top_folder: str = ZIP_TOP_FOLDER) -> Pa
 
 
 def write_starter_zip(rubric: Rubric, dest_zip: Path) -> Path:
-    """Render the rubric's reference kit as the student starter and zip it under
-    `llmsys_hw4/`. Deterministic: the same reference gives the same bytes. Returns dest_zip."""
+    """Render the rubric's reference kit as the student starter and zip it under the
+    assignment's folder name (llmsys_hw4/ for hw4). Deterministic: the same reference gives
+    the same bytes. Returns dest_zip."""
     with tempfile.TemporaryDirectory(prefix="starter-") as tmp:
         tree = Path(tmp) / "tree"
         render_starter(rubric.starter_dir, tree)
-        return zip_tree(tree, Path(dest_zip))
+        return zip_tree(tree, Path(dest_zip), assignment_of(rubric).zip_folder)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m worker.starter_kit [slug] [--out PATH]` (the CLI proper is `grader starter build`)."""
+    """`python -m worker.starter_kit slug [--out PATH]` (the CLI proper is `grader starter build`)."""
     import argparse
 
     from worker.rubric import load_rubric
 
     parser = argparse.ArgumentParser(description="Write the student starter zip of an assignment.")
-    parser.add_argument("slug", nargs="?", default="hw4")
+    parser.add_argument("slug")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     rubric = load_rubric(args.slug)

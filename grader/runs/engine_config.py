@@ -1,6 +1,7 @@
 """The settings turned into the engine's configuration: the pipeline's (unpack limits, nvcc,
-build cache and the build's sandbox) and the GPU stage's (sandbox limits and policy, seed,
-timing CPUs), and the GPU stage a worker runs, if any.
+build cache and the build's sandbox) and the assignment's stage's (sandbox limits and policy,
+seed, timing CPUs), and the stage a worker runs, if any (the rubric's plug-in makes it:
+worker.assignment).
 
 Free of the database and of pydantic (Settings is only a type here): bench/fidelity.py loads
 these functions on a bare GPU machine, from this file when the import fails.
@@ -9,13 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from worker.affinity import choose_timing_cpus
+from worker.assignment import StageConfig, assignment_of
 from worker.build import Toolchain, cuda_include_dirs
-from worker.hw4.grade import GpuStageConfig, run_gpu_stage
-from worker.measurements import ProblemMeasurement
 from worker.pipeline import GpuStage, PipelineConfig
 from worker.rubric import Rubric
 from worker.sandbox import DockerOptions, SandboxLimits, SandboxPolicy
@@ -80,8 +79,8 @@ def gpu_available(settings: Settings) -> bool:
     return settings.gpu_grading == "on" or (settings.gpu_grading == "auto" and gpu_count() > 0)
 
 
-def gpu_stage_config(settings: Settings) -> GpuStageConfig:
-    return GpuStageConfig(
+def gpu_stage_config(settings: Settings) -> StageConfig:
+    return StageConfig(
         limits=SandboxLimits(
             wall_s=settings.sandbox_wall_s,
             cpu_s=settings.sandbox_cpu_s,
@@ -104,16 +103,10 @@ def gpu_stage_config(settings: Settings) -> GpuStageConfig:
 
 def gpu_stage_for(settings: Settings, rubric: Rubric,
                   on_problem: Callable[[str], None] = lambda _pid: None) -> GpuStage | None:
-    """The assignment's GPU stage when this worker grades on a GPU, else None (runs end `built`).
-    `on_problem` is called with each problem id before that problem is measured. The stage runs
-    only the problems the pipeline passes it (those whose kernels built)."""
-    if not gpu_available(settings) or rubric.slug != "hw4":
+    """The assignment's stage when this worker can run it (a GPU stage needs GPU grading on),
+    else None (runs end `built`). `on_problem` is called with each problem id before that
+    problem is measured; the stage runs only the problems whose kernels built."""
+    assignment = assignment_of(rubric)
+    if assignment.make_stage is None or (assignment.stage_needs_gpu and not gpu_available(settings)):
         return None
-    config = gpu_stage_config(settings)
-
-    def stage(rubric: Rubric, staged: Path, reference: Path, work_dir: Path,
-              problems: tuple[str, ...]) -> list[ProblemMeasurement]:
-        chosen = replace(config, problems=tuple(p for p in config.problems if p in problems))
-        return run_gpu_stage(rubric, staged, reference, work_dir, chosen, on_problem)
-
-    return stage
+    return assignment.make_stage(gpu_stage_config(settings), on_problem)

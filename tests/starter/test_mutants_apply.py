@@ -93,7 +93,7 @@ def test_apply_copies_the_tree_without_build_junk(tmp_path: Path) -> None:
 )
 def test_malformed_sets_are_rejected(raw: dict) -> None:
     with pytest.raises(MutantError):
-        parse_mutants(raw)
+        parse_mutants(raw, problem_ids=frozenset({"1.1", "3"}))
 
 
 # --------------------------------------------------------------------------- the hw4 set

@@ -18,11 +18,13 @@ import yaml
 from grader.runs import engine_config
 from grader.settings import Settings
 from test_build import BROKEN, FLAGS, NVCC, call_int, needs_nvcc
+from worker.assignment import StageConfig
 from worker.build import Toolchain, cuda_include_dirs
 from worker.measurements import CaseOutcome, ProblemMeasurement
 from worker.pipeline import Outcome, PipelineConfig, grade_submission
 from worker.rubric import RUBRIC_DIR, RubricError, load_rubric
 from worker.sandbox import SandboxLimits, SandboxPolicy
+from worker.hw4 import grade as hw4_grade
 from worker.stage import stage_submission
 from worker.states import ErrorClass, RunState
 from worker.unpack import UnpackLimits
@@ -190,7 +192,8 @@ def test_a_kernel_that_does_not_compile_leaves_out_only_the_problems_needing_it(
     assert log.index("not_declared_anywhere") < log.index("== not graded because of the build")
     assert log.endswith("== not graded because of the build\nsrc/softmax_kernel.cu did not compile: not graded: "
                         "1.1, 1.2 and 3\nin place of minitorch/cuda_kernels/softmax_kernel.so: an empty library "
-                        "(it exports nothing), so that MiniTorch imports for the problems that do not need it\n")
+                        "(it exports nothing), so that code loading every library still loads for the problems that do "
+                        "not need it\n")
     assert "in place of minitorch/cuda_kernels/softmax_kernel.so: an empty library" in log
     assert "1.1: not graded: src/softmax_kernel.cu did not compile" in outcome.stages["run"].log
     # The GPU stage saw the student's libraries and an empty stand-in that exports nothing.
@@ -271,10 +274,10 @@ def test_a_gpu_stage_answer_for_a_problem_left_out_never_scores(tmp_path: Path, 
 def captured(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, ...]]]:
     seen: list[tuple[str, ...]] = []
     monkeypatch.setattr(engine_config, "gpu_available", lambda _settings: True)
-    monkeypatch.setattr(engine_config, "gpu_stage_config", lambda _settings: engine_config.GpuStageConfig(
+    monkeypatch.setattr(engine_config, "gpu_stage_config", lambda _settings: StageConfig(
         limits=SandboxLimits(wall_s=1, cpu_s=1, memory_bytes=MiB, max_processes=1, file_size_bytes=MiB),
         policy=POLICY))
-    monkeypatch.setattr(engine_config, "run_gpu_stage",
+    monkeypatch.setattr(hw4_grade, "run_gpu_stage",
                         lambda rubric, staged, ref, work, cfg, on_problem: seen.append(cfg.problems) or [])
     yield seen
 

@@ -7,13 +7,20 @@ from pathlib import Path
 
 import pytest
 
+from worker import scoring
+from worker.hw4 import ASSIGNMENT as HW4
 from worker.measurements import CaseOutcome, ProblemMeasurement, salient_lines
 from worker.rubric import ProblemScoring, RubricError, load_rubric
-from worker.scoring import score_problem, score_run, speed_fraction
+from worker.scoring import ProblemScore, score_run, speed_fraction
 from worker.timing import RatioSummary
 
 RUBRIC = load_rubric("hw4")
 SPEC = ProblemScoring(correctness_points=14, speed_points=6, speed_floor=1.0, target=6.5)
+
+
+def score_problem(spec: ProblemScoring, m: ProblemMeasurement, *, target: float | None = None) -> ProblemScore:
+    """As score_run scores hw4's problems: in hw4's words."""
+    return scoring.score_problem(spec, m, target=target, words=HW4.words)
 
 
 def ratio(speedup: float, baseline_ms: float | None = None, width: float = 0.05) -> RatioSummary:

@@ -1,0 +1,43 @@
+"""CMU 11-868 llmsys_hw4 (fused softmax and LayerNorm CUDA kernels) as a plug-in: the one
+object generic code reaches it through (worker.assignment; rubrics/hw4.yaml names this module).
+
+Kept light: the stage's modules (numpy, the GPU client) are imported only when a stage is made.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from worker.assignment import Assignment, StageConfig, Words
+
+if TYPE_CHECKING:  # pragma: no cover
+    from worker.pipeline import GpuStage
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+def make_stage(config: StageConfig, on_problem: Callable[[str], None]) -> GpuStage:
+    from worker.hw4.grade import stage_for
+
+    return stage_for(config, on_problem)
+
+
+ASSIGNMENT = Assignment(
+    zip_folder="llmsys_hw4",  # the course's repository name: students zip that folder
+    make_stage=make_stage,
+    stage_needs_gpu=True,
+    mutants_file=PROJECT_ROOT / "starter" / "mutants" / "hw4.yaml",
+    words=Words(
+        case_routes=("C ABI", "binding"),
+        figures={
+            "reference_ops": "your fused op vs your MiniTorch's composition on the reference basic ops",
+            "student": "your fused op vs your MiniTorch's composition on your own basic ops",
+        },
+        own_ops_file="combine.cu",
+    ),
+    # worker/telemetry.py's snapshot, taken before a kernel problem / before Problem 3.
+    gpu_name_keys=(("before", "name"), ("gpu_before", "name")),
+    calibration_warning="our reference kit, whose MiniTorch is faster than an ordinary student's; "
+                        "prefer known-correct submissions",
+)

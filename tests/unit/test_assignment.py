@@ -1,0 +1,135 @@
+"""worker.assignment, the one seam between generic code and an assignment: generic modules
+name no assignment, the loader finds plug-ins (a module, or a file beside the rubric) and
+refuses a bad entry in sentences, and the tests' second assignment (tests/assignments/vecadd)
+grades through the generic pipeline with no GPU, its outputs judged by worker.checks."""
+from __future__ import annotations
+
+import ast
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from grader.runs.engine_config import gpu_stage_for, pipeline_config
+from grader.settings import Settings
+from worker.assignment import AssignmentError, assignment_of, load_plugin
+from worker.pipeline import grade_submission
+from worker.rubric import RubricError, load_rubric
+from worker.starter_kit import zip_tree
+from worker.states import RunState
+
+ROOT = Path(__file__).resolve().parents[2]
+VECADD = ROOT / "tests" / "assignments" / "vecadd"
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="the pipeline builds vecadd with nvcc")
+
+# Generic code: everything that is not an assignment's own package, in the engine and in the
+# service's modules that run, configure or explain a grade.
+GENERIC = sorted([*(p for p in (ROOT / "worker").glob("*.py")), *(ROOT / "grader" / "runs").glob("*.py"),
+                  ROOT / "grader" / "cli.py", ROOT / "grader" / "gpu_info.py", ROOT / "grader" / "settings.py"])
+# The default assignment of the settings' KG_RUBRICS: the one place generic code names hw4.
+ALLOWED = {("grader/settings.py", "hw4")}
+
+
+def _names_of_hw4(path: Path, root: Path = ROOT) -> list[tuple[str, str]]:
+    """(file, what) for each import of worker.hw4 and each string (docstrings aside) naming hw4."""
+    tree = ast.parse(path.read_text())
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr)}
+    rel, found = path.relative_to(root).as_posix(), []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("worker.hw4"):
+            found.append((rel, f"import {node.module}"))
+        elif isinstance(node, ast.Import):
+            found += [(rel, f"import {a.name}") for a in node.names if a.name.startswith("worker.hw4")]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings \
+                and "hw4" in node.value:
+            found.append((rel, node.value))
+    return found
+
+
+def test_generic_code_reaches_hw4_only_through_the_seam() -> None:
+    found = {hit for path in GENERIC for hit in _names_of_hw4(path)}
+    assert found - ALLOWED == set(), "generic code must reach an assignment through worker.assignment"
+    assert ALLOWED <= found, "the allowed default is gone: remove it from ALLOWED"
+
+
+def test_the_scan_sees_imports_and_strings(tmp_path: Path) -> None:
+    source = tmp_path / "m.py"
+    source.write_text('"""About hw4 (a docstring)."""\nfrom worker.hw4.grade import x\nimport worker.hw4\n'
+                      'def f():\n    """hw4 again."""\n    return "llmsys_hw4"\n')
+    assert sorted(what for _, what in _names_of_hw4(source, tmp_path)) == [
+        "import worker.hw4", "import worker.hw4.grade", "llmsys_hw4"]
+
+
+def test_the_rubrics_name_their_plug_ins() -> None:
+    hw4 = assignment_of(load_rubric("hw4"))
+    assert hw4.zip_folder == "llmsys_hw4" and hw4.stage_needs_gpu and hw4.mutants_file is not None
+    assert hw4.mutants_file.is_file() and hw4.words.case_routes == ("C ABI", "binding")
+    vecadd = assignment_of(load_rubric("vecadd", VECADD))  # plugin.py beside its rubric
+    assert vecadd.zip_folder == "vecadd" and not vecadd.stage_needs_gpu
+
+
+def _rubric_copy(tmp_path: Path, plugin: object) -> Path:
+    data = yaml.safe_load((VECADD / "vecadd.yaml").read_text())
+    data["plugin"], data["starter"] = plugin, str(VECADD / "starter")
+    (tmp_path / "vecadd.yaml").write_text(yaml.safe_dump(data))
+    return tmp_path
+
+
+@pytest.mark.parametrize("plugin, message", [
+    ("worker.no_such_plugin", "The assignment plug-in worker.no_such_plugin cannot be imported"),
+    ("missing.py", "cannot be imported (no Python file"),
+    ("worker.timing", "The plug-in worker.timing has no ASSIGNMENT of type worker.assignment.Assignment"),
+])
+def test_a_bad_plugin_entry_is_refused_in_a_sentence(tmp_path: Path, plugin: str, message: str) -> None:
+    rubric = load_rubric("vecadd", _rubric_copy(tmp_path, plugin))
+    with pytest.raises(AssignmentError, match=message.replace("(", r"\(").replace(".", r"\.")):
+        assignment_of(rubric)
+    with pytest.raises(AssignmentError):
+        gpu_stage_for(Settings(_env_file=None), rubric)  # type: ignore[call-arg]
+
+
+def test_a_plugin_entry_that_is_not_text_is_a_rubric_error(tmp_path: Path) -> None:
+    with pytest.raises(RubricError, match="plugin must be a module name or a Python file"):
+        load_rubric("vecadd", _rubric_copy(tmp_path, ["worker.hw4"]))
+
+
+def test_a_rubric_without_a_plugin_has_no_stage(tmp_path: Path) -> None:
+    rubric = load_rubric("vecadd", _rubric_copy(tmp_path, None))
+    assert assignment_of(rubric).zip_folder == "vecadd"
+    assert gpu_stage_for(Settings(_env_file=None, gpu_grading="on"), rubric) is None  # type: ignore[call-arg]
+
+
+def test_settings_put_rubric_dirs_on_the_search_path() -> None:
+    Settings(_env_file=None, rubric_dirs=[VECADD])  # type: ignore[call-arg]
+    assert load_rubric("vecadd").starter_dir == VECADD / "starter"
+
+
+def test_a_gpu_stage_needs_gpu_grading_a_cpu_stage_does_not() -> None:
+    off = Settings(_env_file=None, gpu_grading="off")  # type: ignore[call-arg]
+    assert gpu_stage_for(off, load_rubric("hw4")) is None
+    assert gpu_stage_for(off, load_rubric("vecadd", VECADD)) is not None
+
+
+@needs_nvcc
+@pytest.mark.parametrize("body, score, reason", [
+    (None, 10, "full marks"),
+    ("out[i] = a[i] - b[i];", 0, "failed case n1: shape [1], max error"),
+])
+def test_vecadd_grades_through_the_pipeline(tmp_path: Path, body: str | None, score: float, reason: str) -> None:
+    rubric = load_rubric("vecadd", VECADD)
+    tree = tmp_path / "vecadd"
+    shutil.copytree(rubric.starter_dir, tree)
+    if body is not None:
+        source = tree / "src" / "vecadd.cu"
+        source.write_text(source.read_text().replace("out[i] = a[i] + b[i];", body))
+    settings = Settings(_env_file=None, gpu_grading="off", data_dir=tmp_path / "data")  # type: ignore[call-arg]
+    outcome = grade_submission(zip_tree(tree, tmp_path / "v.zip", "vecadd"), rubric, tmp_path / "job",
+                               pipeline_config(settings, rubric), gpu_stage=gpu_stage_for(settings, rubric))
+    assert outcome.state == RunState.scored, outcome.message
+    [problem] = outcome.problems
+    assert problem.points == score and reason in problem.message, problem.message
+    if body is not None:  # the check's message, and the assignment's word for the route
+        assert "elements of out out of tolerance" in problem.message and "(vec_add called directly)" in problem.message

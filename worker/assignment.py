@@ -1,0 +1,120 @@
+"""The assignment as a plug-in: what generic code needs of an assignment beyond its rubric.
+
+A rubric names its plug-in with `plugin:`, a module name (rubrics/hw4.yaml: `worker.hw4`) or a
+.py file relative to the rubric (an assignment kept in a folder of its own, as the tests'
+vecadd); that module exposes one `Assignment` as ASSIGNMENT. The pipeline, the service's run lifecycle, the
+CLI, the starter kit, scoring and the GPU notes reach an assignment's own code and words only
+through `assignment_of(rubric)`, so a second assignment is a rubric and a plug-in module, with
+no edit to generic code. A rubric without `plugin:` has no stage: its runs end `built`.
+
+Standard library only (the stage's types under TYPE_CHECKING): importable on a bare GPU machine.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from worker.affinity import TimingCpus
+    from worker.pipeline import GpuStage
+    from worker.rubric import Rubric
+    from worker.sandbox import SandboxLimits, SandboxPolicy
+
+PLUGIN_OBJECT = "ASSIGNMENT"  # the name a plug-in module gives its Assignment
+
+
+class AssignmentError(ValueError):
+    """A rubric's plug-in cannot be found or is not an Assignment."""
+
+
+@dataclass(frozen=True)
+class StageConfig:
+    """What every assignment's stage gets from the worker's settings (grader.runs.engine_config)."""
+
+    limits: SandboxLimits
+    policy: SandboxPolicy
+    seed: int | None = None  # None: fresh inputs on every grade (hidden values never repeat)
+    timing_cpus: TimingCpus | None = None  # cores for a timing phase (worker.affinity); None: unpinned
+
+
+# (the stage's configuration, called with each problem id before that problem is measured)
+# -> the stage the pipeline runs after a good build (worker.pipeline.GpuStage).
+StageFactory = Callable[[StageConfig, Callable[[str], None]], "GpuStage"]
+
+
+@dataclass(frozen=True)
+class Words:
+    """Student-facing words of an assignment, used by worker.scoring in its reasons."""
+
+    # How a case reached the student's code: the first for ProblemMeasurement.abi_cases (the
+    # compiled library called directly), the second for its binding_cases (through the
+    # student's own higher-level code); quoted after each failed case.
+    case_routes: tuple[str, str] = ("library", "your code")
+    # Speed figure (worker.rubric.SPEED_FIGURES) -> what its speedup compares, in a speed line.
+    figures: dict[str, str] = field(default_factory=lambda: {
+        "reference_ops": "your code vs the composition on the reference basic ops",
+        "student": "your code vs the composition on your own basic ops",
+    })
+    own_ops_file: str = "your basic ops"  # named in the flag of a slow composition on one's own ops
+
+
+@dataclass(frozen=True)
+class Assignment:
+    zip_folder: str  # the starter zip's top folder, as the course names the assignment's folder
+    make_stage: StageFactory | None = None  # None: no stage, runs end `built`
+    stage_needs_gpu: bool = True  # False: every worker runs the stage, with or without a GPU
+    mutants_file: Path | None = None  # planted bugs the grading must catch (worker.mutants)
+    words: Words = field(default_factory=Words)
+    # Paths into a measurement's telemetry where the stage names the GPU it ran on (grader.gpu_info).
+    gpu_name_keys: tuple[tuple[str, ...], ...] = ()
+    # What `grader calibrate` warns when, given no known-correct submissions, it times our kit.
+    calibration_warning: str = "our reference kit, which is no student's code; prefer known-correct submissions"
+
+
+def _stageless(rubric: Rubric) -> Assignment:
+    return Assignment(zip_folder=rubric.slug)
+
+
+def _import(plugin: str) -> object:
+    """The module `plugin` names: a module name, or the absolute path of a .py file (imported
+    once per process under a name of its own)."""
+    if not plugin.endswith(".py"):
+        return importlib.import_module(plugin)
+    name = "kg_plugin_" + hashlib.sha256(plugin.encode()).hexdigest()[:16]
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, plugin)
+        if spec is None or spec.loader is None or not Path(plugin).is_file():
+            raise ImportError(f"no Python file {plugin}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[name]
+            raise
+    return sys.modules[name]
+
+
+def load_plugin(plugin: str) -> Assignment:
+    """The Assignment that the module `plugin` (a module name or a .py file) exposes as ASSIGNMENT."""
+    try:
+        module = _import(plugin)
+    except ImportError as exc:
+        raise AssignmentError(f"The assignment plug-in {plugin} cannot be imported ({exc}). "
+                              "Name an importable module or a Python file in the rubric's plugin entry.") from exc
+    found = getattr(module, PLUGIN_OBJECT, None)
+    if not isinstance(found, Assignment):
+        raise AssignmentError(f"The plug-in {plugin} has no {PLUGIN_OBJECT} of type worker.assignment.Assignment, "
+                              "so it is not an assignment plug-in.")
+    return found
+
+
+def assignment_of(rubric: Rubric) -> Assignment:
+    """The plug-in the rubric names (import cached by Python), or a stageless one."""
+    return _stageless(rubric) if rubric.plugin is None else load_plugin(rubric.plugin)
