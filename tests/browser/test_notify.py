@@ -139,3 +139,20 @@ def test_without_the_notification_api_there_is_no_opt_in(browser: Browser, base_
         expect(page.locator("#run-state")).to_have_text("failed")  # following works as before
     finally:
         ctx.close()
+
+
+def test_a_refused_permission_unticks_the_opt_in_and_says_so(browser: Browser, base_url: str, settings: Settings,
+                                                              sessions: sessionmaker[Session], student: str) -> None:
+    ctx = browser.new_context(base_url=base_url)  # the permission is never granted: the request is refused
+    try:
+        page = _run_page(ctx, student, _queued_run(settings, sessions, student))
+        choice = page.get_by_label("Notify me when grading ends")
+        choice.check()
+        # Headless Chromium answers "denied" to a site never granted it: blocked until the settings change
+        expect(page.locator("#notify-note")).to_have_text(
+            "Notifications are blocked for this site in your browser's settings.")
+        expect(choice).not_to_be_checked()
+        expect(choice).to_be_disabled()
+        assert page.evaluate("localStorage.getItem('kg-notify')") is None
+    finally:
+        ctx.close()
