@@ -54,10 +54,10 @@ def test_an_email_column_is_the_login_when_there_is_no_login_column() -> None:
 def test_a_header_without_a_login_or_name_column_names_what_it_found_and_needs() -> None:
     lines, errors = parse_roster("Student,ID,SIS User ID,Section\n\"Lovelace, Ada\",101,2000101,A\n")
     assert lines == []
-    assert [str(e) for e in errors] == [
+    assert [str(e) for e in errors] == [(
         "line 1: the header row names the columns “Student”, “ID”, “SIS User ID”, “Section”; a roster needs "
         "a login column (SIS Login ID, login or username) or an email column, and a name column (Student or "
-        "name); section and email are optional, other columns are ignored"]
+        "name); section and email are optional, other columns are ignored")]
 
 
 def test_the_old_form_keeps_its_column_count_with_or_without_its_header() -> None:
