@@ -9,16 +9,18 @@ grader.websession's.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlencode, urlsplit
 
 from fastapi import Depends, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from sqlalchemy import select
 from sqlalchemy.orm import Session
+from starlette.routing import BaseRoute, Match
 
 from grader.api.deps import Context, get_context
 from grader.db import session_scope
@@ -33,10 +35,20 @@ CSRF_MESSAGE = "This form was not sent from a current kernelgrade page. Reload t
 __all__ = ["Context", "get_context"]  # re-exported: every page module takes the app's context
 
 
+# Why the login page is shown instead of the page asked for (its `ended` query field): fixed
+# sentences, so that a link cannot put words of its own on the page.
+LOGIN_NOTICES = {
+    "session": "Your session has ended. Log in again to go on where you were.",
+    "upload": "Your session ended before the upload arrived, so the file was not kept. "
+              "Log in, then choose the file again and upload it.",
+}
+
+
 class PageDenied(Exception):
-    """The page asked for is not shown: `login` (nobody is logged in), `csrf` (the form's token
-    is missing or is not this session's) or `absent` (no such thing among what the user may
-    see; `what` names it for the 404 page)."""
+    """The page asked for is not shown: `login` (nobody is logged in; `what`, a key of
+    LOGIN_NOTICES, says that a session ended), `csrf` (the form's token is missing or is not
+    this session's) or `absent` (no such thing among what the user may see; `what` names it for
+    the 404 page)."""
 
     def __init__(self, kind: Literal["login", "csrf", "absent"], what: str = "") -> None:
         super().__init__(kind, what)
@@ -59,9 +71,10 @@ Db = Annotated[Session, Depends(db_session, scope="function")]
 
 
 def logged_in(request: Request, session: Db) -> User:
+    had_user = "uid" in request.session  # a login's cookie whose session has since ended
     user = current_user(request, session)
     if user is None:
-        raise PageDenied("login")
+        raise PageDenied("login", "session" if had_user else "")
     return user
 
 
@@ -146,15 +159,50 @@ def error_page(request: Request, status_code: int, title: str, message: str,
         }, status_code=status_code, headers=headers)
 
 
-def login_path(request: Request) -> str:
-    return "/login"
+def safe_next(target: object) -> str:
+    """`target` when it is an address of this site (a path: /..., no scheme, no host), else the
+    start page: a login never sends the browser to another site (//host, /\\host, https:...)."""
+    if not isinstance(target, str) or not target.startswith("/") or len(target) > 2000:
+        return "/"
+    if "\\" in target or any(ord(ch) < 0x21 or ord(ch) == 0x7F for ch in target):
+        return "/"
+    parts = urlsplit(target)
+    return target if not parts.scheme and not parts.netloc and target[1:2] != "/" else "/"
+
+
+def page_around(routes: Sequence[BaseRoute], path: str, include_self: bool = False) -> str:
+    """The nearest address at (with `include_self`) or above `path` that answers a GET; the
+    start page when none does."""
+    parts = path.rstrip("/").split("/")
+    if not include_self:
+        parts.pop()
+    while parts:
+        candidate = "/".join(parts) or "/"
+        scope = {"type": "http", "path": candidate, "root_path": "", "method": "GET"}
+        if any(route.matches(scope)[0] is Match.FULL for route in routes):
+            return candidate
+        parts.pop()
+    return "/"
+
+
+def login_path(request: Request, ended: str = "") -> str:
+    """The login page, told where to go back to: the page asked for (a GET), or the page of the
+    form that was sent (a POST: its address when that answers a GET, else the page around it)."""
+    if request.method in ("GET", "HEAD"):
+        asked = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    else:
+        asked = page_around(request.app.router.routes, request.url.path, include_self=True)
+    fields = {"next": asked} if asked != "/" else {}
+    if ended in LOGIN_NOTICES:
+        fields["ended"] = ended
+    return "/login" + (f"?{urlencode(fields)}" if fields else "")
 
 
 def page_denied(request: Request, exc: Exception) -> Response:
     """The one answer to every `PageDenied`."""
     assert isinstance(exc, PageDenied)
     if exc.kind == "login":
-        return see_other(login_path(request))
+        return see_other(login_path(request, exc.what))
     if exc.kind == "csrf":
         return error_page(request, status.HTTP_403_FORBIDDEN, "Form refused", CSRF_MESSAGE)
     return error_page(request, status.HTTP_404_NOT_FOUND, "Not found", f"No {exc.what}.")

@@ -11,16 +11,15 @@ handlers installed before these (grader.api's error envelope) answer them.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import FastAPI, Request, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import BaseRoute, Match
 
-from grader.pages.common import error_page as titled_error_page
+from grader.pages.common import error_page as titled_error_page, page_around
 
 API_PREFIX = "/api/"
 Handler = Callable[[Request, Any], Response | Awaitable[Response]]
@@ -43,18 +42,6 @@ def error_page(request: Request, status_code: int, message: str, headers: dict[s
 
 def not_found_page(request: Request) -> HTMLResponse:
     return error_page(request, status.HTTP_404_NOT_FOUND, f"There is no page at {request.url.path}.")
-
-
-def page_around(routes: Sequence[BaseRoute], path: str) -> str:
-    """The nearest address above `path` that answers a GET; the start page when none does."""
-    parts = path.rstrip("/").split("/")
-    while len(parts) > 1:
-        parts.pop()
-        candidate = "/".join(parts) or "/"
-        scope = {"type": "http", "path": candidate, "root_path": "", "method": "GET"}
-        if any(route.matches(scope)[0] is Match.FULL for route in routes):
-            return candidate
-    return "/"
 
 
 def _http_message(request: Request, exc: StarletteHTTPException) -> str:

@@ -2,13 +2,13 @@
 member issues from the roster page."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request, status
+from fastapi import APIRouter, Query, Request, status
 from fastapi.responses import HTMLResponse, Response
 
 from grader.auth import check_password
-from grader.pages.common import Context, Db, csrf_checked, get_context, page, see_other
+from grader.pages.common import LOGIN_NOTICES, Context, Db, csrf_checked, get_context, page, safe_next, see_other
 from grader.password_reset import RESET_PATH, live_reset, redeem_reset
 from grader.websession import current_user, log_in, log_out
 
@@ -18,22 +18,26 @@ INVALID_RESET = "This reset link is not valid: it was used already, it has expir
 
 
 @router.get("/login", response_class=HTMLResponse)
-def login_form(request: Request, session: Db) -> Response:
+def login_form(request: Request, session: Db, back: Annotated[str, Query(alias="next")] = "/",
+               ended: str = "") -> Response:
+    """The login form; `next` is where it goes once logged in (a path of this site only, see
+    safe_next), `ended` why it is shown (a session that ended: grader.pages.common.login_path)."""
     if current_user(request, session) is not None:
-        return see_other("/")
-    return page(request, "login.html", None)
+        return see_other(safe_next(back))
+    return page(request, "login.html", None, next=safe_next(back), notice=LOGIN_NOTICES.get(ended))
 
 
 @router.post("/login", response_class=HTMLResponse, dependencies=[csrf_checked])
 async def login(request: Request, ctx: Context, session: Db) -> Response:
     form = await request.form()
     username = str(form.get("username", "")).strip()
+    back = safe_next(form.get("next"))
     user = check_password(session, username, str(form.get("password", "")))
     if user is None:
         return page(request, "login.html", None, status.HTTP_401_UNAUTHORIZED,
-                    error="Wrong username or password.", username=username)
+                    error="Wrong username or password.", username=username, next=back)
     log_in(request, session, user, ctx.settings.session_max_age_s)
-    return see_other("/")
+    return see_other(back)
 
 
 @router.post("/logout", dependencies=[csrf_checked])

@@ -78,8 +78,8 @@ async def submit_from_session(request: Request) -> Response:
     if error is not None:
         with session_scope(ctx.sessions) as session:
             user = current_user(request, session)
-            if user is None:
-                raise PageDenied("login")
+            if user is None:  # the session ended before the file was read: say so, it must be chosen again
+                raise PageDenied("login", "upload")
             return upload_page(request, session, user, error[0], error[1])
     message = _admit_form_upload(ctx, recorded)
     if not recorded.earlier:

@@ -68,7 +68,7 @@ def test_login_page_wrong_password_and_session_cookie(context: BrowserContext, s
     # Log out: the session no longer opens student pages.
     page.get_by_role("button", name="Log out").click()
     page.goto("/submissions")
-    assert page.url.endswith("/login")
+    assert page.url.endswith("/login?next=%2Fsubmissions")  # logged out: nothing says a session ended
 
 
 def _drop(page: Page, name: str, data: bytes) -> None:
@@ -441,7 +441,7 @@ def test_password_change_logs_out_the_other_browsers(browser: Browser, base_url:
         page.goto("/submissions")  # this browser stays logged in
         expect(page.get_by_role("heading", name="My submissions")).to_be_visible()
         other.goto("/submissions")  # the other one is logged out
-        assert other.url.endswith("/login")
+        assert other.url.endswith("/login?next=%2Fsubmissions&ended=session")
         again = log_in(phone, "cara", "a brand new passphrase")
         expect(again.get_by_role("heading", name="Submit your assignment")).to_be_visible()
     finally:

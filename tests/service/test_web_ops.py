@@ -13,6 +13,7 @@ import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
+from urllib.parse import quote
 
 import pytest
 import redis
@@ -99,7 +100,7 @@ def test_pages_are_for_the_assignments_staff(course: Course, prof: Browser, stud
         assert prof.client.get(path).status_code == 200
         assert student.client.get(path).status_code == 404  # as if absent, like the gradebook
         refused = anonymous.get(path, follow_redirects=False)
-        assert refused.status_code == 303 and refused.headers["location"] == "/login"
+        assert refused.status_code == 303 and refused.headers["location"] == f"/login?next={quote(path, safe='')}"
     before = _stored(sessions, course.slug)
     student_token = student.page_csrf("/")
     posts = {"settings": {"due": "2030-01-01T00:00:00"}, "grading": {"action": "pause"},

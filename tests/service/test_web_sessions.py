@@ -94,6 +94,10 @@ def test_an_expired_session_is_refused(settings: Settings, sessions: sessionmake
     with session_scope(sessions) as session:
         session.execute(update(WebSession).where(WebSession.user_id == select(User.id).where(
             User.username == username).scalar_subquery()).values(expires_at=utcnow() - timedelta(seconds=1)))
+    # The login page says the session ended, and goes back to the page asked for.
+    ended = client.get("/submissions", follow_redirects=False).headers["location"]
+    assert ended == "/login?next=%2Fsubmissions&ended=session"
+    assert "Your session has ended." in client.get(ended).text
     assert not logged_in(client)
     assert client.get("/runs/1/status").status_code == 401
     assert "uid" not in cookie_payload(client)  # the rate limit no longer counts it as the student
@@ -129,6 +133,22 @@ def test_a_forged_uid_in_the_cookie_grants_nothing(settings: Settings, sessions:
     assert login(settings, username) and not logged_in(thief)  # the user's own login changes nothing
 
 
+@pytest.mark.parametrize(("asked", "lands"), [
+    ("/runs/5?tab=log", "/runs/5?tab=log"), ("//example.org/x", "/"), ("https://example.org/", "/"),
+    ("/\\example.org", "/"), ("javascript:alert(1)", "/"), ("/\t/example.org", "/"), ("", "/"),
+])
+def test_login_goes_back_only_to_a_page_of_this_site(settings: Settings, username: str, asked: str,
+                                                     lands: str) -> None:
+    client = TestClient(create_app(settings))
+    form = client.get("/login", params={"next": asked}).text
+    assert (f'name="next" value="{lands}"' in form) == (lands != "/")
+    response = client.post("/login", data={"csrf_token": csrf_of(form), "username": username, "password": PASSWORD,
+                                           "next": asked}, follow_redirects=False)
+    assert response.status_code == 303 and response.headers["location"] == lands
+    # Already logged in, the login page sends the browser on the same way.
+    assert client.get("/login", params={"next": asked}, follow_redirects=False).headers["location"] == lands
+
+
 # ---- password change ------------------------------------------------------------------------
 
 
@@ -141,7 +161,7 @@ def change(client: TestClient, current: str, new: str, again: str | None = None)
 
 def test_password_page_needs_login_and_csrf(settings: Settings, username: str) -> None:
     anonymous = TestClient(create_app(settings))
-    assert anonymous.get("/settings/password", follow_redirects=False).headers["location"] == "/login"
+    assert anonymous.get("/settings/password", follow_redirects=False).headers["location"] == "/login?next=%2Fsettings%2Fpassword"
     client = login(settings, username)
     for sent in ({}, {"csrf_token": "forged"}):
         response = client.post("/settings/password", data={**sent, "current": PASSWORD, "new": NEW_PASSWORD,

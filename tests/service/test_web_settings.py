@@ -106,7 +106,7 @@ def test_student_and_stranger_get_no_export(settings: Settings, student: Browser
     for path in ("/gradebook.csv", "/gradebook.json"):
         assert student.client.get(path).status_code == 404
         anonymous = TestClient(create_app(settings)).get(path, follow_redirects=False)
-        assert anonymous.status_code == 303 and anonymous.headers["location"] == "/login"
+        assert anonymous.status_code == 303 and anonymous.headers["location"] == f"/login?next=%2F{path[1:]}"
 
 
 # ---- API token settings -------------------------------------------------------------------
@@ -189,5 +189,5 @@ def test_posts_without_csrf_are_refused(student: Browser) -> None:
 
 def test_token_page_needs_login(settings: Settings) -> None:
     anonymous = TestClient(create_app(settings))
-    assert anonymous.get("/settings/tokens", follow_redirects=False).headers["location"] == "/login"
+    assert anonymous.get("/settings/tokens", follow_redirects=False).headers["location"] == "/login?next=%2Fsettings%2Ftokens"
     assert anonymous.post("/settings/tokens", data={"name": "x"}, follow_redirects=False).status_code == 303

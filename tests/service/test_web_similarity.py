@@ -114,7 +114,7 @@ def test_students_get_no_similarity_page_and_cannot_compute(own_settings: Settin
     assert student.client.post("/assignments/hw4/similarity/base", data={"csrf_token": token, "git": "git:x@y"}
                                ).status_code == 404
     anonymous = TestClient(create_app(own_settings)).get("/assignments/hw4/similarity", follow_redirects=False)
-    assert anonymous.status_code == 303 and anonymous.headers["location"] == "/login"
+    assert anonymous.status_code == 303 and anonymous.headers["location"] == "/login?next=%2Fassignments%2Fhw4%2Fsimilarity"
     prof = Browser(own_settings, "sim-prof")
     assert prof.client.post("/assignments/hw4/similarity", data={}).status_code == 403  # no CSRF token
     assert load_report(report_path(own_settings.data_dir, "hw4")) is None
