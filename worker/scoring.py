@@ -21,8 +21,9 @@ Standard library + numpy only (through worker.timing): importable on a bare GPU 
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from worker.assignment import Words, assignment_of
 from worker.measurements import CaseOutcome, ProblemMeasurement, salient_lines

@@ -28,7 +28,8 @@ from pathlib import Path
 import pytest
 
 from worker.build import Toolchain, build_kernels, cuda_include_dirs
-from worker.mutants import Mutant, apply_mutant, load_mutants, probe_command, probe_env, touched_kernels
+from worker.hw4.probes import probe_command, probe_env
+from worker.mutants import Mutant, apply_mutant, load_mutants, touched_kernels
 from worker.rubric import load_rubric
 
 pytestmark = pytest.mark.gpu

@@ -149,7 +149,7 @@ import json  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 
-from worker.mutants import PROBES, probe_command, probe_env  # noqa: E402
+from worker.hw4.probes import PROBES, probe_command, probe_env  # noqa: E402
 
 PY_MUTANTS = [m for m in MUTANTS if m.detect in PROBES]
 

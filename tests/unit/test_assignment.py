@@ -13,7 +13,7 @@ import yaml
 
 from grader.runs.engine_config import gpu_stage_for, pipeline_config
 from grader.settings import Settings
-from worker.assignment import AssignmentError, assignment_of, load_plugin
+from worker.assignment import AssignmentError, assignment_of
 from worker.pipeline import grade_submission
 from worker.rubric import RubricError, load_rubric
 from worker.starter_kit import zip_tree
