@@ -2,10 +2,11 @@
 
 A rubric names its plug-in with `plugin:`, a module name (rubrics/hw4.yaml: `worker.hw4`) or a
 .py file relative to the rubric (an assignment kept in a folder of its own, as the tests'
-vecadd); that module exposes one `Assignment` as ASSIGNMENT. The pipeline, the service's run lifecycle, the
-CLI, the starter kit, scoring and the GPU notes reach an assignment's own code and words only
-through `assignment_of(rubric)`, so a second assignment is a rubric and a plug-in module, with
-no edit to generic code. A rubric without `plugin:` has no stage: its runs end `built`.
+vecadd); that module exposes one `Assignment` as ASSIGNMENT. The pipeline, the service's run
+lifecycle, the CLI, the starter kit, scoring and mutants reach an assignment's
+own code and words only through `assignment_of(rubric)`, so a second assignment is a rubric
+and a plug-in module, with no edit to generic code. A rubric without `plugin:` has no stage:
+its runs end `built`.
 
 Standard library only (the stage's types under TYPE_CHECKING): importable on a bare GPU machine.
 """
@@ -61,7 +62,7 @@ class Words:
         "reference_ops": "your code vs the composition on the reference basic ops",
         "student": "your code vs the composition on your own basic ops",
     })
-    own_ops_file: str = "your basic ops"  # named in the flag of a slow composition on one's own ops
+    own_ops_file: str = ""  # the file of one's own basic ops, named in the flag of a slow composition
 
 
 @dataclass(frozen=True)
@@ -71,8 +72,6 @@ class Assignment:
     stage_needs_gpu: bool = True  # False: every worker runs the stage, with or without a GPU
     mutants_file: Path | None = None  # planted bugs the grading must catch (worker.mutants)
     words: Words = field(default_factory=Words)
-    # Paths into a measurement's telemetry where the stage names the GPU it ran on (grader.gpu_info).
-    gpu_name_keys: tuple[tuple[str, ...], ...] = ()
     # What `grader calibrate` warns when, given no known-correct submissions, it times our kit.
     calibration_warning: str = "our reference kit, which is no student's code; prefer known-correct submissions"
 

@@ -178,7 +178,8 @@ def timing_flags(spec: ProblemScoring, m: ProblemMeasurement, words: Words) -> l
     pid, ev, flags = m.problem_id, m.telemetry.get("timing_evidence") or {}, []
     gap = ev.get("own_ops_vs_reference_ops")
     if spec.basic_ops_gap_flag is not None and gap is not None and gap >= spec.basic_ops_gap_flag:
-        flags.append(f"{pid}: your composition runs {gap:.2g}x slower on your own basic ops ({words.own_ops_file}) than on "
+        where = f" ({words.own_ops_file})" if words.own_ops_file else ""
+        flags.append(f"{pid}: your composition runs {gap:.2g}x slower on your own basic ops{where} than on "
                      "the reference basic ops; speed points use the reference ones")
     waited = waited_off_cpu(m)
     if waited:

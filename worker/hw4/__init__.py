@@ -36,8 +36,6 @@ ASSIGNMENT = Assignment(
         },
         own_ops_file="combine.cu",
     ),
-    # worker/telemetry.py's snapshot, taken before a kernel problem / before Problem 3.
-    gpu_name_keys=(("before", "name"), ("gpu_before", "name")),
     calibration_warning="our reference kit, whose MiniTorch is faster than an ordinary student's; "
                         "prefer known-correct submissions",
 )
