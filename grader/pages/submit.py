@@ -3,10 +3,12 @@ token checked before the file is read) and the older API-token form (`/upload`, 
 authenticated by the token typed into the form, not by a cookie, so it needs no CSRF token)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import APIRouter, Request, status
 from fastapi.responses import HTMLResponse, Response
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from grader.api.acceptance import admission_message, admit_committed
@@ -15,11 +17,12 @@ from grader.context import AppContext
 from grader.course_ops import admission
 from grader.db import session_scope
 from grader.membership import assignments_of
-from grader.models import Assignment, RunState, User, utcnow
+from grader.models import Assignment, GpuCalibration, RunState, User, utcnow
 from grader.pages.common import CSRF_MESSAGE, Db, PageDenied, get_context, page, see_other
 from grader.service import CommitUncertain, NotFound, Recorded, commit_upload, get_assignment, record_upload
 from grader.uploads import ReceivedUpload, UploadError, earlier_upload_message, maybe_stored_message, receive_upload
 from grader.websession import CSRF_FIELD, CsrfError, check_csrf, current_user
+from worker.rubric import Problem, RubricError, load_rubric
 from worker.unpack import HEAD_BYTES, not_a_zip
 
 router = APIRouter(include_in_schema=False)
@@ -27,12 +30,46 @@ router = APIRouter(include_in_schema=False)
 ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a local file header, or an empty archive's end record
 
 
+@dataclass(frozen=True)
+class Grading:
+    """What an assignment grades, shown before uploading: the files looked for, each problem's
+    points and speed thresholds, and the targets calibrated per GPU model that replace the
+    rubric's there (problem id -> speedup)."""
+
+    slug: str
+    title: str
+    required_files: tuple[str, ...]
+    problems: tuple[Problem, ...]
+    calibrated: dict[str, dict[str, float]]
+
+    @property
+    def points(self) -> float:
+        return sum(p.points for p in self.problems)
+
+
+def _gradings(session: Session, slugs: list[str]) -> list[Grading]:
+    """The rubric of each assignment that has one (an assignment without a rubric shows none)."""
+    shown = []
+    for slug in slugs:
+        try:
+            rubric = load_rubric(slug)
+        except RubricError:
+            continue
+        rows = session.scalars(select(GpuCalibration).join(Assignment, GpuCalibration.assignment_id == Assignment.id)
+                               .where(Assignment.slug == slug).order_by(GpuCalibration.gpu_name))
+        shown.append(Grading(slug, rubric.title, rubric.required_files, rubric.problems,
+                             {row.gpu_name: {k: float(v) for k, v in row.targets.items()} for row in rows}))
+    return shown
+
+
 def upload_page(request: Request, session: Session, user: User | None, status_code: int = 200,
                 error: str | None = None) -> HTMLResponse:
-    """The upload form; a logged-in user chooses among the assignments they are enrolled in."""
+    """The upload form; a logged-in user chooses among the assignments they are enrolled in,
+    and sees what each grades before sending anything."""
     settings = get_context(request).settings
     slugs = [a.slug for a in assignments_of(session, user.id)] if user is not None else settings.rubrics
     return page(request, "upload.html", user, status_code, error=error, assignments=slugs,
+                gradings=_gradings(session, slugs) if user is not None else [],
                 max_bytes=settings.max_upload_bytes, max_mib=f"{settings.max_upload_bytes / (1024 * 1024):g}")
 
 
