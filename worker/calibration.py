@@ -1,14 +1,13 @@
 """Per-GPU speedup targets from known-correct submissions graded on that GPU.
 
-The course's published speedups (6.5x / 5.5x / 15.8x / 3.7x / 1.1x) were measured against
-the course's MiniTorch on the course's GPUs; on another GPU an ordinary correct solution lands
-elsewhere, problem by problem (BENCHMARKS.md, "Speed fidelity"). `grader calibrate --from
-ZIP ...` grades a set of known-correct submissions (last term's accepted ones, the staff's)
-on a worker's GPU and stores, per GPU model and problem, the median of their scored speedups
-(the figure the rubric scores, under the course's definition) times a margin, so an ordinary
-correct solution earns every speed point despite run-to-run noise. Without submissions it
-falls back to our reference kit, which is no student's code (its own MiniTorch is faster than
-students'), and says so.
+A rubric's reference speedups were measured by the course on its own GPUs (hw4's: 6.5x /
+5.5x / 15.8x / 3.7x / 1.1x); on another GPU an ordinary correct solution lands elsewhere,
+problem by problem (BENCHMARKS.md, "Speed fidelity"). `grader calibrate --from ZIP ...`
+grades a set of known-correct submissions (last term's accepted ones, the staff's) on a
+worker's GPU and stores, per GPU model and problem, the median of their scored speedups (the
+figure the rubric scores) times a margin, so an ordinary correct solution earns every speed
+point despite run-to-run noise. Without submissions it falls back to our reference kit, which
+is no student's code, and says so in the assignment's words (worker.assignment).
 """
 from __future__ import annotations
 
