@@ -8,9 +8,10 @@ from fastapi.responses import HTMLResponse, Response
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from grader.api.deps import Context, get_context
 from grader.auth import DEFAULT_SCOPES, check_password, issue_token
 from grader.models import ApiToken, Role, User, utcnow
-from grader.pages.common import Context, Db, Sender, Viewer, absent, get_context, page, see_other
+from grader.pages.common import Db, Sender, Viewer, absent, page, see_other
 from grader.websession import change_password, log_in
 
 router = APIRouter(include_in_schema=False)

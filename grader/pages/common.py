@@ -22,7 +22,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 from starlette.routing import BaseRoute, Match
 
-from grader.api.deps import Context, get_context
+from grader.api.deps import get_context
 from grader.db import session_scope
 from grader.membership import assignments_of, role_in
 from grader.models import Assignment, CourseRole, User
@@ -31,8 +31,6 @@ from grader.websession import CSRF_FIELD, CsrfError, check_csrf, csrf_token, cur
 templates = Jinja2Templates(directory=str(Path(__file__).parent.parent / "templates"))
 
 CSRF_MESSAGE = "This form was not sent from a current kernelgrade page. Reload the page and try again."
-
-__all__ = ["Context", "get_context"]  # re-exported: every page module takes the app's context
 
 
 # Why the login page is shown instead of the page asked for (its `ended` query field): fixed

@@ -10,11 +10,12 @@ from sqlalchemy.orm import Session
 
 from grader import gradebook_view, queries
 from grader.api.acceptance import admit_committed
+from grader.api.deps import Context, get_context
 from grader.api.gradebook import gradebook_csv, gradebook_out
 from grader.membership import role_in
 from grader.models import CourseRole, Submission, User
-from grader.pages.common import (Context, Db, Sender, Viewer, absent, default_slug, get_context, page, see_other,
-                                 taught_assignment, taught_slugs)
+from grader.pages.common import (Db, Sender, Viewer, absent, default_slug, page, see_other, taught_assignment,
+                                 taught_slugs)
 from grader.service import NotFound, record_regrade
 
 router = APIRouter(include_in_schema=False)
@@ -26,7 +27,7 @@ def _asked_gradebook(request: Request, session: Session, user: User) -> queries.
     policy = request.query_params.get("policy") or None  # None: the assignment's policy
     assignment = taught_assignment(session, user, slug)
     try:
-        return queries.gradebook(session, assignment, policy)
+        return queries.gradebook(session, assignment, policy, get_context(request).settings.course_zone)
     except ValueError:
         raise absent(f"gradebook for {slug!r} ({policy})") from None
 

@@ -7,8 +7,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request, status
 from fastapi.responses import HTMLResponse, Response
 
+from grader.api.deps import Context, get_context
 from grader.auth import check_password
-from grader.pages.common import LOGIN_NOTICES, Context, Db, csrf_checked, get_context, page, safe_next, see_other
+from grader.pages.common import LOGIN_NOTICES, Db, csrf_checked, page, safe_next, see_other
 from grader.password_reset import RESET_PATH, live_reset, redeem_reset
 from grader.websession import current_user, log_in, log_out
 

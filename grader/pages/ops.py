@@ -19,12 +19,13 @@ from fastapi.responses import HTMLResponse, Response
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
+from grader.api.deps import Context, get_context
 from grader.course_ops import SCORE_POLICIES, late_policy
 from grader.course_settings import ScheduleChange, ScheduleError, extend_student, extensions_of, update_schedule
 from grader.grading_control import grading_state, resume, set_paused
 from grader.membership import assignments_of, enroll, members_of, unenroll
 from grader.models import Assignment, CourseRole, User
-from grader.pages.common import Context, Db, Staff, StaffForm, Viewer, get_context, page, see_other
+from grader.pages.common import Db, Staff, StaffForm, Viewer, page, see_other
 from grader.service import NotFound, find_user
 from grader.similarity.base import describe_assignment_base
 

@@ -5,6 +5,7 @@ pair's side-by-side view. Someone who is not staff of the assignment gets the 40
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated
 from urllib.parse import quote
 
@@ -12,8 +13,10 @@ from fastapi import APIRouter, Query, Request, status
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from grader.pages.common import Context, Db, Staff, StaffForm, page, see_other
+from grader.api.deps import Context
+from grader.pages.common import Db, Staff, StaffForm, page, see_other
 from grader.runs.engine_config import pipeline_config
+from grader.similarity.compare import LineRange
 from grader.similarity.base import UPLOAD, describe_assignment_base, parse_git_spec, save_base
 from grader.similarity.jobs import latest_job, start_job, view
 from grader.similarity.report import describe_ranges, numbered_lines, starter_lines
@@ -116,9 +119,12 @@ def similarity_pair(request: Request, ctx: Context, staff: Staff, a: str = "", b
         return page(request, "error.html", staff.user, status.HTTP_404_NOT_FOUND, title="Submission unavailable",
                     message=f"A compared zip can no longer be read ({exc}); compute the report again.")
     base = load_base_files(path)
+
+    def side(student: str, file: str, lines: Sequence[LineRange]) -> list[tuple[int, str, bool]]:
+        return numbered_lines(sources[student].get(file, ""), lines, starter_lines(base, file))
+
     files = [{"match": match,
-              "a": numbered_lines(sources[pair.a].get(match.path_a, ""), match.lines_a, starter_lines(base, match.path_a)),
-              "b": numbered_lines(sources[pair.b].get(match.path_b, ""), match.lines_b, starter_lines(base, match.path_b)),
+              "a": side(pair.a, match.path_a, match.lines_a), "b": side(pair.b, match.path_b, match.lines_b),
               "ranges_a": describe_ranges(match.lines_a), "ranges_b": describe_ranges(match.lines_b)}
              for match in pair.matches]
     return page(request, "ops_pair.html", staff.user, assignment=staff.assignment, report=report, pair=pair,

@@ -12,13 +12,14 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from grader.api.acceptance import admission_message, admit_committed
+from grader.api.deps import get_context
 from grader.auth import SCOPE_SUBMIT, authenticate
 from grader.context import AppContext
 from grader.course_ops import admission
 from grader.db import session_scope
 from grader.membership import assignments_of
 from grader.models import Assignment, GpuCalibration, RunState, User, utcnow
-from grader.pages.common import CSRF_MESSAGE, Db, PageDenied, get_context, page, see_other
+from grader.pages.common import CSRF_MESSAGE, Db, PageDenied, page, see_other
 from grader.service import CommitUncertain, NotFound, Recorded, commit_upload, get_assignment, record_upload
 from grader.uploads import ReceivedUpload, UploadError, earlier_upload_message, maybe_stored_message, receive_upload
 from grader.websession import CSRF_FIELD, CsrfError, check_csrf, current_user
