@@ -198,6 +198,31 @@ class SimilarityJob(Base):
     error: Mapped[str | None] = mapped_column(Text)
 
 
+class RosterJob(Base):
+    """One roster import run by a worker (grader.roster_jobs): queued -> running -> done |
+    failed, with the students imported so far and the result. No password is stored: the new
+    accounts' first passwords are derived from a key only the requester's browser holds
+    (key_digest checks it), and `passwords_taken_at` records their one download."""
+
+    __tablename__ = "roster_jobs"
+    __table_args__ = (Index("ix_roster_jobs_requested_by", "requested_by"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    assignment_id: Mapped[int] = mapped_column(ForeignKey("assignments.id"))
+    requested_by: Mapped[int] = mapped_column(ForeignKey("users.id"))
+    state: Mapped[str] = mapped_column(String(16), default="queued")  # queued | running | done | failed
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+    roster: Mapped[str | None] = mapped_column(Text)  # the CSV as uploaded; cleared once the job ends
+    lines_done: Mapped[int] = mapped_column(Integer, default=0)
+    lines_total: Mapped[int] = mapped_column(Integer, default=0)
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # created, updated, unchanged, errors
+    key_digest: Mapped[str] = mapped_column(String(64))  # SHA-256 of the passwords' key, hex
+    passwords_taken_at: Mapped[datetime | None]
+    error: Mapped[str | None] = mapped_column(Text)
+
+
 class Submission(Base):
     __tablename__ = "submissions"
     __table_args__ = (Index("ix_submissions_user_assignment", "user_id", "assignment_id"),

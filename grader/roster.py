@@ -8,17 +8,20 @@ idempotently. Two forms are read:
   (username or login, name, email, section). The login column is the login (Canvas's SIS Login
   ID, which the gradebook's CSV export also writes), or the email where there is none.
 
-A new account gets a random first password, returned once so the instructor can hand it out;
+A new account gets a first password, returned once so the instructor can hand it out (random,
+or derived from a key the caller keeps: the web page's background import, grader.roster_jobs);
 an existing student keeps theirs, gets the roster's name, section and email, and is enrolled
 in the assignment too. Every line that cannot be imported is reported with its line number
 and why; the other lines are imported (running the corrected file again is safe)."""
 from __future__ import annotations
 
 import csv
+import hmac
 import io
 import re
 import secrets
 import string
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sqlalchemy import select
@@ -197,26 +200,50 @@ def parse_roster(text: str) -> tuple[list[RosterLine], list[LineError]]:
 PASSWORD_ALPHABET = "".join(c for c in string.ascii_letters + string.digits if c not in "0O1lI")
 
 
-def first_password(length: int = 12) -> str:
-    return "".join(secrets.choice(PASSWORD_ALPHABET) for _ in range(length))  # about 70 bits
+PASSWORD_LENGTH = 12  # about 70 bits
 
 
-def import_roster(session: Session, text: str, assignment: Assignment) -> RosterReport:
-    """Create or update one student per valid line, enrolled in `assignment` (the caller commits)."""
+def first_password(login: str = "") -> str:
+    """A random first password; `login` is not used (it is there to fit `import_roster`'s
+    `password`)."""
+    return "".join(secrets.choice(PASSWORD_ALPHABET) for _ in range(PASSWORD_LENGTH))
+
+
+def derived_password(key: bytes, login: str) -> str:
+    """The first password of `login` derived from a secret `key` (HMAC-SHA256, its 256 bits read
+    as PASSWORD_LENGTH digits in the alphabet's base): the same key and login always give the
+    same password, and whoever lacks the key cannot compute it. A background import derives
+    the passwords from a key that it then forgets, so that they are never stored (grader.roster_jobs)."""
+    number = int.from_bytes(hmac.digest(key, login.encode(), "sha256"), "big")
+    chars = []
+    for _ in range(PASSWORD_LENGTH):
+        number, digit = divmod(number, len(PASSWORD_ALPHABET))
+        chars.append(PASSWORD_ALPHABET[digit])
+    return "".join(chars)
+
+
+Progress = Callable[[int, int, RosterReport], None]  # (lines applied, lines to apply, the report so far)
+
+
+def import_roster(session: Session, text: str, assignment: Assignment,
+                  password: Callable[[str], str] = first_password, progress: Progress | None = None) -> RosterReport:
+    """Create or update one student per valid line, enrolled in `assignment` (the caller commits;
+    `progress`, called after each line, may commit too). A new account's first password is
+    `password(login)`."""
     lines, errors = parse_roster(text)
     report = RosterReport(errors=errors)
     existing = {u.username: u for u in session.scalars(select(User).where(User.username.in_([ln.login for ln in lines])))}
-    for line in lines:
+    for done, line in enumerate(lines, 1):
         user = existing.get(line.login)
         if user is None:
             user = User(username=line.login, role=Role.student, full_name=line.name, section=line.section,
                         email=line.email)
-            password = first_password()
-            set_password(user, password)
+            first = password(line.login)
+            set_password(user, first)
             session.add(user)
             session.flush()
             enroll(session, user, assignment, CourseRole.student)
-            report.created.append((line.login, password))
+            report.created.append((line.login, first))
         elif user.role != Role.student:
             report.errors.append(LineError(line.line, f"{line.login} is an existing {user.role.value} account; not changed"))
         elif role_in(session, user.id, assignment.id) is CourseRole.staff:
@@ -230,6 +257,9 @@ def import_roster(session: Session, text: str, assignment: Assignment) -> Roster
             else:
                 user.full_name, user.section, user.email = line.name, line.section, email
                 report.updated.append(line.login)
+        if progress is not None:
+            session.flush()
+            progress(done, len(lines), report)
     report.errors.sort(key=lambda e: e.line)
     session.flush()
     return report

@@ -1,41 +1,57 @@
-"""The roster page of a user who teaches: import students into an assignment they teach (CSV,
-first passwords shown once; grader.roster) and issue one student a password reset link."""
+"""The roster page of a user who teaches: import students into an assignment they teach (a CSV
+imported in the background by a worker, followed here, its new accounts' first passwords
+downloaded once as CSV; grader.roster_jobs) and issue one student a password reset link."""
 from __future__ import annotations
 
 from typing import Any
 
 from fastapi import APIRouter, Request, status
-from fastapi.responses import HTMLResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 
-from grader.api.deps import Context, get_context
-from grader.models import User
-from grader.pages.common import Db, Sender, Viewer, absent, default_slug, page, taught_assignment, taught_slugs
+from grader.api.deps import Context
+from grader.models import RosterJob, User
+from grader.pages.common import (Db, Sender, Viewer, absent, default_slug, get_context, page, see_other,
+                                 taught_assignment, taught_slugs)
 from grader.password_reset import RESET_PATH, issue_reset, may_issue_reset
-from grader.roster import import_roster
+from grader.roster_jobs import (KEY_COOKIE, KEY_MAX_AGE_S, KEY_PATH, RosterJobError, latest_job, start_job,
+                                take_passwords, view)
 from grader.service import find_user
 
 router = APIRouter(include_in_schema=False)
+FORMS = "email,name[,section] per line, or a header row naming Canvas's or generic columns"
 
 
 def _roster_page(request: Request, session: Session, user: User, status_code: int = 200,
                  **values: Any) -> HTMLResponse:
     """The roster page of a user who teaches at least one assignment (it imports into one of
-    those), else absent."""
+    those), else absent. It shows the user's latest import."""
     taught = taught_slugs(session, user)
     if not taught:
         raise absent("such page")
-    values.setdefault("report", None)
+    settings = get_context(request).settings
+    job = latest_job(session, user, settings)
     values.setdefault("error", None)
     values.setdefault("reset", None)
     values.setdefault("chosen", default_slug(request, taught))
-    max_kib = f"{get_context(request).settings.roster_max_bytes / 1024:g}"
-    return page(request, "roster.html", user, status_code, max_kib=max_kib, assignments=taught, **values)
+    held = job is not None and KEY_COOKIE.format(job.id) in request.cookies
+    return page(request, "roster.html", user, status_code, max_kib=f"{settings.roster_max_bytes / 1024:g}",
+                assignments=taught, job=view(job) if job else None, key_held=held, **values)
 
 
 @router.get("/roster", response_class=HTMLResponse)
 def roster_form(request: Request, session: Db, user: Viewer) -> Response:
     return _roster_page(request, session, user)
+
+
+@router.get("/roster/job.json")
+def roster_job_status(request: Request, ctx: Context, session: Db, user: Viewer) -> Response:
+    """The user's newest import: state, students imported of those to import, error."""
+    if not taught_slugs(session, user):
+        raise absent("such page")
+    job = latest_job(session, user, ctx.settings)
+    return JSONResponse(view(job).as_json() if job else {"state": None, "final": True})
 
 
 async def _roster_text(form: Any, limit: int) -> str:
@@ -55,22 +71,50 @@ async def _roster_text(form: Any, limit: int) -> str:
         raise ValueError(f"{name} is not UTF-8 text; save the roster as CSV (UTF-8).") from None
 
 
+def _held_keys(request: Request) -> set[int]:
+    prefix = KEY_COOKIE.format("")
+    return {int(name[len(prefix):]) for name in request.cookies if name.startswith(prefix) and name[len(prefix):].isdigit()}
+
+
 @router.post("/roster", response_class=HTMLResponse)
 async def roster_import(request: Request, ctx: Context, session: Db, user: Sender) -> Response:
+    """Start importing the roster in the background; the page then follows the job. The job's
+    key goes to this browser only (grader.roster_jobs)."""
     form = await request.form()
     slug = str(form.get("assignment") or default_slug(request, taught_slugs(session, user)))
     assignment = taught_assignment(session, user, slug)
     try:
         text = await _roster_text(form, ctx.settings.roster_max_bytes)
-    except ValueError as exc:
-        return _roster_page(request, session, user, status.HTTP_400_BAD_REQUEST, error=str(exc),
-                            chosen=assignment.slug)
-    if not text.strip():
-        return _roster_page(request, session, user, status.HTTP_400_BAD_REQUEST, chosen=assignment.slug,
-                            error="Choose a CSV file or paste the roster (email,name[,section] per line).")
-    report = import_roster(session, text, assignment)
-    response = _roster_page(request, session, user, status.HTTP_200_OK, report=report, chosen=assignment.slug)
-    response.headers["Cache-Control"] = "no-store"  # first passwords are shown once
+        if not text.strip():
+            raise ValueError(f"Choose a CSV file or paste the roster ({FORMS}).")
+        job, key = await run_in_threadpool(start_job, session, ctx.celery, ctx.settings, assignment, user, text,
+                                           _held_keys(request))
+    except (ValueError, RosterJobError) as exc:
+        code = status.HTTP_409_CONFLICT if isinstance(exc, RosterJobError) else status.HTTP_400_BAD_REQUEST
+        return _roster_page(request, session, user, code, error=str(exc), chosen=assignment.slug)
+    response = see_other("/roster")
+    response.set_cookie(KEY_COOKIE.format(job.id), key, max_age=KEY_MAX_AGE_S, path=KEY_PATH, httponly=True,
+                        samesite="strict", secure=ctx.settings.session_https_only)
+    return response
+
+
+@router.post("/roster/imports/{job_id}/passwords.csv")
+async def roster_passwords(request: Request, job_id: int, session: Db, user: Sender) -> Response:
+    """The import's first passwords as login,password CSV, once; the key's cookie is deleted with
+    it. A refusal (taken already, another browser, not done) is the roster page with the reason."""
+    job = session.get(RosterJob, job_id)
+    if job is None or job.requested_by != user.id:
+        raise absent(f"import {job_id} of yours")
+    cookie = KEY_COOKIE.format(job.id)
+    try:
+        csv_text = take_passwords(session, job, request.cookies.get(cookie))
+    except RosterJobError as exc:
+        return _roster_page(request, session, user, status.HTTP_410_GONE if job.passwords_taken_at else
+                            status.HTTP_409_CONFLICT, error=str(exc))
+    response = Response(csv_text, media_type="text/csv; charset=utf-8", headers={
+        "Content-Disposition": f'attachment; filename="first-passwords-{job.id}.csv"', "Cache-Control": "no-store"})
+    response.delete_cookie(cookie, path=KEY_PATH, httponly=True, samesite="strict",
+                           secure=get_context(request).settings.session_https_only)
     return response
 
 

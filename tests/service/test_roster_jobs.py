@@ -1,0 +1,128 @@
+"""The roster page's import in the background, on PostgreSQL with a real Celery worker (Redis
+broker): a 300-line Canvas gradebook export is posted, the answer comes at once, the job's
+progress is followed through its JSON status until the worker is done, and the new accounts'
+first passwords are downloaded once as a login,password CSV (a second download is refused with
+the reason; another browser of the same instructor cannot download them at all); nothing of
+the passwords is stored on the job."""
+from __future__ import annotations
+
+import csv
+import io
+import time
+import uuid
+from typing import Any
+
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from grader.app import create_app
+from grader.auth import set_password
+from grader.db import session_scope
+from grader.models import Role, RosterJob, User
+from grader.service import get_or_create_user
+from grader.settings import Settings
+from tests.service.conftest import WorkerProcess
+from tests.service.test_roster_canvas import _canvas_export
+from tests.service.test_web_settings import PASSWORD, Browser
+
+
+def _prof(settings: Settings, sessions: sessionmaker[Session]) -> str:
+    name = f"jprof-{uuid.uuid4().hex[:6]}"
+    with session_scope(sessions) as session:
+        set_password(get_or_create_user(session, name, Role.instructor), PASSWORD)
+    return name
+
+
+def _start(browser: Browser, text: str) -> float:
+    """Posts the roster; the seconds the answer took."""
+    started = time.monotonic()
+    response = browser.client.post("/roster", data={"csrf_token": browser.page_csrf("/roster")},
+                                   files={"file": ("roster.csv", text.encode(), "text/csv")}, follow_redirects=False)
+    assert response.status_code == 303 and response.headers["location"] == "/roster", response.text
+    return time.monotonic() - started
+
+
+def _follow(browser: Browser, worker: WorkerProcess, timeout: float = 240) -> tuple[dict[str, Any], list[tuple[int, int]]]:
+    """The job's final status and the progress seen on the way."""
+    seen: list[tuple[int, int]] = []
+    deadline = time.monotonic() + timeout
+    while True:
+        status = browser.client.get("/roster/job.json").json()
+        seen.append((status["lines_done"], status["lines_total"]))
+        if status["final"]:
+            return status, seen
+        assert time.monotonic() < deadline, f"the import is not final after {timeout} s: {status}\n{worker.log()}"
+        time.sleep(0.3)
+
+
+def _download(browser: Browser, job_id: int) -> Any:
+    return browser.client.post(f"/roster/imports/{job_id}/passwords.csv",
+                               data={"csrf_token": browser.page_csrf("/roster")})
+
+
+def test_a_300_line_canvas_roster_is_imported_in_the_background_and_its_passwords_downloaded_once(
+        settings: Settings, sessions: sessionmaker[Session], worker: WorkerProcess) -> None:
+    tag = uuid.uuid4().hex[:6]
+    text = _canvas_export(tag, 297)
+    assert len(text.splitlines()) == 300
+    name = _prof(settings, sessions)
+    prof = Browser(settings, name)
+    assert _start(prof, text) < 5  # the import itself takes about a minute
+    status, seen = _follow(prof, worker)
+    assert status["state"] == "done", status
+    assert status["lines_done"] == status["lines_total"] == 297  # Canvas's test student is a line error
+    assert any(0 < done < total for done, total in seen), seen  # progress was seen on the way
+    page = prof.client.get("/roster").text
+    assert "297 created, 0 updated, 0 unchanged, 1 line(s) with errors." in page
+    assert "Line 300: the SIS Login ID is empty" in page
+    assert "can be downloaded once" in page and "Download the first passwords (CSV, one time only)" in page
+
+    # Another browser of the same instructor sees the result but cannot download the passwords.
+    other = Browser(settings, name)
+    assert "Only the browser that started import" in other.client.get("/roster").text
+    refused = _download(other, status["id"])
+    assert refused.status_code == 409 and "This browser does not hold the key of import" in refused.text
+
+    got = _download(prof, status["id"])
+    assert got.status_code == 200 and got.headers["content-type"].startswith("text/csv")
+    assert got.headers["content-disposition"] == f'attachment; filename="first-passwords-{status["id"]}.csv"'
+    rows = list(csv.reader(io.StringIO(got.text)))
+    assert rows[0] == ["login", "password"] and len(rows) == 298
+    passwords = dict(rows[1:])
+    assert f"s001{tag}" in passwords and f"s000{tag}@andrew.example.edu" in passwords
+    for login in (f"s001{tag}", f"s000{tag}@andrew.example.edu"):  # the downloaded passwords log in
+        fresh = TestClient(create_app(settings))
+        signed_in = fresh.post("/login", data={"csrf_token": Browser.csrf(fresh.get("/login").text), "username": login,
+                                               "password": passwords[login]}, follow_redirects=False)
+        assert signed_in.status_code == 303, login
+
+    again = _download(prof, status["id"])
+    assert again.status_code == 410
+    assert f"The first passwords of import {status['id']} were already downloaded" in again.text
+    assert "were downloaded on" in prof.client.get("/roster").text
+    with session_scope(sessions) as session:
+        job = session.get(RosterJob, status["id"])
+        assert job is not None and job.roster is None and job.passwords_taken_at is not None
+        stored = f"{job.result}{job.key_digest}{job.error}"
+        assert not any(p in stored for p in passwords.values())
+        assert len(session.scalars(select(User).where(User.username.like(f"%{tag}%"))).all()) == 297
+
+
+def test_a_second_import_waits_for_the_first_and_its_download(
+        settings: Settings, sessions: sessionmaker[Session], worker: WorkerProcess) -> None:
+    tag = uuid.uuid4().hex[:6]
+    prof = Browser(settings, _prof(settings, sessions))
+    _start(prof, "".join(f"w{n}-{tag}@uni.edu,W {n}\n" for n in range(20)))  # a few seconds of hashing
+    response = prof.client.post("/roster", data={"csrf_token": prof.page_csrf("/roster"),
+                                                 "text": f"w-new-{tag}@uni.edu,W New\n"})
+    assert response.status_code == 409 and "is still" in response.text and "wait for it to end" in response.text
+    status, _ = _follow(prof, worker)
+    assert status["state"] == "done"
+    refused = prof.client.post("/roster", data={"csrf_token": prof.page_csrf("/roster"),
+                                                "text": f"w-new-{tag}@uni.edu,W New\n"})
+    assert refused.status_code == 409
+    assert f"Download the first passwords of import {status['id']} first" in refused.text
+    assert _download(prof, status["id"]).status_code == 200
+    _start(prof, f"w-new-{tag}@uni.edu,W New\n")
+    assert _follow(prof, worker)[0]["id"] > status["id"]
