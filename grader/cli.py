@@ -175,14 +175,17 @@ def token_create(
 
 @roster_app.command("import")
 def roster_import(
-    file: Annotated[Path, typer.Argument(help="CSV: email,name[,section] per line", exists=True, dir_okay=False)],
+    file: Annotated[Path, typer.Argument(help="CSV: email,name[,section] per line, or a header row naming the "
+                                              "columns (a Canvas gradebook export: Student, SIS Login ID, "
+                                              "Section; or username/login, name, email, section)",
+                                         exists=True, dir_okay=False)],
     out: Annotated[Path | None, typer.Option(help="write the new accounts' first passwords here (CSV, mode 600) "
                                                   "instead of printing them")] = None,
     assignment: Annotated[str | None, typer.Option(help="enroll the students in this assignment "
                                                         "(default: the first of KG_RUBRICS)")] = None,
 ) -> None:
     """Create (or update) student accounts from a roster CSV, enrolled in one assignment. New
-    accounts' first passwords are printed once as `email,password` lines; exits 1 when a line
+    accounts' first passwords are printed once as a login,password CSV; exits 1 when a line
     could not be imported."""
     try:
         text = file.read_text(encoding="utf-8")
@@ -192,12 +195,11 @@ def roster_import(
     settings = get_settings()
     with session_scope(make_session_factory(make_engine(settings))) as session:
         report = import_roster(session, text, ops_cli.assignment_or_exit(session, assignment or settings.rubrics[0]))
-    credentials = "".join(f"{email},{password}\n" for email, password in report.created)
     if out is not None:
         out.touch(mode=0o600)
-        out.write_text("email,password\n" + credentials)
-    elif credentials:
-        typer.echo("email,password\n" + credentials, nl=False)
+        out.write_text(report.passwords_csv())
+    elif report.created:
+        typer.echo(report.passwords_csv(), nl=False)
     for error in report.errors:
         typer.echo(str(error), err=True)
     typer.echo(report.summary() + (f"; passwords in {out}" if out is not None and report.created else ""), err=True)

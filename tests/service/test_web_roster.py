@@ -1,9 +1,11 @@
-"""Roster import on PostgreSQL: the instructor's page and `grader roster import` create student
-accounts idempotently (email as login, a first password shown once), report every bad line
-with its number, and refuse students and forged forms."""
+"""Roster import on PostgreSQL: the instructor's page (through its background job, a real
+worker) and `grader roster import` create student accounts idempotently (email as login, a
+first password given once), report every bad line with its number, and refuse students and
+forged forms."""
 from __future__ import annotations
 
 import re
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,9 +24,10 @@ from grader.models import Role, User
 from grader.roster import parse_roster
 from grader.service import get_or_create_user
 from grader.settings import Settings, get_settings
+from tests.service.conftest import WorkerProcess
 from tests.service.test_web_settings import PASSWORD, Browser
 
-CREATED_ROW = re.compile(r'<tr><th scope="row">([^<]+)</th><td><code>([^<]+)</code></td></tr>')
+CREATED_ROW = re.compile(r'<tr><td>([^<]+)</td></tr>')  # the page's table of new accounts' logins
 
 
 def test_parse_reports_each_bad_line() -> None:
@@ -70,6 +73,25 @@ def _post(browser: Browser, csv_text: str | bytes, **extra: str) -> tuple[int, s
     return response.status_code, response.text
 
 
+def _imported(browser: Browser, csv_text: str, **extra: str) -> tuple[str, dict[str, str]]:
+    """Imports through the page's job: the page once the worker is done, and the first passwords
+    downloaded (login -> password)."""
+    code, _ = _post(browser, csv_text, **extra)
+    assert code == 200
+    deadline = time.monotonic() + 120
+    while not (status := browser.client.get("/roster/job.json").json())["final"]:
+        assert time.monotonic() < deadline, status
+        time.sleep(0.2)
+    assert status["state"] == "done", status
+    html = browser.client.get("/roster").text
+    if not CREATED_ROW.search(html):
+        return html, {}
+    download = browser.client.post(f"/roster/imports/{status['id']}/passwords.csv",
+                                   data={"csrf_token": browser.csrf(html)})
+    assert download.status_code == 200, download.text
+    return html, dict(line.split(",") for line in download.text.splitlines()[1:])
+
+
 def _students(sessions: sessionmaker[Session], tag: str) -> dict[str, tuple[str | None, str | None, Role]]:
     with session_scope(sessions) as session:
         return {u.username: (u.full_name, u.section, u.role)
@@ -77,29 +99,28 @@ def _students(sessions: sessionmaker[Session], tag: str) -> dict[str, tuple[str 
 
 
 def test_page_imports_idempotently_with_line_errors(settings: Settings, sessions: sessionmaker[Session],
-                                                    prof: Browser, tag: str) -> None:
+                                                    prof: Browser, tag: str, worker: WorkerProcess) -> None:
     roster = (f"email,name,section\nann-{tag}@uni.edu,Ann Lee,A\nBen-{tag}@Uni.edu,Ben Ode,B\n"
               f"broken line\nstaff-{tag}@uni.edu,Not A Student\n")
-    code, html = _post(prof, roster)
-    assert code == 200 and "2 created, 0 updated, 0 unchanged, 2 line(s) with errors." in html
+    html, created = _imported(prof, roster)
+    assert "2 created, 0 updated, 0 unchanged, 2 line(s) with errors." in html
     assert "Line 4: expected 2 or 3 columns (email,name[,section]), found 1" in html
     assert f"Line 5: staff-{tag}@uni.edu is an existing instructor account; not changed" in html
-    created = dict(CREATED_ROW.findall(html))
-    assert set(created) == {f"ann-{tag}@uni.edu", f"ben-{tag}@uni.edu"}
+    assert set(CREATED_ROW.findall(html)) == set(created) == {f"ann-{tag}@uni.edu", f"ben-{tag}@uni.edu"}
     assert _students(sessions, tag) == {
         f"ann-{tag}@uni.edu": ("Ann Lee", "A", Role.student), f"ben-{tag}@uni.edu": ("Ben Ode", "B", Role.student),
         f"staff-{tag}@uni.edu": (None, None, Role.instructor)}
-    # The shown first password logs the student in (email as login).
+    # The downloaded first password logs the student in (email as login).
     fresh = TestClient(create_app(settings))
     signed_in = fresh.post("/login", data={"csrf_token": Browser.csrf(fresh.get("/login").text),
                                            "username": f"ann-{tag}@uni.edu",
                                            "password": created[f"ann-{tag}@uni.edu"]}, follow_redirects=False)
     assert signed_in.status_code == 303
     # The same file again: nothing created, passwords kept; a changed section updates.
-    code, html = _post(prof, roster)
-    assert "0 created, 0 updated, 2 unchanged" in html and not CREATED_ROW.search(html)
-    code, html = _post(prof, "", text=f"ann-{tag}@uni.edu,Ann Lee,C\n")
-    assert code == 200 and "0 created, 1 updated, 0 unchanged, 0 line(s) with errors." in html
+    html, created = _imported(prof, roster)
+    assert "0 created, 0 updated, 2 unchanged" in html and not CREATED_ROW.search(html) and not created
+    html, _ = _imported(prof, "", text=f"ann-{tag}@uni.edu,Ann Lee,C\n")
+    assert "0 created, 1 updated, 0 unchanged, 0 line(s) with errors." in html
     assert _students(sessions, tag)[f"ann-{tag}@uni.edu"] == ("Ann Lee", "C", Role.student)
     # The exports carry the roster's name: Canvas's Student column, the JSON's name and section.
     assert f"Ann Lee,ann-{tag}@uni.edu," in prof.client.get("/gradebook.csv").text
@@ -141,7 +162,7 @@ def test_cli_roster_import(server_env: None, sessions: sessionmaker[Session], tm
     first = runner.invoke(cli_app, ["roster", "import", str(roster)])
     assert first.exit_code == 0, first.output
     lines = first.stdout.splitlines()
-    assert lines[0] == "email,password" and [ln.split(",")[0] for ln in lines[1:]] == [
+    assert lines[0] == "login,password" and [ln.split(",")[0] for ln in lines[1:]] == [
         f"cli1-{tag}@uni.edu", f"cli2-{tag}@uni.edu"]
     assert "2 created, 0 updated, 0 unchanged, 0 line(s) with errors" in first.stderr
     roster.write_text(f"cli1-{tag}@uni.edu,Cli One,L2\nnope\n")
@@ -149,7 +170,7 @@ def test_cli_roster_import(server_env: None, sessions: sessionmaker[Session], tm
     second = runner.invoke(cli_app, ["roster", "import", str(roster), "--out", str(out)])
     assert second.exit_code == 1 and second.stdout == ""
     assert "line 2: expected 2 or 3 columns" in second.stderr and "0 created, 1 updated" in second.stderr
-    assert out.read_text() == "email,password\n" and out.stat().st_mode & 0o777 == 0o600
+    assert out.read_text() == "login,password\n" and out.stat().st_mode & 0o777 == 0o600
     with session_scope(sessions) as session:
         count = session.scalar(select(func.count()).select_from(User).where(User.username.like(f"cli%-{tag}@uni.edu")))
         assert count == 2
