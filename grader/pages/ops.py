@@ -160,7 +160,7 @@ async def member_save(request: Request, slug: str, session: Db, staff: StaffForm
     if target is None:
         return _members_page(request, session, user, assignment, status.HTTP_400_BAD_REQUEST,
                              error=f"No account “{username}”: create accounts with the roster import "
-                                   "(Roster page) or `grader user add`.")
+                                   "(Roster page) or with the command grader user add.")
     if target.id == user.id:
         return _own_part_refused(request, session, user, assignment)
     enroll(session, target, assignment, part)

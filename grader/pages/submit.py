@@ -23,6 +23,7 @@ from grader.pages.common import CSRF_MESSAGE, Db, PageDenied, page, see_other
 from grader.service import CommitUncertain, NotFound, Recorded, commit_upload, get_assignment, record_upload
 from grader.uploads import ReceivedUpload, UploadError, earlier_upload_message, maybe_stored_message, receive_upload
 from grader.websession import CSRF_FIELD, CsrfError, check_csrf, current_user
+from worker.assignment import AssignmentError, assignment_of
 from worker.rubric import Problem, RubricError, load_rubric
 from worker.unpack import HEAD_BYTES, not_a_zip
 
@@ -103,8 +104,8 @@ async def submit_from_session(request: Request) -> Response:
             with ctx.blobs.path(upload.blob.sha256).open("rb") as fh:
                 head = fh.read(HEAD_BYTES)
                 if head[:4] not in ZIP_MAGIC:
-                    raise UploadError(415, f"“{upload.filename}” {not_a_zip(head)}. Zip your assignment folder "
-                                           "(for example with `zip -r llmsys_hw4.zip llmsys_hw4`) and upload the .zip.")
+                    slug = upload.fields.get("assignment", ctx.default_assignment)
+                    raise UploadError(415, f"“{upload.filename}” {not_a_zip(head)}. {_zip_hint(slug)}")
             recorded = _record_form_upload(ctx, upload, holder["user_id"])
     except UploadError as exc:
         error = (exc.status_code, exc.message)
@@ -126,6 +127,15 @@ async def submit_from_session(request: Request) -> Response:
     return page(request, "upload_result.html", None, status.HTTP_200_OK, error=None,
                 submission_id=recorded.submission.id, run_id=recorded.run.id,
                 sha256=recorded.submission.sha256, message=message)
+
+
+def _zip_hint(slug: str) -> str:
+    """How to make the zip, with the folder name of the assignment's starter where it has one."""
+    try:
+        folder = assignment_of(load_rubric(slug)).zip_folder
+    except (RubricError, AssignmentError):
+        return "Zip your assignment folder and upload the .zip file."
+    return f"Zip your assignment folder (for example: zip -r {folder}.zip {folder}) and upload the .zip file."
 
 
 def _refuse_if_not_admitted(ctx: AppContext, session: Session, user: User, assignment: Assignment) -> None:

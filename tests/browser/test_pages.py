@@ -108,6 +108,10 @@ def test_student_uploads_and_watches_the_run(
     picker.set_input_files({"name": "fake.zip", "mimeType": "application/zip", "buffer": b"hello"})
     page.get_by_role("button", name="Upload and grade").click()
     expect(page.locator("#upload-error")).to_contain_text("“fake.zip” is not a zip file")
+    # How to make one, in words with the assignment's folder name (no Markdown backticks).
+    expect(page.locator("#upload-error")).to_contain_text(
+        "Zip your assignment folder (for example: zip -r llmsys_hw4.zip llmsys_hw4) and upload the .zip file.")
+    assert "`" not in page.locator("#upload-error").inner_text()
     # A .tar.gz renamed .zip: the message says what it is.
     picker.set_input_files({"name": "kit.zip", "mimeType": "application/zip", "buffer": tar_gz()})
     page.get_by_role("button", name="Upload and grade").click()
