@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import enum
 import math
-from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone, tzinfo
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta, tzinfo
 
 DAY = timedelta(days=1)
 
@@ -76,28 +76,11 @@ class Extension:
             raise ValueError("an extension cannot be negative")
 
 
-@dataclass(frozen=True)
-class Lateness:
-    status: LateStatus
-    multiplier: float  # the share of the score the submission keeps
-    penalty_days: int  # started days past the grace that were charged
-    due_at: datetime | None  # the student's effective due instant (extension included)
-    reason: str
-
-    @property
-    def accepted(self) -> bool:
-        """Whether an upload at this instant should be taken at all."""
-        return self.status not in (LateStatus.not_released, LateStatus.closed)
-
-    def adjust(self, points: float) -> float:
-        return points * self.multiplier
-
-
-def _show(instant: datetime, tz: tzinfo) -> str:
+def show_instant(instant: datetime, tz: tzinfo) -> str:
     return instant.astimezone(tz).strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
-def _duration(delta: timedelta) -> str:
+def duration_text(delta: timedelta) -> str:
     """`2 d 3 h`, `15 min`, `1 s`: the non-zero units of days, hours, minutes, seconds."""
     seconds = int(delta.total_seconds())
     parts = []
@@ -108,31 +91,73 @@ def _duration(delta: timedelta) -> str:
     return " ".join(parts) or "0 s"
 
 
+@dataclass(frozen=True)
+class Lateness:
+    """Where one instant falls in one student's schedule. The reason is worded when read, in
+    `tz`, so every page can show the same lateness in the course's zone (`in_zone`)."""
+
+    status: LateStatus
+    multiplier: float  # the share of the score the submission keeps
+    penalty_days: int  # started days past the grace that were charged
+    due_at: datetime | None  # the student's effective due instant (extension included)
+    at: datetime  # the instant judged (an upload time)
+    policy: LatePolicy
+    extension: Extension | None = None
+    tz: tzinfo = UTC
+
+    @property
+    def accepted(self) -> bool:
+        """Whether an upload at this instant should be taken at all."""
+        return self.status not in (LateStatus.not_released, LateStatus.closed)
+
+    def adjust(self, points: float) -> float:
+        return points * self.multiplier
+
+    def in_zone(self, tz: tzinfo) -> Lateness:
+        return replace(self, tz=tz)
+
+    @property
+    def reason(self) -> str:
+        policy, tz, due = self.policy, self.tz, self.due_at
+        if self.status is LateStatus.not_released:
+            assert policy.release_at is not None
+            return f"the assignment opens at {show_instant(policy.release_at, tz)}"
+        if due is None:
+            return "no due date"
+        extra = self.extension.extra if self.extension is not None else timedelta(0)
+        extended = f" (extended by {duration_text(extra)})" if extra else ""
+        if self.status is LateStatus.on_time:
+            return f"on time: due {show_instant(due, tz)}{extended}"
+        if self.status is LateStatus.closed:
+            return f"after the late window closed at {show_instant(due + policy.late_window, tz)}{extended}"
+        over = f"{duration_text(self.at - due)} after the due time {show_instant(due, tz)}{extended}"
+        if self.status is LateStatus.grace:
+            return f"{over}, within the {duration_text(policy.grace)} grace period: no penalty"
+        return (f"{over}: {self.penalty_days} started day(s) after the grace x {policy.penalty_per_day:.0%} = "
+                f"{1.0 - self.multiplier:.0%} off")
+
+
 def evaluate(policy: LatePolicy, submitted_at: datetime, extension: Extension | None = None,
-             tz: tzinfo = timezone.utc) -> Lateness:
+             tz: tzinfo = UTC) -> Lateness:
     """Where `submitted_at` falls in `policy` for a student with `extension`; `tz` is only the
     zone the reason shows instants in."""
     _aware("submitted_at", submitted_at)
+
+    def judged(status: LateStatus, multiplier: float, days: int, due: datetime | None) -> Lateness:
+        return Lateness(status, multiplier, days, due, submitted_at, policy, extension, tz)
+
     if policy.release_at is not None and submitted_at < policy.release_at:
-        return Lateness(LateStatus.not_released, 0.0, 0, policy.due_at,
-                        f"the assignment opens at {_show(policy.release_at, tz)}")
+        return judged(LateStatus.not_released, 0.0, 0, policy.due_at)
     if policy.due_at is None:
-        return Lateness(LateStatus.on_time, 1.0, 0, None, "no due date")
+        return judged(LateStatus.on_time, 1.0, 0, None)
     due = policy.due_at + (extension.extra if extension is not None else timedelta(0))
-    extended = f" (extended by {_duration(extension.extra)})" if extension is not None and extension.extra else ""
     if submitted_at <= due:
-        return Lateness(LateStatus.on_time, 1.0, 0, due, f"on time: due {_show(due, tz)}{extended}")
+        return judged(LateStatus.on_time, 1.0, 0, due)
     over = submitted_at - due
     if over <= policy.grace:
-        return Lateness(LateStatus.grace, 1.0, 0, due,
-                        f"{_duration(over)} after the due time {_show(due, tz)}{extended}, "
-                        f"within the {_duration(policy.grace)} grace period: no penalty")
+        return judged(LateStatus.grace, 1.0, 0, due)
     if over > policy.late_window:
-        return Lateness(LateStatus.closed, 0.0, 0, due,
-                        f"after the late window closed at {_show(due + policy.late_window, tz)}{extended}")
+        return judged(LateStatus.closed, 0.0, 0, due)
     days = math.ceil((over - policy.grace) / DAY)
     multiplier = round(max(0.0, 1.0 - days * policy.penalty_per_day), 9)
-    return Lateness(LateStatus.late, multiplier, days, due,
-                    f"{_duration(over)} after the due time {_show(due, tz)}{extended}: {days} started "
-                    f"day(s) after the grace x {policy.penalty_per_day:.0%} = "
-                    f"{1.0 - multiplier:.0%} off")
+    return judged(LateStatus.late, multiplier, days, due)

@@ -13,10 +13,10 @@ from email.utils import formatdate, make_msgid
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.course_ops import lateness
 from grader.db import session_scope
 from grader.deadlines import LateStatus
 from grader.models import Run, RunState
+from grader.queries import run_grades
 from grader.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -59,17 +59,15 @@ def run_notice(session: Session, run: Run, settings: Settings) -> RunNotice | No
     user, assignment = submission.user, submission.assignment
     if not user.email:
         return None
-    grade = raw = late_reason = None
-    if run.state is RunState.scored and run.score is not None:
-        late = lateness(session, assignment, user.id, submission.uploaded_at, settings)
-        grade = round(late.adjust(run.score), 2)
-        raw = run.score if late.multiplier != 1.0 else None
-        late_reason = late.reason if late.status is not LateStatus.on_time else None
+    grade = run_grades(session, [run], settings.course_zone).get(run.id)
     path = f"/runs/{run.id}"
     return RunNotice(
         to=user.email, student=user.full_name or user.username, run_id=run.id,
-        slug=assignment.slug, title=assignment.title, state=run.state, grade=grade, raw_score=raw,
-        total_points=assignment.total_points, late_reason=late_reason, message=run.message,
+        slug=assignment.slug, title=assignment.title, state=run.state,
+        grade=grade.final if grade else None, raw_score=grade.raw if grade and grade.penalty else None,
+        total_points=assignment.total_points,
+        late_reason=grade.reason if grade and grade.lateness.status is not LateStatus.on_time else None,
+        message=run.message,
         problems=tuple(ProblemLine(r.problem_id, r.title, r.points, r.max_points) for r in run.results),
         link=settings.public_url.rstrip("/") + path if settings.public_url else path,
     )

@@ -7,18 +7,30 @@ all scored runs of an assignment in one statement and their problem results in o
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, tzinfo
 from typing import Generic, Literal, TypeVar
 
 from sqlalchemy import ColumnElement, and_, false, func, or_, select
 from sqlalchemy.orm import Session, joinedload, selectinload
 
 from grader.auth import SCOPE_READ, Principal
-from grader.course_ops import late_checker
-from grader.deadlines import LateStatus
+from grader.course_ops import Refusal, admission, late_checker, lateness
+from grader.deadlines import Lateness, LateStatus
 from grader.gpu_info import GpuNote, gpu_notes
-from grader.models import Assignment, CourseRole, Enrollment, ProblemResult, Run, RunState, Submission, User
+from grader.grades import Deadlines, Grade, final_grade
+from grader.models import (
+    Assignment,
+    CourseRole,
+    Enrollment,
+    ProblemResult,
+    Run,
+    RunState,
+    Submission,
+    User,
+)
+from grader.settings import Settings
 from worker.rubric import RubricError, load_rubric
 
 T = TypeVar("T")
@@ -99,6 +111,39 @@ def submission_runs(session: Session, submission_id: int) -> list[Run]:
     )
 
 
+def run_grades(session: Session, runs: list[Run], tz: tzinfo = UTC) -> dict[int, Grade]:
+    """run id -> the final grade of each scored run in `runs` (the gradebook's: the late
+    policy of its assignment at its submission's upload time, the student's extension
+    included); `tz` is the zone the reasons show instants in. One extension read per assignment."""
+    checkers: dict[int, Callable[[int, datetime], Lateness]] = {}
+    grades = {}
+    for run in runs:
+        if run.state is not RunState.scored or run.score is None:
+            continue
+        sub = run.submission
+        if sub.assignment_id not in checkers:
+            checkers[sub.assignment_id] = late_checker(session, sub.assignment)
+        lateness = checkers[sub.assignment_id](sub.user_id, sub.uploaded_at).in_zone(tz)
+        grades[run.id] = final_grade(run.score, sub.assignment.total_points, lateness)
+    return grades
+
+
+@dataclass(frozen=True)
+class UploadWindow:
+    """One assignment as the upload page shows it to one user now: the deadlines, and why an
+    upload would be refused (the upload POST's own rule, course_ops.admission); None: open."""
+
+    deadlines: Deadlines
+    refusal: Refusal | None
+
+
+def upload_windows(session: Session, settings: Settings, user: User, assignments: list[Assignment],
+                   now: datetime) -> dict[str, UploadWindow]:
+    """slug -> the upload window of each of `assignments` for `user` at `now`."""
+    return {a.slug: UploadWindow(Deadlines(lateness(session, a, user.id, now, settings)),
+                                 admission(session, settings, user, a, now)) for a in assignments}
+
+
 # ---- gradebook ----------------------------------------------------------------------------
 
 
@@ -114,13 +159,26 @@ class ProblemColumn:
 class ScoredRun:
     run_id: int
     submission_id: int
-    score: float
+    grade: Grade  # the final grade (grader.grades): raw score, lateness, penalty
     finished_at: datetime | None
-    problems: dict[str, float]  # problem id -> points
+    problems: dict[str, float]  # problem id -> points (raw: before a late penalty)
     speedups: dict[str, float] = field(default_factory=dict)  # problem id -> the speedup that scored
-    raw_score: float | None = None  # before a late penalty (None: no penalty applied)
-    late: str | None = None  # the late policy's reason when the submission was not on time
     gpu: GpuNote | None = None  # the GPU model it was measured on, and whether that model is calibrated
+
+    @property
+    def score(self) -> float:
+        """The final grade, after any late penalty."""
+        return self.grade.final
+
+    @property
+    def raw_score(self) -> float | None:
+        """Before a late penalty; None: no penalty applied."""
+        return self.grade.raw if self.grade.penalty else None
+
+    @property
+    def late(self) -> str | None:
+        """The grade's reason when the submission was not on time."""
+        return None if self.grade.lateness.status is LateStatus.on_time else self.grade.reason
 
 
 @dataclass(frozen=True)
@@ -176,7 +234,31 @@ def _problem_columns(session: Session, assignment: Assignment, run_ids: list[int
     return list(columns.values())
 
 
-def gradebook(session: Session, assignment: Assignment, policy: str | None = None) -> Gradebook:
+@dataclass(frozen=True)
+class _Scored:
+    user_id: int
+    submission_id: int
+    run_id: int
+    grade: Grade
+    finished_at: datetime | None
+
+    def key(self, policy: str) -> tuple[float, int, int]:
+        """What the score policy maximises: "latest" the newest submission (its newest run),
+        "best" the final grade (ties: the newer)."""
+        newer = (self.submission_id, self.run_id)
+        return (0.0, *newer) if policy == "latest" else (self.grade.final, *newer)
+
+
+def counting_run(runs: list[Run], grades: Mapping[int, Grade], policy: str) -> int | None:
+    """The id of the run among one student's `runs` of one assignment that the gradebook
+    counts under `policy` (`grades`: run_grades of them); None without a scored run."""
+    scored = [_Scored(r.submission.user_id, r.submission_id, r.id, grades[r.id], r.finished_at)
+              for r in runs if r.id in grades]
+    return max(scored, key=lambda r: r.key(policy)).run_id if scored else None
+
+
+def gradebook(session: Session, assignment: Assignment, policy: str | None = None,
+              tz: tzinfo = UTC) -> Gradebook:
     """One row per student (every student enrolled in the assignment, plus anyone else who
     submitted to it), ordered by login.
 
@@ -185,7 +267,8 @@ def gradebook(session: Session, assignment: Assignment, policy: str | None = Non
     newest scored run, so a re-grade replaces the earlier grade of the same upload);
     "best": the highest score of any scored run. `policy` None: the assignment's own. A
     submission uploaded late keeps the late policy's share of its score (its upload time,
-    the student's extension included), and "best" compares the scores after that."""
+    the student's extension included), and "best" compares the scores after that; `tz` is
+    the zone the grades' reasons show instants in."""
     policy = policy or assignment.score_policy
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {POLICIES}")
@@ -202,26 +285,23 @@ def gradebook(session: Session, assignment: Assignment, policy: str | None = Non
         select(User).where(User.id.in_(students) | User.id.in_(list(counts) or [-1])).order_by(User.username)
     ).all()
     lateness = late_checker(session, assignment)
-    scored = []
+    scored: list[_Scored] = []
     for user_id, submission_id, run_id, score, finished_at, uploaded_at in session.execute(
         select(Submission.user_id, Run.submission_id, Run.id, Run.score, Run.finished_at, Submission.uploaded_at)
         .join(Run, Run.submission_id == Submission.id)
         .where(Submission.assignment_id == assignment.id, Run.state == RunState.scored, Run.score.is_not(None))
     ):
-        late = lateness(user_id, uploaded_at)
-        adjusted = round(late.adjust(float(score)), 2)
-        scored.append((user_id, submission_id, run_id, adjusted, finished_at,
-                       None if late.multiplier == 1.0 else float(score),
-                       None if late.status is LateStatus.on_time else late.reason))
-    latest: dict[int, tuple] = {}
-    best: dict[int, tuple] = {}
+        grade = final_grade(score or 0.0, assignment.total_points, lateness(user_id, uploaded_at).in_zone(tz))
+        scored.append(_Scored(user_id, submission_id, run_id, grade, finished_at))
+    latest: dict[int, _Scored] = {}
+    best: dict[int, _Scored] = {}
     for row in scored:
-        uid = row[0]
-        if uid not in latest or (row[1], row[2]) > (latest[uid][1], latest[uid][2]):
-            latest[uid] = tuple(row)
-        if uid not in best or (row[3], row[1], row[2]) > (best[uid][3], best[uid][1], best[uid][2]):
-            best[uid] = tuple(row)
-    chosen_ids = sorted({r[2] for r in latest.values()} | {r[2] for r in best.values()})
+        uid = row.user_id
+        if uid not in latest or row.key("latest") > latest[uid].key("latest"):
+            latest[uid] = row
+        if uid not in best or row.key("best") > best[uid].key("best"):
+            best[uid] = row
+    chosen_ids = sorted({r.run_id for r in latest.values()} | {r.run_id for r in best.values()})
     points: dict[int, dict[str, float]] = defaultdict(dict)
     speedups: dict[int, dict[str, float]] = defaultdict(dict)
     if chosen_ids:
@@ -237,12 +317,12 @@ def gradebook(session: Session, assignment: Assignment, policy: str | None = Non
     newest = _newest_runs(session, assignment)
     gpus = gpu_notes(session, assignment.id, chosen_ids)
 
-    def as_scored(row: tuple | None) -> ScoredRun | None:
+    def as_scored(row: _Scored | None) -> ScoredRun | None:
         if row is None:
             return None
-        return ScoredRun(run_id=row[2], submission_id=row[1], score=float(row[3]), finished_at=row[4],
-                         problems=dict(points.get(row[2], {})), speedups=dict(speedups.get(row[2], {})),
-                         raw_score=row[5], late=row[6], gpu=gpus.get(row[2]))
+        return ScoredRun(run_id=row.run_id, submission_id=row.submission_id, grade=row.grade,
+                         finished_at=row.finished_at, problems=dict(points.get(row.run_id, {})),
+                         speedups=dict(speedups.get(row.run_id, {})), gpu=gpus.get(row.run_id))
 
     rows = []
     for user in users:

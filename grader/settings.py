@@ -10,6 +10,7 @@ import functools
 import re
 from pathlib import Path
 from typing import Literal
+from zoneinfo import ZoneInfo
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -190,6 +191,11 @@ class Settings(BaseSettings):
     @property
     def is_embedded(self) -> bool:
         return self.resolved_database_url.startswith("sqlite")
+
+    @property
+    def course_zone(self) -> ZoneInfo:
+        """The course's time zone: every page and notice shows instants in it."""
+        return ZoneInfo(self.course_timezone)
 
     @property
     def blob_dir(self) -> Path:

@@ -29,17 +29,23 @@ def _fmt(points: float | None) -> str:
 
 def gradebook_csv(book: queries.Gradebook) -> str:
     """Canvas's import matches rows on `SIS Login ID` (the login); `Student` is the roster's
-    name where there is one. A blank score leaves Canvas unchanged."""
+    name where there is one. A blank score leaves Canvas unchanged. The assignment's column
+    is the final grade (after a late penalty); the raw total, the penalty, the lateness and
+    the per-problem points (raw, before the penalty) follow, each labelled so."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
+    total = f"{book.total_points:g}"
     writer.writerow(
-        ["Student", "SIS Login ID", f"{book.title} ({book.total_points:g})"]
-        + [f"{p.problem_id} {p.title} ({p.max_points:g})" for p in book.problems]
+        ["Student", "SIS Login ID", f"{book.title} final ({total})", f"Raw score before late penalty ({total})",
+         "Late penalty (points)", "Lateness", "Late days charged", "Grade reason"]
+        + [f"{p.problem_id} {p.title} raw ({p.max_points:g})" for p in book.problems]
     )
     for row in book.rows:
-        problems = row.graded.problems if row.graded else {}
+        graded = row.graded
+        grade = [_fmt(graded.grade.final), _fmt(graded.grade.raw), _fmt(graded.grade.penalty), graded.grade.status,
+                 str(graded.grade.lateness.penalty_days), graded.grade.reason] if graded else [""] * 6
         writer.writerow(
-            [_csv_cell(row.full_name or row.username), _csv_cell(row.username), _fmt(row.total)]
-            + [_fmt(problems.get(p.problem_id)) if row.graded else "" for p in book.problems]
+            [_csv_cell(row.full_name or row.username), _csv_cell(row.username)] + grade
+            + [_fmt(graded.problems.get(p.problem_id)) if graded else "" for p in book.problems]
         )
     return out.getvalue()

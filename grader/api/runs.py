@@ -3,11 +3,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException, status
 
-from grader.api.deps import DB, Caller, require
+from grader.api.deps import DB, Caller, Context, require
 from grader.api.errors import ERRORS
-from grader.api.schemas import RunOut
+from grader.api.schemas import GradeOut, RunOut
 from grader.auth import SCOPE_READ
 from grader.models import Run
+from grader.queries import run_grades
 
 router = APIRouter()
 
@@ -18,9 +19,10 @@ router = APIRouter()
     responses=ERRORS,
     summary="One run: state, logs, toolchain, per-problem results and the report",
 )
-def read_run(run_id: int, session: DB, caller: Caller) -> RunOut:
+def read_run(run_id: int, ctx: Context, session: DB, caller: Caller) -> RunOut:
     require(caller, SCOPE_READ)
     run = session.get(Run, run_id)
     if run is None or not caller.can_read_submission(run.submission):
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no run {run_id}")
-    return RunOut.of(run, stages=run.stages or {})
+    grade = run_grades(session, [run], ctx.settings.course_zone).get(run.id)
+    return RunOut.of(run, stages=run.stages or {}, grade=GradeOut.of(grade) if grade else None)

@@ -44,6 +44,22 @@ class ProblemResultOut(FromRow):
     details: dict[str, Any] | None
 
 
+class GradeOut(FromRow):
+    """A scored run's final grade, the same number on every page and export (grader.grades)."""
+
+    raw_score: float = Field(validation_alias="raw", description="the run's score, before any late penalty")
+    penalty: float = Field(description="points the late policy took off")
+    final_score: float = Field(validation_alias="final", description="after the late penalty: the grade")
+    total_points: float
+    lateness: Literal["on_time", "grace", "late"] = Field(validation_alias="status")
+    late: bool = Field(description="true: uploaded after the due time and its grace (a penalty may apply)")
+    penalty_days: int = Field(validation_alias=AliasPath("lateness", "penalty_days"),
+                              description="started days after the grace that were charged")
+    due_at: datetime | None = Field(validation_alias=AliasPath("lateness", "due_at"),
+                                    description="the student's due time, extension included; null: none")
+    reason: str = Field(description="the grade in words")
+
+
 class RunOut(FromRow):
     id: int
     submission_id: int
@@ -64,6 +80,7 @@ class RunOut(FromRow):
     report: dict[str, Any] | None = None  # Gradescope-format results.json once scored
     progress: dict[str, Any] | None = Field(
         default=None, description='while active: {"stage"} or {"stage": "run", "problem", "index", "total"}')
+    grade: GradeOut | None = Field(default=None, description="scored runs: the final grade (score is the raw score)")
 
 
 class RunSummary(FromRow):
@@ -131,6 +148,7 @@ class ScoredRunOut(FromRow):
     problems: dict[str, float]
     raw_score: float | None = Field(default=None, description="before the late penalty; null: none applied")
     late: str | None = Field(default=None, description="the late policy's reason; null: on time")
+    grade: GradeOut
 
 
 class GradebookRowOut(FromRow):
@@ -139,7 +157,7 @@ class GradebookRowOut(FromRow):
     section: str | None = Field(default=None, description="from the roster")
     submissions: int
     total: float | None = Field(description="score of the run the policy picks; null: no scored run")
-    problems: dict[str, float] = Field(description="problem id -> points of that run")
+    problems: dict[str, float] = Field(description="problem id -> points of that run, before any late penalty")
     run_id: int | None
     latest: ScoredRunOut | None
     best: ScoredRunOut | None

@@ -27,7 +27,7 @@ def _asked_gradebook(request: Request, session: Session, user: User) -> queries.
     policy = request.query_params.get("policy") or None  # None: the assignment's policy
     assignment = taught_assignment(session, user, slug)
     try:
-        return queries.gradebook(session, assignment, policy)
+        return queries.gradebook(session, assignment, policy, get_context(request).settings.course_zone)
     except ValueError:
         raise absent(f"gradebook for {slug!r} ({policy})") from None
 

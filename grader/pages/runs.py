@@ -16,6 +16,7 @@ from grader.auth import browser_principal
 from grader.membership import roles_of
 from grader.models import ProblemResult, Run, Submission, User
 from grader.pages.common import Db, Viewer, absent, logged_in, page
+from grader.queries import counting_run, run_grades
 from grader.runstatus import run_status
 from grader.websession import current_user
 from worker.rubric import RubricError, load_rubric
@@ -31,7 +32,13 @@ def history(request: Request, session: Db, user: Viewer) -> Response:
         .options(selectinload(Submission.runs), selectinload(Submission.assignment))
         .order_by(Submission.id.desc())
     ).all()
-    return page(request, "submissions.html", user, submissions=subs)
+    zone = get_context(request).settings.course_zone
+    grades = run_grades(session, [run for sub in subs for run in sub.runs], zone)
+    assignments = {sub.assignment.id: sub.assignment for sub in subs}
+    counting = {a.slug: counting_run([r for sub in subs if sub.assignment_id == a.id for r in sub.runs],
+                                     grades, a.score_policy) for a in assignments.values()}
+    return page(request, "submissions.html", user, submissions=subs, zone=zone, grades=grades,
+                assignments=sorted(assignments.values(), key=lambda a: a.slug), counting=counting)
 
 
 def _readable_run(session: Session, user: User, run_id: int) -> Run | None:
@@ -57,8 +64,10 @@ def _shown_run(request: Request, run_id: int, session: Db) -> tuple[User, Run]:
 def run_page(request: Request, session: Db, shown: Annotated[tuple[User, Run], Depends(_shown_run)]) -> Response:
     user, run = shown
     floors = _speed_floors(run.submission.assignment.slug)
+    settings = get_context(request).settings
     return page(request, "run.html", user, run=run, sub=run.submission,
-                status=run_status(session, run, get_context(request).settings.eta_recent_runs),
+                status=run_status(session, run, settings.eta_recent_runs),
+                grade=run_grades(session, [run], settings.course_zone).get(run.id), zone=settings.course_zone,
                 problems=[problem_view(r.details or {}, r, floors.get(r.problem_id)) for r in run.results],
                 logs=stage_logs(run.stages or {}))
 

@@ -20,6 +20,7 @@ from grader.db import session_scope
 from grader.membership import assignments_of
 from grader.models import Assignment, GpuCalibration, RunState, User, utcnow
 from grader.pages.common import CSRF_MESSAGE, Db, PageDenied, page, see_other
+from grader.queries import upload_windows
 from grader.service import CommitUncertain, NotFound, Recorded, commit_upload, get_assignment, record_upload
 from grader.uploads import ReceivedUpload, UploadError, earlier_upload_message, maybe_stored_message, receive_upload
 from grader.websession import CSRF_FIELD, CsrfError, check_csrf, current_user
@@ -69,8 +70,10 @@ def upload_page(request: Request, session: Session, user: User | None, status_co
     """The upload form; a logged-in user chooses among the assignments they are enrolled in,
     and sees what each grades before sending anything."""
     settings = get_context(request).settings
-    slugs = [a.slug for a in assignments_of(session, user.id)] if user is not None else settings.rubrics
-    return page(request, "upload.html", user, status_code, error=error, assignments=slugs,
+    enrolled = assignments_of(session, user.id) if user is not None else []
+    slugs = [a.slug for a in enrolled] if user is not None else settings.rubrics
+    windows = upload_windows(session, settings, user, enrolled, utcnow()) if user is not None else {}
+    return page(request, "upload.html", user, status_code, error=error, assignments=slugs, windows=windows,
                 gradings=_gradings(session, slugs) if user is not None else [],
                 max_bytes=settings.max_upload_bytes, max_mib=f"{settings.max_upload_bytes / (1024 * 1024):g}")
 

@@ -1,0 +1,169 @@
+"""One grade everywhere (issue 18), on real PostgreSQL: a late upload through the web form,
+scored, shows the same final grade, raw score, penalty and reason (in the course's time zone)
+on the run page, the history, the gradebook page, its CSV, the JSON API and the e-mail
+notice; the upload page shows the deadlines and, once the late window has closed, a form
+turned off with the reason the upload POST gives."""
+from __future__ import annotations
+
+import csv
+import io
+import re
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+
+import pytest
+import redis
+from sqlalchemy import delete
+from sqlalchemy.orm import Session, sessionmaker
+
+from grader.auth import issue_token, set_password
+from grader.course_ops import set_schedule
+from grader.db import session_scope
+from grader.deadlines import LatePolicy
+from grader.models import Assignment, Enrollment, ProblemResult, Role, Run, RunState, utcnow
+from grader.notify import body, run_notice
+from grader.service import get_assignment, get_or_create_user
+from grader.settings import Settings
+from tests.service.conftest import REDIS_URL, auth
+from tests.service.test_web_ops import minimal_zip
+from tests.service.test_web_settings import PASSWORD, Browser
+
+ZONE = "America/New_York"
+RAW = (20.0, 20.0, 20.0, 20.0, 16.75)  # 96.75
+# Due 1 d 2 h ago with a 1 h grace: 1 d 1 h past the grace is 2 started days, 20% off.
+FINAL, PENALTY = "77.4", "19.35"
+
+
+@dataclass
+class LateCourse:
+    slug: str
+    prof: str
+    student: str
+    settings: Settings
+
+
+@pytest.fixture(scope="module")
+def late_course(settings: Settings, sessions: sessionmaker[Session]) -> Iterator[LateCourse]:
+    tag = uuid.uuid4().hex[:6]
+    slug = f"late-{tag}"
+    with session_scope(sessions) as session:
+        session.add(Assignment(slug=slug, title=f"Late {tag}", total_points=100))
+        session.flush()  # created first: new accounts join every assignment there is
+        prof = get_or_create_user(session, f"late-prof-{tag}", Role.instructor)
+        student = get_or_create_user(session, f"late-stu-{tag}", Role.student)
+        for user in (prof, student):
+            set_password(user, PASSWORD)
+        names = prof.username, student.username
+    own = settings.model_copy(update={"task_queue": f"kg-late-{tag}", "course_timezone": ZONE})
+    yield LateCourse(slug, *names, own)
+    redis.Redis.from_url(REDIS_URL).delete(own.task_queue)
+
+
+def _schedule(sessions: sessionmaker[Session], slug: str, due_ago: timedelta) -> None:
+    with session_scope(sessions) as session:
+        set_schedule(session, slug, LatePolicy(due_at=utcnow() - due_ago, grace=timedelta(hours=1),
+                                               late_window=timedelta(days=5), penalty_per_day=0.1), "latest")
+
+
+def _score(sessions: sessionmaker[Session], run_id: int) -> None:
+    """Finish the run as the worker records a score (no worker reads this course's queue)."""
+    with session_scope(sessions) as session:
+        run = session.get(Run, run_id)
+        assert run is not None
+        run.state, run.score, run.finished_at = RunState.scored, sum(RAW), utcnow()
+        run.results = [ProblemResult(problem_id=f"p{i}", title=f"Problem {i}", status="passed", points=p,
+                                     max_points=20.0) for i, p in enumerate(RAW, 1)]
+
+
+def _text(html: str) -> str:
+    """The page's text, tags taken out and spaces squeezed."""
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
+
+
+def test_a_late_upload_has_one_grade_everywhere(late_course: LateCourse, sessions: sessionmaker[Session]) -> None:
+    _schedule(sessions, late_course.slug, timedelta(days=1, hours=2))
+    student, prof = Browser(late_course.settings, late_course.student), Browser(late_course.settings, late_course.prof)
+    upload_page = _text(re.search(rf'id="deadline-{late_course.slug}">(.*?)</li>', student.client.get("/").text,
+                                  re.S).group(1))
+    assert "due" in upload_page and "Grace period until" in upload_page
+    assert "10% off per started day" in upload_page and "until the late window closes" in upload_page
+    assert re.search(r"E[SD]T", upload_page)  # in the course's zone, not UTC
+    token = student.page_csrf("/")
+    sent = student.client.post("/submit", data={"csrf_token": token, "assignment": late_course.slug},
+                               files={"file": ("hw.zip", minimal_zip(), "application/zip")}, follow_redirects=False)
+    assert sent.status_code == 303, sent.text
+    run_id = int(sent.headers["location"].rsplit("/", 1)[1])
+    _score(sessions, run_id)
+
+    run_page = student.client.get(f"/runs/{run_id}").text
+    assert re.search(rf'id="run-score">{FINAL}</strong> / 100', run_page), _text(run_page)
+    run_text = _text(run_page)
+    assert "Late" in re.search(r'class="score">(.*?)</p>', run_page, re.S).group(1)
+    assert f"Raw score 96.75, late penalty {PENALTY} points." in run_text
+    reason = re.search(r'id="run-grade-reason">(.*?)</p>', run_page, re.S).group(1).split("points. ", 1)[1]
+    assert "2 started day(s)" in reason and re.search(r"E[SD]T", reason) and f"= {FINAL} of 100" in reason
+
+    history = student.client.get("/submissions").text
+    assert re.search(rf'class="run-grade">{FINAL} points</span> <span class="flag late-badge">Late</span>', history)
+    assert f"raw 96.75, late penalty {PENALTY}" in history and 'class="counts">counts' in history
+    assert f'run {run_id}</a>, {FINAL} / 100' in history and "newest submission that has a scored run" in history
+
+    book = prof.client.get("/gradebook", params={"assignment": late_course.slug}).text
+    row = re.search(rf'<th scope="row">{late_course.student}</th>(.*?)</tr>', book, re.S).group(1)
+    assert f'class="final-grade">{FINAL}</span>' in row and "late-badge" in row and reason in row
+
+    exported = prof.client.get("/gradebook.csv", params={"assignment": late_course.slug}).text
+    table = list(csv.DictReader(io.StringIO(exported)))
+    line = next(r for r in table if r["SIS Login ID"] == late_course.student)
+    assert line[f"Late {late_course.slug.removeprefix('late-')} final (100)"] == FINAL
+    assert line["Raw score before late penalty (100)"] == "96.75" and line["Late penalty (points)"] == PENALTY
+    assert line["Lateness"] == "late" and line["Late days charged"] == "2"
+    assert line["Grade reason"].endswith(reason)
+    assert [line[f"p{i} Problem {i} raw (20)"] for i in (1, 5)] == ["20", "16.75"]
+
+    with session_scope(sessions) as session:
+        api_token = issue_token(session, get_or_create_user(session, late_course.prof, Role.instructor), "test")
+    run_json = prof.client.get(f"/api/v1/runs/{run_id}", headers=auth(api_token)).json()
+    assert run_json["score"] == 96.75  # unchanged: the run's own (raw) score
+    grade = run_json["grade"]
+    assert (grade["final_score"], grade["raw_score"], grade["penalty"]) == (77.4, 96.75, 19.35)
+    assert grade["lateness"] == "late" and grade["late"] and grade["penalty_days"] == 2
+    book_json = prof.client.get(f"/api/v1/assignments/{late_course.slug}/gradebook", headers=auth(api_token)).json()
+    row_json = next(r for r in book_json["rows"] if r["user"] == late_course.student)
+    assert row_json["total"] == 77.4 and row_json["latest"]["grade"]["final_score"] == 77.4
+
+    with session_scope(sessions) as session:  # the e-mail notice
+        run = session.get(Run, run_id)
+        run.submission.user.email = f"{late_course.student}@example.edu"
+        session.flush()
+        text = body(run_notice(session, run, late_course.settings))
+    assert f"Grade: {FINAL} / 100\nBefore the late penalty: 96.75\n" in text and reason in text
+
+
+def test_the_form_is_turned_off_once_the_late_window_closes(late_course: LateCourse,
+                                                            sessions: sessionmaker[Session]) -> None:
+    _schedule(sessions, late_course.slug, timedelta(days=6))
+    student = Browser(late_course.settings, late_course.student)
+    page = student.client.get("/").text
+    # Still open elsewhere: this assignment alone is refused, in words, and cannot be chosen.
+    line = _text(re.search(rf'id="deadline-{late_course.slug}">(.*?)</li>', page, re.S).group(1))
+    assert "Uploads refused now: after the late window closed at" in line
+    assert f'<option value="{late_course.slug}" disabled>{late_course.slug} (closed)</option>' in page
+    assert 'id="upload-closed"' not in page
+    with session_scope(sessions) as session:  # now only in this course: every upload is refused
+        user = get_or_create_user(session, late_course.student, Role.student)
+        session.execute(delete(Enrollment).where(Enrollment.user_id == user.id,
+                                                 Enrollment.assignment_id != get_assignment(session, late_course.slug).id))
+    page = student.client.get("/").text
+    closed = re.search(r'id="upload-closed">(.*?)</p>', page, re.S)
+    assert closed, _text(page)
+    assert re.search(r'<fieldset class="plain" disabled', page)
+    refused = student.client.post("/submit", data={"csrf_token": student.csrf(page), "assignment": late_course.slug},
+                                  files={"file": ("hw.zip", minimal_zip(), "application/zip")}, follow_redirects=False)
+    assert refused.status_code == 403
+    said = re.search(r'id="upload-error">(.*?)</p>', refused.text, re.S).group(1)
+    assert said.startswith("after the late window closed at ")  # the POST's words, shown before the upload too
+    assert said[1:] in _text(closed.group(1))
+    _schedule(sessions, late_course.slug, timedelta(days=-1))  # open again for the other tests
