@@ -94,7 +94,7 @@ class Deadlines:
         once the late window has closed."""
         now, status = self.lateness.at, self.lateness.status
         bounds = [(self.due_at, "until the due time")]
-        if status is not LateStatus.on_time:
+        if status in (LateStatus.grace, LateStatus.late, LateStatus.closed):
             bounds = [(self.grace_ends, "of the grace period"), (self.late_window_ends, "until the late window closes")]
         for bound, what in bounds:
             if bound is not None and bound >= now:
@@ -105,3 +105,7 @@ class Deadlines:
     def penalty_per_day(self) -> float:
         return self.lateness.policy.penalty_per_day
 
+    @property
+    def penalty_now(self) -> float | None:
+        """The share an upload now would lose, when it would be late; None otherwise."""
+        return round(1.0 - self.lateness.multiplier, 9) if self.lateness.status is LateStatus.late else None

@@ -10,9 +10,9 @@ import functools
 import re
 from pathlib import Path
 from typing import Literal
-from zoneinfo import ZoneInfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from worker.rubric import add_rubric_dirs
@@ -173,6 +173,16 @@ class Settings(BaseSettings):
         if self.gpu_model and "task_queue" not in self.model_fields_set:
             self.task_queue = "gpu-" + re.sub(r"[^a-z0-9]+", "-", self.gpu_model.lower()).strip("-")
         return self
+
+    @field_validator("course_timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"KG_COURSE_TIMEZONE {value!r} is not a time zone name; use one such as "
+                             "America/New_York, or UTC") from None
+        return value
 
     @model_validator(mode="after")
     def _mail_needs_a_sender(self) -> Settings:

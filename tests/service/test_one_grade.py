@@ -22,7 +22,15 @@ from grader.auth import issue_token, set_password
 from grader.course_ops import set_schedule
 from grader.db import session_scope
 from grader.deadlines import LatePolicy
-from grader.models import Assignment, Enrollment, ProblemResult, Role, Run, RunState, utcnow
+from grader.models import (
+    Assignment,
+    Enrollment,
+    ProblemResult,
+    Role,
+    Run,
+    RunState,
+    utcnow,
+)
 from grader.notify import body, run_notice
 from grader.service import get_assignment, get_or_create_user
 from grader.settings import Settings
@@ -77,6 +85,13 @@ def _score(sessions: sessionmaker[Session], run_id: int) -> None:
                                      max_points=20.0) for i, p in enumerate(RAW, 1)]
 
 
+def _found(pattern: str, html: str) -> str:
+    """The first group of `pattern` in `html` (across lines); the test fails without one."""
+    match = re.search(pattern, html, re.DOTALL)
+    assert match, f"{pattern!r} is not on the page: {_text(html)}"
+    return match.group(1)
+
+
 def _text(html: str) -> str:
     """The page's text, tags taken out and spaces squeezed."""
     return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
@@ -85,10 +100,10 @@ def _text(html: str) -> str:
 def test_a_late_upload_has_one_grade_everywhere(late_course: LateCourse, sessions: sessionmaker[Session]) -> None:
     _schedule(sessions, late_course.slug, timedelta(days=1, hours=2))
     student, prof = Browser(late_course.settings, late_course.student), Browser(late_course.settings, late_course.prof)
-    upload_page = _text(re.search(rf'id="deadline-{late_course.slug}">(.*?)</li>', student.client.get("/").text,
-                                  re.S).group(1))
+    upload_page = _text(_found(rf'id="deadline-{late_course.slug}">(.*?)</li>', student.client.get("/").text))
     assert "due" in upload_page and "Grace period until" in upload_page
     assert "10% off per started day" in upload_page and "until the late window closes" in upload_page
+    assert "An upload now is late: 20% off." in upload_page
     assert re.search(r"E[SD]T", upload_page)  # in the course's zone, not UTC
     token = student.page_csrf("/")
     sent = student.client.post("/submit", data={"csrf_token": token, "assignment": late_course.slug},
@@ -100,9 +115,9 @@ def test_a_late_upload_has_one_grade_everywhere(late_course: LateCourse, session
     run_page = student.client.get(f"/runs/{run_id}").text
     assert re.search(rf'id="run-score">{FINAL}</strong> / 100', run_page), _text(run_page)
     run_text = _text(run_page)
-    assert "Late" in re.search(r'class="score">(.*?)</p>', run_page, re.S).group(1)
+    assert "Late" in _found(r'class="score">(.*?)</p>', run_page)
     assert f"Raw score 96.75, late penalty {PENALTY} points." in run_text
-    reason = re.search(r'id="run-grade-reason">(.*?)</p>', run_page, re.S).group(1).split("points. ", 1)[1]
+    reason = _found(r'id="run-grade-reason">(.*?)</p>', run_page).split("points. ", 1)[1]
     assert "2 started day(s)" in reason and re.search(r"E[SD]T", reason) and f"= {FINAL} of 100" in reason
 
     history = student.client.get("/submissions").text
@@ -111,7 +126,7 @@ def test_a_late_upload_has_one_grade_everywhere(late_course: LateCourse, session
     assert f'run {run_id}</a>, {FINAL} / 100' in history and "newest submission that has a scored run" in history
 
     book = prof.client.get("/gradebook", params={"assignment": late_course.slug}).text
-    row = re.search(rf'<th scope="row">{late_course.student}</th>(.*?)</tr>', book, re.S).group(1)
+    row = _found(rf'<th scope="row">{late_course.student}</th>(.*?)</tr>', book)
     assert f'class="final-grade">{FINAL}</span>' in row and "late-badge" in row and reason in row
 
     exported = prof.client.get("/gradebook.csv", params={"assignment": late_course.slug}).text
@@ -135,10 +150,12 @@ def test_a_late_upload_has_one_grade_everywhere(late_course: LateCourse, session
     assert row_json["total"] == 77.4 and row_json["latest"]["grade"]["final_score"] == 77.4
 
     with session_scope(sessions) as session:  # the e-mail notice
-        run = session.get(Run, run_id)
+        run = session.get_one(Run, run_id)
         run.submission.user.email = f"{late_course.student}@example.edu"
         session.flush()
-        text = body(run_notice(session, run, late_course.settings))
+        notice = run_notice(session, run, late_course.settings)
+        assert notice is not None
+        text = body(notice)
     assert f"Grade: {FINAL} / 100\nBefore the late penalty: 96.75\n" in text and reason in text
 
 
@@ -148,7 +165,7 @@ def test_the_form_is_turned_off_once_the_late_window_closes(late_course: LateCou
     student = Browser(late_course.settings, late_course.student)
     page = student.client.get("/").text
     # Still open elsewhere: this assignment alone is refused, in words, and cannot be chosen.
-    line = _text(re.search(rf'id="deadline-{late_course.slug}">(.*?)</li>', page, re.S).group(1))
+    line = _text(_found(rf'id="deadline-{late_course.slug}">(.*?)</li>', page))
     assert "Uploads refused now: after the late window closed at" in line
     assert f'<option value="{late_course.slug}" disabled>{late_course.slug} (closed)</option>' in page
     assert 'id="upload-closed"' not in page
@@ -157,13 +174,12 @@ def test_the_form_is_turned_off_once_the_late_window_closes(late_course: LateCou
         session.execute(delete(Enrollment).where(Enrollment.user_id == user.id,
                                                  Enrollment.assignment_id != get_assignment(session, late_course.slug).id))
     page = student.client.get("/").text
-    closed = re.search(r'id="upload-closed">(.*?)</p>', page, re.S)
-    assert closed, _text(page)
+    closed = _found(r'id="upload-closed">(.*?)</p>', page)
     assert re.search(r'<fieldset class="plain" disabled', page)
     refused = student.client.post("/submit", data={"csrf_token": student.csrf(page), "assignment": late_course.slug},
                                   files={"file": ("hw.zip", minimal_zip(), "application/zip")}, follow_redirects=False)
     assert refused.status_code == 403
-    said = re.search(r'id="upload-error">(.*?)</p>', refused.text, re.S).group(1)
+    said = _found(r'id="upload-error">(.*?)</p>', refused.text)
     assert said.startswith("after the late window closed at ")  # the POST's words, shown before the upload too
-    assert said[1:] in _text(closed.group(1))
+    assert said[1:] in _text(closed)
     _schedule(sessions, late_course.slug, timedelta(days=-1))  # open again for the other tests

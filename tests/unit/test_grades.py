@@ -37,6 +37,10 @@ def test_deadlines_and_time_left_follow_the_next_bound() -> None:
     in_grace = Deadlines(evaluate(POLICY, DUE + timedelta(minutes=20)))
     assert in_grace.time_left == "40 min of the grace period"
     late = Deadlines(evaluate(POLICY, DUE + timedelta(days=2)))
-    assert late.time_left == "1 d until the late window closes"
+    assert late.time_left == "1 d until the late window closes" and late.penalty_now == 0.2
+    assert in_grace.penalty_now is None and before.penalty_now is None
+    opens = DUE - timedelta(days=5)
+    not_yet = Deadlines(evaluate(LatePolicy(release_at=opens, due_at=DUE), opens - timedelta(hours=1)))
+    assert not_yet.time_left == "5 d 1 h until the due time"
     assert Deadlines(evaluate(POLICY, DUE + timedelta(days=4))).time_left is None
     assert Deadlines(evaluate(LatePolicy(), DUE)).time_left is None
