@@ -1,0 +1,71 @@
+"""The roster page in Chromium with a real worker: an instructor imports a 300-line Canvas
+gradebook export; the page answers at once and follows the background import (students
+imported of those to import) until the result is shown; the new accounts' first passwords
+download once as a login,password CSV, and a second download is refused with the reason."""
+from __future__ import annotations
+
+import csv
+import io
+import re
+import uuid
+from pathlib import Path
+
+from playwright.sync_api import BrowserContext, expect
+from sqlalchemy.orm import Session, sessionmaker
+
+from grader.auth import set_password
+from grader.db import session_scope
+from grader.models import Role
+from grader.service import get_or_create_user
+from tests.browser.a11y import check_page
+from tests.service.conftest import WorkerProcess
+from tests.service.test_roster_canvas import _canvas_export
+
+PASSWORD = "correct horse battery"
+
+
+def test_a_canvas_roster_imports_in_the_background_and_its_passwords_download_once(
+        context: BrowserContext, sessions: sessionmaker[Session], worker: WorkerProcess, screenshot_dir: Path) -> None:
+    tag = uuid.uuid4().hex[:6]
+    login = f"bprof-{tag}"
+    with session_scope(sessions) as session:
+        set_password(get_or_create_user(session, login, Role.instructor), PASSWORD)
+    page = context.new_page()
+    page.goto("/login?next=/roster")
+    page.get_by_label("Username").fill(login)
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url("**/roster")
+    expect(page.locator("#roster-hint")).to_contain_text("Canvas gradebook export")
+
+    roster = _canvas_export(tag, 297)
+    assert len(roster.splitlines()) == 300
+    page.get_by_label("Roster file (.csv)").set_input_files(
+        {"name": "canvas.csv", "mimeType": "text/csv", "buffer": roster.encode()})
+    page.get_by_role("button", name="Import students").click()
+    # The page answers at once and follows the job: part of the students, then the result.
+    expect(page.locator("#roster-progress")).to_have_text(re.compile(r"^([1-9]\d?|1\d\d|2[0-8]\d) of 297 students imported$"),
+                                                          timeout=60_000)
+    expect(page.get_by_role("button", name="Import students")).to_be_disabled()
+    expect(page.locator("#roster-summary")).to_have_text("297 created, 0 updated, 0 unchanged, 1 line(s) with errors.",
+                                                         timeout=240_000)
+    expect(page.locator("#roster-errors li")).to_have_text(["Line 300: the SIS Login ID is empty"])
+    expect(page.locator("#roster-created tbody tr")).to_have_count(297)
+    expect(page.locator("#roster-created thead th")).to_have_text(["Login"])
+    expect(page.locator("#roster-created-list summary")).to_have_text("The 297 new accounts")
+    expect(page.locator("#roster-passwords")).to_contain_text("can be downloaded once")
+    page.screenshot(path=str(screenshot_dir / "roster-import.png"), full_page=False)
+    check_page(page)
+
+    with page.expect_download() as download:
+        page.get_by_role("button", name="Download the first passwords (CSV, one time only)").click()
+    assert re.fullmatch(r"first-passwords-\d+\.csv", download.value.suggested_filename)
+    rows = list(csv.reader(io.StringIO(Path(download.value.path()).read_text())))
+    assert rows[0] == ["login", "password"] and len(rows) == 298
+    assert {r[0] for r in rows[1:]} >= {f"s001{tag}", f"s000{tag}@andrew.example.edu"}
+    assert all(re.fullmatch(r"[A-Za-z2-9]{12}", r[1]) for r in rows[1:])
+
+    page.get_by_role("button", name="Download the first passwords (CSV, one time only)").click()
+    expect(page.locator("#roster-error")).to_contain_text("were already downloaded")
+    expect(page.locator("#roster-taken")).to_contain_text("are not kept")
+    expect(page.get_by_role("button", name="Download the first passwords (CSV, one time only)")).to_have_count(0)
