@@ -65,7 +65,7 @@ class JobView:
     lines_done: int
     lines_total: int
     error: str | None
-    result: dict[str, Any] | None  # summary, created, updated, errors ([line, message]): see _result
+    result: dict[str, Any] | None  # summary, created, updated, errors ([line, message]): see job_result
     passwords_taken_at: datetime | None
 
     @property
@@ -163,7 +163,7 @@ def take_passwords(session: Session, job: RosterJob, key: str | None) -> str:
                         ).passwords_csv()
 
 
-def _result(report: RosterReport) -> dict[str, Any]:
+def job_result(report: RosterReport) -> dict[str, Any]:
     """A report as the job keeps it: logins and messages, no password."""
     return {"summary": report.summary(), "created": [login for login, _ in report.created],
             "updated": report.updated, "errors": [[e.line, e.message] for e in sorted(report.errors, key=lambda e: e.line)]}
@@ -190,12 +190,12 @@ def run_job(sessions: sessionmaker[Session], job_id: int, key: str) -> str:
                 nonlocal last
                 if done == total or time.monotonic() - last >= PROGRESS_EVERY_S:
                     last = time.monotonic()
-                    job.lines_done, job.lines_total, job.result = done, total, _result(report)
+                    job.lines_done, job.lines_total, job.result = done, total, job_result(report)
                     session.commit()  # the students so far, with the progress that counts them
 
             report = import_roster(session, job.roster or "", assignment,
                                    password=lambda login: derived_password(secret, login), progress=progress)
-            job.lines_done, job.result = job.lines_total, _result(report)
+            job.lines_done, job.result = job.lines_total, job_result(report)
             job.state, job.finished_at, job.roster = DONE, utcnow(), None
             session.commit()
         except Exception as exc:  # any failure ends the job with its reason; what was committed stays
