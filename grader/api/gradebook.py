@@ -6,12 +6,13 @@ import csv
 import io
 
 from grader import queries
-from grader.api.schemas import GradebookOut, GradebookRowOut
+from grader.api.schemas import GradebookOut, GradebookRowOut, GradeOut
 
 
 def gradebook_out(book: queries.Gradebook) -> GradebookOut:
     rows = [GradebookRowOut.of(row, problems=dict(row.graded.problems) if row.graded else {},
-                               run_id=row.graded.run_id if row.graded else None)
+                               run_id=row.graded.run_id if row.graded else None,
+                               grade=GradeOut.of(row.graded.grade) if row.graded else None)
             for row in book.rows]
     return GradebookOut.of(book, rows=rows)
 

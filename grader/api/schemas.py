@@ -159,6 +159,7 @@ class GradebookRowOut(FromRow):
     total: float | None = Field(description="score of the run the policy picks; null: no scored run")
     problems: dict[str, float] = Field(description="problem id -> points of that run, before any late penalty")
     run_id: int | None
+    grade: GradeOut | None = Field(default=None, description="the final grade of that run; total is its final_score")
     latest: ScoredRunOut | None
     best: ScoredRunOut | None
 
