@@ -100,8 +100,8 @@ def latest_job(session: Session, user: User, settings: Settings) -> RosterJob | 
         job.error = (f"The worker stopped: no result {settings.task_time_limit_s} s after it started; "
                      "the students imported until then are kept, so import the same file again."
                      if job.state == RUNNING else
-                     f"No worker took it in {settings.task_time_limit_s} s: is one consuming the queue "
-                     f"{settings.similarity_queue}?")
+                     f"No worker took it in {settings.task_time_limit_s} s: start one that consumes the queue "
+                     f"{settings.similarity_queue} (grader worker --similarity), then import the file again.")
         job.state, job.finished_at, job.roster = FAILED, utcnow(), None
     return job
 

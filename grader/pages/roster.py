@@ -18,6 +18,7 @@ from grader.password_reset import RESET_PATH, issue_reset, may_issue_reset
 from grader.roster_jobs import (KEY_COOKIE, KEY_MAX_AGE_S, KEY_PATH, RosterJobError, latest_job, start_job,
                                 take_passwords, view)
 from grader.service import find_user
+from grader.websession import current_user
 
 router = APIRouter(include_in_schema=False)
 FORMS = "email,name[,section] per line, or a header row naming Canvas's or generic columns"
@@ -46,12 +47,17 @@ def roster_form(request: Request, session: Db, user: Viewer) -> Response:
 
 
 @router.get("/roster/job.json")
-def roster_job_status(request: Request, ctx: Context, session: Db, user: Viewer) -> Response:
-    """The user's newest import: state, students imported of those to import, error."""
+def roster_job_status(request: Request, ctx: Context, session: Db) -> Response:
+    """The user's newest import: state, students imported of those to import, error. JSON, so a
+    logged-out poller gets 401 (the page says so), not a redirect to the login page."""
+    user = current_user(request, session)
+    if user is None:
+        return JSONResponse({"detail": "log in"}, status.HTTP_401_UNAUTHORIZED)
     if not taught_slugs(session, user):
         raise absent("such page")
     job = latest_job(session, user, ctx.settings)
-    return JSONResponse(view(job).as_json() if job else {"state": None, "final": True})
+    return JSONResponse(view(job).as_json() if job else {"state": None, "final": True},
+                        headers={"Cache-Control": "no-store"})
 
 
 async def _roster_text(form: Any, limit: int) -> str:

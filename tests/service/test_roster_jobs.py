@@ -10,6 +10,7 @@ import csv
 import io
 import time
 import uuid
+from datetime import timedelta
 from typing import Any
 
 from fastapi.testclient import TestClient
@@ -19,8 +20,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from grader.app import create_app
 from grader.auth import set_password
 from grader.db import session_scope
-from grader.models import Role, RosterJob, User
-from grader.service import get_or_create_user
+from grader.models import Role, RosterJob, User, utcnow
+from grader.service import get_assignment, get_or_create_user
 from grader.settings import Settings
 from tests.service.conftest import WorkerProcess
 from tests.service.test_roster_canvas import _canvas_export
@@ -126,3 +127,32 @@ def test_a_second_import_waits_for_the_first_and_its_download(
     assert _download(prof, status["id"]).status_code == 200
     _start(prof, f"w-new-{tag}@uni.edu,W New\n")
     assert _follow(prof, worker)[0]["id"] > status["id"]
+
+
+def test_the_status_is_refused_to_students_and_answers_401_after_the_session(
+        settings: Settings, sessions: sessionmaker[Session]) -> None:
+    student = f"jstu-{uuid.uuid4().hex[:6]}"
+    with session_scope(sessions) as session:
+        set_password(get_or_create_user(session, student, Role.student), PASSWORD)
+    assert Browser(settings, student).client.get("/roster/job.json").status_code == 404
+    anonymous = TestClient(create_app(settings)).get("/roster/job.json", follow_redirects=False)
+    assert anonymous.status_code == 401 and anonymous.json() == {"detail": "log in"}  # follow.js says so on the page
+
+
+def test_an_import_no_worker_took_fails_with_the_reason_and_frees_the_form(
+        settings: Settings, sessions: sessionmaker[Session]) -> None:
+    name = _prof(settings, sessions)
+    with session_scope(sessions) as session:
+        prof_id = session.scalar(select(User.id).where(User.username == name))
+        assignment_id = get_assignment(session, "hw4").id
+        session.add(RosterJob(assignment_id=assignment_id, requested_by=prof_id, state="queued", roster="a@b.edu,A\n",
+                              key_digest="0" * 64,
+                              created_at=utcnow() - timedelta(seconds=settings.task_time_limit_s + 1)))
+    status = Browser(settings, name).client.get("/roster/job.json").json()
+    assert status["state"] == "failed" and status["final"]
+    assert status["error"] == (f"No worker took it in {settings.task_time_limit_s} s: start one that consumes the "
+                               f"queue {settings.similarity_queue} (grader worker --similarity), then import the "
+                               "file again.")
+    with session_scope(sessions) as session:
+        job = session.scalars(select(RosterJob).where(RosterJob.requested_by == prof_id)).one()
+        assert job.roster is None and job.finished_at is not None
