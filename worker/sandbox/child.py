@@ -80,7 +80,7 @@ class OutputTail:
         self._thread.join(timeout=timeout)
 
 
-def wait_within_wall_time(popen: subprocess.Popen, wall_s: float, started: float,
+def wait_within_wall_time(popen: subprocess.Popen[bytes], wall_s: float, started: float,
                           trip: Callable[[str, str], None], timeout: float | None) -> None:
     """Popen.wait, never past `wall_s` from `started` (then `trip` kills the child). With a
     `timeout` shorter than what is left of the wall time, raises subprocess.TimeoutExpired
@@ -122,7 +122,7 @@ class WatchedChild(ABC):
     first limit that tripped (then everything is killed), the result once waited for. A
     subclass sets its own fields, then calls `_start_watchdog` (its `_watch` runs in a thread)."""
 
-    def __init__(self, popen: subprocess.Popen, limits: SandboxLimits, out_fd: int, name: str) -> None:
+    def __init__(self, popen: subprocess.Popen[bytes], limits: SandboxLimits, out_fd: int, name: str) -> None:
         self._popen = popen
         self.pid: int = popen.pid
         self.limits = limits

@@ -92,7 +92,7 @@ class _FdHandover:
             os.chown(self.path, *owner)
         os.chmod(self.path, 0o600)
 
-    def give(self, fds: tuple[int, ...], popen: subprocess.Popen) -> bool:
+    def give(self, fds: tuple[int, ...], popen: subprocess.Popen[bytes]) -> bool:
         """Hand `fds` to the first connection; False when the container never connected."""
         deadline = time.monotonic() + HANDOVER_TIMEOUT_S
         try:
@@ -156,7 +156,7 @@ class DockerProcess(WatchedChild):
     enforces the wall time (`docker kill`), counted from spawn, container start included.
     wait() removes the container."""
 
-    def __init__(self, popen: subprocess.Popen, name: str, options: DockerOptions, limits: SandboxLimits,
+    def __init__(self, popen: subprocess.Popen[bytes], name: str, options: DockerOptions, limits: SandboxLimits,
                  out_fd: int, uid: int) -> None:
         super().__init__(popen, limits, out_fd, name)  # pid: the docker client's
         self.name = name

@@ -25,12 +25,15 @@ bind-mounted through the overlay, so both sides keep sharing one inode. Every fi
 socket bound in the host's network namespace is covered by /dev/null, and a fresh /proc shows
 only the job's processes.
 """
+from __future__ import annotations
+
 import ctypes
 import json
 import os
 import signal
 import socket
 import sys
+from typing import Any, NoReturn
 
 CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
@@ -51,28 +54,28 @@ class _MountAttr(ctypes.Structure):
                 ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
 
 
-def _check(result, what):
+def _check(result: int, what: str) -> None:
     if result != 0:
         errno = ctypes.get_errno()
         raise OSError(errno, f"{what}: {os.strerror(errno)}")
 
 
-def _bytes(value):
+def _bytes(value: str | None) -> bytes | None:
     return None if value is None else value.encode()
 
 
-def mount(source, target, fstype, flags, data=None):
+def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
     _check(libc.mount(_bytes(source), _bytes(target), _bytes(fstype), ctypes.c_ulong(flags), _bytes(data)),
            f"mount {target}")
 
 
-def read_only_everywhere():
+def read_only_everywhere() -> None:
     attr = _MountAttr(attr_set=MOUNT_ATTR_RDONLY)
     _check(libc.syscall(SYS_MOUNT_SETATTR, AT_FDCWD, b"/", AT_RECURSIVE, ctypes.byref(attr), ctypes.sizeof(attr)),
            "mount_setattr / read-only")
 
 
-def host_unix_sockets():
+def host_unix_sockets() -> list[str]:
     """Paths of the file-system Unix sockets bound in this (the host's) network namespace."""
     with open("/proc/net/unix") as f:
         next(f)
@@ -80,11 +83,11 @@ def host_unix_sockets():
     return sorted({row[7] for row in fields if len(row) == 8 and row[7].startswith("/")})
 
 
-def _under(path, folder):
+def _under(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
-def fresh_folders(disk_bytes):
+def fresh_folders(disk_bytes: int) -> None:
     """The capped tmpfs on /run, and fresh empty folders of it over /tmp, /var/tmp, ..."""
     inodes = max(1024, disk_bytes // (1 << 20) * INODES_PER_MIB)
     mount("tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV, f"size={disk_bytes},nr_inodes={inodes},mode=0755")
@@ -98,12 +101,12 @@ def fresh_folders(disk_bytes):
             mount(f"{SCRATCH}/{name}", target, None, MS_BIND)
 
 
-def open_kept(paths):
+def open_kept(paths: list[str]) -> dict[str, int]:
     """O_PATH fds of the host folders to show again inside the fresh ones (opened while visible)."""
     return {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in paths}
 
 
-def show_kept(kept):
+def show_kept(kept: dict[str, int]) -> None:
     """Bind each kept host folder (read-only, as the whole view) back at its place inside the
     fresh /tmp & co.: a checkout or virtualenv under /tmp must stay importable."""
     for path, fd in kept.items():
@@ -111,7 +114,7 @@ def show_kept(kept):
         mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
 
 
-def mask_sockets(paths, cwd, kept):
+def mask_sockets(paths: list[str], cwd: str, kept: dict[str, int]) -> None:
     for path in paths:
         hidden = any(_under(path, folder) for folder in HIDDEN)
         if _under(path, cwd) or (hidden and not any(_under(path, k) for k in kept)):
@@ -122,7 +125,7 @@ def mask_sockets(paths, cwd, kept):
             pass  # gone since it was listed
 
 
-def job_folder(cwd, lower, shared):
+def job_folder(cwd: str, lower: int, shared: dict[str, int]) -> None:
     """The overlay on the job folder (`lower`: an fd of the real one), then the shared files."""
     os.makedirs(cwd, exist_ok=True)  # inside a fresh tmpfs when the job folder is under /tmp
     st = os.fstat(lower)
@@ -137,7 +140,7 @@ def job_folder(cwd, lower, shared):
         mount(None, target, None, MS_REMOUNT | MS_BIND)  # the bind copies the host mount's read-only flag
 
 
-def build_view(config):
+def build_view(config: dict[str, Any]) -> int:
     """Everything init does before starting the job: returns the fd of the capped scratch folder."""
     sockets = host_unix_sockets()  # before leaving the host's network namespace
     flags = CLONE_NEWNS | (CLONE_NEWNET if config["network"] else 0)
@@ -156,7 +159,7 @@ def build_view(config):
     return os.open(f"{SCRATCH}/upper", os.O_RDONLY | os.O_DIRECTORY)
 
 
-def become_job(config, exec_error_fd):
+def become_job(config: dict[str, Any], exec_error_fd: int) -> NoReturn:
     """In the job's process: drop everything, then exec; on failure write errno to exec_error_fd."""
     try:
         for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT):
@@ -177,7 +180,7 @@ def become_job(config, exec_error_fd):
     os._exit(127)
 
 
-def execvpe(argv, env):
+def execvpe(argv: list[str], env: dict[str, str]) -> NoReturn:
     """os.execvpe without its imports (after the uid change, this interpreter's own library may
     be out of reach). `env` is the job's own: this interpreter's environment may hold more
     (e.g. the LC_CTYPE of its C locale coercion)."""
@@ -194,11 +197,11 @@ def execvpe(argv, env):
     raise error
 
 
-def report(sock, message, fds=()):
+def report(sock: socket.socket, message: dict[str, Any], fds: list[int] | tuple[int, ...] = ()) -> None:
     socket.send_fds(sock, [json.dumps(message).encode()], list(fds))
 
 
-def init(config, sock, status_fd):
+def init(config: dict[str, Any], sock: socket.socket, status_fd: int) -> NoReturn:
     """pid 1 of the job's namespace (its parent, the launcher, is outside: getppid() reads 0, so
     a launcher gone before the prctl goes unnoticed here; the parent's watchdog kills the session)."""
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -228,7 +231,7 @@ def init(config, sock, status_fd):
     os._exit(0)
 
 
-def exit_like(status):
+def exit_like(status: int) -> NoReturn:
     """End the launcher as the job's program ended (a signal is raised again on itself)."""
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
@@ -239,7 +242,7 @@ def exit_like(status):
     os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
 
 
-def main():
+def main() -> None:
     sock = socket.socket(fileno=int(sys.argv[1]))
     sock.set_inheritable(False)
     config = json.loads(sock.recv(1 << 22))

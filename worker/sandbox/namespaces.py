@@ -37,7 +37,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 def launch_namespaced(argv: list[str], cwd: Path, env: dict[str, str], pass_fds: tuple[int, ...],
                       config: Mapping[str, object], setup: Callable[[], None] | None,
-                      out_w: int | None) -> tuple[subprocess.Popen, int]:
+                      out_w: int | None) -> tuple[subprocess.Popen[bytes], int]:
     """Start `argv` through the launcher; returns its Popen and the fd of the job's capped
     scratch folder (the overlay's upper layer). Raises SandboxError when the namespaces could
     not be built, and OSError (as Popen) when `argv` could not be executed."""

@@ -50,7 +50,7 @@ def merge_back(upper: int, cwd: Path, ids: tuple[int, int] | None) -> None:
             os.close(dst)
 
 
-def _merge_entry(src: int, dst: int, entry: os.DirEntry, ids: tuple[int, int] | None) -> tuple[int, int] | None:
+def _merge_entry(src: int, dst: int, entry: os.DirEntry[str], ids: tuple[int, int] | None) -> tuple[int, int] | None:
     """One entry of `merge_back`; returns the (source, destination) folder fds to descend into."""
     name, st = entry.name, entry.stat(follow_symlinks=False)
     if stat.S_ISCHR(st.st_mode) and st.st_rdev == 0:

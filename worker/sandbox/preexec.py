@@ -45,7 +45,7 @@ def _unshare_net() -> bool:
             return True
         except OSError:
             return False
-    return _LIBC.unshare(CLONE_NEWNET) == 0
+    return int(_LIBC.unshare(CLONE_NEWNET)) == 0
 
 
 class ChildSetup:

@@ -85,7 +85,7 @@ def _start_namespaced(limits: SandboxLimits, policy: SandboxPolicy, ids: tuple[i
 
 
 class SandboxedProcess(WatchedChild):
-    def __init__(self, popen: subprocess.Popen, limits: SandboxLimits, out_fd: int, isolation: tuple[str, ...],
+    def __init__(self, popen: subprocess.Popen[bytes], limits: SandboxLimits, out_fd: int, isolation: tuple[str, ...],
                  ids: tuple[int, int] | None, scratch: tuple[int, Path] | None = None) -> None:
         super().__init__(popen, limits, out_fd, str(popen.pid))
         # What was applied: "network" (own network namespace), "pid" (own PID namespace: the
