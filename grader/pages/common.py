@@ -37,6 +37,7 @@ CSRF_MESSAGE = "This form was not sent from a current kernelgrade page. Reload t
 # sentences, so that a link cannot put words of its own on the page.
 LOGIN_NOTICES = {
     "session": "Your session has ended. Log in again to go on where you were.",
+    "form": "Your session ended before the form arrived, so nothing was changed. Log in and send it again.",
     "upload": "Your session ended before the upload arrived, so the file was not kept. "
               "Log in, then choose the file again and upload it.",
 }
@@ -72,7 +73,7 @@ def logged_in(request: Request, session: Db) -> User:
     had_user = "uid" in request.session  # a login's cookie whose session has since ended
     user = current_user(request, session)
     if user is None:
-        raise PageDenied("login", "session" if had_user else "")
+        raise PageDenied("login", ("form" if request.method == "POST" else "session") if had_user else "")
     return user
 
 

@@ -88,12 +88,16 @@ def test_the_cookie_carries_only_the_session_id_and_the_table_only_its_hash(
     assert csrf_of(client.get("/").text) not in (sid, row.id_hash)
 
 
-def test_an_expired_session_is_refused(settings: Settings, sessions: sessionmaker[Session], username: str) -> None:
-    client = login(settings, username)
-    assert logged_in(client)
+def _expire(sessions: sessionmaker[Session], username: str) -> None:
     with session_scope(sessions) as session:
         session.execute(update(WebSession).where(WebSession.user_id == select(User.id).where(
             User.username == username).scalar_subquery()).values(expires_at=utcnow() - timedelta(seconds=1)))
+
+
+def test_an_expired_session_is_refused(settings: Settings, sessions: sessionmaker[Session], username: str) -> None:
+    client = login(settings, username)
+    assert logged_in(client)
+    _expire(sessions, username)
     # The login page says the session ended, and goes back to the page asked for.
     ended = client.get("/submissions", follow_redirects=False).headers["location"]
     assert ended == "/login?next=%2Fsubmissions&ended=session"
@@ -117,6 +121,18 @@ def test_logout_revokes_the_row_and_a_new_login_gets_a_new_id(
     assert row.revoked_at is not None
     again = login(settings, username)
     assert cookie_payload(again)["sid"] != first and logged_in(again)
+
+
+def test_a_form_sent_after_the_session_ended_says_that_nothing_was_changed(
+        settings: Settings, sessions: sessionmaker[Session], username: str) -> None:
+    client = login(settings, username)
+    token = csrf_of(client.get("/settings/tokens").text)
+    _expire(sessions, username)
+    sent = client.post("/settings/tokens", data={"csrf_token": token, "name": "sent late"}, follow_redirects=False)
+    assert sent.status_code == 303 and sent.headers["location"] == "/login?next=%2Fsettings%2Ftokens&ended=form"
+    assert ("Your session ended before the form arrived, so nothing was changed. Log in and send it again."
+            in client.get(sent.headers["location"]).text)
+    assert "sent late" not in login(settings, username).get("/settings/tokens").text
 
 
 def test_a_forged_uid_in_the_cookie_grants_nothing(settings: Settings, sessions: sessionmaker[Session],
@@ -161,7 +177,8 @@ def change(client: TestClient, current: str, new: str, again: str | None = None)
 
 def test_password_page_needs_login_and_csrf(settings: Settings, username: str) -> None:
     anonymous = TestClient(create_app(settings))
-    assert anonymous.get("/settings/password", follow_redirects=False).headers["location"] == "/login?next=%2Fsettings%2Fpassword"
+    asked = anonymous.get("/settings/password", follow_redirects=False)
+    assert asked.headers["location"] == "/login?next=%2Fsettings%2Fpassword"
     client = login(settings, username)
     for sent in ({}, {"csrf_token": "forged"}):
         response = client.post("/settings/password", data={**sent, "current": PASSWORD, "new": NEW_PASSWORD,
