@@ -33,6 +33,7 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x20000000, 0x40000000
@@ -201,6 +202,18 @@ def report(sock: socket.socket, message: dict[str, Any], fds: list[int] | tuple[
     socket.send_fds(sock, [json.dumps(message).encode()], list(fds))
 
 
+def fork_with_pipe(child: Callable[[int], NoReturn]) -> tuple[int, int]:
+    """Fork: the child runs `child` with the write end of a fresh pipe; the parent gets the
+    child's pid and the read end."""
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_fd)
+        child(write_fd)
+    os.close(write_fd)
+    return pid, read_fd
+
+
 def init(config: dict[str, Any], sock: socket.socket, status_fd: int) -> NoReturn:
     """pid 1 of the job's namespace (its parent, the launcher, is outside: getppid() reads 0, so
     a launcher gone before the prctl goes unnoticed here; the parent's watchdog kills the session)."""
@@ -210,12 +223,7 @@ def init(config: dict[str, Any], sock: socket.socket, status_fd: int) -> NoRetur
     except OSError as exc:
         report(sock, {"error": f"could not build the sandbox's file system view: {exc}"})
         os._exit(1)
-    err_r, err_w = os.pipe()
-    job = os.fork()
-    if job == 0:
-        os.close(err_r)
-        become_job(config, err_w)
-    os.close(err_w)
+    job, err_r = fork_with_pipe(lambda err_w: become_job(config, err_w))
     failed = os.read(err_r, 16)
     os.close(err_r)
     if failed:
@@ -251,12 +259,7 @@ def main() -> None:
     except OSError as exc:
         report(sock, {"error": f"no PID namespace: {exc}"})
         os._exit(1)
-    status_r, status_w = os.pipe()
-    child = os.fork()
-    if child == 0:
-        os.close(status_r)
-        init(config, sock, status_w)
-    os.close(status_w)
+    child, status_r = fork_with_pipe(lambda status_w: init(config, sock, status_w))
     sock.close()
     _, init_status = os.waitpid(child, 0)
     job_status = os.read(status_r, 32)
