@@ -1,13 +1,15 @@
 """The one final grade of a run, and an assignment's deadlines as a student sees them (pure;
 no database). Every page, export, API body and notice that shows a grade reads it from
 `final_grade`, so a late run has one grade, its raw score, the points taken and why, wherever
-it is shown; grader.queries.run_grade and .gradebook feed it from the database."""
+it is shown; grader.queries.run_grades and .gradebook feed it from the database."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from grader.deadlines import Lateness, LateStatus, duration_text, show_instant
+
+CHARGED = (LateStatus.late, LateStatus.closed, LateStatus.not_released)  # statuses that cost points
 
 
 def points_text(points: float) -> str:
@@ -29,25 +31,28 @@ class Grade:
 
     @property
     def late(self) -> bool:
-        """Whether the upload came after the due time and its grace (the late badge)."""
-        return self.lateness.status is LateStatus.late
+        """Whether the late policy charged the upload (the late badge): after the due time and
+        its grace, or outside the window (only staff uploads are taken then)."""
+        return self.lateness.status in CHARGED
 
     @property
     def status(self) -> str:
-        """on_time, grace or late (an upload is never taken when closed or not released)."""
+        """The upload's place in the schedule: on_time, grace, late (and, for staff uploads,
+        which are always taken, not_released or closed)."""
         return self.lateness.status.value
 
     @property
     def reason(self) -> str:
         """The grade in words, as one sentence."""
-        raw, final = points_text(self.raw), points_text(self.final)
-        lateness = self.lateness.reason
-        if self.lateness.status is LateStatus.late:
-            return (f"Uploaded {lateness}: {raw} - {points_text(self.penalty)} = {final} "
-                    f"of {points_text(self.total_points)} points.")
-        if self.lateness.status is LateStatus.grace:
-            return f"Uploaded {lateness}."
-        return lateness[:1].upper() + lateness[1:] + "."
+        status, words = self.lateness.status, self.lateness.reason
+        if status is LateStatus.not_released:
+            words = f"before the release ({words})"
+        if status in CHARGED:
+            return (f"Uploaded {words}: {points_text(self.raw)} - {points_text(self.penalty)} = "
+                    f"{points_text(self.final)} of {points_text(self.total_points)} points.")
+        if status is LateStatus.grace:
+            return f"Uploaded {words}."
+        return words[:1].upper() + words[1:] + "."
 
 
 def final_grade(raw_score: float, total_points: float, lateness: Lateness) -> Grade:

@@ -51,8 +51,10 @@ class GradeOut(FromRow):
     penalty: float = Field(description="points the late policy took off")
     final_score: float = Field(validation_alias="final", description="after the late penalty: the grade")
     total_points: float
-    lateness: Literal["on_time", "grace", "late"] = Field(validation_alias="status")
-    late: bool = Field(description="true: uploaded after the due time and its grace (a penalty may apply)")
+    lateness: Literal["on_time", "grace", "late", "closed", "not_released"] = Field(
+        validation_alias="status", description="closed and not_released: staff uploads outside the window")
+    late: bool = Field(description="true: the late policy charged it (after the due time and its grace, or "
+                                   "outside the window)")
     penalty_days: int = Field(validation_alias=AliasPath("lateness", "penalty_days"),
                               description="started days after the grace that were charged")
     due_at: datetime | None = Field(validation_alias=AliasPath("lateness", "due_at"),

@@ -44,3 +44,12 @@ def test_deadlines_and_time_left_follow_the_next_bound() -> None:
     assert not_yet.time_left == "5 d 1 h until the due time"
     assert Deadlines(evaluate(POLICY, DUE + timedelta(days=4))).time_left is None
     assert Deadlines(evaluate(LatePolicy(), DUE)).time_left is None
+
+
+def test_a_staff_upload_outside_the_window_is_charged_and_says_so() -> None:
+    after = final_grade(80, 100, evaluate(POLICY, DUE + timedelta(days=4)))
+    assert (after.final, after.penalty, after.late, after.status) == (0, 80, True, "closed")
+    assert after.reason == "Uploaded after the late window closed at 2026-03-23 03:59:59 UTC: 80 - 80 = 0 of 100 points."
+    opens = LatePolicy(release_at=DUE - timedelta(days=1), due_at=DUE)
+    early = final_grade(80, 100, evaluate(opens, DUE - timedelta(days=2)))
+    assert early.late and early.reason.startswith("Uploaded before the release (the assignment opens at 2026-03-19")
