@@ -123,6 +123,7 @@ def test_late_upload_same_grade_on_every_page_then_the_form_closes(
         f"Raw score {RAW_TEXT}, late penalty {PENALTY} points. Uploaded ")
     expect(page.locator("#run-grade-reason")).to_contain_text(f"{RAW_TEXT} - {PENALTY} = {FINAL} of 100 points.")
     reason = page.locator("#run-grade-reason").inner_text().split("points. ", 1)[1]
+    expect(page.locator("#breakdown thead")).to_contain_text("Points (raw, before the late penalty)")
     check_page(page)
     page.screenshot(path=str(screenshot_dir / "run-late.png"), full_page=True)
 
