@@ -20,16 +20,7 @@ from grader.course_ops import Refusal, admission, late_checker, lateness
 from grader.deadlines import Lateness, LateStatus
 from grader.gpu_info import GpuNote, gpu_notes
 from grader.grades import Deadlines, Grade, final_grade
-from grader.models import (
-    Assignment,
-    CourseRole,
-    Enrollment,
-    ProblemResult,
-    Run,
-    RunState,
-    Submission,
-    User,
-)
+from grader.models import Assignment, CourseRole, Enrollment, ProblemResult, Run, RunState, Submission, User
 from grader.settings import Settings
 from worker.rubric import RubricError, load_rubric
 
