@@ -22,15 +22,7 @@ from grader.auth import issue_token, set_password
 from grader.course_ops import set_schedule
 from grader.db import session_scope
 from grader.deadlines import LatePolicy
-from grader.models import (
-    Assignment,
-    Enrollment,
-    ProblemResult,
-    Role,
-    Run,
-    RunState,
-    utcnow,
-)
+from grader.models import Assignment, Enrollment, ProblemResult, Role, Run, RunState, utcnow
 from grader.notify import body, run_notice
 from grader.service import get_assignment, get_or_create_user
 from grader.settings import Settings
