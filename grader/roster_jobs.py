@@ -85,7 +85,7 @@ def view(job: RosterJob) -> JobView:
     return JobView(job.id, job.state, job.lines_done, job.lines_total, job.error, job.result, job.passwords_taken_at)
 
 
-def _digest(key: str) -> str:
+def digest_of(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
@@ -122,7 +122,7 @@ def start_job(session: Session, celery_app: Celery, settings: Settings, assignme
                              "downloaded once, and only until you start another import.")
     key = secrets.token_hex(32)
     job = RosterJob(assignment_id=assignment.id, requested_by=user.id, state=QUEUED, roster=text,
-                    key_digest=_digest(key))
+                    key_digest=digest_of(key))
     session.add(job)
     session.commit()
     try:
@@ -137,25 +137,23 @@ def start_job(session: Session, celery_app: Celery, settings: Settings, assignme
 
 def take_passwords(session: Session, job: RosterJob, key: str | None) -> str:
     """The job's new accounts' first passwords as a login,password CSV, once: the job is marked
-    taken (in one UPDATE, so two downloads at once cannot both win). RosterJobError says why not."""
+    taken (in one UPDATE, so two downloads at once cannot both win). A failed job gives those of
+    the accounts it created before it stopped. RosterJobError says why not."""
     result = job.result or {}
-    if job.state != DONE:
-        raise RosterJobError(f"Import {job.id} is {job.state}: there is nothing to download yet."
-                             if job.state in (QUEUED, RUNNING) else
-                             f"Import {job.id} failed, so its passwords cannot be downloaded; the accounts "
-                             "it created are kept: issue them reset links.")
+    if job.state in (QUEUED, RUNNING):
+        raise RosterJobError(f"Import {job.id} is {job.state}: wait for it to end, then download its passwords.")
     if not result.get("created"):
         raise RosterJobError(f"Import {job.id} created no account, so it has no first passwords.")
     if job.passwords_taken_at is not None:
-        raise RosterJobError(f"The first passwords of import {job.id} were already downloaded "
-                             f"({job.passwords_taken_at:%Y-%m-%d %H:%M} UTC) and are not kept. Issue a reset "
-                             "link to a student who needs a password.")
-    if key is None or not hmac.compare_digest(_digest(key), job.key_digest):
+        raise RosterJobError(f"The first passwords of import {job.id} were already downloaded and are not kept. "
+                             "Issue a reset link to a student who needs a password.")
+    if key is None or not hmac.compare_digest(digest_of(key), job.key_digest):
         raise RosterJobError(f"This browser does not hold the key of import {job.id}: only the browser that "
                              "started it can download its passwords. Issue reset links instead.")
     taken = session.execute(update(RosterJob).where(RosterJob.id == job.id, RosterJob.passwords_taken_at.is_(None))
                             .values(passwords_taken_at=utcnow())).rowcount
     session.commit()
+    session.refresh(job)
     if not taken:
         raise RosterJobError(f"The first passwords of import {job.id} were just downloaded, and are not kept.")
     secret = bytes.fromhex(key)
@@ -179,7 +177,7 @@ def run_job(sessions: sessionmaker[Session], job_id: int, key: str) -> str:
         if not claimed or job is None:
             return f"not run: import {job_id} is {job.state if job else 'gone'}"
         try:
-            if not hmac.compare_digest(_digest(key), job.key_digest):
+            if not hmac.compare_digest(digest_of(key), job.key_digest):
                 raise ValueError("the message's key is not the job's")
             assignment = session.get(Assignment, job.assignment_id)
             if assignment is None:

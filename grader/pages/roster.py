@@ -38,7 +38,8 @@ def _roster_page(request: Request, session: Session, user: User, status_code: in
     values.setdefault("chosen", default_slug(request, taught))
     held = job is not None and KEY_COOKIE.format(job.id) in request.cookies
     return page(request, "roster.html", user, status_code, max_kib=f"{settings.roster_max_bytes / 1024:g}",
-                assignments=taught, job=view(job) if job else None, key_held=held, **values)
+                assignments=taught, job=view(job) if job else None, key_held=held, zone=settings.course_zone,
+                **values)
 
 
 @router.get("/roster", response_class=HTMLResponse)

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import csv
 import io
+import secrets
 import time
 import uuid
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
@@ -21,6 +23,8 @@ from grader.app import create_app
 from grader.auth import set_password
 from grader.db import session_scope
 from grader.models import Role, RosterJob, User, utcnow
+from grader.roster import derived_password
+from grader.roster_jobs import RosterJobError, digest_of, take_passwords
 from grader.service import get_assignment, get_or_create_user
 from grader.settings import Settings
 from tests.service.conftest import WorkerProcess
@@ -156,3 +160,19 @@ def test_an_import_no_worker_took_fails_with_the_reason_and_frees_the_form(
     with session_scope(sessions) as session:
         job = session.scalars(select(RosterJob).where(RosterJob.requested_by == prof_id)).one()
         assert job.roster is None and job.finished_at is not None
+
+
+def test_a_failed_import_gives_the_passwords_of_the_accounts_it_created(
+        settings: Settings, sessions: sessionmaker[Session]) -> None:
+    name, key = _prof(settings, sessions), secrets.token_hex(32)
+    with session_scope(sessions) as session:
+        job = RosterJob(assignment_id=get_assignment(session, "hw4").id, state="failed", key_digest=digest_of(key),
+                        requested_by=session.scalar(select(User.id).where(User.username == name)),
+                        result={"summary": "1 created", "created": ["ada"], "updated": [], "errors": []})
+        session.add(job)
+        session.flush()
+        with pytest.raises(RosterJobError, match="does not hold the key"):
+            take_passwords(session, job, secrets.token_hex(32))
+        assert take_passwords(session, job, key) == f"login,password\nada,{derived_password(bytes.fromhex(key), 'ada')}\n"
+        with pytest.raises(RosterJobError, match="were already downloaded and are not kept"):
+            take_passwords(session, job, key)
