@@ -232,7 +232,8 @@ def import_roster(session: Session, text: str, assignment: Assignment,
     `password(login)`."""
     lines, errors = parse_roster(text)
     report = RosterReport(errors=errors)
-    existing = {u.username: u for u in session.scalars(select(User).where(User.username.in_([ln.login for ln in lines])))}
+    logins = [ln.login for ln in lines]
+    existing = {u.username: u for u in session.scalars(select(User).where(User.username.in_(logins)))}
     for done, line in enumerate(lines, 1):
         user = existing.get(line.login)
         if user is None:

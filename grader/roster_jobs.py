@@ -46,6 +46,7 @@ from grader.settings import Settings, get_settings
 
 TASK_ROSTER = "kernelgrade.roster_import"
 QUEUED, RUNNING, DONE, FAILED = "queued", "running", "done", "failed"
+STATE_WORDS = {QUEUED: "waiting for a worker", RUNNING: "importing", DONE: "done", FAILED: "failed"}
 PROGRESS_EVERY_S = 0.5  # how often the students imported so far are committed with the progress
 KEY_COOKIE = "kg_roster_key_{}"  # per job id: a second import does not lose the first one's key
 KEY_PATH = "/roster"
@@ -73,12 +74,16 @@ class JobView:
         return self.state in (DONE, FAILED)
 
     @property
+    def label(self) -> str:
+        return STATE_WORDS.get(self.state, self.state)
+
+    @property
     def passwords_waiting(self) -> bool:
         return bool(self.result and self.result["created"]) and self.passwords_taken_at is None
 
     def as_json(self) -> dict[str, object]:
-        return {"id": self.id, "state": self.state, "final": self.final, "lines_done": self.lines_done,
-                "lines_total": self.lines_total, "error": self.error}
+        return {"id": self.id, "state": self.state, "label": self.label, "final": self.final,
+                "lines_done": self.lines_done, "lines_total": self.lines_total, "error": self.error}
 
 
 def view(job: RosterJob) -> JobView:
@@ -163,8 +168,9 @@ def take_passwords(session: Session, job: RosterJob, key: str | None) -> str:
 
 def job_result(report: RosterReport) -> dict[str, Any]:
     """A report as the job keeps it: logins and messages, no password."""
+    errors = sorted(report.errors, key=lambda e: e.line)
     return {"summary": report.summary(), "created": [login for login, _ in report.created],
-            "updated": report.updated, "errors": [[e.line, e.message] for e in sorted(report.errors, key=lambda e: e.line)]}
+            "updated": report.updated, "errors": [[e.line, e.message] for e in errors]}
 
 
 def run_job(sessions: sessionmaker[Session], job_id: int, key: str) -> str:

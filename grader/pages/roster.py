@@ -79,8 +79,10 @@ async def _roster_text(form: Any, limit: int) -> str:
 
 
 def _held_keys(request: Request) -> set[int]:
+    """The jobs whose key this browser holds (its key cookies)."""
     prefix = KEY_COOKIE.format("")
-    return {int(name[len(prefix):]) for name in request.cookies if name.startswith(prefix) and name[len(prefix):].isdigit()}
+    ids = (name.removeprefix(prefix) for name in request.cookies if name.startswith(prefix))
+    return {int(i) for i in ids if i.isdigit()}
 
 
 @router.post("/roster", response_class=HTMLResponse)

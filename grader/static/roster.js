@@ -6,7 +6,7 @@
   var state = document.getElementById("roster-job-state");
   var progress = document.getElementById("roster-progress");
   window.kgFollow(box.dataset.statusUrl, 1000, function (s) {
-    state.textContent = s.state;
+    state.textContent = s.label;
     state.className = "state state-" + s.state;
     progress.textContent = s.lines_total ? s.lines_done + " of " + s.lines_total + " students imported" : "";
   }, box);

@@ -48,7 +48,8 @@ def _start(browser: Browser, text: str) -> float:
     return time.monotonic() - started
 
 
-def _follow(browser: Browser, worker: WorkerProcess, timeout: float = 240) -> tuple[dict[str, Any], list[tuple[int, int]]]:
+def _follow(browser: Browser, worker: WorkerProcess,
+            timeout: float = 240) -> tuple[dict[str, Any], list[tuple[int, int]]]:
     """The job's final status and the progress seen on the way."""
     seen: list[tuple[int, int]] = []
     deadline = time.monotonic() + timeout
@@ -173,6 +174,7 @@ def test_a_failed_import_gives_the_passwords_of_the_accounts_it_created(
         session.flush()
         with pytest.raises(RosterJobError, match="does not hold the key"):
             take_passwords(session, job, secrets.token_hex(32))
-        assert take_passwords(session, job, key) == f"login,password\nada,{derived_password(bytes.fromhex(key), 'ada')}\n"
+        password = derived_password(bytes.fromhex(key), "ada")
+        assert take_passwords(session, job, key) == f"login,password\nada,{password}\n"
         with pytest.raises(RosterJobError, match="were already downloaded and are not kept"):
             take_passwords(session, job, key)
