@@ -156,7 +156,7 @@ def take_passwords(session: Session, job: RosterJob, key: str | None) -> str:
         raise RosterJobError(f"This browser does not hold the key of import {job.id}: only the browser that "
                              "started it can download its passwords. Issue reset links instead.")
     taken = session.execute(update(RosterJob).where(RosterJob.id == job.id, RosterJob.passwords_taken_at.is_(None))
-                            .values(passwords_taken_at=utcnow())).rowcount
+                            .values(passwords_taken_at=utcnow())).rowcount  # type: ignore[attr-defined]
     session.commit()
     session.refresh(job)
     if not taken:
@@ -177,7 +177,7 @@ def run_job(sessions: sessionmaker[Session], job_id: int, key: str) -> str:
     """Claims and runs job `job_id`; its final state (or why it was not run)."""
     with session_scope(sessions) as session:
         claimed = session.execute(update(RosterJob).where(RosterJob.id == job_id, RosterJob.state == QUEUED)
-                                  .values(state=RUNNING, started_at=utcnow())).rowcount
+                                  .values(state=RUNNING, started_at=utcnow())).rowcount  # type: ignore[attr-defined]
     with session_scope(sessions) as session:
         job = session.get(RosterJob, job_id)
         if not claimed or job is None:
