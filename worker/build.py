@@ -100,7 +100,7 @@ def nvcc_version(nvcc: str) -> str | None:
         return None
     lines = [ln.strip() for ln in out.stdout.splitlines() if ln.strip()]
     release = [ln for ln in lines if "release" in ln]  # "Cuda compilation tools, release 13.0, V13.0.88"
-    return (release or lines or [None])[-1]
+    return (release or lines)[-1] if lines else None
 
 
 def cuda_include_dirs() -> tuple[str, ...]:
@@ -110,7 +110,7 @@ def cuda_include_dirs() -> tuple[str, ...]:
     headers include; the nvidia-cublas / nvidia-curand wheels ship them.
     """
     try:
-        import nvidia  # type: ignore[import-not-found]
+        import nvidia  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
         return ()
     found: list[str] = []

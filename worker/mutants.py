@@ -26,14 +26,19 @@ from __future__ import annotations
 
 import re
 import shutil
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
 from worker.assignment import assignment_of
 from worker.rubric import load_rubric
 from worker.starter_kit import starter_files
+
+if TYPE_CHECKING:
+    from worker.build import KernelTarget
 
 KINDS = frozenset({"correctness", "speed", "gaming"})
 
@@ -167,7 +172,7 @@ def mutate_text(reference_dir: Path, mutant: Mutant) -> dict[str, str]:
     return texts
 
 
-def touched_kernels(mutant: Mutant, kernels, root: Path) -> list:
+def touched_kernels(mutant: Mutant, kernels: Iterable[KernelTarget], root: Path) -> list[KernelTarget]:
     """The kernel targets (worker.build.KernelTarget) a mutant affects: those whose source it
     edits, plus those that #include a header it edits (by file name). `root` holds the sources."""
     touched = set(mutant.files)
@@ -199,6 +204,6 @@ def apply_mutant(reference_dir: Path, mutant: Mutant, dest: Path) -> Path:
         target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(reference_dir / rel, target)
-    for rel, text in texts.items():
-        (dest / rel).write_text(text)
+    for file, text in texts.items():
+        (dest / file).write_text(text)
     return dest

@@ -167,7 +167,7 @@ def waited_off_cpu(m: ProblemMeasurement) -> str | None:
     custom_share = ev.get("custom_cpu_share")
     for variant in ("reference_ops", "baseline"):
         share = ev.get(f"{variant}_cpu_share")
-        if waited_beyond_slack(share, custom_share):
+        if share is not None and custom_share is not None and waited_beyond_slack(share, custom_share):
             return (f"{m.problem_id}: your composition spent {1 - share:.0%} of its time off the CPU (the fused op "
                     f"{1 - custom_share:.0%}), as code that sleeps does")
     return None

@@ -146,7 +146,7 @@ def spread(values: Sequence[float]) -> tuple[float, float, float]:
 def waited_beyond_slack(baseline_cpu: float | None, custom_cpu: float | None) -> bool:
     """Whether a composition spent more of its time off the CPU than the fused op, beyond
     IDLE_SLACK (CPU shares of wall time; unknown shares never count)."""
-    return baseline_cpu is not None and bool(custom_cpu) and baseline_cpu * (1.0 + IDLE_SLACK) < custom_cpu
+    return bool(baseline_cpu is not None and custom_cpu and baseline_cpu * (1.0 + IDLE_SLACK) < custom_cpu)
 
 
 def waiting_removed(baseline_ms: float, baseline_cpu: float | None, custom_cpu: float | None) -> float:

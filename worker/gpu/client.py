@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from worker.gpu.channel import Arena, Channel, ChannelClosed
-from worker.sandbox import Sandbox, SandboxedProcess
+from worker.sandbox import Sandbox, SandboxChild
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 ARENA_NAME = ".kg-arena"
@@ -93,7 +93,7 @@ class ChildClient:
                 "--arena", str(cwd / ARENA_NAME), "--arena-size", str(arena_bytes)]
         for module in handlers:
             argv += ["--handlers", module]
-        self.process: SandboxedProcess = sandbox.spawn(
+        self.process: SandboxChild = sandbox.spawn(
             argv, cwd=cwd, env=child_env(gpu_index, cwd, steady_memory), pass_fds=(child_sock.fileno(),)
         )
         child_sock.close()

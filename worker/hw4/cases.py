@@ -94,7 +94,7 @@ class Case:
     id: str
     kind: str  # one of KINDS
     problem: str  # "1.1" | "1.2" | "2.1" | "2.2"
-    params: dict = field(hash=False)  # every parameter of the kind, defaults filled in
+    params: dict[str, Any] = field(hash=False)  # every parameter of the kind, defaults filled in
     public: bool = False  # course-like shape (as opposed to a hidden edge case)
 
     @property
@@ -438,10 +438,11 @@ def softmax_fw_ref(inp: np.ndarray, mask: np.ndarray | None, mask_future: bool) 
 def softmax_bw_ref(grad: np.ndarray, y: np.ndarray) -> np.ndarray:
     g = np.asarray(grad, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
-    return y * (g - np.sum(g * y, axis=-1, keepdims=True))
+    dx: np.ndarray = y * (g - np.sum(g * y, axis=-1, keepdims=True))
+    return dx
 
 
-def layernorm_fw_ref(inp, gamma, beta) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def layernorm_fw_ref(inp: np.ndarray, gamma: np.ndarray, beta: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(out, var without eps, mean) in float64."""
     x = np.asarray(inp, dtype=np.float64)
     mean = x.mean(axis=-1)
@@ -450,7 +451,8 @@ def layernorm_fw_ref(inp, gamma, beta) -> tuple[np.ndarray, np.ndarray, np.ndarr
     return xhat * np.asarray(gamma, np.float64) + np.asarray(beta, np.float64), var, mean
 
 
-def layernorm_bw_ref(dy, inp, gamma, var, mean) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def layernorm_bw_ref(dy: np.ndarray, inp: np.ndarray, gamma: np.ndarray, var: np.ndarray,
+                     mean: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(dgamma, dbeta, dinp) in float64; var, mean: the values handed to the kernel."""
     dy = np.asarray(dy, dtype=np.float64)
     x = np.asarray(inp, dtype=np.float64)
@@ -551,17 +553,17 @@ def _ptr(a: np.ndarray | None) -> int | None:
     return a.ctypes.data
 
 
-def abi_call(lib: Any, case: Case, arrays: Mapping[str, np.ndarray], streams: tuple = ()) -> None:
+def abi_call(lib: Any, case: Case, arrays: Mapping[str, np.ndarray], streams: tuple[Any, ...] = ()) -> None:
     """Call the case's launch function on `arrays` (make_inputs' names and shapes, checked
     first: a wrong buffer would let the kernel write out of bounds). Writes in place / into
     the output buffers. streams: cudaStream_t handles (default: None, the default stream)."""
     shapes = abi_shapes(case)
     for name, shape in shapes.items():
-        a = arrays.get(name)
-        if a is None or tuple(a.shape) != shape:
+        given = arrays.get(name)
+        if given is None or tuple(given.shape) != shape:
             raise CaseError(f"{case.id}: array {name} must have shape {shape}, "
-                            f"got {None if a is None else a.shape}")
-        _ptr(a)
+                            f"got {None if given is None else given.shape}")
+        _ptr(given)
     s1, s2 = (tuple(streams) + (None, None))[:2]
     p = case.params
     a = arrays
@@ -594,7 +596,7 @@ def verify(case: Case, outputs: Mapping[str, np.ndarray], expected: Mapping[str,
     return compare({n: (outputs[n], expected[n]) for n in expected}, atol, rtol, case.shape)
 
 
-def run_in_process(lib: Any, case: Case, rng: np.random.Generator, streams: tuple = ()) -> CheckResult:
+def run_in_process(lib: Any, case: Case, rng: np.random.Generator, streams: tuple[Any, ...] = ()) -> CheckResult:
     """All steps in this process (tests and trusted kits only; the grader splits them)."""
     arrays = make_inputs(case, rng)
     expected = reference(case, arrays)

@@ -11,13 +11,14 @@ numpy and minitorch are imported inside the probes only: this module stays light
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from worker.mutants import MutantError
 
 FUSED_OPS = ("attn_softmax_fw", "attn_softmax_bw", "layernorm_fw", "layernorm_bw")
 
 
-def _probe_backend(name: str):  # pragma: no cover - runs in the child
+def _probe_backend(name: str) -> tuple[Any, Any]:  # pragma: no cover - runs in the child
     import minitorch
 
     if name == "cuda":
@@ -29,7 +30,7 @@ def _probe_backend(name: str):  # pragma: no cover - runs in the child
     raise SystemExit(f"unknown backend {name!r}")
 
 
-def _close(got, want, atol: float, rtol: float) -> tuple[bool, str]:
+def _close(got: Any, want: Any, atol: float, rtol: float) -> tuple[bool, str]:
     import numpy as np
 
     got = np.asarray(got, dtype=np.float64)
@@ -44,7 +45,7 @@ def _close(got, want, atol: float, rtol: float) -> tuple[bool, str]:
     return False, f"{bad} of {good.size} out of tolerance (atol={atol:g}, rtol={rtol:g})"
 
 
-def probe_binding_grads(backend_name: str) -> dict:
+def probe_binding_grads(backend_name: str) -> dict[str, dict[str, Any]]:
     """Tensor.attn_softmax / Tensor.layernorm forward and autodiff backward through the
     tree's binding, against float64 references with the course's tolerances.
     Returns {problem id: {"ok": bool, "message": str}} for 1.1, 1.2, 2.1, 2.2."""
@@ -52,14 +53,14 @@ def probe_binding_grads(backend_name: str) -> dict:
 
     mt, ops = _probe_backend(backend_name)
     backend = mt.TensorBackend(ops)
-    results: dict[str, dict] = {}
+    results: dict[str, dict[str, Any]] = {}
 
     def record(problem: str, ok: bool, message: str) -> None:
         prev = results.get(problem)
         if prev is None or (prev["ok"] and not ok):
             results[problem] = {"ok": ok, "message": message}
 
-    def t(arr, grad=False):
+    def t(arr: Any, grad: bool = False) -> Any:
         return mt.tensor_from_numpy(np.asarray(arr, dtype=np.float32), backend=backend, requires_grad=grad)
 
     for batch, from_len, to_len, future in ((2, 9, 9, True), (2, 40, 100, False), (1, 33, 33, False)):
@@ -127,7 +128,7 @@ def probe_binding_grads(backend_name: str) -> dict:
     return results
 
 
-def probe_fused_calls(backend_name: str) -> dict:
+def probe_fused_calls(backend_name: str) -> dict[str, Any]:
     """Train-step of a small DecoderLM fused and unfused (same seed, no dropout): the fused
     model's calls of each backend fused op (counted by wrapping the ops class before the
     backend is built) and both losses. A fused path that silently composes basic ops shows as
@@ -139,7 +140,7 @@ def probe_fused_calls(backend_name: str) -> dict:
     for name in FUSED_OPS:
         original = getattr(ops, name)
 
-        def counted(*args, __name=name, __fn=original, **kwargs):
+        def counted(*args: Any, __name: str = name, __fn: Any = original, **kwargs: Any) -> Any:
             counts[__name] += 1
             return __fn(*args, **kwargs)
 
