@@ -236,21 +236,53 @@ def test_infinite_loop_kernel_times_out_and_grading_goes_on(kit_root: Path, tmp_
     config = stage_config(("2.1", "2.2"), timing=replace(TIMING, call_timeout_s=20))
     measurements, score = grade_tree("infinite-loop kernel", tree, kit_root, work / "spin", config)
     by_id = {m.problem_id: m for m in measurements}
-    assert by_id["2.1"].status == "timeout", by_id["2.1"].to_dict()
+    # A hang fails its own case ("hung", the child replaced); after repeated hangs the path's
+    # remaining cases are not run. Every 2.1 case fails and the problem scores nothing.
+    cases_21 = [*by_id["2.1"].abi_cases, *by_id["2.1"].binding_cases]
+    assert cases_21 and not any(c.ok for c in cases_21), by_id["2.1"].to_dict()
+    assert any("hung" in c.message for c in cases_21), by_id["2.1"].to_dict()
     assert score.problem("2.1").points == 0
     # Grading went on: 2.2 ran in a fresh child and its own kernels passed through the C ABI;
-    # its binding check needs the (hanging) fused forward first, so it ends in a timeout too.
+    # its binding check needs the (hanging) fused forward first, so those cases hang too.
     assert by_id["2.2"].abi_cases and all(c.ok for c in by_id["2.2"].abi_cases)
+    assert by_id["2.2"].binding_cases and not any(c.ok for c in by_id["2.2"].binding_cases)
 
 
-def test_compile_error_is_a_build_error(tmp_path: Path) -> None:
+def _broken_kit(tmp_path: Path, kernels: tuple[str, ...]) -> Path:
+    """The reference kit zipped with a syntax error in each of `kernels` (src/<name>.cu)."""
     tree = tmp_path / "broken"
     shutil.copytree(RUBRIC.starter_dir, tree, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
-    path = tree / "src/layernorm_kernel.cu"
-    path.write_text(path.read_text().replace("__global__", "__global__ syntax error here", 1))
-    archive = zip_tree(tree, tmp_path / "broken.zip")
-    config = PipelineConfig(UnpackLimits(200 * 2**20, 50 * 2**20, 5000, 24, 100.0), toolchain(), None, 3, 65536)
-    outcome = grade_submission(archive, RUBRIC, tmp_path / "job", config, gpu_stage=lambda *a: pytest.fail("ran"))
+    for name in kernels:
+        path = tree / f"src/{name}.cu"
+        path.write_text(path.read_text().replace("__global__", "__global__ syntax error here", 1))
+    return zip_tree(tree, tmp_path / "broken.zip")
+
+
+COMPILE_CONFIG = PipelineConfig(UnpackLimits(200 * 2**20, 50 * 2**20, 5000, 24, 100.0), toolchain(), None, 3, 65536)
+
+
+def test_compile_error_blocks_only_the_problems_that_need_the_kernel(tmp_path: Path) -> None:
+    archive = _broken_kit(tmp_path, ("layernorm_kernel",))
+    ran: list[tuple[str, ...]] = []
+
+    def stage(rubric: object, staged: Path, reference: Path, work_dir: Path,
+              problems: tuple[str, ...]) -> list[ProblemMeasurement]:
+        ran.append(tuple(problems))
+        return []
+
+    outcome = grade_submission(archive, RUBRIC, tmp_path / "job", COMPILE_CONFIG, gpu_stage=stage)
+    # The softmax problems still go to the GPU stage; the LayerNorm ones say which file failed.
+    assert ran and set(ran[0]) == {"1.1", "1.2"}, ran
+    by_id = {p.problem_id: p for p in outcome.problems}
+    for pid in ("2.1", "2.2"):
+        assert by_id[pid].points == 0 and "layernorm_kernel" in by_id[pid].message, by_id[pid]
+    assert "syntax" in outcome.stages["build"].log
+
+
+def test_compile_error_in_every_kernel_is_a_build_error(tmp_path: Path) -> None:
+    archive = _broken_kit(tmp_path, ("softmax_kernel", "layernorm_kernel"))
+    outcome = grade_submission(archive, RUBRIC, tmp_path / "job", COMPILE_CONFIG,
+                               gpu_stage=lambda *a: pytest.fail("the GPU stage ran with nothing built"))
     assert outcome.state.value == "failed" and outcome.error_class.value == "build_error"
     assert "syntax" in outcome.stages["build"].log
 
