@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: dev test gpu-suite starter
+.PHONY: dev test check gpu-suite starter
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -17,6 +17,11 @@ dev: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest
+
+# Static checks (configured in pyproject.toml): ruff on the project, mypy (strict on worker/).
+check: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 starter: $(STAMP)
 	$(VENV)/bin/grader starter build hw4 --out hw4-starter.zip

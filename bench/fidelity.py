@@ -33,8 +33,8 @@ For every zip in --zips (default .corpus/zips):
 fidelity.json files into one table afterwards (no GPU needed).
 """
 from __future__ import annotations
-
 import __future__
+
 import argparse
 import ast
 import json
@@ -49,18 +49,20 @@ import tempfile
 import threading
 import time
 import types
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import replace
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 import fidelity_report as report  # noqa: E402
 from benchmarks_md import current_commit  # noqa: E402
-from worker.build import KernelTarget, Toolchain, build_kernels, cuda_include_dirs, nvcc_version  # noqa: E402
+
+from worker.build import Toolchain, build_kernels, cuda_include_dirs, nvcc_version  # noqa: E402
 from worker.rubric import Rubric, load_rubric  # noqa: E402
 from worker.unpack import BadArchive, UnpackLimits, find_assignment_root, unpack_zip  # noqa: E402
 
@@ -530,8 +532,8 @@ def run_grader(zips: list[Path], work: Path, store: ResultStore, args: argparse.
         job_dir = work / f"job-{name}"
         stage_started = [time.monotonic()]
 
-        def on_stage(stage: str, n: str = name) -> None:
-            log(f"grader {n}: {stage} ({time.monotonic() - stage_started[0]:.0f} s in)")
+        def on_stage(stage: str, n: str = name, started: list[float] = stage_started) -> None:
+            log(f"grader {n}: {stage} ({time.monotonic() - started[0]:.0f} s in)")
 
         def on_problem(pid: str, n: str = name) -> None:
             log(f"grader {n}: problem {pid}")
@@ -752,7 +754,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         config = stage_config = None  # the harness needs only the unpack limits
         limits, settings_source = FALLBACK_LIMITS, f"production settings unreadable ({type(exc).__name__}: {exc})"
-    meta = {"date": date.today().isoformat(), "started_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    meta = {"date": date.today().isoformat(), "started_utc": datetime.now(UTC).isoformat(timespec="seconds"),
             "mode": mode, "gpu": gpu_description(), "cpus": os.cpu_count(), "machine": platform.machine(),
             "nvcc": nvcc_version(args.nvcc), "python": sys.version.split()[0], "commit": args.commit or safe_commit(),
             "command": command_line(sys.argv if argv is None else ["bench/fidelity.py", *argv]),

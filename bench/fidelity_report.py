@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import re
 import statistics
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from worker.hw4.course_shapes import course_shapes
 from worker.measurements import salient_lines

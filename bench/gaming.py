@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 import fidelity  # noqa: E402
+
 from worker.mutants import Mutant, load_mutants, mutate_text  # noqa: E402
 from worker.rubric import Rubric, load_rubric  # noqa: E402
 from worker.scoring import WITHHELD_WORDS  # noqa: E402

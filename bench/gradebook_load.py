@@ -31,10 +31,10 @@ from pathlib import Path
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT_ROOT))
 
+from benchmarks_md import publish  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 from sqlalchemy.engine import make_url  # noqa: E402
 
-from benchmarks_md import publish  # noqa: E402
 from grader.app import create_app  # noqa: E402
 from grader.auth import set_password  # noqa: E402
 from grader.cli import init_database  # noqa: E402

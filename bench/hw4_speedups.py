@@ -87,8 +87,8 @@ def main() -> int:
         os.chdir(root)
         sys.path.insert(0, str(root))
         import minitorch as mt
-        from minitorch.cuda_kernel_ops import CudaKernelOps
         import torch
+        from minitorch.cuda_kernel_ops import CudaKernelOps
 
         CB = mt.TensorBackend(CudaKernelOps)
         rng = np.random.default_rng(0)

@@ -25,12 +25,14 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import date
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks_md import current_commit, publish_gpu_section  # noqa: E402
+
 from worker.build import Confinement, KernelTarget, Toolchain, build_kernels, cuda_include_dirs, nvcc_version  # noqa: E402
 from worker.rubric import load_rubric  # noqa: E402
 from worker.sandbox import Sandbox, SandboxLimits, SandboxPolicy  # noqa: E402
@@ -112,7 +114,7 @@ def main() -> int:
                     chain, extra = kinds[kind]
                     with ThreadPoolExecutor(max_workers=len(targets)) as pool:
                         seconds = dict(zip((t.name for t in targets),
-                                           pool.map(lambda t: timed_nvcc(root, t, chain, extra), targets)))
+                                           pool.map(partial(timed_nvcc, root, toolchain=chain, extra=extra), targets)))
                 walls[kind].append(time.monotonic() - started)
                 for name, s in seconds.items():
                     together[kind][name].append(s)

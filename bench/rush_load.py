@@ -29,9 +29,9 @@ import json
 import os
 import platform
 import random
+import shutil
 import socket
 import statistics
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -50,9 +50,9 @@ sys.path[:0] = [str(PROJECT_ROOT), str(PROJECT_ROOT / "bench")]  # also imported
 import httpx  # noqa: E402
 import psycopg  # noqa: E402
 import redis  # noqa: E402
+from benchmarks_md import append_section  # noqa: E402
 from sqlalchemy import select  # noqa: E402
 
-from benchmarks_md import append_section  # noqa: E402
 from grader.auth import issue_token  # noqa: E402
 from grader.blobstore import BlobStore  # noqa: E402
 from grader.cli import init_database  # noqa: E402
@@ -333,8 +333,8 @@ def table(result: RushResult) -> str:
     c = result.config
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=PROJECT_ROOT).stdout.strip()
-    rows = [("upload (POST /api/v1/submissions, ~%d KiB zip)" % (next(iter(result.accepted.values()))["bytes"] // 1024
-                                                               if result.accepted else 0), result.timings.upload_ms),
+    zip_kib = next(iter(result.accepted.values()))["bytes"] // 1024 if result.accepted else 0
+    rows = [(f"upload (POST /api/v1/submissions, ~{zip_kib} KiB zip)", result.timings.upload_ms),
             ("run status (GET /api/v1/runs/{id})", result.timings.status_ms),
             ("gradebook JSON (staff, read in a loop)", result.timings.gradebook_ms)]
     lines = [

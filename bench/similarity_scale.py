@@ -21,8 +21,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.similarity_plants import perturb  # noqa: E402
-from grader.similarity.compare import compare_class, tree_sources  # noqa: E402
 from grader.similarity.cache import PrintCache  # noqa: E402
+from grader.similarity.compare import compare_class, tree_sources  # noqa: E402
 from grader.similarity.prints import Fingerprinting  # noqa: E402
 from worker.rubric import load_rubric  # noqa: E402
 

@@ -40,6 +40,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(PROJECT_ROOT), str(PROJECT_ROOT / "bench")]
 
 from benchmarks_md import current_commit, publish  # noqa: E402
+
 from grader.app import create_app  # noqa: E402
 from grader.auth import issue_token  # noqa: E402
 from grader.cli import init_database  # noqa: E402

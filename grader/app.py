@@ -1,16 +1,15 @@
 """FastAPI application factory."""
 from __future__ import annotations
 
-from typing import Any
-
 from pathlib import Path
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse, Response
 from fastapi.staticfiles import StaticFiles
-from starlette.middleware.sessions import SessionMiddleware
 from sqlalchemy import text
 from sqlalchemy.exc import DataError, OperationalError
+from starlette.middleware.sessions import SessionMiddleware
 
 from grader import api, pages
 from grader.api.errors import error_response, install_error_handlers

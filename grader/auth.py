@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
-
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 

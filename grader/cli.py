@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import json
-import secrets
 import os
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -14,10 +14,10 @@ from typing import Annotated
 
 import httpx
 import typer
-from sqlalchemy.orm import Session, sessionmaker
-from alembic import command as alembic_command
 from alembic.config import Config as AlembicConfig
+from sqlalchemy.orm import Session, sessionmaker
 
+from alembic import command as alembic_command
 from grader import client_cli, ops_cli
 from grader.auth import issue_token
 from grader.collector import collect

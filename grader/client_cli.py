@@ -18,8 +18,8 @@ import json
 import sys
 import time
 import uuid
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any
 
 import httpx

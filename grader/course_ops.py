@@ -13,12 +13,13 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from grader.deadlines import Extension, LatePolicy, Lateness, evaluate
+from grader.deadlines import Extension, Lateness, LatePolicy, evaluate
 from grader.membership import role_in
-from grader.models import Assignment, CourseRole, ErrorClass, Extension as ExtensionRow, Role, Run, Submission, User
+from grader.models import Assignment, CourseRole, ErrorClass, Role, Run, Submission, User
+from grader.models import Extension as ExtensionRow
 from grader.quotas import QuotaDecision, QuotaPolicy, check
-from grader.settings import Settings
 from grader.service import get_assignment
+from grader.settings import Settings
 
 SCORE_POLICIES = ("latest", "best")
 

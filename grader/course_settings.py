@@ -16,7 +16,8 @@ from sqlalchemy.orm import Session
 
 from grader.course_ops import SCORE_POLICIES, grant_extension, late_policy, set_schedule
 from grader.deadlines import Extension, LatePolicy
-from grader.models import Assignment, Extension as ExtensionRow, User
+from grader.models import Assignment, User
+from grader.models import Extension as ExtensionRow
 from grader.service import NotFound, find_user, get_assignment
 
 T = TypeVar("T")

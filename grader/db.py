@@ -11,7 +11,6 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from grader.settings import Settings
 
-
 _ENGINES: dict[tuple[str, int], Engine] = {}
 _ENGINES_LOCK = threading.Lock()
 

@@ -4,6 +4,7 @@ app by grader.cli."""
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated
 from zoneinfo import ZoneInfo
@@ -47,7 +48,10 @@ def schedule(
             raise typer.Exit(2) from exc
         updated = late_policy(row)
         zone = ZoneInfo(settings.course_timezone)
-        show = (lambda at: at.astimezone(zone).isoformat() if at else "none")
+
+        def show(at: datetime | None) -> str:
+            return at.astimezone(zone).isoformat() if at else "none"
+
         typer.echo(f"{assignment}: release {show(updated.release_at)}, due {show(updated.due_at)}, "
                    f"grace {updated.grace}, late window {updated.late_window}, "
                    f"{updated.penalty_per_day:.0%} per started day after the grace, score policy {row.score_policy}")

@@ -66,7 +66,7 @@ def recent_median_duration(session: Session, assignment_id: int, sample: int) ->
         .order_by(Run.finished_at.desc())
         .limit(sample)
     ).all()
-    durations = [(finished - started).total_seconds() for started, finished in rows]
+    durations = [(finished - started).total_seconds() for started, finished in rows if started and finished]
     return statistics.median(durations) if durations else None
 
 

@@ -12,7 +12,8 @@ Standard library + numpy only (through worker.scoring): importable on a bare GPU
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from worker.measurements import ProblemMeasurement
 from worker.rubric import Rubric

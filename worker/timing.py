@@ -9,11 +9,11 @@ Pure standard library + numpy: the GPU suite imports this on a bare machine.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
-
 
 # A composition may use up to this much less of its CPU time than the fused op before its
 # waiting is taken out (honest ones differ by a few percent: both spin in cudaMemcpy).

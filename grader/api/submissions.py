@@ -12,13 +12,29 @@ from grader import queries
 from grader.api.acceptance import acceptance, earlier_acceptance, run_url
 from grader.api.deps import DB, Caller, Context, member_assignment, readable_submission, require
 from grader.api.errors import ERRORS, ApiError, ErrorBody
-from grader.api.schemas import (Accepted, RunListItem, SubmissionCreated, SubmissionOut, SubmissionPage, SubmissionRuns,
-                                SubmissionSummary)
+from grader.api.schemas import (
+    Accepted,
+    RunListItem,
+    SubmissionCreated,
+    SubmissionOut,
+    SubmissionPage,
+    SubmissionRuns,
+    SubmissionSummary,
+)
 from grader.auth import SCOPE_READ, SCOPE_READ_ALL, SCOPE_REGRADE, SCOPE_SUBMIT, Principal
 from grader.course_ops import admission
 from grader.models import Assignment, Submission, utcnow
-from grader.service import (MAX_IDEMPOTENCY_KEY, CommitUncertain, IdempotencyConflict, NotFound, commit_upload,
-                            find_user, get_assignment, record_regrade, record_upload)
+from grader.service import (
+    MAX_IDEMPOTENCY_KEY,
+    CommitUncertain,
+    IdempotencyConflict,
+    NotFound,
+    commit_upload,
+    find_user,
+    get_assignment,
+    record_regrade,
+    record_upload,
+)
 from grader.uploads import ReceivedUpload, UploadError, maybe_stored_message, receive_upload
 
 router = APIRouter()

@@ -19,7 +19,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from grader.pages.common import error_page as titled_error_page, page_around
+from grader.pages.common import error_page as titled_error_page
+from grader.pages.common import page_around
 
 API_PREFIX = "/api/"
 Handler = Callable[[Request, Any], Response | Awaitable[Response]]

@@ -14,8 +14,17 @@ from grader.api.deps import Context, get_context
 from grader.api.gradebook import gradebook_csv, gradebook_out
 from grader.membership import role_in
 from grader.models import CourseRole, Submission, User
-from grader.pages.common import (Db, Sender, Viewer, absent, default_slug, page, see_other, taught_assignment,
-                                 taught_slugs)
+from grader.pages.common import (
+    Db,
+    Sender,
+    Viewer,
+    absent,
+    default_slug,
+    page,
+    see_other,
+    taught_assignment,
+    taught_slugs,
+)
 from grader.service import NotFound, record_regrade
 
 router = APIRouter(include_in_schema=False)

@@ -12,11 +12,29 @@ from starlette.concurrency import run_in_threadpool
 
 from grader.api.deps import Context
 from grader.models import RosterJob, User
-from grader.pages.common import (Db, Sender, Viewer, absent, default_slug, get_context, page, see_other,
-                                 taught_assignment, taught_slugs)
+from grader.pages.common import (
+    Db,
+    Sender,
+    Viewer,
+    absent,
+    default_slug,
+    get_context,
+    page,
+    see_other,
+    taught_assignment,
+    taught_slugs,
+)
 from grader.password_reset import RESET_PATH, issue_reset, may_issue_reset
-from grader.roster_jobs import (KEY_COOKIE, KEY_MAX_AGE_S, KEY_PATH, RosterJobError, latest_job, start_job,
-                                take_passwords, view)
+from grader.roster_jobs import (
+    KEY_COOKIE,
+    KEY_MAX_AGE_S,
+    KEY_PATH,
+    RosterJobError,
+    latest_job,
+    start_job,
+    take_passwords,
+    view,
+)
 from grader.service import find_user
 from grader.websession import current_user
 

@@ -16,8 +16,8 @@ from starlette.concurrency import run_in_threadpool
 from grader.api.deps import Context
 from grader.pages.common import Db, Staff, StaffForm, page, see_other
 from grader.runs.engine_config import pipeline_config
-from grader.similarity.compare import LineRange
 from grader.similarity.base import UPLOAD, describe_assignment_base, parse_git_spec, save_base
+from grader.similarity.compare import LineRange
 from grader.similarity.jobs import latest_job, start_job, view
 from grader.similarity.report import describe_ranges, numbered_lines, starter_lines
 from grader.similarity.store import load_base_files, load_report, pair_sources, report_path

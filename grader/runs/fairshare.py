@@ -62,8 +62,8 @@ def _reserve(sessions: sessionmaker[Session], user_id: int) -> int | None:
 
 
 def _owner(session: Session, run_id: int) -> int:
-    return int(session.scalar(select(Submission.user_id).join(Run, Run.submission_id == Submission.id)
-                              .where(Run.id == run_id)))
+    return session.execute(select(Submission.user_id).join(Run, Run.submission_id == Submission.id)
+                           .where(Run.id == run_id)).scalar_one()
 
 
 def _send(celery: Celery, sessions: sessionmaker[Session], run_id: int, queue: str) -> bool:

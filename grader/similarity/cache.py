@@ -54,8 +54,7 @@ class PrintCache:
                     self._memory[key] = loaded
         todo = list(missing.items())
         if self.workers < 2 or len(todo) < 8:
-            computed = (fingerprint_file(path, text, self.config) for _, (path, text) in todo)
-            self._collect(todo, computed, progress)
+            self._collect(todo, (fingerprint_file(path, text, self.config) for _, (path, text) in todo), progress)
             return
         with ProcessPoolExecutor(self.workers) as pool:
             computed = pool.map(fingerprint_file, [p for _, (p, _) in todo], [t for _, (_, t) in todo],

@@ -107,7 +107,7 @@ def run_job(settings: Settings, sessions: sessionmaker[Session], blobs: BlobStor
     """Claims and computes job `job_id`; its final state (or why it was not run)."""
     with session_scope(sessions) as session:
         claimed = session.execute(update(SimilarityJob).where(SimilarityJob.id == job_id, SimilarityJob.state == QUEUED)
-                                  .values(state=RUNNING, started_at=utcnow())).rowcount
+                                  .values(state=RUNNING, started_at=utcnow())).rowcount  # type: ignore[attr-defined]
         job = session.get(SimilarityJob, job_id)
         if not claimed or job is None:
             return f"not run: job {job_id} is {job.state if job else 'gone'}"

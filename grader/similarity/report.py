@@ -11,8 +11,8 @@ from typing import Any
 
 from jinja2 import Environment, select_autoescape
 
-from grader.similarity.compare import LineRange, PairResult, Sources
 from grader.similarity.base import Base
+from grader.similarity.compare import LineRange, PairResult, Sources
 
 CONTEXT = 2  # lines shown around a shared region in the HTML file's excerpts
 

@@ -22,9 +22,9 @@ from sqlalchemy.orm import Session
 
 from grader.blobstore import BlobStore
 from grader.models import utcnow
-from grader.similarity.compare import Match, PairResult, Sources, compare_class
 from grader.similarity.base import Base
 from grader.similarity.cache import PrintCache, Progress
+from grader.similarity.compare import Match, PairResult, Sources, compare_class
 from grader.similarity.prints import Fingerprinting
 from grader.similarity.report import report_json
 from grader.submission_sources import ClassSources, blob_sources, class_sources

@@ -15,13 +15,14 @@ import pytest
 
 pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed (test extra)")
 import uvicorn  # noqa: E402
-from playwright.sync_api import Browser, BrowserContext, Error as PlaywrightError, sync_playwright  # noqa: E402
+from playwright.sync_api import Browser, BrowserContext, sync_playwright  # noqa: E402
+from playwright.sync_api import Error as PlaywrightError
 
 from grader.app import create_app  # noqa: E402
 from grader.settings import Settings  # noqa: E402
 
 # The same session fixtures as the service tests (a fresh database, queue and worker here).
-from tests.service.conftest import database_url, settings, settings_env, sessions, worker  # noqa: E402,F401
+from tests.service.conftest import database_url, sessions, settings, settings_env, worker  # noqa: E402,F401
 
 CHROMIUM = os.environ.get("KG_TEST_CHROMIUM", "/usr/bin/chromium")
 # Flags for a closed network and a root user (see the machine notes in README's test section).

@@ -101,7 +101,7 @@ def test_structure(compose: dict[str, Any]) -> None:
 def test_gpu_workers_one_gpu_each_concurrency_one(compose: dict[str, Any]) -> None:
     workers = {n: s for n, s in _services(compose).items() if n.startswith("worker-gpu")}
     host_gpus = []
-    for name, svc in workers.items():
+    for svc in workers.values():
         (device,) = svc["deploy"]["resources"]["reservations"]["devices"]
         assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"]
         (gpu,) = device["device_ids"]

@@ -62,7 +62,7 @@ class Case(_c.Case):
         return _c.run_in_process(lib, self, rng, (stream if stream is not None else stream_1, stream_2))
 
     @classmethod
-    def of(cls, case: _c.Case) -> "Case":
+    def of(cls, case: _c.Case) -> Case:
         return cls(case.id, case.kind, case.problem, case.params, case.public)
 
 

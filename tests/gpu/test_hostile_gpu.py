@@ -25,8 +25,8 @@ import pytest
 
 from tests.gpu.test_grading_gpu import LIMITS, POLICY, TIMING, build_all, grade_tree, stage_config, work  # noqa: F401
 from worker.hw4 import grade
-from worker.hw4.grade import GpuStageConfig
 from worker.hw4.cases import load_cases
+from worker.hw4.grade import GpuStageConfig
 from worker.measurements import ProblemMeasurement
 from worker.mutants import Mutant, parse_mutants
 from worker.scoring import ProblemScore, RunScore

@@ -249,7 +249,7 @@ def abi_results(mutant_builds: dict[str, MutantBuild]) -> dict[str, list[CheckRu
 
 
 def test_reference_passes_the_check_driver(reference_checks: dict[str, CheckRun]) -> None:
-    for problem, run in sorted(reference_checks.items()):
+    for _problem, run in sorted(reference_checks.items()):
         assert run.finished and run.returncode == 0, run.summary()
         assert run.cases and not run.failed_cases, run.summary()
         print(f"reference {run.summary()}")

@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hostile_corpus import CASES, RUBRIC, Expect, HostileCase, Materials, load_kit
+from hostile_report import Row, record
 
 from grader.runs.engine_config import pipeline_config
 from grader.settings import Settings
-from hostile_corpus import CASES, RUBRIC, Expect, HostileCase, Materials, load_kit
-from hostile_report import Row, record
 from worker.pipeline import Outcome, PipelineConfig, grade_submission
 from worker.states import ErrorClass
 

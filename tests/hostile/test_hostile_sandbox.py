@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-
 from hostile_report import Row, record
+
 from tests.unit.test_sandbox import _python
 from worker.sandbox import Sandbox, SandboxExit, SandboxLimits, SandboxPolicy
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from hostile_report import Row, record
 from sqlalchemy import func, select
 
 from grader.app import create_app
@@ -21,7 +22,6 @@ from grader.models import Role, Submission
 from grader.service import get_assignment, get_or_create_user, record_submission
 from grader.settings import Settings
 from grader.uploads import remove_unless_recorded
-from hostile_report import Row, record
 
 MAX_UPLOAD = 256 * 1024
 

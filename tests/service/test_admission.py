@@ -23,6 +23,7 @@ from grader.service import get_or_create_user
 from grader.settings import Settings
 from tests.service.conftest import auth
 
+
 def fresh_zip() -> bytes:
     """A zip of its own each time: the same bytes again within the re-send window would be
     answered with the earlier submission, not counted as another upload."""

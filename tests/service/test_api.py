@@ -10,8 +10,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.app import create_app
-from grader.blobstore import BlobStore
 from grader.auth import issue_token
+from grader.blobstore import BlobStore
 from grader.db import session_scope
 from grader.models import Role, Run, Submission
 from grader.service import get_or_create_user

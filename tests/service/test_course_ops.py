@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import json
 import zipfile
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -24,7 +24,7 @@ from grader.settings import Settings, get_settings
 from worker.rubric import load_rubric
 from worker.starter_kit import starter_files
 
-DUE = datetime(2026, 3, 20, 3, 59, 59, tzinfo=timezone.utc)
+DUE = datetime(2026, 3, 20, 3, 59, 59, tzinfo=UTC)
 
 
 def test_schedule_and_extension_round_trip(sessions: sessionmaker[Session], settings: Settings) -> None:
@@ -51,7 +51,7 @@ def test_schedule_and_extension_round_trip(sessions: sessionmaker[Session], sett
 def test_quota_counts_own_uploads_but_not_regrades_or_infra_failures(sessions: sessionmaker[Session],
                                                                       settings: Settings) -> None:
     quota = settings.model_copy(update={"quota_runs": 2, "quota_window_s": 3600.0})
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     blob = BlobStore(settings.blob_dir).put_bytes(b"quota test")
     with session_scope(sessions) as session:
         student = get_or_create_user(session, "ops-quota", Role.student)

@@ -16,7 +16,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,8 +26,8 @@ from grader.auth import issue_token, set_password
 from grader.blobstore import StoredBlob
 from grader.cli import init_database
 from grader.db import make_engine, make_session_factory, session_scope
-from grader.models import Role
-from grader.models import utcnow
+from grader.models import Role, utcnow
+from grader.runs.celery_app import make_celery
 from grader.runs.dispatch import held_runs, run_signature
 from grader.runstatus import RESEND_TEXT, Waiting, waiting_reason
 from grader.service import get_assignment, get_or_create_user, record_submission
@@ -46,7 +45,6 @@ from tests.service.test_faults import (  # noqa: F401  (fixtures)
     standin_zip,
     unique,
 )
-from grader.runs.celery_app import make_celery
 from tests.service.test_web_settings import PASSWORD, Browser
 
 DEFAULTS = {"requeue_after_s": "900"}  # make_rig's own default (2 s) would hide the recovery

@@ -15,8 +15,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
-from grader.auth import issue_token, set_password
 from grader.app import create_app
+from grader.auth import issue_token, set_password
 from grader.blobstore import StoredBlob
 from grader.cli import app as grader_cli
 from grader.course_ops import admission

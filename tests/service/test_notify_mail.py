@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 from aiosmtpd.controller import Controller
-from aiosmtpd.smtp import SMTP, Envelope, Session as SMTPSession
+from aiosmtpd.smtp import SMTP, Envelope
+from aiosmtpd.smtp import Session as SMTPSession
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker

@@ -23,8 +23,22 @@ from grader.app import create_app
 from grader.auth import issue_token, set_password
 from grader.blobstore import BlobStore
 from grader.db import session_scope
-from grader.models import (FINAL_STATES, ApiToken, Assignment, Enrollment, ErrorClass, Extension, PasswordReset,
-                           ProblemResult, Role, Run, RunState, Submission, User, utcnow)
+from grader.models import (
+    FINAL_STATES,
+    ApiToken,
+    Assignment,
+    Enrollment,
+    ErrorClass,
+    Extension,
+    PasswordReset,
+    ProblemResult,
+    Role,
+    Run,
+    RunState,
+    Submission,
+    User,
+    utcnow,
+)
 from grader.ratelimit import SlidingWindow
 from grader.security import CONTENT_SECURITY_POLICY
 from grader.service import get_assignment, get_or_create_user, record_submission

@@ -8,8 +8,8 @@ import uuid
 
 import pytest
 import schemathesis
-from schemathesis.specs.openapi.checks import positive_data_acceptance
 from hypothesis import HealthCheck, given, settings
+from schemathesis.specs.openapi.checks import positive_data_acceptance
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.app import create_app

@@ -18,9 +18,9 @@ from urllib.parse import quote
 import pytest
 import redis
 from fastapi.testclient import TestClient
-from typer.testing import CliRunner
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
+from typer.testing import CliRunner
 
 from grader.app import create_app
 from grader.auth import issue_token, set_password
@@ -29,8 +29,20 @@ from grader.course_ops import admission, late_policy, lateness
 from grader.db import session_scope
 from grader.deadlines import LateStatus
 from grader.membership import role_in
-from grader.models import (Assignment, CourseRole, ErrorClass, Extension, GpuCalibration, ProblemResult, Role, Run,
-                           RunState, Submission, User, utcnow)
+from grader.models import (
+    Assignment,
+    CourseRole,
+    ErrorClass,
+    Extension,
+    GpuCalibration,
+    ProblemResult,
+    Role,
+    Run,
+    RunState,
+    Submission,
+    User,
+    utcnow,
+)
 from grader.runs.reconcile import forgotten_runs
 from grader.service import get_assignment, get_or_create_user
 from grader.settings import Settings, get_settings

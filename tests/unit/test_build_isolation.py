@@ -14,17 +14,17 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_build import BROKEN, FLAGS, NVCC, call_int, needs_nvcc
 
 from grader.runs import engine_config
 from grader.settings import Settings
-from test_build import BROKEN, FLAGS, NVCC, call_int, needs_nvcc
 from worker.assignment import StageConfig
 from worker.build import Toolchain, cuda_include_dirs
+from worker.hw4 import grade as hw4_grade
 from worker.measurements import CaseOutcome, ProblemMeasurement
 from worker.pipeline import Outcome, PipelineConfig, grade_submission
 from worker.rubric import RUBRIC_DIR, RubricError, load_rubric
 from worker.sandbox import SandboxLimits, SandboxPolicy
-from worker.hw4 import grade as hw4_grade
 from worker.stage import stage_submission
 from worker.states import ErrorClass, RunState
 from worker.unpack import UnpackLimits

@@ -20,11 +20,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from test_build import BROKEN, FLAGS, GOOD, HEADER, NVCC, call_int, needs_nvcc, write_tree
 
+from grader.pages.runs import stage_logs as _stage_logs
 from grader.runs.engine_config import build_policy, pipeline_config
 from grader.settings import Settings
-from grader.pages.runs import stage_logs as _stage_logs
-from test_build import BROKEN, FLAGS, GOOD, HEADER, NVCC, call_int, needs_nvcc, write_tree
 from tests.fixtures import cpu_standin
 from worker.build import Confinement, KernelTarget, Toolchain, build_kernels, cuda_include_dirs
 from worker.measurements import CaseOutcome, ProblemMeasurement

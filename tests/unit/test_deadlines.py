@@ -1,15 +1,15 @@
 """grader.deadlines: every status at its boundaries, extensions, rounding and validation."""
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
 
 from grader.deadlines import Extension, LatePolicy, LateStatus, evaluate
 
-RELEASE = datetime(2026, 3, 2, 14, 0, tzinfo=timezone.utc)
-DUE = datetime(2026, 3, 20, 3, 59, 59, tzinfo=timezone.utc)
+RELEASE = datetime(2026, 3, 2, 14, 0, tzinfo=UTC)
+DUE = datetime(2026, 3, 20, 3, 59, 59, tzinfo=UTC)
 SECOND = timedelta(seconds=1)
 GRACE = timedelta(hours=2)
 # grace 2 h, then 10 % per started day, closed 3 days after the due time

@@ -22,6 +22,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import fidelity  # noqa: E402
 import fidelity_report as report  # noqa: E402
+
 from worker.hw4.course_shapes import course_shapes  # noqa: E402
 from worker.rubric import load_rubric  # noqa: E402
 from worker.unpack import UnpackLimits, unpack_zip  # noqa: E402
@@ -457,8 +458,8 @@ def test_the_source_fallbacks_build_the_same_configs_as_production(tmp_path: Pat
     """On the GPU machine (no pydantic, no database packages) the configs come from the
     settings' source and grader/runs/engine_config.py's own functions; here both paths exist: same result."""
     pytest.importorskip("pydantic_settings")
-    from grader.settings import Settings
     from grader.runs.engine_config import gpu_stage_config, pipeline_config
+    from grader.settings import Settings
 
     monkeypatch.setenv("KG_BUILD_JOBS", "5")
     monkeypatch.setenv("KG_SANDBOX_WALL_S", "123.5")
@@ -589,7 +590,7 @@ def test_run_grader_past_its_budget_grades_nothing_and_gives_no_verdict(grading:
 # --------------------------------------------------------------------------- the harness half end to end
 
 COURSE_STANDINS = {
-    "test_softmax_fw": "import sys\nsys.stdout.write(%r)\n" % five_passes(),
+    "test_softmax_fw": f"import sys\nsys.stdout.write({five_passes()!r})\n",
     "test_softmax_bw": ("print('>>>>>>>>>>>>>>>>>>>>>>test_launch_attn_softmax_bw, ntest [0], dtype [torch.float32]:')\n"
                         "print('Compare the results of custom and baseline...')\n"
                         "print('torch.allclose failed, use numpy.allclose to log detail.')\nexit(0)\n"),

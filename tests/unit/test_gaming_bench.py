@@ -9,6 +9,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 
 import gaming  # noqa: E402
+
 from worker.scoring import WITHHELD_WORDS  # noqa: E402
 
 

@@ -27,8 +27,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
 import cpu_standin  # noqa: E402
-from gpu_stage_support import (  # noqa: E402,F401  (base, policy, trusted, short_cases: fixtures)
-    KERNEL_PROBLEMS, LIMITS, MiB, P3, TIMING, base, policy, short_cases, trusted)
+from gpu_stage_support import KERNEL_PROBLEMS, LIMITS, P3, TIMING, MiB, base, policy, short_cases, trusted  # noqa: E402,F401  (base, policy, trusted, short_cases: fixtures)
 from gpu_stage_support import describe as _describe  # noqa: E402
 from gpu_stage_support import measured as _measured  # noqa: E402
 from gpu_stage_support import run_stage as _run  # noqa: E402

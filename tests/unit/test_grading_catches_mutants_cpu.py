@@ -25,8 +25,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
 import cpu_standin  # noqa: E402
-from gpu_stage_support import (  # noqa: E402,F401  (base, policy, trusted: fixtures)
-    KERNEL_PROBLEMS, base, describe, policy, run_stage, shorten_cases, stage_config, trusted)
+from gpu_stage_support import KERNEL_PROBLEMS, base, describe, policy, run_stage, shorten_cases, stage_config, trusted  # noqa: E402,F401  (base, policy, trusted: fixtures)
 
 from worker.mutants import Mutant, load_mutants, mutate_text  # noqa: E402
 from worker.rubric import load_rubric  # noqa: E402

@@ -24,8 +24,16 @@ from pathlib import Path
 
 import pytest
 
-from worker.sandbox import (SANDBOX_LABEL, DockerOptions, Sandbox, SandboxError, SandboxLimits, SandboxPolicy,
-                            docker_command, usable_by)
+from worker.sandbox import (
+    SANDBOX_LABEL,
+    DockerOptions,
+    Sandbox,
+    SandboxError,
+    SandboxLimits,
+    SandboxPolicy,
+    docker_command,
+    usable_by,
+)
 from worker.sandbox.docker import _FD_SHIM, _FdHandover
 
 IS_ROOT = os.geteuid() == 0

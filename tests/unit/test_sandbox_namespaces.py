@@ -18,8 +18,15 @@ from pathlib import Path
 import pytest
 
 from tests.unit.test_sandbox import _alive, _python, _with_marker
-from worker.sandbox import (Sandbox, SandboxError, SandboxExit, SandboxedProcess, SandboxLimits, SandboxPolicy,
-                            namespaces)
+from worker.sandbox import (
+    Sandbox,
+    SandboxedProcess,
+    SandboxError,
+    SandboxExit,
+    SandboxLimits,
+    SandboxPolicy,
+    namespaces,
+)
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="namespaces need a root parent")
 

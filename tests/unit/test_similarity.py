@@ -8,12 +8,12 @@ import time
 from pathlib import Path
 
 import pytest
+from similarity_class import generate_class
 
-from grader.similarity.compare import PairResult, compare_class, starter_sources, tree_sources
 from grader.similarity.base import Base
+from grader.similarity.compare import PairResult, compare_class, starter_sources, tree_sources
 from grader.similarity.prints import Fingerprinting
 from grader.similarity.report import report_html, report_json
-from similarity_class import generate_class
 from worker.rubric import load_rubric
 
 RUBRIC = load_rubric("hw4")

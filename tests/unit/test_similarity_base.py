@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from grader.similarity.compare import starter_sources
 from grader.similarity.base import UPLOAD, assignment_base, clone_dir, describe_setting
+from grader.similarity.compare import starter_sources
 from worker.rubric import load_rubric
 from worker.starter_kit import render_starter
 from worker.unpack import BadArchive, UnpackLimits

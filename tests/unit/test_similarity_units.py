@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grader.similarity.compare import compare_class, own_files, starter_sources
+from similarity_class import generate_class
+
 from grader.similarity.cache import PrintCache
+from grader.similarity.compare import compare_class, own_files, starter_sources
 from grader.similarity.prints import Fingerprinting, fingerprint_file
 from grader.similarity.units import functions_of
-from similarity_class import generate_class
 from worker.rubric import load_rubric
 
 CUDA = """#include "x.h"

@@ -9,9 +9,9 @@ import stat
 import zipfile
 from pathlib import Path
 
+import hostile_zips as hz
 import pytest
 
-import hostile_zips as hz
 from worker.unpack import BadArchive, Unpacked, UnpackLimits, check_entries, find_assignment_root, unpack_zip
 
 LIMITS = UnpackLimits(

@@ -51,7 +51,7 @@ class Channel:
         while remaining:
             try:
                 chunk = self.sock.recv(remaining)
-            except socket.timeout as exc:
+            except TimeoutError as exc:
                 raise TimeoutError("no answer in time") from exc
             if not chunk:
                 raise ChannelClosed("the other side closed the channel")

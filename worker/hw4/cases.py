@@ -30,9 +30,10 @@ Dependencies: the standard library, numpy and PyYAML only (this runs on the bare
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import yaml

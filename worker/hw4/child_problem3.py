@@ -27,7 +27,8 @@ import inspect
 import os
 import random
 import traceback
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 

@@ -63,8 +63,9 @@ into a tensor, writing the gradients back: ~1% of a course-config step).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
