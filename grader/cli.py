@@ -221,7 +221,7 @@ def starter_build(
 def worker(
     concurrency: Annotated[int, typer.Option(help="processes; keep 1 per GPU")] = 1,
     loglevel: str = "info",
-    similarity: Annotated[bool, typer.Option(help="also compute similarity reports (KG_SIMILARITY_QUEUE)")] = False,
+    similarity: Annotated[bool, typer.Option(help="also take the CPU queue (KG_SIMILARITY_QUEUE): similarity reports and roster imports")] = False,
 ) -> None:
     """Start a Celery worker on the grading queue (replaces this process). A worker named for
     a GPU model (KG_GPU_MODEL) refuses to start on another GPU, unless GPU grading is off."""

@@ -144,7 +144,7 @@ class Assignment(Base):
     score_policy: Mapped[str] = mapped_column(String(16), default="latest")  # latest | best
     # Paused: new runs are stored and queued but not sent to the broker (grader.grading_control)
     grading_paused: Mapped[bool] = mapped_column(Boolean, default=False)
-    # The similarity check's base, the starter its students received (grader.similarity_base):
+    # The similarity check's base, the starter its students received (grader.similarity.base):
     # "upload" (the zip staff gave), "git:<repository>@<ref>", or None (the rubric's default)
     similarity_base: Mapped[str | None] = mapped_column(String(512))
 
@@ -192,7 +192,7 @@ class GpuCalibration(Base):
 
 
 class SimilarityJob(Base):
-    """One computation of an assignment's similarity report by a worker (grader.similarity_jobs):
+    """One computation of an assignment's similarity report by a worker (grader.similarity.jobs):
     queued -> running -> done | failed, with the files fingerprinted so far."""
 
     __tablename__ = "similarity_jobs"

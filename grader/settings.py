@@ -34,8 +34,9 @@ class Settings(BaseSettings):
     # When set, each run is first built by a CPU worker on this queue (grader/runs/tasks.py: prebuild);
     # the GPU worker then finds its kernels in the shared build cache.
     build_queue: str = ""
-    # Similarity reports are computed by a worker consuming this queue (grader/similarity_jobs.py):
-    # CPU work, kept off the run queue so it neither waits behind runs nor holds a GPU worker.
+    # The service's CPU queue: similarity reports (grader/similarity/jobs.py) and roster imports
+    # (grader/roster_jobs.py) are computed by a worker consuming it, kept off the run queue so
+    # they neither wait behind runs nor hold a GPU worker.
     similarity_queue: str = "similarity"
 
     # Uploads
@@ -68,7 +69,7 @@ class Settings(BaseSettings):
     # Cores of the timing phase, "parent,timed" (worker/affinity.py): "auto" picks two of the
     # worker's cores, a different two per gpu_index; "off" leaves it to the scheduler.
     timing_cpus: str = "auto"
-    # The sandbox every piece of submitted code runs in (worker/sandbox.py)
+    # The sandbox every piece of submitted code runs in (worker/sandbox/)
     sandbox_user: str | None = "nobody"
     sandbox_isolate_network: bool = True
     sandbox_wall_s: float = 900.0  # per problem child

@@ -2,7 +2,7 @@
 
 A submission's build is untrusted: nvcc quotes the lines of any file a source `#include`s in
 its error log, which the student sees. With a `Confinement`, every nvcc runs in the sandbox
-(worker/sandbox.py: the sandbox user, no network, rlimits, a watchdog) with an environment of
+(worker/sandbox/: the sandbox user, no network, rlimits, a watchdog) with an environment of
 PATH, HOME and TMPDIR only, in a fresh folder of the job that holds a copy of exactly the
 files its cache key hashes (the source and every header); the trusted parent then copies the
 library out of it into the submission's tree and the build cache, which the sandbox user never

@@ -151,7 +151,7 @@ class Rubric:
     # submission's library at `output` for the composition that scores (worker.hw4.speed).
     reference_ops: KernelTarget | None = None
     # The similarity check's default base, the starter the course gave its students
-    # ("git:<repository>@<ref>", grader.similarity_base), when staff set none.
+    # ("git:<repository>@<ref>", grader.similarity.base), when staff set none.
     similarity_base: str | None = None
     # The assignment's plug-in (worker.assignment): a module name (worker.hw4) or the absolute
     # path of a .py file (written relative to the rubric); None: no stage.
