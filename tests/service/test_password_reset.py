@@ -7,6 +7,7 @@ import re
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from fastapi.testclient import TestClient
@@ -89,7 +90,10 @@ def test_link_works_once_and_ends_the_students_sessions(settings: Settings, peop
 
     done = _set(anonymous, link, NEW_PASSWORD)
     assert done.status_code == 200 and 'id="reset-done"' in done.text
-    assert student.client.get("/submissions", follow_redirects=False).headers["location"] == "/login"
+    # the old session has ended: the login page, told so, and where to go back to
+    ended = urlsplit(student.client.get("/submissions", follow_redirects=False).headers["location"])
+    assert ended.path == "/login" and parse_qs(ended.query, strict_parsing=True) == {
+        "next": ["/submissions"], "ended": ["session"]}
     assert _can_log_in(settings, people.student, NEW_PASSWORD)
     assert not _can_log_in(settings, people.student, PASSWORD)
 

@@ -33,6 +33,7 @@ from grader.models import (
     PasswordReset,
     ProblemResult,
     Role,
+    RosterJob,
     Run,
     RunState,
     Submission,
@@ -40,6 +41,7 @@ from grader.models import (
     utcnow,
 )
 from grader.ratelimit import SlidingWindow
+from grader.roster_jobs import KEY_COOKIE, KEY_PATH, digest_of
 from grader.security import CONTENT_SECURITY_POLICY
 from grader.service import get_assignment, get_or_create_user, record_submission
 from grader.settings import Settings
@@ -91,6 +93,7 @@ class World:
     b_submission: int
     b_run: int
     b_marker: str  # in B's file name, run message and token name: must never reach A
+    staff_name: str
     staff_token: str
     api: TestClient  # no credentials of its own: pass headers
     a_web: TestClient  # logged in as A
@@ -137,7 +140,8 @@ def world(settings: Settings, sessions: sessionmaker[Session]) -> Iterator[World
         ids = (sub.id, run.id)
     with TestClient(create_app(settings)) as api:
         yield World(settings, sessions, a_name, b_name, a_token, b_token, b_token_id or 0, ids[0], ids[1], marker,
-                    staff_token, api, login(settings, a_name), login(settings, b_name), login(settings, staff_name))
+                    staff_name, staff_token, api, login(settings, a_name), login(settings, b_name),
+                    login(settings, staff_name))
 
 
 # ---- per-route checks: what student A gets when aiming at B ------------------------------------
@@ -277,6 +281,26 @@ def _roster_import(w: World) -> None:
     assert w.count(User, User.username == login_name) == 0
 
 
+def _staff_import_passwords(w: World) -> None:
+    """A student cannot take the first passwords of a staff user's finished import (one that
+    created B's account); the staff browser holding the job's key can, once A was refused."""
+    key = uuid.uuid4().hex * 2
+    with session_scope(w.sessions) as session:
+        staff = session.scalars(select(User).where(User.username == w.staff_name)).one()
+        job = RosterJob(assignment_id=get_assignment(session, "hw4").id, requested_by=staff.id, state="done",
+                        lines_done=1, lines_total=1, result={"created": [w.b_name], "updated": [], "unchanged": [],
+                                                             "errors": []}, key_digest=digest_of(key))
+        session.add(job)
+        session.flush()
+        path = f"/roster/imports/{job.id}/passwords.csv"
+    refused(w.a_web.post(path, data={"csrf_token": w.a_csrf()}, follow_redirects=False), 404, w=w)
+    assert w.count(RosterJob, RosterJob.id == job.id, RosterJob.passwords_taken_at.is_not(None)) == 0
+    staff_browser = login(w.settings, w.staff_name)
+    staff_browser.cookies.set(KEY_COOKIE.format(job.id), key, path=KEY_PATH)
+    taken = staff_browser.post(path, data={"csrf_token": csrf_of(staff_browser.get("/roster").text)})
+    assert taken.status_code == 200 and w.b_name in taken.text, (taken.status_code, taken.text[:200])
+
+
 def _reset_link_for_b(w: World) -> None:
     """A student issues no reset link, least of all for another student."""
     refused(w.a_web.post("/roster/reset-link", data={"csrf_token": w.a_csrf(), "username": w.b_name},
@@ -376,6 +400,8 @@ ROUTES: dict[tuple[str, str], Check] = {
                                follow_redirects=False), 404),
     ("GET", "/roster"): _roster_page,
     ("POST", "/roster"): _roster_import,
+    ("GET", "/roster/job.json"): _web_get_denied("/roster/job.json", 404, owner="staff"),
+    ("POST", "/roster/imports/{job_id}/passwords.csv"): _staff_import_passwords,
     ("POST", "/roster/reset-link"): _reset_link_for_b,
     ("GET", "/reset/{token}"): _reset_guessed,
     ("POST", "/reset/{token}"): _reset_guessed,
