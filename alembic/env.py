@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from logging.config import fileConfig
 
+from alembic import context
 from sqlalchemy import engine_from_config, pool
 
-from alembic import context
 from grader.models import Base
 from grader.settings import get_settings
 

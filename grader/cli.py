@@ -14,24 +14,21 @@ from typing import Annotated
 
 import httpx
 import typer
+from alembic import command as alembic_command
 from alembic.config import Config as AlembicConfig
 from sqlalchemy.orm import Session, sessionmaker
 
-from alembic import command as alembic_command
-from grader import client_cli, ops_cli
+from grader import accounts_cli, client_cli, ops_cli
 from grader.auth import issue_token
 from grader.collector import collect
 from grader.db import make_engine, make_session_factory, session_scope
-from grader.membership import assignments_of, enroll, unenroll
-from grader.models import CourseRole, Role, User
-from grader.password_reset import RESET_PATH, issue_reset
-from grader.roster import import_roster
+from grader.models import Role
 from grader.runs.celery_app import make_celery
 from grader.runs.engine_config import gpu_available, gpu_stage_for, pipeline_config
 from grader.runs.reconcile import reconcile
-from grader.service import find_user, get_or_create_user, save_calibration, sync_assignments
+from grader.service import get_or_create_user, save_calibration, sync_assignments
 from grader.settings import Settings, get_settings
-from grader.websession import change_password, revoke_user_sessions
+from grader.websession import change_password
 from worker.assignment import assignment_of
 from worker.calibration import DEFAULT_MARGIN, calibrated_targets
 from worker.measurements import ProblemMeasurement
@@ -45,14 +42,9 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 FINAL_STATES = {"built", "scored", "failed"}
 
 app = typer.Typer(help="kernelgrade: autograder for GPU kernel homework.", no_args_is_help=True)
-user_app = typer.Typer(help="Manage users.", no_args_is_help=True)
-token_app = typer.Typer(help="Manage API tokens.", no_args_is_help=True)
 starter_app = typer.Typer(help="Student starter kits.", no_args_is_help=True)
-roster_app = typer.Typer(help="Student roster.", no_args_is_help=True)
-app.add_typer(user_app, name="user")
-app.add_typer(roster_app, name="roster")
-app.add_typer(token_app, name="token")
 app.add_typer(starter_app, name="starter")
+accounts_cli.register(app)  # user, token, roster (accounts and enrolments)
 client_cli.register(app)  # submit, status, regrade, export (REST client)
 ops_cli.register(app)  # schedule, extend, pause, resume, similarity, gradescope-pack (course operations)
 
@@ -79,132 +71,6 @@ def migrate() -> None:
     settings = get_settings()
     init_database(settings)
     typer.echo(f"database ready: {settings.resolved_database_url.split('@')[-1]}")
-
-
-@user_app.command("add")
-def user_add(
-    username: str,
-    role: Annotated[Role, typer.Option(help="student or instructor")] = Role.student,
-    password: Annotated[bool, typer.Option("--password", help="ask for a web login password and set it")] = False,
-    assignment: Annotated[list[str] | None, typer.Option(
-        help="enroll in this assignment (repeatable; students as students, instructors as staff); "
-             "none: a new user joins every assignment")] = None,
-) -> None:
-    """Create a user (an existing one keeps its role) and enroll it; --password sets its web
-    password (and ends the user's browser sessions)."""
-    secret = typer.prompt("Password", hide_input=True, confirmation_prompt=True) if password else None
-    settings = get_settings()
-    with session_scope(make_session_factory(make_engine(settings))) as session:
-        chosen = [ops_cli.assignment_or_exit(session, slug) for slug in assignment] if assignment else None
-        user = get_or_create_user(session, username, role, chosen)
-        if secret is not None:
-            try:
-                change_password(session, user, secret, settings.password_min_length)
-            except ValueError as exc:
-                typer.echo(str(exc), err=True)
-                raise typer.Exit(1) from exc
-        enrolled = ", ".join(a.slug for a in assignments_of(session, user.id)) or "nothing"
-        typer.echo(f"user {user.username} ({user.role.value}) id={user.id}, enrolled in {enrolled}"
-                   + (", password set" if secret else ""))
-
-
-def _user_or_exit(session: Session, username: str) -> User:
-    user = find_user(session, username)
-    if user is None:
-        typer.echo(f"no user {username!r}; create it with `grader user add`", err=True)
-        raise typer.Exit(2)
-    return user
-
-
-@user_app.command("enroll")
-def user_enroll(
-    username: str,
-    assignment: str,
-    part: Annotated[CourseRole, typer.Option("--as", help="student, or staff (e.g. a TA's student account)")]
-    = CourseRole.student,
-) -> None:
-    """Enroll USERNAME in ASSIGNMENT as a student or as staff (changing their part if enrolled)."""
-    with session_scope(make_session_factory(make_engine(get_settings()))) as session:
-        changed = enroll(session, _user_or_exit(session, username), ops_cli.assignment_or_exit(session, assignment), part)
-    typer.echo(f"{username} is {part.value} of {assignment}" + ("" if changed else " (already)"))
-
-
-@user_app.command("unenroll")
-def user_unenroll(username: str, assignment: str) -> None:
-    """Take USERNAME out of ASSIGNMENT: they no longer see or submit to it; their submissions
-    stay in the gradebook's records."""
-    with session_scope(make_session_factory(make_engine(get_settings()))) as session:
-        removed = unenroll(session, _user_or_exit(session, username), ops_cli.assignment_or_exit(session, assignment))
-    typer.echo(f"{username} {'left' if removed else 'was not enrolled in'} {assignment}")
-
-
-@user_app.command("logout-all")
-def user_logout_all(username: str) -> None:
-    """End every browser session of USERNAME (a lost laptop, a shared computer); API tokens
-    are revoked separately, on the token settings page."""
-    with session_scope(make_session_factory(make_engine(get_settings()))) as session:
-        ended = revoke_user_sessions(session, _user_or_exit(session, username).id)
-    typer.echo(f"ended {ended} session{'' if ended == 1 else 's'} of {username}")
-
-
-@user_app.command("reset-link")
-def user_reset_link(
-    username: str,
-    base_url: Annotated[str, typer.Option(envvar="KG_URL", help="the service's address, as users reach it")]
-    = "http://127.0.0.1:8000",
-) -> None:
-    """Print a one-time password reset link for USERNAME (valid KG_PASSWORD_RESET_MAX_AGE_S);
-    hand it to the user, who sets a new password with it (their browser sessions end)."""
-    settings = get_settings()
-    with session_scope(make_session_factory(make_engine(settings))) as session:
-        token = issue_reset(session, _user_or_exit(session, username), settings.password_reset_max_age_s)
-    typer.echo(base_url.rstrip("/") + RESET_PATH + token)
-
-
-@token_app.command("create")
-def token_create(
-    username: str,
-    name: Annotated[str, typer.Option(help="label for the token")] = "cli",
-    scope: Annotated[list[str] | None, typer.Option(help="scope (repeatable); default by role")] = None,
-) -> None:
-    """Create an API token for USERNAME and print it (it is shown only once)."""
-    sessions = make_session_factory(make_engine(get_settings()))
-    with session_scope(sessions) as session:
-        typer.echo(issue_token(session, _user_or_exit(session, username), name, tuple(scope) if scope else None))
-
-
-@roster_app.command("import")
-def roster_import(
-    file: Annotated[Path, typer.Argument(help="CSV: email,name[,section] per line, or a header row naming the "
-                                              "columns (a Canvas gradebook export: Student, SIS Login ID, "
-                                              "Section; or username/login, name, email, section)",
-                                         exists=True, dir_okay=False)],
-    out: Annotated[Path | None, typer.Option(help="write the new accounts' first passwords here (CSV, mode 600) "
-                                                  "instead of printing them")] = None,
-    assignment: Annotated[str | None, typer.Option(help="enroll the students in this assignment "
-                                                        "(default: the first of KG_RUBRICS)")] = None,
-) -> None:
-    """Create (or update) student accounts from a roster CSV, enrolled in one assignment. New
-    accounts' first passwords are printed once as a login,password CSV; exits 1 when a line
-    could not be imported."""
-    try:
-        text = file.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        typer.echo(f"{file} is not UTF-8 text", err=True)
-        raise typer.Exit(2) from None
-    settings = get_settings()
-    with session_scope(make_session_factory(make_engine(settings))) as session:
-        report = import_roster(session, text, ops_cli.assignment_or_exit(session, assignment or settings.rubrics[0]))
-    if out is not None:
-        out.touch(mode=0o600)
-        out.write_text(report.passwords_csv())
-    elif report.created:
-        typer.echo(report.passwords_csv(), nl=False)
-    for error in report.errors:
-        typer.echo(str(error), err=True)
-    typer.echo(report.summary() + (f"; passwords in {out}" if out is not None and report.created else ""), err=True)
-    if report.errors:
-        raise typer.Exit(1)
 
 
 @starter_app.command("build")
