@@ -5,6 +5,7 @@ request by someone enrolled in B succeeds."""
 from __future__ import annotations
 
 import io
+import time
 import uuid
 import zipfile
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from grader.membership import roles_of
 from grader.models import Assignment, CourseRole, Role, Run, RunState, User, utcnow
 from grader.service import get_assignment, get_or_create_user, record_submission
 from grader.settings import Settings, get_settings
-from tests.service.conftest import auth
+from tests.service.conftest import WorkerProcess, auth
 from tests.service.test_web_settings import PASSWORD, Browser
 
 
@@ -167,7 +168,7 @@ def test_instructor_of_a_cannot_read_export_or_regrade_b_on_the_web(
 
 
 def test_roster_import_enrolls_into_the_chosen_assignment(
-        settings: Settings, sessions: sessionmaker[Session], world: World) -> None:
+        settings: Settings, sessions: sessionmaker[Session], world: World, worker: WorkerProcess) -> None:
     newcomer = f"mem-new-{uuid.uuid4().hex[:6]}@uni.edu"
     roster = f"email,name,section\n{newcomer},New Person,B1\n"
     prof_a, prof_b = Browser(settings, world.logins["prof_a"]), Browser(settings, world.logins["prof_b"])
@@ -178,9 +179,15 @@ def test_roster_import_enrolls_into_the_chosen_assignment(
         assert session.scalar(select(User).where(User.username == newcomer)) is None
     page = prof_b.client.get("/roster").text
     assert f'<option value="{world.b}" selected>' in page and '<option value="hw4"' not in page
-    done = prof_b.client.post("/roster", data={"csrf_token": prof_b.csrf(page), "assignment": world.b,
-                                               "text": roster})
-    assert done.status_code == 200 and "1 created" in done.text
+    started = prof_b.client.post("/roster", data={"csrf_token": prof_b.csrf(page), "assignment": world.b,
+                                                  "text": roster}, follow_redirects=False)
+    assert started.status_code == 303 and started.headers["location"] == "/roster", started.text
+    deadline = time.monotonic() + 120  # the worker imports it in the background
+    while not (status := prof_b.client.get("/roster/job.json").json())["final"]:
+        assert time.monotonic() < deadline, f"the import is not final after 120 s: {status}\n{worker.log()}"
+        time.sleep(0.2)
+    assert status["state"] == "done" and status["lines_done"] == status["lines_total"] == 1, status
+    assert f"<td>{newcomer}</td>" in prof_b.client.get("/roster").text  # among the accounts it created
     with session_scope(sessions) as session:
         user = session.scalar(select(User).where(User.username == newcomer))
         assert user is not None and user.role is Role.student
