@@ -28,7 +28,7 @@ from worker.mutants import Mutant, apply_mutant, load_mutants, parse_mutants, to
 from worker.pipeline import PipelineConfig, grade_submission
 from worker.rubric import load_rubric
 from worker.sandbox import SandboxLimits, SandboxPolicy
-from worker.scoring import RunScore, score_run
+from worker.scoring import RunScore, choose_figure, score_run
 from worker.starter_kit import zip_tree
 from worker.timing import spread
 from worker.unpack import UnpackLimits
@@ -173,10 +173,13 @@ def test_reference_kit_is_stable_over_three_grades(kit_root: Path, work: Path) -
     for pid in kernel_only:
         grades = [next(m for m in g if m.problem_id == pid) for g in REFERENCE_GRADES]
         student = [m.speedup_student.speedup for m in grades if m.speedup_student]
+        spec = next(p for p in RUBRIC.problems if p.id == pid).scoring
+        scored = [f.speedup for f in (choose_figure(spec, m)[0] for m in grades) if f is not None]
         trusted = [m.speedup_trusted.speedup for m in grades if m.speedup_trusted]
         points = [score_run(RUBRIC, g).problem(pid).points for g in REFERENCE_GRADES]
         calibrated = [score_run(RUBRIC, g, targets=targets).problem(pid).points for g in REFERENCE_GRADES]
         stability[pid] = {"speedups": [round(x, 3) for x in student], "max_over_min": round(spread(student)[2], 3),
+                          "scored": [round(x, 3) for x in scored], "scored_max_over_min": round(spread(scored)[2], 3),
                           "trusted_max_over_min": round(spread(trusted)[2], 3), "points": points,
                           "points_range": round(max(points) - min(points), 2),
                           "trusted": [round(x, 3) for x in trusted],
@@ -184,10 +187,12 @@ def test_reference_kit_is_stable_over_three_grades(kit_root: Path, work: Path) -
                           "calibrated_points_range": round(max(calibrated) - min(calibrated), 2)}
     REPORT["stability"] = stability
     print("\nstability over 3 grades:", json.dumps(stability, indent=1))
-    # The goals (speedup max/min <= 1.05) are reported above; asserted: no gross instability,
-    # and a kit as good as ours keeps the same score under its GPU's calibrated targets.
+    # The goals (speedup max/min <= 1.05) are reported above; asserted: no gross instability of
+    # the figures that score (the trusted kit figure is information only since issue 16: its
+    # spread is reported, not asserted), and a kit as good as ours keeps the same score under
+    # its GPU's calibrated targets.
     for pid, s in stability.items():
-        assert s["max_over_min"] <= 1.25 and s["trusted_max_over_min"] <= 1.25, (pid, s)
+        assert len(s["scored"]) == 3 and s["scored_max_over_min"] <= 1.25 and s["max_over_min"] <= 1.25, (pid, s)
         assert s["calibrated_points_range"] == 0, (pid, s)
 
 
