@@ -2,7 +2,8 @@
 // each status to `show`, and reloads the page once the status is final, so the server renders
 // the result; just before, `box` gets a "kg-final" event with that status (notify.js listens).
 // Retries after a failed fetch. When the session has ended (401), it stops and
-// says so in `box`: polling on would show a stale status forever. No framework.
+// says so in `box`: polling on would show a stale status forever. Its login link comes back
+// to this page (the login page's `next`). No framework.
 window.kgFollow = function (url, everyMs, show, box) {
   function signedOut() {
     var note = document.createElement("p");
@@ -12,10 +13,10 @@ window.kgFollow = function (url, everyMs, show, box) {
     note.appendChild(document.createTextNode(
       "Your session has ended, so this page stopped following. The work goes on: "));
     var link = document.createElement("a");
-    link.href = "/login";
+    link.href = "/login?next=" + encodeURIComponent(location.pathname + location.search);
     link.textContent = "log in again";
     note.appendChild(link);
-    note.appendChild(document.createTextNode(" and reopen this page to see where it is."));
+    note.appendChild(document.createTextNode(" to come back here and see where it is."));
     box.appendChild(note);
   }
   function poll() {
