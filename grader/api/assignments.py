@@ -32,9 +32,10 @@ PolicyParam = Annotated[
     responses=ERRORS,
     summary="Gradebook (staff): one row per student with the graded run's total and per-problem points",
 )
-def read_gradebook(slug: str, session: DB, caller: Caller, policy: PolicyParam = None) -> GradebookOut:
+def read_gradebook(slug: str, ctx: Context, session: DB, caller: Caller, policy: PolicyParam = None) -> GradebookOut:
     require(caller, SCOPE_READ_ALL)
-    return gradebook_out(queries.gradebook(session, taught_assignment(session, caller, slug), policy))
+    return gradebook_out(queries.gradebook(session, taught_assignment(session, caller, slug), policy,
+                                           ctx.settings.course_zone))
 
 
 @router.get(
@@ -43,9 +44,9 @@ def read_gradebook(slug: str, session: DB, caller: Caller, policy: PolicyParam =
     responses={**ERRORS, 200: {"content": {"text/csv": {}}, "description": "Canvas-ready CSV"}},
     summary="Gradebook as CSV for Canvas import (staff): Student, SIS Login ID, total, one column per problem",
 )
-def read_gradebook_csv(slug: str, session: DB, caller: Caller, policy: PolicyParam = None) -> Response:
+def read_gradebook_csv(slug: str, ctx: Context, session: DB, caller: Caller, policy: PolicyParam = None) -> Response:
     require(caller, SCOPE_READ_ALL)
-    book = queries.gradebook(session, taught_assignment(session, caller, slug), policy)
+    book = queries.gradebook(session, taught_assignment(session, caller, slug), policy, ctx.settings.course_zone)
     return Response(
         gradebook_csv(book),
         media_type="text/csv; charset=utf-8",

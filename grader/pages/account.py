@@ -75,7 +75,8 @@ def _token_page(request: Request, session: Session, user: User, status_code: int
     values.setdefault("created", None)
     values.setdefault("error", None)
     return page(request, "tokens.html", user, status_code, tokens=tokens, choosable=choosable,
-                default_scopes=DEFAULT_SCOPES[user.role], max_name=MAX_TOKEN_NAME, **values)
+                default_scopes=DEFAULT_SCOPES[user.role], max_name=MAX_TOKEN_NAME,
+                zone=get_context(request).settings.course_zone, **values)
 
 
 @router.get("/settings/tokens", response_class=HTMLResponse)

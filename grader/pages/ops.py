@@ -36,7 +36,8 @@ SCHEDULE_FIELDS = ("release", "due", "grace", "late_window", "penalty_per_day", 
 
 @router.get("/assignments", response_class=HTMLResponse)
 def assignment_list(request: Request, session: Db, user: Viewer) -> Response:
-    return page(request, "ops_assignments.html", user, assignments=assignments_of(session, user.id, CourseRole.staff))
+    return page(request, "ops_assignments.html", user, assignments=assignments_of(session, user.id, CourseRole.staff),
+                zone=get_context(request).settings.course_zone)
 
 
 # ---- settings -----------------------------------------------------------------------------
@@ -185,7 +186,8 @@ def member_remove(request: Request, slug: str, username: str, session: Db, staff
 def grading_controls(request: Request, session: Db, staff: Staff) -> Response:
     sent = request.query_params.get("sent", "")
     return page(request, "ops_grading.html", staff.user, assignment=staff.assignment,
-                state=grading_state(session, staff.assignment), sent=int(sent) if sent.isdigit() else None)
+                state=grading_state(session, staff.assignment), sent=int(sent) if sent.isdigit() else None,
+                zone=get_context(request).settings.course_zone)
 
 
 @router.post("/assignments/{slug}/grading")

@@ -40,7 +40,8 @@ def similarity_page(request: Request, ctx: Context, session: Db, staff: Staff,
     return page(request, "ops_similarity.html", staff.user, assignment=staff.assignment, report=report, page=number,
                 pages=pages, first=(number - 1) * SHOWN_PAIRS,
                 pairs=report.pairs[(number - 1) * SHOWN_PAIRS: number * SHOWN_PAIRS] if report else [],
-                job=view(job) if job else None, base=describe_assignment_base(staff.assignment.similarity_base, slug))
+                job=view(job) if job else None, base=describe_assignment_base(staff.assignment.similarity_base, slug),
+                zone=ctx.settings.course_zone)
 
 
 @router.get("/assignments/{slug}/similarity/job.json")
@@ -128,4 +129,4 @@ def similarity_pair(request: Request, ctx: Context, staff: Staff, a: str = "", b
               "ranges_a": describe_ranges(match.lines_a), "ranges_b": describe_ranges(match.lines_b)}
              for match in pair.matches]
     return page(request, "ops_pair.html", staff.user, assignment=staff.assignment, report=report, pair=pair,
-                files=files, rank=report.pairs.index(pair) + 1)
+                files=files, rank=report.pairs.index(pair) + 1, zone=ctx.settings.course_zone)

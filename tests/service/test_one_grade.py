@@ -140,8 +140,10 @@ def test_a_late_upload_has_one_grade_everywhere(late_course: LateCourse, session
     book_json = prof.client.get(f"/api/v1/assignments/{late_course.slug}/gradebook", headers=auth(api_token)).json()
     row_json = next(r for r in book_json["rows"] if r["user"] == late_course.student)
     assert row_json["total"] == 77.4 and row_json["latest"]["grade"]["final_score"] == 77.4
-    same = {k: v for k, v in grade.items() if k != "reason"}  # (the assignment API words it in UTC for now)
-    assert {k: v for k, v in row_json["grade"].items() if k != "reason"} == same
+    assert row_json["grade"] == grade and re.search(r"E[SD]T", grade["reason"])  # the reason too, in the zone
+    api_csv = prof.client.get(f"/api/v1/assignments/{late_course.slug}/gradebook.csv", headers=auth(api_token)).text
+    api_line = next(r for r in csv.DictReader(io.StringIO(api_csv)) if r["SIS Login ID"] == late_course.student)
+    assert api_line == line  # the API's CSV is the gradebook page's, reason included
 
     with session_scope(sessions) as session:  # the e-mail notice
         run = session.get_one(Run, run_id)
@@ -151,6 +153,21 @@ def test_a_late_upload_has_one_grade_everywhere(late_course: LateCourse, session
         assert notice is not None
         text = body(notice)
     assert f"Grade: {FINAL} / 100\nBefore the late penalty: 96.75\n" in text and reason in text
+
+
+def test_staff_pages_show_instants_in_the_course_zone(late_course: LateCourse,
+                                                     sessions: sessionmaker[Session]) -> None:
+    """The course-operations list (the due date) and the token page (when made) in the
+    course's zone, named, as the grades are."""
+    _schedule(sessions, late_course.slug, timedelta(days=-1))
+    prof = Browser(late_course.settings, late_course.prof)
+    listed = _found(rf'<th scope="row">{late_course.slug} .*?</th>(.*?)</tr>', prof.client.get("/assignments").text)
+    assert re.search(r"<td>\d{4}-\d\d-\d\d \d\d:\d\d E[SD]T</td>", listed), listed
+    page = prof.client.get("/settings/tokens").text
+    made = prof.client.post("/settings/tokens", data={"csrf_token": prof.csrf(page), "name": "zone-check",
+                                                      "scope": "submit"})
+    token_row = _found(r'<th scope="row">zone-check</th>(.*?)</tr>', made.text)
+    assert re.search(r"<td>\d{4}-\d\d-\d\d \d\d:\d\d E[SD]T</td>\s*<td>never</td>", token_row), token_row
 
 
 def test_the_form_gives_way_to_the_reason_once_the_late_window_closes(late_course: LateCourse,
