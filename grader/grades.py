@@ -1,7 +1,8 @@
 """The one final grade of a run, and an assignment's deadlines as a student sees them (pure;
 no database). Every page, export, API body and notice that shows a grade reads it from
-`final_grade`, so a late run has one grade, its raw score, the points taken and why, wherever
-it is shown; grader.queries.run_grades and .gradebook feed it from the database."""
+`final_grade`, so a late or adjusted run has one grade, its raw score, the points taken or
+given and why, wherever it is shown; grader.queries.run_grades and .gradebook feed it from
+the database (the staff's adjustments too: grader.adjustments)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,17 +18,46 @@ def points_text(points: float) -> str:
     return f"{round(points, 2):g}"
 
 
+def signed_points(points: float) -> str:
+    return ("+" if points >= 0 else "") + points_text(points)
+
+
+@dataclass(frozen=True)
+class Adjustment:
+    """Points staff gave (positive) or took (negative) on a run, and why."""
+
+    points: float
+    reason: str
+    by: str  # the staff member's login
+    at: datetime
+
+    @property
+    def text(self) -> str:
+        return f"{signed_points(self.points)} ({self.reason})"
+
+
 @dataclass(frozen=True)
 class Grade:
     raw: float  # the run's score, before any late penalty
-    final: float  # after the penalty, to 0.01 points: the grade every page and export shows
+    final: float  # after the penalty and the adjustments, to 0.01 points: the grade every page and export shows
     total_points: float
     lateness: Lateness  # where the upload fell in the student's schedule (extension included)
+    adjustments: tuple[Adjustment, ...] = ()  # oldest first
+
+    @property
+    def after_late(self) -> float:
+        """The raw score less the late penalty, to 0.01 points (before any adjustment)."""
+        return round(self.lateness.adjust(self.raw), 2)
 
     @property
     def penalty(self) -> float:
         """Points the late policy took off."""
-        return round(self.raw - self.final, 2)
+        return round(self.raw - self.after_late, 2)
+
+    @property
+    def adjusted(self) -> float:
+        """The adjustments' sum, before the clamping to [0, total]."""
+        return round(sum(a.points for a in self.adjustments), 2)
 
     @property
     def late(self) -> bool:
@@ -42,23 +72,44 @@ class Grade:
         return self.lateness.status.value
 
     @property
+    def adjustment_text(self) -> str:
+        """The staff's adjustments in words ("" without any), as one sentence."""
+        if not self.adjustments:
+            return ""
+        return (f"Adjusted by staff: {'; '.join(a.text for a in self.adjustments)}, "
+                f"so {points_text(self.final)} of {points_text(self.total_points)} points.")
+
+    @property
     def reason(self) -> str:
-        """The grade in words, as one sentence."""
+        """The grade in words: where the upload fell, then any adjustment (a sentence each)."""
         status, words = self.lateness.status, self.lateness.reason
         if status is LateStatus.not_released:
             words = f"before the release ({words})"
         if status in CHARGED:
-            return (f"Uploaded {words}: {points_text(self.raw)} - {points_text(self.penalty)} = "
-                    f"{points_text(self.final)} of {points_text(self.total_points)} points.")
-        if status is LateStatus.grace:
-            return f"Uploaded {words}."
-        return words[:1].upper() + words[1:] + "."
+            late = (f"Uploaded {words}: {points_text(self.raw)} - {points_text(self.penalty)} = "
+                    f"{points_text(self.after_late)} of {points_text(self.total_points)} points.")
+        elif status is LateStatus.grace:
+            late = f"Uploaded {words}."
+        else:
+            late = words[:1].upper() + words[1:] + "."
+        return f"{late} {self.adjustment_text}" if self.adjustments else late
 
 
-def final_grade(raw_score: float, total_points: float, lateness: Lateness) -> Grade:
-    """The grade of a scored run whose submission's upload time has `lateness`."""
-    return Grade(raw=float(raw_score), final=round(lateness.adjust(float(raw_score)), 2),
-                 total_points=total_points, lateness=lateness)
+def final_grade(raw_score: float, total_points: float, lateness: Lateness,
+                adjustments: tuple[Adjustment, ...] = ()) -> Grade:
+    """The grade of a scored run whose submission's upload time has `lateness`, with the
+    staff's `adjustments` of it.
+
+    Order: the late policy takes its share of the raw score first, then the adjustments are
+    added in full (a staff's judgement is not itself charged for lateness: +5 stays +5 on a
+    late run). The sum is then clamped to [0, total points], so an adjustment can neither make
+    a grade negative nor give more than the assignment is worth; only the final is clamped, the
+    adjustments stay as given (and shown)."""
+    final = round(lateness.adjust(float(raw_score)), 2)
+    if adjustments:  # only an adjusted grade is clamped: a score alone is the rubric's, within its points
+        final = min(max(final + sum(a.points for a in adjustments), 0.0), float(total_points))
+    return Grade(raw=float(raw_score), final=round(final, 2), total_points=total_points, lateness=lateness,
+                 adjustments=tuple(adjustments))
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
@@ -286,6 +287,10 @@ class Run(Base):
     results: Mapped[list[ProblemResult]] = relationship(
         back_populates="run", order_by="ProblemResult.id", cascade="all, delete-orphan"
     )
+    # Staff workflow (grader.adjustments), oldest first; the run page reads them from the run
+    adjustments: Mapped[list[GradeAdjustment]] = relationship(back_populates="run", order_by="GradeAdjustment.id")
+    regrade_requests: Mapped[list[RegradeRequest]] = relationship(
+        back_populates="run", order_by="RegradeRequest.id", foreign_keys="RegradeRequest.run_id")
 
 
 class ProblemResult(Base):
@@ -302,3 +307,47 @@ class ProblemResult(Base):
     details: Mapped[dict[str, Any] | None]
 
     run: Mapped[Run] = relationship(back_populates="results")
+
+
+class GradeAdjustment(Base):
+    """Points staff added to (or took from) a run's grade, with why (grader.adjustments). Never
+    changed nor deleted: a correction is a further adjustment, so the history stays whole."""
+
+    __tablename__ = "grade_adjustments"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    points: Mapped[float] = mapped_column(Float)  # signed
+    reason: Mapped[str] = mapped_column(Text)
+    by_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    run: Mapped[Run] = relationship(back_populates="adjustments")
+    by: Mapped[User] = relationship()
+
+
+class RegradeRequest(Base):
+    """A student's request that staff look at a run again (grader.adjustments): open, then
+    accepted (a re-grade run, or an adjustment) or rejected, with the staff's reply. At most one
+    open request per run (the partial unique index)."""
+
+    __tablename__ = "regrade_requests"
+    __table_args__ = (Index("uq_regrade_requests_open_run", "run_id", unique=True,
+                            postgresql_where=text("state = 'open'"), sqlite_where=text("state = 'open'")),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    student_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
+    reason: Mapped[str] = mapped_column(Text)
+    state: Mapped[str] = mapped_column(String(16), default="open")  # open | accepted | rejected
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    decided_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
+    decided_at: Mapped[datetime | None]
+    reply: Mapped[str | None] = mapped_column(Text)
+    regrade_run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id"))  # accepted by a re-grade
+    adjustment_id: Mapped[int | None] = mapped_column(ForeignKey("grade_adjustments.id"))  # accepted by one
+
+    run: Mapped[Run] = relationship(back_populates="regrade_requests", foreign_keys=[run_id])
+    student: Mapped[User] = relationship(foreign_keys=[student_id])
+    decided_by: Mapped[User | None] = relationship(foreign_keys=[decided_by_id])
+    adjustment: Mapped[GradeAdjustment | None] = relationship()

@@ -10,17 +10,27 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, tzinfo
-from typing import Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
-from sqlalchemy import ColumnElement, and_, false, func, or_, select
+from sqlalchemy import ColumnElement, Select, and_, false, func, or_, select
 from sqlalchemy.orm import Session, joinedload, selectinload
 
 from grader.auth import SCOPE_READ, Principal
 from grader.course_ops import Refusal, admission, late_checker, lateness
 from grader.deadlines import Lateness, LateStatus
 from grader.gpu_info import GpuNote, gpu_notes
-from grader.grades import Deadlines, Grade, final_grade
-from grader.models import Assignment, CourseRole, Enrollment, ProblemResult, Run, RunState, Submission, User
+from grader.grades import Adjustment, Deadlines, Grade, final_grade
+from grader.models import (
+    Assignment,
+    CourseRole,
+    Enrollment,
+    GradeAdjustment,
+    ProblemResult,
+    Run,
+    RunState,
+    Submission,
+    User,
+)
 from grader.settings import Settings
 from worker.rubric import RubricError, load_rubric
 
@@ -102,20 +112,37 @@ def submission_runs(session: Session, submission_id: int) -> list[Run]:
     )
 
 
+def grade_adjustments(session: Session, run_ids: Select[Any] | list[int]) -> dict[int, tuple[Adjustment, ...]]:
+    """run id -> the staff's adjustments of each of `run_ids` (ids, or a select of them), oldest
+    first; one statement."""
+    found: dict[int, list[Adjustment]] = defaultdict(list)
+    for run_id, points, reason, by, at in session.execute(
+        select(GradeAdjustment.run_id, GradeAdjustment.points, GradeAdjustment.reason, User.username,
+               GradeAdjustment.created_at)
+        .join(User, User.id == GradeAdjustment.by_id)
+        .where(GradeAdjustment.run_id.in_(run_ids))
+        .order_by(GradeAdjustment.id)
+    ):
+        found[run_id].append(Adjustment(float(points), reason, by, at))
+    return {run_id: tuple(adjustments) for run_id, adjustments in found.items()}
+
+
 def run_grades(session: Session, runs: list[Run], tz: tzinfo = UTC) -> dict[int, Grade]:
     """run id -> the final grade of each scored run in `runs` (the gradebook's: the late
     policy of its assignment at its submission's upload time, the student's extension
-    included); `tz` is the zone the reasons show instants in. One extension read per assignment."""
+    included, and the staff's adjustments); `tz` is the zone the reasons show instants in. One
+    extension read per assignment, one read of the adjustments."""
     checkers: dict[int, Callable[[int, datetime], Lateness]] = {}
+    scored = [run for run in runs if run.state is RunState.scored and run.score is not None]
+    adjustments = grade_adjustments(session, [run.id for run in scored]) if scored else {}
     grades = {}
-    for run in runs:
-        if run.state is not RunState.scored or run.score is None:
-            continue
+    for run in scored:
         sub = run.submission
         if sub.assignment_id not in checkers:
             checkers[sub.assignment_id] = late_checker(session, sub.assignment)
         lateness = checkers[sub.assignment_id](sub.user_id, sub.uploaded_at).in_zone(tz)
-        grades[run.id] = final_grade(run.score, sub.assignment.total_points, lateness)
+        grades[run.id] = final_grade(run.score or 0.0, sub.assignment.total_points, lateness,
+                                     adjustments.get(run.id, ()))
     return grades
 
 
@@ -258,7 +285,8 @@ def gradebook(session: Session, assignment: Assignment, policy: str | None = Non
     newest scored run, so a re-grade replaces the earlier grade of the same upload);
     "best": the highest score of any scored run. `policy` None: the assignment's own. A
     submission uploaded late keeps the late policy's share of its score (its upload time,
-    the student's extension included), and "best" compares the scores after that; `tz` is
+    the student's extension included), a run's staff adjustments are added (grader.grades),
+    and "best" compares the final grades; `tz` is
     the zone the grades' reasons show instants in."""
     policy = policy or assignment.score_policy
     if policy not in POLICIES:
@@ -276,13 +304,16 @@ def gradebook(session: Session, assignment: Assignment, policy: str | None = Non
         select(User).where(User.id.in_(students) | User.id.in_(list(counts) or [-1])).order_by(User.username)
     ).all()
     lateness = late_checker(session, assignment)
+    scored_runs = (select(Submission.user_id, Run.submission_id, Run.id, Run.score, Run.finished_at,
+                          Submission.uploaded_at)
+                   .join(Run, Run.submission_id == Submission.id)
+                   .where(Submission.assignment_id == assignment.id, Run.state == RunState.scored,
+                          Run.score.is_not(None)))
+    adjustments = grade_adjustments(session, select(scored_runs.subquery().c.id))
     scored: list[_Scored] = []
-    for user_id, submission_id, run_id, score, finished_at, uploaded_at in session.execute(
-        select(Submission.user_id, Run.submission_id, Run.id, Run.score, Run.finished_at, Submission.uploaded_at)
-        .join(Run, Run.submission_id == Submission.id)
-        .where(Submission.assignment_id == assignment.id, Run.state == RunState.scored, Run.score.is_not(None))
-    ):
-        grade = final_grade(score or 0.0, assignment.total_points, lateness(user_id, uploaded_at).in_zone(tz))
+    for user_id, submission_id, run_id, score, finished_at, uploaded_at in session.execute(scored_runs):
+        grade = final_grade(score or 0.0, assignment.total_points, lateness(user_id, uploaded_at).in_zone(tz),
+                            adjustments.get(run_id, ()))
         scored.append(_Scored(user_id, submission_id, run_id, grade, finished_at))
     latest: dict[int, _Scored] = {}
     best: dict[int, _Scored] = {}

@@ -7,6 +7,7 @@ import io
 
 from grader import queries
 from grader.api.schemas import GradebookOut, GradebookRowOut, GradeOut
+from grader.grades import signed_points
 
 
 def gradebook_out(book: queries.Gradebook) -> GradebookOut:
@@ -31,20 +32,24 @@ def _fmt(points: float | None) -> str:
 def gradebook_csv(book: queries.Gradebook) -> str:
     """Canvas's import matches rows on `SIS Login ID` (the login); `Student` is the roster's
     name where there is one. A blank score leaves Canvas unchanged. The assignment's column
-    is the final grade (after a late penalty); the raw total, the penalty, the lateness and
-    the per-problem points (raw, before the penalty) follow, each labelled so."""
+    is the final grade (after a late penalty and the staff's adjustments); the raw total, the
+    penalty, the lateness, the adjustments (their sum and their reasons) and the per-problem
+    points (raw, before the penalty) follow, each labelled so."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     total = f"{book.total_points:g}"
     writer.writerow(
         ["Student", "SIS Login ID", f"{book.title} final ({total})", f"Raw score before late penalty ({total})",
-         "Late penalty (points)", "Lateness", "Late days charged", "Grade reason"]
+         "Late penalty (points)", "Lateness", "Late days charged", "Adjustment (points)", "Adjustment reasons",
+         "Grade reason"]
         + [f"{p.problem_id} {p.title} raw ({p.max_points:g})" for p in book.problems]
     )
     for row in book.rows:
         graded = row.graded
         grade = [_fmt(graded.grade.final), _fmt(graded.grade.raw), _fmt(graded.grade.penalty), graded.grade.status,
-                 str(graded.grade.lateness.penalty_days), graded.grade.reason] if graded else [""] * 6
+                 str(graded.grade.lateness.penalty_days), _fmt(graded.grade.adjusted),
+                 _csv_cell("; ".join(f"{a.reason} ({signed_points(a.points)})" for a in graded.grade.adjustments)),
+                 graded.grade.reason] if graded else [""] * 8
         writer.writerow(
             [_csv_cell(row.full_name or row.username), _csv_cell(row.username)] + grade
             + [_fmt(graded.problems.get(p.problem_id)) if graded else "" for p in book.problems]

@@ -44,12 +44,24 @@ class ProblemResultOut(FromRow):
     details: dict[str, Any] | None
 
 
+class AdjustmentOut(FromRow):
+    """Points staff gave (positive) or took (negative) on a run, and why (grader.adjustments)."""
+
+    points: float
+    reason: str
+    by: str = Field(description="the staff member's login")
+    at: datetime
+
+
 class GradeOut(FromRow):
     """A scored run's final grade, the same number on every page and export (grader.grades)."""
 
     raw_score: float = Field(validation_alias="raw", description="the run's score, before any late penalty")
     penalty: float = Field(description="points the late policy took off")
-    final_score: float = Field(validation_alias="final", description="after the late penalty: the grade")
+    adjustment: float = Field(validation_alias="adjusted", description="the staff adjustments' sum, in points")
+    adjustments: list[AdjustmentOut] = Field(description="the staff's adjustments, oldest first, each with why")
+    final_score: float = Field(validation_alias="final", description="raw - penalty + adjustment, within "
+                                                                      "[0, total_points]: the grade")
     total_points: float
     lateness: Literal["on_time", "grace", "late", "closed", "not_released"] = Field(
         validation_alias="status", description="closed and not_released: staff uploads outside the window")

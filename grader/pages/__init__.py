@@ -3,7 +3,7 @@ includes them. grader.pages.common holds what they share (templates, the page de
 and their one refusal, PageDenied); grader.pages.errors the HTML error pages."""
 from __future__ import annotations
 
-from grader.pages import account, gradebook, login, ops, roster, runs, similarity, submit
+from grader.pages import account, code, gradebook, login, ops, requests, roster, runs, similarity, student, submit
 
 routers = [login.router, submit.router, runs.router, gradebook.router, roster.router, account.router, ops.router,
-           similarity.router]
+           similarity.router, requests.router, code.router, student.router]

@@ -1,0 +1,124 @@
+"""The staff's workflow on a run: manual point adjustments with a reason, and the students'
+regrade requests (open, then accepted by a re-grade or an adjustment, or rejected with a reply).
+
+An adjustment is a row of its own, never changed: a correction is another adjustment, so the
+history of a grade stays whole. It belongs to the run it was made on (a judgement of that
+grading): grader.grades.final_grade adds a run's adjustments to its grade, everywhere it is
+shown. A re-grade is a new run, with no adjustment of its own.
+
+The callers (grader.pages.requests) check who may act; these functions check what may be done
+and raise WorkflowError, whose message is shown as is.
+"""
+from __future__ import annotations
+
+import math
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, selectinload
+
+from grader.models import FINAL_STATES, Assignment, GradeAdjustment, RegradeRequest, Run, Submission, User, utcnow
+from grader.service import record_regrade
+
+MAX_TEXT = 4000  # characters of a reason or a reply
+OPEN, ACCEPTED, REJECTED = "open", "accepted", "rejected"
+
+
+class WorkflowError(ValueError):
+    """A request or decision that cannot be taken, in a sentence for the page."""
+
+
+def _text(value: str, what: str) -> str:
+    text = value.strip()
+    if not text:
+        raise WorkflowError(f"Write {what}: it is shown to the student with the grade.")
+    if len(text) > MAX_TEXT:
+        raise WorkflowError(f"Shorten {what} to {MAX_TEXT} characters (it has {len(text)}).")
+    return text
+
+
+def parse_points(value: str, total_points: float) -> float:
+    """Adjustment points from a form field: a signed number, not zero, within the assignment's points."""
+    try:
+        points = float(value.strip().replace(",", "."))
+    except ValueError:
+        raise WorkflowError(f"The points “{value.strip()}” are not a number; write one such as 2 or -1.5.") from None
+    if not math.isfinite(points) or points == 0:
+        raise WorkflowError("Give a number of points other than zero (negative to take points off).")
+    if abs(points) > total_points:
+        raise WorkflowError(f"An adjustment is at most {total_points:g} points either way, the assignment's total.")
+    return round(points, 2)
+
+
+def adjust(session: Session, run: Run, staff: User, points: str, reason: str) -> GradeAdjustment:
+    """Record `staff`'s adjustment of scored `run` by `points` (the form's text), for `reason`."""
+    if run.score is None:
+        raise WorkflowError("Only a graded run can be adjusted; this one has no score. Re-grade it first.")
+    row = GradeAdjustment(run=run, points=parse_points(points, run.submission.assignment.total_points),
+                          reason=_text(reason, "the reason for the adjustment"), by_id=staff.id)
+    session.add(row)
+    session.flush()
+    return row
+
+
+def request_regrade(session: Session, run: Run, student: User, reason: str) -> RegradeRequest:
+    """`student`'s request that staff look at their final `run` again, for `reason`."""
+    if run.state not in FINAL_STATES:
+        raise WorkflowError("This run is still being graded; ask for a regrade once it has finished.")
+    if any(r.state == OPEN for r in run.regrade_requests):
+        raise WorkflowError("This run already has an open regrade request; staff answer it on the run page.")
+    row = RegradeRequest(run=run, student_id=student.id, reason=_text(reason, "why the run should be looked at"))
+    session.add(row)
+    try:
+        session.flush()
+    except IntegrityError:  # a second request sent at the same moment (the open-request index)
+        session.rollback()
+        raise WorkflowError("This run already has an open regrade request; staff answer it on the run page.") \
+            from None
+    return row
+
+
+def _check_open(request: RegradeRequest) -> None:
+    if request.state != OPEN:
+        raise WorkflowError(f"This request was already {request.state}; the student has seen the answer.")
+
+
+def _decide(request: RegradeRequest, staff: User, state: str, reply: str) -> None:
+    _check_open(request)
+    request.state, request.decided_by_id, request.decided_at, request.reply = state, staff.id, utcnow(), reply
+
+
+def accept_with_regrade(session: Session, request: RegradeRequest, staff: User, reply: str) -> Run:
+    """Accept by grading the submission again (a new run; the caller commits, then admits it)."""
+    _decide(request, staff, ACCEPTED, reply.strip()[:MAX_TEXT])
+    run = record_regrade(session, request.run.submission)
+    request.regrade_run_id = run.id
+    return run
+
+
+def accept_with_adjustment(session: Session, request: RegradeRequest, staff: User, points: str,
+                           reply: str) -> GradeAdjustment:
+    """Accept by adjusting the run's grade; the reply is the adjustment's reason."""
+    _check_open(request)
+    adjustment = adjust(session, request.run, staff, points, reply)
+    _decide(request, staff, ACCEPTED, adjustment.reason)
+    request.adjustment_id = adjustment.id
+    return adjustment
+
+
+def reject(request: RegradeRequest, staff: User, reply: str) -> None:
+    _decide(request, staff, REJECTED, _text(reply, "a reply that says why the request is rejected"))
+
+
+def assignment_requests(session: Session, assignment: Assignment) -> list[RegradeRequest]:
+    """The assignment's regrade requests: open ones first (oldest first: the queue), then the
+    decided ones, newest first; run, submission, student and decider loaded (four statements)."""
+    rows = session.scalars(
+        select(RegradeRequest).join(Run, Run.id == RegradeRequest.run_id)
+        .join(Submission, Submission.id == Run.submission_id)
+        .where(Submission.assignment_id == assignment.id)
+        .options(selectinload(RegradeRequest.run).selectinload(Run.submission),
+                 selectinload(RegradeRequest.student), selectinload(RegradeRequest.decided_by))
+        .order_by(RegradeRequest.id)
+    ).all()
+    return [r for r in rows if r.state == OPEN] + [r for r in reversed(rows) if r.state != OPEN]

@@ -1,0 +1,96 @@
+"""Regrade requests and manual adjustments (grader.adjustments): a student asks for a regrade
+of their own run from its page; the assignment's staff adjust a run's grade from its page, and
+answer the requests in a queue per assignment (accept by re-grading or by an adjustment, or
+reject with a reply). The student sees the answer on the run page (templates/_regrade.html).
+
+A run that is not the student's own, or not of an assignment the user teaches, reads as absent
+(the 404 page); every form is CSRF-checked (Sender, StaffForm) and answers with a redirect.
+"""
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, status
+from fastapi.responses import HTMLResponse, Response
+from sqlalchemy.orm import Session
+
+from grader import adjustments
+from grader.adjustments import WorkflowError
+from grader.api.acceptance import admit_committed
+from grader.api.deps import Context, get_context
+from grader.membership import role_in
+from grader.models import CourseRole, RegradeRequest, Run
+from grader.pages.common import Db, Sender, Staff, StaffForm, absent, error_page, page, see_other
+
+router = APIRouter(include_in_schema=False)
+
+
+def _refused(request: Request, session: Session, exc: WorkflowError, back: str) -> HTMLResponse:
+    session.rollback()
+    return error_page(request, status.HTTP_400_BAD_REQUEST, "Not done",
+                      f"{exc} Nothing was changed; go back to {back} and try again.")
+
+
+async def _field(request: Request, name: str) -> str:
+    return str((await request.form()).get(name) or "")
+
+
+@router.post("/runs/{run_id}/regrade-request")
+async def ask_regrade(request: Request, run_id: int, session: Db, user: Sender) -> Response:
+    """The run's own student asks for a regrade, saying why."""
+    run = session.get(Run, run_id)
+    if run is None or run.submission.user_id != user.id \
+            or role_in(session, user.id, run.submission.assignment_id) is None:
+        raise absent(f"run {run_id} of yours")
+    try:
+        adjustments.request_regrade(session, run, user, await _field(request, "reason"))
+    except WorkflowError as exc:
+        return _refused(request, session, exc, f"run {run_id}")
+    return see_other(f"/runs/{run_id}#regrade")
+
+
+@router.post("/runs/{run_id}/adjustments")
+async def adjust_run(request: Request, run_id: int, session: Db, user: Sender) -> Response:
+    """Staff of the run's assignment adjust its grade, with a reason."""
+    run = session.get(Run, run_id)
+    if run is None or role_in(session, user.id, run.submission.assignment_id) is not CourseRole.staff:
+        raise absent(f"run {run_id} of an assignment you teach")
+    try:
+        adjustments.adjust(session, run, user, await _field(request, "points"), await _field(request, "reason"))
+    except WorkflowError as exc:
+        return _refused(request, session, exc, f"run {run_id}")
+    return see_other(f"/runs/{run_id}#regrade")
+
+
+@router.get("/assignments/{slug}/regrade-requests", response_class=HTMLResponse)
+def queue(request: Request, session: Db, staff: Staff) -> Response:
+    return page(request, "regrade_requests.html", staff.user, assignment=staff.assignment,
+                requests=adjustments.assignment_requests(session, staff.assignment),
+                zone=get_context(request).settings.course_zone, here="regrade-requests",
+                done=request.query_params.get("done") if request.query_params.get("done") in DONE.values() else None)
+
+
+DONE = {"regrade": "re-graded", "adjust": "adjusted", "reject": "rejected"}  # the action -> the queue's notice
+
+
+@router.post("/assignments/{slug}/regrade-requests/{request_id}")
+async def decide(request: Request, request_id: int, ctx: Context, session: Db, staff: StaffForm) -> Response:
+    """Accept a request by re-grading (a new run) or by an adjustment, or reject it with a reply."""
+    asked = session.get(RegradeRequest, request_id)
+    if asked is None or asked.run.submission.assignment_id != staff.assignment.id:
+        raise absent(f"regrade request {request_id} of {staff.assignment.slug}")
+    action, reply = await _field(request, "action"), await _field(request, "reply")
+    new_run = None
+    try:
+        if action == "regrade":
+            new_run = adjustments.accept_with_regrade(session, asked, staff.user, reply).id
+        elif action == "adjust":
+            adjustments.accept_with_adjustment(session, asked, staff.user, await _field(request, "points"), reply)
+        elif action == "reject":
+            adjustments.reject(asked, staff.user, reply)
+        else:
+            raise WorkflowError("Choose re-grade, adjust or reject.")
+    except WorkflowError as exc:
+        return _refused(request, session, exc, "the regrade requests")
+    if new_run is not None:
+        session.commit()
+        admit_committed(ctx, new_run)  # committed: the new run's page says if it waits to be sent
+    return see_other(f"/assignments/{staff.assignment.slug}/regrade-requests?done={DONE[action]}#request-{request_id}")
