@@ -1,7 +1,10 @@
-"""A student's history and the run page (its live state, per-problem results and stage logs);
-staff of the assignment see its runs too (grader.auth's browser principal)."""
+"""A student's history and the run page (its live state, per-problem results, every
+correctness case, why a run was not graded, and stage logs); staff of the assignment see its
+runs too (grader.auth's browser principal)."""
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request, status
@@ -14,12 +17,14 @@ from grader import charts
 from grader.api.deps import get_context
 from grader.auth import browser_principal
 from grader.membership import roles_of
-from grader.models import ProblemResult, Run, Submission, User
+from grader.models import ErrorClass, ProblemResult, Run, RunState, Submission, User
 from grader.pages.common import Db, Viewer, absent, logged_in, page
 from grader.queries import counting_run, run_grades
 from grader.runstatus import run_status
 from grader.websession import current_user
-from worker.rubric import RubricError, load_rubric
+from worker.assignment import AssignmentError, Words, assignment_of
+from worker.measurements import CaseOutcome
+from worker.rubric import Problem, RubricError, load_rubric
 
 router = APIRouter(include_in_schema=False)
 
@@ -63,13 +68,14 @@ def _shown_run(request: Request, run_id: int, session: Db) -> tuple[User, Run]:
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
 def run_page(request: Request, session: Db, shown: Annotated[tuple[User, Run], Depends(_shown_run)]) -> Response:
     user, run = shown
-    floors = _speed_floors(run.submission.assignment.slug)
+    rubric = _RubricView.of(run.submission.assignment.slug)
     settings = get_context(request).settings
     return page(request, "run.html", user, run=run, sub=run.submission,
                 status=run_status(session, run, settings.eta_recent_runs),
                 grade=run_grades(session, [run], settings.course_zone).get(run.id), zone=settings.course_zone,
-                problems=[problem_view(r.details or {}, r, floors.get(r.problem_id)) for r in run.results],
-                logs=stage_logs(run.stages or {}))
+                problems=[problem_view(r.details or {}, r, rubric.problems.get(r.problem_id), rubric.words)
+                          for r in run.results],
+                not_graded=not_graded(run), logs=stage_logs(run.stages or {}))
 
 
 @router.get("/runs/{run_id}/status")
@@ -95,40 +101,130 @@ def stage_logs(stages: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _cases_line(measurement: dict[str, Any]) -> str | None:
-    cases = [*measurement.get("abi_cases", []), *measurement.get("binding_cases", [])]
-    if not cases:
+# Why a final run graded nothing, in words (the run's message, shown above, has the details).
+BUILT_TEXT = ("This run was built but not graded: the worker that took it has no GPU stage "
+              "(no GPU, or GPU grading is off), so no score was given.")
+FAILED_TEXT = {
+    ErrorClass.bad_archive: "This upload could not be graded: the grader could not use it as a submission "
+                            "(a bad archive). Fix the zip as the message says and upload it again.",
+    ErrorClass.build_error: "No problem could be graded because the kernels did not build (a build error); "
+                            "the build log below shows the compiler's messages.",
+    ErrorClass.timeout: "Grading took longer than its time limit and was stopped (timed out), "
+                        "so no problem was scored.",
+    ErrorClass.crashed: "The grading process stopped unexpectedly (it crashed) before any problem was scored.",
+    ErrorClass.infra_error: "A fault on the grading side (infrastructure), not in your submission, stopped "
+                            "this run; staff can re-grade it.",
+}
+
+
+def not_graded(run: Run) -> str | None:
+    """One sentence for a final run that scored nothing (built, or failed), else None."""
+    if run.state == RunState.built:
+        return BUILT_TEXT
+    if run.state == RunState.failed:
+        return FAILED_TEXT.get(run.error_class) if run.error_class else "This run failed before any problem was graded."
+    return None
+
+
+def status_word(result: ProblemResult) -> str:
+    """The status shown: from the points, so 14 of 20 reads "partial", never "passed"."""
+    if result.status == "not_run":
+        return "not graded"
+    if result.points >= result.max_points:
+        return "passed"
+    return "partial" if result.points > 0 else "failed"
+
+
+@dataclass(frozen=True)
+class _RubricView:
+    """What the run page needs of an assignment's rubric and plug-in (defaults without one)."""
+
+    problems: dict[str, Problem]
+    words: Words
+
+    @classmethod
+    def of(cls, slug: str) -> _RubricView:
+        try:
+            rubric = load_rubric(slug)
+            return cls({p.id: p for p in rubric.problems}, assignment_of(rubric).words)
+        except (RubricError, AssignmentError):
+            return cls({}, Words())
+
+
+def _cases(measurement: dict[str, Any], routes: tuple[str, str]) -> list[tuple[str, CaseOutcome]]:
+    """Every case with the route it took (the assignment's words for abi_cases, binding_cases)."""
+    return [(route, CaseOutcome.from_dict(c)) for route, key in zip(routes, ("abi_cases", "binding_cases"), strict=True)
+            for c in measurement.get(key) or []]
+
+
+def _case_error(case: CaseOutcome) -> str:
+    """What went wrong in a failed case, as a sentence."""
+    parts = []
+    if case.max_err is not None:
+        where = f" at index {list(case.where)}" if case.where is not None else ""
+        parts.append("the output holds NaN" + where if math.isnan(case.max_err)
+                     else f"largest error {case.max_err:.3g}{where}")
+    if case.message:
+        parts.append(case.message.rstrip("."))
+    text = "; ".join(parts) or "wrong result"
+    return text[0].upper() + text[1:] + "."
+
+
+NOT_DISCLOSED = "not disclosed"
+HIDDEN_WITHHELD = "Wrong result (this assignment does not disclose the details of hidden cases)."
+
+
+def case_rows(measurement: dict[str, Any], routes: tuple[str, str], disclose_hidden: bool) -> list[dict[str, Any]]:
+    """One row per case: name, shape, route, verdict and the error in words. A hidden case is
+    named by its number when the rubric withholds its details (its id encodes the shape)."""
+    numbers: dict[str, int] = {}
+    rows = []
+    for route, case in _cases(measurement, routes):
+        shown = case.public or disclose_hidden
+        if not case.public:
+            numbers.setdefault(case.case_id, len(numbers) + 1)
+        name = case.case_id if shown else f"hidden case {numbers[case.case_id]}"
+        rows.append({
+            "id": case.case_id, "name": name, "label": name if not shown else f"{'case' if case.public else 'hidden case'} {name}",
+            "hidden": not case.public, "route": route, "ok": case.ok,
+            "shape": " × ".join(map(str, case.shape)) if shown else NOT_DISCLOSED,
+            "error": "" if case.ok else _case_error(case) if shown else HIDDEN_WITHHELD,
+        })
+    return rows
+
+
+def _withhold(text: str, rows: list[dict[str, Any]]) -> str:
+    """`text` (a scoring reason) with each withheld hidden case's id, which spells its shape,
+    replaced by the number the case table shows."""
+    for row in rows:
+        if row["name"] != row["id"]:
+            text = text.replace(f"hidden case {row['id']}", row["name"]).replace(row["id"], row["name"])
+    return text
+
+
+def _cases_line(rows: list[dict[str, Any]]) -> str | None:
+    if not rows:
         return None
-    passed = sum(1 for c in cases if c.get("ok"))
-    return f"{passed} of {len(cases)} passed"
+    return f"{sum(1 for r in rows if r['ok'])} of {len(rows)} passed"
 
 
-def _speed_line(score: dict[str, Any]) -> str | None:
+def _failure_line(rows: list[dict[str, Any]]) -> str | None:
+    """The first failed case, as its row in the case table says it."""
+    first = next((r for r in rows if not r["ok"]), None)
+    if first is None:
+        return None
+    shape = "" if first["shape"] == NOT_DISCLOSED else f", shape {first['shape']}"
+    return f"{first['label']}{shape}: {first['error']}"
+
+
+def _speed_line(score: dict[str, Any], figures: dict[str, str]) -> str | None:
     speedup = score.get("speedup")
     if not speedup:
         return None
-    figure = {"reference_ops": "vs your composition on the reference basic ops",
-              "student": "vs your composition on your own basic ops"}
     text = f"{speedup['speedup']:.3g}x [{speedup['low']:.3g}, {speedup['high']:.3g}]"
-    text += f" ({figure.get(score.get('figure') or '', 'measured')}, {speedup['trials']} trials)"
+    text += f" ({figures.get(score.get('figure') or '', 'measured')}, {speedup['trials']} trials)"
     target = score.get("target")
     return text + (f" vs target {target:.3g}x" if target is not None else " (no target)")
-
-
-def _failure_line(measurement: dict[str, Any]) -> str | None:
-    first = measurement.get("first_failure")
-    if not first:
-        return None
-    if not first.get("public", True):
-        return f"hidden case {first.get('case_id')}" + (f": {first['message']}" if first.get("message") else "")
-    parts = [f"case {first.get('case_id')}", f"shape {tuple(first.get('shape') or ())}"]
-    if first.get("max_err") is not None:
-        parts.append(f"max error {first['max_err']}")
-    if first.get("where") is not None:
-        parts.append(f"at index {tuple(first['where'])}")
-    if first.get("message"):
-        parts.append(str(first["message"]))
-    return ", ".join(parts)
 
 
 def _speed_chart(score: dict[str, Any], floor: float | None) -> Markup | None:
@@ -139,23 +235,26 @@ def _speed_chart(score: dict[str, Any], floor: float | None) -> Markup | None:
                                 score.get("target"), floor)
 
 
-def _speed_floors(slug: str) -> dict[str, float]:
-    try:
-        return {p.id: p.scoring.speed_floor for p in load_rubric(slug).problems}
-    except RubricError:
-        return {}
-
-
-def problem_view(details: dict[str, Any], result: ProblemResult, floor: float | None = None) -> dict[str, Any]:
+def problem_view(details: dict[str, Any], result: ProblemResult, problem: Problem | None = None,
+                 words: Words | None = None) -> dict[str, Any]:
+    words = words or Words()
     score = details.get("score") or {}
     measurement = details.get("measurement") or {}
     reasons = list(score.get("reasons") or [])
     if not reasons and result.points < result.max_points:
         # Every lost point is explained: fall back to the result's own message.
         reasons = [result.message or f"{result.max_points - result.points:g} points not given (no reason recorded)"]
+    disclose = problem.scoring.hidden_case_details if problem else True
+    rows = case_rows(measurement, words.case_routes, disclose)
+    if not disclose:
+        reasons = [_withhold(r, rows) for r in reasons]
+    word = status_word(result)
     return {
-        "id": result.problem_id, "title": result.title, "status": result.status,
+        "id": result.problem_id, "title": result.title, "status": word, "state": word.replace(" ", "-"),
         "points": result.points, "max_points": result.max_points,
-        "cases": _cases_line(measurement), "speed": _speed_line(score), "failure": _failure_line(measurement),
-        "chart": _speed_chart(score, floor), "reasons": reasons, "notes": score.get("notes") or [],
+        "cases": _cases_line(rows), "case_rows": rows, "failure": _failure_line(rows),
+        "hidden_withheld": not disclose and any(r["hidden"] for r in rows),
+        "speed": _speed_line(score, words.figures),
+        "chart": _speed_chart(score, problem.scoring.speed_floor if problem else None),
+        "reasons": reasons, "notes": score.get("notes") or [],
     }
