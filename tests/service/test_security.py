@@ -30,8 +30,10 @@ from grader.models import (
     Enrollment,
     ErrorClass,
     Extension,
+    GradeAdjustment,
     PasswordReset,
     ProblemResult,
+    RegradeRequest,
     Role,
     RosterJob,
     Run,
@@ -365,6 +367,49 @@ PUBLIC: dict[tuple[str, str], Check] = {  # no one's data behind them
     ("GET", "/login"): _public("/login"),
     ("GET", "/"): _public("/"),
 }
+def _b_user_id(w: World) -> int:
+    with session_scope(w.sessions) as session:
+        return session.scalars(select(User.id).where(User.username == w.b_name)).one()
+
+
+def _regrade_request_of_b(w: World) -> None:
+    """A cannot ask for a regrade of B's run (404, nothing stored); B's own request reaches the
+    use case (an empty reason: 400)."""
+    path, before = f"/runs/{w.b_run}/regrade-request", w.count(RegradeRequest)
+    refused(w.a_web.post(path, data={"csrf_token": w.a_csrf(), "reason": "mine"}, follow_redirects=False), 404, w=w)
+    assert w.count(RegradeRequest) == before
+    allowed = w.b_web.post(path, data={"csrf_token": csrf_of(w.b_web.get("/").text), "reason": ""})
+    assert allowed.status_code == 400 and w.count(RegradeRequest) == before
+
+
+def _adjust_b(w: World) -> None:
+    """A student cannot adjust B's grade (404, nothing stored); staff reach the use case (400)."""
+    path, before = f"/runs/{w.b_run}/adjustments", w.count(GradeAdjustment)
+    refused(w.a_web.post(path, data={"csrf_token": w.a_csrf(), "points": "50", "reason": "x"},
+                         follow_redirects=False), 404, w=w)
+    staff = w.staff_web.post(path, data={"csrf_token": csrf_of(w.staff_web.get("/").text), "points": "many",
+                                         "reason": "x"})
+    assert staff.status_code == 400 and w.count(GradeAdjustment) == before
+
+
+def _decide_b_request(w: World) -> None:
+    """A student cannot answer B's open regrade request (404; it stays open); staff reach the use case."""
+    with session_scope(w.sessions) as session:
+        asked = session.scalars(select(RegradeRequest).where(RegradeRequest.run_id == w.b_run,
+                                                             RegradeRequest.state == "open")).first()
+        if asked is None:
+            asked = RegradeRequest(run_id=w.b_run, student_id=_b_user_id(w), reason="please")
+            session.add(asked)
+            session.flush()
+        path = f"/assignments/hw4/regrade-requests/{asked.id}"
+    for action in ("reject", "regrade"):
+        refused(w.a_web.post(path, data={"csrf_token": w.a_csrf(), "action": action, "reply": "no"},
+                             follow_redirects=False), 404, w=w)
+    staff = w.staff_web.post(path, data={"csrf_token": csrf_of(w.staff_web.get("/").text), "action": "reject"})
+    assert staff.status_code == 400  # a rejection needs a reply: the staff's form reached the use case
+    assert w.count(RegradeRequest, RegradeRequest.run_id == w.b_run, RegradeRequest.state == "open") == 1
+
+
 ROUTES: dict[tuple[str, str], Check] = {
     **PUBLIC,
     ("GET", "/api/v1/submissions"): _api_listing,
@@ -389,6 +434,10 @@ ROUTES: dict[tuple[str, str], Check] = {
     ("GET", "/submissions"): _web_history,
     ("GET", "/runs/{run_id}"): _web_get_denied("/runs/{w.b_run}", 404),
     ("GET", "/runs/{run_id}/status"): _web_get_denied("/runs/{w.b_run}/status", 404),
+    ("GET", "/submissions/{submission_id}/code"): _web_get_denied("/submissions/{w.b_submission}/code", 404),
+    ("GET", "/submissions/{submission_id}/download"): _web_get_denied("/submissions/{w.b_submission}/download", 404),
+    ("GET", "/assignments/{slug}/students/{username}"):
+        _web_get_denied("/assignments/hw4/students/{w.b_name}", 404, owner="staff"),
     ("GET", "/gradebook"): _web_get_denied("/gradebook", 404, owner="staff"),
     ("GET", "/gradebook.csv"): _web_get_denied("/gradebook.csv", 404, owner="staff"),
     ("GET", "/gradebook.json"): _web_get_denied("/gradebook.json", 404, owner="staff"),
@@ -432,6 +481,11 @@ ROUTES: dict[tuple[str, str], Check] = {
     ("POST", "/assignments/{slug}/grading"): _ops_post_denied("/assignments/hw4/grading", {"action": "pause"}),
     ("POST", "/assignments/{slug}/similarity"): _ops_post_denied("/assignments/hw4/similarity", {}),
     ("POST", "/assignments/{slug}/similarity/base"): _ops_post_denied("/assignments/hw4/similarity/base", {}),
+    ("POST", "/runs/{run_id}/regrade-request"): _regrade_request_of_b,
+    ("POST", "/runs/{run_id}/adjustments"): _adjust_b,
+    ("GET", "/assignments/{slug}/regrade-requests"):
+        _web_get_denied("/assignments/hw4/regrade-requests", 404, owner="staff"),
+    ("POST", "/assignments/{slug}/regrade-requests/{request_id}"): _decide_b_request,
 }
 
 
