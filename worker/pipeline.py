@@ -113,12 +113,25 @@ def _first_error_line(log: str) -> str:
     return lines[-1].strip() if lines else "no compiler output"
 
 
+def shown_command(command: list[str]) -> str:
+    """A build command as the student reads it, without the worker's install paths: the
+    compiler by its name, and an absolute path more than two folders deep (the toolkit's
+    include folder in a virtual environment) by its last two parts after ".../". The
+    submission's own paths are relative already (worker.build runs nvcc in its folder)."""
+    def shown(arg: str) -> str:
+        flag, path = (arg[:2], arg[2:]) if arg.startswith(("-I", "-L")) else ("", arg)
+        parts = Path(path).parts
+        return arg if not path.startswith(os.sep) or len(parts) <= 3 else f"{flag}.../{'/'.join(parts[-2:])}"
+
+    return " ".join([Path(command[0]).name, *map(shown, command[1:])]) if command else ""
+
+
 def _build_log(results: list[BuildResult]) -> str:
     parts = []
     for r in results:
         status = "cached" if r.cached else ("ok" if r.ok else "FAILED")
         ran = " (the same sources built before: the library and this output are the build cache's)" if r.cached else ""
-        parts.append(f"== {r.name} ({status}, {r.seconds:.1f} s)\n$ {' '.join(r.command)}{ran}\n{r.log}")
+        parts.append(f"== {r.name} ({status}, {r.seconds:.1f} s)\n$ {shown_command(r.command)}{ran}\n{r.log}")
     return "\n".join(parts)
 
 
