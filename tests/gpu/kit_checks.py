@@ -1,14 +1,15 @@
 """Compatibility layer: the C-ABI checks of llmsys_hw4's kernels, as the GPU suite and the
-mutant suite use them. Every piece of logic lives in worker/hw4/cases.py (the grader's
-trusted library: case lists from rubrics/hw4.yaml, inputs, float64 references, tolerances,
-verification); this module only keeps the older names and `Case.run(lib, rng)`.
+mutant suite use them. Every piece of logic lives in the grader's trusted library:
+worker/hw4/cases.py (case lists from rubrics/hw4.yaml, tolerances), case_inputs.py (inputs),
+references.py (float64 references, verification) and abi.py (the C ABI); this module only
+keeps the older names and `Case.run(lib, rng)`.
 
     from kit_checks import load_softmax_lib, SOFTMAX_FW_CASES
     lib = load_softmax_lib("minitorch/cuda_kernels/softmax_kernel.so")
     result = SOFTMAX_FW_CASES[0].run(lib, np.random.default_rng(0))
     assert result.ok, result.describe()
 
-Imports only the standard library, numpy, PyYAML and worker.hw4.cases (child processes
+Imports only the standard library, numpy, PyYAML and those modules (child processes
 import this file by path, so the repository root is put on sys.path here).
 """
 from __future__ import annotations
@@ -22,44 +23,42 @@ _ROOT = str(Path(__file__).resolve().parent.parent.parent)
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
+from worker.checks import CheckResult, compare  # noqa: E402,F401  (re-exported)
+from worker.hw4 import abi as _abi  # noqa: E402
+from worker.hw4 import case_inputs as _inputs  # noqa: E402
 from worker.hw4 import cases as _c  # noqa: E402
-from worker.hw4.cases import (  # noqa: E402,F401  (re-exported)
-    LN_EPS,
-    PAD_VALUE,
-    TOLERANCES,
-    CheckResult,
-    compare,
-    softmax_rows,
-)
+from worker.hw4 import references as _refs  # noqa: E402
+from worker.hw4.case_inputs import softmax_rows  # noqa: E402,F401  (re-exported)
+from worker.hw4.cases import LN_EPS, PAD_VALUE, TOLERANCES  # noqa: E402,F401  (re-exported)
 
 TOL_SOFTMAX_FW = TOLERANCES["softmax_fw"]
 TOL_SOFTMAX_BW = TOLERANCES["softmax_bw"]
 TOL_LAYERNORM_FW = TOLERANCES["layernorm_fw"]
 TOL_LAYERNORM_BW = TOLERANCES["layernorm_bw"]
 
-softmax_fw_reference = _c.softmax_fw_ref
-softmax_bw_reference = _c.softmax_bw_ref
-layernorm_fw_reference = _c.layernorm_fw_ref
-layernorm_bw_reference = _c.layernorm_bw_ref
+softmax_fw_reference = _refs.softmax_fw_ref
+softmax_bw_reference = _refs.softmax_bw_ref
+layernorm_fw_reference = _refs.layernorm_fw_ref
+layernorm_bw_reference = _refs.layernorm_bw_ref
 
 
 def load_softmax_lib(path: str | Path):
-    return _c.load_abi("softmax", path)
+    return _abi.load_abi("softmax", path)
 
 
 def load_layernorm_lib(path: str | Path):
-    return _c.load_abi("layernorm", path)
+    return _abi.load_abi("layernorm", path)
 
 
 def make_mask(rng: np.random.Generator, batch: int, to_len: int, kind: str) -> np.ndarray:
-    return _c.make_mask(rng, batch, to_len, "neginf" if kind == "inf" else kind)
+    return _inputs.make_mask(rng, batch, to_len, "neginf" if kind == "inf" else kind)
 
 
 class Case(_c.Case):
     """A worker.hw4.cases.Case that can run itself in this process: fresh inputs per call."""
 
     def run(self, lib, rng: np.random.Generator, *, stream=None, stream_1=None, stream_2=None) -> CheckResult:
-        return _c.run_in_process(lib, self, rng, (stream if stream is not None else stream_1, stream_2))
+        return _abi.run_in_process(lib, self, rng, (stream if stream is not None else stream_1, stream_2))
 
     @classmethod
     def of(cls, case: _c.Case) -> Case:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from worker.hw4.cases import binding_factors
+from worker.hw4.case_inputs import binding_factors
 from worker.hw4.course_shapes import course_shapes, timing_cases
 from worker.hw4.speed import TIMING_CASES, describe_timing
 

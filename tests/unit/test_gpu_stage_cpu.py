@@ -37,7 +37,8 @@ from gpu_stage_support import stage_config as _config  # noqa: E402
 from worker.build import Toolchain  # noqa: E402
 from worker.hw4.cases import load_cases  # noqa: E402
 from worker.hw4.grade import GpuStageConfig, run_gpu_stage  # noqa: E402
-from worker.hw4.kernels import MAX_HANGS, TimingConfig, binding_eligible  # noqa: E402
+from worker.hw4.kernel_checks import binding_eligible  # noqa: E402
+from worker.hw4.kernels import MAX_HANGS, TimingConfig  # noqa: E402
 from worker.pipeline import PipelineConfig, grade_submission  # noqa: E402
 from worker.rubric import load_rubric  # noqa: E402
 from worker.sandbox import SandboxPolicy  # noqa: E402

@@ -1,6 +1,7 @@
-"""worker/hw4/cases.py on the CPU: a numpy stand-in for the student's library receives the
-same host pointers the real .so would (through abi_call), so the whole path make_inputs ->
-reference -> abi_call -> verify runs here, and deliberately broken variants must be caught."""
+"""worker/hw4/cases.py and its steps (case_inputs, references, abi) on the CPU: a numpy
+stand-in for the student's library receives the same host pointers the real .so would
+(through abi_call), so the whole path make_inputs -> reference -> abi_call -> verify runs
+here, and deliberately broken variants must be caught."""
 from __future__ import annotations
 
 import ctypes
@@ -11,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from worker.checks import CheckResult
+from worker.hw4 import abi, case_inputs, references
 from worker.hw4 import cases as hc
 
 CASES = hc.load_cases("hw4")
@@ -103,12 +106,12 @@ def _rng(case: hc.Case) -> np.random.Generator:
     return np.random.default_rng(zlib.crc32(case.id.encode()))
 
 
-def _run(lib, case: hc.Case, rng=None) -> hc.CheckResult:
-    arrays = hc.make_inputs(case, rng or _rng(case))
+def _run(lib, case: hc.Case, rng=None) -> CheckResult:
+    arrays = case_inputs.make_inputs(case, rng or _rng(case))
     before = {k: v.copy() for k, v in arrays.items()}
-    expected = hc.reference(case, before)
-    hc.abi_call(lib, case, arrays)
-    return hc.verify(case, {n: arrays[n] for n in hc.abi_output_names(case)}, expected)
+    expected = references.reference(case, before)
+    abi.abi_call(lib, case, arrays)
+    return references.verify(case, {n: arrays[n] for n in abi.abi_output_names(case)}, expected)
 
 
 # --------------------------------------------------------------------------- the case lists
@@ -145,16 +148,16 @@ def test_make_inputs_shapes_poison_and_freshness() -> None:
     for case in ALL:
         if np.prod(case.shape) > 200_000:
             continue
-        a = hc.make_inputs(case, np.random.default_rng(1))
-        assert set(a) == set(hc.abi_shapes(case)), case.id
+        a = case_inputs.make_inputs(case, np.random.default_rng(1))
+        assert set(a) == set(abi.abi_shapes(case)), case.id
         for name, arr in a.items():
             assert arr.dtype == np.float32 and arr.flags.c_contiguous, (case.id, name)
-            assert arr.shape == hc.abi_shapes(case)[name]
-        for name in hc.abi_output_names(case):
+            assert arr.shape == abi.abi_shapes(case)[name]
+        for name in abi.abi_output_names(case):
             inplace = name in ("inp", "out_grad")
             assert np.isnan(a[name]).all() != inplace, (case.id, name)
         rng = np.random.default_rng(1)
-        first, second = hc.make_inputs(case, rng), hc.make_inputs(case, rng)
+        first, second = case_inputs.make_inputs(case, rng), case_inputs.make_inputs(case, rng)
         main = "out_grad" if case.kind == "softmax_bw" else "inp"
         if a[main].size > 1:
             assert not np.array_equal(first[main], second[main]), case.id
@@ -189,18 +192,18 @@ def test_in_process_runner_and_kit_checks_layer() -> None:
 
 
 def _outputs_and_expected(case: hc.Case):
-    arrays = hc.make_inputs(case, np.random.default_rng(3))
-    expected = hc.reference(case, arrays)
-    hc.abi_call(NumpyLib(), case, arrays)
-    return {n: arrays[n].copy() for n in hc.abi_output_names(case)}, expected
+    arrays = case_inputs.make_inputs(case, np.random.default_rng(3))
+    expected = references.reference(case, arrays)
+    abi.abi_call(NumpyLib(), case, arrays)
+    return {n: arrays[n].copy() for n in abi.abi_output_names(case)}, expected
 
 
 def test_nan_output_fails() -> None:
     case = hc.make_case("softmax_fw", batch=2, nhead=2, from_len=8, to_len=8, mask_future=False)
     out, exp = _outputs_and_expected(case)
-    assert hc.verify(case, out, exp).ok
+    assert references.verify(case, out, exp).ok
     out["inp"][1, 0, 5, 2] = np.nan
-    r = hc.verify(case, out, exp)
+    r = references.verify(case, out, exp)
     assert not r.ok and r.where == (1, 0, 5, 2) and r.output == "inp" and r.max_err == np.inf
     assert "inp[1, 0, 5, 2]" in r.describe()
 
@@ -209,7 +212,7 @@ def test_wrong_value_located() -> None:
     case = hc.make_case("layernorm_bw", rows=16, hidden=64)
     out, exp = _outputs_and_expected(case)
     out["inp_grad"][9, 33] += 0.5
-    r = hc.verify(case, out, exp)
+    r = references.verify(case, out, exp)
     assert not r.ok and r.output == "inp_grad" and r.where == (9, 33)
     assert r.max_where == ("inp_grad", (9, 33)) and 0.49 < r.max_err < 0.51
     assert r.shape == (16, 64)
@@ -217,24 +220,24 @@ def test_wrong_value_located() -> None:
 
 def test_untouched_poisoned_output_fails() -> None:
     case = hc.make_case("layernorm_fw", rows=5, hidden=8)
-    arrays = hc.make_inputs(case, np.random.default_rng(0))
-    expected = hc.reference(case, arrays)
-    r = hc.verify(case, {n: arrays[n] for n in hc.abi_output_names(case)}, expected)  # no call
+    arrays = case_inputs.make_inputs(case, np.random.default_rng(0))
+    expected = references.reference(case, arrays)
+    r = references.verify(case, {n: arrays[n] for n in abi.abi_output_names(case)}, expected)  # no call
     assert not r.ok and r.output == "ln_res" and r.where == (0, 0)
     # only the stats left untouched still fails
     out, exp = _outputs_and_expected(case)
     out["means"][:] = np.nan
-    assert not hc.verify(case, out, exp).ok
-    assert not hc.verify(case, {"ln_res": out["ln_res"]}, exp).ok  # missing outputs
+    assert not references.verify(case, out, exp).ok
+    assert not references.verify(case, {"ln_res": out["ln_res"]}, exp).ok  # missing outputs
 
 
 def test_abi_call_rejects_wrong_buffers() -> None:
     case = hc.make_case("softmax_bw", rows=4, softmax_len=8)
-    arrays = hc.make_inputs(case, np.random.default_rng(0))
+    arrays = case_inputs.make_inputs(case, np.random.default_rng(0))
     with pytest.raises(hc.CaseError):
-        hc.abi_call(NumpyLib(), case, {**arrays, "soft_out": arrays["soft_out"][:2]})
+        abi.abi_call(NumpyLib(), case, {**arrays, "soft_out": arrays["soft_out"][:2]})
     with pytest.raises(hc.CaseError):
-        hc.abi_call(NumpyLib(), case, {**arrays, "soft_out": arrays["soft_out"].astype(np.float64)})
+        abi.abi_call(NumpyLib(), case, {**arrays, "soft_out": arrays["soft_out"].astype(np.float64)})
 
 
 BROKEN = [
@@ -262,12 +265,12 @@ def test_broken_variants_fail(bug: str, kwargs: dict, problems: list[str]) -> No
 def test_binding_inputs_and_references() -> None:
     rng = np.random.default_rng(5)
     sbw = hc.make_case("softmax_bw", rows=996, softmax_len=65)
-    assert hc.binding_factors(sbw) == (1, 4, 249, 65)
-    assert hc.binding_factors(CASES["1.2"][1]) == (1, 8, 512, 512)
-    a = hc.make_binding_inputs(sbw, rng)
+    assert case_inputs.binding_factors(sbw) == (1, 4, 249, 65)
+    assert case_inputs.binding_factors(CASES["1.2"][1]) == (1, 8, 512, 512)
+    a = case_inputs.make_binding_inputs(sbw, rng)
     assert a["inp"].shape == a["out_grad"].shape == (1, 4, 249, 65)
     assert a["mask"].shape == (1, 1, 1, 65) and not a["mask"].any()
-    ref = hc.binding_reference(sbw, a)["inp_grad"]
+    ref = references.binding_reference(sbw, a)["inp_grad"]
     # finite differences of sum(softmax(inp) * out_grad) on one row
     x = a["inp"][0, 1, 7].astype(np.float64)
     g = a["out_grad"][0, 1, 7].astype(np.float64)
@@ -277,18 +280,18 @@ def test_binding_inputs_and_references() -> None:
     np.testing.assert_allclose(ref[0, 1, 7, :5], fd, atol=1e-6)
 
     sfw = hc.make_case("softmax_fw", batch=2, nhead=2, from_len=4, to_len=6, mask_future=False, mask="none")
-    b = hc.make_binding_inputs(sfw, rng)
+    b = case_inputs.make_binding_inputs(sfw, rng)
     assert b["mask"].shape == (2, 1, 1, 6) and not b["mask"].any()  # as the course's tests shape it
-    np.testing.assert_allclose(hc.binding_reference(sfw, b)["out"].sum(-1), 1.0)
+    np.testing.assert_allclose(references.binding_reference(sfw, b)["out"].sum(-1), 1.0)
 
     lbw = hc.make_case("layernorm_bw", rows=6, hidden=8)
-    c = hc.make_binding_inputs(lbw, rng)
+    c = case_inputs.make_binding_inputs(lbw, rng)
     assert set(c) == {"inp", "gamma", "beta", "out_grad"}
-    r = hc.binding_reference(lbw, c)
+    r = references.binding_reference(lbw, c)
     x64, g64, b64, dy = (c[k].astype(np.float64) for k in ("inp", "gamma", "beta", "out_grad"))
 
     def loss(x=x64, gm=g64, bt=b64):
-        return float((hc.layernorm_fw_ref(x, gm, bt)[0] * dy).sum())
+        return float((references.layernorm_fw_ref(x, gm, bt)[0] * dy).sum())
     e = np.zeros_like(x64)
     e[2, 3] = h
     np.testing.assert_allclose(r["inp_grad"][2, 3], (loss(x64 + e) - loss(x64 - e)) / (2 * h), rtol=1e-5)
@@ -297,9 +300,9 @@ def test_binding_inputs_and_references() -> None:
     np.testing.assert_allclose(r["gamma_grad"][4], (loss(gm=g64 + e1) - loss(gm=g64 - e1)) / (2 * h), rtol=1e-5)
     np.testing.assert_allclose(r["beta_grad"], dy.sum(0))
     lfw = hc.make_case("layernorm_fw", rows=6, hidden=8)
-    d = hc.make_binding_inputs(lfw, rng)
+    d = case_inputs.make_binding_inputs(lfw, rng)
     assert set(d) == {"inp", "gamma", "beta"}
-    assert set(hc.binding_reference(lfw, d)) == set(hc.binding_output_names(lfw)) == {"out"}
+    assert set(references.binding_reference(lfw, d)) == set(references.binding_output_names(lfw)) == {"out"}
 
 
 def test_inputs_are_the_courses_uniform_draws() -> None:
@@ -307,13 +310,13 @@ def test_inputs_are_the_courses_uniform_draws() -> None:
     draw is fresh."""
     rng = np.random.default_rng(11)
     case = hc.make_case("layernorm_fw", rows=512, hidden=1024, scale=3.0, offset=5.0)
-    first, again = hc.make_binding_inputs(case, rng), hc.make_binding_inputs(case, rng)
+    first, again = case_inputs.make_binding_inputs(case, rng), case_inputs.make_binding_inputs(case, rng)
     x = first["inp"]
     assert x.dtype == np.float32 and 2.0 <= x.min() < 2.01 and 7.99 < x.max() <= 8.0
     assert abs(x.mean() - 5.0) < 0.01 and abs(x.std() - 3.0 / 3**0.5) < 0.01
     assert np.abs(first["gamma"]).max() <= 1.0 and np.abs(first["beta"]).max() <= 1.0
     assert not np.array_equal(again["inp"], x)
-    soft = hc.make_inputs(hc.make_case("softmax_bw", rows=8, softmax_len=50), rng)["soft_out"]
+    soft = case_inputs.make_inputs(hc.make_case("softmax_bw", rows=8, softmax_len=50), rng)["soft_out"]
     np.testing.assert_allclose(soft.sum(-1), 1.0, rtol=1e-6)
     # softmax of uniform(-1, 1) rows: within a row no entry is more than e^2 times another
     assert (soft.max(-1) / soft.min(-1)).max() <= np.exp(2.0) * (1 + 1e-5)
@@ -347,7 +350,7 @@ def test_every_case_is_inside_the_starters_domain() -> None:
         if case.kind == "softmax_fw":
             assert p["to_len"] <= 1024 and p["mask"] in hc.MASK_KINDS
             assert not p["mask_future"] or p["from_len"] == p["to_len"], case.id  # self-attention only
-            assert "mask" in hc.abi_shapes(case)  # the launcher always reads a mask
+            assert "mask" in abi.abi_shapes(case)  # the launcher always reads a mask
         elif case.kind == "softmax_bw":
             assert p["softmax_len"] <= 2048 and p["rows"] % 4 == 0, case.id
         else:

@@ -1,18 +1,21 @@
-"""Correctness cases for llmsys_hw4's kernels (Problems 1.1, 1.2, 2.1, 2.2): the trusted side.
+"""The case catalogue of llmsys_hw4's kernels (Problems 1.1, 1.2, 2.1, 2.2): the trusted side.
 
-The steps are separate on purpose. In the grader the trusted parent draws the inputs, keeps a
-copy, computes the float64 reference and verifies; only the sandboxed child loads the
-student's library and calls it:
+A Case is one (kind, shape, parameters) the grader checks; this module validates them against
+the official starter's limits and loads the rubric's lists. The steps that use a case are
+separate modules on purpose. In the grader the trusted parent draws the inputs, keeps a copy,
+computes the float64 reference and verifies; only the sandboxed child loads the student's
+library and calls it:
 
-    parent:  case = load_cases()["2.1"][0]
-             arrays = make_inputs(case, rng)            # outputs poisoned with NaN
-             expected = reference(case, arrays)         # before the call (or on a copy)
-    child:   lib = load_abi(case.kind, so_path)
-             abi_call(lib, case, arrays)                # in place / into the output buffers
-    parent:  result = verify(case, {n: arrays[n] for n in abi_output_names(case)}, expected)
+    parent:  case = cases.load_cases()["2.1"][0]
+             arrays = case_inputs.make_inputs(case, rng)    # outputs poisoned with NaN
+             expected = references.reference(case, arrays)  # before the call (or on a copy)
+    child:   lib = abi.load_abi(case.kind, so_path)
+             abi.abi_call(lib, case, arrays)                # in place / into the output buffers
+    parent:  result = references.verify(case, {n: arrays[n] for n in abi.abi_output_names(case)},
+                                        expected)
 
-The student's MiniTorch binding takes the same cases through make_binding_inputs /
-binding_reference (tensors instead of raw buffers; see those functions).
+The student's MiniTorch binding takes the same cases through case_inputs.make_binding_inputs /
+references.binding_reference (tensors instead of raw buffers; see those functions).
 
 Case lists are data: the `cases:` section of rubrics/<slug>.yaml. Every case lies inside the
 official starter's domain (worker/hw4/CONTRACT.md says where each limit comes from): inputs
@@ -25,20 +28,17 @@ Tolerances are the course's (HW4_INTERFACE.md): |got - ref| <= atol + rtol * |re
 element-wise, and NaN or inf in an output never passes; the rubric's `cases:` comment gives
 the float32 error analysis that shows they hold for every case there.
 
-Dependencies: the standard library, numpy and PyYAML only (this runs on the bare GPU machine).
+Dependencies of these four modules: the standard library, numpy and PyYAML only (they run on
+the bare GPU machine).
 """
 from __future__ import annotations
 
-import ctypes
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import yaml
-
-from worker.checks import CheckResult, compare
 
 RUBRIC_DIR = Path(__file__).resolve().parent.parent.parent / "rubrics"
 
@@ -265,341 +265,3 @@ def load_cases(rubric_path_or_slug: str | Path = "hw4") -> dict[str, list[Case]]
                 cases.append(case)
         out[problem] = cases
     return out
-
-
-# --------------------------------------------------------------------------- inputs
-
-
-def make_mask(rng: np.random.Generator, batch: int, to_len: int, kind: str) -> np.ndarray:
-    """Additive attention mask [batch, to_len], float32, as the course's tests build it: each
-    batch keeps a random prefix of 1..to_len keys and pads the rest. none: zeros (the
-    starter's launcher always reads a mask); pad: PAD_VALUE on the padded tail; neginf: -inf
-    there (kernels.h documents padding as -inf); full: like pad, and batch 0 entirely
-    PAD_VALUE (fully padded rows)."""
-    if kind not in MASK_KINDS:
-        raise CaseError(f"unknown mask kind {kind!r}")
-    mask = np.zeros((batch, to_len), dtype=np.float32)
-    if kind == "none":
-        return mask
-    fill = -np.inf if kind == "neginf" else PAD_VALUE
-    for b in range(batch):
-        keep = int(rng.integers(1, to_len + 1))
-        mask[b, keep:] = fill
-    if kind == "full":
-        mask[0, :] = PAD_VALUE
-    return mask
-
-
-def softmax_rows(x: np.ndarray) -> np.ndarray:
-    """Softmax over the last axis, float32 (valid softmax outputs: rows sum to 1)."""
-    x64 = x.astype(np.float64)
-    e = np.exp(x64 - x64.max(axis=-1, keepdims=True))
-    return _f32(e / e.sum(axis=-1, keepdims=True))
-
-
-def _f32(a: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(a, dtype=np.float32)
-
-
-def _uniform(rng: np.random.Generator, shape: tuple[int, ...] | int, scale: float = 1.0,
-             offset: float = 0.0) -> np.ndarray:
-    """uniform(-scale, scale) + offset, drawn directly in float32 (the course's kt.rand is
-    uniform(-1, 1); the timing trials draw millions of fresh values per trial)."""
-    x = rng.random(shape, dtype=np.float32)
-    x *= np.float32(2 * scale)
-    x -= np.float32(scale - offset)
-    return x
-
-
-def _poisoned(shape: tuple[int, ...]) -> np.ndarray:
-    return np.full(shape, np.nan, dtype=np.float32)
-
-
-def abi_output_names(case: Case) -> tuple[str, ...]:
-    """The arrays the launch function writes (in place ones hold the input before the call)."""
-    return {
-        "softmax_fw": ("inp",),
-        "softmax_bw": ("out_grad",),
-        "layernorm_fw": ("ln_res", "vars", "means"),
-        "layernorm_bw": ("gamma_grad", "betta_grad", "inp_grad"),
-    }[case.kind]
-
-
-def abi_shapes(case: Case) -> dict[str, tuple[int, ...]]:
-    """Every array abi_call takes, with its shape."""
-    p = case.params
-    if case.kind == "softmax_fw":
-        return {"inp": case.shape, "mask": (p["batch"], p["to_len"])}
-    if case.kind == "softmax_bw":
-        return {"out_grad": case.shape, "soft_out": case.shape}
-    rows, hidden = case.shape
-    if case.kind == "layernorm_fw":
-        return {"inp": (rows, hidden), "gamma": (hidden,), "beta": (hidden,),
-                "ln_res": (rows, hidden), "vars": (rows,), "means": (rows,)}
-    return {"out_grad": (rows, hidden), "inp": (rows, hidden), "gamma": (hidden,), "beta": (hidden,),
-            "vars": (rows,), "means": (rows,),
-            "gamma_grad": (hidden,), "betta_grad": (hidden,), "inp_grad": (rows, hidden)}
-
-
-def make_inputs(case: Case, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Fresh random arrays for one ABI call (float32, C-contiguous), named as in abi_shapes.
-    Separate output buffers are filled with NaN; in-place buffers hold the input.
-
-    softmax_fw: inp [b,h,f,t] (in place), mask [b,t] (zeros for mask "none")
-    softmax_bw: out_grad [rows,n] (in place), soft_out [rows,n] (softmax of uniform rows)
-    layernorm_fw: inp, gamma, beta; out: ln_res, vars, means
-    layernorm_bw: out_grad, inp, gamma, beta, vars, means (the variance without eps and the
-                  mean, as the course's backward test computes them); out: gamma_grad,
-                  betta_grad, inp_grad"""
-    p = case.params
-    scale = p["scale"]
-    if case.kind == "softmax_fw":
-        return {"inp": _uniform(rng, case.shape, scale),
-                "mask": make_mask(rng, p["batch"], p["to_len"], p["mask"])}
-    if case.kind == "softmax_bw":
-        rows, n = case.shape
-        soft_out = softmax_rows(_uniform(rng, (rows, n)))
-        return {"out_grad": _uniform(rng, (rows, n), scale), "soft_out": soft_out}
-    rows, hidden = case.shape
-    inp = _uniform(rng, (rows, hidden), scale, p["offset"])
-    gamma, beta = _uniform(rng, hidden), _uniform(rng, hidden)
-    if case.kind == "layernorm_fw":
-        return {"inp": inp, "gamma": gamma, "beta": beta, "ln_res": _poisoned((rows, hidden)),
-                "vars": _poisoned((rows,)), "means": _poisoned((rows,))}
-    x64 = inp.astype(np.float64)
-    return {"out_grad": _uniform(rng, (rows, hidden)), "inp": inp, "gamma": gamma, "beta": beta,
-            "vars": _f32(x64.var(axis=-1)), "means": _f32(x64.mean(axis=-1)),
-            "gamma_grad": _poisoned((hidden,)), "betta_grad": _poisoned((hidden,)),
-            "inp_grad": _poisoned((rows, hidden))}
-
-
-def binding_factors(case: Case) -> tuple[int, int, int, int]:
-    """(batch, nhead, from_len, to_len) of the attention tensor behind a softmax case: the
-    case's own for softmax_fw and for softmax_bw cases that name them; otherwise batch 1 and
-    the largest nhead of 8, 4, 2, 1 that divides rows."""
-    p = case.params
-    if case.kind == "softmax_fw":
-        return case.shape  # type: ignore[return-value]
-    if case.kind != "softmax_bw":
-        raise CaseError(f"{case.kind} has no attention shape")
-    if p["batch"] is not None:
-        return p["batch"], p["nhead"], p["from_len"], p["softmax_len"]
-    rows = p["rows"]
-    nhead = next(h for h in (8, 4, 2, 1) if rows % h == 0)
-    return 1, nhead, rows // nhead, p["softmax_len"]
-
-
-def make_binding_inputs(case: Case, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Inputs for the student's MiniTorch binding, float32, shaped as the course's tests
-    shape them (the binding is called with exactly these tensors):
-
-    softmax_fw: inp [b,h,f,t], mask [b,1,1,t]: Tensor.attn_softmax(mask); the binding has
-                no mask_future (the starter's attn_softmax_fw passes False)
-    softmax_bw: inp [b,h,f,t] (b,h,f from binding_factors), mask [b,1,1,t] zeros, out_grad
-                [b,h,f,t]: Attn_Softmax.backward(ctx of attn_softmax(inp, mask), out_grad)
-    layernorm_fw: inp [rows,hidden], gamma, beta: Tensor.layernorm(gamma, beta)
-    layernorm_bw: inp, gamma, beta, out_grad [rows,hidden]: the gradients of
-                layernorm(inp, gamma, beta).backward(out_grad) wrt inp, gamma, beta"""
-    p = case.params
-    if case.kind == "softmax_fw":
-        arrays = make_inputs(case, rng)
-        b, _, _, t = case.shape
-        return {"inp": arrays["inp"], "mask": arrays["mask"].reshape(b, 1, 1, t)}
-    if case.kind == "softmax_bw":
-        b, h, f, t = binding_factors(case)
-        return {"inp": _uniform(rng, (b, h, f, t)), "mask": np.zeros((b, 1, 1, t), dtype=np.float32),
-                "out_grad": _uniform(rng, (b, h, f, t), p["scale"])}
-    arrays = make_inputs(case, rng)
-    keep = ("inp", "gamma", "beta") + (("out_grad",) if case.kind == "layernorm_bw" else ())
-    return {k: arrays[k] for k in keep}
-
-
-# --------------------------------------------------------------------------- references (float64)
-
-
-def softmax_fw_ref(inp: np.ndarray, mask: np.ndarray | None, mask_future: bool) -> np.ndarray:
-    """inp [B, H, F, T] float32; mask [B, T] or [B, 1, 1, T] additive, or None. The mask is added in float32 (as
-    any float32 implementation does), then softmax in float64; mask_future hides keys j > i.
-    A row whose entries are all -inf gives zeros."""
-    x = np.array(inp, dtype=np.float32, copy=True)
-    if mask is not None:
-        m = np.asarray(mask, dtype=np.float32)
-        x = x + m.reshape(m.shape[0], 1, 1, m.shape[-1])
-    x = x.astype(np.float64)
-    if mask_future:
-        future = np.triu(np.ones(x.shape[-2:], dtype=bool), k=1)
-        x = np.where(future, -np.inf, x)
-    m = np.max(x, axis=-1, keepdims=True)
-    m = np.where(np.isfinite(m), m, 0.0)
-    e = np.exp(x - m)
-    s = np.sum(e, axis=-1, keepdims=True)
-    return np.where(s > 0, e / np.where(s > 0, s, 1.0), 0.0)
-
-
-def softmax_bw_ref(grad: np.ndarray, y: np.ndarray) -> np.ndarray:
-    g = np.asarray(grad, dtype=np.float64)
-    y = np.asarray(y, dtype=np.float64)
-    dx: np.ndarray = y * (g - np.sum(g * y, axis=-1, keepdims=True))
-    return dx
-
-
-def layernorm_fw_ref(inp: np.ndarray, gamma: np.ndarray, beta: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(out, var without eps, mean) in float64."""
-    x = np.asarray(inp, dtype=np.float64)
-    mean = x.mean(axis=-1)
-    var = x.var(axis=-1)
-    xhat = (x - mean[:, None]) / np.sqrt(var[:, None] + LN_EPS)
-    return xhat * np.asarray(gamma, np.float64) + np.asarray(beta, np.float64), var, mean
-
-
-def layernorm_bw_ref(dy: np.ndarray, inp: np.ndarray, gamma: np.ndarray, var: np.ndarray,
-                     mean: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(dgamma, dbeta, dinp) in float64; var, mean: the values handed to the kernel."""
-    dy = np.asarray(dy, dtype=np.float64)
-    x = np.asarray(inp, dtype=np.float64)
-    g = np.asarray(gamma, dtype=np.float64)
-    rstd = 1.0 / np.sqrt(np.asarray(var, np.float64)[:, None] + LN_EPS)
-    xhat = (x - np.asarray(mean, np.float64)[:, None]) * rstd
-    dbeta = dy.sum(axis=0)
-    dgamma = (dy * xhat).sum(axis=0)
-    dxhat = dy * g
-    dx = rstd * (dxhat - dxhat.mean(axis=-1, keepdims=True)
-                 - xhat * (dxhat * xhat).mean(axis=-1, keepdims=True))
-    return dgamma, dbeta, dx
-
-
-def reference(case: Case, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """float64 expected outputs keyed like abi_output_names. `inputs` must be make_inputs'
-    arrays as they were before the call (compute this first, or on a copy); nothing is
-    modified."""
-    p = case.params
-    if case.kind == "softmax_fw":
-        return {"inp": softmax_fw_ref(inputs["inp"], inputs.get("mask"), p["mask_future"])}
-    if case.kind == "softmax_bw":
-        return {"out_grad": softmax_bw_ref(inputs["out_grad"], inputs["soft_out"])}
-    if case.kind == "layernorm_fw":
-        out, var, mean = layernorm_fw_ref(inputs["inp"], inputs["gamma"], inputs["beta"])
-        return {"ln_res": out, "vars": var, "means": mean}
-    dgamma, dbeta, dx = layernorm_bw_ref(inputs["out_grad"], inputs["inp"], inputs["gamma"],
-                                         inputs["vars"], inputs["means"])
-    return {"gamma_grad": dgamma, "betta_grad": dbeta, "inp_grad": dx}
-
-
-def binding_output_names(case: Case) -> tuple[str, ...]:
-    return {
-        "softmax_fw": ("out",),
-        "softmax_bw": ("inp_grad",),
-        "layernorm_fw": ("out",),
-        "layernorm_bw": ("inp_grad", "gamma_grad", "beta_grad"),
-    }[case.kind]
-
-
-def binding_reference(case: Case, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """float64 expected results of the binding path (make_binding_inputs), keyed like
-    binding_output_names: the fused op's output (fw) or the gradients (bw). The layernorm
-    statistics are exact (float64) here: the binding computes its own."""
-    if case.kind == "softmax_fw":
-        return {"out": softmax_fw_ref(inputs["inp"], inputs["mask"], False)}
-    if case.kind == "softmax_bw":
-        y = softmax_fw_ref(inputs["inp"], inputs["mask"], False)
-        return {"inp_grad": softmax_bw_ref(inputs["out_grad"], y)}
-    if case.kind == "layernorm_fw":
-        return {"out": layernorm_fw_ref(inputs["inp"], inputs["gamma"], inputs["beta"])[0]}
-    x64 = np.asarray(inputs["inp"], dtype=np.float64)
-    dgamma, dbeta, dx = layernorm_bw_ref(inputs["out_grad"], x64, inputs["gamma"],
-                                         x64.var(axis=-1), x64.mean(axis=-1))
-    return {"inp_grad": dx, "gamma_grad": dgamma, "beta_grad": dbeta}
-
-
-# --------------------------------------------------------------------------- the C ABI
-
-_P = ctypes.c_void_p  # float* (host) and cudaStream_t
-_I = ctypes.c_int
-_SIGNATURES = {
-    "launch_attn_softmax": [_P, _P, _I, _I, _I, _I, ctypes.c_bool, _P],
-    "launch_attn_softmax_bw": [_P, _P, _I, _I, _P],
-    "launch_layernorm": [_P, _P, _P, _P, _P, _P, _I, _I, _P],
-    "launch_layernorm_bw": [_P, _P, _P, _P, _P, _P, _P, _P, _P, _I, _I, _P, _P],
-}
-_FUNCTIONS = {
-    "softmax_fw": ("launch_attn_softmax",),
-    "softmax_bw": ("launch_attn_softmax_bw",),
-    "layernorm_fw": ("launch_layernorm",),
-    "layernorm_bw": ("launch_layernorm_bw",),
-    # whole libraries (every function they export for this homework)
-    "softmax": ("launch_attn_softmax", "launch_attn_softmax_bw"),
-    "layernorm": ("launch_layernorm", "launch_layernorm_bw"),
-}
-
-
-def load_abi(kind: str, so_path: str | Path) -> ctypes.CDLL:
-    """The library with argtypes/restype set for the launch function(s) of `kind` (a case
-    kind, or "softmax"/"layernorm" for both functions of that library). A missing symbol
-    raises AttributeError."""
-    if kind not in _FUNCTIONS:
-        raise CaseError(f"unknown ABI kind {kind!r}")
-    lib = ctypes.CDLL(str(so_path))
-    for name in _FUNCTIONS[kind]:
-        fn = getattr(lib, name)
-        fn.argtypes = _SIGNATURES[name]
-        fn.restype = None
-    return lib
-
-
-def _ptr(a: np.ndarray | None) -> int | None:
-    if a is None:
-        return None
-    if a.dtype != np.float32 or not a.flags.c_contiguous:
-        raise CaseError("the ABI takes C-contiguous float32 arrays")
-    return a.ctypes.data
-
-
-def abi_call(lib: Any, case: Case, arrays: Mapping[str, np.ndarray], streams: tuple[Any, ...] = ()) -> None:
-    """Call the case's launch function on `arrays` (make_inputs' names and shapes, checked
-    first: a wrong buffer would let the kernel write out of bounds). Writes in place / into
-    the output buffers. streams: cudaStream_t handles (default: None, the default stream)."""
-    shapes = abi_shapes(case)
-    for name, shape in shapes.items():
-        given = arrays.get(name)
-        if given is None or tuple(given.shape) != shape:
-            raise CaseError(f"{case.id}: array {name} must have shape {shape}, "
-                            f"got {None if given is None else given.shape}")
-        _ptr(given)
-    s1, s2 = (tuple(streams) + (None, None))[:2]
-    p = case.params
-    a = arrays
-    if case.kind == "softmax_fw":
-        lib.launch_attn_softmax(_ptr(a["inp"]), _ptr(a["mask"]),
-                                p["batch"], p["nhead"], p["from_len"], p["to_len"],
-                                bool(p["mask_future"]), s1)
-    elif case.kind == "softmax_bw":
-        lib.launch_attn_softmax_bw(_ptr(a["out_grad"]), _ptr(a["soft_out"]), p["rows"],
-                                   p["softmax_len"], s1)
-    elif case.kind == "layernorm_fw":
-        lib.launch_layernorm(_ptr(a["ln_res"]), _ptr(a["vars"]), _ptr(a["means"]), _ptr(a["inp"]),
-                             _ptr(a["gamma"]), _ptr(a["beta"]), p["rows"], p["hidden"], s1)
-    else:
-        lib.launch_layernorm_bw(_ptr(a["gamma_grad"]), _ptr(a["betta_grad"]), _ptr(a["inp_grad"]),
-                                _ptr(a["out_grad"]), _ptr(a["inp"]), _ptr(a["gamma"]), _ptr(a["beta"]),
-                                _ptr(a["vars"]), _ptr(a["means"]), p["rows"], p["hidden"], s1, s2)
-
-
-# --------------------------------------------------------------------------- verifying
-
-
-def verify(case: Case, outputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray]) -> CheckResult:
-    """Compare the outputs (after the call) with reference()'s or binding_reference()'s,
-    with the course's tolerance for the case's kind. A missing output fails."""
-    missing = [n for n in expected if n not in outputs]
-    if missing:
-        return CheckResult(False, float("inf"), None, case.shape, f"missing output(s) {missing}", missing[0])
-    atol, rtol = TOLERANCES[case.kind]
-    return compare({n: (outputs[n], expected[n]) for n in expected}, atol, rtol, case.shape)
-
-
-def run_in_process(lib: Any, case: Case, rng: np.random.Generator, streams: tuple[Any, ...] = ()) -> CheckResult:
-    """All steps in this process (tests and trusted kits only; the grader splits them)."""
-    arrays = make_inputs(case, rng)
-    expected = reference(case, arrays)
-    abi_call(lib, case, arrays, streams)
-    return verify(case, {n: arrays[n] for n in abi_output_names(case)}, expected)

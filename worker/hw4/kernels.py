@@ -2,7 +2,8 @@
 
 For each problem the trusted parent draws fresh inputs, computes float64 references, and asks
 a sandboxed child (one per problem) to run the student's code: first through the C ABI of the
-built .so on every rubric case, then through the student's MiniTorch binding; then, in a fresh
+built .so on every rubric case, then through the student's MiniTorch binding (the checks:
+worker.hw4.kernel_checks); then, in a fresh
 child, the timing trials of worker.hw4.speed (the course's shapes and definition, with our
 basic ops swapped in beside the student's own). The clock is the parent's.
 """
@@ -20,113 +21,22 @@ from typing import Any
 import numpy as np
 
 from worker.affinity import TimingCpus, this_thread_on
-from worker.gpu.channel import ArrayRef
 from worker.gpu.client import ChildClient, ChildFailure, StudentError
-from worker.hw4.cases import (
-    MAX_SOFTMAX_LEN,
-    Case,
-    abi_output_names,
-    binding_reference,
-    make_binding_inputs,
-    make_inputs,
-    reference,
-    verify,
-)
+from worker.hw4.case_inputs import make_inputs
+from worker.hw4.cases import Case
+from worker.hw4.kernel_checks import Check, case_json, check_outcome, crash_outcome, plan_checks, run_check
 from worker.hw4.speed import (
     TIMING_CASES,
     Sides,
     TimingConfig,
     describe_timing,
-    run_binding,
     time_problem,
     warm_sides,
     warm_student,
 )
-from worker.measurements import CaseOutcome, ProblemMeasurement, salient_lines
+from worker.measurements import CaseOutcome, ProblemMeasurement
 
 HANDLERS = ("worker.hw4.child_kernels",)
-BINDING_KINDS_WITHOUT_MASK_FUTURE = ("softmax_fw",)  # Tensor.attn_softmax(mask) has no mask_future
-
-
-def case_json(case: Case) -> dict[str, Any]:
-    return dataclasses.asdict(case)
-
-
-@dataclass(frozen=True)
-class Check:
-    """One correctness check: a case through one path, with the seed of its inputs (so the
-    feedback can say exactly how to rebuild them)."""
-
-    path: str  # "abi" | "binding"
-    case: Case
-    seed: int
-
-    @property
-    def id(self) -> str:
-        return f"{self.path}:{self.case.id}"
-
-    def rng(self) -> np.random.Generator:
-        return np.random.default_rng(self.seed)
-
-    def reproduce(self) -> str:
-        via = "the C ABI" if self.path == "abi" else "your MiniTorch binding"
-        return f"through {via}; inputs: {self.case.describe_inputs()}; seed {self.seed}"
-
-
-def plan_checks(cases: list[Case], rng: np.random.Generator) -> list[Check]:
-    """Every case through the C ABI, then every case the binding can express through the
-    binding, each with a fresh seed."""
-    checks = [Check("abi", c, int(rng.integers(2**31))) for c in cases]
-    checks += [Check("binding", c, int(rng.integers(2**31))) for c in cases if binding_eligible(c)]
-    return checks
-
-
-def _outcome(check: Check, ok: bool, max_err: float | None, where: tuple[int, ...] | None,
-             message: str) -> CaseOutcome:
-    if not ok:
-        message = f"{message} ({check.reproduce()})" if message else f"({check.reproduce()})"
-    return CaseOutcome(case_id=check.id, shape=tuple(check.case.shape), ok=ok, max_err=max_err,
-                       where=where, message=message, public=check.case.public)
-
-
-def crash_outcome(check: Check, failure: ChildFailure) -> CaseOutcome:
-    """A crash or hang of the submission's code, attributed to the check that caused it."""
-    said = " | ".join(salient_lines(failure.tail))
-    words = "hung" if failure.kind == "timeout" else "crashed"
-    return _outcome(check, False, None, None, f"{words}: {failure.detail}" + (f" | {said}" if said else ""))
-
-
-def check_abi_case(client: ChildClient, check: Check, timeout: float) -> CaseOutcome:
-    case = check.case
-    arrays = make_inputs(case, check.rng())
-    expected = reference(case, arrays)
-    client.arena.reset()
-    refs = client.arena.put_all(arrays)
-    try:
-        client.call({"op": "abi", "case": case_json(case), "arrays": refs}, timeout)
-    except StudentError as exc:
-        return _outcome(check, False, None, None, f"raised {exc.error}")
-    outputs = {name: client.arena.view(ArrayRef.from_json(refs[name])).copy() for name in abi_output_names(case)}
-    result = verify(case, outputs, expected)
-    where_text = f" in {result.output}" if result.output and not result.ok else ""
-    return _outcome(check, result.ok, result.max_err, result.where, (result.message + where_text).strip())
-
-
-def check_binding_case(client: ChildClient, check: Check, timeout: float) -> CaseOutcome:
-    case = check.case
-    inputs = make_binding_inputs(case, check.rng())
-    expected = binding_reference(case, inputs)
-    try:
-        run = run_binding(client, case, "custom", [inputs], timeout, course_tensors=True)
-    except StudentError as exc:
-        return _outcome(check, False, None, None, f"raised {exc.error}")
-    result = verify(case, run.outputs[0], expected)
-    return _outcome(check, result.ok, result.max_err, result.where, result.message)
-
-
-def run_check(client: ChildClient, check: Check, timeout: float) -> CaseOutcome:
-    run = check_abi_case if check.path == "abi" else check_binding_case
-    return run(client, check, timeout)
 
 
 def measure_kernel_ms(client: ChildClient, case: Case, rng: np.random.Generator,
@@ -144,17 +54,6 @@ def measure_kernel_ms(client: ChildClient, case: Case, rng: np.random.Generator,
     except ChildFailure as exc:
         return None, f"kernel GPU time not measured: {exc}"
     return float(reply["kernel_ms"]), ", ".join(reply.get("kernels", []))
-
-
-def binding_eligible(case: Case) -> bool:
-    """Cases the binding can express: it has no mask_future, and a softmax backward runs the
-    binding's forward first, which takes rows of at most MAX_SOFTMAX_LEN["softmax_fw"]
-    (longer backward rows are still checked through the C ABI)."""
-    if case.kind in BINDING_KINDS_WITHOUT_MASK_FUTURE and case.params.get("mask_future"):
-        return False
-    if case.kind == "softmax_bw" and case.params["softmax_len"] > MAX_SOFTMAX_LEN["softmax_fw"]:
-        return False
-    return True
 
 
 ClientFactory = Callable[[str], ChildClient]  # label -> a fresh sandboxed child
@@ -258,7 +157,7 @@ def check_phase(problem: KernelProblem, config: TimingConfig) -> None:
         check = problem.checks.pop(0)
         exhausted = problem.out_of_children(check.path)
         if exhausted:
-            problem.record(_outcome(check, False, None, None, exhausted), check)
+            problem.record(check_outcome(check, False, None, None, exhausted), check)
             continue
         with problem.clock(f"{check.path}_cases"):
             try:
@@ -276,7 +175,7 @@ def needs_fresh_child(problem: KernelProblem) -> bool:
     used up its fresh children are recorded as not run first (no child is started for them)."""
     for check in [c for c in problem.checks if problem.out_of_children(c.path)]:
         problem.checks.remove(check)
-        problem.record(_outcome(check, False, None, None, problem.out_of_children(check.path) or ""), check)
+        problem.record(check_outcome(check, False, None, None, problem.out_of_children(check.path) or ""), check)
     return problem.client is None and bool(problem.checks)
 
 

@@ -37,15 +37,10 @@ from typing import Any
 import numpy as np
 
 from worker.gpu.client import ChildClient, ChildFailure, StudentError
-from worker.hw4.cases import (
-    Case,
-    binding_factors,
-    binding_output_names,
-    binding_reference,
-    make_binding_inputs,
-    verify,
-)
+from worker.hw4.case_inputs import binding_factors, make_binding_inputs
+from worker.hw4.cases import Case
 from worker.hw4.course_shapes import timing_cases
+from worker.hw4.references import binding_output_names, binding_reference, verify
 from worker.timing import (
     RatioSummary,
     deferred_excess,
