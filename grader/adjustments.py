@@ -1,5 +1,6 @@
-"""The staff's workflow on a run: manual point adjustments with a reason, and the students'
-regrade requests (open, then accepted by a re-grade or an adjustment, or rejected with a reply).
+"""The staff's workflow on a run: manual point adjustments with a reason, the students'
+regrade requests (open, then accepted by a re-grade or an adjustment, or rejected with a reply),
+and comments by the run's student and the staff.
 
 An adjustment is a row of its own, never changed: a correction is another adjustment, so the
 history of a grade stays whole. It belongs to the run it was made on (a judgement of that
@@ -17,7 +18,17 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
-from grader.models import FINAL_STATES, Assignment, GradeAdjustment, RegradeRequest, Run, Submission, User, utcnow
+from grader.models import (
+    FINAL_STATES,
+    Assignment,
+    GradeAdjustment,
+    RegradeRequest,
+    Run,
+    RunComment,
+    Submission,
+    User,
+    utcnow,
+)
 from grader.service import record_regrade
 
 MAX_TEXT = 4000  # characters of a reason or a reply
@@ -28,10 +39,10 @@ class WorkflowError(ValueError):
     """A request or decision that cannot be taken, in a sentence for the page."""
 
 
-def _text(value: str, what: str) -> str:
+def _text(value: str, what: str, shown: str = "to the student with the grade") -> str:
     text = value.strip()
     if not text:
-        raise WorkflowError(f"Write {what}: it is shown to the student with the grade.")
+        raise WorkflowError(f"Write {what}: it is shown {shown}.")
     if len(text) > MAX_TEXT:
         raise WorkflowError(f"Shorten {what} to {MAX_TEXT} characters (it has {len(text)}).")
     return text
@@ -108,6 +119,13 @@ def accept_with_adjustment(session: Session, request: RegradeRequest, staff: Use
 
 def reject(request: RegradeRequest, staff: User, reply: str) -> None:
     _decide(request, staff, REJECTED, _text(reply, "a reply that says why the request is rejected"))
+
+
+def comment(session: Session, run: Run, author: User, body: str) -> RunComment:
+    row = RunComment(run=run, author_id=author.id, body=_text(body, "the comment", shown="on the run page"))
+    session.add(row)
+    session.flush()
+    return row
 
 
 def assignment_requests(session: Session, assignment: Assignment) -> list[RegradeRequest]:

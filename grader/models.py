@@ -291,6 +291,7 @@ class Run(Base):
     adjustments: Mapped[list[GradeAdjustment]] = relationship(back_populates="run", order_by="GradeAdjustment.id")
     regrade_requests: Mapped[list[RegradeRequest]] = relationship(
         back_populates="run", order_by="RegradeRequest.id", foreign_keys="RegradeRequest.run_id")
+    comments: Mapped[list[RunComment]] = relationship(back_populates="run", order_by="RunComment.id")
 
 
 class ProblemResult(Base):
@@ -351,3 +352,18 @@ class RegradeRequest(Base):
     student: Mapped[User] = relationship(foreign_keys=[student_id])
     decided_by: Mapped[User | None] = relationship(foreign_keys=[decided_by_id])
     adjustment: Mapped[GradeAdjustment | None] = relationship()
+
+
+class RunComment(Base):
+    """A comment on a run by its student or the assignment's staff (grader.adjustments)."""
+
+    __tablename__ = "run_comments"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    author_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
+    body: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    run: Mapped[Run] = relationship(back_populates="comments")
+    author: Mapped[User] = relationship()

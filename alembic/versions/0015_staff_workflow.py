@@ -1,6 +1,7 @@
-"""grade_adjustments and regrade_requests: staff's point adjustments of a run's grade, each a
-row with who, when, the points and why (never overwritten), and students' regrade requests
-with the staff's decision and reply, at most one open per run (grader/adjustments.py)
+"""grade_adjustments, regrade_requests and run_comments: staff's point adjustments of a run's
+grade, each a row with who, when, the points and why (never overwritten); students' regrade
+requests with the staff's decision and reply, at most one open per run; comments on a run by
+its student and the staff (grader/adjustments.py)
 
 Revision ID: 0015
 Revises: 0014
@@ -56,9 +57,23 @@ def upgrade() -> None:
     op.create_index("ix_regrade_requests_run_id", "regrade_requests", ["run_id"])
     op.create_index("uq_regrade_requests_open_run", "regrade_requests", ["run_id"], unique=True,
                     postgresql_where=OPEN, sqlite_where=OPEN)
+    op.create_table(
+        "run_comments",
+        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("run_id", sa.Integer(), nullable=False),
+        sa.Column("author_id", sa.Integer(), nullable=False),
+        sa.Column("body", sa.Text(), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.ForeignKeyConstraint(["run_id"], ["runs.id"], ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(["author_id"], ["users.id"]),
+        sa.PrimaryKeyConstraint("id"),
+    )
+    op.create_index("ix_run_comments_run_id", "run_comments", ["run_id"])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_run_comments_run_id", table_name="run_comments")
+    op.drop_table("run_comments")
     op.drop_index("uq_regrade_requests_open_run", table_name="regrade_requests")
     op.drop_index("ix_regrade_requests_run_id", table_name="regrade_requests")
     op.drop_table("regrade_requests")

@@ -1,7 +1,8 @@
-"""Regrade requests and manual adjustments (grader.adjustments): a student asks for a regrade
-of their own run from its page; the assignment's staff adjust a run's grade from its page, and
-answer the requests in a queue per assignment (accept by re-grading or by an adjustment, or
-reject with a reply). The student sees the answer on the run page (templates/_regrade.html).
+"""Regrade requests, manual adjustments and comments (grader.adjustments): a student asks for a
+regrade of their own run from its page; the assignment's staff adjust a run's grade from its
+page, and answer the requests in a queue per assignment (accept by re-grading or by an
+adjustment, or reject with a reply). The student sees the answer on the run page
+(templates/_regrade.html), where the student and the staff may also comment on the run.
 
 A run that is not the student's own, or not of an assignment the user teaches, reads as absent
 (the 404 page); every form is CSRF-checked (Sender, StaffForm) and answers with a redirect.
@@ -58,6 +59,20 @@ async def adjust_run(request: Request, run_id: int, session: Db, user: Sender) -
     except WorkflowError as exc:
         return _refused(request, session, exc, f"run {run_id}")
     return see_other(f"/runs/{run_id}#regrade")
+
+
+@router.post("/runs/{run_id}/comments")
+async def comment_run(request: Request, run_id: int, session: Db, user: Sender) -> Response:
+    """The run's student, or staff of its assignment, comment on the run."""
+    run = session.get(Run, run_id)
+    role = None if run is None else role_in(session, user.id, run.submission.assignment_id)
+    if run is None or role is None or (role is not CourseRole.staff and run.submission.user_id != user.id):
+        raise absent(f"run {run_id}")
+    try:
+        adjustments.comment(session, run, user, await _field(request, "body"))
+    except WorkflowError as exc:
+        return _refused(request, session, exc, f"run {run_id}")
+    return see_other(f"/runs/{run_id}#comments")
 
 
 @router.get("/assignments/{slug}/regrade-requests", response_class=HTMLResponse)

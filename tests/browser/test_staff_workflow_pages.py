@@ -1,7 +1,8 @@
 """Staff workflow (issue 18), in Chromium: a student asks for a regrade from the run page; staff
 answer in the assignment's queue (linked from the course-operations navigation): one request
 accepted by a re-grade (a new run, queued), one rejected with a reply the student then reads on
-the run page; and a manual adjustment with its reason, in the student's grade."""
+the run page; a manual adjustment with its reason, in the student's grade, and comments on the
+run by the student and the staff."""
 from __future__ import annotations
 
 import uuid
@@ -131,6 +132,10 @@ def test_a_manual_adjustment_with_its_reason_reaches_the_student(
         "Adjusted by staff: -4.5 (Problem 2 reads the reference output), so 55.5 of 100 points.")
     expect(student.locator("#adjustments")).to_contain_text(f"-4.5 points by {course.prof}")
     expect(student.locator("#adjustment-form")).to_have_count(0)  # staff only
+    student.get_by_label("Comment on this run").fill("Problem 2 computes its own output, see line 40")
+    student.get_by_role("button", name="Add comment").click()
+    expect(student.locator("#comments .comment-body")).to_have_text("Problem 2 computes its own output, see line 40")
+    check_page(student)
     student.get_by_role("link", name="My submissions").click()
     badge = "(adjusted -4.5: Problem 2 reads the reference output)"
     expect(student.get_by_role("region", name="Submissions table").locator(".adjusted-badge")).to_have_text(badge)
@@ -138,3 +143,8 @@ def test_a_manual_adjustment_with_its_reason_reaches_the_student(
     row = staff.locator("#gradebook tbody tr", has=staff.get_by_role("rowheader", name=course.student))
     expect(row.locator(".final-grade")).to_have_text("55.5")
     expect(row.locator(".adjusted-badge")).to_have_text(badge)
+    staff.goto(f"/runs/{run_id}")  # the student's comment, and the staff's answer
+    expect(staff.locator("#comments .comment-body")).to_have_text("Problem 2 computes its own output, see line 40")
+    staff.get_by_label("Comment on this run").fill("Thanks: the adjustment stays")
+    staff.get_by_role("button", name="Add comment").click()
+    expect(staff.locator("#comments .comment").last).to_contain_text(f"{course.prof} (staff)")

@@ -37,6 +37,7 @@ from grader.models import (
     Role,
     RosterJob,
     Run,
+    RunComment,
     RunState,
     Submission,
     User,
@@ -392,6 +393,14 @@ def _adjust_b(w: World) -> None:
     assert staff.status_code == 400 and w.count(GradeAdjustment) == before
 
 
+def _comment_on_b(w: World) -> None:
+    """A cannot comment on B's run (404, nothing stored); B's own comment reaches the use case (400: empty)."""
+    path, before = f"/runs/{w.b_run}/comments", w.count(RunComment)
+    refused(w.a_web.post(path, data={"csrf_token": w.a_csrf(), "body": "hello"}, follow_redirects=False), 404, w=w)
+    allowed = w.b_web.post(path, data={"csrf_token": csrf_of(w.b_web.get("/").text), "body": ""})
+    assert allowed.status_code == 400 and w.count(RunComment) == before
+
+
 def _decide_b_request(w: World) -> None:
     """A student cannot answer B's open regrade request (404; it stays open); staff reach the use case."""
     with session_scope(w.sessions) as session:
@@ -483,6 +492,7 @@ ROUTES: dict[tuple[str, str], Check] = {
     ("POST", "/assignments/{slug}/similarity/base"): _ops_post_denied("/assignments/hw4/similarity/base", {}),
     ("POST", "/runs/{run_id}/regrade-request"): _regrade_request_of_b,
     ("POST", "/runs/{run_id}/adjustments"): _adjust_b,
+    ("POST", "/runs/{run_id}/comments"): _comment_on_b,
     ("GET", "/assignments/{slug}/regrade-requests"):
         _web_get_denied("/assignments/hw4/regrade-requests", 404, owner="staff"),
     ("POST", "/assignments/{slug}/regrade-requests/{request_id}"): _decide_b_request,

@@ -1,7 +1,8 @@
 """Staff workflow (issue 18) on real PostgreSQL, through the web forms: a staff adjustment of a
 run with its reason is in the one final grade everywhere (run page, history, gradebook page,
 its CSV, the JSON API); regrade requests are the run's student's alone, one open at a time,
-answered by a re-grade (a new run), an adjustment or a reply, which the student then sees."""
+answered by a re-grade (a new run), an adjustment or a reply, which the student then sees;
+comments on a run by its student and the staff, and by no other student."""
 from __future__ import annotations
 
 import csv
@@ -171,3 +172,18 @@ def test_requests_are_rejected_with_a_reply_or_accepted_with_an_adjustment(cours
     assert 'id="run-score">54</strong>' in page and f"+4 ({yes})" in text_of(page)
     with session_scope(sessions) as session:
         assert session.scalars(select(GradeAdjustment.reason).where(GradeAdjustment.run_id == adjusted)).all() == [yes]
+
+
+def test_the_student_and_the_staff_comment_on_a_run(course: Course, sessions: sessionmaker[Session]) -> None:
+    run_id = scored_run(sessions, course)
+    student, other = Browser(course.settings, course.student), Browser(course.settings, course.other)
+    prof = Browser(course.settings, course.prof)
+    to = f"/runs/{run_id}/comments"
+    assert post_form(other, "/", to, body="Nice run") == 404
+    assert post_form(student, f"/runs/{run_id}", to, body=" ") == 400
+    assert post_form(student, f"/runs/{run_id}", to, body="Why did problem 2 lose points?") == 303
+    assert post_form(prof, f"/runs/{run_id}", to, body="The backward pass is checked at fp32") == 303
+    for browser in (student, prof):
+        shown = text_of(browser.client.get(f"/runs/{run_id}").text)
+        assert re.search(rf"{course.student}, [\d-]+ [\d:]+ UTC: Why did problem 2 lose points\? "
+                         rf"{course.prof} \(staff\), [\d-]+ [\d:]+ UTC: The backward pass is checked at fp32", shown)
