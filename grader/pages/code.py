@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import PurePosixPath
 from typing import Annotated
+from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import FileResponse, HTMLResponse, Response
@@ -13,7 +14,8 @@ from fastapi.responses import FileResponse, HTMLResponse, Response
 from grader import highlight
 from grader.api.deps import get_context
 from grader.auth import browser_principal
-from grader.models import Submission, User
+from grader.membership import role_in
+from grader.models import CourseRole, Submission, User
 from grader.pages.common import Db, absent, logged_in, page
 from grader.runs.engine_config import pipeline_config
 from grader.submitted_zip import SHOWN_MAX_BYTES, Listing, Shown, list_zip, read_entry
@@ -43,7 +45,7 @@ def _chosen(listing: Listing, asked: str | None) -> str | None:
 
 
 @router.get("/submissions/{submission_id}/code", response_class=HTMLResponse)
-def code_page(request: Request, shown: Readable, file: str | None = None) -> Response:
+def code_page(request: Request, session: Db, shown: Readable, file: str | None = None) -> Response:
     user, sub = shown
     settings = get_context(request).settings
     rubric = load_rubric(sub.assignment.slug)
@@ -58,9 +60,11 @@ def code_page(request: Request, shown: Readable, file: str | None = None) -> Res
         raise absent(f"readable file {name!r} in submission {sub.id}")
     opened: Shown | None = read_entry(path, entry) if entry else None
     lines = highlight.highlight(opened.text, opened.name) if opened and opened.text is not None else []
+    teaches = role_in(session, user.id, sub.assignment_id) is CourseRole.staff
+    history = f"/assignments/{sub.assignment.slug}/students/{quote(sub.user.username, safe='')}" if teaches else None
     return page(request, "submission_code.html", user, sub=sub, listing=listing, opened=opened, lines=lines,
                 language=highlight.language(opened.name) if opened else None, cap_kib=SHOWN_MAX_BYTES // 1024,
-                zone=settings.course_zone)
+                zone=settings.course_zone, history=history)
 
 
 @router.get("/submissions/{submission_id}/download")

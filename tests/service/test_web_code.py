@@ -124,7 +124,10 @@ def test_owner_and_staff_download_the_zip_byte_for_byte(world: World) -> None:
         assert disposition.startswith("attachment;") and "\n" not in disposition
         assert "my%20hw4%20%22final%22.zip" in disposition  # quoted: a quote in the name cannot end the field
         assert "no-store" in response.headers["cache-control"]
-    assert world.web("prof").get(f"/submissions/{world.subs['good']}/code").status_code == 200
+    staff_view = world.web("prof").get(f"/submissions/{world.subs['good']}/code")
+    assert staff_view.status_code == 200
+    assert f'href="/assignments/hw4/students/{world.logins["owner"]}" id="history-link"' in staff_view.text
+    assert 'id="history-link"' not in world.web("owner").get(f"/submissions/{world.subs['good']}/code").text
 
 
 @pytest.mark.parametrize("who", ["other", "elsewhere"])
