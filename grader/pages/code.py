@@ -19,7 +19,7 @@ from grader.models import CourseRole, Submission, User
 from grader.pages.common import Db, absent, logged_in, page
 from grader.runs.engine_config import pipeline_config
 from grader.submitted_zip import SHOWN_MAX_BYTES, Listing, Shown, list_zip, read_entry
-from worker.rubric import load_rubric
+from worker.rubric import RubricError, load_rubric
 
 router = APIRouter(include_in_schema=False)
 
@@ -44,16 +44,27 @@ def _chosen(listing: Listing, asked: str | None) -> str | None:
     return listing.graded[0].name if listing.graded else None
 
 
+def _listing(request: Request, sub: Submission) -> Listing:
+    """The submission's zip as list_zip reads it under its assignment's rubric."""
+    slug = sub.assignment.slug
+    try:
+        rubric = load_rubric(slug)
+    except RubricError:  # which files count is the rubric's to say
+        return Listing([], 0, f"The assignment {slug} has no rubric that can be read, so this page does not "
+                              "open the zip; download it to look inside.", None)
+    try:
+        return list_zip(get_context(request).blobs.path(sub.sha256), rubric,
+                        pipeline_config(get_context(request).settings, rubric).limits)
+    except FileNotFoundError:
+        raise absent(f"stored zip of submission {sub.id} (it was removed)") from None
+
+
 @router.get("/submissions/{submission_id}/code", response_class=HTMLResponse)
 def code_page(request: Request, session: Db, shown: Readable, file: str | None = None) -> Response:
     user, sub = shown
     settings = get_context(request).settings
-    rubric = load_rubric(sub.assignment.slug)
     path = get_context(request).blobs.path(sub.sha256)
-    try:
-        listing = list_zip(path, rubric, pipeline_config(settings, rubric).limits)
-    except FileNotFoundError:
-        raise absent(f"stored zip of submission {sub.id} (it was removed)") from None
+    listing = _listing(request, sub)
     name = _chosen(listing, file)
     entry = listing.entry(name) if name is not None else None
     if name is not None and entry is None:

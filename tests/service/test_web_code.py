@@ -191,6 +191,8 @@ def test_staff_see_one_students_whole_history_with_the_final_grade(world: World)
     assert '<strong class="counts">counts</strong>' in html
     assert "Raw score 80, late penalty 8 points." in html  # one started day late, 10% a day
     assert '<strong class="final-grade">72</strong> / 100' in html
+    code = world.web("prof").get(f"/submissions/{world.subs['late']}/code")  # an assignment without a rubric
+    assert code.status_code == 200 and "has no rubric that can be read" in code.text
     gradebook = world.web("prof").get("/gradebook", params={"assignment": world.slug})
     assert f'href="{path}"' in gradebook.text  # the Uploads count links here
     for who in ("owner", "other", "elsewhere"):
