@@ -6,6 +6,7 @@ sideways and each passes the accessibility checks (tests/browser/a11y.py)."""
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -60,7 +61,7 @@ def _fits(page: Any, width: int) -> None:
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_student_reads_the_code_and_downloads_the_zip(browser: Browser, base_url: str, submitted: dict[str, Any],
-                                                      width: int) -> None:
+                                                      width: int, screenshot_dir: Path) -> None:
     context = browser.new_context(base_url=base_url, viewport={"width": width, "height": 844},
                                   accept_downloads=True)
     page = log_in(context, STUDENT)
@@ -75,6 +76,7 @@ def test_student_reads_the_code_and_downloads_the_zip(browser: Browser, base_url
     expect(readme).to_contain_text("not taken")
     expect(page.locator("#zip-files tr", has_text="combine.cu")).to_contain_text("graded")
     _fits(page, width)
+    page.screenshot(path=str(screenshot_dir / f"code-view-{width}.png"), full_page=True)
 
     readme.get_by_role("link").click()
     expect(page.locator("ol.code")).to_contain_text(f"Notes of {TAG}: nothing here is graded.")
@@ -91,8 +93,8 @@ def test_student_reads_the_code_and_downloads_the_zip(browser: Browser, base_url
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-def test_staff_open_a_students_history_from_the_gradebook(browser: Browser, base_url: str,
-                                                          submitted: dict[str, Any], width: int) -> None:
+def test_staff_open_a_students_history_from_the_gradebook(browser: Browser, base_url: str, submitted: dict[str, Any],
+                                                          width: int, screenshot_dir: Path) -> None:
     context = browser.new_context(base_url=base_url, viewport={"width": width, "height": 844})
     page = log_in(context, STAFF)
     page.goto(f"/gradebook?assignment=hw4&q={STUDENT}")
@@ -104,6 +106,7 @@ def test_staff_open_a_students_history_from_the_gradebook(browser: Browser, base
     expect(row).to_contain_text(f"Run {submitted['run']}: built")
     expect(page.locator("#counted")).to_contain_text("no run is scored yet")
     _fits(page, width)
+    page.screenshot(path=str(screenshot_dir / f"student-history-{width}.png"), full_page=True)
     row.get_by_role("link", name=f"Code of submission {submitted['submission']}").click()
     expect(page.locator("ol.code .tok-k", has_text="__global__")).to_be_visible()
     _fits(page, width)
