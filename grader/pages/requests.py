@@ -22,6 +22,7 @@ from grader.models import CourseRole, RegradeRequest, Run
 from grader.pages.common import Db, Sender, Staff, StaffForm, absent, error_page, page, see_other
 
 router = APIRouter(include_in_schema=False)
+DONE = {"regrade": "re-graded", "adjust": "adjusted", "reject": "rejected"}  # the action -> the queue's notice
 
 
 def _refused(request: Request, session: Session, exc: WorkflowError, back: str) -> HTMLResponse:
@@ -82,8 +83,6 @@ def queue(request: Request, session: Db, staff: Staff) -> Response:
                 zone=get_context(request).settings.course_zone, here="regrade-requests",
                 done=request.query_params.get("done") if request.query_params.get("done") in DONE.values() else None)
 
-
-DONE = {"regrade": "re-graded", "adjust": "adjusted", "reject": "rejected"}  # the action -> the queue's notice
 
 
 @router.post("/assignments/{slug}/regrade-requests/{request_id}")

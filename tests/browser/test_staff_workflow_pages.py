@@ -8,6 +8,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect
@@ -64,6 +65,13 @@ def log_in(browser: Browser, base_url: str, username: str) -> Page:
     return page
 
 
+def fits_a_phone(page: Page) -> None:
+    """At 390 px the page does not scroll sideways (tests/browser/test_layout.py checks the other pages)."""
+    page.set_viewport_size({"width": 390, "height": 844})
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390, page.url
+    page.set_viewport_size({"width": 1100, "height": 800})
+
+
 def ask_for_regrade(page: Page, run_id: int, why: str) -> None:
     page.goto(f"/runs/{run_id}")
     page.get_by_label("Ask the staff for a regrade of this run: say why").fill(why)
@@ -74,6 +82,7 @@ def ask_for_regrade(page: Page, run_id: int, why: str) -> None:
 
 def test_regrade_requests_accepted_by_a_regrade_and_rejected_with_a_reply(
     browser: Browser, base_url: str, context: BrowserContext, sessions: sessionmaker[Session], course: Course,
+    screenshot_dir: Path,
 ) -> None:
     accepted, rejected = scored_run(sessions, course, 60.0), scored_run(sessions, course, 70.0)
     student = log_in(browser, base_url, course.student)
@@ -97,6 +106,8 @@ def test_regrade_requests_accepted_by_a_regrade_and_rejected_with_a_reply(
     expect(staff.locator("#decided")).to_contain_text("Request rejected")
     expect(staff.locator("#open-count")).to_have_text("0 open requests, oldest first; answered ones follow.")
     check_page(staff)
+    fits_a_phone(staff)
+    staff.screenshot(path=str(screenshot_dir / "regrade-requests.png"), full_page=True)
 
     student.goto(f"/runs/{accepted}")
     answer = student.locator("#regrade .regrade-request")
@@ -111,6 +122,8 @@ def test_regrade_requests_accepted_by_a_regrade_and_rejected_with_a_reply(
     expect(answer.locator(".request-reply")).to_contain_text("The speedup is within the measured interval")
     expect(student.locator("#run-score")).to_have_text("70")  # a rejection leaves the grade
     expect(student.get_by_label("Ask the staff for a regrade of this run: say why")).to_be_visible()  # ask again
+    fits_a_phone(student)
+    student.locator("#regrade").screenshot(path=str(screenshot_dir / "run-regrade-answered.png"))
 
 
 def test_a_manual_adjustment_with_its_reason_reaches_the_student(
@@ -148,3 +161,4 @@ def test_a_manual_adjustment_with_its_reason_reaches_the_student(
     staff.get_by_label("Comment on this run").fill("Thanks: the adjustment stays")
     staff.get_by_role("button", name="Add comment").click()
     expect(staff.locator("#comments .comment").last).to_contain_text(f"{course.prof} (staff)")
+    fits_a_phone(staff)

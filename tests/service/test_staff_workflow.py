@@ -148,7 +148,7 @@ def test_a_regrade_request_is_the_students_own_and_one_at_a_time(course: Course,
         new_run = session.get_one(Run, asked.regrade_run_id)
         assert (new_run.reason, new_run.submission_id) == ("regrade", session.get_one(Run, run_id).submission_id)
     page = text_of(student.client.get(f"/runs/{run_id}").text)
-    assert f"Reply from {course.prof}: Grading it again Re-graded as run {asked.regrade_run_id} ." in page
+    assert f"Reply from {course.prof}: Grading it again (re-graded as run {asked.regrade_run_id} )" in page
     assert post_form(student, f"/runs/{run_id}", ask, reason="Still wrong") == 303  # a new one may be opened
 
 
