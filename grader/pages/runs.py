@@ -4,6 +4,7 @@ runs too (grader.auth's browser principal)."""
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -170,7 +171,6 @@ def _case_error(case: CaseOutcome) -> str:
     return text[0].upper() + text[1:] + "."
 
 
-NOT_DISCLOSED = "not disclosed"
 HIDDEN_WITHHELD = "Wrong result (this assignment does not disclose the details of hidden cases)."
 
 
@@ -185,9 +185,10 @@ def case_rows(measurement: dict[str, Any], routes: tuple[str, str], disclose_hid
             numbers.setdefault(case.case_id, len(numbers) + 1)
         name = case.case_id if shown else f"hidden case {numbers[case.case_id]}"
         rows.append({
-            "id": case.case_id, "name": name, "label": name if not shown else f"{'case' if case.public else 'hidden case'} {name}",
-            "hidden": not case.public, "route": route, "ok": case.ok,
-            "shape": " × ".join(map(str, case.shape)) if shown else NOT_DISCLOSED,
+            "id": case.case_id, "name": name, "hidden": not case.public, "withheld": not shown,
+            "label": f"{'case' if case.public else 'hidden case'} {name}" if shown else name,
+            "route": route, "ok": case.ok,
+            "shape": " × ".join(map(str, case.shape)) if shown else "not disclosed",
             "error": "" if case.ok else _case_error(case) if shown else HIDDEN_WITHHELD,
         })
     return rows
@@ -197,8 +198,8 @@ def _withhold(text: str, rows: list[dict[str, Any]]) -> str:
     """`text` (a scoring reason) with each withheld hidden case's id, which spells its shape,
     replaced by the number the case table shows."""
     for row in rows:
-        if row["name"] != row["id"]:
-            text = text.replace(f"hidden case {row['id']}", row["name"]).replace(row["id"], row["name"])
+        if row["withheld"]:
+            text = re.sub(rf"(?<![\w-])(hidden case )?{re.escape(row['id'])}(?![\w-])", row["name"], text)
     return text
 
 
@@ -213,7 +214,7 @@ def _failure_line(rows: list[dict[str, Any]]) -> str | None:
     first = next((r for r in rows if not r["ok"]), None)
     if first is None:
         return None
-    shape = "" if first["shape"] == NOT_DISCLOSED else f", shape {first['shape']}"
+    shape = "" if first["withheld"] else f", shape {first['shape']}"
     return f"{first['label']}{shape}: {first['error']}"
 
 
