@@ -145,9 +145,9 @@ def course_toolchain(nvcc: str, arch: str) -> Toolchain:
 
 
 def first_error_line(build_log: str) -> str:
-    from worker.pipeline import _first_error_line  # the grader's own summary of an nvcc log
+    from worker.build_isolation import first_error_line as graders_summary  # of an nvcc log
 
-    return _first_error_line(build_log)
+    return graders_summary(build_log)
 
 
 def prepare_submission(archive: Path, official: Path, work: Path, rubric: Rubric, toolchain: Toolchain,

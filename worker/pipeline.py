@@ -4,10 +4,11 @@ Plain Python with no Celery and no database: given an archive, a rubric and a jo
 returns an Outcome. The service's run lifecycle (grader.runs: the Celery task, the claim and the
 record) wraps it.
 
-Build failures isolate: a kernel that did not compile, or whose source the submission lacks,
-makes only the problems that need it (the rubric's `needs:`) not graded, each saying why; the
-others are graded, with an empty stand-in library in place of the failed one (a student's
-code may load every library at import, as hw4's does). Only when no problem is left does the run fail.
+Build failures isolate (worker.build_isolation): a kernel that did not compile, or whose source
+the submission lacks, makes only the problems that need it (the rubric's `needs:`) not graded,
+each saying why; the others are graded, with an empty stand-in library in place of the failed
+one (a student's code may load every library at import, as hw4's does). Only when no problem
+is left does the run fail.
 """
 from __future__ import annotations
 
@@ -23,6 +24,15 @@ from pathlib import Path
 from typing import Any
 
 from worker.build import BuildResult, Confinement, KernelTarget, Toolchain, build_kernels, build_stub, nvcc_version
+from worker.build_isolation import (
+    blocked_problems,
+    blocked_summary,
+    build_error_message,
+    first_error_line,
+    isolation_log,
+    not_graded,
+    unusable_kernels,
+)
 from worker.measurements import ProblemMeasurement
 from worker.report import gradescope_results
 from worker.rubric import PROJECT_ROOT, REFERENCE_OPS_BUILT, Rubric
@@ -40,7 +50,6 @@ NO_GPU_STAGE_MESSAGE = (
 # The GPU stage: (rubric, staged tree, reference tree, work dir, ids of the problems to run:
 # those whose kernels built) -> one measurement per problem run.
 GpuStage = Callable[[Rubric, Path, Path, Path, tuple[str, ...]], list[ProblemMeasurement]]
-ERROR_LINE_CHARS = 200  # of a compiler's first error line, quoted in a problem's reason
 
 # A submission's nvcc when the config names no limits (grader.runs.engine_config takes them from the settings,
 # whose defaults these are).
@@ -105,14 +114,6 @@ def _truncate(text: str, limit: int) -> str:
     return f"{head}\n... [{len(data) - limit} bytes cut] ...\n{tail}"
 
 
-def _first_error_line(log: str) -> str:
-    for line in log.splitlines():
-        if "error" in line.lower():
-            return line.strip()
-    lines = [ln for ln in log.splitlines() if ln.strip()]
-    return lines[-1].strip() if lines else "no compiler output"
-
-
 def shown_command(command: list[str]) -> str:
     """A build command as the student reads it, without the worker's install paths: the
     compiler by its name, and an absolute path more than two folders deep (the toolkit's
@@ -133,81 +134,6 @@ def _build_log(results: list[BuildResult]) -> str:
         ran = " (the same sources built before: the library and this output are the build cache's)" if r.cached else ""
         parts.append(f"== {r.name} ({status}, {r.seconds:.1f} s)\n$ {shown_command(r.command)}{ran}\n{r.log}")
     return "\n".join(parts)
-
-
-@dataclass(frozen=True)
-class Unusable:
-    """A kernel that did not build: its source is missing, or nvcc failed on it."""
-
-    kernel: KernelTarget
-    missing: bool
-    error_line: str = ""  # the compiler's first error line, cut to ERROR_LINE_CHARS
-
-    @property
-    def short(self) -> str:
-        return f"{self.kernel.source} {'is missing' if self.missing else 'did not compile'}"
-
-    def reason(self, rubric: Rubric) -> str:
-        """What a problem that needs this kernel tells the student."""
-        if not self.missing:
-            return f"{self.short}: {self.error_line}; see the build log"
-        hint = f": {self.kernel.missing_hint}" if self.kernel.missing_hint else ""
-        return f"{self.short}{hint}; {_who_needs(rubric, self.kernel.name)}"
-
-
-def _needed_by(rubric: Rubric, kernel: str) -> list[str]:
-    return [p.id for p in rubric.problems if kernel in p.needs]
-
-
-def _who_needs(rubric: Rubric, kernel: str) -> str:
-    ids = _needed_by(rubric, kernel)
-    if len(ids) == len(rubric.problems):
-        return "every problem needs it"
-    if len(ids) == 1:
-        return f"problem {ids[0]} needs it"
-    return f"problems {_and(ids)} need it" if ids else "no problem needs it"
-
-
-def _and(items: list[str]) -> str:
-    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
-
-
-def unusable_kernels(rubric: Rubric, results: list[BuildResult], missing: tuple[str, ...]) -> list[Unusable]:
-    """The rubric's kernels that did not build, in rubric order."""
-    failed = {r.name: r for r in results if not r.ok}
-    return [Unusable(k, k.source in missing, "" if k.source in missing
-                     else _first_error_line(failed[k.name].log)[:ERROR_LINE_CHARS])
-            for k in rubric.kernels if k.name in failed]
-
-
-def blocked_problems(rubric: Rubric, unusable: list[Unusable]) -> dict[str, list[str]]:
-    """Problem id -> the reasons it cannot be graded, for each problem needing an unusable kernel."""
-    by_name = {u.kernel.name: u for u in unusable}
-    blocked = {p.id: [by_name[n].reason(rubric) for n in p.needs if n in by_name] for p in rubric.problems}
-    return {pid: why for pid, why in blocked.items() if why}
-
-
-def _not_graded(why: list[str]) -> str:
-    return "not graded: " + "; and ".join(why)
-
-
-def _blocked_summary(unusable: list[Unusable], blocked: dict[str, list[str]]) -> str:
-    noun = "Problem" if len(blocked) == 1 else "Problems"
-    return f"{noun} {_and(list(blocked))} not graded: {_and([u.short for u in unusable])}; see the build log."
-
-
-def _isolation_log(rubric: Rubric, unusable: list[Unusable], blocked: dict[str, list[str]]) -> str:
-    """The end of the build log: what did not build and which problems that leaves out (no
-    compiler line again: the run page links the log's first line that says "error")."""
-    lines = ["", "== not graded because of the build"]
-    for u in unusable:
-        left_out = _needed_by(rubric, u.kernel.name)
-        lines.append(f"{u.short}: not graded: {_and(left_out)}" if left_out else f"{u.short}: no problem needs it")
-    if len(blocked) < len(rubric.problems):
-        stubs = ", ".join(u.kernel.output for u in unusable)
-        lines.append(f"in place of {stubs}: an empty library (it exports nothing), so that code loading "
-                     "every library still loads for the problems that do not need it")
-    return "\n".join(lines) + "\n"
 
 
 def toolchain_info(toolchain: Toolchain) -> dict[str, Any]:
@@ -235,7 +161,7 @@ def build_reference(rubric: Rubric, config: PipelineConfig, dest: Path) -> Path:
     results = build_kernels(dest, targets, config.toolchain, config.build_cache_dir, config.build_jobs)
     failed = [r for r in results if not r.ok]
     if failed:  # our own kit: never the student's fault
-        raise RuntimeError(f"the reference kit did not build: {failed[0].name}: {_first_error_line(failed[0].log)}")
+        raise RuntimeError(f"the reference kit did not build: {failed[0].name}: {first_error_line(failed[0].log)}")
     return dest
 
 
@@ -286,14 +212,14 @@ def grade_submission(
     unusable = unusable_kernels(rubric, results, staged.missing)
     blocked = blocked_problems(rubric, unusable)
     gradable = tuple(p.id for p in rubric.problems if p.id not in blocked)
-    log = _build_log(results) + (_isolation_log(rubric, unusable, blocked) if unusable else "")
+    log = _build_log(results) + (isolation_log(rubric, unusable, blocked) if unusable else "")
     outcome.stages["build"] = StageRecord(
         "failed" if unusable else "ok", time.monotonic() - started, _truncate(log, limit)
     )
     outcome.toolchain["build_seconds"] = {r.name: round(r.seconds, 2) for r in results}
     outcome.toolchain["build_cached"] = {r.name: r.cached for r in results}
     if not gradable:
-        return _failed(outcome, rubric, ErrorClass.build_error, _build_error_message(rubric, unusable), blocked)
+        return _failed(outcome, rubric, ErrorClass.build_error, build_error_message(rubric, unusable), blocked)
     if unusable:
         stub = build_stub(config.toolchain, job_dir / "stub", config.build_cache_dir)
         for u in unusable:
@@ -304,11 +230,11 @@ def grade_submission(
         outcome.state = RunState.built
         outcome.message = NO_GPU_STAGE_MESSAGE
         if blocked:
-            outcome.message = (f"{_blocked_summary(unusable, blocked)} This worker has no GPU stage (no GPU, "
+            outcome.message = (f"{blocked_summary(unusable, blocked)} This worker has no GPU stage (no GPU, "
                                "or GPU grading is off), so no score was given.")
         outcome.problems = [
             ProblemOutcome(p.id, p.title, "not_run", 0.0, p.points,
-                           _not_graded(blocked[p.id]) if p.id in blocked else "not graded: no GPU stage on this worker")
+                           not_graded(blocked[p.id]) if p.id in blocked else "not graded: no GPU stage on this worker")
             for p in rubric.problems
         ]
         return outcome
@@ -322,23 +248,14 @@ def grade_submission(
     measured = gpu_stage(rubric, staged.root, reference, job_dir / "run", gradable)
     # A problem left out never scores, whatever a GPU stage returns for it.
     measurements = [_rewrite_strings(m, relative) for m in measured if m.problem_id in gradable]
-    run_log = "".join(f"{pid}: {_not_graded(why)}\n" for pid, why in blocked.items()) + _run_log(measurements)
+    run_log = "".join(f"{pid}: {not_graded(why)}\n" for pid, why in blocked.items()) + _run_log(measurements)
     outcome.stages["run"] = StageRecord("ok", time.monotonic() - started, _truncate(run_log, limit))
     outcome.toolchain["targets"] = targets or {p.id: p.reference_speedup for p in rubric.problems}
     outcome.toolchain["targets_calibrated"] = bool(targets)
     scored = _scored(outcome, rubric, measurements, targets, blocked)
     if blocked:
-        scored.message += " " + _blocked_summary(unusable, blocked)
+        scored.message += " " + blocked_summary(unusable, blocked)
     return scored
-
-
-def _build_error_message(rubric: Rubric, unusable: list[Unusable]) -> str:
-    """A run where no problem is left: the first kernel that did not build, and why."""
-    first = unusable[0]
-    message = first.reason(rubric) if first.missing else f"{first.kernel.name} did not compile: {first.error_line}"
-    if len(unusable) > 1:
-        message += f" (and {len(unusable) - 1} more file(s) failed; see the build log)"
-    return message
 
 
 def submission_paths(job_dir: Path, staged_root: Path) -> Callable[[str], str]:
@@ -388,7 +305,7 @@ def _scored(outcome: Outcome, rubric: Rubric, measurements: list[ProblemMeasurem
     run_score = score_run(rubric, measurements, targets=targets)
     for s in run_score.problems:  # not run for want of a kernel: say which (scoring only knows "not run")
         if s.problem_id in blocked:
-            s.reasons = [f"{s.problem_id}: {_not_graded(blocked[s.problem_id])}; 0 of {s.max_points:g} points"]
+            s.reasons = [f"{s.problem_id}: {not_graded(blocked[s.problem_id])}; 0 of {s.max_points:g} points"]
     by_id = {m.problem_id: m for m in measurements}
     titles = {p.id: p.title for p in rubric.problems}
     outcome.state = RunState.scored
@@ -401,7 +318,7 @@ def _scored(outcome: Outcome, rubric: Rubric, measurements: list[ProblemMeasurem
             status=s.status,
             points=s.points,
             max_points=s.max_points,
-            message=(_not_graded(blocked[s.problem_id]) if s.problem_id in blocked
+            message=(not_graded(blocked[s.problem_id]) if s.problem_id in blocked
                      else "; ".join(s.reasons) if s.reasons else "full marks"),
             details={"score": s.to_dict(), "measurement": by_id[s.problem_id].to_dict()
                      if s.problem_id in by_id else None},
@@ -422,5 +339,5 @@ def _failed(outcome: Outcome, rubric: Rubric, error: ErrorClass, message: str,
     outcome.problems = not_run_problems(rubric, f"not graded: {error.value}")
     for p in outcome.problems:
         if reasons and p.problem_id in reasons:
-            p.message = _not_graded(reasons[p.problem_id])
+            p.message = not_graded(reasons[p.problem_id])
     return outcome

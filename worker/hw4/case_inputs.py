@@ -128,4 +128,3 @@ def make_binding_inputs(case: Case, rng: np.random.Generator) -> dict[str, np.nd
     arrays = make_inputs(case, rng)
     keep = ("inp", "gamma", "beta") + (("out_grad",) if case.kind == "layernorm_bw" else ())
     return {k: arrays[k] for k in keep}
-

@@ -341,4 +341,3 @@ def p3_logits(state: ChildState, msg: dict[str, Any]) -> dict[str, Any]:
     _, _, logits, counts = _forward(state, msg, "tokens")
     _write(state, msg["out"], logits)
     return {"counts": dict(counts)}
-

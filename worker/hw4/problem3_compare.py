@@ -146,4 +146,3 @@ def count_cases(steps: list[dict[str, Any]], defined: list[str]) -> list[CaseOut
                      + ("" if not used else f"; called with use_fused_kernel=False: {', '.join(used)}")),
         ),
     ]
-

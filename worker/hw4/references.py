@@ -118,4 +118,3 @@ def verify(case: Case, outputs: Mapping[str, np.ndarray], expected: Mapping[str,
         return CheckResult(False, float("inf"), None, case.shape, f"missing output(s) {missing}", missing[0])
     atol, rtol = TOLERANCES[case.kind]
     return compare({n: (outputs[n], expected[n]) for n in expected}, atol, rtol, case.shape)
-
