@@ -278,14 +278,15 @@ def test_gradebook_csv_for_canvas(api: TestClient, world: World) -> None:
     assert f'filename="{world.slug}-gradebook-best.csv"' in response.headers["content-disposition"]
     table = list(csv.reader(io.StringIO(response.text)))
     assert table[0] == ["Student", "SIS Login ID", f"Test {world.tag} final (60)", "Raw score before late penalty (60)",
-                        "Late penalty (points)", "Lateness", "Late days charged", "Grade reason",
+                        "Late penalty (points)", "Lateness", "Late days charged", "Adjustment (points)",
+                        "Adjustment reasons", "Grade reason",
                         "1.1 Problem 1.1 raw (20)", "1.2 Problem 1.2 raw (20)", "2.1 Problem 2.1 raw (20)"]
     rows = {r[1]: r for r in table[1:]}
-    assert rows[logins["s1"]] == [logins["s1"], logins["s1"], "55", "55", "0", "on_time", "0", "No due date.",
-                                  "20", "20", "15"]
-    assert rows[logins["s2"]] == [logins["s2"], logins["s2"]] + [""] * 9  # blank: Canvas keeps its value
-    assert rows[logins["s3"]][2:5] == ["45", "45", "0"] and rows[logins["s3"]][8:] == ["20", "20", "5"]
-    assert all(len(r) == 11 for r in table)
+    assert rows[logins["s1"]] == [logins["s1"], logins["s1"], "55", "55", "0", "on_time", "0", "0", "",
+                                  "No due date.", "20", "20", "15"]
+    assert rows[logins["s2"]] == [logins["s2"], logins["s2"]] + [""] * 11  # blank: Canvas keeps its value
+    assert rows[logins["s3"]][2:5] == ["45", "45", "0"] and rows[logins["s3"]][10:] == ["20", "20", "5"]
+    assert all(len(r) == 13 for r in table)
 
 
 def test_gradebook_columns_follow_the_rubric(api: TestClient, tokens: dict[str, str]) -> None:
