@@ -20,6 +20,7 @@ from grader.api.deps import Context, get_context
 from grader.membership import role_in
 from grader.models import CourseRole, RegradeRequest, Run
 from grader.pages.common import Db, Sender, Staff, StaffForm, absent, error_page, page, see_other
+from grader.queries import run_grades
 
 router = APIRouter(include_in_schema=False)
 DONE = {"regrade": "re-graded", "adjust": "adjusted", "reject": "rejected"}  # the action -> the queue's notice
@@ -78,9 +79,10 @@ async def comment_run(request: Request, run_id: int, session: Db, user: Sender) 
 
 @router.get("/assignments/{slug}/regrade-requests", response_class=HTMLResponse)
 def queue(request: Request, session: Db, staff: Staff) -> Response:
-    return page(request, "regrade_requests.html", staff.user, assignment=staff.assignment,
-                requests=adjustments.assignment_requests(session, staff.assignment),
-                zone=get_context(request).settings.course_zone, here="regrade-requests",
+    """The assignment's requests, open ones first, each with its run's current grade."""
+    asked, zone = adjustments.assignment_requests(session, staff.assignment), get_context(request).settings.course_zone
+    return page(request, "regrade_requests.html", staff.user, assignment=staff.assignment, requests=asked,
+                grades=run_grades(session, [r.run for r in asked], zone), zone=zone, here="regrade-requests",
                 done=request.query_params.get("done") if request.query_params.get("done") in DONE.values() else None)
 
 

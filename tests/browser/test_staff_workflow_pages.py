@@ -97,6 +97,7 @@ def test_regrade_requests_accepted_by_a_regrade_and_rejected_with_a_reply(
     expect(staff.locator("#open-count")).to_have_text("2 open requests, oldest first; answered ones follow.")
     first = staff.locator("article.regrade-request", has_text=f"Run {accepted} of")
     expect(first.locator(".request-reason")).to_have_text("Problem 3 timed out while the GPU was shared")
+    expect(first.locator(".request-grade")).to_have_text("60 of 100")
     first.get_by_label("Reply to the student").fill("Graded again on a quiet GPU")
     first.get_by_role("button", name="Accept: re-grade").click()
     expect(staff.locator("#decided")).to_contain_text("Request re-graded")
