@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import pytest
 import redis
 from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.auth import issue_token, set_password
@@ -187,3 +188,15 @@ def test_the_student_and_the_staff_comment_on_a_run(course: Course, sessions: se
         shown = text_of(browser.client.get(f"/runs/{run_id}").text)
         assert re.search(rf"{course.student}, [\d-]+ [\d:]+ UTC: Why did problem 2 lose points\? "
                          rf"{course.prof} \(staff\), [\d-]+ [\d:]+ UTC: The backward pass is checked at fp32", shown)
+
+
+def test_the_database_holds_one_open_request_per_run(course: Course, sessions: sessionmaker[Session]) -> None:
+    """Two requests sent at the same moment both pass the page's check: the migration's partial
+    unique index keeps one (a decided request does not count)."""
+    run_id = scored_run(sessions, course)
+    with session_scope(sessions) as session:
+        student_id = get_or_create_user(session, course.student, Role.student).id
+        session.add(RegradeRequest(run_id=run_id, student_id=student_id, reason="first", state="rejected"))
+        session.add(RegradeRequest(run_id=run_id, student_id=student_id, reason="second"))
+    with pytest.raises(IntegrityError), session_scope(sessions) as session:
+        session.add(RegradeRequest(run_id=run_id, student_id=student_id, reason="third"))
