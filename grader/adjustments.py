@@ -33,6 +33,7 @@ from grader.service import record_regrade
 
 MAX_TEXT = 4000  # characters of a reason or a reply
 OPEN, ACCEPTED, REJECTED = "open", "accepted", "rejected"
+ALREADY_OPEN = "This run already has an open regrade request; the staff's answer will appear on the run page."
 
 
 class WorkflowError(ValueError):
@@ -77,15 +78,15 @@ def request_regrade(session: Session, run: Run, student: User, reason: str) -> R
     if run.state not in FINAL_STATES:
         raise WorkflowError("This run is still being graded; ask for a regrade once it has finished.")
     if any(r.state == OPEN for r in run.regrade_requests):
-        raise WorkflowError("This run already has an open regrade request; staff answer it on the run page.")
-    row = RegradeRequest(run=run, student_id=student.id, reason=_text(reason, "why the run should be looked at"))
+        raise WorkflowError(ALREADY_OPEN)
+    why = _text(reason, "why the run should be looked at", shown="to the course staff")
+    row = RegradeRequest(run=run, student_id=student.id, reason=why)
     session.add(row)
     try:
         session.flush()
     except IntegrityError:  # a second request sent at the same moment (the open-request index)
         session.rollback()
-        raise WorkflowError("This run already has an open regrade request; staff answer it on the run page.") \
-            from None
+        raise WorkflowError(ALREADY_OPEN) from None
     return row
 
 
@@ -118,7 +119,8 @@ def accept_with_adjustment(session: Session, request: RegradeRequest, staff: Use
 
 
 def reject(request: RegradeRequest, staff: User, reply: str) -> None:
-    _decide(request, staff, REJECTED, _text(reply, "a reply that says why the request is rejected"))
+    _decide(request, staff, REJECTED, _text(reply, "a reply that says why the request is rejected",
+                                              shown="to the student on the run page"))
 
 
 def comment(session: Session, run: Run, author: User, body: str) -> RunComment:
