@@ -66,12 +66,11 @@ class CaseOutcome:
     message: str = ""
     public: bool = True
 
-    def describe(self, *, hidden_details: bool = True) -> str:
-        """`failed case sfw-b3h8f33t33-fut: max error 0.42 at [1, 2, 5, 7]`."""
+    def describe(self) -> str:
+        """`failed case sfw-b3h8f33t33-fut: max error 0.42 at [1, 2, 5, 7]`. A hidden case whose
+        details the rubric withholds is named by ProblemMeasurement.describe_case instead."""
         kind = "case" if self.public else "hidden case"
         head = f"{'passed' if self.ok else 'failed'} {kind} {self.case_id}"
-        if not self.public and not hidden_details:
-            return head
         parts = []
         if self.shape:
             parts.append(f"shape {list(self.shape)}")
@@ -146,6 +145,23 @@ class ProblemMeasurement:
     @property
     def all_passed(self) -> bool:
         return bool(self.cases) and all(c.ok for c in self.cases)
+
+    def hidden_numbers(self) -> dict[str, int]:
+        """Each hidden case's id -> its number, 1, 2, ... in the order of `cases` (the run page
+        numbers its case table alike)."""
+        numbers: dict[str, int] = {}
+        for case in self.cases:
+            if not case.public:
+                numbers.setdefault(case.case_id, len(numbers) + 1)
+        return numbers
+
+    def describe_case(self, case: CaseOutcome, *, hidden_details: bool = True) -> str:
+        """`case.describe()`; without `hidden_details` (the rubric's hidden_case_details), a
+        hidden case is only its verdict and number, `failed hidden case 3`: its id spells its
+        shape."""
+        if case.public or hidden_details:
+            return case.describe()
+        return f"{'passed' if case.ok else 'failed'} hidden case {self.hidden_numbers()[case.case_id]}"
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -69,7 +69,7 @@ def gradescope_results(
             case = m.first_failure if m.first_failure is not None else next(iter(m.failed_cases), None)
             if case is not None:
                 problem = next(p for p in rubric.problems if p.id == s.problem_id)
-                first = case.describe(hidden_details=problem.scoring.hidden_case_details)
+                first = m.describe_case(case, hidden_details=problem.scoring.hidden_case_details)
         extra: dict[str, Any] = {
             "status": s.status,
             "correctness_points": s.correctness_points,

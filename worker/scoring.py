@@ -119,7 +119,7 @@ def _log_quote(m: ProblemMeasurement) -> str:
 
 def _case_line(case: CaseOutcome, m: ProblemMeasurement, spec: ProblemScoring, words: Words) -> str:
     via = words.case_routes[0] if case in m.abi_cases else words.case_routes[1]
-    return f"{case.describe(hidden_details=spec.hidden_case_details)} ({via})"
+    return f"{m.describe_case(case, hidden_details=spec.hidden_case_details)} ({via})"
 
 
 def speed_fraction(speedup: float, floor: float, target: float | None) -> float:

@@ -1,6 +1,7 @@
 """worker.report: a run's score as Gradescope results.json."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -70,6 +71,17 @@ def test_test_outputs_carry_reasons_failures_and_speedups(results):
     assert t["3"]["name"].startswith("3 Fused kernels")
     assert "vs target 1.1x: 3 of 6 speed points" in t["3"]["output"]
     assert t["2.1"]["extra_data"]["cases"] == {"total": 3, "failed": 1}
+
+
+def test_a_withheld_hidden_case_is_named_by_number_in_the_report():
+    problems = tuple(dataclasses.replace(p, scoring=dataclasses.replace(p.scoring, hidden_case_details=False))
+                     for p in RUBRIC.problems)
+    rubric = dataclasses.replace(RUBRIC, problems=problems)
+    ms = measurements()
+    res = gradescope_results(rubric, score_run(rubric, ms), ms)
+    output = {t["number"]: t for t in res["tests"]}["2.1"]["output"]
+    assert "failed hidden case 1" in output
+    assert "ln-b3h4096" not in output and "4096" not in output and "0.42" not in output
 
 
 def test_visibility_options():

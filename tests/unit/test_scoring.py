@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from grader.pages.runs import case_rows
 from worker import scoring
 from worker.hw4 import ASSIGNMENT as HW4
 from worker.measurements import CaseOutcome, ProblemMeasurement, salient_lines
@@ -101,10 +102,27 @@ def test_first_failure_is_reported_first_and_list_is_bounded():
     assert any("and 1 more failed cases" in r for r in s.reasons)
 
 
-def test_hidden_case_details_can_be_withheld():
-    s = score_problem(replace(SPEC, hidden_case_details=False), measured(bad=1))
-    assert not any("0.42" in r for r in s.reasons)
-    assert any("failed hidden case bad0" in r for r in s.reasons)
+def shape_named(m: ProblemMeasurement) -> ProblemMeasurement:
+    """`m` with its hidden cases' ids spelling their shapes, as hw4's do."""
+    m.binding_cases = [c if c.public else replace(c, case_id=f"sfw-b3h8f33t3{i}-fut")
+                       for i, c in enumerate(m.binding_cases)]
+    return m
+
+
+def test_withheld_hidden_cases_are_named_by_number_as_the_run_page_does():
+    m = shape_named(measured(bad=2))
+    m.first_failure = m.binding_cases[1]
+    s = score_problem(replace(SPEC, hidden_case_details=False), m)
+    text = "\n".join(s.reasons)
+    assert "sfw-" not in text and "0.42" not in text and "[3, 8, 33, 33]" not in text
+    route = HW4.words.case_routes[1]
+    cases = [r for r in s.reasons if r.startswith("failed ")]
+    assert cases == [f"failed hidden case 2 ({route})", f"failed hidden case 1 ({route})"]  # the first failure first
+    rows = case_rows(m.to_dict(), HW4.words.case_routes, disclose_hidden=False)
+    assert [r["name"] for r in rows if r["hidden"]] == ["hidden case 1", "hidden case 2"]
+    shown = score_problem(SPEC, m)  # with details: the id, the shape and the error
+    assert any(r.startswith("failed hidden case sfw-b3h8f33t31-fut: shape [3, 8, 33, 33], max error 0.42")
+               for r in shown.reasons)
 
 
 def test_partial_correctness_is_proportional():
