@@ -53,7 +53,11 @@ class Settings(BaseSettings):
     # Builds
     nvcc: str = "nvcc"
     cuda_arch: str = "sm_90"
-    nvcc_timeout_s: float = 300.0  # wall time of one nvcc (sandboxed for submissions)
+    nvcc_timeout_s: float = 300.0  # wall time of one nvcc, ours or a submission's (the ceiling)
+    # Wall time of one nvcc of a submission (one source file), below the ceiling: the course's
+    # whole build (every kernel, build_jobs at once) takes 18-26 s, so 90 s leaves more than 3x
+    # for a loaded worker, and a compile-time bomb frees its build slot after 90 s, not 300.
+    build_file_timeout_s: float = 90.0
     build_jobs: int = 3
     # The sandbox a submission's nvcc runs in (worker/build.py; user, network and backend as
     # sandbox_* below). Per nvcc: CPU seconds, summed resident memory, processes, file size.

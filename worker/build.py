@@ -62,7 +62,7 @@ class Toolchain:
     nvcc: str
     flags: tuple[str, ...]
     include_dirs: tuple[str, ...] = ()
-    timeout_s: float = 300.0  # a trusted build's; a confined one has its sandbox's wall time
+    timeout_s: float = 300.0  # a trusted build's; a confined one has its sandbox's wall time, the per-file budget
 
     def command(self, source: Path, output: Path) -> list[str]:
         includes = [f"-I{d}" for d in self.include_dirs]
@@ -88,6 +88,7 @@ class BuildResult:
     cached: bool = False
     returncode: int | None = None
     command: list[str] = field(default_factory=list)
+    over_budget_s: float | None = None  # the wall budget of one nvcc that this build ran past, if it did
 
 
 def nvcc_version(nvcc: str) -> str | None:
@@ -151,17 +152,22 @@ def _relative(log: str, folder: Path) -> str:
     return log.replace(f"{folder}{os.sep}", "")
 
 
-def _run_trusted(root: Path, command: list[str], timeout_s: float) -> tuple[str, int | None]:
-    """nvcc directly in the tree (our own kit): its log and exit status (None: it did not finish)."""
+# What a build run returns: its log, nvcc's exit status (None: it did not finish) and the wall
+# budget it ran past (None: it did not).
+_Ran = tuple[str, int | None, float | None]
+
+
+def _run_trusted(root: Path, command: list[str], timeout_s: float) -> _Ran:
+    """nvcc directly in the tree (our own kit)."""
     try:
         proc = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired as exc:
         partial = (exc.stdout or b"") + (exc.stderr or b"")
         text = partial.decode(errors="replace") if isinstance(partial, bytes) else str(partial)
-        return _relative(text, root) + f"\nnvcc timed out after {timeout_s:.0f} s\n", None
+        return _relative(text, root) + f"\nnvcc timed out after {timeout_s:.0f} s\n", None, timeout_s
     except OSError as exc:
-        return f"cannot run nvcc: {exc}\n", None
-    return _relative(proc.stdout + proc.stderr, root), proc.returncode
+        return f"cannot run nvcc: {exc}\n", None, None
+    return _relative(proc.stdout + proc.stderr, root), proc.returncode, None
 
 
 def _search_path(nvcc: str) -> str:
@@ -189,9 +195,10 @@ def _read_back(folder: Path, rel: str, limit: int) -> bytes | None:
 
 
 def _run_confined(root: Path, target: KernelTarget, command: list[str], toolchain: Toolchain,
-                  confine: Confinement) -> tuple[str, int | None]:
+                  confine: Confinement) -> _Ran:
     """nvcc in the sandbox, in a fresh folder holding a copy of the target's inputs; on success
-    the library is copied into the tree at `target.output`. Returns the log and exit status."""
+    the library is copied into the tree at `target.output`. The sandbox's wall time is the
+    per-file budget."""
     folder = Path(tempfile.mkdtemp(prefix=f"{target.name}-", dir=confine.scratch))
     for rel in build_inputs(root, target):
         (folder / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -209,14 +216,15 @@ def _run_confined(root: Path, target: KernelTarget, command: list[str], toolchai
         log += f"\n[build log cut at {LOG_READ_LIMIT} bytes]\n"
     if ended.reason != "exited":
         why = _STOPPED.get(ended.reason, "nvcc was killed")
-        return _relative(log, folder) + f"\nerror: the build was stopped: {why} ({ended.detail})\n", None
+        over = confine.sandbox.limits.wall_s if ended.reason == "timeout" else None
+        return _relative(log, folder) + f"\nerror: the build was stopped: {why} ({ended.detail})\n", None, over
     if ended.returncode == 0:
         library = _read_back(folder, target.output, confine.sandbox.limits.file_size_bytes)
         if library is None:
             log += f"\nerror: nvcc left no library at {target.output}\n"
         else:
             (root / target.output).write_bytes(library)
-    return _relative(log, folder), ended.returncode
+    return _relative(log, folder), ended.returncode, None
 
 
 def _check_usable(nvcc: str, sandbox: Sandbox) -> None:
@@ -245,16 +253,16 @@ def _build_one(root: Path, target: KernelTarget, toolchain: Toolchain, version: 
     output.unlink(missing_ok=True)  # whatever is there now comes from this build
     started = time.monotonic()
     if confine is None:
-        log, returncode = _run_trusted(root, command, toolchain.timeout_s)
+        log, returncode, over_budget_s = _run_trusted(root, command, toolchain.timeout_s)
     else:
-        log, returncode = _run_confined(root, target, command, toolchain, confine)
+        log, returncode, over_budget_s = _run_confined(root, target, command, toolchain, confine)
     seconds = time.monotonic() - started
     ok = returncode == 0 and output.is_file()
     if ok and cached_so is not None and cached_log is not None:
         cached_log.parent.mkdir(parents=True, exist_ok=True)
         cached_log.write_text(log)  # before the library: a reader trusts the pair once the .so is there
         _store_atomically(output, cached_so)
-    return BuildResult(target.name, ok, log, seconds, False, returncode, command)
+    return BuildResult(target.name, ok, log, seconds, False, returncode, command, over_budget_s)
 
 
 def _store_atomically(src: Path, dest: Path) -> None:

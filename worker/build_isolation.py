@@ -11,6 +11,8 @@ from worker.build import BuildResult, KernelTarget
 from worker.rubric import Rubric
 
 ERROR_LINE_CHARS = 200  # of a compiler's first error line, quoted in a problem's reason
+OVER_BUDGET_HINT = ("a whole build of the course's kernels normally takes well under that. "
+                    "Look for template recursion or huge unrolled loops.")
 
 
 def first_error_line(log: str) -> str:
@@ -25,18 +27,25 @@ def first_error_line(log: str) -> str:
 
 @dataclass(frozen=True)
 class Unusable:
-    """A kernel that did not build: its source is missing, or nvcc failed on it."""
+    """A kernel that did not build: its source is missing, nvcc failed on it, or nvcc ran past
+    the per-file wall budget on it."""
 
     kernel: KernelTarget
     missing: bool
     error_line: str = ""  # the compiler's first error line, cut to ERROR_LINE_CHARS
+    over_budget_s: float | None = None
 
     @property
     def short(self) -> str:
+        if self.over_budget_s is not None:
+            return (f"{self.kernel.source} did not finish compiling within {self.over_budget_s:g} s, "
+                    "the per-file budget")
         return f"{self.kernel.source} {'is missing' if self.missing else 'did not compile'}"
 
     def reason(self, rubric: Rubric) -> str:
         """What a problem that needs this kernel tells the student."""
+        if self.over_budget_s is not None:
+            return f"{self.short}; {OVER_BUDGET_HINT}"
         if not self.missing:
             return f"{self.short}: {self.error_line}; see the build log"
         hint = f": {self.kernel.missing_hint}" if self.kernel.missing_hint else ""
@@ -64,7 +73,7 @@ def unusable_kernels(rubric: Rubric, results: list[BuildResult], missing: tuple[
     """The rubric's kernels that did not build, in rubric order."""
     failed = {r.name: r for r in results if not r.ok}
     return [Unusable(k, k.source in missing, "" if k.source in missing
-                     else first_error_line(failed[k.name].log)[:ERROR_LINE_CHARS])
+                     else first_error_line(failed[k.name].log)[:ERROR_LINE_CHARS], failed[k.name].over_budget_s)
             for k in rubric.kernels if k.name in failed]
 
 
@@ -101,7 +110,8 @@ def isolation_log(rubric: Rubric, unusable: list[Unusable], blocked: dict[str, l
 def build_error_message(rubric: Rubric, unusable: list[Unusable]) -> str:
     """A run where no problem is left: the first kernel that did not build, and why."""
     first = unusable[0]
-    message = first.reason(rubric) if first.missing else f"{first.kernel.name} did not compile: {first.error_line}"
+    compiled = not first.missing and first.over_budget_s is None
+    message = f"{first.kernel.name} did not compile: {first.error_line}" if compiled else first.reason(rubric)
     if len(unusable) > 1:
         message += f" (and {len(unusable) - 1} more file(s) failed; see the build log)"
     return message

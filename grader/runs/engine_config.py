@@ -44,7 +44,7 @@ def pipeline_config(settings: Settings, rubric: Rubric) -> PipelineConfig:
         build_jobs=settings.build_jobs,
         log_limit_bytes=settings.stage_log_limit_bytes,
         build_limits=SandboxLimits(
-            wall_s=settings.nvcc_timeout_s,
+            wall_s=min(settings.build_file_timeout_s, settings.nvcc_timeout_s),  # the per-file budget
             cpu_s=settings.build_cpu_s,
             memory_bytes=settings.build_memory_bytes,
             max_processes=settings.build_max_processes,

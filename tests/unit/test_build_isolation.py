@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 from test_build import BROKEN, FLAGS, NVCC, call_int, needs_nvcc
+from test_build_sandbox import COMPILE_FOREVER
 
 from grader.runs import engine_config
 from grader.settings import Settings
@@ -58,11 +59,11 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("build-cache")
 
 
-def config(cache: Path) -> PipelineConfig:
+def config(cache: Path, file_budget_s: float = 180.0) -> PipelineConfig:
     assert NVCC is not None
     toolchain = Toolchain(NVCC, (*RUBRIC.nvcc_flags, FLAGS[-1]), cuda_include_dirs())
     return PipelineConfig(UnpackLimits(200 * MiB, 50 * MiB, 5000, 24, 100.0), toolchain, cache, 3, 65536,
-                          build_limits=SandboxLimits(wall_s=180.0, cpu_s=180, memory_bytes=4096 * MiB,
+                          build_limits=SandboxLimits(wall_s=file_budget_s, cpu_s=180, memory_bytes=4096 * MiB,
                                                      max_processes=64, file_size_bytes=256 * MiB),
                           build_policy=POLICY)
 
@@ -254,6 +255,40 @@ def test_when_no_problem_is_left_the_first_failure_is_the_build_error(tmp_path: 
     three = by_id(outcome)["3"].message
     assert "src/softmax_kernel.cu did not compile" in three and "; and src/layernorm_kernel.cu did not compile" in three
     assert by_id(outcome)["2.1"].message.startswith("not graded: src/layernorm_kernel.cu did not compile: ")
+
+
+def test_the_per_file_budget_is_the_build_sandboxs_wall_time_under_the_nvcc_ceiling() -> None:
+    def wall(**given: float) -> float:
+        return engine_config.pipeline_config(Settings(**given), RUBRIC).build_limits.wall_s
+
+    assert Settings().build_file_timeout_s < Settings().nvcc_timeout_s
+    assert wall() == Settings().build_file_timeout_s
+    assert wall(build_file_timeout_s=3) == 3
+    assert wall(build_file_timeout_s=500, nvcc_timeout_s=300) == 300
+
+
+@needs_nvcc
+def test_a_compile_time_bomb_fails_its_kernel_at_the_per_file_budget_in_words(tmp_path: Path, cache: Path) -> None:
+    archive = submission_zip(tmp_path / "up.zip", replace={"softmax_kernel": COMPILE_FOREVER})
+    outcome = grade_submission(archive, RUBRIC, tmp_path / "job", config(cache, file_budget_s=3.0),
+                               gpu_stage=RecordingStage())
+    assert outcome.toolchain["build_seconds"]["softmax_kernel"] < 3.0 + 10  # the build slot is free again
+    why = ("src/softmax_kernel.cu did not finish compiling within 3 s, the per-file budget; a whole build of "
+           "the course's kernels normally takes well under that. Look for template recursion or huge unrolled loops.")
+    problems = by_id(outcome)
+    for pid in ("1.1", "1.2", "3"):
+        assert problems[pid].status == "not_run" and problems[pid].message == f"not graded: {why}"
+    assert outcome.message == ("Scored 28 / 100. Problems 1.1, 1.2 and 3 not graded: src/softmax_kernel.cu did not "
+                               "finish compiling within 3 s, the per-file budget; see the build log.")
+    assert "it ran past the wall-time limit" in outcome.stages["build"].log
+
+
+@needs_nvcc
+def test_a_bomb_in_every_problems_kernel_is_the_build_error_in_words(tmp_path: Path, cache: Path) -> None:
+    archive = submission_zip(tmp_path / "up.zip", replace={"combine": COMPILE_FOREVER})
+    outcome = grade_submission(archive, RUBRIC, tmp_path / "job", config(cache, file_budget_s=2.0))
+    assert outcome.error_class is ErrorClass.build_error
+    assert outcome.message.startswith("src/combine.cu did not finish compiling within 2 s, the per-file budget; ")
 
 
 @needs_nvcc
