@@ -1,18 +1,21 @@
 """The instructor's gradebook page: search, filters, sort and pages over the gradebook's rows
-(from the query string, so every view is a link that works without JavaScript), and the
-charts of every row the filters select (all pages)."""
+(from the query string, so every view is a link that works without JavaScript), the charts
+of every row the filters select (all pages), and the bulk re-grade of exactly those rows."""
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from math import ceil
 from urllib.parse import urlencode
 
 from markupsafe import Markup
+from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from grader import charts
-from grader.models import RunState
-from grader.queries import Gradebook, GradebookRow
+from grader.models import Assignment, RunState, Submission
+from grader.queries import Gradebook, GradebookRow, regrade_targets
 
 NO_RUN = "none"  # state filter: students without any run
 STATE_CHOICES: tuple[str, ...] = ("", *(s.value for s in RunState), NO_RUN)
@@ -49,6 +52,19 @@ class View:
         """This view with `changes`; any change but the page's starts again at page 1."""
         changes.setdefault("page", 1 if changes else self.page)
         return f"{path}?{urlencode(self.params(**changes))}"
+
+    def filter_params(self) -> dict[str, str]:
+        """The fields that choose rows (not their order or page): what a bulk action acts on."""
+        return {k: v for k, v in self.params().items() if k not in ("sort", "dir", "page")}
+
+    def describe(self) -> str:
+        """The filters in words, for a confirmation: "matching section B, newest run failed"."""
+        parts = [f"search “{self.q}”" if self.q else "", f"section {self.section}" if self.section else "",
+                 {"": "", NO_RUN: "no run yet"}.get(self.state, f"newest run {self.state}"),
+                 "" if self.min_score is None else f"final score at least {self.min_score:g}",
+                 "" if self.max_score is None else f"final score at most {self.max_score:g}"]
+        chosen = [p for p in parts if p]
+        return "matching " + ", ".join(chosen) if chosen else "(no filters: every student)"
 
     def sort_url(self, key: str) -> str:
         """Sort by `key`; the column already sorted on flips its direction."""
@@ -186,3 +202,82 @@ def speedup_distributions(book: Gradebook, rows: list[GradebookRow]) -> Markup:
                                                 if r.graded and p.problem_id in r.graded.speedups], p.target)
         for p in book.problems
     ])
+
+
+# ---- bulk re-grade ----------------------------------------------------------------------
+
+BULK_CHOICES = ("selected", "latest", "all")
+
+
+def newest_submissions(session: Session, assignment: Assignment) -> dict[int, int]:
+    """Each student's most recently uploaded submission id (by user id)."""
+    newest: dict[int, int] = {}
+    for user_id, sub_id in session.execute(
+        select(Submission.user_id, Submission.id).where(Submission.assignment_id == assignment.id)
+        .order_by(Submission.user_id, Submission.uploaded_at.desc(), Submission.id.desc())
+    ):
+        newest.setdefault(user_id, sub_id)
+    return newest
+
+
+def row_regrades(row: GradebookRow, newest: dict[int, int]) -> list[tuple[int, str]]:
+    """The one-row Re-grade buttons, (submission id, "graded" or "newest"). A TA re-grading a
+    row usually means "recompute the grade that counts" (a rubric fix, a doubtful timing), so
+    the graded submission comes first; but when the student has uploaded since (not scored yet,
+    or failed on infrastructure) the newest is what they want graded, so it gets its own button.
+    Both name the submission id: no button re-runs a submission the TA did not mean."""
+    graded = row.graded.submission_id if row.graded else None
+    latest = newest.get(row.user_id)
+    return [(sub, label) for sub, label in ((graded, "graded"), (latest, "newest"))
+            if sub is not None and not (label == "newest" and sub == graded)]
+
+
+@dataclass(frozen=True)
+class BulkRegrade:
+    """What a bulk re-grade of the rows `view` selects would queue: `targets` in queue order
+    (round-robin over students, queries.regrade_targets). `token` names that exact set: the
+    confirmation page sends it back, and the re-grade runs only while the set is the same."""
+
+    which: str
+    view: View
+    targets: list[Submission]
+
+    @property
+    def students(self) -> int:
+        return len({s.user_id for s in self.targets})
+
+    @property
+    def token(self) -> str:
+        ids = ",".join(str(i) for i in sorted(s.id for s in self.targets))
+        return hashlib.sha256(f"{self.which}:{ids}".encode()).hexdigest()[:20]
+
+    def summary(self) -> str:
+        """The confirmation's question, with the count and the filters."""
+        kind = {"selected": "ticked", "latest": "newest", "all": ""}[self.which]
+        what = f"{len(self.targets)} {kind + ' ' if kind else ''}submission{'' if len(self.targets) == 1 else 's'}"
+        return (f"Re-grade {what} of {self.students} student{'' if self.students == 1 else 's'} "
+                f"{self.view.describe()}? This queues {len(self.targets)} "
+                f"run{'' if len(self.targets) == 1 else 's'}.")
+
+
+def bulk_regrade(session: Session, assignment: Assignment, book: Gradebook, view: View, which: str,
+                 ticked: list[int]) -> BulkRegrade:
+    """The submissions of the rows `view` selects (every page) that `which` asks for: the
+    ticked ones among them, each student's newest, or every one of theirs. A ticked id outside
+    the selected rows is a LookupError (the rows shown changed, or the form was not this page's)."""
+    users = {r.user_id for r in select_rows(book, view)}
+    if which == "selected":
+        owners = {sub: user for sub, user in session.execute(select(Submission.id, Submission.user_id).where(
+            Submission.assignment_id == assignment.id, Submission.id.in_(ticked)))}
+        outside = sorted(i for i in ticked if owners.get(i) not in users)
+        if outside:
+            raise LookupError(f"submissions {outside} among the rows the gradebook shows")
+        ids = ticked
+    elif which == "latest":
+        ids = [sub for user, sub in newest_submissions(session, assignment).items() if user in users]
+    elif which == "all":
+        ids = list(session.scalars(select(Submission.id).where(Submission.assignment_id == assignment.id,
+                                                               Submission.user_id.in_(users))))
+    else:
+        raise LookupError(f"re-grade choice {which!r}")
+    return BulkRegrade(which, view, regrade_targets(session, assignment, ids) if ids else [])

@@ -1,19 +1,23 @@
 """The staff's gradebook of an assignment (filtered, paged, charted), its CSV and JSON exports,
-and re-grading: the ticked rows, every student's newest, everything, or one submission."""
+and re-grading: of the rows the filters select (the ticked ones, each student's newest, or all
+of theirs), always through a confirmation page; or of one submission."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request, status
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from sqlalchemy.orm import Session
+from starlette.datastructures import ImmutableMultiDict
 
 from grader import gradebook_view, queries
 from grader.api.acceptance import admit_committed
 from grader.api.deps import Context, get_context
 from grader.api.gradebook import gradebook_csv, gradebook_out
 from grader.membership import role_in
-from grader.models import CourseRole, Submission, User
+from grader.models import Assignment, CourseRole, Submission, User
 from grader.pages.common import (
     Db,
     Sender,
@@ -25,27 +29,33 @@ from grader.pages.common import (
     taught_assignment,
     taught_slugs,
 )
-from grader.service import NotFound, record_regrade
+from grader.service import record_regrade
+from grader.websession import CSRF_FIELD
 
 router = APIRouter(include_in_schema=False)
 
 
-def _asked_gradebook(request: Request, session: Session, user: User) -> queries.Gradebook:
-    """The gradebook the query string asks for, of an assignment the user teaches."""
-    slug = request.query_params.get("assignment") or default_slug(request, taught_slugs(session, user))
-    policy = request.query_params.get("policy") or None  # None: the assignment's policy
+def _asked_gradebook(request: Request, session: Session, user: User,
+                     params: Mapping[str, str] | None = None) -> tuple[Assignment, queries.Gradebook]:
+    """The gradebook `params` (by default the query string) ask for, of an assignment the user teaches."""
+    params = request.query_params if params is None else params
+    slug = params.get("assignment") or default_slug(request, taught_slugs(session, user))
+    policy = params.get("policy") or None  # None: the assignment's policy
     assignment = taught_assignment(session, user, slug)
     try:
-        return queries.gradebook(session, assignment, policy, get_context(request).settings.course_zone)
+        return assignment, queries.gradebook(session, assignment, policy, get_context(request).settings.course_zone)
     except ValueError:
         raise absent(f"gradebook for {slug!r} ({policy})") from None
 
 
+def _view(book: queries.Gradebook, params: Mapping[str, str]) -> gradebook_view.View:
+    return gradebook_view.parse_view(params, book.assignment, book.policy, [p.problem_id for p in book.problems])
+
+
 @router.get("/gradebook", response_class=HTMLResponse)
 def gradebook(request: Request, session: Db, user: Viewer) -> Response:
-    book = _asked_gradebook(request, session, user)
-    view = gradebook_view.parse_view(request.query_params, book.assignment, book.policy,
-                                     [p.problem_id for p in book.problems])
+    assignment, book = _asked_gradebook(request, session, user)
+    view = _view(book, request.query_params)
     rows = gradebook_view.select_rows(book, view)  # the charts cover them all, the table one page
     shown = gradebook_view.paginate(rows, view.page, get_context(request).settings.gradebook_page_size)
     queued = request.query_params.get("queued", "")
@@ -56,38 +66,74 @@ def gradebook(request: Request, session: Db, user: Viewer) -> Response:
                 distributions=gradebook_view.speedup_distributions(book, rows),
                 uncalibrated=gradebook_view.uncalibrated_models(book.rows),
                 queued=int(queued) if queued.isdigit() else None,
-                submission_count=sum(r.submissions for r in book.rows))
+                newest=gradebook_view.newest_submissions(session, assignment), row_regrades=gradebook_view.row_regrades,
+                submission_count=sum(r.submissions for r in rows))
+
+
+def _bulk_plan(request: Request, session: Session, user: User,
+               params: ImmutableMultiDict[str, str]) -> tuple[Assignment, gradebook_view.BulkRegrade] | Response:
+    """What the bulk re-grade form (its filters, `which` and ticked rows) would queue, or the
+    page saying why nothing would."""
+    assignment, book = _asked_gradebook(request, session, user, params)
+    which = str(params.get("which", "selected"))
+    ticked = [int(v) for v in params.getlist("submission") if v.isascii() and v.isdigit()]
+    if which == "selected" and not ticked:
+        return page(request, "error.html", user, status.HTTP_400_BAD_REQUEST, title="Nothing selected",
+                    message="Tick at least one student's row to re-grade the selected submissions.")
+    try:
+        return assignment, gradebook_view.bulk_regrade(session, assignment, book, _view(book, params), which, ticked)
+    except LookupError as exc:
+        raise absent(str(exc)) from None
+
+
+def _confirm_page(request: Request, user: User, plan: gradebook_view.BulkRegrade,
+                  changed: bool = False) -> HTMLResponse:
+    fields = [*plan.view.params().items(), ("which", plan.which),
+              *(("submission", str(s.id)) for s in plan.targets if plan.which == "selected"),
+              ("expect", plan.token)]
+    return page(request, "confirm.html", user, status.HTTP_409_CONFLICT if changed else 200,
+                title="Confirm the re-grade",
+                question=plan.summary() if plan.targets else
+                f"No submissions to re-grade: no student {plan.view.describe()} has uploaded one.",
+                details=["Each re-grade is a new run of the same upload, queued round-robin over students "
+                         "(held while grading is paused).",
+                         "A grade only changes when its re-grade is scored: one that fails on infrastructure "
+                         "never replaces it."],
+                notice="The rows the filters select changed since the confirmation was shown; check the "
+                       "new count and confirm again." if changed else None,
+                action="/gradebook/regrade", fields=fields if plan.targets else None,
+                confirm_label=f"Queue {len(plan.targets)} re-grade run{'' if len(plan.targets) == 1 else 's'}",
+                cancel=plan.view.url(), cancel_label="Back to the gradebook")
+
+
+@router.get("/gradebook/regrade", response_class=HTMLResponse)
+def regrade_confirm(request: Request, session: Db, user: Viewer) -> Response:
+    """The confirmation of a bulk re-grade: the gradebook's bulk form lands here (GET, so it
+    works without script and a reload changes nothing); only its button queues the runs."""
+    plan = _bulk_plan(request, session, user, request.query_params)
+    return plan if isinstance(plan, Response) else _confirm_page(request, user, plan[1])
 
 
 @router.post("/gradebook/regrade")
 async def regrade_many(request: Request, ctx: Context, session: Db, user: Sender) -> Response:
-    """Re-grade the ticked rows' submissions, every student's newest, or every submission;
-    queued round-robin over students (queries.regrade_targets)."""
-    form = await request.form()
-    slug = str(form.get("assignment", ctx.default_assignment))
-    which = str(form.get("which", "selected"))
-    assignment = taught_assignment(session, user, slug)
-    try:
-        if which == "selected":
-            ids = [int(str(v)) for v in form.getlist("submission") if str(v).isdigit()]
-            if not ids:
-                return page(request, "error.html", user, status.HTTP_400_BAD_REQUEST, title="Nothing selected",
-                            message="Tick at least one student's row to re-grade the selected submissions.")
-            targets = queries.regrade_targets(session, assignment, ids)
-        elif which in ("latest", "all"):
-            targets = queries.regrade_targets(session, assignment, which)
-        else:
-            raise NotFound(f"re-grade choice {which!r}")
-    except (NotFound, LookupError) as exc:
-        raise absent(str(exc).removeprefix("no ")) from None
-    run_ids = [record_regrade(session, sub).id for sub in targets]
+    """Queue the confirmed bulk re-grade. Without the confirmation's token the form goes to the
+    confirmation page instead; with a token of another set of submissions (a student uploaded
+    or the roster changed since) the confirmation is shown again with the new count."""
+    form = ImmutableMultiDict([(k, str(v)) for k, v in (await request.form()).multi_items()])
+    plan = _bulk_plan(request, session, user, form)
+    if isinstance(plan, Response):
+        return plan
+    assignment, bulk = plan
+    if "expect" not in form:
+        return see_other("/gradebook/regrade?" + urlencode([(k, v) for k, v in form.multi_items()
+                                                             if k != CSRF_FIELD]))
+    if form["expect"] != bulk.token:
+        return _confirm_page(request, user, bulk, changed=True)
+    run_ids = [record_regrade(session, sub).id for sub in bulk.targets]
     session.commit()
     for run_id in run_ids:  # committed: a database fault now delays the sending, never the answer
         admit_committed(ctx, run_id)
-    back = str(form.get("back", "")) or f"/gradebook?assignment={slug}"
-    if not back.startswith("/gradebook?"):  # only ever back to a gradebook view
-        back = f"/gradebook?assignment={slug}"
-    return see_other(f"{back}&queued={len(run_ids)}")
+    return see_other(f"{bulk.view.url()}&queued={len(run_ids)}")
 
 
 def _download_headers(book: queries.Gradebook, extension: str) -> dict[str, str]:
@@ -98,14 +144,14 @@ def _download_headers(book: queries.Gradebook, extension: str) -> dict[str, str]
 @router.get("/gradebook.csv")
 def gradebook_csv_export(request: Request, session: Db, user: Viewer) -> Response:
     """The same CSV as the API's export, for the logged-in instructor."""
-    book = _asked_gradebook(request, session, user)
+    _, book = _asked_gradebook(request, session, user)
     return Response(gradebook_csv(book), media_type="text/csv; charset=utf-8", headers=_download_headers(book, "csv"))
 
 
 @router.get("/gradebook.json")
 def gradebook_json_export(request: Request, session: Db, user: Viewer) -> Response:
     """The same JSON as the API's export, for the logged-in instructor."""
-    book = _asked_gradebook(request, session, user)
+    _, book = _asked_gradebook(request, session, user)
     return JSONResponse(gradebook_out(book).model_dump(mode="json"), headers=_download_headers(book, "json"))
 
 

@@ -1,7 +1,9 @@
 """Course operations pages for an assignment's staff: settings (schedule, late policy, score
 policy, extensions, the similarity check's base), members (who is enrolled, as student or
 staff), grading controls (pause / drain / resume, re-grade everything). The similarity
-report's pages are grader.pages.similarity.
+report's pages are grader.pages.similarity. Removing a member and pausing grading go through a
+confirmation page (confirm.html) that says what will happen; a POST without its `confirm`
+field lands there and changes nothing.
 
 Someone who is not staff of the assignment gets the 404 page, as for the gradebook
 (grader.pages.common's Staff and StaffForm). Each page uses the same functions as the `grader`
@@ -16,6 +18,7 @@ from zoneinfo import ZoneInfo
 
 from fastapi import APIRouter, Request, status
 from fastapi.responses import HTMLResponse, Response
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
@@ -24,7 +27,7 @@ from grader.course_ops import SCORE_POLICIES, late_policy
 from grader.course_settings import ScheduleChange, ScheduleError, extend_student, extensions_of, update_schedule
 from grader.grading_control import grading_state, resume, set_paused
 from grader.membership import assignments_of, enroll, members_of, unenroll
-from grader.models import Assignment, CourseRole, User
+from grader.models import Assignment, CourseRole, Submission, User
 from grader.pages.common import Db, Staff, StaffForm, Viewer, page, see_other
 from grader.service import NotFound, find_user
 from grader.similarity.base import describe_assignment_base
@@ -168,11 +171,43 @@ async def member_save(request: Request, slug: str, session: Db, staff: StaffForm
     return see_other(f"/assignments/{slug}/members?saved={quote(username)}")
 
 
+def _member_of(session: Session, assignment: Assignment, username: str) -> tuple[User, CourseRole] | None:
+    return next(((u, part) for u, part in members_of(session, assignment) if u.username == username), None)
+
+
+@router.get("/assignments/{slug}/members/{username}/remove", response_class=HTMLResponse)
+def member_remove_confirm(request: Request, username: str, session: Db, staff: Staff) -> Response:
+    """The confirmation of a removal: who, as what, and what stays."""
+    user, assignment = staff.user, staff.assignment
+    if username == user.username:
+        return _own_part_refused(request, session, user, assignment)
+    member = _member_of(session, assignment, username)
+    back = f"/assignments/{assignment.slug}/members"
+    if member is None:
+        return page(request, "confirm.html", user, title="Remove a member", details=[], fields=None,
+                    question=f"“{username}” is not a member of {assignment.slug}: there is nothing to remove.",
+                    cancel=back, cancel_label="Back to the members")
+    target, part = member
+    uploads = session.scalar(select(func.count(Submission.id)).where(
+        Submission.user_id == target.id, Submission.assignment_id == assignment.id)) or 0
+    who = ", ".join(x for x in (target.full_name, f"section {target.section}" if target.section else "") if x)
+    return page(request, "confirm.html", user, title="Remove a member",
+                question=f"Remove {target.username} ({part.value}{', ' + who if who else ''}) from {assignment.slug}?",
+                details=[f"They will no longer see {assignment.slug} or upload to it"
+                         + (" and lose the staff pages." if part is CourseRole.staff else "."),
+                         f"Their {uploads} submission{'' if uploads == 1 else 's'} and grades stay on record; "
+                         "adding them again on the members page gives their access back."],
+                action=f"{back}/{quote(username)}/remove", fields=[("confirm", "remove")],
+                confirm_label=f"Remove {target.username}", cancel=back, cancel_label="Keep them, back to the members")
+
+
 @router.post("/assignments/{slug}/members/{username}/remove", response_class=HTMLResponse)
-def member_remove(request: Request, slug: str, username: str, session: Db, staff: StaffForm) -> Response:
-    """Take someone out of the assignment: they no longer see it; their submissions stay."""
+async def member_remove(request: Request, slug: str, username: str, session: Db, staff: StaffForm) -> Response:
+    """Take someone out of the assignment once confirmed: they no longer see it; their submissions stay."""
     if username == staff.user.username:
         return _own_part_refused(request, session, staff.user, staff.assignment)
+    if (await request.form()).get("confirm") != "remove":
+        return see_other(f"/assignments/{slug}/members/{quote(username)}/remove")
     target = find_user(session, username)
     if target is not None:  # an unknown or already removed member: nothing to do
         unenroll(session, target, staff.assignment)
@@ -190,12 +225,36 @@ def grading_controls(request: Request, session: Db, staff: Staff) -> Response:
                 zone=get_context(request).settings.course_zone)
 
 
+@router.get("/assignments/{slug}/grading/pause", response_class=HTMLResponse)
+def pause_confirm(request: Request, session: Db, staff: Staff) -> Response:
+    """The confirmation of a pause: what it holds and what still finishes."""
+    slug, state = staff.assignment.slug, grading_state(session, staff.assignment)
+    back = f"/assignments/{slug}/grading"
+    if state.paused:
+        return page(request, "confirm.html", staff.user, title="Pause grading", details=[], fields=None,
+                    question=f"Grading of {slug} is already paused.", cancel=back,
+                    cancel_label="Back to the grading controls")
+    flying = len(state.in_flight)
+    return page(request, "confirm.html", staff.user, title="Pause grading",
+                question=f"Pause grading of {slug}? Nothing more of it is sent to the workers.",
+                details=[f"{state.waiting} waiting run{'' if state.waiting == 1 else 's'}, and every upload or "
+                         "re-grade from now on, stay queued until grading is resumed; students see their run "
+                         "waiting.",
+                         f"{flying} run{'' if flying == 1 else 's'} already sent finish{'es' if flying == 1 else ''} "
+                         "(draining)."],
+                action=back, fields=[("action", "pause"), ("confirm", "pause")],
+                confirm_label=f"Pause grading of {slug}", cancel=back, cancel_label="Keep grading running")
+
+
 @router.post("/assignments/{slug}/grading")
 async def grading_change(request: Request, slug: str, ctx: Context, session: Db, staff: StaffForm) -> Response:
-    """`action` pause: nothing more of the assignment is sent (what is in flight drains);
-    resume: send each waiting student's next run now."""
-    action = str((await request.form()).get("action", ""))
+    """`action` pause (once confirmed): nothing more of the assignment is sent (what is in
+    flight drains); resume: send each waiting student's next run now."""
+    form = await request.form()
+    action = str(form.get("action", ""))
     if action == "pause":
+        if form.get("confirm") != "pause":
+            return see_other(f"/assignments/{slug}/grading/pause")
         set_paused(session, slug, True)
     if action == "resume":
         session.commit()

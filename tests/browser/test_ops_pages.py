@@ -106,6 +106,7 @@ def test_members_page_makes_a_student_staff_and_takes_them_out(context: BrowserC
     check_page(page)
     page.screenshot(path=str(screenshot_dir / "assignment-members.png"), full_page=True)
     page.get_by_role("button", name=f"Remove {STUDENTS[1]} from hw4").click()
+    page.get_by_role("button", name=f"Remove {STUDENTS[1]}").click()  # the confirmation page's
     expect(page.locator("#members")).not_to_contain_text(STUDENTS[1])
     page.get_by_label("Username").fill(STUDENTS[1])  # back in as a student, for the other tests
     page.get_by_label("Part", exact=True).select_option("student")

@@ -407,6 +407,8 @@ def test_gradebook_sort_filter_search_charts_and_regrade_selected(
         runs_before = session.scalar(select(func.count()).select_from(Run)) or 0
     page.get_by_label(re.compile("^Select amy's submission")).check()
     page.get_by_role("button", name="Re-grade selected").click()
+    expect(page.locator("#confirm-question")).to_contain_text("Re-grade 1 ticked submission of 1 student")
+    page.get_by_role("button", name="Queue 1 re-grade run").click()
     expect(page.locator("#regrade-notice")).to_have_text("1 re-grade run queued.")
     with session_scope(sessions) as session:
         assert (session.scalar(select(func.count()).select_from(Run)) or 0) == runs_before + 1

@@ -450,6 +450,7 @@ ROUTES: dict[tuple[str, str], Check] = {
     ("GET", "/gradebook"): _web_get_denied("/gradebook", 404, owner="staff"),
     ("GET", "/gradebook.csv"): _web_get_denied("/gradebook.csv", 404, owner="staff"),
     ("GET", "/gradebook.json"): _web_get_denied("/gradebook.json", 404, owner="staff"),
+    ("GET", "/gradebook/regrade"): _web_get_denied("/gradebook/regrade?assignment=hw4&which=all", 404, owner="staff"),
     ("POST", "/gradebook/regrade"): _no_new_run(
         lambda w: w.a_web.post("/gradebook/regrade", data={"csrf_token": w.a_csrf(), "which": "all"},
                                follow_redirects=False), 404),
@@ -485,8 +486,11 @@ ROUTES: dict[tuple[str, str], Check] = {
     ("GET", "/assignments/{slug}/members"): _web_get_denied("/assignments/hw4/members", 404, owner="staff"),
     ("POST", "/assignments/{slug}/members"): _ops_post_denied(
         "/assignments/hw4/members", {"username": "{w.a_name}", "part": "staff"}),
+    ("GET", "/assignments/{slug}/members/{username}/remove"):
+        _web_get_denied("/assignments/hw4/members/{w.b_name}/remove", 404, owner="staff"),
     ("POST", "/assignments/{slug}/members/{username}/remove"): _ops_post_denied(
         "/assignments/hw4/members/{w.b_name}/remove", {}),
+    ("GET", "/assignments/{slug}/grading/pause"): _web_get_denied("/assignments/hw4/grading/pause", 404, owner="staff"),
     ("POST", "/assignments/{slug}/grading"): _ops_post_denied("/assignments/hw4/grading", {"action": "pause"}),
     ("POST", "/assignments/{slug}/similarity"): _ops_post_denied("/assignments/hw4/similarity", {}),
     ("POST", "/assignments/{slug}/similarity/base"): _ops_post_denied("/assignments/hw4/similarity/base", {}),

@@ -7,7 +7,6 @@ import re
 import uuid
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qs
 
 import pytest
 from sqlalchemy import func, select
@@ -20,6 +19,7 @@ from grader.models import Assignment, ErrorClass, ProblemResult, Role, Run, RunS
 from grader.runs.lifecycle import Disposition, RunExecutor
 from grader.service import get_or_create_user, record_regrade
 from grader.settings import Settings
+from tests.service.test_web_confirmations import confirm_form
 from tests.service.test_web_settings import PASSWORD, Browser
 
 ROW_HEADER = re.compile(r'<th scope="row">([^<]+)</th>')
@@ -144,10 +144,9 @@ def test_pages_compose_with_search_and_sort(paged: Browser, klass: Class) -> Non
     assert "histogram of 2 values" in second and "1.1: 2 runs, min 2x, median 4.5x, max 7x" in second
     # Sorting or filtering from page 2 starts again at page 1; the re-grade form comes back here.
     assert not re.search(r'href="[^"]*sort=name[^"]*page=2', second)
-    back = re.search(r'name="back" value="/gradebook\?([^"]+)"', second)
-    assert back and parse_qs(back.group(1).replace("&amp;", "&")) == {
-        "assignment": [klass.slug], "policy": ["latest"], "q": [klass.tag], "sort": ["score"], "dir": ["desc"],
-        "page": ["2"]}
+    form = re.search(r'<form method="get" action="/gradebook/regrade" id="regrade-form".*?</form>', second, re.S)
+    assert form and dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">', form.group(0))) == {
+        "assignment": klass.slug, "policy": "latest", "q": klass.tag, "sort": "score", "dir": "desc", "page": "2"}
 
 
 def test_page_past_the_end_or_not_a_number(paged: Browser, klass: Class) -> None:
@@ -172,11 +171,16 @@ def _runs(sessions: sessionmaker[Session], sub_ids: list[int]) -> list[Run]:
 
 
 def _regrade(browser: Browser, klass: Class, which: str, subs: list[int] = ()) -> Any:  # type: ignore[assignment]
+    """The bulk form's POST, then its confirmation's (when it lands there)."""
     data: dict[str, Any] = {"csrf_token": browser.page_csrf("/"), "assignment": klass.slug, "which": which,
-                            "back": f"/gradebook?assignment={klass.slug}&q={klass.tag}"}
+                            "q": klass.tag}
     if subs:
         data["submission"] = [str(s) for s in subs]
-    return browser.client.post("/gradebook/regrade", data=data, follow_redirects=False)
+    asked = browser.client.post("/gradebook/regrade", data=data, follow_redirects=False)
+    if asked.status_code != 303:
+        return asked
+    action, fields = confirm_form(browser.client.get(asked.headers["location"]).text)
+    return browser.client.post(action, data=fields, follow_redirects=False)
 
 
 def test_regrade_selected_latest_and_all(prof: Browser, settings: Settings, sessions: sessionmaker[Session],

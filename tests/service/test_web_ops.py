@@ -47,6 +47,7 @@ from grader.runs.reconcile import forgotten_runs
 from grader.service import get_assignment, get_or_create_user
 from grader.settings import Settings, get_settings
 from tests.service.conftest import REDIS_URL
+from tests.service.test_web_confirmations import confirmed
 from tests.service.test_web_settings import PASSWORD, Browser
 
 
@@ -226,12 +227,12 @@ def test_members_page_makes_a_ta_and_takes_them_out(course: Course, prof: Browse
     assert ta_browser.client.get(settings_page).status_code == 200
     assert course.slug in ta_browser.client.get("/").text
 
-    removed = _members_post(prof, course, f"/{ta}/remove")
+    removed = _members_post(prof, course, f"/{ta}/remove", confirm="remove")
     assert removed.status_code == 303 and _part(sessions, course.slug, ta) is None
     assert ta_browser.client.get(settings_page).status_code == 404
     assert course.slug not in ta_browser.client.get("/").text  # the upload form no longer offers it
     assert ta not in prof.client.get(f"/assignments/{course.slug}/members").text
-    assert _members_post(prof, course, f"/{ta}/remove").status_code == 303  # twice: nothing left to do
+    assert _members_post(prof, course, f"/{ta}/remove", confirm="remove").status_code == 303  # twice: nothing left
 
     unknown = _members_post(prof, course, username=f"nobody-{ta}", part="student")
     assert unknown.status_code == 400 and "No account" in unknown.text
@@ -330,8 +331,8 @@ def _runs_of(sessions: sessionmaker[Session], username: str) -> list[Run]:
 
 def _grading(prof: Browser, course: Course, action: str):
     token = prof.page_csrf(f"/assignments/{course.slug}/grading")
-    return prof.client.post(f"/assignments/{course.slug}/grading", data={"csrf_token": token, "action": action},
-                            follow_redirects=False)
+    return prof.client.post(f"/assignments/{course.slug}/grading",  # `confirm`: as the confirmation page sends
+                            data={"csrf_token": token, "action": action, "confirm": action}, follow_redirects=False)
 
 
 def test_pause_holds_every_dispatch_and_resume_sends(course: Course, prof: Browser,
@@ -418,11 +419,10 @@ def test_regrade_all_from_the_controls_never_loses_a_grade(course: Course, prof:
         session.add_all([sub, Run(submission=sub, state=RunState.scored, score=70.0, finished_at=utcnow())])
     assert _grading(prof, course, "pause").status_code == 303
     page = prof.client.get(f"/assignments/{course.slug}/grading").text
-    form = re.search(r'<form method="post" action="/gradebook/regrade".*?</form>', page, re.S)
+    form = re.search(r'<form method="get" action="/gradebook/regrade".*?</form>', page, re.S)
     assert form and 'value="latest"' in form.group(0)
-    response = prof.client.post("/gradebook/regrade", data={
-        "csrf_token": Browser.csrf(form.group(0)), "assignment": course.slug, "which": "latest",
-        "back": f"/gradebook?assignment={course.slug}"}, follow_redirects=False)
+    _shown, response = confirmed(prof, "/gradebook/regrade", {
+        "csrf_token": Browser.csrf(page), "assignment": course.slug, "which": "latest"})
     assert response.status_code == 303 and "queued=" in response.headers["location"]
     regrade = _runs_of(sessions, graded)[-1]
     assert regrade.reason == "regrade" and regrade.state is RunState.queued and regrade.enqueued_at is None

@@ -1,0 +1,194 @@
+"""Mass and destructive staff actions go through a confirmation page (issue 18): the gradebook's
+bulk re-grade (of exactly the rows its filters select, the count and the filters named), a
+member's removal and pausing grading. A POST without the confirmation's field goes to that page
+and changes nothing; a confirmation of another set of submissions is asked again."""
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from grader.auth import set_password
+from grader.db import session_scope
+from grader.membership import enroll, role_in
+from grader.models import Assignment, CourseRole, Role, Run, RunState, Submission, User, utcnow
+from grader.settings import Settings
+from tests.service.test_web_settings import PASSWORD, Browser
+
+CONFIRM_FORM = re.compile(r'<form method="post" action="([^"]+)" id="confirm-form">(.*?)</form>', re.S)
+HIDDEN = re.compile(r'<input type="hidden" name="([^"]+)" value="([^"]*)">')
+
+
+def confirm_form(html: str) -> tuple[str, dict[str, list[str]]]:
+    """The confirmation page's form: its action and fields (the CSRF token among them)."""
+    found = CONFIRM_FORM.search(html)
+    assert found, "no confirmation form on the page"
+    fields: dict[str, list[str]] = {}
+    for name, value in HIDDEN.findall(found.group(2)):
+        fields.setdefault(name, []).append(value.replace("&amp;", "&").replace("&#34;", '"'))
+    return found.group(1), fields
+
+
+def confirmed(browser: Browser, path: str, data: dict[str, Any]) -> tuple[str, Any]:
+    """POST `data` to `path` as the first form does (it lands on the confirmation page, 303),
+    then press the confirmation's button: (the confirmation page, the final answer)."""
+    asked = browser.client.post(path, data=data, follow_redirects=False)
+    assert asked.status_code == 303, asked.text
+    page = browser.client.get(asked.headers["location"])
+    assert page.status_code == 200, page.text
+    action, fields = confirm_form(page.text)
+    return page.text, browser.client.post(action, data=fields, follow_redirects=False)
+
+
+@dataclass
+class Course:
+    slug: str
+    tag: str
+    subs: dict[str, list[int]]  # short name -> submission ids, oldest first
+
+    def login(self, short: str) -> str:
+        return f"{self.tag}-{short}"
+
+
+def _submission(session: Session, user: User, assignment: Assignment, score: float | None) -> int:
+    sub = Submission(user=user, assignment=assignment, original_filename="hw.zip", size_bytes=1,
+                     sha256=uuid.uuid4().hex * 2)
+    session.add(sub)
+    if score is not None:
+        session.add(Run(submission=sub, state=RunState.scored, score=score, finished_at=utcnow()))
+    session.flush()
+    return sub.id
+
+
+@pytest.fixture(scope="module")
+def course(sessions: sessionmaker[Session]) -> Course:
+    """Sections A (amy 90, ava 40 with a newer upload not yet graded) and B (ben 70, two
+    uploads, both graded), and the staff member."""
+    tag = f"cf{uuid.uuid4().hex[:6]}"
+    with session_scope(sessions) as session:
+        assignment = Assignment(slug=f"cf-{tag}", title="Confirmations", total_points=100)
+        session.add(assignment)
+        session.flush()
+        staff = User(username=f"{tag}-prof", role=Role.instructor)
+        set_password(staff, PASSWORD)
+        session.add(staff)
+        session.flush()
+        enroll(session, staff, assignment, CourseRole.staff)
+        subs: dict[str, list[int]] = {}
+        for short, section, scores in (("amy", "A", [90.0]), ("ava", "A", [40.0, None]), ("ben", "B", [60.0, 70.0])):
+            user = User(username=f"{tag}-{short}", role=Role.student, section=section)
+            session.add(user)
+            session.flush()
+            enroll(session, user, assignment, CourseRole.student)
+            subs[short] = [_submission(session, user, assignment, s) for s in scores]
+        return Course(assignment.slug, tag, subs)
+
+
+@pytest.fixture(scope="module")
+def prof(settings: Settings, course: Course) -> Browser:
+    return Browser(settings, course.login("prof"))
+
+
+def _run_count(sessions: sessionmaker[Session], course: Course) -> int:
+    with session_scope(sessions) as session:
+        return session.scalar(select(func.count(Run.id)).join(Submission).join(Assignment)
+                              .where(Assignment.slug == course.slug)) or 0
+
+
+def _regrade_runs(sessions: sessionmaker[Session], course: Course) -> list[int]:
+    with session_scope(sessions) as session:
+        return sorted(session.scalars(select(Run.submission_id).join(Submission).join(Assignment)
+                                      .where(Assignment.slug == course.slug, Run.reason == "regrade")))
+
+
+def test_bulk_regrade_confirms_the_filtered_rows_and_queues_exactly_them(
+        prof: Browser, course: Course, sessions: sessionmaker[Session]) -> None:
+    before = _run_count(sessions, course)
+    query = {"assignment": course.slug, "section": "A"}
+    page = prof.client.get("/gradebook/regrade", params={**query, "which": "all"})
+    assert page.status_code == 200
+    assert "Re-grade 3 submissions of 2 students matching section A? This queues 3 runs." in page.text
+    newest = prof.client.get("/gradebook/regrade", params={**query, "min_score": "50", "which": "latest"})
+    assert ("Re-grade 1 newest submission of 1 student matching section A, final score at least 50? "
+            "This queues 1 run.") in newest.text
+    assert _run_count(sessions, course) == before  # showing the confirmation changed nothing
+
+    token = prof.page_csrf(f"/gradebook?assignment={course.slug}")
+    shown, done = confirmed(prof, "/gradebook/regrade", {"csrf_token": token, **query, "which": "latest"})
+    assert "Re-grade 2 newest submissions of 2 students matching section A?" in shown
+    back = done.headers["location"]
+    assert done.status_code == 303 and "section=A" in back and back.endswith("&queued=2")
+    assert _regrade_runs(sessions, course) == sorted([course.subs["amy"][-1], course.subs["ava"][-1]])
+    notice = prof.client.get(back).text
+    assert "2 re-grade runs queued." in notice and "of the 2 students shown" in notice
+
+
+def test_a_post_without_the_confirmation_changes_nothing(prof: Browser, course: Course,
+                                                         sessions: sessionmaker[Session]) -> None:
+    before = _run_count(sessions, course)
+    token = prof.page_csrf(f"/gradebook?assignment={course.slug}")
+    data = {"csrf_token": token, "assignment": course.slug, "section": "B", "which": "all"}
+    asked = prof.client.post("/gradebook/regrade", data=data, follow_redirects=False)
+    assert asked.status_code == 303 and asked.headers["location"].startswith("/gradebook/regrade?")
+    assert "csrf_token" not in asked.headers["location"]
+    stale = prof.client.post("/gradebook/regrade", data={**data, "expect": "0" * 20}, follow_redirects=False)
+    assert stale.status_code == 409 and "changed since the confirmation" in stale.text
+    assert "Re-grade 2 submissions of 1 student matching section B?" in stale.text
+    # A ticked row outside the filtered rows (amy is in section A): refused, as absent.
+    ticked = prof.client.get("/gradebook/regrade", params={"assignment": course.slug, "section": "B",
+                                                          "which": "selected", "submission": course.subs["amy"][0]})
+    assert ticked.status_code == 404
+    nothing = prof.client.get("/gradebook/regrade", params={"assignment": course.slug, "which": "selected"})
+    assert nothing.status_code == 400 and "Tick at least one" in nothing.text
+    assert _run_count(sessions, course) == before
+
+
+def test_row_regrade_names_the_graded_and_the_newest_submission(prof: Browser, course: Course) -> None:
+    html = prof.client.get("/gradebook", params={"assignment": course.slug}).text
+    graded, newer = course.subs["ava"]
+    assert f">Re-grade graded #{graded}</button>" in html and f">Re-grade newest #{newer}</button>" in html
+    assert f'action="/submissions/{newer}/regrade"' in html
+    amy = course.subs["amy"][0]  # graded is the newest: one button
+    assert html.count(f">Re-grade graded #{amy}</button>") == 1 and f"newest #{amy}<" not in html
+
+
+def test_member_removal_is_confirmed(prof: Browser, course: Course, sessions: sessionmaker[Session]) -> None:
+    members = f"/assignments/{course.slug}/members"
+    ben = course.login("ben")
+    token = prof.page_csrf(members)
+    asked = prof.client.post(f"{members}/{ben}/remove", data={"csrf_token": token}, follow_redirects=False)
+    assert asked.status_code == 303 and asked.headers["location"] == f"{members}/{ben}/remove"
+
+    def part() -> object:
+        with session_scope(sessions) as session:
+            user = session.scalar(select(User).where(User.username == ben))
+            assignment = session.scalar(select(Assignment).where(Assignment.slug == course.slug))
+            assert user and assignment
+            return role_in(session, user.id, assignment.id)
+    assert part() is not None  # not removed without the confirmation
+    shown, done = confirmed(prof, f"{members}/{ben}/remove", {"csrf_token": token})
+    assert f"Remove {ben} (student, section B) from {course.slug}?" in shown
+    assert "Their 2 submissions and grades stay on record" in shown
+    assert done.status_code == 303 and part() is None
+    gone = prof.client.get(f"{members}/{ben}/remove").text
+    assert "is not a member" in gone and 'id="confirm-form"' not in gone
+
+
+def test_pause_is_confirmed(prof: Browser, course: Course, sessions: sessionmaker[Session]) -> None:
+    grading = f"/assignments/{course.slug}/grading"
+
+    def paused() -> bool:
+        with session_scope(sessions) as session:
+            return bool(session.scalar(select(Assignment.grading_paused).where(Assignment.slug == course.slug)))
+    token = prof.page_csrf(grading)
+    asked = prof.client.post(grading, data={"csrf_token": token, "action": "pause"}, follow_redirects=False)
+    assert asked.status_code == 303 and asked.headers["location"] == f"{grading}/pause" and not paused()
+    shown, done = confirmed(prof, grading, {"csrf_token": token, "action": "pause"})
+    assert f"Pause grading of {course.slug}? Nothing more of it is sent to the workers." in shown
+    assert done.status_code == 303 and paused()
+    assert "already paused" in prof.client.get(f"{grading}/pause").text
