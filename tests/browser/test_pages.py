@@ -34,9 +34,12 @@ STATE: dict[str, Any] = {}  # what one test leaves for the next (they run in fil
 
 @pytest.fixture(scope="module", autouse=True)
 def users(sessions: sessionmaker[Session]) -> None:
+    # Enrolled in hw4 alone: a new user with no assignment named joins every assignment, and
+    # browser tests run earlier in the session create courses of their own.
     with session_scope(sessions) as session:
+        hw4 = get_assignment(session, "hw4")
         for name, role in USERS.items():
-            set_password(get_or_create_user(session, name, role), PASSWORD)
+            set_password(get_or_create_user(session, name, role, [hw4]), PASSWORD)
 
 
 def log_in(context: BrowserContext, username: str, password: str = PASSWORD) -> Page:
@@ -439,7 +442,7 @@ def test_instructor_imports_a_roster(context: BrowserContext, worker: Any, scree
 def test_password_change_logs_out_the_other_browsers(browser: Browser, base_url: str,
                                                      sessions: sessionmaker[Session], screenshot_dir: Path) -> None:
     with session_scope(sessions) as session:
-        set_password(get_or_create_user(session, "cara", Role.student), PASSWORD)
+        set_password(get_or_create_user(session, "cara", Role.student, [get_assignment(session, "hw4")]), PASSWORD)
     laptop, phone = (browser.new_context(base_url=base_url, viewport={"width": 1100, "height": 800})
                      for _ in range(2))
     try:
