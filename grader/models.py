@@ -327,6 +327,22 @@ class GradeAdjustment(Base):
     by: Mapped[User] = relationship()
 
 
+class CountedRun(Base):
+    """The run staff chose to count for one student in one assignment, instead of the score
+    policy's pick (grader.queries.gradebook); removing the row returns to the policy."""
+
+    __tablename__ = "counted_runs"
+    __table_args__ = (UniqueConstraint("assignment_id", "user_id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    assignment_id: Mapped[int] = mapped_column(ForeignKey("assignments.id", ondelete="CASCADE"))
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    reason: Mapped[str | None] = mapped_column(Text, default=None)
+    by_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
 class RegradeRequest(Base):
     """A student's request that staff look at a run again (grader.adjustments): open, then
     accepted (a re-grade run, or an adjustment) or rejected, with the staff's reply. At most one

@@ -22,6 +22,7 @@ from grader.gpu_info import GpuNote, gpu_notes
 from grader.grades import Adjustment, Deadlines, Grade, final_grade
 from grader.models import (
     Assignment,
+    CountedRun,
     CourseRole,
     Enrollment,
     GradeAdjustment,
@@ -213,10 +214,11 @@ class GradebookRow:
     submissions: int
     latest: ScoredRun | None  # scored run of the newest submission that has one
     best: ScoredRun | None  # highest score over every scored run (ties: the newer)
-    graded: ScoredRun | None  # the one the policy picks
+    graded: ScoredRun | None  # the one that counts: staff's pin, else the one the policy picks
     full_name: str | None = None
     section: str | None = None
     newest: NewestRun | None = None  # the student's most recent run, whatever its state
+    pin: Pin | None = None  # staff chose `graded` (a scored run), not the policy
 
     @property
     def total(self) -> float | None:
@@ -267,9 +269,31 @@ class _Scored:
         return (0.0, *newer) if policy == "latest" else (self.grade.final, *newer)
 
 
-def counting_run(runs: list[Run], grades: Mapping[int, Grade], policy: str) -> int | None:
+@dataclass(frozen=True)
+class Pin:
+    """Staff's choice of the run that counts for one student (a CountedRun row)."""
+
+    run_id: int
+    by: str
+    reason: str | None
+
+
+def counted_pins(session: Session, assignment_id: int, user_id: int | None = None) -> dict[int, Pin]:
+    """user id -> the run staff chose to count in the assignment (of `user_id` alone, unless
+    None); one statement."""
+    query = (select(CountedRun.user_id, CountedRun.run_id, User.username, CountedRun.reason)
+             .join(User, User.id == CountedRun.by_id).where(CountedRun.assignment_id == assignment_id))
+    if user_id is not None:
+        query = query.where(CountedRun.user_id == user_id)
+    return {uid: Pin(run_id, by, reason) for uid, run_id, by, reason in session.execute(query)}
+
+
+def counting_run(runs: list[Run], grades: Mapping[int, Grade], policy: str, pin: Pin | None = None) -> int | None:
     """The id of the run among one student's `runs` of one assignment that the gradebook
-    counts under `policy` (`grades`: run_grades of them); None without a scored run."""
+    counts: staff's `pin` while that run is scored, else the pick of `policy` (`grades`:
+    run_grades of them); None without a scored run."""
+    if pin is not None and pin.run_id in grades:
+        return pin.run_id
     scored = [_Scored(r.submission.user_id, r.submission_id, r.id, grades[r.id], r.finished_at)
               for r in runs if r.id in grades]
     return max(scored, key=lambda r: r.key(policy)).run_id if scored else None
@@ -286,8 +310,8 @@ def gradebook(session: Session, assignment: Assignment, policy: str | None = Non
     "best": the highest score of any scored run. `policy` None: the assignment's own. A
     submission uploaded late keeps the late policy's share of its score (its upload time,
     the student's extension included), a run's staff adjustments are added (grader.grades),
-    and "best" compares the final grades; `tz` is
-    the zone the grades' reasons show instants in."""
+    and "best" compares the final grades; a run staff pinned (counted_pins) counts instead of
+    the policy's pick while it is scored. `tz` is the zone the grades' reasons show instants in."""
     policy = policy or assignment.score_policy
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {POLICIES}")
@@ -323,7 +347,10 @@ def gradebook(session: Session, assignment: Assignment, policy: str | None = Non
             latest[uid] = row
         if uid not in best or row.key("best") > best[uid].key("best"):
             best[uid] = row
-    chosen_ids = sorted({r.run_id for r in latest.values()} | {r.run_id for r in best.values()})
+    by_id = {row.run_id: row for row in scored}
+    pins = {uid: pin for uid, pin in counted_pins(session, assignment.id).items() if pin.run_id in by_id}
+    chosen_ids = sorted({r.run_id for r in latest.values()} | {r.run_id for r in best.values()}
+                        | {pin.run_id for pin in pins.values()})
     points: dict[int, dict[str, float]] = defaultdict(dict)
     speedups: dict[int, dict[str, float]] = defaultdict(dict)
     if chosen_ids:
@@ -349,9 +376,11 @@ def gradebook(session: Session, assignment: Assignment, policy: str | None = Non
     rows = []
     for user in users:
         lat, bst = as_scored(latest.get(user.id)), as_scored(best.get(user.id))
+        pin = pins.get(user.id)
+        graded = as_scored(by_id[pin.run_id]) if pin else lat if policy == "latest" else bst
         rows.append(GradebookRow(user_id=user.id, username=user.username, submissions=counts.get(user.id, 0),
-                                 latest=lat, best=bst, graded=lat if policy == "latest" else bst,
-                                 full_name=user.full_name, section=user.section, newest=newest.get(user.id)))
+                                 latest=lat, best=bst, graded=graded, full_name=user.full_name,
+                                 section=user.section, newest=newest.get(user.id), pin=pin))
     return Gradebook(
         assignment=assignment.slug,
         title=assignment.title,

@@ -20,7 +20,7 @@ from grader.auth import browser_principal
 from grader.membership import roles_of
 from grader.models import ErrorClass, ProblemResult, Run, RunState, Submission, User
 from grader.pages.common import Db, Viewer, absent, logged_in, page
-from grader.queries import counting_run, run_grades
+from grader.queries import counted_pins, counting_run, run_grades
 from grader.runstatus import run_status
 from grader.websession import current_user
 from worker.assignment import AssignmentError, Words, assignment_of
@@ -41,10 +41,12 @@ def history(request: Request, session: Db, user: Viewer) -> Response:
     zone = get_context(request).settings.course_zone
     grades = run_grades(session, [run for sub in subs for run in sub.runs], zone)
     assignments = {sub.assignment.id: sub.assignment for sub in subs}
+    pins = {a.slug: pin for a in assignments.values()
+            if (pin := counted_pins(session, a.id, user.id).get(user.id)) and pin.run_id in grades}
     counting = {a.slug: counting_run([r for sub in subs if sub.assignment_id == a.id for r in sub.runs],
-                                     grades, a.score_policy) for a in assignments.values()}
+                                     grades, a.score_policy, pins.get(a.slug)) for a in assignments.values()}
     return page(request, "submissions.html", user, submissions=subs, zone=zone, grades=grades,
-                assignments=sorted(assignments.values(), key=lambda a: a.slug), counting=counting)
+                assignments=sorted(assignments.values(), key=lambda a: a.slug), counting=counting, pins=pins)
 
 
 def _readable_run(session: Session, user: User, run_id: int) -> Run | None:

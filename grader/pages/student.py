@@ -1,37 +1,78 @@
 """One student's whole history in an assignment, for its staff (linked from the gradebook's
 Uploads count): every submission with every run, each scored run's final grade and late badge,
-which run the gradebook counts, and links to the runs and the submitted code. Someone who is
-not staff of the assignment gets the 404 page (grader.pages.common's Staff)."""
+which run the gradebook counts, and links to the runs and the submitted code. Staff can pin
+one scored run as the one that counts (an optional reason), and unpin it back to the score
+policy. Someone who is not staff of the assignment gets the 404 page (grader.pages.common's
+Staff and StaffForm)."""
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
-from sqlalchemy import select
-from sqlalchemy.orm import selectinload
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session, selectinload
 
 from grader.api.deps import get_context
 from grader.membership import role_in
-from grader.models import Submission
-from grader.pages.common import Db, Staff, absent, page
-from grader.queries import counting_run, run_grades
+from grader.models import Assignment, CountedRun, Run, RunState, Submission, User
+from grader.pages.common import Db, Staff, StaffForm, absent, page, see_other
+from grader.queries import counted_pins, counting_run, run_grades
 from grader.service import find_user
 
 router = APIRouter(include_in_schema=False)
 
 
+def _student(session: Session, assignment: Assignment, username: str) -> tuple[User, list[Submission]]:
+    """The student and their submissions in `assignment`, newest first, runs loaded; the 404
+    page for a login the gradebook lists no row of."""
+    student = find_user(session, username)
+    subs = [] if student is None else list(session.scalars(
+        select(Submission).where(Submission.user_id == student.id, Submission.assignment_id == assignment.id)
+        .options(selectinload(Submission.runs)).order_by(Submission.id.desc())
+    ))
+    if student is None or (not subs and role_in(session, student.id, assignment.id) is None):
+        raise absent(f"student {username!r} in {assignment.slug}")
+    return student, subs
+
+
 @router.get("/assignments/{slug}/students/{username}", response_class=HTMLResponse)
 def student_history(request: Request, username: str, session: Db, staff: Staff) -> Response:
     assignment = staff.assignment
-    student = find_user(session, username)
-    subs = [] if student is None else session.scalars(
-        select(Submission).where(Submission.user_id == student.id, Submission.assignment_id == assignment.id)
-        .options(selectinload(Submission.runs)).order_by(Submission.id.desc())
-    ).all()
-    if student is None or (not subs and role_in(session, student.id, assignment.id) is None):
-        raise absent(f"student {username!r} in {assignment.slug}")  # the gradebook lists no such row either
+    student, subs = _student(session, assignment, username)
     zone = get_context(request).settings.course_zone
     runs = [run for sub in subs for run in sub.runs]
     grades = run_grades(session, runs, zone)
+    pin = counted_pins(session, assignment.id, student.id).get(student.id)
     return page(request, "student_history.html", staff.user, student=student, assignment=assignment,
                 role=role_in(session, student.id, assignment.id), submissions=subs, grades=grades,
-                counting=counting_run(runs, grades, assignment.score_policy), zone=zone)
+                counting=counting_run(runs, grades, assignment.score_policy, pin), zone=zone,
+                pin=pin if pin and pin.run_id in grades else None, error=request.query_params.get("error"))
+
+
+@router.post("/assignments/{slug}/students/{username}/counted")
+async def pin_counted(request: Request, username: str, session: Db, staff: StaffForm) -> Response:
+    """Make one scored run of the student the one that counts, replacing any earlier pin."""
+    assignment = staff.assignment
+    student, subs = _student(session, assignment, username)
+    form = await request.form()
+    here = f"/assignments/{assignment.slug}/students/{student.username}"
+    run_id = str(form.get("run_id", ""))
+    run = session.get(Run, int(run_id)) if run_id.isdigit() else None
+    if run is None or run.submission not in subs or run.state is not RunState.scored or run.score is None:
+        return see_other(f"{here}?error=unscored#counted")
+    reason = str(form.get("reason", "")).strip() or None
+    session.execute(delete(CountedRun).where(CountedRun.assignment_id == assignment.id,
+                                             CountedRun.user_id == student.id))
+    session.add(CountedRun(assignment_id=assignment.id, user_id=student.id, run_id=run.id, reason=reason,
+                           by_id=staff.user.id))
+    session.commit()
+    return see_other(f"{here}#counted")
+
+
+@router.post("/assignments/{slug}/students/{username}/counted/remove")
+def unpin_counted(username: str, session: Db, staff: StaffForm) -> Response:
+    """Back to the score policy's pick."""
+    student, _ = _student(session, staff.assignment, username)
+    session.execute(delete(CountedRun).where(CountedRun.assignment_id == staff.assignment.id,
+                                             CountedRun.user_id == student.id))
+    session.commit()
+    return see_other(f"/assignments/{staff.assignment.slug}/students/{student.username}#counted")

@@ -27,6 +27,7 @@ from grader.models import (
     FINAL_STATES,
     ApiToken,
     Assignment,
+    CountedRun,
     Enrollment,
     ErrorClass,
     Extension,
@@ -349,6 +350,18 @@ def _ops_post_denied(path: str, data: dict[str, str]) -> Check:
     return check
 
 
+def _pin_denied(path: str, data: dict[str, str]) -> Check:
+    """A student's post to the staff's choice of b's counted run in hw4 is 404 and pins or
+    unpins nothing."""
+    def check(w: World) -> None:
+        before = w.count(CountedRun)
+        filled = {key: value.format(w=w) for key, value in data.items()}
+        refused(w.a_web.post(path.format(w=w), data={"csrf_token": w.a_csrf(), **filled}, follow_redirects=False),
+                404, w=w)
+        assert w.count(CountedRun) == before
+    return check
+
+
 def _ops_report_download(w: World) -> None:
     refused(w.a_web.get("/assignments/hw4/similarity.json", follow_redirects=False), 404, w=w)
 
@@ -447,6 +460,10 @@ ROUTES: dict[tuple[str, str], Check] = {
     ("GET", "/submissions/{submission_id}/download"): _web_get_denied("/submissions/{w.b_submission}/download", 404),
     ("GET", "/assignments/{slug}/students/{username}"):
         _web_get_denied("/assignments/hw4/students/{w.b_name}", 404, owner="staff"),
+    ("POST", "/assignments/{slug}/students/{username}/counted"):
+        _pin_denied("/assignments/hw4/students/{w.b_name}/counted", {"run_id": "{w.b_run}"}),
+    ("POST", "/assignments/{slug}/students/{username}/counted/remove"):
+        _pin_denied("/assignments/hw4/students/{w.b_name}/counted/remove", {}),
     ("GET", "/gradebook"): _web_get_denied("/gradebook", 404, owner="staff"),
     ("GET", "/gradebook.csv"): _web_get_denied("/gradebook.csv", 404, owner="staff"),
     ("GET", "/gradebook.json"): _web_get_denied("/gradebook.json", 404, owner="staff"),

@@ -1,0 +1,119 @@
+"""Staff choose which run counts (issue 18), on real PostgreSQL: a run pinned on the staff
+history page of a student, one the score policy would not pick, is the one the gradebook page,
+its CSV, the JSON API and both history pages show; unpinning returns to the policy's pick.
+Only staff of the assignment may pin, and only a scored run of that student."""
+from __future__ import annotations
+
+import csv
+import io
+import re
+import uuid
+from dataclasses import dataclass
+
+import pytest
+from sqlalchemy.orm import Session, sessionmaker
+
+from grader.auth import issue_token, set_password
+from grader.blobstore import StoredBlob
+from grader.db import session_scope
+from grader.models import Assignment, Role, RunState, utcnow
+from grader.service import get_or_create_user, record_submission
+from grader.settings import Settings
+from tests.service.conftest import auth
+from tests.service.test_web_settings import PASSWORD, Browser
+
+SCORES = (90.0, 60.0)  # the older upload scores better; the "latest" policy picks the newer
+
+
+@dataclass
+class Course:
+    slug: str
+    title: str
+    prof: str
+    student: str
+    other: str
+    runs: tuple[int, int]  # the older run, then the newer
+    queued: int  # a run not scored
+
+
+@pytest.fixture(scope="module")
+def course(sessions: sessionmaker[Session]) -> Course:
+    tag = uuid.uuid4().hex[:6]
+    slug, title = f"pin-{tag}", f"Pin {tag}"
+    with session_scope(sessions) as session:
+        assignment = Assignment(slug=slug, title=title, total_points=100, score_policy="latest")
+        session.add(assignment)
+        session.flush()  # created first: new accounts join every assignment there is
+        prof = get_or_create_user(session, f"pin-prof-{tag}", Role.instructor)
+        student = get_or_create_user(session, f"pin-stu-{tag}", Role.student)
+        other = get_or_create_user(session, f"pin-oth-{tag}", Role.student)
+        for user in (prof, student, other):
+            set_password(user, PASSWORD)
+        runs = []
+        for i, score in enumerate(SCORES):
+            _sub, run = record_submission(session, student, assignment, f"hw{i}.zip", StoredBlob(sha256=f"{i}c" * 32, size=10))
+            run.state, run.score, run.finished_at = RunState.scored, score, utcnow()
+            session.flush()
+            runs.append(run.id)
+        _sub, queued = record_submission(session, student, assignment, "hw2.zip", StoredBlob(sha256="2c" * 32, size=10))
+        session.flush()
+        return Course(slug, title, prof.username, student.username, other.username, (runs[0], runs[1]), queued.id)
+
+
+def _shown(prof: Browser, student: Browser, course: Course, token: str) -> dict[str, object]:
+    """The counted run (or its total) as each place shows it."""
+    book = prof.client.get("/gradebook", params={"assignment": course.slug}).text
+    row = re.search(rf'<th scope="row">{course.student}</th>(.*?)</tr>', book, re.DOTALL)
+    assert row, book
+    line = next(r for r in csv.DictReader(io.StringIO(prof.client.get("/gradebook.csv",
+                                                                      params={"assignment": course.slug}).text))
+                if r["SIS Login ID"] == course.student)
+    api = prof.client.get(f"/api/v1/assignments/{course.slug}/gradebook", headers=auth(token)).json()
+    api_row = next(r for r in api["rows"] if r["user"] == course.student)
+    staff_page = prof.client.get(f"/assignments/{course.slug}/students/{course.student}").text
+    history = student.client.get("/submissions").text
+    counted_staff = re.search(r'Run (\d+)</a>: [^\n]*?class="counts"', staff_page)
+    counted_student = re.search(r'Run (\d+)</a>: [^\n]*?class="counts"', history)
+    return {"page": re.search(r'href="/runs/(\d+)">Run', row.group(1)).group(1),  # type: ignore[union-attr]
+            "csv": line[f"{course.title} final (100)"], "json": (api_row["run_id"], api_row["total"]),
+            "staff": counted_staff.group(1) if counted_staff else None,
+            "student": counted_student.group(1) if counted_student else None,
+            "chosen": ("chosen by staff" in history, "chosen by staff" in staff_page,
+                       "regraded on a quiet GPU" in history)}
+
+
+def test_a_pinned_run_counts_everywhere_until_unpinned(settings: Settings, sessions: sessionmaker[Session],
+                                                       course: Course) -> None:
+    prof, student = Browser(settings, course.prof), Browser(settings, course.student)
+    with session_scope(sessions) as session:
+        token = issue_token(session, get_or_create_user(session, course.prof, Role.instructor), "pin")
+    older, newer = course.runs
+    policy = {"page": str(newer), "csv": "60", "json": (newer, 60.0), "staff": str(newer), "student": str(newer),
+              "chosen": (False, False, False)}
+    assert _shown(prof, student, course, token) == policy
+
+    here = f"/assignments/{course.slug}/students/{course.student}"
+    sent = prof.client.post(f"{here}/counted", data={"csrf_token": prof.page_csrf(here), "run_id": str(older),
+                                                     "reason": "regraded on a quiet GPU"}, follow_redirects=False)
+    assert sent.status_code == 303 and sent.headers["location"] == f"{here}#counted"
+    assert _shown(prof, student, course, token) == {
+        "page": str(older), "csv": "90", "json": (older, 90.0), "staff": str(older), "student": str(older),
+        "chosen": (True, True, True)}
+
+    removed = prof.client.post(f"{here}/counted/remove", data={"csrf_token": prof.page_csrf(here)},
+                               follow_redirects=False)
+    assert removed.status_code == 303
+    assert _shown(prof, student, course, token) == policy
+
+
+def test_only_staff_pin_and_only_a_scored_run(settings: Settings, course: Course) -> None:
+    here = f"/assignments/{course.slug}/students/{course.student}"
+    prof, other = Browser(settings, course.prof), Browser(settings, course.other)
+    refused = prof.client.post(f"{here}/counted", data={"csrf_token": prof.page_csrf(here),
+                                                        "run_id": str(course.queued)}, follow_redirects=False)
+    assert refused.headers["location"] == f"{here}?error=unscored#counted"
+    assert "Only a scored run of" in prof.client.get(refused.headers["location"]).text
+    for path in (f"{here}/counted", f"{here}/counted/remove"):
+        denied = other.client.post(path, data={"csrf_token": other.page_csrf("/"), "run_id": str(course.runs[0])})
+        assert denied.status_code == 404
+    assert "chosen by staff" not in prof.client.get(here).text
