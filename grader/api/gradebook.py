@@ -13,7 +13,9 @@ from grader.grades import signed_points
 def gradebook_out(book: queries.Gradebook) -> GradebookOut:
     rows = [GradebookRowOut.of(row, problems=dict(row.graded.problems) if row.graded else {},
                                run_id=row.graded.run_id if row.graded else None,
-                               grade=GradeOut.of(row.graded.grade) if row.graded else None)
+                               grade=GradeOut.of(row.graded.grade) if row.graded else None,
+                               chosen_by=row.pin.by if row.pin else None,
+                               chosen_reason=row.pin.reason if row.pin else None)
             for row in book.rows]
     return GradebookOut.of(book, rows=rows)
 

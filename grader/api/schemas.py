@@ -170,10 +170,14 @@ class GradebookRowOut(FromRow):
     name: str | None = Field(default=None, validation_alias="full_name", description="from the roster")
     section: str | None = Field(default=None, description="from the roster")
     submissions: int
-    total: float | None = Field(description="score of the run the policy picks; null: no scored run")
+    total: float | None = Field(description="score of the run that counts (staff's choice, else the policy's "
+                                "pick); null: no scored run")
     problems: dict[str, float] = Field(description="problem id -> points of that run, before any late penalty")
     run_id: int | None
     grade: GradeOut | None = Field(default=None, description="the final grade of that run; total is its final_score")
+    chosen_by: str | None = Field(default=None, description="the staff login who chose that run to count "
+                                  "instead of the policy's pick; null: the policy's pick")
+    chosen_reason: str | None = Field(default=None, description="why staff chose it, when they said")
     latest: ScoredRunOut | None
     best: ScoredRunOut | None
 

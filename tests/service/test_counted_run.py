@@ -51,7 +51,8 @@ def course(sessions: sessionmaker[Session]) -> Course:
             set_password(user, PASSWORD)
         runs = []
         for i, score in enumerate(SCORES):
-            _sub, run = record_submission(session, student, assignment, f"hw{i}.zip", StoredBlob(sha256=f"{i}c" * 32, size=10))
+            blob = StoredBlob(sha256=f"{i}c" * 32, size=10)
+            _sub, run = record_submission(session, student, assignment, f"hw{i}.zip", blob)
             run.state, run.score, run.finished_at = RunState.scored, score, utcnow()
             session.flush()
             runs.append(run.id)
@@ -75,11 +76,12 @@ def _shown(prof: Browser, student: Browser, course: Course, token: str) -> dict[
     counted_staff = re.search(r'Run (\d+)</a>: [^\n]*?class="counts"', staff_page)
     counted_student = re.search(r'Run (\d+)</a>: [^\n]*?class="counts"', history)
     return {"page": re.search(r'href="/runs/(\d+)">Run', row.group(1)).group(1),  # type: ignore[union-attr]
-            "csv": line[f"{course.title} final (100)"], "json": (api_row["run_id"], api_row["total"]),
+            "csv": line[f"{course.title} final (100)"],
+            "json": (api_row["run_id"], api_row["total"], api_row["chosen_by"], api_row["chosen_reason"]),
             "staff": counted_staff.group(1) if counted_staff else None,
             "student": counted_student.group(1) if counted_student else None,
             "chosen": ("chosen by staff" in history, "chosen by staff" in staff_page,
-                       "regraded on a quiet GPU" in history)}
+                       "chosen by staff" in row.group(1), "regraded on a quiet GPU" in history)}
 
 
 def test_a_pinned_run_counts_everywhere_until_unpinned(settings: Settings, sessions: sessionmaker[Session],
@@ -88,8 +90,8 @@ def test_a_pinned_run_counts_everywhere_until_unpinned(settings: Settings, sessi
     with session_scope(sessions) as session:
         token = issue_token(session, get_or_create_user(session, course.prof, Role.instructor), "pin")
     older, newer = course.runs
-    policy = {"page": str(newer), "csv": "60", "json": (newer, 60.0), "staff": str(newer), "student": str(newer),
-              "chosen": (False, False, False)}
+    policy = {"page": str(newer), "csv": "60", "json": (newer, 60.0, None, None), "staff": str(newer),
+              "student": str(newer), "chosen": (False, False, False, False)}
     assert _shown(prof, student, course, token) == policy
 
     here = f"/assignments/{course.slug}/students/{course.student}"
@@ -97,8 +99,8 @@ def test_a_pinned_run_counts_everywhere_until_unpinned(settings: Settings, sessi
                                                      "reason": "regraded on a quiet GPU"}, follow_redirects=False)
     assert sent.status_code == 303 and sent.headers["location"] == f"{here}#counted"
     assert _shown(prof, student, course, token) == {
-        "page": str(older), "csv": "90", "json": (older, 90.0), "staff": str(older), "student": str(older),
-        "chosen": (True, True, True)}
+        "page": str(older), "csv": "90", "json": (older, 90.0, course.prof, "regraded on a quiet GPU"),
+        "staff": str(older), "student": str(older), "chosen": (True, True, True, True)}
 
     removed = prof.client.post(f"{here}/counted/remove", data={"csrf_token": prof.page_csrf(here)},
                                follow_redirects=False)

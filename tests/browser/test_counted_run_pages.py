@@ -1,0 +1,93 @@
+"""Staff choose which run counts (issue 18), in Chromium: on a student's staff history page the
+instructor counts an older, better run in place of the "latest" policy's pick, with a reason;
+the gradebook then shows that run and its total, marked as chosen by staff; going back to the
+policy's pick restores the newer run."""
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+import pytest
+from playwright.sync_api import BrowserContext, Page, expect
+from sqlalchemy.orm import Session, sessionmaker
+
+from grader.auth import set_password
+from grader.blobstore import StoredBlob
+from grader.db import session_scope
+from grader.models import Assignment, Role, RunState, utcnow
+from grader.service import get_or_create_user, record_submission
+from tests.browser.a11y import check_page
+
+PASSWORD = "correct horse battery"
+
+
+@dataclass
+class Course:
+    slug: str
+    prof: str
+    student: str
+    older: int  # scored 90
+    newer: int  # scored 60: the "latest" policy's pick
+
+
+@pytest.fixture
+def course(sessions: sessionmaker[Session]) -> Course:
+    tag = uuid.uuid4().hex[:6]
+    slug = f"pinb-{tag}"
+    with session_scope(sessions) as session:
+        assignment = Assignment(slug=slug, title=f"Pin {tag}", total_points=100, score_policy="latest")
+        session.add(assignment)
+        session.flush()  # created first: new accounts join every assignment there is
+        prof = get_or_create_user(session, f"pinb-prof-{tag}", Role.instructor)
+        student = get_or_create_user(session, f"pinb-stu-{tag}", Role.student)
+        for user in (prof, student):
+            set_password(user, PASSWORD)
+        runs = []
+        for i, score in enumerate((90.0, 60.0)):
+            blob = StoredBlob(sha256=f"{i}d" * 32, size=10)
+            _sub, run = record_submission(session, student, assignment, f"hw{i}.zip", blob)
+            run.state, run.score, run.finished_at = RunState.scored, score, utcnow()
+            session.flush()
+            runs.append(run.id)
+        return Course(slug, prof.username, student.username, runs[0], runs[1])
+
+
+def _log_in(context: BrowserContext, username: str) -> Page:
+    page = context.new_page()
+    page.goto("/login")
+    page.get_by_label("Username").fill(username)
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    return page
+
+
+def test_staff_pin_a_run_and_the_gradebook_counts_it(context: BrowserContext, course: Course) -> None:
+    page = _log_in(context, course.prof)
+    page.goto(f"/gradebook?assignment={course.slug}")
+    row = page.locator("#gradebook tbody tr", has=page.get_by_role("rowheader", name=course.student))
+    expect(row.locator(".final-grade")).to_have_text("60")
+    page.goto(f"/assignments/{course.slug}/students/{course.student}")
+    page.get_by_label(f"Why run {course.older} counts (optional)").fill("Measured on a noisy GPU")
+    page.get_by_role("button", name=f"Count run {course.older}").click()
+    counted = page.locator("#counted")
+    expect(counted).to_contain_text("chosen by staff")
+    expect(counted).to_contain_text(f"{course.prof}: Measured on a noisy GPU")
+    expect(counted).to_contain_text(f"run {course.older}, 90 / 100")
+    item = page.locator("ul.plain li", has=page.get_by_role("link", name=f"Run {course.older}", exact=True))
+    expect(item.locator(".counts")).to_have_text("counts")
+    check_page(page)
+
+    page.get_by_role("link", name="Back to the gradebook").click()
+    row = page.locator("#gradebook tbody tr", has=page.get_by_role("rowheader", name=course.student))
+    expect(row.locator(".final-grade")).to_have_text("90")
+    expect(row.get_by_role("link", name=f"Run {course.older}", exact=True)).to_have_count(1)
+    expect(row.locator(".chosen")).to_have_text("chosen by staff")
+
+    page.goto(f"/assignments/{course.slug}/students/{course.student}")
+    page.get_by_role("button", name="Back to the score policy's pick").click()
+    expect(page.locator("#counted")).not_to_contain_text("chosen by staff")
+    expect(page.locator("#counted")).to_contain_text(f"run {course.newer}, 60 / 100")
+    page.goto(f"/gradebook?assignment={course.slug}")
+    row = page.locator("#gradebook tbody tr", has=page.get_by_role("rowheader", name=course.student))
+    expect(row.locator(".final-grade")).to_have_text("60")
+    expect(row.locator(".chosen")).to_have_count(0)
