@@ -414,8 +414,8 @@ def _comment_on_b(w: World) -> None:
     assert allowed.status_code == 400 and w.count(RunComment) == before
 
 
-def _decide_b_request(w: World) -> None:
-    """A student cannot answer B's open regrade request (404; it stays open); staff reach the use case."""
+def _b_open_request(w: World) -> int:
+    """The id of B's open regrade request of B's run (made here when there is none)."""
     with session_scope(w.sessions) as session:
         asked = session.scalars(select(RegradeRequest).where(RegradeRequest.run_id == w.b_run,
                                                              RegradeRequest.state == "open")).first()
@@ -423,12 +423,37 @@ def _decide_b_request(w: World) -> None:
             asked = RegradeRequest(run_id=w.b_run, student_id=_b_user_id(w), reason="please")
             session.add(asked)
             session.flush()
-        path = f"/assignments/hw4/regrade-requests/{asked.id}"
+        return asked.id
+
+
+def _decide_b_request(w: World) -> None:
+    """A student cannot answer B's open regrade request (404; it stays open); staff reach the use case."""
+    path = f"/assignments/hw4/regrade-requests/{_b_open_request(w)}"
     for action in ("reject", "regrade"):
         refused(w.a_web.post(path, data={"csrf_token": w.a_csrf(), "action": action, "reply": "no"},
                              follow_redirects=False), 404, w=w)
     staff = w.staff_web.post(path, data={"csrf_token": csrf_of(w.staff_web.get("/").text), "action": "reject"})
     assert staff.status_code == 400  # a rejection needs a reply: the staff's form reached the use case
+    assert w.count(RegradeRequest, RegradeRequest.run_id == w.b_run, RegradeRequest.state == "open") == 1
+
+
+def _api_post_of_b(path: str, model: type, field: str) -> Check:
+    """A's token cannot write `field` on B's run through the API (404, nothing stored); B's own
+    request reaches the route's validation (blank: 422)."""
+    def check(w: World) -> None:
+        url, before = path.format(w=w), w.count(model)
+        refused(w.api.post(url, headers=auth(w.a_token), json={field: "mine"}), 404, w=w)
+        assert w.api.post(url, headers=auth(w.b_token), json={field: " "}).status_code == 422
+        assert w.count(model) == before
+    return check
+
+
+def _api_decide_b_request(w: World) -> None:
+    """A's token cannot answer B's open regrade request (404; it stays open); staff's reach validation."""
+    path = f"/api/v1/regrade-requests/{_b_open_request(w)}/decision"
+    for action in ("reject", "regrade"):
+        refused(w.api.post(path, headers=auth(w.a_token), json={"action": action, "reply": "no"}), 404, w=w)
+    assert w.api.post(path, headers=auth(w.staff_token), json={"action": "reject"}).status_code == 422
     assert w.count(RegradeRequest, RegradeRequest.run_id == w.b_run, RegradeRequest.state == "open") == 1
 
 
@@ -442,6 +467,14 @@ ROUTES: dict[tuple[str, str], Check] = {
     ("POST", "/api/v1/submissions/{submission_id}/regrade"): _no_new_run(
         lambda w: w.api.post(f"/api/v1/submissions/{w.b_submission}/regrade", headers=auth(w.a_token)), 403, 404),
     ("GET", "/api/v1/runs/{run_id}"): _api_get_denied("/api/v1/runs/{w.b_run}", 404),
+    ("GET", "/api/v1/runs/{run_id}/regrade-requests"): _api_get_denied("/api/v1/runs/{w.b_run}/regrade-requests", 404),
+    ("POST", "/api/v1/runs/{run_id}/regrade-requests"):
+        _api_post_of_b("/api/v1/runs/{w.b_run}/regrade-requests", RegradeRequest, "reason"),
+    ("GET", "/api/v1/runs/{run_id}/comments"): _api_get_denied("/api/v1/runs/{w.b_run}/comments", 404),
+    ("POST", "/api/v1/runs/{run_id}/comments"): _api_post_of_b("/api/v1/runs/{w.b_run}/comments", RunComment, "body"),
+    ("GET", "/api/v1/assignments/{slug}/regrade-requests"):
+        _api_get_denied("/api/v1/assignments/hw4/regrade-requests", 403, owner="staff"),
+    ("POST", "/api/v1/regrade-requests/{request_id}/decision"): _api_decide_b_request,
     ("GET", "/api/v1/assignments/{slug}/gradebook"):
         _api_get_denied("/api/v1/assignments/hw4/gradebook", 403, owner="staff"),
     ("GET", "/api/v1/assignments/{slug}/gradebook.csv"):

@@ -1,0 +1,189 @@
+"""/api/v1 regrade requests and comments on a run (grader.adjustments), under the web pages'
+rules (grader.pages.requests): a run that is not the caller's own, or not of an assignment
+the caller teaches, reads as absent (404). Only the run's student asks for a regrade; only
+staff of its assignment answer a request (403 for the others who may read it). Writing (a
+request, a comment) needs the `submit` scope, answering `regrade`; a decision the workflow
+cannot take (a second open request, a request already answered) is 409 with its reason."""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal, Self
+
+from fastapi import APIRouter, HTTPException, status
+from pydantic import AliasPath, BaseModel, Field, StringConstraints, model_validator
+from sqlalchemy.orm import Session
+
+from grader import adjustments
+from grader.adjustments import MAX_TEXT, WorkflowError
+from grader.api.acceptance import admit_committed
+from grader.api.deps import DB, Caller, Context, require, taught_assignment
+from grader.api.errors import ERRORS, ApiError, ErrorBody
+from grader.api.schemas import AdjustmentOut, FromRow
+from grader.auth import SCOPE_READ, SCOPE_REGRADE, SCOPE_SUBMIT, Principal
+from grader.models import RegradeRequest, Run, RunComment
+
+router = APIRouter()
+Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_TEXT)]
+REFUSED = {**ERRORS, 409: {"model": ErrorBody, "description": "the workflow refuses it now (the message says why)"}}
+
+
+# ---- bodies --------------------------------------------------------------------------------
+
+
+class RegradeAsk(BaseModel):
+    reason: Text = Field(description="why the run should be looked at again; shown to the course staff")
+
+
+class RegradeDecision(BaseModel):
+    action: Literal["regrade", "adjust", "reject"] = Field(
+        description="regrade: accept by grading the submission again (a new run); adjust: accept by adding "
+                    "`points` to the run's grade; reject: refuse, saying why in `reply`")
+    reply: str = Field("", max_length=MAX_TEXT, description="shown to the student; required to adjust (the "
+                       "adjustment's reason) and to reject")
+    points: float | None = Field(None, allow_inf_nan=False, description="adjust: points to add (negative: "
+                                 "to take off), not zero, at most the assignment's total either way")
+
+    @model_validator(mode="after")
+    def _complete(self) -> Self:
+        if self.action in ("adjust", "reject") and not self.reply.strip():
+            raise ValueError(f"{self.action} needs a reply: it is shown to the student")
+        if self.action == "adjust" and not self.points:
+            raise ValueError("adjust needs points other than zero")
+        return self
+
+
+class CommentIn(BaseModel):
+    body: Text = Field(description="the comment, shown on the run page")
+
+
+class RegradeRequestOut(FromRow):
+    id: int
+    run_id: int
+    student: str = Field(validation_alias=AliasPath("student", "username"))
+    reason: str
+    state: Literal["open", "accepted", "rejected"]
+    created_at: datetime
+    decided_by: str | None = Field(None, description="the staff login who answered; null while open")
+    decided_at: datetime | None
+    reply: str | None = Field(description="the staff's answer, shown to the student")
+    regrade_run_id: int | None = Field(description="accepted by a re-grade: the new run")
+    adjustment: AdjustmentOut | None = Field(None, description="accepted by an adjustment: it")
+
+    @classmethod
+    def of_row(cls, row: RegradeRequest) -> RegradeRequestOut:
+        made = row.adjustment
+        return cls.of(row, decided_by=row.decided_by.username if row.decided_by else None,
+                      adjustment=AdjustmentOut.of(made, by=made.by.username, at=made.created_at) if made else None)
+
+
+class RegradeRequestList(BaseModel):
+    items: list[RegradeRequestOut] = Field(description="a run's: oldest first; an assignment's: open ones "
+                                           "first (oldest first), then the answered ones, newest first")
+
+
+class CommentOut(FromRow):
+    id: int
+    run_id: int
+    author: str = Field(validation_alias=AliasPath("author", "username"))
+    body: str
+    created_at: datetime
+
+
+class CommentList(BaseModel):
+    items: list[CommentOut] = Field(description="oldest first")
+
+
+# ---- who may do what ------------------------------------------------------------------------
+
+
+def _readable_run(session: Session, caller: Principal, run_id: int) -> Run:
+    """The run when the caller reads it (their own, or of an assignment they teach); 404 otherwise."""
+    require(caller, SCOPE_READ)
+    run = session.get(Run, run_id)
+    if run is None or not caller.can_read_submission(run.submission):
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no run {run_id}")
+    return run
+
+
+def _refused(session: Session, exc: WorkflowError) -> ApiError:
+    session.rollback()
+    return ApiError(status.HTTP_409_CONFLICT, str(exc))
+
+
+# ---- regrade requests ----------------------------------------------------------------------
+
+
+@router.get("/runs/{run_id}/regrade-requests", response_model=RegradeRequestList, responses=ERRORS,
+            summary="A run's regrade requests with the staff's answers, oldest first")
+def list_run_requests(run_id: int, session: DB, caller: Caller) -> RegradeRequestList:
+    run = _readable_run(session, caller, run_id)
+    return RegradeRequestList(items=[RegradeRequestOut.of_row(r) for r in run.regrade_requests])
+
+
+@router.post("/runs/{run_id}/regrade-requests", status_code=status.HTTP_201_CREATED,
+             response_model=RegradeRequestOut, responses=REFUSED,
+             summary="Ask the staff to look at one's own finished run again (one open request per run)")
+def create_request(run_id: int, body: RegradeAsk, session: DB, caller: Caller) -> RegradeRequestOut:
+    run = _readable_run(session, caller, run_id)
+    require(caller, SCOPE_SUBMIT)
+    if run.submission.user_id != caller.user.id:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "only the run's own student asks for its regrade")
+    try:
+        row = adjustments.request_regrade(session, run, caller.user, body.reason)
+    except WorkflowError as exc:
+        raise _refused(session, exc) from exc
+    session.commit()  # stored before the 201
+    return RegradeRequestOut.of_row(row)
+
+
+@router.get("/assignments/{slug}/regrade-requests", response_model=RegradeRequestList, responses=ERRORS,
+            summary="The assignment's regrade requests (staff): open ones first, oldest first")
+def list_assignment_requests(slug: str, session: DB, caller: Caller) -> RegradeRequestList:
+    assignment = taught_assignment(session, caller, slug)
+    return RegradeRequestList(items=[RegradeRequestOut.of_row(r)
+                                     for r in adjustments.assignment_requests(session, assignment)])
+
+
+@router.post("/regrade-requests/{request_id}/decision", response_model=RegradeRequestOut, responses=REFUSED,
+             summary="Answer an open regrade request (staff): re-grade, adjust the grade, or reject with a reply")
+def decide_request(request_id: int, body: RegradeDecision, ctx: Context, session: DB,
+                   caller: Caller) -> RegradeRequestOut:
+    asked = session.get(RegradeRequest, request_id)
+    if asked is None or not caller.can_read_submission(asked.run.submission):
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no regrade request {request_id}")
+    require(caller, SCOPE_REGRADE)
+    if not caller.teaches(asked.run.submission.assignment_id):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "only staff of the run's assignment answer its requests")
+    new_run: int | None = None
+    try:
+        if body.action == "regrade":
+            new_run = adjustments.accept_with_regrade(session, asked, caller.user, body.reply).id
+        elif body.action == "adjust":
+            adjustments.accept_with_adjustment(session, asked, caller.user, str(body.points), body.reply)
+        else:
+            adjustments.reject(asked, caller.user, body.reply)
+    except WorkflowError as exc:
+        raise _refused(session, exc) from exc
+    session.commit()
+    if new_run is not None:
+        admit_committed(ctx, new_run)  # committed first: the new run's page says if it waits to be sent
+    return RegradeRequestOut.of_row(asked)
+
+
+# ---- comments ------------------------------------------------------------------------------
+
+
+@router.get("/runs/{run_id}/comments", response_model=CommentList, responses=ERRORS,
+            summary="The comments on a run by its student and the staff, oldest first")
+def list_comments(run_id: int, session: DB, caller: Caller) -> CommentList:
+    return CommentList(items=[CommentOut.of(c) for c in _readable_run(session, caller, run_id).comments])
+
+
+@router.post("/runs/{run_id}/comments", status_code=status.HTTP_201_CREATED, response_model=CommentOut,
+             responses=ERRORS, summary="Comment on one's own run, or as staff on a run of a taught assignment")
+def create_comment(run_id: int, body: CommentIn, session: DB, caller: Caller) -> CommentOut:
+    run = _readable_run(session, caller, run_id)
+    require(caller, SCOPE_SUBMIT)
+    row: RunComment = adjustments.comment(session, run, caller.user, body.body)
+    session.commit()  # stored before the 201
+    return CommentOut.of(row)
