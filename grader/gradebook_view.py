@@ -14,8 +14,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from grader import charts
+from grader.gradebook_reads import Gradebook, GradebookRow
 from grader.models import Assignment, RunState, Submission
-from grader.queries import Gradebook, GradebookRow, regrade_targets
+from grader.submission_reads import regrade_targets
 
 NO_RUN = "none"  # state filter: students without any run
 STATE_CHOICES: tuple[str, ...] = ("", *(s.value for s in RunState), NO_RUN)
@@ -235,7 +236,7 @@ def row_regrades(row: GradebookRow, newest: dict[int, int]) -> list[tuple[int, s
 @dataclass(frozen=True)
 class BulkRegrade:
     """What a bulk re-grade of the rows `view` selects would queue: `targets` in queue order
-    (round-robin over students, queries.regrade_targets). `token` names that exact set: the
+    (round-robin over students, submission_reads.regrade_targets). `token` names that exact set: the
     confirmation page sends it back, and the re-grade runs only while the set is the same."""
 
     which: str

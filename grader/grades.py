@@ -1,8 +1,9 @@
 """The one final grade of a run, and an assignment's deadlines as a student sees them (pure;
 no database). Every page, export, API body and notice that shows a grade reads it from
 `final_grade`, so a late or adjusted run has one grade, its raw score, the points taken or
-given and why, wherever it is shown; grader.queries.run_grades and .gradebook feed it from
-the database (the staff's adjustments too: grader.adjustments)."""
+given and why, wherever it is shown; grader.grade_reads.run_grades and
+grader.gradebook_reads.gradebook feed it from the database (the staff's adjustments too:
+grader.adjustments)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -329,7 +329,7 @@ class GradeAdjustment(Base):
 
 class CountedRun(Base):
     """The run staff chose to count for one student in one assignment, instead of the score
-    policy's pick (grader.queries.gradebook); removing the row returns to the policy."""
+    policy's pick (grader.gradebook_reads.gradebook); removing the row returns to the policy."""
 
     __tablename__ = "counted_runs"
     __table_args__ = (UniqueConstraint("assignment_id", "user_id"),)

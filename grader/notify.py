@@ -15,8 +15,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from grader.db import session_scope
 from grader.deadlines import LateStatus
+from grader.grade_reads import run_grades
 from grader.models import Run, RunState
-from grader.queries import run_grades
 from grader.settings import Settings
 
 log = logging.getLogger(__name__)

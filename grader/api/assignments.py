@@ -6,16 +6,17 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Body, HTTPException, Query, Response, status
 from sqlalchemy import select
 
-from grader import queries
 from grader.api.acceptance import admit_committed
 from grader.api.deps import DB, Caller, Context, require, taught_assignment
 from grader.api.errors import ERRORS
 from grader.api.gradebook import gradebook_csv, gradebook_out
 from grader.api.schemas import GradebookOut, RegradeAccepted, RegradeRequest
 from grader.auth import SCOPE_READ_ALL, SCOPE_REGRADE
+from grader.gradebook_reads import gradebook
 from grader.models import Submission
 from grader.runs.fairshare import Admission
 from grader.service import record_regrade
+from grader.submission_reads import regrade_targets
 
 router = APIRouter()
 
@@ -34,7 +35,7 @@ PolicyParam = Annotated[
 )
 def read_gradebook(slug: str, ctx: Context, session: DB, caller: Caller, policy: PolicyParam = None) -> GradebookOut:
     require(caller, SCOPE_READ_ALL)
-    return gradebook_out(queries.gradebook(session, taught_assignment(session, caller, slug), policy,
+    return gradebook_out(gradebook(session, taught_assignment(session, caller, slug), policy,
                                            ctx.settings.course_zone))
 
 
@@ -46,7 +47,7 @@ def read_gradebook(slug: str, ctx: Context, session: DB, caller: Caller, policy:
 )
 def read_gradebook_csv(slug: str, ctx: Context, session: DB, caller: Caller, policy: PolicyParam = None) -> Response:
     require(caller, SCOPE_READ_ALL)
-    book = queries.gradebook(session, taught_assignment(session, caller, slug), policy, ctx.settings.course_zone)
+    book = gradebook(session, taught_assignment(session, caller, slug), policy, ctx.settings.course_zone)
     return Response(
         gradebook_csv(book),
         media_type="text/csv; charset=utf-8",
@@ -68,7 +69,7 @@ def regrade_assignment(
     require(caller, SCOPE_READ_ALL)
     assignment = taught_assignment(session, caller, slug)
     if isinstance(body.submissions, str):
-        targets = queries.regrade_targets(session, assignment, body.submissions)
+        targets = regrade_targets(session, assignment, body.submissions)
     else:
         wanted = list(dict.fromkeys(body.submissions))
         found = {

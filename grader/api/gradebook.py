@@ -5,12 +5,12 @@ from __future__ import annotations
 import csv
 import io
 
-from grader import queries
 from grader.api.schemas import GradebookOut, GradebookRowOut, GradeOut
+from grader.gradebook_reads import Gradebook
 from grader.grades import signed_points
 
 
-def gradebook_out(book: queries.Gradebook) -> GradebookOut:
+def gradebook_out(book: Gradebook) -> GradebookOut:
     rows = [GradebookRowOut.of(row, problems=dict(row.graded.problems) if row.graded else {},
                                run_id=row.graded.run_id if row.graded else None,
                                grade=GradeOut.of(row.graded.grade) if row.graded else None,
@@ -31,7 +31,7 @@ def _fmt(points: float | None) -> str:
     return "" if points is None else f"{points:g}"
 
 
-def gradebook_csv(book: queries.Gradebook) -> str:
+def gradebook_csv(book: Gradebook) -> str:
     """Canvas's import matches rows on `SIS Login ID` (the login); `Student` is the roster's
     name where there is one. A blank score leaves Canvas unchanged. The assignment's column
     is the final grade (after a late penalty and the staff's adjustments); the raw total, the

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Header, HTTPException, Query, Request, Response, 
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from grader import queries
+from grader import submission_reads
 from grader.api.acceptance import acceptance, earlier_acceptance, run_url
 from grader.api.deps import DB, Caller, Context, member_assignment, readable_submission, require
 from grader.api.errors import ERRORS, ApiError, ErrorBody
@@ -122,15 +122,15 @@ def list_submissions(
     session: DB,
     caller: Caller,
     page: Annotated[int, Query(ge=1, description="1-based page number")] = 1,
-    page_size: Annotated[int, Query(ge=1, le=queries.MAX_PAGE_SIZE, description="items per page")] = 20,
+    page_size: Annotated[int, Query(ge=1, le=submission_reads.MAX_PAGE_SIZE, description="items per page")] = 20,
     user: Annotated[str | None, Query(description="only this login's submissions (staff)")] = None,
     assignment: Annotated[str | None, Query(description="only this assignment (slug)")] = None,
 ) -> SubmissionPage:
     require(caller, SCOPE_READ)
     user_id = _listed_user(session, caller, user)
     assignment_id = member_assignment(session, caller, assignment).id if assignment is not None else None
-    result = queries.list_submissions(session, user_id=user_id, assignment_id=assignment_id,
-                                      visible=queries.submission_visibility(caller), page=page, page_size=page_size)
+    result = submission_reads.list_submissions(session, user_id=user_id, assignment_id=assignment_id,
+                                      visible=submission_reads.submission_visibility(caller), page=page, page_size=page_size)
     next_link = None
     if result.has_next:
         params = {k: v for k, v in request.query_params.items() if k != "page"}
@@ -178,7 +178,7 @@ def list_submission_runs(submission_id: int, session: DB, caller: Caller) -> Sub
     require(caller, SCOPE_READ)
     sub = readable_submission(session, caller, submission_id)
     items = [RunListItem.of(r, problems={res.problem_id: res.points for res in r.results}, url=run_url(r.id))
-             for r in queries.submission_runs(session, sub.id)]
+             for r in submission_reads.submission_runs(session, sub.id)]
     return SubmissionRuns(submission_id=sub.id, items=items)
 
 

@@ -12,7 +12,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from sqlalchemy.orm import Session
 from starlette.datastructures import ImmutableMultiDict
 
-from grader import gradebook_view, queries
+from grader import gradebook_reads, gradebook_view
 from grader.api.acceptance import admit_committed
 from grader.api.deps import Context, get_context
 from grader.api.gradebook import gradebook_csv, gradebook_out
@@ -36,19 +36,19 @@ router = APIRouter(include_in_schema=False)
 
 
 def _asked_gradebook(request: Request, session: Session, user: User,
-                     params: Mapping[str, str] | None = None) -> tuple[Assignment, queries.Gradebook]:
+                     params: Mapping[str, str] | None = None) -> tuple[Assignment, gradebook_reads.Gradebook]:
     """The gradebook `params` (by default the query string) ask for, of an assignment the user teaches."""
     params = request.query_params if params is None else params
     slug = params.get("assignment") or default_slug(request, taught_slugs(session, user))
     policy = params.get("policy") or None  # None: the assignment's policy
     assignment = taught_assignment(session, user, slug)
     try:
-        return assignment, queries.gradebook(session, assignment, policy, get_context(request).settings.course_zone)
+        return assignment, gradebook_reads.gradebook(session, assignment, policy, get_context(request).settings.course_zone)
     except ValueError:
         raise absent(f"gradebook for {slug!r} ({policy})") from None
 
 
-def _view(book: queries.Gradebook, params: Mapping[str, str]) -> gradebook_view.View:
+def _view(book: gradebook_reads.Gradebook, params: Mapping[str, str]) -> gradebook_view.View:
     return gradebook_view.parse_view(params, book.assignment, book.policy, [p.problem_id for p in book.problems])
 
 
@@ -59,7 +59,7 @@ def gradebook(request: Request, session: Db, user: Viewer) -> Response:
     rows = gradebook_view.select_rows(book, view)  # the charts cover them all, the table one page
     shown = gradebook_view.paginate(rows, view.page, get_context(request).settings.gradebook_page_size)
     queued = request.query_params.get("queued", "")
-    return page(request, "gradebook.html", user, book=book, policy=book.policy, policies=queries.POLICIES,
+    return page(request, "gradebook.html", user, book=book, policy=book.policy, policies=gradebook_reads.POLICIES,
                 view=replace(view, page=shown.page), shown=shown, states=gradebook_view.STATE_CHOICES,
                 sections=sorted({r.section for r in book.rows if r.section}),
                 histogram=gradebook_view.score_histogram(book, rows),
@@ -136,7 +136,7 @@ async def regrade_many(request: Request, ctx: Context, session: Db, user: Sender
     return see_other(f"{bulk.view.url()}&queued={len(run_ids)}")
 
 
-def _download_headers(book: queries.Gradebook, extension: str) -> dict[str, str]:
+def _download_headers(book: gradebook_reads.Gradebook, extension: str) -> dict[str, str]:
     return {"Content-Disposition": f'attachment; filename="{book.assignment}-gradebook-{book.policy}.{extension}"',
             "Cache-Control": "no-store"}
 

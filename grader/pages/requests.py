@@ -17,10 +17,10 @@ from grader import adjustments
 from grader.adjustments import WorkflowError
 from grader.api.acceptance import admit_committed
 from grader.api.deps import Context, get_context
+from grader.grade_reads import run_grades
 from grader.membership import role_in
 from grader.models import CourseRole, RegradeRequest, Run
 from grader.pages.common import Db, Sender, Staff, StaffForm, absent, error_page, page, see_other
-from grader.queries import run_grades
 
 router = APIRouter(include_in_schema=False)
 DONE = {"regrade": "re-graded", "adjust": "adjusted", "reject": "rejected"}  # the action -> the queue's notice

@@ -17,10 +17,10 @@ from sqlalchemy.orm import Session, selectinload
 from grader import charts
 from grader.api.deps import get_context
 from grader.auth import browser_principal
+from grader.grade_reads import counted_pins, counting_run, run_grades
 from grader.membership import roles_of
 from grader.models import ErrorClass, ProblemResult, Run, RunState, Submission, User
 from grader.pages.common import Db, Viewer, absent, logged_in, page
-from grader.queries import counted_pins, counting_run, run_grades
 from grader.runstatus import run_status
 from grader.websession import current_user
 from worker.assignment import AssignmentError, Words, assignment_of

@@ -12,10 +12,10 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, selectinload
 
 from grader.api.deps import get_context
+from grader.grade_reads import counted_pins, counting_run, run_grades
 from grader.membership import role_in
 from grader.models import Assignment, CountedRun, Run, RunState, Submission, User
 from grader.pages.common import Db, Staff, StaffForm, absent, page, see_other
-from grader.queries import counted_pins, counting_run, run_grades
 from grader.service import find_user
 
 router = APIRouter(include_in_schema=False)

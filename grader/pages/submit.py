@@ -17,10 +17,10 @@ from grader.auth import SCOPE_SUBMIT, authenticate
 from grader.context import AppContext
 from grader.course_ops import admission
 from grader.db import session_scope
+from grader.grade_reads import upload_windows
 from grader.membership import assignments_of
 from grader.models import Assignment, GpuCalibration, RunState, User, utcnow
 from grader.pages.common import CSRF_MESSAGE, Db, PageDenied, page, see_other
-from grader.queries import upload_windows
 from grader.service import CommitUncertain, NotFound, Recorded, commit_upload, get_assignment, record_upload
 from grader.uploads import ReceivedUpload, UploadError, earlier_upload_message, maybe_stored_message, receive_upload
 from grader.websession import CSRF_FIELD, CsrfError, check_csrf, current_user

@@ -504,7 +504,8 @@ def test_gradebook_query_count_does_not_grow_with_students(
     """No N+1: the same number of statements for 3 and for 30 students."""
     from sqlalchemy import event
 
-    from grader import queries
+    from grader.gradebook_reads import gradebook
+    from grader.submission_reads import list_submissions
 
     def count_statements(n_students: int) -> int:
         for i in range(n_students):
@@ -517,8 +518,8 @@ def test_gradebook_query_count_does_not_grow_with_students(
             event.listen(engine, "before_cursor_execute", listener)
             try:
                 assignment = session.get(Assignment, world.assignment_id)
-                book = queries.gradebook(session, assignment, "best")
-                page = queries.list_submissions(session, assignment_id=world.assignment_id, page_size=100)
+                book = gradebook(session, assignment, "best")
+                page = list_submissions(session, assignment_id=world.assignment_id, page_size=100)
                 _ = [(s.user.username, s.assignment.slug, len(s.runs)) for s in page.items]
                 _ = [(r.username, r.graded and r.graded.problems) for r in book.rows]
             finally:

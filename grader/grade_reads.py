@@ -1,0 +1,118 @@
+"""Grade reads shared by the pages, the API and the notifications: the staff's adjustments
+and the final grade of runs, each assignment's upload window for one user, and which run
+counts for a student (staff's pin, else the score policy's pick).
+
+Each does a fixed, small number of SQL statements whatever the number of runs."""
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, tzinfo
+from typing import Any
+
+from sqlalchemy import Select, select
+from sqlalchemy.orm import Session
+
+from grader.course_ops import Refusal, admission, late_checker, lateness
+from grader.deadlines import Lateness
+from grader.grades import Adjustment, Deadlines, Grade, final_grade
+from grader.models import Assignment, CountedRun, GradeAdjustment, Run, RunState, User
+from grader.settings import Settings
+
+
+def grade_adjustments(session: Session, run_ids: Select[Any] | list[int]) -> dict[int, tuple[Adjustment, ...]]:
+    """run id -> the staff's adjustments of each of `run_ids` (ids, or a select of them), oldest
+    first; one statement."""
+    found: dict[int, list[Adjustment]] = defaultdict(list)
+    for run_id, points, reason, by, at in session.execute(
+        select(GradeAdjustment.run_id, GradeAdjustment.points, GradeAdjustment.reason, User.username,
+               GradeAdjustment.created_at)
+        .join(User, User.id == GradeAdjustment.by_id)
+        .where(GradeAdjustment.run_id.in_(run_ids))
+        .order_by(GradeAdjustment.id)
+    ):
+        found[run_id].append(Adjustment(float(points), reason, by, at))
+    return {run_id: tuple(adjustments) for run_id, adjustments in found.items()}
+
+
+def run_grades(session: Session, runs: list[Run], tz: tzinfo = UTC) -> dict[int, Grade]:
+    """run id -> the final grade of each scored run in `runs` (the gradebook's: the late
+    policy of its assignment at its submission's upload time, the student's extension
+    included, and the staff's adjustments); `tz` is the zone the reasons show instants in. One
+    extension read per assignment, one read of the adjustments."""
+    checkers: dict[int, Callable[[int, datetime], Lateness]] = {}
+    scored = [run for run in runs if run.state is RunState.scored and run.score is not None]
+    adjustments = grade_adjustments(session, [run.id for run in scored]) if scored else {}
+    grades = {}
+    for run in scored:
+        sub = run.submission
+        if sub.assignment_id not in checkers:
+            checkers[sub.assignment_id] = late_checker(session, sub.assignment)
+        lateness = checkers[sub.assignment_id](sub.user_id, sub.uploaded_at).in_zone(tz)
+        grades[run.id] = final_grade(run.score or 0.0, sub.assignment.total_points, lateness,
+                                     adjustments.get(run.id, ()))
+    return grades
+
+
+@dataclass(frozen=True)
+class UploadWindow:
+    """One assignment as the upload page shows it to one user now: the deadlines, and why an
+    upload would be refused (the upload POST's own rule, course_ops.admission); None: open."""
+
+    deadlines: Deadlines
+    refusal: Refusal | None
+
+
+def upload_windows(session: Session, settings: Settings, user: User, assignments: list[Assignment],
+                   now: datetime) -> dict[str, UploadWindow]:
+    """slug -> the upload window of each of `assignments` for `user` at `now`."""
+    return {a.slug: UploadWindow(Deadlines(lateness(session, a, user.id, now, settings)),
+                                 admission(session, settings, user, a, now)) for a in assignments}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A scored run of one student competing to be the one that counts."""
+
+    user_id: int
+    submission_id: int
+    run_id: int
+    grade: Grade
+    finished_at: datetime | None
+
+    def key(self, policy: str) -> tuple[float, int, int]:
+        """What the score policy maximises: "latest" the newest submission (its newest run),
+        "best" the final grade (ties: the newer)."""
+        newer = (self.submission_id, self.run_id)
+        return (0.0, *newer) if policy == "latest" else (self.grade.final, *newer)
+
+
+@dataclass(frozen=True)
+class Pin:
+    """Staff's choice of the run that counts for one student (a CountedRun row)."""
+
+    run_id: int
+    by: str
+    reason: str | None
+
+
+def counted_pins(session: Session, assignment_id: int, user_id: int | None = None) -> dict[int, Pin]:
+    """user id -> the run staff chose to count in the assignment (of `user_id` alone, unless
+    None); one statement."""
+    query = (select(CountedRun.user_id, CountedRun.run_id, User.username, CountedRun.reason)
+             .join(User, User.id == CountedRun.by_id).where(CountedRun.assignment_id == assignment_id))
+    if user_id is not None:
+        query = query.where(CountedRun.user_id == user_id)
+    return {uid: Pin(run_id, by, reason) for uid, run_id, by, reason in session.execute(query)}
+
+
+def counting_run(runs: list[Run], grades: Mapping[int, Grade], policy: str, pin: Pin | None = None) -> int | None:
+    """The id of the run among one student's `runs` of one assignment that the gradebook
+    counts: staff's `pin` while that run is scored, else the pick of `policy` (`grades`:
+    run_grades of them); None without a scored run."""
+    if pin is not None and pin.run_id in grades:
+        return pin.run_id
+    scored = [Candidate(r.submission.user_id, r.submission_id, r.id, grades[r.id], r.finished_at)
+              for r in runs if r.id in grades]
+    return max(scored, key=lambda r: r.key(policy)).run_id if scored else None

@@ -1,0 +1,222 @@
+"""The gradebook read: one row per student of an assignment with the run that counts, its
+latest and best scored runs, points per problem and the GPU it was measured on.
+
+It does a fixed number of SQL statements whatever the number of rows: all scored runs of
+the assignment in one statement and the problem results of the chosen ones in one more."""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, tzinfo
+from typing import Literal
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from grader.course_ops import late_checker
+from grader.deadlines import LateStatus
+from grader.gpu_info import GpuNote, gpu_notes
+from grader.grade_reads import Candidate, Pin, counted_pins, grade_adjustments
+from grader.grades import Grade, final_grade
+from grader.models import Assignment, CourseRole, Enrollment, ProblemResult, Run, RunState, Submission, User
+from worker.rubric import RubricError, load_rubric
+
+Policy = Literal["latest", "best"]
+POLICIES: tuple[str, ...] = ("latest", "best")
+
+
+@dataclass(frozen=True)
+class ProblemColumn:
+    problem_id: str
+    title: str
+    max_points: float
+    target: float | None = None  # the rubric's speedup target (calibrated ones vary per GPU)
+
+
+@dataclass(frozen=True)
+class ScoredRun:
+    run_id: int
+    submission_id: int
+    grade: Grade  # the final grade (grader.grades): raw score, lateness, penalty
+    finished_at: datetime | None
+    problems: dict[str, float]  # problem id -> points (raw: before a late penalty)
+    speedups: dict[str, float] = field(default_factory=dict)  # problem id -> the speedup that scored
+    gpu: GpuNote | None = None  # the GPU model it was measured on, and whether that model is calibrated
+
+    @property
+    def score(self) -> float:
+        """The final grade, after any late penalty."""
+        return self.grade.final
+
+    @property
+    def raw_score(self) -> float | None:
+        """Before a late penalty; None: no penalty applied."""
+        return self.grade.raw if self.grade.penalty else None
+
+    @property
+    def late(self) -> str | None:
+        """The grade's reason when the submission was not on time."""
+        return None if self.grade.lateness.status is LateStatus.on_time else self.grade.reason
+
+
+@dataclass(frozen=True)
+class NewestRun:
+    run_id: int
+    submission_id: int
+    state: RunState
+
+
+@dataclass(frozen=True)
+class GradebookRow:
+    user_id: int
+    username: str
+    submissions: int
+    latest: ScoredRun | None  # scored run of the newest submission that has one
+    best: ScoredRun | None  # highest score over every scored run (ties: the newer)
+    graded: ScoredRun | None  # the one that counts: staff's pin, else the one the policy picks
+    full_name: str | None = None
+    section: str | None = None
+    newest: NewestRun | None = None  # the student's most recent run, whatever its state
+    pin: Pin | None = None  # staff chose `graded` (a scored run), not the policy
+
+    @property
+    def total(self) -> float | None:
+        return self.graded.score if self.graded else None
+
+
+@dataclass(frozen=True)
+class Gradebook:
+    assignment: str
+    title: str
+    total_points: float
+    policy: str
+    problems: list[ProblemColumn]
+    rows: list[GradebookRow] = field(default_factory=list)
+
+
+def _problem_columns(session: Session, assignment: Assignment, run_ids: list[int]) -> list[ProblemColumn]:
+    """The rubric's problems in rubric order, plus any problem id found only in results."""
+    columns: dict[str, ProblemColumn] = {}
+    try:
+        for p in load_rubric(assignment.slug).problems:
+            columns[p.id] = ProblemColumn(p.id, p.title, p.points, p.scoring.target)
+    except RubricError:
+        pass
+    if run_ids:
+        for pid, title, max_points in session.execute(
+            select(ProblemResult.problem_id, func.max(ProblemResult.title), func.max(ProblemResult.max_points))
+            .where(ProblemResult.run_id.in_(run_ids))
+            .group_by(ProblemResult.problem_id)
+            .order_by(ProblemResult.problem_id)
+        ):
+            columns.setdefault(pid, ProblemColumn(pid, title, float(max_points)))
+    return list(columns.values())
+
+
+def gradebook(session: Session, assignment: Assignment, policy: str | None = None,
+              tz: tzinfo = UTC) -> Gradebook:
+    """One row per student (every student enrolled in the assignment, plus anyone else who
+    submitted to it), ordered by login.
+
+    Only runs in state `scored` count: an infrastructure failure or a run still in flight
+    never replaces a score. "latest": the newest submission that has a scored run (its
+    newest scored run, so a re-grade replaces the earlier grade of the same upload);
+    "best": the highest score of any scored run. `policy` None: the assignment's own. A
+    submission uploaded late keeps the late policy's share of its score (its upload time,
+    the student's extension included), a run's staff adjustments are added (grader.grades),
+    and "best" compares the final grades; a run staff pinned (counted_pins) counts instead of
+    the policy's pick while it is scored. `tz` is the zone the grades' reasons show instants in."""
+    policy = policy or assignment.score_policy
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {POLICIES}")
+    counts: dict[int, int] = dict(
+        session.execute(  # type: ignore[arg-type]
+            select(Submission.user_id, func.count(Submission.id))
+            .where(Submission.assignment_id == assignment.id)
+            .group_by(Submission.user_id)
+        ).all()
+    )
+    students = select(Enrollment.user_id).where(Enrollment.assignment_id == assignment.id,
+                                                Enrollment.role == CourseRole.student)
+    users = session.scalars(
+        select(User).where(User.id.in_(students) | User.id.in_(list(counts) or [-1])).order_by(User.username)
+    ).all()
+    lateness = late_checker(session, assignment)
+    scored_runs = (select(Submission.user_id, Run.submission_id, Run.id, Run.score, Run.finished_at,
+                          Submission.uploaded_at)
+                   .join(Run, Run.submission_id == Submission.id)
+                   .where(Submission.assignment_id == assignment.id, Run.state == RunState.scored,
+                          Run.score.is_not(None)))
+    adjustments = grade_adjustments(session, select(scored_runs.subquery().c.id))
+    scored: list[Candidate] = []
+    for user_id, submission_id, run_id, score, finished_at, uploaded_at in session.execute(scored_runs):
+        grade = final_grade(score or 0.0, assignment.total_points, lateness(user_id, uploaded_at).in_zone(tz),
+                            adjustments.get(run_id, ()))
+        scored.append(Candidate(user_id, submission_id, run_id, grade, finished_at))
+    latest: dict[int, Candidate] = {}
+    best: dict[int, Candidate] = {}
+    for row in scored:
+        uid = row.user_id
+        if uid not in latest or row.key("latest") > latest[uid].key("latest"):
+            latest[uid] = row
+        if uid not in best or row.key("best") > best[uid].key("best"):
+            best[uid] = row
+    by_id = {row.run_id: row for row in scored}
+    pins = {uid: pin for uid, pin in counted_pins(session, assignment.id).items() if pin.run_id in by_id}
+    chosen_ids = sorted({r.run_id for r in latest.values()} | {r.run_id for r in best.values()}
+                        | {pin.run_id for pin in pins.values()})
+    points: dict[int, dict[str, float]] = defaultdict(dict)
+    speedups: dict[int, dict[str, float]] = defaultdict(dict)
+    if chosen_ids:
+        # The scoring speedup is read inside the JSON by the database, not the whole details.
+        for run_id, pid, pts, speedup in session.execute(
+            select(ProblemResult.run_id, ProblemResult.problem_id, ProblemResult.points,
+                   ProblemResult.details[("score", "speedup", "speedup")].as_float())
+            .where(ProblemResult.run_id.in_(chosen_ids))
+        ):
+            points[run_id][pid] = float(pts)
+            if speedup is not None:
+                speedups[run_id][pid] = float(speedup)
+    newest = _newest_runs(session, assignment)
+    gpus = gpu_notes(session, assignment.id, chosen_ids)
+
+    def as_scored(row: Candidate | None) -> ScoredRun | None:
+        if row is None:
+            return None
+        return ScoredRun(run_id=row.run_id, submission_id=row.submission_id, grade=row.grade,
+                         finished_at=row.finished_at, problems=dict(points.get(row.run_id, {})),
+                         speedups=dict(speedups.get(row.run_id, {})), gpu=gpus.get(row.run_id))
+
+    rows = []
+    for user in users:
+        lat, bst = as_scored(latest.get(user.id)), as_scored(best.get(user.id))
+        pin = pins.get(user.id)
+        graded = as_scored(by_id[pin.run_id]) if pin else lat if policy == "latest" else bst
+        rows.append(GradebookRow(user_id=user.id, username=user.username, submissions=counts.get(user.id, 0),
+                                 latest=lat, best=bst, graded=graded, full_name=user.full_name,
+                                 section=user.section, newest=newest.get(user.id), pin=pin))
+    return Gradebook(
+        assignment=assignment.slug,
+        title=assignment.title,
+        total_points=assignment.total_points,
+        policy=policy,
+        problems=_problem_columns(session, assignment, chosen_ids),
+        rows=rows,
+    )
+
+
+def _newest_runs(session: Session, assignment: Assignment) -> dict[int, NewestRun]:
+    """Each student's most recent run of the assignment (highest id), one statement."""
+    newest_id = (
+        select(Submission.user_id.label("user_id"), func.max(Run.id).label("run_id"))
+        .join(Run, Run.submission_id == Submission.id)
+        .where(Submission.assignment_id == assignment.id)
+        .group_by(Submission.user_id)
+        .subquery()
+    )
+    return {
+        uid: NewestRun(run_id, sub_id, state)
+        for uid, run_id, sub_id, state in session.execute(
+            select(newest_id.c.user_id, Run.id, Run.submission_id, Run.state).join(Run, Run.id == newest_id.c.run_id)
+        )
+    }
