@@ -28,7 +28,7 @@ from worker.mutants import Mutant, apply_mutant, load_mutants, parse_mutants, to
 from worker.pipeline import PipelineConfig, grade_submission
 from worker.rubric import load_rubric
 from worker.sandbox import SandboxLimits, SandboxPolicy
-from worker.scoring import RunScore, choose_figure, score_run
+from worker.scoring import RunScore, choose_figure, score_run, waited_off_cpu
 from worker.starter_kit import zip_tree
 from worker.timing import spread
 from worker.unpack import UnpackLimits
@@ -342,7 +342,10 @@ def test_cheats_gain_nothing(kit_root: Path, tmp_path: Path, work: Path) -> None
                 continue
             assert got.points <= ref_scores[pid].points + 0.6, (cheat.id, got.to_dict())  # type: ignore[attr-defined]
             honest = score_run(RUBRIC, list(reference.values())).problem(pid)
-            if got.speedup is not None and honest.speedup is not None:  # the figure that scores
+            measured = next(m for m in measurements if m.problem_id == pid)
+            if waited_off_cpu(measured):  # a sleeping baseline may still raise the figure: not trusted
+                assert got.speed_points == 0 and got.flags, (cheat.id, got.to_dict())
+            elif got.speedup is not None and honest.speedup is not None:  # the figure that scores
                 assert got.speedup.speedup <= honest.speedup.speedup * 1.25, (cheat.id, got.to_dict())
 
 

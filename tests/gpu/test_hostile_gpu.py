@@ -239,7 +239,9 @@ def test_hostile_gpu_submissions(kit_root: Path, tmp_path: Path, work: Path, sec
                         f"({'as expected' if ok else 'expected ' + case.expect.name})", "; ".join(escapes) or "-"))
         if escapes or not ok:
             failures.append((case.mutant.id, escapes, got.to_dict(), m.log_tail[-1500:]))
-        if case.mutant.id == "host-probes-for-a-way-out" and "KG-PROBE-DONE" not in m.log_tail:
+        # The probe's last line reaches the log tail or, when a case crashed, that case's message.
+        seen = [m.log_tail, *(c.message for c in m.cases)]
+        if case.mutant.id == "host-probes-for-a-way-out" and not any("KG-PROBE-DONE" in t for t in seen):
             failures.append((case.mutant.id, "the probe did not run", m.log_tail[-1500:]))
     print(f"\n{'case':<28} {'problem':<8} {'outcome':<58} escapes")
     for row in SUMMARY:
