@@ -1,8 +1,8 @@
 """Course operations pages for an assignment's staff: settings (schedule, late policy, score
 policy, extensions, the similarity check's base), members (who is enrolled, as student or
 staff), grading controls (pause / drain / resume, re-grade everything). The similarity
-report's pages are grader.pages.similarity. Removing a member and pausing grading go through a
-confirmation page (confirm.html) that says what will happen; a POST without its `confirm`
+report's pages are grader.pages.similarity. Removing a member or an extension and pausing
+grading go through a confirmation page (confirm.html) that says what will happen; a POST without its `confirm`
 field lands there and changes nothing.
 
 Someone who is not staff of the assignment gets the 404 page, as for the gradebook
@@ -104,8 +104,11 @@ async def settings_save(request: Request, slug: str, ctx: Context, session: Db, 
 
 @router.post("/assignments/{slug}/extensions", response_class=HTMLResponse)
 async def extension_save(request: Request, slug: str, session: Db, staff: StaffForm) -> Response:
-    """Grant or replace one student's extension (an extra time of 0 removes it)."""
+    """Grant or replace one student's extension (an extra time of 0 asks to confirm its removal)."""
     form = await request.form()
+    student, extra = str(form.get("student", "")).strip(), str(form.get("extra", ""))
+    if extra.strip() == "0" and student:  # a removal: through its confirmation
+        return see_other(_removal_path(slug, student))
     try:
         extend_student(session, slug, str(form.get("student", "")), str(form.get("extra", "")),
                        str(form.get("reason", "")))
@@ -117,8 +120,41 @@ async def extension_save(request: Request, slug: str, session: Db, staff: StaffF
     return see_other(f"/assignments/{slug}/settings?saved=extension#extensions")
 
 
+def _removal_path(slug: str, username: str) -> str:
+    return f"/assignments/{slug}/extensions/{quote(username)}/remove"
+
+
+@router.get("/assignments/{slug}/extensions/{username}/remove", response_class=HTMLResponse)
+def extension_remove_confirm(request: Request, username: str, session: Db, staff: Staff) -> Response:
+    """The confirmation of an extension's removal: whose, the due time it gives back, and that
+    the uploads already made are judged against that due time from then on."""
+    assignment, zone = staff.assignment, ZoneInfo(get_context(request).settings.course_timezone)
+    back = f"/assignments/{assignment.slug}/settings#extensions"
+    found = next((row for user, row in extensions_of(session, assignment) if user.username == username), None)
+    if found is None:
+        return page(request, "confirm.html", staff.user, title="Remove an extension", details=[], fields=None,
+                    question=f"“{username}” has no extension on {assignment.slug}: there is nothing to remove.",
+                    cancel=back, cancel_label="Back to the settings")
+    extra, due = timedelta(seconds=found.extra_s), late_policy(assignment).due_at
+    reason = f" (“{found.reason}”)" if found.reason else ""
+    moved = (f"Their due time goes back from {_instant_text(due + extra, zone).replace('T', ' ')} to the "
+             f"assignment's {_instant_text(due, zone).replace('T', ' ')} ({zone.key}), their grace and late "
+             "window with it." if due else "The assignment has no due time yet: once it has one, it is theirs too.")
+    return page(request, "confirm.html", staff.user, title="Remove an extension",
+                question=f"Remove {username}'s extension of {_duration_text(extra)}{reason} on {assignment.slug}?",
+                details=[moved, "Every upload of theirs, those already made included, is then judged against that "
+                         "due time on every page and export: a late one may lose points it did not lose before.",
+                         "Granting it again below the extensions table gives it back."],
+                action=_removal_path(assignment.slug, username), fields=[("confirm", "remove")],
+                confirm_label=f"Remove {username}'s extension", cancel=back,
+                cancel_label="Keep it, back to the settings")
+
+
 @router.post("/assignments/{slug}/extensions/{username}/remove")
-def extension_remove(slug: str, username: str, session: Db, staff: StaffForm) -> Response:
+async def extension_remove(request: Request, slug: str, username: str, session: Db, staff: StaffForm) -> Response:
+    """Remove the student's extension once confirmed; without the confirmation's field, its page."""
+    if (await request.form()).get("confirm") != "remove":
+        return see_other(_removal_path(slug, username))
     try:
         extend_student(session, slug, username, "0")
     except NotFound:

@@ -1,17 +1,19 @@
 """The roster page of a user who teaches: import students into an assignment they teach (a CSV
 imported in the background by a worker, followed here, its new accounts' first passwords
-downloaded once as CSV; grader.roster_jobs) and issue one student a password reset link."""
+downloaded once as CSV; grader.roster_jobs), after a confirmation page that says what the file
+will do, and issue one student a password reset link."""
 from __future__ import annotations
 
 from typing import Any
 
 from fastapi import APIRouter, Request, status
 from fastapi.responses import HTMLResponse, JSONResponse, Response
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from grader.api.deps import Context
-from grader.models import RosterJob, User
+from grader.models import Assignment, Role, RosterJob, User
 from grader.pages.common import (
     Db,
     Sender,
@@ -25,6 +27,7 @@ from grader.pages.common import (
     taught_slugs,
 )
 from grader.password_reset import RESET_PATH, issue_reset, may_issue_reset
+from grader.roster import parse_roster
 from grader.roster_jobs import (
     KEY_COOKIE,
     KEY_MAX_AGE_S,
@@ -40,6 +43,7 @@ from grader.websession import current_user
 
 router = APIRouter(include_in_schema=False)
 FORMS = "email,name[,section] per line, or a header row naming Canvas's or generic columns"
+SHOWN_ERRORS = 10  # lines that cannot be imported, named on the confirmation page
 
 
 def _roster_page(request: Request, session: Session, user: User, status_code: int = 200,
@@ -103,10 +107,51 @@ def _held_keys(request: Request) -> set[int]:
     return {int(i) for i in ids if i.isdigit()}
 
 
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def _confirm_page(request: Request, session: Session, user: User, assignment: Assignment, text: str) -> HTMLResponse:
+    """The confirmation of an import: how many students, how many new accounts, what happens to
+    the existing ones and which lines are skipped; its button sends the same roster again."""
+    lines, errors = parse_roster(text)
+    logins = [ln.login for ln in lines]
+    roles = {login: role for login, role in session.execute(
+        select(User.username, User.role).where(User.username.in_(logins)))}
+    new = sum(1 for ln in lines if ln.login not in roles)
+    staff = sum(1 for ln in lines if ln.login in roles and roles[ln.login] is not Role.student)
+    students, skipped = len(lines) - staff, [str(e) for e in errors[:SHOWN_ERRORS]]
+    if len(errors) > SHOWN_ERRORS:
+        skipped.append(f"and {len(errors) - SHOWN_ERRORS} more")
+    title, back = "Import students", "/roster"
+    if not students:
+        return page(request, "confirm.html", user, title=title, fields=None, cancel=back,
+                    cancel_label="Back to the roster, to fix the file",
+                    question=f"No line of this roster can be imported into {assignment.slug}.",
+                    details=([f"{_plural(staff, 'line')} name{'s' if staff == 1 else ''} staff accounts, "
+                              "which an import leaves unchanged."] if staff else [])
+                    + ([f"Lines that cannot be imported: {'; '.join(skipped)}."] if errors else []))
+    details = [f"{_plural(new, 'new account')}: each gets a first password, which you download once as a CSV "
+               "when the import is done (from this browser only)." if new else "No new account is created.",
+               f"{_plural(students - new, 'student')} already ha{'s' if students - new == 1 else 've'} an account: "
+               "they keep their password; their name and section become the file's." if students > new else "",
+               f"{_plural(staff, 'line')} name{'s' if staff == 1 else ''} staff accounts: left unchanged." if staff else "",
+               f"{_plural(len(errors), 'line')} cannot be imported and {'is' if len(errors) == 1 else 'are'} "
+               f"skipped: {'; '.join(skipped)}." if errors else "",
+               "A worker imports them in the background; the roster page follows it."]
+    return page(request, "confirm.html", user, title=title,
+                question=f"Import {_plural(students, 'student')} into {assignment.slug}, each enrolled there as a "
+                         "student?",
+                details=[d for d in details if d], action=back, confirm_label=f"Import {_plural(students, 'student')}",
+                fields=[("assignment", assignment.slug), ("text", text), ("confirm", "import")],
+                cancel=back, cancel_label="Change nothing, back to the roster")
+
+
 @router.post("/roster", response_class=HTMLResponse)
 async def roster_import(request: Request, ctx: Context, session: Db, user: Sender) -> Response:
-    """Start importing the roster in the background; the page then follows the job. The job's
-    key goes to this browser only (grader.roster_jobs)."""
+    """Start importing the roster in the background once confirmed (without the confirmation's
+    field: the confirmation page, which sends the same roster again); the page then follows the
+    job. The job's key goes to this browser only (grader.roster_jobs)."""
     form = await request.form()
     slug = str(form.get("assignment") or default_slug(request, taught_slugs(session, user)))
     assignment = taught_assignment(session, user, slug)
@@ -114,6 +159,8 @@ async def roster_import(request: Request, ctx: Context, session: Db, user: Sende
         text = await _roster_text(form, ctx.settings.roster_max_bytes)
         if not text.strip():
             raise ValueError(f"Choose a CSV file or paste the roster ({FORMS}).")
+        if form.get("confirm") != "import":
+            return _confirm_page(request, session, user, assignment, text)
         job, key = await run_in_threadpool(start_job, session, ctx.celery, ctx.settings, assignment, user, text,
                                            _held_keys(request))
     except (ValueError, RosterJobError) as exc:

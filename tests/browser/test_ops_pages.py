@@ -79,6 +79,10 @@ def test_similarity_and_settings_pages(context: BrowserContext, screenshot_dir: 
     expect(page.locator("#extension-list")).to_contain_text("2026-03-21 23:59:59")
     check_page(page)
     page.screenshot(path=str(screenshot_dir / "assignment-settings.png"), full_page=True)
+    page.get_by_role("button", name=f"Remove {STUDENTS[0]}'s extension (asks to confirm)").click()
+    expect(page.locator("#confirm-question")).to_have_text(f"Remove {STUDENTS[0]}'s extension of 2d (“conference”) "
+                                                           "on hw4?")
+    check_page(page)
     page.get_by_role("button", name=f"Remove {STUDENTS[0]}'s extension").click()
     expect(page.locator("#no-extensions")).to_be_visible()
     # Leave hw4 without a schedule for the other browser tests.

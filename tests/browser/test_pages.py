@@ -427,6 +427,7 @@ def test_instructor_imports_a_roster(context: BrowserContext, worker: Any, scree
         "name": "roster.csv", "mimeType": "text/csv",
         "buffer": b"email,name,section\ngrace@uni.edu,Grace Hopper,B\nalan@uni.edu,Alan Turing,A\nnot an email,X\n"})
     page.get_by_role("button", name="Import students").click()
+    page.get_by_role("button", name="Import 2 students").click()  # the confirmation page's
     # a worker imports it in the background; the page follows the job and shows the result
     expect(page.locator("#roster-summary")).to_have_text(re.compile(r"^2 created, 0 updated, 0 unchanged, 1 line"),
                                                          timeout=60_000)

@@ -57,6 +57,10 @@ def test_a_canvas_roster_imports_in_the_background_and_its_passwords_download_on
     page.get_by_label("Roster file (.csv)").set_input_files(
         {"name": "canvas.csv", "mimeType": "text/csv", "buffer": roster.encode()})
     page.get_by_role("button", name="Import students").click()
+    expect(page.locator("#confirm-question")).to_have_text("Import 297 students into hw4, each enrolled there as "
+                                                           "a student?")
+    expect(page.locator("main")).to_contain_text("1 line cannot be imported and is skipped: line 300:")
+    page.get_by_role("button", name="Import 297 students").click()
     # The page answers at once and follows the job: part of the students, then the result.
     part = re.compile(r"^([1-9]\d?|1\d\d|2[0-8]\d) of 297 students imported$")  # 1 to 289
     expect(page.locator("#roster-progress")).to_have_text(part, timeout=60_000)
@@ -95,6 +99,7 @@ def test_the_embedded_default_imports_in_its_one_worker(browser: Browser, embedd
     page.goto("/roster")
     page.get_by_label("Or paste the CSV").fill(_canvas_export("dev", 20))
     page.get_by_role("button", name="Import students").click()
+    page.get_by_role("button", name="Import 20 students").click()
     expect(page.locator("#roster-summary")).to_have_text("20 created, 0 updated, 0 unchanged, 1 line(s) with errors.",
                                                          timeout=180_000)
     rows = _download(page)

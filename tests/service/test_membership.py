@@ -180,7 +180,7 @@ def test_roster_import_enrolls_into_the_chosen_assignment(
     page = prof_b.client.get("/roster").text
     assert f'<option value="{world.b}" selected>' in page and '<option value="hw4"' not in page
     started = prof_b.client.post("/roster", data={"csrf_token": prof_b.csrf(page), "assignment": world.b,
-                                                  "text": roster}, follow_redirects=False)
+                                                  "text": roster, "confirm": "import"}, follow_redirects=False)
     assert started.status_code == 303 and started.headers["location"] == "/roster", started.text
     deadline = time.monotonic() + 120  # the worker imports it in the background
     while not (status := prof_b.client.get("/roster/job.json").json())["final"]:

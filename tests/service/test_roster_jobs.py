@@ -42,7 +42,7 @@ def _prof(settings: Settings, sessions: sessionmaker[Session]) -> str:
 def _start(browser: Browser, text: str) -> float:
     """Posts the roster; the seconds the answer took."""
     started = time.monotonic()
-    response = browser.client.post("/roster", data={"csrf_token": browser.page_csrf("/roster")},
+    response = browser.client.post("/roster", data={"csrf_token": browser.page_csrf("/roster"), "confirm": "import"},
                                    files={"file": ("roster.csv", text.encode(), "text/csv")}, follow_redirects=False)
     assert response.status_code == 303 and response.headers["location"] == "/roster", response.text
     return time.monotonic() - started
@@ -120,12 +120,12 @@ def test_a_second_import_waits_for_the_first_and_its_download(
     tag = uuid.uuid4().hex[:6]
     prof = Browser(settings, _prof(settings, sessions))
     _start(prof, "".join(f"w{n}-{tag}@uni.edu,W {n}\n" for n in range(20)))  # a few seconds of hashing
-    response = prof.client.post("/roster", data={"csrf_token": prof.page_csrf("/roster"),
+    response = prof.client.post("/roster", data={"csrf_token": prof.page_csrf("/roster"), "confirm": "import",
                                                  "text": f"w-new-{tag}@uni.edu,W New\n"})
     assert response.status_code == 409 and "is still" in response.text and "wait for it to end" in response.text
     status, _ = _follow(prof, worker)
     assert status["state"] == "done"
-    refused = prof.client.post("/roster", data={"csrf_token": prof.page_csrf("/roster"),
+    refused = prof.client.post("/roster", data={"csrf_token": prof.page_csrf("/roster"), "confirm": "import",
                                                 "text": f"w-new-{tag}@uni.edu,W New\n"})
     assert refused.status_code == 409
     assert f"Download the first passwords of import {status['id']} first" in refused.text

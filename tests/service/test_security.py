@@ -531,6 +531,8 @@ ROUTES: dict[tuple[str, str], Check] = {
         "/assignments/hw4/settings", {"due": "2030-01-01T00:00", "score_policy": "best", "late_window": "30d"}),
     ("POST", "/assignments/{slug}/extensions"): _ops_post_denied(
         "/assignments/hw4/extensions", {"student": "{w.a_name}", "extra": "30d"}),
+    ("GET", "/assignments/{slug}/extensions/{username}/remove"):
+        _web_get_denied("/assignments/hw4/extensions/{w.b_name}/remove", 404, owner="staff"),
     ("POST", "/assignments/{slug}/extensions/{username}/remove"): _ops_post_denied(
         "/assignments/hw4/extensions/{w.b_name}/remove", {}),
     ("GET", "/assignments/{slug}/members"): _web_get_denied("/assignments/hw4/members", 404, owner="staff"),

@@ -1,12 +1,14 @@
 """Mass and destructive staff actions go through a confirmation page (issue 18): the gradebook's
 bulk re-grade (of exactly the rows its filters select, the count and the filters named), a
-member's removal and pausing grading. A POST without the confirmation's field goes to that page
+member's removal, an extension's removal, a roster import and pausing grading. A POST without the confirmation's field goes to that page
 and changes nothing; a confirmation of another set of submissions is asked again."""
 from __future__ import annotations
 
+import html
 import re
 import uuid
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -16,7 +18,18 @@ from sqlalchemy.orm import Session, sessionmaker
 from grader.auth import set_password
 from grader.db import session_scope
 from grader.membership import enroll, role_in
-from grader.models import Assignment, CourseRole, Role, Run, RunState, Submission, User, utcnow
+from grader.models import (
+    Assignment,
+    CourseRole,
+    Extension,
+    Role,
+    RosterJob,
+    Run,
+    RunState,
+    Submission,
+    User,
+    utcnow,
+)
 from grader.settings import Settings
 from tests.service.test_web_settings import PASSWORD, Browser
 
@@ -192,3 +205,81 @@ def test_pause_is_confirmed(prof: Browser, course: Course, sessions: sessionmake
     assert f"Pause grading of {course.slug}? Nothing more of it is sent to the workers." in shown
     assert done.status_code == 303 and paused()
     assert "already paused" in prof.client.get(f"{grading}/pause").text
+
+
+def _extension_of(sessions: sessionmaker[Session], course: Course, short: str) -> int | None:
+    with session_scope(sessions) as session:
+        return session.scalar(select(Extension.extra_s).join(User, User.id == Extension.user_id)
+                              .join(Assignment, Assignment.id == Extension.assignment_id)
+                              .where(User.username == course.login(short), Assignment.slug == course.slug))
+
+
+def test_extension_removal_is_confirmed(prof: Browser, course: Course, sessions: sessionmaker[Session]) -> None:
+    settings_page, amy = f"/assignments/{course.slug}/settings", course.login("amy")
+    with session_scope(sessions) as session:
+        assignment = session.scalars(select(Assignment).where(Assignment.slug == course.slug)).one()
+        assignment.due_at = datetime(2026, 3, 19, 23, 59, 59, tzinfo=UTC)  # the tests' course zone is UTC
+    token = prof.page_csrf(settings_page)
+    granted = prof.client.post(f"/assignments/{course.slug}/extensions", follow_redirects=False,
+                               data={"csrf_token": token, "student": amy, "extra": "2d", "reason": "conference"})
+    assert granted.status_code == 303 and _extension_of(sessions, course, "amy") == 2 * 86400
+    removal = f"/assignments/{course.slug}/extensions/{amy}/remove"
+    asked = prof.client.post(removal, data={"csrf_token": token}, follow_redirects=False)
+    assert asked.status_code == 303 and asked.headers["location"] == removal
+    zero = prof.client.post(f"/assignments/{course.slug}/extensions", follow_redirects=False,
+                            data={"csrf_token": token, "student": amy, "extra": "0"})  # the form's other way
+    assert zero.status_code == 303 and zero.headers["location"] == removal
+    assert _extension_of(sessions, course, "amy") == 2 * 86400  # nothing removed without the confirmation
+
+    escaped, done = confirmed(prof, removal, {"csrf_token": token})
+    shown = html.unescape(escaped)
+    assert f"Remove {amy}'s extension of 2d (“conference”) on {course.slug}?" in shown
+    assert "goes back from 2026-03-21 23:59:59 to the assignment's 2026-03-19 23:59:59" in shown
+    assert "those already made included" in shown
+    assert done.status_code == 303 and _extension_of(sessions, course, "amy") is None
+    gone = prof.client.get(removal).text
+    assert "has no extension" in gone and 'id="confirm-form"' not in gone
+    with session_scope(sessions) as session:
+        session.scalars(select(Assignment).where(Assignment.slug == course.slug)).one().due_at = None
+
+
+def _jobs_of(sessions: sessionmaker[Session], login: str) -> list[RosterJob]:
+    with session_scope(sessions) as session:
+        rows = list(session.scalars(select(RosterJob).join(User, User.id == RosterJob.requested_by)
+                                    .where(User.username == login).order_by(RosterJob.id)))
+        session.expunge_all()
+        return rows
+
+
+def test_roster_import_is_confirmed(prof: Browser, course: Course, sessions: sessionmaker[Session]) -> None:
+    """The file's students counted (new accounts, existing ones, skipped lines) before anything is
+    created; the confirmation's button sends the same roster, which then becomes the import job."""
+    newcomer, amy = course.login("new"), course.login("amy")
+    roster = f"login,name,section\n{newcomer},Nora O'Neil,A\n{amy},Amy,A\n,Nobody,A\n{course.login('prof')},Prof,A\n"
+    token = prof.page_csrf("/roster")
+    shown = prof.client.post("/roster", data={"csrf_token": token, "assignment": course.slug},
+                             files={"file": ("class.csv", roster.encode(), "text/csv")}, follow_redirects=False)
+    assert shown.status_code == 200, shown.text
+    text = html.unescape(shown.text)
+    assert f"Import 2 students into {course.slug}, each enrolled there as a student?" in text
+    assert "1 new account: each gets a first password" in text
+    assert "1 student already has an account: they keep their password" in text
+    assert "1 line names staff accounts: left unchanged." in text
+    assert "1 line cannot be imported and is skipped: line 4:" in text
+    assert _jobs_of(sessions, course.login("prof")) == []  # nothing started before the button
+    with session_scope(sessions) as session:
+        assert session.scalar(select(User).where(User.username == newcomer)) is None
+
+    found = CONFIRM_FORM.search(shown.text)
+    assert found and found.group(1) == "/roster"
+    fields = {name: html.unescape(value) for name, value in HIDDEN.findall(found.group(2))}
+    assert fields["text"] == roster and (fields["assignment"], fields["confirm"]) == (course.slug, "import")
+    started = prof.client.post("/roster", data=fields, follow_redirects=False)
+    assert started.status_code == 303 and started.headers["location"] == "/roster", started.text
+    [job] = _jobs_of(sessions, course.login("prof"))
+    assert job.roster in (roster, None)  # None: a worker of this test session has taken it already
+
+    nothing = prof.client.post("/roster", data={"csrf_token": token, "assignment": course.slug,
+                                                "text": ",Nobody\n"})
+    assert nothing.status_code == 200 and 'id="confirm-form"' not in nothing.text
+    assert f"No line of this roster can be imported into {course.slug}." in html.unescape(nothing.text)

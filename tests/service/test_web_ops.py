@@ -306,7 +306,7 @@ def test_extensions_change_admission_and_the_late_penalty(course: Course, prof: 
         assert lateness(session, assignment, user.id, now, settings).status is LateStatus.late
     token = prof.page_csrf(f"/assignments/{course.slug}/settings")
     removed = prof.client.post(f"/assignments/{course.slug}/extensions/{late_one}/remove",
-                               data={"csrf_token": token}, follow_redirects=False)
+                               data={"csrf_token": token, "confirm": "remove"}, follow_redirects=False)
     assert removed.status_code == 303
     assert "No student has an extension." in prof.client.get(f"/assignments/{course.slug}/settings").text
     with session_scope(sessions) as session:

@@ -68,7 +68,7 @@ def prof(settings: Settings, sessions: sessionmaker[Session], tag: str) -> Brows
 
 def _post(browser: Browser, csv_text: str | bytes, **extra: str) -> tuple[int, str]:
     response = browser.client.post(
-        "/roster", data={"csrf_token": browser.page_csrf("/roster"), **extra},
+        "/roster", data={"csrf_token": browser.page_csrf("/roster"), "confirm": "import", **extra},
         files={"file": ("roster.csv", csv_text.encode() if isinstance(csv_text, str) else csv_text, "text/csv")})
     return response.status_code, response.text
 
