@@ -1,10 +1,14 @@
 """Every page at a phone's width (390 px) and a laptop's (1280 px) in a real (headless)
 Chromium: the page itself never scrolls sideways (a wide table scrolls inside its own box),
 the gradebook's per-row Re-grade button can be brought on screen and pressed, and the
-accessibility checks (tests/browser/a11y.py) pass at both widths."""
+accessibility checks (tests/browser/a11y.py) pass at both widths. Each page has data to show:
+the run page a regrade request answered and one open, and comments; the regrade queue both
+requests; the staff's history of one student; the code view a file with a long line; the
+confirmation pages (a member's removal, a bulk re-grade, a roster import) what they would do."""
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
@@ -14,13 +18,13 @@ from sqlalchemy.orm import Session, sessionmaker
 from grader.auth import issue_token, set_password
 from grader.blobstore import BlobStore
 from grader.db import session_scope
-from grader.models import ProblemResult, Role, Run, RunState, utcnow
+from grader.models import ProblemResult, RegradeRequest, Role, Run, RunComment, RunState, User, utcnow
 from grader.service import get_assignment, get_or_create_user, record_submission
 from grader.settings import Settings
 from tests.browser.a11y import check_page
 from tests.browser.test_pages import PASSWORD, _scored_run, log_in
 from tests.service.conftest import WorkerProcess
-from worker.starter_kit import zip_tree
+from worker.starter_kit import ZIP_TOP_FOLDER, zip_tree
 
 WIDTHS = (390, 1280)
 STUDENT, OTHER, STAFF = "lay-student-with-a-long-login@university.edu", "lay-other", "lay-prof"
@@ -39,19 +43,21 @@ OVERFLOW_JS = """() => {
 
 @pytest.fixture(scope="module")
 def runs(sessions: sessionmaker[Session], settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """A student with a built run (a long log line) and a scored run, a token, a second
-    student with an upload, and an instructor."""
+    """A student with a built run (a long log line) and a scored run (a regrade request
+    rejected, one open, comments), a token, a second student with an upload, and an instructor,
+    all of hw4 alone (a new user named no assignment would join every course of the session)."""
     # Not the reference kit: code shared by more students would change the other tests' similarity report.
     folder = tmp_path_factory.mktemp("layout")
-    (folder / "notes.txt").write_text("no code here\n")
+    (folder / "notes.txt").write_text(f"no code here, only a long line:\n{LONG_LINE}\n")
     archive = zip_tree(folder, folder.parent / "notes.zip")
     blob = BlobStore(settings.blob_dir).put_bytes(archive.read_bytes())
     with session_scope(sessions) as session:
-        set_password(get_or_create_user(session, STAFF, Role.instructor), PASSWORD)
         hw4 = get_assignment(session, "hw4")
-        _sub, other = record_submission(session, get_or_create_user(session, OTHER, Role.student), hw4, archive.name, blob)
+        set_password(get_or_create_user(session, STAFF, Role.instructor, [hw4]), PASSWORD)
+        _sub, other = record_submission(session, get_or_create_user(session, OTHER, Role.student, [hw4]), hw4,
+                                        archive.name, blob)
         other.state, other.finished_at = RunState.built, utcnow()
-        student = get_or_create_user(session, STUDENT, Role.student)
+        student = get_or_create_user(session, STUDENT, Role.student, [hw4])
         set_password(student, PASSWORD)
         student.full_name, student.section = "Maximiliana Konstantinopoulou-Wojciechowska", "Section B (Thursday lab)"
         issue_token(session, student, "a laptop token with a long descriptive name")
@@ -66,7 +72,24 @@ def runs(sessions: sessionmaker[Session], settings: Settings, tmp_path_factory: 
         assert result is not None and result.details["measurement"] is not None
         measurement = {**result.details["measurement"], "telemetry": {"before": {"name": "NVIDIA H200 NVL (a new model)"}}}
         result.details = {**result.details, "measurement": measurement}
-    return {"built": built_id, "scored": scored_id, "blob": blob}
+        scored = session.get(Run, scored_id)
+        assert scored is not None
+        student_id, staff_id, submission_id = scored.submission.user_id, _user_id(session, STAFF), scored.submission_id
+        session.add_all([
+            RegradeRequest(run_id=scored_id, student_id=student_id, state="rejected", decided_by_id=staff_id,
+                           decided_at=utcnow(), reason="Problem 2.1 fails on a case my own tests pass: " + LONG_LINE,
+                           reply="The case's maximum error is 0.42 against a tolerance of 1e-3; see its row."),
+            RegradeRequest(run_id=scored_id, student_id=student_id, reason="Problem 2.2 timed out while the GPU "
+                           "was shared with another run, I think; could it be graded again?"),
+            RunComment(run_id=scored_id, author_id=student_id, body="Is src/combine.cu's softmax kernel the one "
+                       "that was timed for problem 2.2_with_a_rather_long_identifier_in_it?"),
+            RunComment(run_id=scored_id, author_id=staff_id, body="Yes: the build log names it."),
+        ])
+    return {"built": built_id, "scored": scored_id, "submission": submission_id, "blob": blob}
+
+
+def _user_id(session: Session, username: str) -> int:
+    return session.scalars(select(User.id).where(User.username == username)).one()
 
 
 def _assert_no_page_scroll(page: Page, width: int) -> None:
@@ -97,6 +120,21 @@ def _regrade_button_on_screen(page: Page, width: int) -> None:
     assert hit.startswith(f"Re-grade {OTHER}'s submission"), hit
 
 
+def _has_data(page: Page, runs: dict[str, Any]) -> None:
+    """The newer pages checked above showed what they are for, not an empty state."""
+    page.goto("/assignments/hw4/regrade-requests")
+    expect(page.locator("article.regrade-request")).to_have_count(2)
+    page.goto(f"/runs/{runs['scored']}")
+    expect(page.locator("#regrade .regrade-request")).to_have_count(2)
+    expect(page.locator("#comments")).to_contain_text("Yes: the build log names it.")
+    page.goto(f"/assignments/hw4/students/{quote(STUDENT)}")
+    expect(page.locator("main")).to_contain_text("graded-on-gpu.zip")
+    page.goto(f"/submissions/{runs['submission']}/code?file={ZIP_TOP_FOLDER}/notes.txt")
+    expect(page.locator("main")).to_contain_text("-I/some/include/dir")
+    page.goto(f"/assignments/hw4/members/{OTHER}/remove")
+    expect(page.locator("#confirm-question")).to_have_text(f"Remove {OTHER} (student) from hw4?")
+
+
 @pytest.mark.parametrize("width", WIDTHS)
 def test_every_page_fits_the_window(browser: Browser, base_url: str, runs: dict[str, Any], width: int,
                                     worker: WorkerProcess) -> None:
@@ -106,8 +144,10 @@ def test_every_page_fits_the_window(browser: Browser, base_url: str, runs: dict[
     anonymous.close()
 
     student = browser.new_context(base_url=base_url, viewport=viewport)
+    code = f"/submissions/{runs['submission']}/code"  # the zip's one file, under its top folder
     _visit(log_in(student, STUDENT), ["/", "/submissions", f"/runs/{runs['scored']}", f"/runs/{runs['built']}",
-                                      "/settings/tokens", "/settings/password", "/no/such/page", "/runs/abc"], width)
+                                      f"{code}?file={ZIP_TOP_FOLDER}/notes.txt", "/settings/tokens", "/settings/password",
+                                      "/no/such/page", "/runs/abc"], width)
     student.close()
 
     staff = browser.new_context(base_url=base_url, viewport=viewport)
@@ -115,11 +155,18 @@ def test_every_page_fits_the_window(browser: Browser, base_url: str, runs: dict[
     # Not here: the similarity pages (a report computed here would change what tests/browser/test_ops_pages.py
     # starts from); tests/browser/test_similarity_pair.py checks them at 390 px.
     _visit(page, ["/gradebook", "/roster", "/assignments", "/assignments/hw4/settings", "/assignments/hw4/members",
-                  "/assignments/hw4/grading", f"/runs/{runs['scored']}"], width)
+                  "/assignments/hw4/grading", f"/runs/{runs['scored']}", "/assignments/hw4/regrade-requests",
+                  f"/assignments/hw4/students/{quote(STUDENT)}", f"{code}?file={ZIP_TOP_FOLDER}/notes.txt",
+                  f"/assignments/hw4/members/{OTHER}/remove", "/gradebook/regrade?assignment=hw4&which=all"], width)
+    _has_data(page, runs)
     # The roster's result (imported in the background by the worker): the table of new accounts.
     page.goto("/roster")
     page.get_by_label("Or paste the CSV").fill(f"lay.new.student.{width}.with.a.long.address@university.edu,Lay New,A")
     page.get_by_role("button", name="Import students").click()
+    expect(page.locator("#confirm-question")).to_have_text("Import 1 student into hw4, each enrolled there as a student?")
+    _assert_no_page_scroll(page, width)
+    check_page(page)
+    page.get_by_role("button", name="Import 1 student").click()
     expect(page.locator("#roster-created tbody tr")).to_have_count(1, timeout=60_000)
     _assert_no_page_scroll(page, width)
     check_page(page)
