@@ -54,10 +54,16 @@ def maybe_stored_message(window_s: float, keyed: bool = True) -> str:
 
 
 class UploadError(Exception):
-    def __init__(self, status_code: int, message: str) -> None:
+    """A refused or failed upload: the HTTP status, the message for the sender, the API's
+    error code (None: the status's own) and, where known, when trying again would work."""
+
+    def __init__(self, status_code: int, message: str, code: str | None = None,
+                 retry_after_s: int | None = None) -> None:
         super().__init__(message)
         self.status_code = status_code
         self.message = message
+        self.code = code
+        self.retry_after_s = retry_after_s
 
 
 @dataclass

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Body, HTTPException, Query, Response, status
 from sqlalchemy import select
 
-from grader.api.acceptance import admit_committed
+from grader.accepting import admit_committed
 from grader.api.deps import DB, Caller, Context, require, taught_assignment
 from grader.api.errors import ERRORS
 from grader.api.gradebook import gradebook_csv, gradebook_out

@@ -9,7 +9,8 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from grader import submission_reads
-from grader.api.acceptance import acceptance, earlier_acceptance, run_url
+from grader.accepting import accept_upload
+from grader.api.acceptance import acceptance, run_url, upload_acceptance
 from grader.api.deps import DB, Caller, Context, member_assignment, readable_submission, require
 from grader.api.errors import ERRORS, ApiError, ErrorBody
 from grader.api.schemas import (
@@ -22,20 +23,9 @@ from grader.api.schemas import (
     SubmissionSummary,
 )
 from grader.auth import SCOPE_READ, SCOPE_READ_ALL, SCOPE_REGRADE, SCOPE_SUBMIT, Principal
-from grader.course_ops import admission
-from grader.models import Assignment, Submission, utcnow
-from grader.service import (
-    MAX_IDEMPOTENCY_KEY,
-    CommitUncertain,
-    IdempotencyConflict,
-    NotFound,
-    commit_upload,
-    find_user,
-    get_assignment,
-    record_regrade,
-    record_upload,
-)
-from grader.uploads import ReceivedUpload, UploadError, maybe_stored_message, receive_upload
+from grader.models import Submission
+from grader.service import MAX_IDEMPOTENCY_KEY, find_user, record_regrade
+from grader.uploads import UploadError, receive_upload
 
 router = APIRouter()
 
@@ -53,7 +43,8 @@ def submission_url(submission_id: int) -> str:
                      "description": "the same upload as an earlier submission (same Idempotency-Key, or the same "
                                     "bytes within the re-send window): that submission and its run"},
                413: {"model": ErrorBody, "description": "upload too large"},
-               415: {"model": ErrorBody, "description": "not a multipart upload"},
+               415: {"model": ErrorBody, "description": "not a multipart upload (`unsupported_media_type`), or the "
+                                                        "file is not a zip (`not_a_zip`)"},
                429: {"model": ErrorBody, "description": "upload quota reached (see Retry-After)"},
                503: {"model": ErrorBody, "description": "the database failed: `unavailable` (nothing was "
                                                         "recorded) or `outcome_unknown` (it may be stored: send it "
@@ -70,44 +61,16 @@ async def create_submission(
 ) -> SubmissionCreated:
     require(caller, SCOPE_SUBMIT)
     session.commit()  # hand the connection back to the pool while the body streams in
-
-    def check_admission(assignment: Assignment) -> None:
-        refusal = admission(session, ctx.settings, caller.user, assignment, utcnow())
-        if refusal is not None:  # no submission is recorded, and receive_upload removes the blob
-            retry = {"Retry-After": str(refusal.retry_after_s)} if refusal.retry_after_s else None
-            raise ApiError(refusal.status_code, refusal.message, refusal.code, headers=retry)
-
-    def record(upload: ReceivedUpload) -> SubmissionCreated:  # blocking database and broker calls: off the loop
-        try:
-            assignment = get_assignment(session, upload.fields.get("assignment", ctx.default_assignment))
-        except NotFound as exc:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from exc
-        try:
-            recorded = record_upload(session, caller.user, assignment, upload.filename, upload.blob,
-                                     idempotency_key, ctx.settings.upload_dedup_window_s,
-                                     lambda: check_admission(assignment))
-        except IdempotencyConflict as exc:
-            raise ApiError(422, str(exc), "idempotency_key_reused") from exc
-        try:
-            commit_upload(session)  # durable before the task is sent and before the client hears 201
-        except CommitUncertain as exc:
-            raise ApiError(503, maybe_stored_message(ctx.settings.upload_dedup_window_s), "outcome_unknown",
-                           headers={"Retry-After": "10"}) from exc
-        # From here on the upload is stored: no answer may say otherwise.
-        submission = recorded.submission
-        if recorded.earlier:
-            response.status_code = status.HTTP_200_OK
-            accepted = earlier_acceptance(ctx, recorded)
-        else:
-            accepted = acceptance(ctx, submission, recorded.run)
-        return SubmissionCreated(**accepted.model_dump(), sha256=submission.sha256, size_bytes=submission.size_bytes,
-                                 earlier_upload=recorded.earlier)
-
     try:
         async with receive_upload(request, ctx) as upload:
-            return await run_in_threadpool(record, upload)
+            accepted = await run_in_threadpool(accept_upload, ctx, caller.user.id, upload, idempotency_key,
+                                               keyed=True)
     except UploadError as exc:
-        raise HTTPException(exc.status_code, exc.message) from exc
+        retry = {"Retry-After": str(exc.retry_after_s)} if exc.retry_after_s else None
+        raise ApiError(exc.status_code, exc.message, exc.code, headers=retry) from exc
+    if accepted.earlier:
+        response.status_code = status.HTTP_200_OK
+    return upload_acceptance(accepted)
 
 
 @router.get(

@@ -14,8 +14,8 @@ from pydantic import AliasPath, BaseModel, Field, StringConstraints, model_valid
 from sqlalchemy.orm import Session
 
 from grader import adjustments
+from grader.accepting import admit_committed
 from grader.adjustments import MAX_TEXT, WorkflowError
-from grader.api.acceptance import admit_committed
 from grader.api.deps import DB, Caller, Context, require, taught_assignment
 from grader.api.errors import ERRORS, ApiError, ErrorBody
 from grader.api.schemas import AdjustmentOut, FromRow

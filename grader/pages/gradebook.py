@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from starlette.datastructures import ImmutableMultiDict
 
 from grader import gradebook_reads, gradebook_view
-from grader.api.acceptance import admit_committed
+from grader.accepting import admit_committed
 from grader.api.deps import Context, get_context
 from grader.api.gradebook import gradebook_csv, gradebook_out
 from grader.membership import role_in

@@ -14,8 +14,8 @@ from fastapi.responses import HTMLResponse, Response
 from sqlalchemy.orm import Session
 
 from grader import adjustments
+from grader.accepting import admit_committed
 from grader.adjustments import WorkflowError
-from grader.api.acceptance import admit_committed
 from grader.api.deps import Context, get_context
 from grader.grade_reads import run_grades
 from grader.membership import role_in

@@ -4,33 +4,26 @@ authenticated by the token typed into the form, not by a cookie, so it needs no 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from fastapi import APIRouter, Request, status
 from fastapi.responses import HTMLResponse, Response
 from sqlalchemy import select
 from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 
-from grader.api.acceptance import admission_message, admit_committed
+from grader.accepting import AcceptedUpload, accept_upload
 from grader.api.deps import get_context
 from grader.auth import SCOPE_SUBMIT, authenticate
-from grader.context import AppContext
-from grader.course_ops import admission
 from grader.db import session_scope
 from grader.grade_reads import upload_windows
 from grader.membership import assignments_of
-from grader.models import Assignment, GpuCalibration, RunState, User, utcnow
+from grader.models import Assignment, GpuCalibration, User, utcnow
 from grader.pages.common import CSRF_MESSAGE, Db, PageDenied, page, see_other
-from grader.service import CommitUncertain, NotFound, Recorded, commit_upload, get_assignment, record_upload
-from grader.uploads import ReceivedUpload, UploadError, earlier_upload_message, maybe_stored_message, receive_upload
+from grader.uploads import UploadError, receive_upload
 from grader.websession import CSRF_FIELD, CsrfError, check_csrf, current_user
-from worker.assignment import AssignmentError, assignment_of
 from worker.rubric import Problem, RubricError, load_rubric
-from worker.unpack import HEAD_BYTES, not_a_zip
 
 router = APIRouter(include_in_schema=False)
-
-ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a local file header, or an empty archive's end record
 
 
 @dataclass(frozen=True)
@@ -88,7 +81,7 @@ async def submit_from_session(request: Request) -> Response:
     """The logged-in upload: session and CSRF token are checked before the file is read, so it
     takes no page dependency (those would read the whole form first)."""
     ctx = get_context(request)
-    holder: dict[str, Any] = {}
+    holder: dict[str, int] = {}
 
     def check_fields(fields: dict[str, str]) -> None:
         with session_scope(ctx.sessions) as session:
@@ -101,85 +94,29 @@ async def submit_from_session(request: Request) -> Response:
         except CsrfError:
             raise UploadError(403, CSRF_MESSAGE) from None
 
-    error: tuple[int, str] | None = None
     try:
         async with receive_upload(request, ctx, before_file=check_fields) as upload:
-            with ctx.blobs.path(upload.blob.sha256).open("rb") as fh:
-                head = fh.read(HEAD_BYTES)
-                if head[:4] not in ZIP_MAGIC:
-                    slug = upload.fields.get("assignment", ctx.default_assignment)
-                    raise UploadError(415, f"“{upload.filename}” {not_a_zip(head)}. {_zip_hint(slug)}")
-            recorded = _record_form_upload(ctx, upload, holder["user_id"])
+            accepted = await run_in_threadpool(accept_upload, ctx, holder["user_id"], upload)
     except UploadError as exc:
-        error = (exc.status_code, exc.message)
-    except NotFound as exc:
-        error = (status.HTTP_404_NOT_FOUND, str(exc))
-    if error is not None and error[0] == status.HTTP_503_SERVICE_UNAVAILABLE:
-        # The commit failed, the database may still be down: a page that needs no query
-        return page(request, "upload_result.html", None, error[0], error=error[1])
-    if error is not None:
+        if exc.status_code == status.HTTP_503_SERVICE_UNAVAILABLE:
+            # The commit failed, the database may still be down: a page that needs no query
+            return page(request, "upload_result.html", None, exc.status_code, error=exc.message)
         with session_scope(ctx.sessions) as session:
             user = current_user(request, session)
             if user is None:  # the session ended before the file was read: say so, it must be chosen again
-                raise PageDenied("login", "upload")
-            return upload_page(request, session, user, error[0], error[1])
-    message = _admit_form_upload(ctx, recorded)
-    if not recorded.earlier:
-        return see_other(f"/runs/{recorded.run.id}")
+                raise PageDenied("login", "upload") from None
+            return upload_page(request, session, user, exc.status_code, exc.message)
+    if not accepted.earlier:
+        return see_other(f"/runs/{accepted.run.id}")
     # Say that it is the earlier upload, with a link to its run (stored: no query may fail this answer)
-    return page(request, "upload_result.html", None, status.HTTP_200_OK, error=None,
-                submission_id=recorded.submission.id, run_id=recorded.run.id,
-                sha256=recorded.submission.sha256, message=message)
-
-
-def _zip_hint(slug: str) -> str:
-    """How to make the zip, with the folder name of the assignment's starter where it has one."""
-    try:
-        folder = assignment_of(load_rubric(slug)).zip_folder
-    except (RubricError, AssignmentError):
-        return "Zip your assignment folder and upload the .zip file."
-    return f"Zip your assignment folder (for example: zip -r {folder}.zip {folder}) and upload the .zip file."
-
-
-def _refuse_if_not_admitted(ctx: AppContext, session: Session, user: User, assignment: Assignment) -> None:
-    """The course schedule and the run quota, as for API uploads (grader.course_ops.admission)."""
-    refusal = admission(session, ctx.settings, user, assignment, utcnow())
-    if refusal is not None:
-        raise UploadError(refusal.status_code, refusal.message)
-
-
-def _record_form_upload(ctx: AppContext, upload: ReceivedUpload, user_id: int) -> Recorded:
-    """Record a form upload, or find the earlier one it repeats (the same file within the
-    re-send window: browsers send no Idempotency-Key). A failed commit may have stored it."""
-    with session_scope(ctx.sessions) as session:
-        assignment = get_assignment(session, upload.fields.get("assignment", ctx.default_assignment))
-        user = session.get(User, user_id)
-        assert user is not None
-        recorded = record_upload(session, user, assignment, upload.filename, upload.blob, None,
-                                 ctx.settings.upload_dedup_window_s,
-                                 lambda: _refuse_if_not_admitted(ctx, session, user, assignment))
-        try:
-            commit_upload(session)
-        except CommitUncertain as exc:
-            raise UploadError(status.HTTP_503_SERVICE_UNAVAILABLE,
-                              maybe_stored_message(ctx.settings.upload_dedup_window_s, keyed=False)) from exc
-        return recorded  # its rows stay loaded after the session closes (expire_on_commit=False)
-
-
-def _admit_form_upload(ctx: AppContext, recorded: Recorded) -> str:
-    """Send the upload's run (a repeat's only if it never was sent); the answer's message."""
-    run = recorded.run
-    if recorded.earlier and not (run.state is RunState.queued and run.enqueued_at is None):
-        return earlier_upload_message(recorded.submission.id, run.id)
-    message = admission_message(admit_committed(ctx, run.id))
-    return f"{earlier_upload_message(recorded.submission.id, run.id)} {message}" if recorded.earlier else message
+    return _result_page(request, accepted)
 
 
 @router.post("/upload", response_class=HTMLResponse)
 async def upload_from_form(request: Request) -> HTMLResponse:
     """The API-token form (no login): the token field is sent before the file."""
     ctx = get_context(request)
-    principal_holder: dict[str, Any] = {}
+    holder: dict[str, int] = {}
 
     def authenticate_from_fields(fields: dict[str, str]) -> None:
         # The form sends the token field before the file, so nothing is stored for a stranger.
@@ -187,17 +124,20 @@ async def upload_from_form(request: Request) -> HTMLResponse:
             principal = authenticate(session, fields.get("token", "").strip())
             if principal is None or not principal.can(SCOPE_SUBMIT):
                 raise UploadError(401, "That API token is not valid for submitting.")
-            principal_holder["user_id"] = principal.user.id
+            holder["user_id"] = principal.user.id
 
     try:
         async with receive_upload(request, ctx, before_file=authenticate_from_fields) as upload:
-            recorded = _record_form_upload(ctx, upload, principal_holder["user_id"])
-    except (UploadError, NotFound) as exc:
-        code = exc.status_code if isinstance(exc, UploadError) else status.HTTP_404_NOT_FOUND
-        message = exc.message if isinstance(exc, UploadError) else str(exc)
-        return page(request, "upload_result.html", None, code, error=message)
+            accepted = await run_in_threadpool(accept_upload, ctx, holder["user_id"], upload)
+    except UploadError as exc:
+        return page(request, "upload_result.html", None, exc.status_code, error=exc.message)
+    return _result_page(request, accepted)
+
+
+def _result_page(request: Request, accepted: AcceptedUpload) -> HTMLResponse:
+    """The stored upload (201), or the earlier one it repeats (200), with a link to its run."""
     return page(
-        request, "upload_result.html", None, status.HTTP_200_OK if recorded.earlier else status.HTTP_201_CREATED,
-        error=None, submission_id=recorded.submission.id, run_id=recorded.run.id,
-        sha256=recorded.submission.sha256, message=_admit_form_upload(ctx, recorded),
+        request, "upload_result.html", None, status.HTTP_200_OK if accepted.earlier else status.HTTP_201_CREATED,
+        error=None, submission_id=accepted.submission.id, run_id=accepted.run.id,
+        sha256=accepted.submission.sha256, message=accepted.message,
     )

@@ -318,10 +318,10 @@ def test_full_blob_disk_refuses_the_upload_and_keeps_the_rest(settings: Settings
         kept = client.post("/api/v1/submissions", headers=auth(tokens["alice"]),
                            files={"file": ("small.zip", b"PK\x05\x06" + bytes(18) + b"fits")})
         full = client.post("/api/v1/submissions", headers=auth(tokens["alice"]),
-                           files={"file": ("big.zip", os.urandom(400 * 1024))})
+                           files={"file": ("big.zip", b"PK\x03\x04" + os.urandom(400 * 1024))})
         subprocess.run(["mount", "-o", "remount,size=2m", str(own.blob_dir)], check=True)  # space again
         again = client.post("/api/v1/submissions", headers=auth(tokens["alice"]),
-                            files={"file": ("big.zip", os.urandom(400 * 1024))})
+                            files={"file": ("big.zip", b"PK\x03\x04" + os.urandom(400 * 1024))})
     assert kept.status_code == 201 and again.status_code == 201
     assert full.status_code >= 400 and full.status_code != 413, full.text
     assert _submissions(sessions) == before + 2, "the refused upload was recorded"
@@ -337,9 +337,9 @@ def test_full_blob_disk_is_the_servers_error(settings: Settings, tokens: dict[st
     small_disk(own.blob_dir, "128k")
     with TestClient(create_app(own)) as client:
         full = client.post("/api/v1/submissions", headers=auth(tokens["alice"]),
-                           files={"file": ("big.zip", os.urandom(400 * 1024))})
+                           files={"file": ("big.zip", b"PK\x03\x04" + os.urandom(400 * 1024))})
         page = client.post("/upload", data={"token": tokens["alice"]},
-                           files={"file": ("big.zip", os.urandom(400 * 1024))})
+                           files={"file": ("big.zip", b"PK\x03\x04" + os.urandom(400 * 1024))})
     assert full.status_code == 507, full.text
     error = full.json()["error"]
     assert error["code"] == "insufficient_storage"
