@@ -41,7 +41,6 @@ class Settings(BaseSettings):
 
     # Uploads
     max_upload_bytes: int = 50 * MiB
-    upload_chunk_bytes: int = 1 * MiB
 
     # Safe unpacking of submissions
     unpack_max_total_bytes: int = 200 * MiB
