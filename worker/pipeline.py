@@ -245,7 +245,7 @@ def grade_submission(
     outcome.stages["reference"] = StageRecord("ok", time.monotonic() - started, "reference kit built")
     started = time.monotonic()
     relative = submission_paths(job_dir, staged.root)
-    measured = gpu_stage(rubric, staged.root, reference, job_dir / "run", gradable)
+    measured = gpu_stage(rubric.with_targets(targets), staged.root, reference, job_dir / "run", gradable)
     # A problem left out never scores, whatever a GPU stage returns for it.
     measurements = [_rewrite_strings(m, relative) for m in measured if m.problem_id in gradable]
     run_log = "".join(f"{pid}: {not_graded(why)}\n" for pid, why in blocked.items()) + _run_log(measurements)

@@ -5,8 +5,8 @@ Depends only on PyYAML so the GPU suite can read rubrics on the bare GPU machine
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -28,6 +28,7 @@ class RubricError(ValueError):
 
 
 SPEED_FIGURES = ("reference_ops", "student")
+SPEED_SCALES = ("log", "linear")
 # Share of a problem's points that correctness carries when its `scoring:` section is absent.
 DEFAULT_CORRECTNESS_SHARE = 0.7
 
@@ -36,9 +37,10 @@ DEFAULT_CORRECTNESS_SHARE = 0.7
 class ProblemScoring:
     """How one problem's points split and how its speedup earns points (see worker.scoring).
 
-    Speed points scale linearly from `speed_floor` (0 points at or below it) to `target`
-    (all speed points at or above it). `target` defaults to the problem's reference_speedup;
-    a per-GPU calibrated target may replace it at scoring time.
+    Speed points grow from `speed_floor` (0 points at or below it) to `target` (all speed
+    points at or above it), with the logarithm of the speedup (`speed_scale: log`) or with the
+    speedup itself (`linear`). `target` defaults to the problem's reference_speedup; a per-GPU
+    calibrated target may replace it (Rubric.with_targets).
     """
 
     correctness_points: float = 14.0
@@ -48,6 +50,10 @@ class ProblemScoring:
     # Which speedup scores: the student's composition on our basic ops in the starter's ABI
     # (so slowing one's own basic ops cannot pay; worker.hw4.speed), or on the student's own.
     speed_figure: str = "reference_ops"
+    # log: a speedup that moves by a factor moves the points alike at any level, so the few
+    # per cent a figure drifts between re-grades (one child process to the next) move them
+    # least where they matter most, near the target (worker.scoring.speed_fraction).
+    speed_scale: str = "log"
     # Flag for staff a composition this many times slower on the student's own basic ops
     # than on ours (a slowed combine.cu, or a very slow one: it does not change the points).
     basic_ops_gap_flag: float | None = 1.5
@@ -132,6 +138,8 @@ def _problem_scoring(p: dict[str, Any]) -> ProblemScoring:
         raise RubricError(f"problem {p['id']}: hidden_points must lie between 0 and correctness_points")
     if scoring.speed_figure not in SPEED_FIGURES:
         raise RubricError(f"problem {p['id']}: speed_figure must be one of {SPEED_FIGURES}")
+    if scoring.speed_scale not in SPEED_SCALES:
+        raise RubricError(f"problem {p['id']}: speed_scale must be one of {SPEED_SCALES}")
     return scoring
 
 
@@ -160,6 +168,15 @@ class Rubric:
     @property
     def total_points(self) -> float:
         return sum(p.points for p in self.problems)
+
+    def with_targets(self, targets: Mapping[str, float] | None) -> Rubric:
+        """This rubric with per-GPU calibrated targets in place of the problems' own, so the GPU
+        stage measures until clear of the thresholds that will score."""
+        if not targets:
+            return self
+        return replace(self, problems=tuple(
+            replace(p, scoring=replace(p.scoring, target=targets[p.id])) if p.id in targets else p
+            for p in self.problems))
 
 
 def add_rubric_dirs(dirs: Iterable[Path]) -> None:

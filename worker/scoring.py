@@ -7,9 +7,10 @@ Rules (per problem, from its `scoring:` section, worker.rubric.ProblemScoring):
   assignment's domain that the course's tests never reach), in proportion to those passed;
   the rest need every public (course-like) case, by either route, to pass (all-or-nothing),
   or with `partial_correctness` are given in proportion to the passed public cases.
-- No speed points unless every public case passes. Otherwise speed points scale linearly from
-  `speed_floor` (0 at or below) to the target (all of them at or above); the target is the
-  rubric's reference speedup or a per-GPU calibrated one passed in.
+- No speed points unless every public case passes. Otherwise speed points grow from
+  `speed_floor` (0 at or below) to the target (all of them at or above), with the logarithm
+  of the speedup or linearly (`speed_scale`); the target is the rubric's reference speedup or
+  a per-GPU calibrated one passed in.
 - `speed_figure` picks which measured speedup scores: the student's composition on our basic
   ops in the starter's ABI (`reference_ops`, falling back to its own basic ops with a flag)
   or on its own (`student`). The reference kit's figure is information only.
@@ -21,6 +22,7 @@ Standard library + numpy only (through worker.timing): importable on a bare GPU 
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -122,12 +124,15 @@ def _case_line(case: CaseOutcome, m: ProblemMeasurement, spec: ProblemScoring, w
     return f"{m.describe_case(case, hidden_details=spec.hidden_case_details)} ({via})"
 
 
-def speed_fraction(speedup: float, floor: float, target: float | None) -> float:
-    """Share of the speed points earned: 0 at or below the floor, 1 at or above the target."""
+def speed_fraction(speedup: float, floor: float, target: float | None, scale: str = "log") -> float:
+    """Share of the speed points earned: 0 at or below the floor, 1 at or above the target, in
+    between in proportion to log(speedup / floor) (`log`) or to speedup - floor (`linear`)."""
     if speedup <= floor:
         return 0.0
     if target is None or target <= floor or speedup >= target:
         return 1.0
+    if scale == "log" and floor > 0:
+        return math.log(speedup / floor) / math.log(target / floor)
     return (speedup - floor) / (target - floor)
 
 
@@ -299,7 +304,7 @@ def score_problem(
             score.reasons.append(f"{pid}: speed points withheld for review (see the flag): "
                                  f"0 of {_pts(spec.speed_points)} speed points")
         else:
-            frac = speed_fraction(figure.speedup, spec.speed_floor, target)
+            frac = speed_fraction(figure.speedup, spec.speed_floor, target, spec.speed_scale)
             score.speed_points = round(spec.speed_points * frac, 2)
             line = (
                 f"{pid}: speedup {_ratio_line(figure)} ({words.figures[which or 'student']}) vs {target_text}: "

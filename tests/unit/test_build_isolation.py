@@ -302,6 +302,21 @@ def test_a_gpu_stage_answer_for_a_problem_left_out_never_scores(tmp_path: Path, 
     assert outcome.score == 28.0 and [by_id(outcome)[pid].points for pid in ALL] == [0, 0, 14, 14, 0]
 
 
+@needs_nvcc
+def test_the_gpu_stage_measures_against_the_calibrated_targets(tmp_path: Path, cache: Path) -> None:
+    """Its stopping rule measures until clear of the targets that will score, not the rubric's."""
+    seen: dict[str, float | None] = {}
+
+    def record(rubric, staged, reference, work, problems):  # type: ignore[no-untyped-def]
+        seen.update({p.id: p.scoring.target for p in rubric.problems})
+        return [ProblemMeasurement(pid, abi_cases=[OK], binding_cases=[OK]) for pid in problems]
+
+    outcome = grade_submission(submission_zip(tmp_path / "up.zip"), RUBRIC, tmp_path / "job", config(cache),
+                               gpu_stage=record, targets={"1.1": 9.0, "2.1": 13.5})
+    assert seen == {"1.1": 9.0, "1.2": 5.5, "2.1": 13.5, "2.2": 3.7, "3": 1.1}
+    assert outcome.toolchain["targets_calibrated"] is True
+
+
 # ---------------------------------------------------------------- the worker's GPU stage
 
 

@@ -69,7 +69,7 @@ def test_test_outputs_carry_reasons_failures_and_speedups(results):
     assert t["2.1"]["status"] == "failed" and "max error 0.42 at [1, 2000]" in t["2.1"]["output"]
     assert t["2.2"]["score"] == 0 and "killed after 120 s" in t["2.2"]["output"]
     assert t["3"]["name"].startswith("3 Fused kernels")
-    assert "vs target 1.1x: 3 of 6 speed points" in t["3"]["output"]
+    assert "vs target 1.1x: 3.07 of 6 speed points" in t["3"]["output"]
     assert t["2.1"]["extra_data"]["cases"] == {"total": 3, "failed": 1}
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -61,12 +62,26 @@ def test_full_marks():
     assert any("6 of 6 speed points" in n for n in s.notes)
 
 
-def test_partial_speed_is_linear_between_floor_and_target():
+def test_partial_speed_follows_the_log_of_the_speedup_between_floor_and_target():
     s = score_problem(SPEC, measured(student=4.1, reference_ops=4.1))
-    assert s.speed_points == pytest.approx(round(6 * 3.1 / 5.5, 2))
+    assert s.speed_points == pytest.approx(round(6 * math.log(4.1) / math.log(6.5), 2))  # 4.52
     assert s.points == pytest.approx(14 + s.speed_points)
     [line] = [r for r in s.reasons if "speed points" in r]
-    assert line.startswith("1.1: speedup 4.1x [3.89, 4.3] (your fused op vs your MiniTorch's composition on the reference basic ops)") and "vs target 6.5x: 3.38 of 6 speed points" in line
+    assert line.startswith("1.1: speedup 4.1x [3.89, 4.3] (your fused op vs your MiniTorch's composition on the reference basic ops)") and "vs target 6.5x: 4.52 of 6 speed points" in line
+
+
+def test_partial_speed_is_linear_when_the_rubric_says_so():
+    s = score_problem(replace(SPEC, speed_scale="linear"), measured(student=4.1, reference_ops=4.1))
+    assert s.speed_points == pytest.approx(round(6 * 3.1 / 5.5, 2))  # 3.38
+
+
+def test_a_ten_percent_drift_below_the_target_moves_log_points_less_than_linear():
+    def points(figure: float, scale: str) -> float:
+        return 6 * speed_fraction(figure, 1.0, 3.7, scale)
+    # 2.2's target: the steepest of the four kernel problems
+    log_move = points(3.6, "log") - points(3.6 / 1.1, "log")
+    linear_move = points(3.6, "linear") - points(3.6 / 1.1, "linear")
+    assert log_move < 0.5 < linear_move
 
 
 def test_speed_floor_and_cap():
@@ -239,7 +254,8 @@ def test_run_totals_and_missing_problems():
     assert run.problem("1.1").points == 20
     assert run.problem("3").points == 20  # 1.2x >= target 1.1x, student figure
     # 2.1's only hidden case failed: its 4 hidden points are lost, the speed points stay
-    assert run.total == pytest.approx(20 + 14 + 6 * 2 / 4.5 + 10 + 6 * 6 / 14.8 + 0 + 20, abs=0.01)
+    assert run.total == pytest.approx(20 + 14 + 6 * math.log(3) / math.log(5.5) + 10 + 6 * math.log(7) / math.log(15.8)
+                                      + 0 + 20, abs=0.01)
     json.dumps(run.to_dict(), allow_nan=False)
 
 
