@@ -66,6 +66,7 @@ class ScheduleChange:
     late_window: str | None = None
     penalty_per_day: str | None = None
     score_policy: str | None = None
+    students_choose: bool | None = None  # whether students may choose which of their runs counts
 
 
 class ScheduleError(ValueError):
@@ -102,7 +103,8 @@ def _field(errors: dict[str, str], name: str, text: str | None, parse: Callable[
 
 
 def update_schedule(session: Session, slug: str, change: ScheduleChange, zone: str) -> Assignment:
-    """Apply `change` to the assignment's schedule and score policy, all or nothing.
+    """Apply `change` to the assignment's schedule, score policy and whether students choose
+    which of their runs counts (grader.counted_choice), all or nothing.
     ScheduleError names every field that is wrong; NotFound: no such assignment."""
     row = get_assignment(session, slug)
     current = late_policy(row)
@@ -121,7 +123,11 @@ def update_schedule(session: Session, slug: str, change: ScheduleChange, zone: s
         policy = LatePolicy(release_at=release, due_at=due, grace=grace, late_window=window, penalty_per_day=penalty)
     except ValueError as exc:
         raise ScheduleError({"": _WHOLE_SCHEDULE.get(str(exc), str(exc))}) from None
-    return set_schedule(session, slug, policy, score_policy)
+    row = set_schedule(session, slug, policy, score_policy)
+    if change.students_choose is not None:
+        row.students_choose_counted_run = change.students_choose
+        session.flush()
+    return row
 
 
 def extend_student(session: Session, slug: str, username: str, extra: str, reason: str = "") -> ExtensionRow | None:

@@ -1,6 +1,7 @@
 """Grade reads shared by the pages, the API and the notifications: the staff's adjustments
 and the final grade of runs, each assignment's upload window for one user, and which run
-counts for a student (staff's pin, else the score policy's pick).
+counts for a student (the run chosen by staff, or by the student where the assignment allows
+it; else the score policy's pick).
 
 Each does a fixed, small number of SQL statements whatever the number of runs."""
 from __future__ import annotations
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 from typing import Any
 
-from sqlalchemy import Select, select
+from sqlalchemy import Select, or_, select
 from sqlalchemy.orm import Session
 
 from grader.course_ops import Refusal, admission, late_checker, lateness
@@ -90,26 +91,35 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Pin:
-    """Staff's choice of the run that counts for one student (a CountedRun row)."""
+    """The run chosen to count for one student (a CountedRun row): by staff, or by the student."""
 
     run_id: int
     by: str
     reason: str | None
+    by_student: bool = False
+
+    @property
+    def label(self) -> str:
+        """Who chose it, as the staff's pages say it."""
+        return "chosen by the student" if self.by_student else "chosen by staff"
 
 
 def counted_pins(session: Session, assignment_id: int, user_id: int | None = None) -> dict[int, Pin]:
-    """user id -> the run staff chose to count in the assignment (of `user_id` alone, unless
-    None); one statement."""
-    query = (select(CountedRun.user_id, CountedRun.run_id, User.username, CountedRun.reason)
-             .join(User, User.id == CountedRun.by_id).where(CountedRun.assignment_id == assignment_id))
+    """user id -> the run chosen to count in the assignment (of `user_id` alone, unless None): by
+    staff, or by the student while the assignment lets students choose; one statement."""
+    query = (select(CountedRun.user_id, CountedRun.run_id, User.username, CountedRun.reason, CountedRun.by_id)
+             .join(User, User.id == CountedRun.by_id)
+             .join(Assignment, Assignment.id == CountedRun.assignment_id)
+             .where(CountedRun.assignment_id == assignment_id,
+                    or_(CountedRun.by_id != CountedRun.user_id, Assignment.students_choose_counted_run)))
     if user_id is not None:
         query = query.where(CountedRun.user_id == user_id)
-    return {uid: Pin(run_id, by, reason) for uid, run_id, by, reason in session.execute(query)}
+    return {uid: Pin(run_id, by, reason, by_id == uid) for uid, run_id, by, reason, by_id in session.execute(query)}
 
 
 def counting_run(runs: list[Run], grades: Mapping[int, Grade], policy: str, pin: Pin | None = None) -> int | None:
     """The id of the run among one student's `runs` of one assignment that the gradebook
-    counts: staff's `pin` while that run is scored, else the pick of `policy` (`grades`:
+    counts: the `pin` (counted_pins) while that run is scored, else the pick of `policy` (`grades`:
     run_grades of them); None without a scored run."""
     if pin is not None and pin.run_id in grades:
         return pin.run_id

@@ -145,6 +145,8 @@ class Assignment(Base):
     score_policy: Mapped[str] = mapped_column(String(16), default="latest")  # latest | best
     # Paused: new runs are stored and queued but not sent to the broker (grader.grading_control)
     grading_paused: Mapped[bool] = mapped_column(Boolean, default=False)
+    # A student may choose which of their own scored runs counts (grader.counted_choice); off by default
+    students_choose_counted_run: Mapped[bool] = mapped_column(Boolean, default=False)
     # The similarity check's base, the starter its students received (grader.similarity.base):
     # "upload" (the zip staff gave), "git:<repository>@<ref>", or None (the rubric's default)
     similarity_base: Mapped[str | None] = mapped_column(String(512))
@@ -328,8 +330,9 @@ class GradeAdjustment(Base):
 
 
 class CountedRun(Base):
-    """The run staff chose to count for one student in one assignment, instead of the score
-    policy's pick (grader.gradebook_reads.gradebook); removing the row returns to the policy."""
+    """The run chosen to count for one student in one assignment, instead of the score policy's
+    pick (grader.gradebook_reads.gradebook): by staff, or by the student (`by_id` is `user_id`)
+    where the assignment lets students choose; removing the row returns to the policy."""
 
     __tablename__ = "counted_runs"
     __table_args__ = (UniqueConstraint("assignment_id", "user_id"),)

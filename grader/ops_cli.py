@@ -35,10 +35,13 @@ def schedule(
     late_window: Annotated[str | None, typer.Option(help="from the due date, grace included, e.g. 3d")] = None,
     penalty_per_day: Annotated[str | None, typer.Option(help="share of the score per started day after the grace: 0.1 or 10%")] = None,
     policy: Annotated[str | None, typer.Option(help="gradebook score policy: latest or best")] = None,
+    students_choose: Annotated[bool | None, typer.Option(
+        "--students-choose/--no-students-choose",
+        help="whether students may choose which of their scored runs counts")] = None,
 ) -> None:
     """Show an assignment's schedule and late policy, or change the parts given."""
     settings = get_settings()
-    change = ScheduleChange(release, due, grace, late_window, penalty_per_day, policy)
+    change = ScheduleChange(release, due, grace, late_window, penalty_per_day, policy, students_choose)
     with session_scope(make_session_factory(make_engine(settings))) as session:
         assignment_or_exit(session, assignment)
         try:
@@ -54,7 +57,8 @@ def schedule(
 
         typer.echo(f"{assignment}: release {show(updated.release_at)}, due {show(updated.due_at)}, "
                    f"grace {updated.grace}, late window {updated.late_window}, "
-                   f"{updated.penalty_per_day:.0%} per started day after the grace, score policy {row.score_policy}")
+                   f"{updated.penalty_per_day:.0%} per started day after the grace, score policy {row.score_policy}, "
+                   f"students {'choose' if row.students_choose_counted_run else 'do not choose'} which run counts")
 
 
 def extend(

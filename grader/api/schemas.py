@@ -175,9 +175,10 @@ class GradebookRowOut(FromRow):
     problems: dict[str, float] = Field(description="problem id -> points of that run, before any late penalty")
     run_id: int | None
     grade: GradeOut | None = Field(default=None, description="the final grade of that run; total is its final_score")
-    chosen_by: str | None = Field(default=None, description="the staff login who chose that run to count "
-                                  "instead of the policy's pick; null: the policy's pick")
-    chosen_reason: str | None = Field(default=None, description="why staff chose it, when they said")
+    chosen_by: str | None = Field(default=None, description="the login who chose that run to count "
+                                  "instead of the policy's pick: staff, or the student (equal to user) where "
+                                  "the assignment lets students choose; null: the policy's pick")
+    chosen_reason: str | None = Field(default=None, description="why it was chosen, when they said")
     latest: ScoredRunOut | None
     best: ScoredRunOut | None
 

@@ -65,7 +65,8 @@ def _schedule_values(assignment: Assignment, zone: ZoneInfo) -> dict[str, str]:
     return {"release": _instant_text(policy.release_at, zone), "due": _instant_text(policy.due_at, zone),
             "grace": _duration_text(policy.grace), "late_window": _duration_text(policy.late_window),
             "penalty_per_day": f"{policy.penalty_per_day * 100:g}%" if policy.penalty_per_day else "",
-            "score_policy": assignment.score_policy}
+            "score_policy": assignment.score_policy,
+            "students_choose": "on" if assignment.students_choose_counted_run else ""}
 
 
 def _settings_page(request: Request, session: Session, user: User, assignment: Assignment, status_code: int = 200,
@@ -93,12 +94,13 @@ def settings_form(request: Request, session: Db, staff: Staff) -> Response:
 async def settings_save(request: Request, slug: str, ctx: Context, session: Db, staff: StaffForm) -> Response:
     form = await request.form()
     typed = {name: str(form.get(name, "")) for name in SCHEDULE_FIELDS}
+    choose = form.get("students_choose") == "on"  # a checkbox: absent when not ticked
     try:
-        update_schedule(session, slug, ScheduleChange(**typed), ctx.settings.course_timezone)
+        update_schedule(session, slug, ScheduleChange(**typed, students_choose=choose), ctx.settings.course_timezone)
     except ScheduleError as exc:
         session.rollback()
         return _settings_page(request, session, staff.user, staff.assignment, status.HTTP_400_BAD_REQUEST,
-                              form=typed, errors=exc.errors)
+                              form=typed | {"students_choose": "on" if choose else ""}, errors=exc.errors)
     return see_other(f"/assignments/{slug}/settings?saved=schedule")
 
 

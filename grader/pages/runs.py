@@ -1,10 +1,12 @@
-"""A student's history and the run page (its live state, per-problem results, every
+"""A student's history (with which run counts, and, where the assignment allows it, the
+student's choice of it) and the run page (its live state, per-problem results, every
 correctness case, why a run was not graded, and stage logs); staff of the assignment see its
 runs too (grader.auth's browser principal)."""
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -17,10 +19,11 @@ from sqlalchemy.orm import Session, selectinload
 from grader import charts
 from grader.api.deps import get_context
 from grader.auth import browser_principal
+from grader.counted_choice import REFUSAL_TEXT, StudentRefusal, choose, clear, student_refusal
 from grader.grade_reads import counted_pins, counting_run, run_grades
 from grader.membership import roles_of
-from grader.models import ErrorClass, ProblemResult, Run, RunState, Submission, User
-from grader.pages.common import Db, Viewer, absent, logged_in, page
+from grader.models import Assignment, ErrorClass, ProblemResult, Run, RunState, Submission, User
+from grader.pages.common import Db, Sender, Viewer, absent, logged_in, page, see_other
 from grader.runstatus import run_status
 from grader.websession import current_user
 from worker.assignment import AssignmentError, Words, assignment_of
@@ -46,7 +49,58 @@ def history(request: Request, session: Db, user: Viewer) -> Response:
     counting = {a.slug: counting_run([r for sub in subs if sub.assignment_id == a.id for r in sub.runs],
                                      grades, a.score_policy, pins.get(a.slug)) for a in assignments.values()}
     return page(request, "submissions.html", user, submissions=subs, zone=zone, grades=grades,
-                assignments=sorted(assignments.values(), key=lambda a: a.slug), counting=counting, pins=pins)
+                assignments=sorted(assignments.values(), key=lambda a: a.slug), counting=counting, pins=pins,
+                refusal=_refusal_shown(request.query_params, assignments))
+
+
+def _refusal_shown(params: Mapping[str, str], assignments: dict[int, Assignment]) -> str | None:
+    """The fixed sentence of a refused choice (`refused` and `assignment` in the query), so that
+    a link cannot put words of its own on the page."""
+    slugs = {a.slug for a in assignments.values()}
+    try:
+        refusal = StudentRefusal(params.get("refused", ""))
+    except ValueError:
+        return None
+    slug = params.get("assignment", "")
+    return REFUSAL_TEXT[refusal].format(slug=slug) if slug in slugs else None
+
+
+def _refused(refusal: StudentRefusal, assignment: Assignment) -> Response:
+    return see_other(f"/submissions?refused={refusal.value}&assignment={assignment.slug}#counting")
+
+
+@router.post("/submissions/counted")
+async def choose_counted(request: Request, session: Db, user: Sender) -> Response:
+    """The student counts one of their own scored runs, where the assignment allows it and staff
+    have not chosen; a refusal goes back to the history with why."""
+    form = await request.form()
+    run_id = str(form.get("run_id", ""))
+    run = _readable_run(session, user, int(run_id)) if run_id.isdigit() else None
+    if run is None or run.submission.user_id != user.id:
+        raise absent(f"run {run_id} of yours")
+    assignment = run.submission.assignment
+    refusal = student_refusal(session, assignment, user, run)
+    if refusal is not None:
+        return _refused(refusal, assignment)
+    choose(session, assignment, user.id, run, user)
+    session.commit()
+    return see_other(f"/submissions#counts-{assignment.slug}")
+
+
+@router.post("/submissions/counted/remove")
+async def clear_counted(request: Request, session: Db, user: Sender) -> Response:
+    """The student goes back to the score policy's pick (their own choice only)."""
+    slug = str((await request.form()).get("assignment", ""))
+    assignment = session.scalar(select(Assignment).where(Assignment.slug == slug,
+                                                         Assignment.id.in_(list(roles_of(session, user.id)))))
+    if assignment is None:
+        raise absent(f"assignment {slug!r} of yours")
+    refusal = student_refusal(session, assignment, user)
+    if refusal is not None:
+        return _refused(refusal, assignment)
+    clear(session, assignment, user.id)
+    session.commit()
+    return see_other(f"/submissions#counts-{assignment.slug}")
 
 
 def _readable_run(session: Session, user: User, run_id: int) -> Run | None:

@@ -1,20 +1,21 @@
 """One student's whole history in an assignment, for its staff (linked from the gradebook's
 Uploads count): every submission with every run, each scored run's final grade and late badge,
-which run the gradebook counts, and links to the runs and the submitted code. Staff can pin
-one scored run as the one that counts (an optional reason), and unpin it back to the score
-policy. Someone who is not staff of the assignment gets the 404 page (grader.pages.common's
+which run the gradebook counts (and who chose it), and links to the runs and the submitted
+code. Staff can pin one scored run as the one that counts (an optional reason), replacing a
+student's own choice, and unpin it back to the score policy. Someone who is not staff of the assignment gets the 404 page (grader.pages.common's
 Staff and StaffForm)."""
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
-from sqlalchemy import delete, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
 from grader.api.deps import get_context
+from grader.counted_choice import choose, clear, is_scored
 from grader.grade_reads import counted_pins, counting_run, run_grades
 from grader.membership import role_in
-from grader.models import Assignment, CountedRun, Run, RunState, Submission, User
+from grader.models import Assignment, Run, Submission, User
 from grader.pages.common import Db, Staff, StaffForm, absent, page, see_other
 from grader.service import find_user
 
@@ -57,13 +58,9 @@ async def pin_counted(request: Request, username: str, session: Db, staff: Staff
     here = f"/assignments/{assignment.slug}/students/{student.username}"
     run_id = str(form.get("run_id", ""))
     run = session.get(Run, int(run_id)) if run_id.isdigit() else None
-    if run is None or run.submission not in subs or run.state is not RunState.scored or run.score is None:
+    if run is None or run.submission not in subs or not is_scored(run):
         return see_other(f"{here}?error=unscored#counted")
-    reason = str(form.get("reason", "")).strip() or None
-    session.execute(delete(CountedRun).where(CountedRun.assignment_id == assignment.id,
-                                             CountedRun.user_id == student.id))
-    session.add(CountedRun(assignment_id=assignment.id, user_id=student.id, run_id=run.id, reason=reason,
-                           by_id=staff.user.id))
+    choose(session, assignment, student.id, run, staff.user, str(form.get("reason", "")).strip() or None)
     session.commit()
     return see_other(f"{here}#counted")
 
@@ -72,7 +69,6 @@ async def pin_counted(request: Request, username: str, session: Db, staff: Staff
 def unpin_counted(username: str, session: Db, staff: StaffForm) -> Response:
     """Back to the score policy's pick."""
     student, _ = _student(session, staff.assignment, username)
-    session.execute(delete(CountedRun).where(CountedRun.assignment_id == staff.assignment.id,
-                                             CountedRun.user_id == student.id))
+    clear(session, staff.assignment, student.id)
     session.commit()
     return see_other(f"/assignments/{staff.assignment.slug}/students/{student.username}#counted")

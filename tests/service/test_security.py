@@ -362,6 +362,20 @@ def _pin_denied(path: str, data: dict[str, str]) -> Check:
     return check
 
 
+def _choose_b_run(w: World) -> None:
+    """A student cannot count B's run as their own choice (404, nothing chosen); going back to the
+    policy's pick touches only their own choice, and only in an assignment of theirs."""
+    before = w.count(CountedRun)
+    refused(w.a_web.post("/submissions/counted", data={"csrf_token": w.a_csrf(), "run_id": str(w.b_run)},
+                         follow_redirects=False), 404, w=w)
+    refused(w.a_web.post("/submissions/counted/remove", data={"csrf_token": w.a_csrf(), "assignment": "no-such"},
+                         follow_redirects=False), 404, w=w)
+    own = w.a_web.post("/submissions/counted/remove", data={"csrf_token": w.a_csrf(), "assignment": "hw4"},
+                       follow_redirects=False)
+    assert own.status_code == 303 and own.headers["location"].startswith("/submissions")
+    assert w.count(CountedRun) == before
+
+
 def _ops_report_download(w: World) -> None:
     refused(w.a_web.get("/assignments/hw4/similarity.json", follow_redirects=False), 404, w=w)
 
@@ -497,6 +511,8 @@ ROUTES: dict[tuple[str, str], Check] = {
         _pin_denied("/assignments/hw4/students/{w.b_name}/counted", {"run_id": "{w.b_run}"}),
     ("POST", "/assignments/{slug}/students/{username}/counted/remove"):
         _pin_denied("/assignments/hw4/students/{w.b_name}/counted/remove", {}),
+    ("POST", "/submissions/counted"): _choose_b_run,
+    ("POST", "/submissions/counted/remove"): _choose_b_run,
     ("GET", "/gradebook"): _web_get_denied("/gradebook", 404, owner="staff"),
     ("GET", "/gradebook.csv"): _web_get_denied("/gradebook.csv", 404, owner="staff"),
     ("GET", "/gradebook.json"): _web_get_denied("/gradebook.json", 404, owner="staff"),
