@@ -349,11 +349,14 @@ def _coerce(text: str, annotation: str, default: Any) -> Any:
 
 def settings_from_source(source: Path, data_dir: Path, environ: dict[str, str]) -> types.SimpleNamespace:
     """Settings' declared defaults read from grader/settings.py (with KG_<FIELD> overrides from
-    `environ`), for a machine without pydantic. Fields whose default is not a plain
-    expression are left out; data_dir is `data_dir` and build_cache_dir under it."""
+    `environ`), for a machine without pydantic. A group (a field whose default calls a model
+    class of the file, as `build: BuildSettings = BuildSettings(cpu_s=300, ...)`) is a namespace
+    of that class's fields (its bases' too) with the call's arguments over their defaults and
+    KG_<GROUP>_<FIELD> over both. Fields whose default is not a plain expression are left out;
+    data_dir is `data_dir` and build_cache_dir under it."""
     tree = ast.parse(source.read_text())
     scope: dict[str, Any] = {"Path": Path, "Field": _field_default, "__builtins__": {}}
-    values: dict[str, Any] = {}
+    classes: dict[str, ast.ClassDef] = {}
     for node in tree.body:
         if isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets):
             try:
@@ -362,17 +365,43 @@ def settings_from_source(source: Path, data_dir: Path, environ: dict[str, str]) 
                 continue
             for t in node.targets:
                 scope[t.id] = value  # module constants such as MiB
-        if isinstance(node, ast.ClassDef) and node.name == "Settings":
-            for item in node.body:
-                if not (isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) and item.value):
-                    continue
-                name = item.target.id
+        if isinstance(node, ast.ClassDef):
+            classes[node.name] = node
+    if "Settings" not in classes:
+        raise SystemExit(f"{source} has no class Settings: update bench/fidelity.py")
+
+    def evaluate(expr: ast.expr) -> Any:
+        return eval(compile(ast.Expression(expr), str(source), "eval"), scope)
+
+    def fields(name: str, given: dict[str, Any], prefix: str) -> dict[str, Any]:
+        node = classes[name]
+        values: dict[str, Any] = {}
+        for base in node.bases:
+            if isinstance(base, ast.Name) and base.id in classes:
+                values.update(fields(base.id, given, prefix))
+        for item in node.body:
+            if not (isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)):
+                continue
+            field, default_expr = item.target.id, item.value
+            if (isinstance(default_expr, ast.Call) and isinstance(default_expr.func, ast.Name)
+                    and default_expr.func.id in classes):  # a group
+                args = {kw.arg: evaluate(kw.value) for kw in default_expr.keywords if kw.arg}
+                values[field] = types.SimpleNamespace(**fields(default_expr.func.id, args, f"{prefix}{field}_"))
+                continue
+            if field in given:
+                default = given[field]
+            elif default_expr is None:
+                continue
+            else:
                 try:
-                    default = eval(compile(ast.Expression(item.value), str(source), "eval"), scope)
+                    default = evaluate(default_expr)
                 except Exception:
                     continue
-                env = next((v for k, v in environ.items() if k.upper() == f"KG_{name.upper()}"), None)
-                values[name] = default if env is None else _coerce(env, ast.unparse(item.annotation), default)
+            env = next((v for k, v in environ.items() if k.upper() == f"{prefix}{field}".upper()), None)
+            values[field] = default if env is None else _coerce(env, ast.unparse(item.annotation), default)
+        return values
+
+    values = fields("Settings", {}, "KG_")
     values["data_dir"] = data_dir
     values["build_cache_dir"] = data_dir / "build-cache"
     return types.SimpleNamespace(**values)

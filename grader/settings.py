@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from worker.rubric import add_rubric_dirs
@@ -20,8 +21,58 @@ from worker.rubric import add_rubric_dirs
 MiB = 1024 * 1024
 
 
+class ChildSettings(BaseModel):
+    """What one kind of sandboxed child may use (worker/sandbox/): CPU seconds, summed resident
+    memory, processes (RLIMIT_NPROC counts threads) and the largest file it may write, and the
+    image its container starts from under the docker backend. Used twice: `build` (a
+    submission's nvcc) and `sandbox` (a problem's run), so their limits are read one way."""
+
+    model_config = ConfigDict(frozen=True)
+
+    cpu_s: int
+    memory_bytes: int
+    max_processes: int
+    file_size_bytes: int
+    docker_image: str
+
+
+class BuildSettings(ChildSettings):
+    """The build of a submission (worker/build.py), KG_BUILD_*; its user, network and backend
+    are the sandbox's."""
+
+    # When set, each run is first built by a CPU worker on this queue (grader/runs/tasks.py:
+    # prebuild); the GPU worker then finds its kernels in the shared build cache.
+    queue: str = ""
+    jobs: int = 3  # nvcc processes at once
+    # Wall time of one nvcc of a submission (one source file), below nvcc_timeout_s: the course's
+    # whole build (every kernel, `jobs` at once) takes 18-26 s, so 90 s leaves more than 3x for a
+    # loaded worker, and a compile-time bomb frees its build slot after 90 s, not 300.
+    file_timeout_s: float = 90.0
+
+
+class SandboxSettings(ChildSettings):
+    """The sandbox every piece of submitted code runs in (worker/sandbox/), KG_SANDBOX_*."""
+
+    user: str | None = "nobody"
+    isolate_network: bool = True
+    wall_s: float = 900.0  # per problem child
+    # All a job may write (job folder, /tmp, /dev/shm, ...): a tmpfs of this size, so it is RAM
+    # too; a build's children get the same
+    disk_bytes: int = 1024 * MiB
+    # Without PID/mount namespaces (an unprivileged container, a non-root worker) the process
+    # backend refuses to run submitted code; false: it runs it with the weaker isolation left
+    require_namespaces: bool = True
+    backend: Literal["process", "docker"] = "process"  # docker: a fresh container per child
+    docker_gpu: str = ""  # `docker run --gpus device=` (host index or UUID); "" = gpu_index
+    docker_cpus: float = 4.0
+
+
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="KG_", env_file=".env", extra="ignore")
+    # The groups `build` and `sandbox` keep their flat names: KG_BUILD_JOBS is build.jobs,
+    # KG_SANDBOX_WALL_S is sandbox.wall_s, and one such variable changes only its own field.
+    model_config = SettingsConfigDict(env_prefix="KG_", env_file=".env", extra="ignore",
+                                      env_nested_delimiter="_", env_nested_max_split=1,
+                                      nested_model_default_partial_update=True)
 
     # Storage
     data_dir: Path = Path("var")
@@ -31,9 +82,6 @@ class Settings(BaseSettings):
     # The GPU model runs are graded on (e.g. "H200"): unless KG_TASK_QUEUE is set, the run queue
     # is then named after it ("gpu-h200"), so each model's workers have their own queue.
     gpu_model: str = ""
-    # When set, each run is first built by a CPU worker on this queue (grader/runs/tasks.py: prebuild);
-    # the GPU worker then finds its kernels in the shared build cache.
-    build_queue: str = ""
     # The service's CPU queue: similarity reports (grader/similarity/jobs.py) and roster imports
     # (grader/roster_jobs.py) are computed by a worker consuming it, kept off the run queue so
     # they neither wait behind runs nor hold a GPU worker.
@@ -53,18 +101,10 @@ class Settings(BaseSettings):
     nvcc: str = "nvcc"
     cuda_arch: str = "sm_90"
     nvcc_timeout_s: float = 300.0  # wall time of one nvcc, ours or a submission's (the ceiling)
-    # Wall time of one nvcc of a submission (one source file), below the ceiling: the course's
-    # whole build (every kernel, build_jobs at once) takes 18-26 s, so 90 s leaves more than 3x
-    # for a loaded worker, and a compile-time bomb frees its build slot after 90 s, not 300.
-    build_file_timeout_s: float = 90.0
-    build_jobs: int = 3
-    # The sandbox a submission's nvcc runs in (worker/build.py; user, network and backend as
-    # sandbox_* below). Per nvcc: CPU seconds, summed resident memory, processes, file size.
-    build_cpu_s: int = 300
-    build_memory_bytes: int = 4 * 1024 * MiB
-    build_max_processes: int = 64
-    build_file_size_bytes: int = 512 * MiB
-    build_docker_image: str = "kernelgrade-worker"  # docker backend: an image with nvcc at the worker's paths
+    # A submission's nvcc, one sandboxed child per source file (BuildSettings)
+    build: BuildSettings = BuildSettings(cpu_s=300, memory_bytes=4 * 1024 * MiB, max_processes=64,
+                                         file_size_bytes=512 * MiB,
+                                         docker_image="kernelgrade-worker")  # an image with nvcc at the worker's paths
 
     # GPU grading (the run stage). "auto": grade on the GPU when NVML reports one.
     gpu_grading: str = "auto"  # auto | on | off
@@ -72,23 +112,10 @@ class Settings(BaseSettings):
     # Cores of the timing phase, "parent,timed" (worker/affinity.py): "auto" picks two of the
     # worker's cores, a different two per gpu_index; "off" leaves it to the scheduler.
     timing_cpus: str = "auto"
-    # The sandbox every piece of submitted code runs in (worker/sandbox/)
-    sandbox_user: str | None = "nobody"
-    sandbox_isolate_network: bool = True
-    sandbox_wall_s: float = 900.0  # per problem child
-    sandbox_cpu_s: int = 1800
-    sandbox_memory_bytes: int = 32 * 1024 * MiB
-    sandbox_max_processes: int = 256  # RLIMIT_NPROC counts threads: room for CUDA/OpenMP ones
-    sandbox_file_size_bytes: int = 4 * 1024 * MiB
-    # All a job may write (job folder, /tmp, /dev/shm, ...): a tmpfs of this size, so it is RAM too
-    sandbox_disk_bytes: int = 1024 * MiB
-    # Without PID/mount namespaces (an unprivileged container, a non-root worker) the process
-    # backend refuses to run submitted code; false: it runs it with the weaker isolation left
-    sandbox_require_namespaces: bool = True
-    sandbox_backend: Literal["process", "docker"] = "process"  # docker: a fresh container per child
-    sandbox_docker_image: str = "kernelgrade-sandbox"
-    sandbox_docker_gpu: str = ""  # `docker run --gpus device=` (host index or UUID); "" = gpu_index
-    sandbox_docker_cpus: float = 4.0
+    # The sandbox every piece of submitted code runs in (SandboxSettings)
+    sandbox: SandboxSettings = SandboxSettings(cpu_s=1800, memory_bytes=32 * 1024 * MiB,
+                                               max_processes=256,  # room for CUDA/OpenMP threads
+                                               file_size_bytes=4 * 1024 * MiB, docker_image="kernelgrade-sandbox")
     grading_seed: int | None = None  # fixed only for reproducing a grade; None = fresh inputs
 
     # Worker
@@ -166,6 +193,37 @@ class Settings(BaseSettings):
     # course's own assignments, as a JSON list; each rubric's plug-in module must be importable
     # (worker.assignment). The search path is the process's: built settings add these to it.
     rubric_dirs: list[Path] = Field(default_factory=list)
+
+    @classmethod
+    def groups(cls) -> dict[str, type[BaseModel]]:
+        """The grouped fields (build, sandbox) and their models."""
+        return {name: type(field.default) for name, field in cls.model_fields.items()
+                if isinstance(field.default, BaseModel)}
+
+    @classmethod
+    def variable_names(cls) -> set[str]:
+        """Every KG_* variable read: KG_<FIELD>, and KG_<GROUP>_<FIELD> for a group's field."""
+        groups = cls.groups()
+        return {f"KG_{name}_{field}".upper() for name, model in groups.items() for field in model.model_fields} | {
+            f"KG_{name}".upper() for name in cls.model_fields if name not in groups}
+
+    @classmethod
+    def from_variables(cls, variables: Mapping[str, str], **given: Any) -> Settings:
+        """Settings from KG_* variables held in a mapping (a compose file's, a worker's
+        environment-to-be), read as the process environment is read: KG_BUILD_JOBS sets
+        build.jobs and leaves the group's other fields alone. `given` wins over both."""
+        groups = cls.groups()
+        values: dict[str, Any] = {}
+        for key, value in variables.items():
+            if not key.upper().startswith("KG_"):
+                continue
+            name = key[3:].lower()
+            group, _, field = name.partition("_")
+            if group in groups and field:
+                values.setdefault(group, {})[field] = value
+            else:
+                values[name] = value
+        return cls(_env_file=None, **{**values, **given})  # type: ignore[call-arg]
 
     @model_validator(mode="after")
     def _search_rubric_dirs(self) -> Settings:

@@ -5,7 +5,7 @@ Queues (names from grader.settings):
 - the run queue, `task_queue`: every grading task. With KG_GPU_MODEL set it is named after the
   model ("gpu-h200"), so a course's GPU workers of one model share a queue and a second worker
   is just another process consuming it (one per GPU, concurrency 1).
-- the build queue, `build_queue` (optional): `prebuild` tasks for CPU workers, which compile a
+- the build queue, `build.queue` (KG_BUILD_QUEUE, optional): `prebuild` tasks for CPU workers, which compile a
   run's kernels into the shared, content-addressed build cache before the run is sent on to the
   run queue (grader.runs.dispatch chains the two).
 - the similarity queue, `similarity_queue`: the service's CPU work off the run queue, similarity
@@ -25,8 +25,8 @@ TASK_PREBUILD = "kernelgrade.prebuild"
 
 def task_routes(settings: Settings) -> dict[str, dict[str, str]]:
     routes = {TASK_GRADE_RUN: {"queue": settings.task_queue}}
-    if settings.build_queue:
-        routes[TASK_PREBUILD] = {"queue": settings.build_queue}
+    if settings.build.queue:
+        routes[TASK_PREBUILD] = {"queue": settings.build.queue}
     return routes
 
 

@@ -22,7 +22,7 @@ from worker.telemetry import gpu_count
 from worker.unpack import UnpackLimits
 
 if TYPE_CHECKING:
-    from grader.settings import Settings
+    from grader.settings import ChildSettings, Settings
 
 
 def pipeline_config(settings: Settings, rubric: Rubric) -> PipelineConfig:
@@ -41,38 +41,44 @@ def pipeline_config(settings: Settings, rubric: Rubric) -> PipelineConfig:
             timeout_s=settings.nvcc_timeout_s,
         ),
         build_cache_dir=settings.build_cache_dir,
-        build_jobs=settings.build_jobs,
+        build_jobs=settings.build.jobs,
         log_limit_bytes=settings.stage_log_limit_bytes,
-        build_limits=SandboxLimits(
-            wall_s=min(settings.build_file_timeout_s, settings.nvcc_timeout_s),  # the per-file budget
-            cpu_s=settings.build_cpu_s,
-            memory_bytes=settings.build_memory_bytes,
-            max_processes=settings.build_max_processes,
-            file_size_bytes=settings.build_file_size_bytes,
-            disk_bytes=settings.sandbox_disk_bytes,
-        ),
+        # the per-file budget, below the ceiling of every nvcc
+        build_limits=child_limits(settings.build, min(settings.build.file_timeout_s, settings.nvcc_timeout_s),
+                                  settings.sandbox.disk_bytes),
         build_policy=build_policy(settings),
     )
 
 
+def child_limits(child: ChildSettings, wall_s: float, disk_bytes: int) -> SandboxLimits:
+    """The limits of one kind of sandboxed child (the build's or the sandbox's settings)."""
+    return SandboxLimits(wall_s=wall_s, cpu_s=child.cpu_s, memory_bytes=child.memory_bytes,
+                         max_processes=child.max_processes, file_size_bytes=child.file_size_bytes,
+                         disk_bytes=disk_bytes)
+
+
 def docker_options(settings: Settings) -> DockerOptions | None:
     """The docker backend's options from the settings, or None for the process backend."""
-    if settings.sandbox_backend != "docker":
+    sandbox = settings.sandbox
+    if sandbox.backend != "docker":
         return None
-    return DockerOptions(image=settings.sandbox_docker_image, cpus=settings.sandbox_docker_cpus,
-                         gpu=settings.sandbox_docker_gpu or str(settings.gpu_index))
+    return DockerOptions(image=sandbox.docker_image, cpus=sandbox.docker_cpus,
+                         gpu=sandbox.docker_gpu or str(settings.gpu_index))
+
+
+def sandbox_policy(settings: Settings, gpu_index: int | None, docker: DockerOptions | None) -> SandboxPolicy:
+    """The sandbox's user, network isolation and namespace demand, with this GPU and container."""
+    sandbox = settings.sandbox
+    return SandboxPolicy(user=sandbox.user, isolate_network=sandbox.isolate_network,
+                         require_namespaces=sandbox.require_namespaces, gpu_index=gpu_index, docker=docker)
 
 
 def build_policy(settings: Settings) -> SandboxPolicy:
     """The sandbox of a submission's nvcc: the GPU stage's user and network isolation, no GPU;
     with the docker backend, a container of the build image (the sandbox image has no nvcc)."""
     docker = docker_options(settings)
-    return SandboxPolicy(
-        user=settings.sandbox_user,
-        isolate_network=settings.sandbox_isolate_network,
-        require_namespaces=settings.sandbox_require_namespaces,
-        docker=None if docker is None else replace(docker, image=settings.build_docker_image, gpu=None),
-    )
+    return sandbox_policy(settings, None,
+                          None if docker is None else replace(docker, image=settings.build.docker_image, gpu=None))
 
 
 def gpu_available(settings: Settings) -> bool:
@@ -81,21 +87,8 @@ def gpu_available(settings: Settings) -> bool:
 
 def gpu_stage_config(settings: Settings) -> StageConfig:
     return StageConfig(
-        limits=SandboxLimits(
-            wall_s=settings.sandbox_wall_s,
-            cpu_s=settings.sandbox_cpu_s,
-            memory_bytes=settings.sandbox_memory_bytes,
-            max_processes=settings.sandbox_max_processes,
-            file_size_bytes=settings.sandbox_file_size_bytes,
-            disk_bytes=settings.sandbox_disk_bytes,
-        ),
-        policy=SandboxPolicy(
-            user=settings.sandbox_user,
-            isolate_network=settings.sandbox_isolate_network,
-            require_namespaces=settings.sandbox_require_namespaces,
-            gpu_index=settings.gpu_index,
-            docker=docker_options(settings),
-        ),
+        limits=child_limits(settings.sandbox, settings.sandbox.wall_s, settings.sandbox.disk_bytes),
+        policy=sandbox_policy(settings, settings.gpu_index, docker_options(settings)),
         seed=settings.grading_seed,
         timing_cpus=choose_timing_cpus(settings.timing_cpus, settings.gpu_index),
     )

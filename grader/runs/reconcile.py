@@ -68,7 +68,7 @@ def _requeue_abandoned(session: Session, settings: Settings) -> None:
 
 
 def broker_queues(settings: Settings) -> list[str]:
-    return [settings.task_queue, *([settings.build_queue] if settings.build_queue else [])]
+    return [settings.task_queue, *([settings.build.queue] if settings.build.queue else [])]
 
 
 def reconcile(settings: Settings, sessions: sessionmaker[Session], celery: Celery) -> ReconcileReport:

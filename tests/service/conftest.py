@@ -70,7 +70,7 @@ def settings_env(database_url: str, tmp_path_factory: pytest.TempPathFactory) ->
 
 @pytest.fixture(scope="session")
 def settings(settings_env: dict[str, str]) -> Settings:
-    s = Settings(**{k.removeprefix("KG_").lower(): v for k, v in settings_env.items()})  # type: ignore[arg-type]
+    s = Settings.from_variables(settings_env)
     init_database(s)
     return s
 

@@ -137,7 +137,7 @@ def make_rig(settings: Settings, settings_env: dict[str, str], sessions: session
     nvcc = cpu_standin.write_fake_nvcc(cpu_standin.sandbox_visible_dir("kg-fault-nvcc-") / "nvcc")
     values = {"task_queue": queue, "gpu_grading": "on", "nvcc": str(nvcc), "requeue_after_s": "2", **changes}
     env = {**settings_env, **{f"KG_{k.upper()}": str(v) for k, v in values.items()}}
-    own = Settings(_env_file=None, **{k.removeprefix("KG_").lower(): v for k, v in env.items()})  # type: ignore[call-arg]
+    own = Settings.from_variables(env)
     return Rig(own, env, sessions, tmp)
 
 

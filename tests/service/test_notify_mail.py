@@ -87,7 +87,7 @@ def mail_env(settings_env: dict[str, str], mailbox: tuple[Mailbox, int]) -> dict
 
 @pytest.fixture(scope="module")
 def mail_settings(mail_env: dict[str, str], settings: Settings) -> Settings:
-    return Settings(**{k.removeprefix("KG_").lower(): v for k, v in mail_env.items()})  # type: ignore[arg-type]
+    return Settings.from_variables(mail_env)
 
 
 def _student(sessions: sessionmaker[Session], email: str | None) -> tuple[str, str]:

@@ -108,7 +108,8 @@ def test_cpu_build_queue_hands_kernels_to_the_run_queue_through_the_build_cache(
     run_queue, build_queue = f"kg-test-run-{uuid.uuid4().hex[:8]}", f"kg-test-build-{uuid.uuid4().hex[:8]}"
     builder = _without_queue(settings_env, KG_TASK_QUEUE=build_queue, KG_BUILD_QUEUE=build_queue)
     gpu = _without_queue(settings_env, KG_TASK_QUEUE=run_queue, KG_BUILD_QUEUE=build_queue)
-    own = settings.model_copy(update={"task_queue": run_queue, "build_queue": build_queue})
+    own = settings.model_copy(update={"task_queue": run_queue,
+                                      "build": settings.build.model_copy(update={"queue": build_queue})})
     try:
         with workers([builder, gpu], tmp_path) as (build_worker, gpu_worker), \
                 TestClient(create_app(own)) as client:

@@ -35,8 +35,7 @@ def vecadd_env(settings_env: dict[str, str]) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def vecadd_client(vecadd_env: dict[str, str], settings: Settings) -> Iterator[TestClient]:
-    plain = {k.removeprefix("KG_").lower(): v for k, v in vecadd_env.items() if k not in ("KG_RUBRIC_DIRS", "KG_RUBRICS")}
-    service = Settings(**plain, rubric_dirs=[VECADD], rubrics=["hw4", "vecadd"])  # type: ignore[arg-type]
+    service = Settings.from_variables(vecadd_env, rubric_dirs=[VECADD], rubrics=["hw4", "vecadd"])
     init_database(service)  # the vecadd assignment's row, from its rubric
     with TestClient(create_app(service)) as client:
         yield client

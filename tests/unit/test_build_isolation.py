@@ -258,13 +258,14 @@ def test_when_no_problem_is_left_the_first_failure_is_the_build_error(tmp_path: 
 
 
 def test_the_per_file_budget_is_the_build_sandboxs_wall_time_under_the_nvcc_ceiling() -> None:
-    def wall(**given: float) -> float:
-        return engine_config.pipeline_config(Settings(**given), RUBRIC).build_limits.wall_s
+    def wall(file_timeout_s: float | None = None, **given: float) -> float:
+        build = {} if file_timeout_s is None else {"file_timeout_s": file_timeout_s}
+        return engine_config.pipeline_config(Settings(build=build, **given), RUBRIC).build_limits.wall_s
 
-    assert Settings().build_file_timeout_s < Settings().nvcc_timeout_s
-    assert wall() == Settings().build_file_timeout_s
-    assert wall(build_file_timeout_s=3) == 3
-    assert wall(build_file_timeout_s=500, nvcc_timeout_s=300) == 300
+    assert Settings().build.file_timeout_s < Settings().nvcc_timeout_s
+    assert wall() == Settings().build.file_timeout_s
+    assert wall(3) == 3
+    assert wall(500, nvcc_timeout_s=300) == 300
 
 
 @needs_nvcc

@@ -81,13 +81,13 @@ def _holding(folder: Path, needle: bytes) -> list[str]:
 
 
 def test_the_worker_builds_submissions_in_the_configured_sandbox() -> None:
-    settings = Settings(sandbox_user="kg-build", sandbox_isolate_network=False, nvcc_timeout_s=77, build_cpu_s=55,
-                        build_memory_bytes=3 * MiB, build_max_processes=9, build_file_size_bytes=2 * MiB)
+    settings = Settings(sandbox={"user": "kg-build", "isolate_network": False}, nvcc_timeout_s=77,
+                        build={"cpu_s": 55, "memory_bytes": 3 * MiB, "max_processes": 9, "file_size_bytes": 2 * MiB})
     config = pipeline_config(settings, load_rubric("hw4"))
     assert config.build_limits == SandboxLimits(wall_s=77, cpu_s=55, memory_bytes=3 * MiB, max_processes=9,
                                                 file_size_bytes=2 * MiB)
     assert config.build_policy == SandboxPolicy(user="kg-build", isolate_network=False)
-    docker = build_policy(Settings(sandbox_backend="docker", build_docker_image="with-nvcc", sandbox_docker_gpu="3"))
+    docker = build_policy(Settings(sandbox={"backend": "docker", "docker_gpu": "3"}, build={"docker_image": "with-nvcc"}))
     assert docker.docker is not None and docker.docker.image == "with-nvcc" and docker.docker.gpu is None
     assert docker.user == "nobody" and docker.isolate_network and docker.gpu_index is None
 

@@ -465,6 +465,11 @@ def test_the_source_fallbacks_build_the_same_configs_as_production(tmp_path: Pat
     monkeypatch.setenv("KG_SANDBOX_WALL_S", "123.5")
     monkeypatch.setenv("KG_TIMING_CPUS", "off")
     monkeypatch.setenv("KG_SANDBOX_ISOLATE_NETWORK", "false")
+    monkeypatch.setenv("KG_BUILD_CPU_S", "77")  # a group's field over its default in the call
+    monkeypatch.setenv("KG_BUILD_FILE_TIMEOUT_S", "12.5")
+    monkeypatch.setenv("KG_SANDBOX_MAX_PROCESSES", "99")
+    monkeypatch.setenv("KG_SANDBOX_BACKEND", "docker")
+    monkeypatch.setenv("KG_SANDBOX_DOCKER_GPU", "GPU-7")
     rubric = load_rubric("hw4")
     settings = Settings(data_dir=tmp_path)
     shim = fidelity.settings_from_source(ROOT / "grader" / "settings.py", tmp_path, dict(os.environ))
@@ -474,6 +479,12 @@ def test_the_source_fallbacks_build_the_same_configs_as_production(tmp_path: Pat
     assert found["gpu_stage_config"](shim) == gpu_stage_config(settings)
     assert found["pipeline_config"](shim, rubric).build_jobs == 5
     assert found["gpu_stage_config"](shim).limits.wall_s == 123.5
+    assert found["pipeline_config"](shim, rubric).build_limits.cpu_s == 77
+    assert found["pipeline_config"](shim, rubric).build_limits.wall_s == 12.5
+    assert found["pipeline_config"](shim, rubric).build_policy.docker.image == "kernelgrade-worker"
+    stage = found["gpu_stage_config"](shim)
+    assert stage.limits.max_processes == 99 and stage.limits.memory_bytes == 32 << 30
+    assert stage.policy.docker.gpu == "GPU-7" and not stage.policy.isolate_network
 
 
 def test_production_configs_restrict_problems_and_read_an_empty_sandbox_user_as_none(

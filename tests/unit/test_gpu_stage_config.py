@@ -6,9 +6,9 @@ from grader.settings import Settings
 
 
 def test_docker_backend_reaches_the_sandbox_policy() -> None:
-    settings = Settings(_env_file=None, sandbox_backend="docker", gpu_index=1)  # type: ignore[call-arg]
+    settings = Settings(_env_file=None, sandbox={"backend": "docker"}, gpu_index=1)  # type: ignore[call-arg]
     docker = gpu_stage_config(settings).policy.docker
-    assert docker is not None and docker.image == settings.sandbox_docker_image and docker.gpu == "1"
+    assert docker is not None and docker.image == settings.sandbox.docker_image and docker.gpu == "1"
 
 
 def test_process_backend_has_no_docker_options() -> None:

@@ -492,7 +492,7 @@ def test_docker_options_follow_the_settings():
     from grader.settings import Settings
 
     assert docker_options(Settings(_env_file=None)) is None  # the process backend by default
-    options = docker_options(Settings(_env_file=None, sandbox_backend="docker", gpu_index=3,
-                                      sandbox_docker_image="sbx:1", sandbox_docker_cpus=2))
+    options = docker_options(Settings(_env_file=None, gpu_index=3,
+                                      sandbox={"backend": "docker", "docker_image": "sbx:1", "docker_cpus": 2}))
     assert options == DockerOptions(image="sbx:1", gpu="3", cpus=2)
-    assert docker_options(Settings(_env_file=None, sandbox_backend="docker", sandbox_docker_gpu="GPU-9")).gpu == "GPU-9"
+    assert docker_options(Settings(_env_file=None, sandbox={"backend": "docker", "docker_gpu": "GPU-9"})).gpu == "GPU-9"
