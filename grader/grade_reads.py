@@ -126,3 +126,20 @@ def counting_run(runs: list[Run], grades: Mapping[int, Grade], policy: str, pin:
     scored = [Candidate(r.submission.user_id, r.submission_id, r.id, grades[r.id], r.finished_at)
               for r in runs if r.id in grades]
     return max(scored, key=lambda r: r.key(policy)).run_id if scored else None
+
+
+@dataclass(frozen=True)
+class Counted:
+    """Which run counts for one student in one assignment, and the choice behind it."""
+
+    run_id: int | None  # None: no scored run
+    pin: Pin | None  # the choice in force (its run is scored); None: the score policy's pick
+
+
+def counted_for(session: Session, assignment: Assignment, student_id: int, runs: list[Run],
+                grades: Mapping[int, Grade]) -> Counted:
+    """The run among the student's `runs` of `assignment` that counts (`grades`: run_grades of
+    them), with the choice in force; one statement."""
+    pin = counted_pins(session, assignment.id, student_id).get(student_id)
+    pin = pin if pin is not None and pin.run_id in grades else None
+    return Counted(counting_run(runs, grades, assignment.score_policy, pin), pin)

@@ -20,7 +20,7 @@ from grader import charts
 from grader.api.deps import get_context
 from grader.auth import browser_principal
 from grader.counted_choice import REFUSAL_TEXT, StudentRefusal, choose, clear, student_refusal
-from grader.grade_reads import counted_pins, counting_run, run_grades
+from grader.grade_reads import Counted, counted_for, run_grades
 from grader.membership import roles_of
 from grader.models import Assignment, ErrorClass, ProblemResult, Run, RunState, Submission, User
 from grader.pages.common import Db, Sender, Viewer, absent, logged_in, page, see_other
@@ -44,13 +44,12 @@ def history(request: Request, session: Db, user: Viewer) -> Response:
     zone = get_context(request).settings.course_zone
     grades = run_grades(session, [run for sub in subs for run in sub.runs], zone)
     assignments = {sub.assignment.id: sub.assignment for sub in subs}
-    pins = {a.slug: pin for a in assignments.values()
-            if (pin := counted_pins(session, a.id, user.id).get(user.id)) and pin.run_id in grades}
-    counting = {a.slug: counting_run([r for sub in subs if sub.assignment_id == a.id for r in sub.runs],
-                                     grades, a.score_policy, pins.get(a.slug)) for a in assignments.values()}
+    counted = {a.slug: counted_for(session, a, user.id, [r for sub in subs if sub.assignment_id == a.id
+                                                         for r in sub.runs], grades) for a in assignments.values()}
     return page(request, "submissions.html", user, submissions=subs, zone=zone, grades=grades,
-                assignments=sorted(assignments.values(), key=lambda a: a.slug), counting=counting, pins=pins,
-                refusal=_refusal_shown(request.query_params, assignments))
+                assignments=sorted(assignments.values(), key=lambda a: a.slug),
+                counting={slug: c.run_id for slug, c in counted.items()},
+                pins={slug: c.pin for slug, c in counted.items() if c.pin}, refusal=_refusal_shown(request.query_params, assignments))
 
 
 def _refusal_shown(params: Mapping[str, str], assignments: dict[int, Assignment]) -> str | None:
@@ -84,7 +83,7 @@ async def choose_counted(request: Request, session: Db, user: Sender) -> Respons
         return _refused(refusal, assignment)
     choose(session, assignment, user.id, run, user)
     session.commit()
-    return see_other(f"/submissions#counts-{assignment.slug}")
+    return see_other(f"/runs/{run.id}#run-counts" if form.get("back") == "run" else f"/submissions#counts-{assignment.slug}")
 
 
 @router.post("/submissions/counted/remove")
@@ -122,14 +121,28 @@ def _shown_run(request: Request, run_id: int, session: Db) -> tuple[User, Run]:
     return user, run
 
 
+def _counted_of_run(session: Session, run: Run, user: User) -> tuple[Counted, bool]:
+    """Which run counts for the run's student in its assignment, and whether `user` (the student
+    themselves) may count this run instead now."""
+    sub = run.submission
+    runs = list(session.scalars(select(Run).join(Submission).options(selectinload(Run.submission))
+                                .where(Submission.user_id == sub.user_id, Submission.assignment_id == sub.assignment_id)))
+    counted = counted_for(session, sub.assignment, sub.user_id, runs, run_grades(session, runs))
+    may = (user.id == sub.user_id and counted.run_id != run.id
+           and student_refusal(session, sub.assignment, user, run) is None)
+    return counted, may
+
+
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
 def run_page(request: Request, session: Db, shown: Annotated[tuple[User, Run], Depends(_shown_run)]) -> Response:
     user, run = shown
     rubric = _RubricView.of(run.submission.assignment.slug)
     settings = get_context(request).settings
-    return page(request, "run.html", user, run=run, sub=run.submission,
+    grade = run_grades(session, [run], settings.course_zone).get(run.id)
+    counted, may_choose = _counted_of_run(session, run, user) if grade else (None, False)
+    return page(request, "run.html", user, run=run, sub=run.submission, counted=counted, may_choose=may_choose,
                 status=run_status(session, run, settings.eta_recent_runs),
-                grade=run_grades(session, [run], settings.course_zone).get(run.id), zone=settings.course_zone,
+                grade=grade, zone=settings.course_zone,
                 problems=[problem_view(r.details or {}, r, rubric.problems.get(r.problem_id), rubric.words)
                           for r in run.results],
                 not_graded=not_graded(run), logs=stage_logs(run.stages or {}))

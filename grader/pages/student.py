@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from grader.api.deps import get_context
 from grader.counted_choice import choose, clear, is_scored
-from grader.grade_reads import counted_pins, counting_run, run_grades
+from grader.grade_reads import counted_for, run_grades
 from grader.membership import role_in
 from grader.models import Assignment, Run, Submission, User
 from grader.pages.common import Db, Staff, StaffForm, absent, page, see_other
@@ -42,11 +42,10 @@ def student_history(request: Request, username: str, session: Db, staff: Staff) 
     zone = get_context(request).settings.course_zone
     runs = [run for sub in subs for run in sub.runs]
     grades = run_grades(session, runs, zone)
-    pin = counted_pins(session, assignment.id, student.id).get(student.id)
+    counted = counted_for(session, assignment, student.id, runs, grades)
     return page(request, "student_history.html", staff.user, student=student, assignment=assignment,
                 role=role_in(session, student.id, assignment.id), submissions=subs, grades=grades,
-                counting=counting_run(runs, grades, assignment.score_policy, pin), zone=zone,
-                pin=pin if pin and pin.run_id in grades else None, error=request.query_params.get("error"))
+                counting=counted.run_id, zone=zone, pin=counted.pin, error=request.query_params.get("error"))
 
 
 @router.post("/assignments/{slug}/students/{username}/counted")

@@ -2,7 +2,8 @@
 Chromium: with the option off (the default) the history offers no choice and a choice sent
 anyway is refused in words; the instructor ticks "Students choose which run counts" on the
 settings page; the student counts an older, better run from their history, and the gradebook
-row shows it, "chosen by the student"; back to the score policy's pick restores the newer run.
+row shows it, "chosen by the student"; back to the score policy's pick restores the newer run;
+the run page's "Count this run instead" does the same.
 The history is checked at 390 px (no sideways scroll) and for accessibility."""
 from __future__ import annotations
 
@@ -134,5 +135,15 @@ def test_a_student_chooses_their_counted_run_once_the_course_allows_it(
         row = _gradebook_row(prof, course)
         expect(row.locator(".final-grade")).to_have_text("60")
         expect(row.locator(".chosen")).to_have_count(0)
+
+        # The same choice from the run page.
+        student.goto(f"/runs/{course.older}")
+        expect(student.locator("#run-counts")).to_contain_text(f"The gradebook counts run {course.newer}, not this one.")
+        student.get_by_role("button", name="Count this run instead").click()
+        expect(student.locator("#run-counts")).to_have_text("The gradebook counts this run (you chose it).")
+        check_page(student)
+        row = _gradebook_row(prof, course)
+        expect(row.locator(".final-grade")).to_have_text("90")
+        expect(row.locator(".chosen")).to_have_text("chosen by the student")
     finally:
         staff_context.close()

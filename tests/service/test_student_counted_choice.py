@@ -119,6 +119,7 @@ def test_off_by_default_a_choice_is_refused_in_words(prof: Browser, student: Bro
     policy = (course.newer, 60.0, None, None, "60")
     assert _counted(prof, course, token) == policy
     assert "Count this run" not in student.client.get("/submissions").text
+    assert "Count this run instead" not in student.client.get(f"/runs/{course.older}").text
     refused = _choose(student, course.older)
     assert refused == f"/submissions?refused=not_allowed&assignment={course.slug}#counting"
     assert (f"The staff of {course.slug} have not let students choose which run counts"
@@ -162,6 +163,7 @@ def test_allowed_the_students_choice_counts_until_staff_choose_or_it_is_turned_o
     prof.client.post(f"{here}/counted", data={"csrf_token": prof.page_csrf(here), "run_id": str(course.newer)})
     assert _counted(prof, course, token) == (course.newer, 60.0, course.prof, "chosen by staff", "60")
     assert "Count this run" not in student.client.get("/submissions").text
+    assert "Count this run instead" not in student.client.get(f"/runs/{course.older}").text
     staff_chose = f"/submissions?refused=staff_chose&assignment={course.slug}#counting"
     assert _choose(student, course.older) == staff_chose
     undo = student.client.post("/submissions/counted/remove", follow_redirects=False,
@@ -170,8 +172,15 @@ def test_allowed_the_students_choice_counts_until_staff_choose_or_it_is_turned_o
     assert "Staff chose which of your runs counts" in student.client.get(staff_chose).text
     prof.client.post(f"{here}/counted/remove", data={"csrf_token": prof.page_csrf(here)})
 
-    # The student's own choice, then back to the policy's pick.
-    _choose(student, course.older)
+    # The student's own choice (from the run page), then back to the policy's pick.
+    run_page = student.client.get(f"/runs/{course.older}").text
+    assert f'The gradebook counts <a href="/runs/{course.newer}">run {course.newer}</a>, not this one.' in run_page
+    sent = student.client.post("/submissions/counted", follow_redirects=False, data={
+        "csrf_token": student.csrf(run_page), "run_id": str(course.older), "back": "run"})
+    assert sent.headers["location"] == f"/runs/{course.older}#run-counts"
+    run_page = student.client.get(f"/runs/{course.older}").text
+    assert "The gradebook counts this run (you chose it)." in run_page and "Count this run instead" not in run_page
+    assert "The gradebook counts this run (chosen by the student)." in prof.client.get(f"/runs/{course.older}").text
     assert _counted(prof, course, token) == mine
     undo = student.client.post("/submissions/counted/remove", follow_redirects=False,
                                data={"csrf_token": student.page_csrf("/submissions"), "assignment": course.slug})
