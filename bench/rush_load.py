@@ -53,7 +53,7 @@ import redis  # noqa: E402
 from benchmarks_md import append_section  # noqa: E402
 from sqlalchemy import select  # noqa: E402
 
-from grader.auth import issue_token  # noqa: E402
+from grader.auth.credentials import issue_token  # noqa: E402
 from grader.blobstore import BlobStore  # noqa: E402
 from grader.cli import init_database  # noqa: E402
 from grader.db import make_engine, make_session_factory, session_scope  # noqa: E402

@@ -42,7 +42,7 @@ sys.path[:0] = [str(PROJECT_ROOT), str(PROJECT_ROOT / "bench")]
 from benchmarks_md import current_commit, publish  # noqa: E402
 
 from grader.app import create_app  # noqa: E402
-from grader.auth import issue_token  # noqa: E402
+from grader.auth.credentials import issue_token  # noqa: E402
 from grader.cli import init_database  # noqa: E402
 from grader.db import make_engine, make_session_factory, session_scope  # noqa: E402
 from grader.models import Role  # noqa: E402

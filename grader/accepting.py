@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from sqlalchemy.exc import SQLAlchemyError
 
 from grader.context import AppContext
-from grader.course_ops import admission
+from grader.course.policies import admission
 from grader.db import session_scope
 from grader.models import Run, RunState, Submission, User, utcnow
 from grader.runs.fairshare import Admission, admit

@@ -8,15 +8,15 @@ import typer
 from sqlalchemy.orm import Session
 
 from grader import ops_cli
-from grader.auth import issue_token
+from grader.auth.credentials import issue_token
+from grader.auth.password_reset import RESET_PATH, issue_reset
+from grader.auth.sessions import change_password, revoke_user_sessions
+from grader.course.membership import assignments_of, enroll, unenroll
+from grader.course.roster import import_roster
 from grader.db import make_engine, make_session_factory, session_scope
-from grader.membership import assignments_of, enroll, unenroll
 from grader.models import CourseRole, Role, User
-from grader.password_reset import RESET_PATH, issue_reset
-from grader.roster import import_roster
 from grader.service import find_user, get_or_create_user
 from grader.settings import get_settings
-from grader.websession import change_password, revoke_user_sessions
 
 user_app = typer.Typer(help="Manage users.", no_args_is_help=True)
 token_app = typer.Typer(help="Manage API tokens.", no_args_is_help=True)

@@ -13,13 +13,13 @@ from starlette.middleware.sessions import SessionMiddleware
 
 from grader import api, pages
 from grader.api.errors import error_response, install_error_handlers
+from grader.auth.sessions import SESSION_COOKIE, secret_key
 from grader.context import AppContext
 from grader.pages.common import PageDenied, page_denied
 from grader.pages.errors import install_error_pages, not_found_page, wants_page
 from grader.ratelimit import UploadRateLimit
 from grader.security import SecureHeaders
 from grader.settings import Settings, get_settings
-from grader.websession import SESSION_COOKIE, secret_key
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

@@ -19,7 +19,8 @@ from alembic.config import Config as AlembicConfig
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader import accounts_cli, client_cli, ops_cli
-from grader.auth import issue_token
+from grader.auth.credentials import issue_token
+from grader.auth.sessions import change_password
 from grader.collector import collect
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import Role
@@ -28,7 +29,6 @@ from grader.runs.engine_config import gpu_available, gpu_stage_for, pipeline_con
 from grader.runs.reconcile import reconcile
 from grader.service import get_or_create_user, save_calibration, sync_assignments
 from grader.settings import Settings, get_settings
-from grader.websession import change_password
 from worker.assignment import assignment_of
 from worker.calibration import DEFAULT_MARGIN, calibrated_targets
 from worker.measurements import ProblemMeasurement

@@ -15,9 +15,9 @@ from typing import Any
 from sqlalchemy import Select, or_, select
 from sqlalchemy.orm import Session
 
-from grader.course_ops import Refusal, admission, late_checker, lateness
-from grader.deadlines import Lateness
-from grader.grades import Adjustment, Deadlines, Grade, final_grade
+from grader.course.deadlines import Lateness
+from grader.course.grades import Adjustment, Deadlines, Grade, final_grade
+from grader.course.policies import Refusal, admission, late_checker, lateness
 from grader.models import Assignment, CountedRun, GradeAdjustment, Run, RunState, User
 from grader.settings import Settings
 

@@ -13,11 +13,11 @@ from typing import Literal
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from grader.course_ops import late_checker
-from grader.deadlines import LateStatus
+from grader.course.deadlines import LateStatus
+from grader.course.grades import Grade, final_grade
+from grader.course.policies import late_checker
 from grader.gpu_info import GpuNote, gpu_notes
 from grader.grade_reads import Candidate, Pin, counted_pins, grade_adjustments
-from grader.grades import Grade, final_grade
 from grader.models import Assignment, CourseRole, Enrollment, ProblemResult, Run, RunState, Submission, User
 from worker.rubric import RubricError, load_rubric
 
@@ -37,7 +37,7 @@ class ProblemColumn:
 class ScoredRun:
     run_id: int
     submission_id: int
-    grade: Grade  # the final grade (grader.grades): raw score, lateness, penalty
+    grade: Grade  # the final grade (grader.course.grades): raw score, lateness, penalty
     finished_at: datetime | None
     problems: dict[str, float]  # problem id -> points (raw: before a late penalty)
     speedups: dict[str, float] = field(default_factory=dict)  # problem id -> the speedup that scored
@@ -123,7 +123,7 @@ def gradebook(session: Session, assignment: Assignment, policy: str | None = Non
     newest scored run, so a re-grade replaces the earlier grade of the same upload);
     "best": the highest score of any scored run. `policy` None: the assignment's own. A
     submission uploaded late keeps the late policy's share of its score (its upload time,
-    the student's extension included), a run's staff adjustments are added (grader.grades),
+    the student's extension included), a run's staff adjustments are added (grader.course.grades),
     and "best" compares the final grades; a run staff pinned (counted_pins) counts instead of
     the policy's pick while it is scored. `tz` is the zone the grades' reasons show instants in."""
     policy = policy or assignment.score_policy

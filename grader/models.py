@@ -24,7 +24,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
-from grader.roles import CourseRole, Role
+from grader.auth.roles import CourseRole, Role
 from worker.states import ACTIVE_STATES, FINAL_STATES, ErrorClass, RunState
 
 __all__ = ["ACTIVE_STATES", "FINAL_STATES", "CourseRole", "ErrorClass", "Role", "RunState"]
@@ -95,7 +95,7 @@ class ApiToken(Base):
 
 
 class WebSession(Base):
-    """A browser login (grader/websession.py): the cookie carries the random session id, this
+    """A browser login (grader/auth/sessions.py): the cookie carries the random session id, this
     row only its sha256. Refused once revoked or past its expiry."""
 
     __tablename__ = "web_sessions"
@@ -112,7 +112,7 @@ class WebSession(Base):
 
 
 class PasswordReset(Base):
-    """A one-time password reset link (grader.password_reset): the link carries a random
+    """A one-time password reset link (grader.auth.password_reset): the link carries a random
     token, this row only its sha256. Refused once used or past its expiry."""
 
     __tablename__ = "password_resets"
@@ -136,16 +136,16 @@ class Assignment(Base):
     title: Mapped[str] = mapped_column(String(256))
     total_points: Mapped[float] = mapped_column(Float)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
-    # Schedule and late policy (grader.deadlines; read through grader.course_ops.late_policy)
+    # Schedule and late policy (grader.course.deadlines; read through grader.course.policies.late_policy)
     release_at: Mapped[datetime | None]
     due_at: Mapped[datetime | None]
     grace_s: Mapped[int] = mapped_column(Integer, default=0)
     late_window_s: Mapped[int] = mapped_column(Integer, default=0)  # from due_at, grace included
     late_penalty_per_day: Mapped[float] = mapped_column(Float, default=0.0)
     score_policy: Mapped[str] = mapped_column(String(16), default="latest")  # latest | best
-    # Paused: new runs are stored and queued but not sent to the broker (grader.grading_control)
+    # Paused: new runs are stored and queued but not sent to the broker (grader.course.grading_control)
     grading_paused: Mapped[bool] = mapped_column(Boolean, default=False)
-    # A student may choose which of their own scored runs counts (grader.counted_choice); off by default
+    # A student may choose which of their own scored runs counts (grader.course.counted_choice); off by default
     students_choose_counted_run: Mapped[bool] = mapped_column(Boolean, default=False)
     # The similarity check's base, the starter its students received (grader.similarity.base):
     # "upload" (the zip staff gave), "git:<repository>@<ref>", or None (the rubric's default)
@@ -153,7 +153,7 @@ class Assignment(Base):
 
 
 class Enrollment(Base):
-    """A user's membership of one assignment (grader.membership): what they may do there."""
+    """A user's membership of one assignment (grader.course.membership): what they may do there."""
 
     __tablename__ = "enrollments"
     __table_args__ = (UniqueConstraint("user_id", "assignment_id"),)
@@ -166,7 +166,7 @@ class Enrollment(Base):
 
 
 class Extension(Base):
-    """Extra time for one student on one assignment: moves their due date (grader.deadlines)."""
+    """Extra time for one student on one assignment: moves their due date (grader.course.deadlines)."""
 
     __tablename__ = "extensions"
     __table_args__ = (UniqueConstraint("assignment_id", "user_id"),)
@@ -215,7 +215,7 @@ class SimilarityJob(Base):
 
 
 class RosterJob(Base):
-    """One roster import run by a worker (grader.roster_jobs): queued -> running -> done |
+    """One roster import run by a worker (grader.course.roster_jobs): queued -> running -> done |
     failed, with the students imported so far and the result. No password is stored: the new
     accounts' first passwords are derived from a key only the requester's browser holds
     (key_digest checks it), and `passwords_taken_at` records their one download."""
@@ -289,7 +289,7 @@ class Run(Base):
     results: Mapped[list[ProblemResult]] = relationship(
         back_populates="run", order_by="ProblemResult.id", cascade="all, delete-orphan"
     )
-    # Staff workflow (grader.adjustments), oldest first; the run page reads them from the run
+    # Staff workflow (grader.course.adjustments), oldest first; the run page reads them from the run
     adjustments: Mapped[list[GradeAdjustment]] = relationship(back_populates="run", order_by="GradeAdjustment.id")
     regrade_requests: Mapped[list[RegradeRequest]] = relationship(
         back_populates="run", order_by="RegradeRequest.id", foreign_keys="RegradeRequest.run_id")
@@ -313,7 +313,7 @@ class ProblemResult(Base):
 
 
 class GradeAdjustment(Base):
-    """Points staff added to (or took from) a run's grade, with why (grader.adjustments). Never
+    """Points staff added to (or took from) a run's grade, with why (grader.course.adjustments). Never
     changed nor deleted: a correction is a further adjustment, so the history stays whole."""
 
     __tablename__ = "grade_adjustments"
@@ -347,7 +347,7 @@ class CountedRun(Base):
 
 
 class RegradeRequest(Base):
-    """A student's request that staff look at a run again (grader.adjustments): open, then
+    """A student's request that staff look at a run again (grader.course.adjustments): open, then
     accepted (a re-grade run, or an adjustment) or rejected, with the staff's reply. At most one
     open request per run (the partial unique index)."""
 
@@ -374,7 +374,7 @@ class RegradeRequest(Base):
 
 
 class RunComment(Base):
-    """A comment on a run by its student or the assignment's staff (grader.adjustments)."""
+    """A comment on a run by its student or the assignment's staff (grader.course.adjustments)."""
 
     __tablename__ = "run_comments"
 

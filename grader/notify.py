@@ -13,8 +13,8 @@ from email.utils import formatdate, make_msgid
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from grader.course.deadlines import LateStatus
 from grader.db import session_scope
-from grader.deadlines import LateStatus
 from grader.grade_reads import run_grades
 from grader.models import Run, RunState
 from grader.settings import Settings

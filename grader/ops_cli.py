@@ -13,11 +13,11 @@ import typer
 from sqlalchemy.orm import Session
 
 from grader.blobstore import BlobStore
-from grader.course_ops import late_policy
-from grader.course_settings import ScheduleChange, ScheduleError, extend_student, update_schedule
+from grader.course.assignment_settings import ScheduleChange, ScheduleError, extend_student, update_schedule
+from grader.course.grading_control import grading_state, resume, set_paused
+from grader.course.policies import late_policy
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.gradescope_pack import build_autograder_zip
-from grader.grading_control import grading_state, resume, set_paused
 from grader.models import Assignment
 from grader.runs.celery_app import make_celery
 from grader.runs.engine_config import pipeline_config

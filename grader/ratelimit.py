@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from grader.auth import hash_token
+from grader.auth.credentials import hash_token
 from grader.models import ApiToken
 
 UPLOAD_ROUTES = {("POST", "/api/v1/submissions"), ("POST", "/submit"), ("POST", "/upload")}

@@ -10,7 +10,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from grader.blobstore import StoredBlob
-from grader.membership import enroll_in_all
+from grader.course.membership import enroll_in_all
 from grader.models import Assignment, GpuCalibration, Role, Run, Submission, User, utcnow
 from worker.rubric import load_rubric
 
@@ -118,7 +118,7 @@ def find_user(session: Session, username: str) -> User | None:
 def get_or_create_user(session: Session, username: str, role: Role,
                        assignments: Sequence[Assignment] | None = None) -> User:
     """The user named `username` (an existing one keeps its role), enrolled in `assignments`
-    in the part its role gives (grader.membership). None: a new user joins every assignment
+    in the part its role gives (grader.course.membership). None: a new user joins every assignment
     there is (the one-course default), an existing one changes nothing."""
     user = find_user(session, username)
     if user is None:

@@ -83,7 +83,7 @@ class Settings(BaseSettings):
     # is then named after it ("gpu-h200"), so each model's workers have their own queue.
     gpu_model: str = ""
     # The service's CPU queue: similarity reports (grader/similarity/jobs.py) and roster imports
-    # (grader/roster_jobs.py) are computed by a worker consuming it, kept off the run queue so
+    # (grader/course/roster_jobs.py) are computed by a worker consuming it, kept off the run queue so
     # they neither wait behind runs nor hold a GPU worker.
     similarity_queue: str = "similarity"
 
@@ -136,14 +136,14 @@ class Settings(BaseSettings):
     claim_retry_after_s: float = Field(default=10.0, gt=0)
     stage_log_limit_bytes: int = 64 * 1024
 
-    # Browser sessions: a row per login (grader/websession.py), its id in a signed cookie. Empty
+    # Browser sessions: a row per login (grader/auth/sessions.py), its id in a signed cookie. Empty
     # secret_key: a random key kept in data_dir/secret_key (created on first use); production
     # sets KG_SECRET_KEY. A session ends session_max_age_s after login, whatever its use.
     secret_key: str = ""
     session_max_age_s: int = 8 * 3600
     session_https_only: bool = False  # set true behind HTTPS: the cookie gets `Secure`
     password_min_length: int = Field(default=8, ge=8)  # passwords chosen on the web page or `grader user add`
-    # A password reset link (grader/password_reset.py) works once, for this long after it is issued
+    # A password reset link (grader/auth/password_reset.py) works once, for this long after it is issued
     password_reset_max_age_s: int = Field(default=24 * 3600, ge=60)
 
     # Roster import (CSV of students): the largest file the page accepts
@@ -174,7 +174,7 @@ class Settings(BaseSettings):
     upload_max_duration_s: float = Field(default=3600.0, gt=0)
     collect_interval_s: float = Field(default=600.0, gt=0)  # `grader reconcile --loop` collects this often
 
-    # Course operations: graded runs per student in any rolling window (grader/quotas.py; staff
+    # Course operations: graded runs per student in any rolling window (grader/course/quotas.py; staff
     # exempt; 0: off) and the zone deadlines are shown and entered in (stored in UTC)
     quota_runs: int = 0
     quota_window_s: float = 24 * 3600.0

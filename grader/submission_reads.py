@@ -12,7 +12,7 @@ from typing import Generic, TypeVar
 from sqlalchemy import ColumnElement, and_, false, func, or_, select
 from sqlalchemy.orm import Session, joinedload, selectinload
 
-from grader.auth import SCOPE_READ, Principal
+from grader.auth.credentials import SCOPE_READ, Principal
 from grader.models import Assignment, Run, Submission
 
 T = TypeVar("T")

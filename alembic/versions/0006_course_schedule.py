@@ -1,5 +1,5 @@
 """assignments: release and due dates, grace, late window, late penalty, score policy;
-extensions: extra time per student and assignment (grader.deadlines)
+extensions: extra time per student and assignment (grader.course.deadlines)
 
 Revision ID: 0006
 Revises: 0005

@@ -1,4 +1,4 @@
-"""enrollments: who is a student or staff of which assignment (grader.membership)
+"""enrollments: who is a student or staff of which assignment (grader.course.membership)
 
 Existing data keeps working: every instructor account becomes staff of every existing
 assignment, and every student account a student of every existing assignment (until now

@@ -1,4 +1,4 @@
-"""password_resets: one-time password reset links (grader.password_reset); the link carries a
+"""password_resets: one-time password reset links (grader.auth.password_reset); the link carries a
 random token, the table its sha256
 
 Revision ID: 0010

@@ -1,6 +1,6 @@
 """roster_jobs: a roster import run by a worker in the background (queued, running, done or
 failed, with the students imported so far, the result, and when the new accounts' first
-passwords were downloaded, once; grader/roster_jobs.py). No password is stored.
+passwords were downloaded, once; grader/course/roster_jobs.py). No password is stored.
 
 Revision ID: 0014
 Revises: 0013

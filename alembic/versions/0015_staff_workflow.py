@@ -1,7 +1,7 @@
 """grade_adjustments, regrade_requests and run_comments: staff's point adjustments of a run's
 grade, each a row with who, when, the points and why (never overwritten); students' regrade
 requests with the staff's decision and reply, at most one open per run; comments on a run by
-its student and the staff (grader/adjustments.py)
+its student and the staff (grader/course/adjustments.py)
 
 Revision ID: 0015
 Revises: 0014

@@ -1,5 +1,5 @@
 """assignments.students_choose_counted_run: whether a student may choose which of their own
-scored runs counts (a counted_runs row they made themselves), off by default (grader.counted_choice)
+scored runs counts (a counted_runs row they made themselves), off by default (grader.course.counted_choice)
 
 Revision ID: 0017
 Revises: 0016

@@ -11,7 +11,7 @@ from grader.api.deps import DB, Caller, Context, require, taught_assignment
 from grader.api.errors import ERRORS
 from grader.api.gradebook import gradebook_csv, gradebook_out
 from grader.api.schemas import GradebookOut, RegradeAccepted, RegradeRequest
-from grader.auth import SCOPE_READ_ALL, SCOPE_REGRADE
+from grader.auth.credentials import SCOPE_READ_ALL, SCOPE_REGRADE
 from grader.gradebook_reads import gradebook
 from grader.models import Submission
 from grader.runs.fairshare import Admission

@@ -9,7 +9,7 @@ from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
-from grader.auth import Principal, authenticate
+from grader.auth.credentials import Principal, authenticate
 from grader.context import AppContext
 from grader.models import Assignment, Submission
 from grader.service import NotFound, get_assignment

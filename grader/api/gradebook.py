@@ -6,8 +6,8 @@ import csv
 import io
 
 from grader.api.schemas import GradebookOut, GradebookRowOut, GradeOut
+from grader.course.grades import signed_points
 from grader.gradebook_reads import Gradebook
-from grader.grades import signed_points
 
 
 def gradebook_out(book: Gradebook) -> GradebookOut:

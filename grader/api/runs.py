@@ -6,7 +6,7 @@ from fastapi import APIRouter, HTTPException, status
 from grader.api.deps import DB, Caller, Context, require
 from grader.api.errors import ERRORS
 from grader.api.schemas import GradeOut, RunOut
-from grader.auth import SCOPE_READ
+from grader.auth.credentials import SCOPE_READ
 from grader.grade_reads import run_grades
 from grader.models import Run
 

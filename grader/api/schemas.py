@@ -45,7 +45,7 @@ class ProblemResultOut(FromRow):
 
 
 class AdjustmentOut(FromRow):
-    """Points staff gave (positive) or took (negative) on a run, and why (grader.adjustments)."""
+    """Points staff gave (positive) or took (negative) on a run, and why (grader.course.adjustments)."""
 
     points: float
     reason: str
@@ -54,7 +54,7 @@ class AdjustmentOut(FromRow):
 
 
 class GradeOut(FromRow):
-    """A scored run's final grade, the same number on every page and export (grader.grades)."""
+    """A scored run's final grade, the same number on every page and export (grader.course.grades)."""
 
     raw_score: float = Field(validation_alias="raw", description="the run's score, before any late penalty")
     penalty: float = Field(description="points the late policy took off")

@@ -22,7 +22,7 @@ from grader.api.schemas import (
     SubmissionRuns,
     SubmissionSummary,
 )
-from grader.auth import SCOPE_READ, SCOPE_READ_ALL, SCOPE_REGRADE, SCOPE_SUBMIT, Principal
+from grader.auth.credentials import SCOPE_READ, SCOPE_READ_ALL, SCOPE_REGRADE, SCOPE_SUBMIT, Principal
 from grader.models import Submission
 from grader.service import MAX_IDEMPOTENCY_KEY, find_user, record_regrade
 from grader.uploads import UploadError, receive_upload

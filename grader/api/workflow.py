@@ -1,4 +1,4 @@
-"""/api/v1 regrade requests and comments on a run (grader.adjustments), under the web pages'
+"""/api/v1 regrade requests and comments on a run (grader.course.adjustments), under the web pages'
 rules (grader.pages.requests): a run that is not the caller's own, or not of an assignment
 the caller teaches, reads as absent (404). Only the run's student asks for a regrade; only
 staff of its assignment answer a request (403 for the others who may read it). Writing (a
@@ -13,13 +13,13 @@ from fastapi import APIRouter, HTTPException, status
 from pydantic import AliasPath, BaseModel, Field, StringConstraints, model_validator
 from sqlalchemy.orm import Session
 
-from grader import adjustments
 from grader.accepting import admit_committed
-from grader.adjustments import MAX_TEXT, WorkflowError
 from grader.api.deps import DB, Caller, Context, require, taught_assignment
 from grader.api.errors import ERRORS, ApiError, ErrorBody
 from grader.api.schemas import AdjustmentOut, FromRow
-from grader.auth import SCOPE_READ, SCOPE_REGRADE, SCOPE_SUBMIT, Principal
+from grader.auth.credentials import SCOPE_READ, SCOPE_REGRADE, SCOPE_SUBMIT, Principal
+from grader.course import adjustments
+from grader.course.adjustments import MAX_TEXT, WorkflowError
 from grader.models import RegradeRequest, Run, RunComment
 
 router = APIRouter()

@@ -9,10 +9,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from grader.api.deps import Context, get_context
-from grader.auth import DEFAULT_SCOPES, check_password, issue_token
+from grader.auth.credentials import DEFAULT_SCOPES, check_password, issue_token
+from grader.auth.sessions import change_password, log_in
 from grader.models import ApiToken, Role, User, utcnow
 from grader.pages.common import Db, Sender, Viewer, absent, page, see_other
-from grader.websession import change_password, log_in
 
 router = APIRouter(include_in_schema=False)
 

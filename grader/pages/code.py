@@ -1,7 +1,7 @@
 """What was submitted: the code view of a submission (every file of its zip, the ones the grader
 takes marked, one file shown read-only and highlighted) and the zip itself, byte for byte as it
 was uploaded. The owner and the staff of its assignment may see them; anyone else gets the 404
-page, as for a run (grader.auth's browser principal)."""
+page, as for a run (grader.auth.credentials's browser principal)."""
 from __future__ import annotations
 
 from pathlib import PurePosixPath
@@ -13,8 +13,8 @@ from fastapi.responses import FileResponse, HTMLResponse, Response
 
 from grader import highlight
 from grader.api.deps import get_context
-from grader.auth import browser_principal
-from grader.membership import role_in
+from grader.auth.credentials import browser_principal
+from grader.course.membership import role_in
 from grader.models import CourseRole, Submission, User
 from grader.pages.common import Db, absent, logged_in, page
 from grader.runs.engine_config import pipeline_config

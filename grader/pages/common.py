@@ -5,7 +5,7 @@ checked; the staff of the assignment in the path).
 A dependency that refuses raises `PageDenied`; grader.app registers `page_denied` as its one
 handler, which answers the login page (303), the refused-form page (403) or the 404 page (an
 assignment one does not teach reads as absent). Browser sessions and CSRF tokens are
-grader.websession's.
+grader.auth.sessions's.
 """
 from __future__ import annotations
 
@@ -23,10 +23,10 @@ from sqlalchemy.orm import Session
 from starlette.routing import BaseRoute, Match
 
 from grader.api.deps import get_context
+from grader.auth.sessions import CSRF_FIELD, CsrfError, check_csrf, csrf_token, current_user
+from grader.course.membership import assignments_of, role_in
 from grader.db import session_scope
-from grader.membership import assignments_of, role_in
 from grader.models import Assignment, CourseRole, User
-from grader.websession import CSRF_FIELD, CsrfError, check_csrf, csrf_token, current_user
 
 templates = Jinja2Templates(directory=str(Path(__file__).parent.parent / "templates"))
 

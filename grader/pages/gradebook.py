@@ -16,7 +16,8 @@ from grader import gradebook_reads, gradebook_view
 from grader.accepting import admit_committed
 from grader.api.deps import Context, get_context
 from grader.api.gradebook import gradebook_csv, gradebook_out
-from grader.membership import role_in
+from grader.auth.sessions import CSRF_FIELD
+from grader.course.membership import role_in
 from grader.models import Assignment, CourseRole, Submission, User
 from grader.pages.common import (
     Db,
@@ -30,7 +31,6 @@ from grader.pages.common import (
     taught_slugs,
 )
 from grader.service import record_regrade
-from grader.websession import CSRF_FIELD
 
 router = APIRouter(include_in_schema=False)
 

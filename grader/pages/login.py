@@ -1,4 +1,4 @@
-"""Logging in and out, and the one-time password reset link (grader.password_reset) a staff
+"""Logging in and out, and the one-time password reset link (grader.auth.password_reset) a staff
 member issues from the roster page."""
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from fastapi import APIRouter, Query, Request, status
 from fastapi.responses import HTMLResponse, Response
 
 from grader.api.deps import Context, get_context
-from grader.auth import check_password
+from grader.auth.credentials import check_password
+from grader.auth.password_reset import RESET_PATH, live_reset, redeem_reset
+from grader.auth.sessions import current_user, log_in, log_out
 from grader.pages.common import LOGIN_NOTICES, Db, csrf_checked, page, safe_next, see_other
-from grader.password_reset import RESET_PATH, live_reset, redeem_reset
-from grader.websession import current_user, log_in, log_out
 
 router = APIRouter(include_in_schema=False)
 

@@ -7,7 +7,7 @@ field lands there and changes nothing.
 
 Someone who is not staff of the assignment gets the 404 page, as for the gradebook
 (grader.pages.common's Staff and StaffForm). Each page uses the same functions as the `grader`
-commands: grader.course_settings, grader.membership, grader.grading_control.
+commands: grader.course.assignment_settings, grader.course.membership, grader.course.grading_control.
 """
 from __future__ import annotations
 
@@ -23,10 +23,16 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from grader.api.deps import Context, get_context
-from grader.course_ops import SCORE_POLICIES, late_policy
-from grader.course_settings import ScheduleChange, ScheduleError, extend_student, extensions_of, update_schedule
-from grader.grading_control import grading_state, resume, set_paused
-from grader.membership import assignments_of, enroll, members_of, unenroll
+from grader.course.assignment_settings import (
+    ScheduleChange,
+    ScheduleError,
+    extend_student,
+    extensions_of,
+    update_schedule,
+)
+from grader.course.grading_control import grading_state, resume, set_paused
+from grader.course.membership import assignments_of, enroll, members_of, unenroll
+from grader.course.policies import SCORE_POLICIES, late_policy
 from grader.models import Assignment, CourseRole, Submission, User
 from grader.pages.common import Db, Staff, StaffForm, Viewer, page, see_other
 from grader.service import NotFound, find_user
@@ -47,7 +53,7 @@ def assignment_list(request: Request, session: Db, user: Viewer) -> Response:
 
 
 def _duration_text(delta: timedelta) -> str:
-    """A duration as `grader.course_settings.parse_duration` reads it back ("" for none)."""
+    """A duration as `grader.course.assignment_settings.parse_duration` reads it back ("" for none)."""
     seconds = int(delta.total_seconds())
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds and seconds % size == 0:

@@ -1,4 +1,4 @@
-"""Regrade requests, manual adjustments and comments (grader.adjustments): a student asks for a
+"""Regrade requests, manual adjustments and comments (grader.course.adjustments): a student asks for a
 regrade of their own run from its page; the assignment's staff adjust a run's grade from its
 page, and answer the requests in a queue per assignment (accept by re-grading or by an
 adjustment, or reject with a reply). The student sees the answer on the run page
@@ -13,12 +13,12 @@ from fastapi import APIRouter, Request, status
 from fastapi.responses import HTMLResponse, Response
 from sqlalchemy.orm import Session
 
-from grader import adjustments
 from grader.accepting import admit_committed
-from grader.adjustments import WorkflowError
 from grader.api.deps import Context, get_context
+from grader.course import adjustments
+from grader.course.adjustments import WorkflowError
+from grader.course.membership import role_in
 from grader.grade_reads import run_grades
-from grader.membership import role_in
 from grader.models import CourseRole, RegradeRequest, Run
 from grader.pages.common import Db, Sender, Staff, StaffForm, absent, error_page, page, see_other
 

@@ -1,6 +1,6 @@
 """The roster page of a user who teaches: import students into an assignment they teach (a CSV
 imported in the background by a worker, followed here, its new accounts' first passwords
-downloaded once as CSV; grader.roster_jobs), after a confirmation page that says what the file
+downloaded once as CSV; grader.course.roster_jobs), after a confirmation page that says what the file
 will do, and issue one student a password reset link."""
 from __future__ import annotations
 
@@ -13,6 +13,19 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from grader.api.deps import Context
+from grader.auth.password_reset import RESET_PATH, issue_reset, may_issue_reset
+from grader.auth.sessions import current_user
+from grader.course.roster import parse_roster
+from grader.course.roster_jobs import (
+    KEY_COOKIE,
+    KEY_MAX_AGE_S,
+    KEY_PATH,
+    RosterJobError,
+    latest_job,
+    start_job,
+    take_passwords,
+    view,
+)
 from grader.models import Assignment, Role, RosterJob, User
 from grader.pages.common import (
     Db,
@@ -26,20 +39,7 @@ from grader.pages.common import (
     taught_assignment,
     taught_slugs,
 )
-from grader.password_reset import RESET_PATH, issue_reset, may_issue_reset
-from grader.roster import parse_roster
-from grader.roster_jobs import (
-    KEY_COOKIE,
-    KEY_MAX_AGE_S,
-    KEY_PATH,
-    RosterJobError,
-    latest_job,
-    start_job,
-    take_passwords,
-    view,
-)
 from grader.service import find_user
-from grader.websession import current_user
 
 router = APIRouter(include_in_schema=False)
 FORMS = "email,name[,section] per line, or a header row naming Canvas's or generic columns"
@@ -151,7 +151,7 @@ def _confirm_page(request: Request, session: Session, user: User, assignment: As
 async def roster_import(request: Request, ctx: Context, session: Db, user: Sender) -> Response:
     """Start importing the roster in the background once confirmed (without the confirmation's
     field: the confirmation page, which sends the same roster again); the page then follows the
-    job. The job's key goes to this browser only (grader.roster_jobs)."""
+    job. The job's key goes to this browser only (grader.course.roster_jobs)."""
     form = await request.form()
     slug = str(form.get("assignment") or default_slug(request, taught_slugs(session, user)))
     assignment = taught_assignment(session, user, slug)
@@ -195,7 +195,7 @@ async def roster_passwords(request: Request, job_id: int, session: Db, user: Sen
 @router.post("/roster/reset-link", response_class=HTMLResponse)
 async def roster_reset_link(request: Request, ctx: Context, session: Db, user: Sender) -> Response:
     """Issues a one-time password reset link for a student of an assignment the user teaches
-    and shows it once on the roster page (grader.password_reset)."""
+    and shows it once on the roster page (grader.auth.password_reset)."""
     form = await request.form()
     username = str(form.get("username", "")).strip()
     target = find_user(session, username)

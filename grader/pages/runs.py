@@ -1,7 +1,7 @@
 """A student's history (with which run counts, and, where the assignment allows it, the
 student's choice of it) and the run page (its live state, per-problem results, every
 correctness case, why a run was not graded, and stage logs); staff of the assignment see its
-runs too (grader.auth's browser principal)."""
+runs too (grader.auth.credentials's browser principal)."""
 from __future__ import annotations
 
 import math
@@ -18,14 +18,14 @@ from sqlalchemy.orm import Session, selectinload
 
 from grader import charts
 from grader.api.deps import get_context
-from grader.auth import browser_principal
-from grader.counted_choice import REFUSAL_TEXT, StudentRefusal, choose, clear, student_refusal
+from grader.auth.credentials import browser_principal
+from grader.auth.sessions import current_user
+from grader.course.counted_choice import REFUSAL_TEXT, StudentRefusal, choose, clear, student_refusal
+from grader.course.membership import roles_of
 from grader.grade_reads import Counted, counted_for, run_grades
-from grader.membership import roles_of
 from grader.models import Assignment, ErrorClass, ProblemResult, Run, RunState, Submission, User
 from grader.pages.common import Db, Sender, Viewer, absent, logged_in, page, see_other
 from grader.runstatus import run_status
-from grader.websession import current_user
 from worker.assignment import AssignmentError, Words, assignment_of
 from worker.measurements import CaseOutcome
 from worker.rubric import Problem, RubricError, load_rubric

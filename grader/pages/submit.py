@@ -13,14 +13,14 @@ from starlette.concurrency import run_in_threadpool
 
 from grader.accepting import AcceptedUpload, accept_upload
 from grader.api.deps import get_context
-from grader.auth import SCOPE_SUBMIT, authenticate
+from grader.auth.credentials import SCOPE_SUBMIT, authenticate
+from grader.auth.sessions import CSRF_FIELD, CsrfError, check_csrf, current_user
+from grader.course.membership import assignments_of
 from grader.db import session_scope
 from grader.grade_reads import upload_windows
-from grader.membership import assignments_of
 from grader.models import Assignment, GpuCalibration, User, utcnow
 from grader.pages.common import CSRF_MESSAGE, Db, PageDenied, page, see_other
 from grader.uploads import UploadError, receive_upload
-from grader.websession import CSRF_FIELD, CsrfError, check_csrf, current_user
 from worker.rubric import Problem, RubricError, load_rubric
 
 router = APIRouter(include_in_schema=False)

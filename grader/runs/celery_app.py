@@ -9,7 +9,7 @@ Queues (names from grader.settings):
   run's kernels into the shared, content-addressed build cache before the run is sent on to the
   run queue (grader.runs.dispatch chains the two).
 - the similarity queue, `similarity_queue`: the service's CPU work off the run queue, similarity
-  reports (grader.similarity.jobs) and roster imports (grader.roster_jobs, password hashing).
+  reports (grader.similarity.jobs) and roster imports (grader.course.roster_jobs, password hashing).
 
 Start a worker:  grader worker   (= celery -A grader.runs.celery_app worker -Q <KG_TASK_QUEUE> --concurrency 1)
 """
@@ -38,7 +38,7 @@ def build_queue_of(app: Celery) -> str | None:
 
 def make_celery(settings: Settings) -> Celery:
     app = Celery("kernelgrade", broker=settings.resolved_broker_url,
-                 include=["grader.runs.tasks", "grader.similarity.jobs", "grader.roster_jobs"])
+                 include=["grader.runs.tasks", "grader.similarity.jobs", "grader.course.roster_jobs"])
     app.conf.update(
         # A task is acknowledged only after it finished; a worker that dies mid-task gets its
         # message redelivered. The run's claim in the database makes redelivery idempotent.

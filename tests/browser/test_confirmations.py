@@ -10,7 +10,7 @@ from playwright.sync_api import BrowserContext, expect
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.auth import set_password
+from grader.auth.credentials import set_password
 from grader.db import session_scope
 from grader.models import Assignment, Role, Run, RunState, Submission, utcnow
 from grader.service import get_or_create_user

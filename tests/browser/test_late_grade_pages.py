@@ -19,10 +19,10 @@ from playwright.sync_api import Browser, BrowserContext, Page, expect
 from sqlalchemy import delete
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.auth import set_password
-from grader.course_ops import set_schedule
+from grader.auth.credentials import set_password
+from grader.course.deadlines import LatePolicy
+from grader.course.policies import set_schedule
 from grader.db import session_scope
-from grader.deadlines import LatePolicy
 from grader.models import Assignment, Enrollment, ProblemResult, Role, Run, RunState, utcnow
 from grader.service import get_or_create_user
 from tests.browser.a11y import check_page

@@ -15,7 +15,7 @@ from playwright.sync_api import Browser, Page, expect
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.auth import issue_token, set_password
+from grader.auth.credentials import issue_token, set_password
 from grader.blobstore import BlobStore
 from grader.db import session_scope
 from grader.models import ProblemResult, RegradeRequest, Role, Run, RunComment, RunState, User, utcnow

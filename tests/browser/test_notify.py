@@ -15,7 +15,7 @@ from playwright.sync_api import Browser, BrowserContext, Page, expect
 from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.auth import set_password
+from grader.auth.credentials import set_password
 from grader.blobstore import BlobStore
 from grader.db import session_scope
 from grader.models import ErrorClass, Role, Run, RunState, utcnow

@@ -11,7 +11,7 @@ import pytest
 from playwright.sync_api import BrowserContext, expect
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.auth import set_password
+from grader.auth.credentials import set_password
 from grader.blobstore import BlobStore
 from grader.db import session_scope
 from grader.models import Role, Submission

@@ -14,7 +14,7 @@ from playwright.sync_api import Browser, BrowserContext, Page, expect
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.auth import set_password
+from grader.auth.credentials import set_password
 from grader.blobstore import StoredBlob
 from grader.db import session_scope
 from grader.models import ErrorClass, ProblemResult, Role, Run, RunState, Submission, utcnow

@@ -14,7 +14,7 @@ from playwright.sync_api import BrowserContext, Page, expect
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.auth import set_password
+from grader.auth.credentials import set_password
 from grader.db import session_scope
 from grader.models import Role, Submission, User, WebSession, utcnow
 from grader.service import get_or_create_user

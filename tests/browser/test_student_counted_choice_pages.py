@@ -15,7 +15,7 @@ import pytest
 from playwright.sync_api import Browser, BrowserContext, Locator, Page, expect
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.auth import set_password
+from grader.auth.credentials import set_password
 from grader.blobstore import StoredBlob
 from grader.db import session_scope
 from grader.models import Assignment, Role, RunState, utcnow

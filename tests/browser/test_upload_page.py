@@ -11,7 +11,7 @@ from playwright.sync_api import BrowserContext, expect
 from sqlalchemy import delete
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.auth import set_password
+from grader.auth.credentials import set_password
 from grader.db import session_scope
 from grader.models import GpuCalibration, Role
 from grader.service import get_assignment, get_or_create_user

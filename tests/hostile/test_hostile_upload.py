@@ -14,7 +14,7 @@ from hostile_report import Row, record
 from sqlalchemy import func, select
 
 from grader.app import create_app
-from grader.auth import issue_token
+from grader.auth.credentials import issue_token
 from grader.cli import init_database
 from grader.context import AppContext
 from grader.db import session_scope

@@ -24,7 +24,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.app import create_app
-from grader.auth import issue_token
+from grader.auth.credentials import issue_token
 from grader.cli import init_database
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import Role, Run

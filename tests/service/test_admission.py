@@ -14,10 +14,10 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.app import create_app
-from grader.auth import issue_token
-from grader.course_ops import set_schedule
+from grader.auth.credentials import issue_token
+from grader.course.deadlines import LatePolicy
+from grader.course.policies import set_schedule
 from grader.db import session_scope
-from grader.deadlines import LatePolicy
 from grader.models import Role, Submission, utcnow
 from grader.service import get_or_create_user
 from grader.settings import Settings

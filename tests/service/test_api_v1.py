@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
 from grader.app import create_app
-from grader.auth import issue_token
+from grader.auth.credentials import issue_token
 from grader.cli import app as cli_app
 from grader.db import session_scope
 from grader.models import Assignment, ErrorClass, ProblemResult, Role, Run, RunState, Submission, User, utcnow

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.auth import issue_token, set_password
+from grader.auth.credentials import issue_token, set_password
 from grader.blobstore import StoredBlob
 from grader.db import session_scope
 from grader.models import Assignment, Role, RunState, utcnow

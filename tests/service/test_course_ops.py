@@ -15,9 +15,9 @@ from typer.testing import CliRunner
 
 from grader.blobstore import BlobStore
 from grader.cli import app
-from grader.course_ops import grant_extension, late_policy, lateness, quota_decision, set_schedule
+from grader.course.deadlines import Extension, LatePolicy, LateStatus
+from grader.course.policies import grant_extension, late_policy, lateness, quota_decision, set_schedule
 from grader.db import session_scope
-from grader.deadlines import Extension, LatePolicy, LateStatus
 from grader.models import CourseRole, Enrollment, ErrorClass, Role, RunState, Submission
 from grader.service import get_assignment, get_or_create_user, record_submission
 from grader.settings import Settings, get_settings

@@ -22,7 +22,7 @@ import pytest
 import redis
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.auth import issue_token, set_password
+from grader.auth.credentials import issue_token, set_password
 from grader.blobstore import StoredBlob
 from grader.cli import init_database
 from grader.db import make_engine, make_session_factory, session_scope

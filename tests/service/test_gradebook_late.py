@@ -9,9 +9,9 @@ from datetime import timedelta
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.course_ops import grant_extension, set_schedule
+from grader.course.deadlines import Extension, LatePolicy
+from grader.course.policies import grant_extension, set_schedule
 from grader.db import session_scope
-from grader.deadlines import Extension, LatePolicy
 from grader.gradebook_reads import gradebook
 from grader.models import Role, User, utcnow
 from grader.service import get_assignment

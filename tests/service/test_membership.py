@@ -1,4 +1,4 @@
-"""Per-assignment membership (grader.membership): a student of assignment A neither sees nor
+"""Per-assignment membership (grader.course.membership): a student of assignment A neither sees nor
 submits to assignment B, an instructor of A neither reads, exports nor re-grades B, and a
 roster import enrolls into the assignment chosen. Every refusal has its control: the same
 request by someone enrolled in B succeeds."""
@@ -17,12 +17,12 @@ from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
 from grader.app import create_app
-from grader.auth import issue_token, set_password
+from grader.auth.credentials import issue_token, set_password
 from grader.blobstore import StoredBlob
 from grader.cli import app as grader_cli
-from grader.course_ops import admission
+from grader.course.membership import roles_of
+from grader.course.policies import admission
 from grader.db import session_scope
-from grader.membership import roles_of
 from grader.models import Assignment, CourseRole, Role, Run, RunState, User, utcnow
 from grader.service import get_assignment, get_or_create_user, record_submission
 from grader.settings import Settings, get_settings

@@ -18,10 +18,10 @@ import redis
 from sqlalchemy import delete
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.auth import issue_token, set_password
-from grader.course_ops import set_schedule
+from grader.auth.credentials import issue_token, set_password
+from grader.course.deadlines import LatePolicy
+from grader.course.policies import set_schedule
 from grader.db import session_scope
-from grader.deadlines import LatePolicy
 from grader.models import Assignment, Enrollment, ProblemResult, Role, Run, RunState, utcnow
 from grader.notify import body, run_notice
 from grader.service import get_assignment, get_or_create_user

@@ -1,4 +1,4 @@
-"""Password reset links (grader.password_reset): issued by an instructor for a student of their
+"""Password reset links (grader.auth.password_reset): issued by an instructor for a student of their
 own assignment, shown once; the link sets a new password once, ends the student's sessions,
 expires, and is refused when used again."""
 from __future__ import annotations
@@ -16,10 +16,10 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.app import create_app
-from grader.auth import set_password
+from grader.auth.credentials import set_password
+from grader.auth.password_reset import issue_reset
 from grader.db import session_scope
 from grader.models import Assignment, PasswordReset, Role, User, utcnow
-from grader.password_reset import issue_reset
 from grader.service import get_assignment, get_or_create_user
 from grader.settings import Settings
 from tests.service.test_web_settings import PASSWORD, Browser

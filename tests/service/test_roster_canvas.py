@@ -12,10 +12,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.api.gradebook import gradebook_csv
+from grader.course.roster import import_roster
 from grader.db import session_scope
 from grader.gradebook_reads import gradebook
 from grader.models import User
-from grader.roster import import_roster
 from grader.service import get_assignment
 from grader.settings import Settings
 

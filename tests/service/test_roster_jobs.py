@@ -20,11 +20,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.app import create_app
-from grader.auth import set_password
+from grader.auth.credentials import set_password
+from grader.course.roster import derived_password
+from grader.course.roster_jobs import RosterJobError, digest_of, take_passwords
 from grader.db import session_scope
 from grader.models import Role, RosterJob, User, utcnow
-from grader.roster import derived_password
-from grader.roster_jobs import RosterJobError, digest_of, take_passwords
 from grader.service import get_assignment, get_or_create_user
 from grader.settings import Settings
 from tests.service.conftest import WorkerProcess

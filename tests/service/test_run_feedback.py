@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 import grader.pages.runs
-from grader.auth import set_password
+from grader.auth.credentials import set_password
 from grader.db import session_scope
 from grader.models import ErrorClass, Role, RunState
 from grader.service import get_or_create_user

@@ -20,8 +20,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from starlette.routing import Mount
 
 from grader.app import create_app
-from grader.auth import issue_token, set_password
+from grader.auth.credentials import issue_token, set_password
 from grader.blobstore import BlobStore
+from grader.course.roster_jobs import KEY_COOKIE, KEY_PATH, digest_of
 from grader.db import session_scope
 from grader.models import (
     FINAL_STATES,
@@ -45,7 +46,6 @@ from grader.models import (
     utcnow,
 )
 from grader.ratelimit import SlidingWindow
-from grader.roster_jobs import KEY_COOKIE, KEY_PATH, digest_of
 from grader.security import CONTENT_SECURITY_POLICY
 from grader.service import get_assignment, get_or_create_user, record_submission
 from grader.settings import Settings

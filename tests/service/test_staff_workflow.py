@@ -18,7 +18,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.auth import issue_token, set_password
+from grader.auth.credentials import issue_token, set_password
 from grader.blobstore import StoredBlob
 from grader.db import session_scope
 from grader.models import Assignment, GradeAdjustment, RegradeRequest, Role, Run, RunState, utcnow

@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.app import create_app
-from grader.auth import set_password
+from grader.auth.credentials import set_password
 from grader.blobstore import BlobStore
 from grader.db import session_scope
 from grader.models import Assignment, Role, RunState, utcnow

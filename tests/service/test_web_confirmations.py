@@ -15,9 +15,9 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.auth import set_password
+from grader.auth.credentials import set_password
+from grader.course.membership import enroll, role_in
 from grader.db import session_scope
-from grader.membership import enroll, role_in
 from grader.models import (
     Assignment,
     CourseRole,

@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from httpx import Response
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.auth import set_password
+from grader.auth.credentials import set_password
 from grader.db import session_scope
 from grader.models import Role
 from grader.service import get_or_create_user

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.auth import set_password
+from grader.auth.credentials import set_password
 from grader.blobstore import BlobStore
 from grader.db import session_scope
 from grader.models import Assignment, ErrorClass, ProblemResult, Role, Run, RunState, Submission, User, utcnow

@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.auth import issue_token, set_password
+from grader.auth.credentials import issue_token, set_password
 from grader.blobstore import StoredBlob
 from grader.db import session_scope
 from grader.models import Role, Run, RunState, utcnow

@@ -23,12 +23,12 @@ from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
 from grader.app import create_app
-from grader.auth import issue_token, set_password
+from grader.auth.credentials import issue_token, set_password
 from grader.cli import app as grader_cli
-from grader.course_ops import admission, late_policy, lateness
+from grader.course.deadlines import LateStatus
+from grader.course.membership import role_in
+from grader.course.policies import admission, late_policy, lateness
 from grader.db import session_scope
-from grader.deadlines import LateStatus
-from grader.membership import role_in
 from grader.models import (
     Assignment,
     CourseRole,

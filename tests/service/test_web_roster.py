@@ -17,11 +17,11 @@ from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
 from grader.app import create_app
-from grader.auth import set_password
+from grader.auth.credentials import set_password
 from grader.cli import app as cli_app
+from grader.course.roster import parse_roster
 from grader.db import session_scope
 from grader.models import Role, User
-from grader.roster import parse_roster
 from grader.service import get_or_create_user
 from grader.settings import Settings, get_settings
 from tests.service.conftest import WorkerProcess

@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.auth import issue_token, set_password
+from grader.auth.credentials import issue_token, set_password
 from grader.blobstore import BlobStore, StoredBlob
 from grader.db import session_scope
 from grader.models import ACTIVE_STATES, Assignment, Role, Run, RunState, utcnow

@@ -22,13 +22,13 @@ from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
 from grader.app import create_app
-from grader.auth import check_password, set_password
+from grader.auth.credentials import check_password, set_password
+from grader.auth.sessions import secret_key
 from grader.cli import app as cli_app
 from grader.db import session_scope
 from grader.models import Role, User, WebSession, utcnow
 from grader.service import get_or_create_user
 from grader.settings import Settings, get_settings
-from grader.websession import secret_key
 
 PASSWORD = "correct horse battery"
 NEW_PASSWORD = "a new and longer passphrase"

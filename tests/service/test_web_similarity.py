@@ -26,7 +26,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.app import create_app
-from grader.auth import set_password
+from grader.auth.credentials import set_password
 from grader.blobstore import BlobStore
 from grader.cli import init_database
 from grader.db import make_engine, make_session_factory, session_scope

@@ -1,4 +1,4 @@
-"""grader.deadlines: every status at its boundaries, extensions, rounding and validation."""
+"""grader.course.deadlines: every status at its boundaries, extensions, rounding and validation."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
@@ -6,7 +6,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from grader.deadlines import Extension, LatePolicy, LateStatus, evaluate
+from grader.course.deadlines import Extension, LatePolicy, LateStatus, evaluate
 
 RELEASE = datetime(2026, 3, 2, 14, 0, tzinfo=UTC)
 DUE = datetime(2026, 3, 20, 3, 59, 59, tzinfo=UTC)

@@ -1,11 +1,11 @@
-"""Staff adjustments in the one final grade (grader.grades.final_grade): raw - late penalty +
+"""Staff adjustments in the one final grade (grader.course.grades.final_grade): raw - late penalty +
 adjustments, clamped to [0, total]; the reasons in the grade's words."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from grader.deadlines import LatePolicy, evaluate
-from grader.grades import Adjustment, final_grade
+from grader.course.deadlines import LatePolicy, evaluate
+from grader.course.grades import Adjustment, final_grade
 
 DUE = datetime(2026, 3, 20, 3, 59, 59, tzinfo=UTC)
 POLICY = LatePolicy(due_at=DUE, grace=timedelta(hours=1), late_window=timedelta(days=3), penalty_per_day=0.1)

@@ -1,12 +1,12 @@
-"""The one final grade (grader.grades): raw score, penalty, final and the reason in words, and
+"""The one final grade (grader.course.grades): raw score, penalty, final and the reason in words, and
 the upload page's deadlines with the time left, from a schedule and an upload time."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from grader.deadlines import Extension, LatePolicy, evaluate
-from grader.grades import Deadlines, final_grade
+from grader.course.deadlines import Extension, LatePolicy, evaluate
+from grader.course.grades import Deadlines, final_grade
 
 DUE = datetime(2026, 3, 20, 3, 59, 59, tzinfo=UTC)
 POLICY = LatePolicy(due_at=DUE, grace=timedelta(hours=1), late_window=timedelta(days=3), penalty_per_day=0.1)

@@ -1,6 +1,7 @@
-"""The engine never imports the service: no module under worker/ imports grader, at any depth
+"""Import direction: no module under worker/ imports grader, at any depth
 (a function's body, a TYPE_CHECKING block), read from the source with ast so that nothing is
-executed and a lazy import is seen too."""
+executed and a lazy import is seen too; and grader/auth/ and grader/course/ never import the web
+face."""
 from __future__ import annotations
 
 import ast
@@ -43,6 +44,16 @@ def test_the_scan_sees_every_form_of_import() -> None:
 
 def test_no_module_under_worker_imports_the_service() -> None:
     assert engine_imports_of_the_service() == set(), "worker/ must not import grader: move the code to grader/runs/"
+
+
+def test_the_course_rules_and_auth_import_no_web_module() -> None:
+    web = ("grader.pages", "grader.api", "grader.app")
+    found = {(path.relative_to(ROOT).as_posix(), module)
+             for package in ("auth", "course")
+             for path in sorted((ROOT / "grader" / package).rglob("*.py"))
+             for module in service_imports(path.read_text())
+             if any(module == w or module.startswith(w + ".") for w in web)}
+    assert found == set(), "grader/auth and grader/course are used by the web face, never the other way"
 
 
 BLOCKED = ("sqlalchemy", "pydantic", "pydantic_settings", "celery", "fastapi")

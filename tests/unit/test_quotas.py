@@ -1,11 +1,11 @@
-"""grader.quotas: the N-th run allowed, the N+1-th refused with the instant it frees up."""
+"""grader.course.quotas: the N-th run allowed, the N+1-th refused with the instant it frees up."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from grader.quotas import QuotaPolicy, check
+from grader.course.quotas import QuotaPolicy, check
 
 NOW = datetime(2026, 3, 19, 23, 0, tzinfo=UTC)
 POLICY = QuotaPolicy(limit=3, window=timedelta(hours=6))

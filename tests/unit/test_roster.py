@@ -1,4 +1,4 @@
-"""Roster CSVs (grader/roster.py): the old email,name[,section] form, and files with a header row
+"""Roster CSVs (grader/course/roster.py): the old email,name[,section] form, and files with a header row
 whose columns are mapped by name (a Canvas gradebook export, a generic username/name/email/section
 file), with a clear error when the header lacks a column a roster needs."""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import csv
 import io
 
-from grader.roster import RosterLine, RosterReport, first_password, parse_roster
+from grader.course.roster import RosterLine, RosterReport, first_password, parse_roster
 
 CANVAS = (
     "Student,ID,SIS User ID,SIS Login ID,Section,Homework 4 (1234),Current Score\n"

@@ -1,12 +1,12 @@
-"""First passwords derived from an import's key (grader.roster.derived_password): the same key
+"""First passwords derived from an import's key (grader.course.roster.derived_password): the same key
 and login give the same password, another key or login another one, always 12 characters of
 the look-alike-free alphabet; and a job's stored result carries no password."""
 from __future__ import annotations
 
 import secrets
 
-from grader.roster import PASSWORD_ALPHABET, PASSWORD_LENGTH, LineError, RosterReport, derived_password
-from grader.roster_jobs import job_result
+from grader.course.roster import PASSWORD_ALPHABET, PASSWORD_LENGTH, LineError, RosterReport, derived_password
+from grader.course.roster_jobs import job_result
 
 
 def test_the_same_key_and_login_give_the_same_password() -> None:

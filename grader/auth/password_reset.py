@@ -15,10 +15,10 @@ from datetime import datetime, timedelta
 from sqlalchemy import ColumnElement, select, update
 from sqlalchemy.orm import Session
 
-from grader.auth import check_new_password, hash_token
-from grader.membership import roles_of
+from grader.auth.credentials import check_new_password, hash_token
+from grader.auth.sessions import change_password
+from grader.course.membership import roles_of
 from grader.models import CourseRole, PasswordReset, User, utcnow
-from grader.websession import change_password
 
 RESET_PATH = "/reset/"
 

@@ -12,7 +12,7 @@ from argon2.exceptions import InvalidHashError, VerificationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from grader.membership import roles_of
+from grader.course.membership import roles_of
 from grader.models import ApiToken, CourseRole, Role, Submission, User, utcnow
 from grader.service import find_user
 
@@ -38,7 +38,7 @@ def hash_token(token: str) -> str:
 @dataclass(frozen=True)
 class Principal:
     """Who acts (a token's owner, or a logged-in browser's user), what the token allows, and
-    the user's part in each assignment (grader.membership): a scope only ever acts within
+    the user's part in each assignment (grader.course.membership): a scope only ever acts within
     the assignments that part covers."""
 
     user: User

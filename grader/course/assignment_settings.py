@@ -1,6 +1,6 @@
 """An assignment's settings as an instructor types them (the `grader schedule` / `grader extend`
-options and the settings page's form): parsed, validated with grader.deadlines' rules, and
-stored through grader.course_ops. The CLI and the page call the same function for each change.
+options and the settings page's form): parsed, validated with grader.course.deadlines' rules, and
+stored through grader.course.policies. The CLI and the page call the same function for each change.
 """
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from grader.course_ops import SCORE_POLICIES, grant_extension, late_policy, set_schedule
-from grader.deadlines import Extension, LatePolicy
+from grader.course.deadlines import Extension, LatePolicy
+from grader.course.policies import SCORE_POLICIES, grant_extension, late_policy, set_schedule
 from grader.models import Assignment, User
 from grader.models import Extension as ExtensionRow
 from grader.service import NotFound, find_user, get_assignment
@@ -104,7 +104,7 @@ def _field(errors: dict[str, str], name: str, text: str | None, parse: Callable[
 
 def update_schedule(session: Session, slug: str, change: ScheduleChange, zone: str) -> Assignment:
     """Apply `change` to the assignment's schedule, score policy and whether students choose
-    which of their runs counts (grader.counted_choice), all or nothing.
+    which of their runs counts (grader.course.counted_choice), all or nothing.
     ScheduleError names every field that is wrong; NotFound: no such assignment."""
     row = get_assignment(session, slug)
     current = late_policy(row)

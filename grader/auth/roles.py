@@ -10,7 +10,7 @@ class Role(str, enum.Enum):
 
 
 class CourseRole(str, enum.Enum):
-    """A user's part in one assignment (grader.membership): students submit and read their own
+    """A user's part in one assignment (grader.course.membership): students submit and read their own
     work; staff read, re-grade and export everyone's."""
 
     student = "student"

@@ -4,7 +4,7 @@ and comments by the run's student and the staff.
 
 An adjustment is a row of its own, never changed: a correction is another adjustment, so the
 history of a grade stays whole. It belongs to the run it was made on (a judgement of that
-grading): grader.grades.final_grade adds a run's adjustments to its grade, everywhere it is
+grading): grader.course.grades.final_grade adds a run's adjustments to its grade, everywhere it is
 shown. A re-grade is a new run, with no adjustment of its own.
 
 The callers (grader.pages.requests) check who may act; these functions check what may be done

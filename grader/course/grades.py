@@ -3,13 +3,13 @@ no database). Every page, export, API body and notice that shows a grade reads i
 `final_grade`, so a late or adjusted run has one grade, its raw score, the points taken or
 given and why, wherever it is shown; grader.grade_reads.run_grades and
 grader.gradebook_reads.gradebook feed it from the database (the staff's adjustments too:
-grader.adjustments)."""
+grader.course.adjustments)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from grader.deadlines import Lateness, LateStatus, duration_text, show_instant
+from grader.course.deadlines import Lateness, LateStatus, duration_text, show_instant
 
 CHARGED = (LateStatus.late, LateStatus.closed, LateStatus.not_released)  # statuses that cost points
 

@@ -4,7 +4,7 @@ A student of an assignment submits to it and reads their own submissions there; 
 assignment read, re-grade and export everyone's work in it, and upload to it outside the
 schedule and quota. Nobody sees an assignment they are not enrolled in: to them it reads as
 absent. The account's own role (User.role) only says which API scopes its tokens may carry
-(grader.auth) and which part a new account takes by default (`course_role_for`).
+(grader.auth.credentials) and which part a new account takes by default (`course_role_for`).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Database adapters of the course policies: the rows behind grader.deadlines and grader.quotas.
+"""Database adapters of the course policies: the rows behind grader.course.deadlines and grader.course.quotas.
 
 The pure modules decide; this one only reads and writes what they need: an assignment's
 schedule, a student's extension, and the runs a quota counts.
@@ -13,11 +13,11 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from grader.deadlines import Extension, Lateness, LatePolicy, evaluate
-from grader.membership import role_in
+from grader.course.deadlines import Extension, Lateness, LatePolicy, evaluate
+from grader.course.membership import role_in
+from grader.course.quotas import QuotaDecision, QuotaPolicy, check
 from grader.models import Assignment, CourseRole, ErrorClass, Role, Run, Submission, User
 from grader.models import Extension as ExtensionRow
-from grader.quotas import QuotaDecision, QuotaPolicy, check
 from grader.service import get_assignment
 from grader.settings import Settings
 

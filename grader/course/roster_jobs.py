@@ -3,7 +3,7 @@ once.
 
 Staff post a roster on the roster page: a `RosterJob` row in `queued` holding the CSV, and a
 message to the worker. The worker claims it (`queued` -> `running`), imports the students
-(grader.roster), committing what it did with the lines done every PROGRESS_EVERY_S (a worker
+(grader.course.roster), committing what it did with the lines done every PROGRESS_EVERY_S (a worker
 that dies leaves the students imported so far; the same file again is safe), and ends `done`
 with the result, or `failed` with the reason. The roster text is cleared when the job ends.
 
@@ -15,7 +15,7 @@ students), so it must neither hold a GPU worker of the run queue nor wait there 
 First passwords are never stored, in clear or otherwise. The page makes a random key per job;
 only its SHA-256 is kept on the row. The key goes to the worker in the job's message (masked in
 the message's argument summary, gone once the message is consumed), which derives each new
-account's password from it (grader.roster.derived_password) and hashes it; and to the
+account's password from it (grader.course.roster.derived_password) and hashes it; and to the
 requester's browser in an HttpOnly cookie limited to /roster. The download recomputes the
 passwords from the cookie's key, marks the job's passwords taken (once: a second download is
 refused) and deletes the cookie. A database dump or backup thus holds no password and no key;
@@ -38,9 +38,9 @@ from celery import Celery
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from grader.course.roster import RosterReport, derived_password, import_roster
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import Assignment, RosterJob, User, utcnow
-from grader.roster import RosterReport, derived_password, import_roster
 from grader.runs.celery_app import celery
 from grader.settings import Settings, get_settings
 

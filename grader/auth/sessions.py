@@ -28,7 +28,7 @@ from fastapi import Request
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session, joinedload
 
-from grader.auth import MIN_PASSWORD_LENGTH, set_password
+from grader.auth.credentials import MIN_PASSWORD_LENGTH, set_password
 from grader.models import User, WebSession, utcnow
 from grader.settings import Settings
 

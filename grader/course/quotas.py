@@ -3,7 +3,7 @@
 A run started at t counts against the window (now - window, now]: it stops counting exactly
 `window` after it was created, which is when its place frees up. Staff are exempt, and
 `limit` 0 turns the quota off. The caller passes the creation times of the student's runs
-that count (see grader.course_ops.counted_run_times for which ones do).
+that count (see grader.course.policies.counted_run_times for which ones do).
 """
 from __future__ import annotations
 

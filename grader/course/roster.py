@@ -9,7 +9,7 @@ idempotently. Two forms are read:
   ID, which the gradebook's CSV export also writes), or the email where there is none.
 
 A new account gets a first password, returned once so the instructor can hand it out (random,
-or derived from a key the caller keeps: the web page's background import, grader.roster_jobs);
+or derived from a key the caller keeps: the web page's background import, grader.course.roster_jobs);
 an existing student keeps theirs, gets the roster's name, section and email, and is enrolled
 in the assignment too. Every line that cannot be imported is reported with its line number
 and why; the other lines are imported (running the corrected file again is safe)."""
@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from grader.auth import set_password
-from grader.membership import enroll, role_in
+from grader.auth.credentials import set_password
+from grader.course.membership import enroll, role_in
 from grader.models import Assignment, CourseRole, Role, User
 
 EMAIL = re.compile(r"^[^@\s,;<>\"']+@[^@\s,;<>\"']+\.[^@\s,;<>\"'.]+$")
@@ -213,7 +213,7 @@ def derived_password(key: bytes, login: str) -> str:
     """The first password of `login` derived from a secret `key` (HMAC-SHA256, its 256 bits read
     as PASSWORD_LENGTH digits in the alphabet's base): the same key and login always give the
     same password, and whoever lacks the key cannot compute it. A background import derives
-    the passwords from a key that it then forgets, so that they are never stored (grader.roster_jobs)."""
+    the passwords from a key that it then forgets, so that they are never stored (grader.course.roster_jobs)."""
     number = int.from_bytes(hmac.digest(key, login.encode(), "sha256"), "big")
     chars = []
     for _ in range(PASSWORD_LENGTH):
