@@ -7,10 +7,10 @@ cannot take (a second open request, a request already answered) is 409 with its 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal, Self
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, HTTPException, status
-from pydantic import AliasPath, BaseModel, Field, StringConstraints, model_validator
+from pydantic import AliasPath, BaseModel, Field, StringConstraints, field_validator
 from sqlalchemy.orm import Session
 
 from grader.accepting import admit_committed
@@ -23,7 +23,8 @@ from grader.course.adjustments import MAX_TEXT, WorkflowError
 from grader.models import RegradeRequest, Run, RunComment
 
 router = APIRouter()
-Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_TEXT)]
+# Some text besides white space (the pattern says so in the schema too), at most MAX_TEXT long.
+Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_TEXT, pattern=r"\S")]
 REFUSED = {**ERRORS, 409: {"model": ErrorBody, "description": "the workflow refuses it now (the message says why)"}}
 
 
@@ -34,22 +35,33 @@ class RegradeAsk(BaseModel):
     reason: Text = Field(description="why the run should be looked at again; shown to the course staff")
 
 
-class RegradeDecision(BaseModel):
-    action: Literal["regrade", "adjust", "reject"] = Field(
-        description="regrade: accept by grading the submission again (a new run); adjust: accept by adding "
-                    "`points` to the run's grade; reject: refuse, saying why in `reply`")
-    reply: str = Field("", max_length=MAX_TEXT, description="shown to the student; required to adjust (the "
-                       "adjustment's reason) and to reject")
-    points: float | None = Field(None, allow_inf_nan=False, description="adjust: points to add (negative: "
-                                 "to take off), not zero, at most the assignment's total either way")
+class RegradeByRegrading(BaseModel):
+    action: Literal["regrade"] = Field(description="accept by grading the submission again (a new run)")
+    reply: str = Field("", max_length=MAX_TEXT, description="shown to the student (optional)")
 
-    @model_validator(mode="after")
-    def _complete(self) -> Self:
-        if self.action in ("adjust", "reject") and not self.reply.strip():
-            raise ValueError(f"{self.action} needs a reply: it is shown to the student")
-        if self.action == "adjust" and not self.points:
+
+class RegradeByAdjusting(BaseModel):
+    action: Literal["adjust"] = Field(description="accept by adding `points` to the run's grade")
+    reply: Text = Field(description="the adjustment's reason, shown to the student")
+    points: float = Field(allow_inf_nan=False, json_schema_extra={"not": {"const": 0}},
+                          description="points to add (negative: to take off), not zero, at most the "
+                                      "assignment's total either way (409 beyond it)")
+
+    @field_validator("points")
+    @classmethod
+    def _not_zero(cls, points: float) -> float:
+        if points == 0:
             raise ValueError("adjust needs points other than zero")
-        return self
+        return points
+
+
+class RegradeRejected(BaseModel):
+    action: Literal["reject"] = Field(description="refuse the request")
+    reply: Text = Field(description="why, shown to the student")
+
+
+# One body per action, told apart by `action`, so the schema says what each one needs.
+RegradeDecision = Annotated[RegradeByRegrading | RegradeByAdjusting | RegradeRejected, Field(discriminator="action")]
 
 
 class CommentIn(BaseModel):
@@ -156,9 +168,9 @@ def decide_request(request_id: int, body: RegradeDecision, ctx: Context, session
         raise HTTPException(status.HTTP_403_FORBIDDEN, "only staff of the run's assignment answer its requests")
     new_run: int | None = None
     try:
-        if body.action == "regrade":
+        if isinstance(body, RegradeByRegrading):
             new_run = adjustments.accept_with_regrade(session, asked, caller.user, body.reply).id
-        elif body.action == "adjust":
+        elif isinstance(body, RegradeByAdjusting):
             adjustments.accept_with_adjustment(session, asked, caller.user, str(body.points), body.reply)
         else:
             adjustments.reject(asked, caller.user, body.reply)

@@ -147,7 +147,12 @@ def test_the_endpoints_are_in_the_openapi_spec(api: TestClient) -> None:
     decide = paths["/api/v1/regrade-requests/{request_id}/decision"]["post"]
     assert {"200", "403", "404", "409", "422"} <= set(decide["responses"])
     assert decide["responses"]["409"]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorBody")
-    decision = spec["components"]["schemas"]["RegradeDecision"]["properties"]
-    assert decision["action"]["enum"] == ["regrade", "adjust", "reject"]
+    # One body per action: what each needs is in the schema (so a schema-valid body is accepted).
+    body = decide["requestBody"]["content"]["application/json"]["schema"]
+    assert set(body["discriminator"]["mapping"]) == {"regrade", "adjust", "reject"}
+    schemas = spec["components"]["schemas"]
+    assert set(schemas["RegradeByAdjusting"]["required"]) == {"action", "reply", "points"}
+    assert set(schemas["RegradeRejected"]["required"]) == {"action", "reply"}
+    assert schemas["RegradeByRegrading"]["required"] == ["action"]
     assert set(spec["components"]["schemas"]["RegradeRequestOut"]["properties"]) >= {
         "state", "reply", "regrade_run_id", "adjustment", "decided_by"}
