@@ -8,7 +8,7 @@ import uuid
 from dataclasses import dataclass
 
 import pytest
-from playwright.sync_api import BrowserContext, Page, expect
+from playwright.sync_api import BrowserContext, expect
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.auth.credentials import set_password
@@ -17,8 +17,7 @@ from grader.db import session_scope
 from grader.models import Assignment, Role, RunState, utcnow
 from grader.service import get_or_create_user, record_submission
 from tests.browser.a11y import check_page
-
-PASSWORD = "correct horse battery"
+from tests.browser.test_pages import PASSWORD, log_in
 
 
 @dataclass
@@ -30,21 +29,22 @@ class Course:
     newer: int  # scored 60: the "latest" policy's pick
 
 
-@pytest.fixture
-def course(sessions: sessionmaker[Session]) -> Course:
+def two_scored_runs(sessions: sessionmaker[Session], prefix: str) -> Course:
+    """An assignment of its own (score policy "latest") with an instructor and a student, both
+    enrolled in it alone, and the student's two scored runs: the older better than the newer."""
     tag = uuid.uuid4().hex[:6]
-    slug = f"pinb-{tag}"
+    slug = f"{prefix}-{tag}"
     with session_scope(sessions) as session:
-        assignment = Assignment(slug=slug, title=f"Pin {tag}", total_points=100, score_policy="latest")
+        assignment = Assignment(slug=slug, title=f"{prefix} {tag}", total_points=100, score_policy="latest")
         session.add(assignment)
-        session.flush()  # created first: new accounts join every assignment there is
-        prof = get_or_create_user(session, f"pinb-prof-{tag}", Role.instructor)
-        student = get_or_create_user(session, f"pinb-stu-{tag}", Role.student)
+        session.flush()
+        prof = get_or_create_user(session, f"{prefix}-prof-{tag}", Role.instructor, [assignment])
+        student = get_or_create_user(session, f"{prefix}-stu-{tag}", Role.student, [assignment])
         for user in (prof, student):
             set_password(user, PASSWORD)
         runs = []
         for i, score in enumerate((90.0, 60.0)):
-            blob = StoredBlob(sha256=f"{i}d" * 32, size=10)
+            blob = StoredBlob(sha256=f"{prefix}{i}".encode().hex().ljust(64, "0")[:64], size=10)
             _sub, run = record_submission(session, student, assignment, f"hw{i}.zip", blob)
             run.state, run.score, run.finished_at = RunState.scored, score, utcnow()
             session.flush()
@@ -52,17 +52,13 @@ def course(sessions: sessionmaker[Session]) -> Course:
         return Course(slug, prof.username, student.username, runs[0], runs[1])
 
 
-def _log_in(context: BrowserContext, username: str) -> Page:
-    page = context.new_page()
-    page.goto("/login")
-    page.get_by_label("Username").fill(username)
-    page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-    return page
+@pytest.fixture
+def course(sessions: sessionmaker[Session]) -> Course:
+    return two_scored_runs(sessions, "pinb")
 
 
 def test_staff_pin_a_run_and_the_gradebook_counts_it(context: BrowserContext, course: Course) -> None:
-    page = _log_in(context, course.prof)
+    page = log_in(context, course.prof)
     page.goto(f"/gradebook?assignment={course.slug}")
     row = page.locator("#gradebook tbody tr", has=page.get_by_role("rowheader", name=course.student))
     expect(row.locator(".final-grade")).to_have_text("60")

@@ -7,22 +7,15 @@ the run page's "Count this run instead" does the same.
 The history is checked at 390 px (no sideways scroll) and for accessibility."""
 from __future__ import annotations
 
-import uuid
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Locator, Page, expect
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.auth.credentials import set_password
-from grader.blobstore import StoredBlob
-from grader.db import session_scope
-from grader.models import Assignment, Role, RunState, utcnow
-from grader.service import get_or_create_user, record_submission
 from tests.browser.a11y import check_page
-
-PASSWORD = "correct horse battery"
+from tests.browser.test_counted_run_pages import Course, two_scored_runs
+from tests.browser.test_pages import log_in as log_in_page
 
 # Sends a choice the page does not offer, as a forged-by-hand form would, with the page's CSRF token.
 SEND_CHOICE_JS = """(runId) => {
@@ -37,43 +30,13 @@ SEND_CHOICE_JS = """(runId) => {
 }"""
 
 
-@dataclass
-class Course:
-    slug: str
-    prof: str
-    student: str
-    older: int  # scored 90
-    newer: int  # scored 60: the "latest" policy's pick
-
-
 @pytest.fixture
 def course(sessions: sessionmaker[Session]) -> Course:
-    tag = uuid.uuid4().hex[:6]
-    slug = f"chb-{tag}"
-    with session_scope(sessions) as session:
-        assignment = Assignment(slug=slug, title=f"Choose {tag}", total_points=100, score_policy="latest")
-        session.add(assignment)
-        session.flush()
-        prof = get_or_create_user(session, f"chb-prof-{tag}", Role.instructor, [assignment])
-        student = get_or_create_user(session, f"chb-stu-{tag}", Role.student, [assignment])
-        for user in (prof, student):
-            set_password(user, PASSWORD)
-        runs = []
-        for i, score in enumerate((90.0, 60.0)):
-            _sub, run = record_submission(session, student, assignment, f"hw{i}.zip",
-                                          StoredBlob(sha256=f"{i}f" * 32, size=10))
-            run.state, run.score, run.finished_at = RunState.scored, score, utcnow()
-            session.flush()
-            runs.append(run.id)
-        return Course(slug, prof.username, student.username, runs[0], runs[1])
+    return two_scored_runs(sessions, "chb")
 
 
-def _log_in(context: BrowserContext, username: str) -> Page:
-    page = context.new_page()
-    page.goto("/login")
-    page.get_by_label("Username").fill(username)
-    page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_role("button", name="Log in").click()
+def log_in(context: BrowserContext, username: str) -> Page:
+    page = log_in_page(context, username)
     expect(page.get_by_role("button", name="Log out")).to_be_visible()
     return page
 
@@ -85,7 +48,7 @@ def _gradebook_row(page: Page, course: Course) -> Locator:
 
 def test_a_student_chooses_their_counted_run_once_the_course_allows_it(
         browser: Browser, base_url: str, context: BrowserContext, course: Course, screenshot_dir: Path) -> None:
-    student = _log_in(context, course.student)
+    student = log_in(context, course.student)
     student.goto("/submissions")
     expect(student.get_by_role("button", name="Count this run")).to_have_count(0)
     student.evaluate(SEND_CHOICE_JS, course.older)
@@ -97,7 +60,7 @@ def test_a_student_chooses_their_counted_run_once_the_course_allows_it(
     staff_context = browser.new_context(base_url=base_url, viewport={"width": 1280, "height": 800})
     staff_context.set_default_timeout(15_000)
     try:
-        prof = _log_in(staff_context, course.prof)
+        prof = log_in(staff_context, course.prof)
         row = _gradebook_row(prof, course)
         expect(row.locator(".final-grade")).to_have_text("60")
         prof.goto(f"/assignments/{course.slug}/settings")

@@ -32,33 +32,44 @@ class Course:
     prof: str
     student: str
     other: str
-    runs: tuple[int, int]  # the older run, then the newer
-    queued: int  # a run not scored
+    older: int  # scored 90
+    newer: int  # scored 60: the "latest" policy's pick
+    queued: int  # the student's run not scored
+    others_run: int  # the other student's, scored 70
+
+
+def course_with_runs(sessions: sessionmaker[Session], prefix: str) -> Course:
+    """An assignment of its own (score policy "latest"), its instructor and two students
+    enrolled in it alone, the student's two scored runs (the older better) and one queued, and
+    the other student's scored run."""
+    tag = uuid.uuid4().hex[:6]
+    slug, title = f"{prefix}-{tag}", f"{prefix} {tag}"
+    with session_scope(sessions) as session:
+        assignment = Assignment(slug=slug, title=title, total_points=100, score_policy="latest")
+        session.add(assignment)
+        session.flush()
+        people = [get_or_create_user(session, f"{prefix}-{who}-{tag}", role, [assignment])
+                  for who, role in (("prof", Role.instructor), ("stu", Role.student), ("oth", Role.student))]
+        for user in people:
+            set_password(user, PASSWORD)
+        prof, student, other = people
+        runs = []
+        for i, (who, score) in enumerate(((student, SCORES[0]), (student, SCORES[1]), (other, 70.0))):
+            blob = StoredBlob(sha256=f"{prefix}{i}".encode().hex().ljust(64, "0")[:64], size=10)
+            _sub, run = record_submission(session, who, assignment, f"hw{i}.zip", blob)
+            run.state, run.score, run.finished_at = RunState.scored, score, utcnow()
+            session.flush()
+            runs.append(run.id)
+        _sub, queued = record_submission(session, student, assignment, "hw3.zip",
+                                         StoredBlob(sha256=f"{prefix}q".encode().hex().ljust(64, "0")[:64], size=10))
+        session.flush()
+        return Course(slug, title, prof.username, student.username, other.username, runs[0], runs[1], queued.id,
+                      runs[2])
 
 
 @pytest.fixture(scope="module")
 def course(sessions: sessionmaker[Session]) -> Course:
-    tag = uuid.uuid4().hex[:6]
-    slug, title = f"pin-{tag}", f"Pin {tag}"
-    with session_scope(sessions) as session:
-        assignment = Assignment(slug=slug, title=title, total_points=100, score_policy="latest")
-        session.add(assignment)
-        session.flush()  # created first: new accounts join every assignment there is
-        prof = get_or_create_user(session, f"pin-prof-{tag}", Role.instructor)
-        student = get_or_create_user(session, f"pin-stu-{tag}", Role.student)
-        other = get_or_create_user(session, f"pin-oth-{tag}", Role.student)
-        for user in (prof, student, other):
-            set_password(user, PASSWORD)
-        runs = []
-        for i, score in enumerate(SCORES):
-            blob = StoredBlob(sha256=f"{i}c" * 32, size=10)
-            _sub, run = record_submission(session, student, assignment, f"hw{i}.zip", blob)
-            run.state, run.score, run.finished_at = RunState.scored, score, utcnow()
-            session.flush()
-            runs.append(run.id)
-        _sub, queued = record_submission(session, student, assignment, "hw2.zip", StoredBlob(sha256="2c" * 32, size=10))
-        session.flush()
-        return Course(slug, title, prof.username, student.username, other.username, (runs[0], runs[1]), queued.id)
+    return course_with_runs(sessions, "pin")
 
 
 def _shown(prof: Browser, student: Browser, course: Course, token: str) -> dict[str, object]:
@@ -89,7 +100,7 @@ def test_a_pinned_run_counts_everywhere_until_unpinned(settings: Settings, sessi
     prof, student = Browser(settings, course.prof), Browser(settings, course.student)
     with session_scope(sessions) as session:
         token = issue_token(session, get_or_create_user(session, course.prof, Role.instructor), "pin")
-    older, newer = course.runs
+    older, newer = course.older, course.newer
     policy = {"page": str(newer), "csv": "60", "json": (newer, 60.0, None, None), "staff": str(newer),
               "student": str(newer), "chosen": (False, False, False, False)}
     assert _shown(prof, student, course, token) == policy
@@ -116,6 +127,6 @@ def test_only_staff_pin_and_only_a_scored_run(settings: Settings, course: Course
     assert refused.headers["location"] == f"{here}?error=unscored#counted"
     assert "Only a scored run of" in prof.client.get(refused.headers["location"]).text
     for path in (f"{here}/counted", f"{here}/counted/remove"):
-        denied = other.client.post(path, data={"csrf_token": other.page_csrf("/"), "run_id": str(course.runs[0])})
+        denied = other.client.post(path, data={"csrf_token": other.page_csrf("/"), "run_id": str(course.older)})
         assert denied.status_code == 404
     assert "chosen by staff" not in prof.client.get(here).text

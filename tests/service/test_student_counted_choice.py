@@ -9,62 +9,28 @@ from __future__ import annotations
 import csv
 import io
 import re
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
-from grader.auth.credentials import issue_token, set_password
-from grader.blobstore import StoredBlob
+from grader.auth.credentials import issue_token
 from grader.cli import app
 from grader.db import session_scope
-from grader.models import Assignment, Role, RunState, utcnow
-from grader.service import get_or_create_user, record_submission
+from grader.models import Assignment, Role
+from grader.service import get_or_create_user
 from grader.settings import Settings, get_settings
 from tests.service.conftest import auth
-from tests.service.test_web_settings import PASSWORD, Browser
+from tests.service.test_counted_run import Course, course_with_runs
+from tests.service.test_web_settings import Browser
 
 SCHEDULE = {"release": "", "due": "", "grace": "", "late_window": "", "penalty_per_day": "", "score_policy": "latest"}
 
 
-@dataclass
-class Course:
-    slug: str
-    title: str
-    prof: str
-    student: str
-    other: str
-    older: int  # scored 90
-    newer: int  # scored 60: the "latest" policy's pick
-    queued: int  # not scored
-    others_run: int  # the other student's, scored
-
-
 @pytest.fixture(scope="module")
 def course(sessions: sessionmaker[Session]) -> Course:
-    tag = uuid.uuid4().hex[:6]
-    slug, title = f"choose-{tag}", f"Choose {tag}"
-    with session_scope(sessions) as session:
-        assignment = Assignment(slug=slug, title=title, total_points=100, score_policy="latest")
-        session.add(assignment)
-        session.flush()
-        people = [get_or_create_user(session, f"ch-{who}-{tag}", role, [assignment])
-                  for who, role in (("prof", Role.instructor), ("stu", Role.student), ("oth", Role.student))]
-        for user in people:
-            set_password(user, PASSWORD)
-        prof, student, other = people
-        runs = []
-        for i, (who, score) in enumerate(((student, 90.0), (student, 60.0), (other, 70.0))):
-            _sub, run = record_submission(session, who, assignment, f"hw{i}.zip", StoredBlob(sha256=f"{i}e" * 32, size=10))
-            run.state, run.score, run.finished_at = RunState.scored, score, utcnow()
-            session.flush()
-            runs.append(run.id)
-        _sub, queued = record_submission(session, student, assignment, "hw3.zip", StoredBlob(sha256="3e" * 32, size=10))
-        session.flush()
-        return Course(slug, title, prof.username, student.username, other.username, runs[0], runs[1], queued.id, runs[2])
+    return course_with_runs(sessions, "choose")
 
 
 @pytest.fixture(scope="module")
