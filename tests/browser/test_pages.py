@@ -17,13 +17,13 @@ from sqlalchemy.orm import Session, sessionmaker
 from grader.auth.credentials import set_password
 from grader.blobstore import StoredBlob
 from grader.db import session_scope
-from grader.models import ErrorClass, ProblemResult, Role, Run, RunState, Submission, utcnow
+from grader.models import ErrorClass, Role, Run, RunState, Submission, utcnow
 from grader.service import get_assignment, get_or_create_user, record_submission
 from tests.browser.a11y import check_page
+from tests.fixtures.feedback_runs import record_scored
 from tests.unit.hostile_zips import tar_gz
 from worker.measurements import CaseOutcome, ProblemMeasurement
 from worker.rubric import load_rubric
-from worker.scoring import score_run
 from worker.starter_kit import zip_tree
 from worker.timing import RatioSummary
 
@@ -239,25 +239,15 @@ def _scored_run(sessions: sessionmaker[Session], username: str, like_run: int) -
         ProblemMeasurement("2.1", abi_cases=[good, bad], binding_cases=[good], first_failure=bad),
         ProblemMeasurement("2.2", status="timeout", log_tail="the child stopped answering"),
     ]
-    run_score = score_run(rubric, measurements)
-    titles = {p.id: p.title for p in rubric.problems}
-    by_id = {m.problem_id: m for m in measurements}
     with session_scope(sessions) as session:
         user = get_or_create_user(session, username, Role.student)
         earlier = session.get(Run, like_run)
         assert earlier is not None
         blob = StoredBlob(sha256=earlier.submission.sha256, size=earlier.submission.size_bytes)
         _sub, run = record_submission(session, user, get_assignment(session, "hw4"), "graded-on-gpu.zip", blob)
-        run.state, run.score, run.finished_at = RunState.scored, run_score.total, utcnow()
-        run.message = f"Scored {run_score.total:g} / {run_score.max_total:g}."
+        record_scored(run, rubric, measurements)
+        run.finished_at = utcnow()
         run.stages = {"build": {"status": "ok", "seconds": 3.2, "log": "nvcc -O3 softmax.cu\nok"}}
-        run.results = [
-            ProblemResult(problem_id=s.problem_id, title=titles[s.problem_id], status=s.status, points=s.points,
-                          max_points=s.max_points, message="; ".join(s.reasons) or "full marks",
-                          details={"score": s.to_dict(),
-                                   "measurement": by_id[s.problem_id].to_dict() if s.problem_id in by_id else None})
-            for s in run_score.problems
-        ]
         session.flush()
         return run.id
 
