@@ -44,6 +44,7 @@ from worker.rubric import load_rubric  # noqa: E402
 from worker.sandbox import SandboxPolicy  # noqa: E402
 from worker.scoring import score_run  # noqa: E402
 from worker.states import RunState  # noqa: E402
+from worker.trials import STOP_REASONS  # noqa: E402
 from worker.unpack import UnpackLimits  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not cpu_standin.have_compiler(), reason="g++ is needed to build the CPU stand-in kernels")
@@ -60,6 +61,7 @@ def test_standin_scores_full_correctness(base: Path, trusted: Path, policy: Sand
     measured, and the scorer gives every problem its full correctness points."""
     by_id = _run(base, "correct", trusted, _config(policy))
     assert list(by_id) == [*KERNEL_PROBLEMS, "3"]
+    rubric = load_rubric("hw4")
     cases = load_cases("hw4")
     for pid in KERNEL_PROBLEMS:
         m = by_id[pid]
@@ -71,6 +73,10 @@ def test_standin_scores_full_correctness(base: Path, trusted: Path, policy: Sand
         assert _measured(m), (m.speedup_student, m.speedup_reference_ops, m.speedup_trusted)
         # No CUPTI on the CPU stand-in: the kernel time is missing, says why, and costs nothing.
         assert m.kernel_ms is None and "not measured" in m.telemetry["kernel_profile"], m.telemetry
+        # measured until clear of the points' thresholds (floor, target), by the generic stopping rule
+        spec = next(p for p in rubric.problems if p.id == pid).scoring
+        assert m.telemetry["timing_thresholds"] == [spec.speed_floor, spec.target]
+        assert m.telemetry["timing_stopped"] in STOP_REASONS
         # where the timing's wall time went, per shape: every variant's requests and the parent's work
         for shape in m.telemetry["timing_shapes"]:
             assert {"custom", "baseline", "reference_ops", "inputs", "verify"} <= set(shape["wall_s"]), shape
@@ -80,8 +86,9 @@ def test_standin_scores_full_correctness(base: Path, trusted: Path, policy: Sand
     assert p3.binding_cases and all(c.ok for c in p3.binding_cases), _describe(p3)
     assert {"p3-fused-matches-unfused", "p3-causal-fused", "p3-fused-ops-called"} <= {c.case_id for c in p3.binding_cases}
     assert p3.speedup_student is not None and p3.speedup_student.trials >= P3.min_pairs
+    assert p3.telemetry["problem3"]["timing"]["thresholds"] == [1.0, 1.1]
+    assert p3.telemetry["problem3"]["timing"]["stop"] in STOP_REASONS
 
-    rubric = load_rubric("hw4")
     score = score_run(rubric, list(by_id.values()))
     for problem in rubric.problems:
         s = score.problem(problem.id)

@@ -85,6 +85,14 @@ def _reference_ops_child(rubric: Rubric, staged_root: Path, trusted_root: Path, 
     return open_child("reference-ops", tree, kernels.HANDLERS, KERNEL_ARENA_BYTES)
 
 
+def _thresholds(rubric: Rubric, problem_id: str) -> tuple[float, ...]:
+    """The speedups where the problem's points change (its floor and target): the stage
+    measures until its figure is clear of them."""
+    problem = next(p for p in rubric.problems if p.id == problem_id)
+    scoring = problem.scoring  # its target is the reference speedup unless the rubric or a calibration set one
+    return scoring.thresholds() if scoring.target is not None else scoring.thresholds(problem.reference_speedup)
+
+
 def run_gpu_stage(
     rubric: Rubric,
     staged_root: Path,
@@ -110,10 +118,7 @@ def run_gpu_stage(
     measurements: list[ProblemMeasurement] = []
     kernel_problems = []
     for pid in (p for p in KERNEL_PROBLEMS if p in config.problems):
-        problem = next(p for p in rubric.problems if p.id == pid)
-        spec = problem.scoring
-        target = spec.target if spec.target is not None else problem.reference_speedup
-        kernel_problems.append((pid, cases[pid], tuple(t for t in (spec.speed_floor, target) if t is not None)))
+        kernel_problems.append((pid, cases[pid], _thresholds(rubric, pid)))
     sides = speed.Sides({})
     if kernel_problems and trusted_root is not None:
         sides.clients["kit"] = open_child("trusted", trusted_root, kernels.HANDLERS, KERNEL_ARENA_BYTES)
@@ -140,7 +145,8 @@ def run_gpu_stage(
     client = open_child("problem-3", staged_root, (problem3.HANDLERS,), problem3.arena_bytes(config.problem3))
     try:
         with GpuBusySampler(gpu) as busy:
-            m3 = problem3.measure_problem3(client, config.problem3, rng, telemetry)
+            m3 = problem3.measure_problem3(client, config.problem3, rng, telemetry,
+                                           thresholds=_thresholds(rubric, "3"))
         m3.telemetry["gpu_busy"] = busy.summary()
         measurements.append(m3)
     finally:

@@ -230,7 +230,8 @@ def timing_phase(problem: KernelProblem, sides: Sides, config: TimingConfig) -> 
         m.speedup_student, m.speedup_reference_ops, m.speedup_trusted = (
             timing.student, timing.reference_ops, timing.kit)
         m.telemetry.update(timing_shapes=timing.shapes, timing_evidence=timing.evidence,
-                           timing_dropped=timing.dropped, timed=describe_timing(cases))
+                           timing_dropped=timing.dropped, timing_stopped=timing.stopped,
+                           timing_thresholds=list(problem.thresholds), timed=describe_timing(cases))
         if timing.wrong_trials:
             m.binding_cases.append(CaseOutcome(
                 case_id="timing:course-shapes", shape=tuple(cases[0].shape), ok=False,

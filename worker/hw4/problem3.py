@@ -21,14 +21,16 @@ steps, each with its tolerance and why it holds: worker.hw4.problem3_compare.
 
 Timing. One course-config step (vocab 10000, n_embd 256, 8 heads, 40 positions, batch 128)
 takes 14-18 s with the host-pointer MiniTorch, step times drift by about +-7%, and Problem 3
-has at most ~3 minutes. So the first (checked) step of each model doubles as the warm-up,
-and then single steps are interleaved as pairs, unfused/fused, alternating which goes first:
-the two steps of a pair share the machine's state at that moment, so drift cancels within a
-pair, and the bootstrap over pairs (worker.timing.ratio_summary) gives the interval. Pairs
-continue up to max_pairs while the next pair and the verification step fit in the budget
-(estimated from the previous pairs) and stop early once the interval is within
-+-TARGET_HALF_WIDTH of the speedup; min_pairs are always taken (the budget may then be
-exceeded; telemetry says so). speedup_student = median unfused step / median fused step.
+has at most ~3 minutes. The protocol is every timed problem's (worker.trials), with a trial
+of two single steps: the first (checked) step of each model doubles as the warm-up, and then
+pairs unfused/fused are interleaved, alternating which goes first: the two steps of a pair
+share the machine's state at that moment, so drift cancels within a pair, and the bootstrap
+over pairs (worker.timing.ratio_summary) gives the interval. Pairs stop by the stopping rule:
+at least min_pairs (the budget may then be exceeded; telemetry says so), at most max_pairs,
+in between once the interval holds neither the speed floor nor the target and is at most
+max_relative_width wide, or when the next pair and the verification step (estimated from the
+previous pairs) would not fit in the budget. One timed fused step, chosen afterwards where the
+child cannot foresee it, is verified. speedup_student = median unfused step / median fused step.
 A step is forward + backward without an optimizer update (see child_problem3.p3_step); the
 timed call also carries a fixed cost both models pay alike (copying the upstream gradient
 into a tensor, writing the gradients back: ~1% of a course-config step).
@@ -55,9 +57,9 @@ from worker.hw4.problem3_compare import (
 )
 from worker.measurements import CaseOutcome, ProblemMeasurement
 from worker.timing import RatioSummary, ratio_summary
+from worker.trials import StoppingRule, rotated, verified_indices
 
 HANDLERS = "worker.hw4.child_problem3"
-TARGET_HALF_WIDTH = 0.05
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,7 @@ class Problem3Config:
     budget_s: float = 180.0        # whole problem: setup, checks and timing
     min_pairs: int = 3
     max_pairs: int = 12
+    max_relative_width: float = 0.10  # stop once the 95% interval is within about +-5%
     step_timeout_s: float = 120.0  # one forward+backward step
     setup_timeout_s: float = 300.0  # imports (torch, pycuda) and building two models
     probe_batch: int = 4           # sequences in the causality probe
@@ -80,6 +83,10 @@ class Problem3Config:
     def child_config(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in ("n_vocab", "n_embd", "n_head", "n_positions", "batch", "seq_len",
                                                "seed", "backend")}
+
+    def stopping(self, thresholds: tuple[float, ...]) -> StoppingRule:
+        """The rule the timed pairs stop by (a trial is one pair)."""
+        return StoppingRule(self.min_pairs, self.max_pairs, self.max_relative_width, thresholds, self.budget_s)
 
     @property
     def logits_shape(self) -> tuple[int, int, int]:
@@ -235,28 +242,19 @@ def _checks(s: _Session) -> tuple[list[CaseOutcome], dict[str, Any]]:
     return cases, first
 
 
-def _converged(summary: RatioSummary) -> bool:
-    return (summary.low >= summary.speedup * (1 - TARGET_HALF_WIDTH)
-            and summary.high <= summary.speedup * (1 + TARGET_HALF_WIDTH))
-
-
-def _time_pairs(s: _Session, warmup_s: float) -> tuple[RatioSummary | None, list[dict[str, Any]], CaseOutcome]:
-    """Interleaved pairs; then one fused timed step, picked at random afterwards, is verified
-    against an untimed unfused step on the same inputs (so no step can skip or defer work)."""
-    c = s.config
+def _time_pairs(s: _Session, rule: StoppingRule) -> tuple[RatioSummary | None, list[dict[str, Any]], CaseOutcome]:
+    """Interleaved pairs until `rule` stops them; then one fused timed step, picked at random
+    afterwards, is verified against an untimed unfused step on the same inputs (so no step can
+    skip or defer work)."""
     unfused_ms: list[float] = []
     fused_ms: list[float] = []
     steps: list[dict[str, Any]] = []
     pair_s: list[float] = []
     kept: list[tuple[int, np.ndarray]] = []  # (input seed, gradients) of each timed fused step
     summary: RatioSummary | None = None
-    stop = "max_pairs"
-    for i in range(c.max_pairs):
-        estimate = float(np.median(pair_s)) if pair_s else warmup_s
-        # Room for the next pair and for the verification step (about half a pair).
-        if len(pair_s) >= c.min_pairs and s.elapsed() + 1.5 * estimate > c.budget_s:
-            stop = "budget"
-            break
+    stop = None
+    while stop is None:
+        i = len(pair_s)
         # Each model gets its own fresh inputs: nothing computed by one can be reused by the other.
         seeds = {"unfused": s.new_seed(), "fused": s.new_seed()}
         s.arena.reset()
@@ -266,10 +264,9 @@ def _time_pairs(s: _Session, warmup_s: float) -> tuple[RatioSummary | None, list
             refs[model] = (s.arena.put(tokens), s.arena.put(grad))
             del grad
         p_ref = s.grads_buffer()
-        order = ("unfused", "fused") if i % 2 == 0 else ("fused", "unfused")
         started = time.monotonic()
         times: dict[str, float] = {}
-        for model in order:
+        for model in rotated(("unfused", "fused"), i):
             reply, seconds = s.step(model, *refs[model], grads_ref=p_ref)
             times[model] = seconds * 1e3
             if model == "fused":
@@ -279,15 +276,14 @@ def _time_pairs(s: _Session, warmup_s: float) -> tuple[RatioSummary | None, list
         unfused_ms.append(times["unfused"])
         fused_ms.append(times["fused"])
         summary = ratio_summary(unfused_ms, fused_ms)
-        if len(pair_s) >= c.min_pairs and _converged(summary):
-            stop = "converged"
-            break
+        # Room for the next pair and for the verification step (about half a pair).
+        stop = rule.verdict(len(pair_s), summary, s.elapsed(), 1.5 * float(np.median(pair_s)))
     s.info["timing"] = {
         "unfused_ms": unfused_ms, "fused_ms": fused_ms, "pairs": len(unfused_ms), "stop": stop,
-        "timing_ended_s": s.elapsed(),
+        "thresholds": list(rule.thresholds), "timing_ended_s": s.elapsed(),
     }
     # Verify one timed fused step, chosen only now.
-    k = int(s.rng.integers(0, len(kept)))
+    k = verified_indices(len(kept), 1)[0]
     seed, fused_grads = kept[k]
     del kept
     s.arena.reset()
@@ -299,7 +295,7 @@ def _time_pairs(s: _Session, warmup_s: float) -> tuple[RatioSummary | None, list
     case = grad_case("p3-timed-fused-step-verified", fused_grads, s.arena.view(p_ref).copy(), s.names, s.shapes,
                      f"timed fused step (pair {k})")
     s.info["timing"]["verified_pair"] = k
-    s.info["timing"]["over_budget"] = s.elapsed() > c.budget_s
+    s.info["timing"]["over_budget"] = s.elapsed() > s.config.budget_s
     return summary, steps, case
 
 
@@ -310,7 +306,7 @@ def _display_names(unfused: list[Any], fused: list[Any] | None) -> list[str]:
     return [str(u) if u == f else f"{u} (fused {f})" for u, f in zip(unfused, fused)]
 
 
-def _measure_built(s: _Session, m: ProblemMeasurement, setup: dict[str, Any]) -> None:
+def _measure_built(s: _Session, m: ProblemMeasurement, setup: dict[str, Any], thresholds: tuple[float, ...]) -> None:
     """Everything after a successful p3_setup: checks (a)-(c), timing, (d) and (e)."""
     config = s.config
     s.names = _display_names(setup.get("parameter_names", []), setup.get("fused_parameter_names"))
@@ -329,9 +325,8 @@ def _measure_built(s: _Session, m: ProblemMeasurement, setup: dict[str, Any]) ->
                            f"({s.arena.size} bytes); the course's model has {reference_parameter_elements(config)}", "")
     s.phase = "first steps and causality probe"
     cases, first = _checks(s)
-    warmup_s = sum(first[mdl]["seconds"] for mdl in first)
     s.phase = "timed steps"
-    summary, steps, verified = _time_pairs(s, warmup_s)
+    summary, steps, verified = _time_pairs(s, config.stopping(thresholds))
     all_steps = [{"model": mdl, "counts": first[mdl]["counts"]} for mdl in first] + steps
     cases += count_cases(all_steps, list(setup.get("fused_ops_found", [])))
     cases.append(verified)
@@ -347,8 +342,11 @@ def measure_problem3(
     rng: np.random.Generator | None = None,
     telemetry: Callable[[], dict[str, Any]] | None = None,
     problem_id: str = "3",
+    thresholds: tuple[float, ...] = (),
 ) -> ProblemMeasurement:
-    """Checks (a)-(e) and the unfused/fused step-time ratio of the submission's DecoderLM.
+    """Checks (a)-(e) and the unfused/fused step-time ratio of the submission's DecoderLM,
+    timed until clear of `thresholds` (the speedups where its points change) by the config's
+    stopping rule.
 
     `client` must have been started with handlers including worker.hw4.child_problem3 and an
     arena of at least `arena_bytes(config)`."""
@@ -361,7 +359,7 @@ def measure_problem3(
         setup = client.call({"op": "p3_setup", "config": config.child_config()}, config.setup_timeout_s)
         failure = setup.get("setup_failure")
         if failure is None:
-            _measure_built(s, m, setup)
+            _measure_built(s, m, setup, thresholds)
         else:  # not buildable or not pairable as the driver builds it: the only case, failed (0 points)
             case = CaseOutcome(str(failure.get("case_id", "p3-constructs")), (), False,
                                message=str(failure.get("message", "")))

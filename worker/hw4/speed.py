@@ -28,7 +28,6 @@ Guards on what the swap cannot see (ARCHITECTURE.md, "Speed points and gaming"):
 from __future__ import annotations
 
 import math
-import secrets
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -41,14 +40,8 @@ from worker.hw4.case_inputs import binding_factors, make_binding_inputs
 from worker.hw4.cases import Case
 from worker.hw4.course_shapes import timing_cases
 from worker.hw4.references import binding_output_names, binding_reference, verify
-from worker.timing import (
-    RatioSummary,
-    deferred_excess,
-    mean_over_shapes,
-    needs_more_trials,
-    ratio_summary,
-    waiting_removed,
-)
+from worker.timing import RatioSummary, deferred_excess, mean_over_shapes, ratio_summary, waiting_removed
+from worker.trials import StoppingRule, calls_per_request, rotated, verified_indices
 
 # The shapes timed per problem: the course's (tests replace them with smaller ones).
 TIMING_CASES: dict[str, list[Case]] = {pid: timing_cases(pid) for pid in ("1.1", "1.2", "2.1", "2.2")}
@@ -73,6 +66,10 @@ class TimingConfig:
     # a submission wrong on a fraction f of its results is still caught with probability
     # 1 - (1 - f)^(2 x trials).
     verified_reps: int = 2
+
+    def stopping(self, thresholds: tuple[float, ...]) -> StoppingRule:
+        """The rule a problem's rounds of trials stop by (trials counted per shape)."""
+        return StoppingRule(self.min_trials, self.max_trials, self.max_relative_width, thresholds)
 
 
 @dataclass(frozen=True)
@@ -131,16 +128,6 @@ def run_binding(client: ChildClient, case: Case, variant: str, sets: list[dict[s
     share = None if cpu_s is None or compute_s <= 0 else min(1.0, cpu_s / compute_s)
     return BindingRun([{name: results[name][i] for name in results} for i in range(reps)],
                       compute_s * 1000.0 / reps, read_s * 1000.0 / reps, share)
-
-
-_UNPREDICTABLE = secrets.SystemRandom()  # not the grading seed: a child must not know what is checked
-
-
-def verified_indices(reps: int, count: int, first_trial: bool) -> list[int]:
-    """Which results of a timed request the parent verifies."""
-    if first_trial or count >= reps:
-        return list(range(reps))
-    return sorted(_UNPREDICTABLE.sample(range(reps), count))
 
 
 @dataclass
@@ -246,6 +233,7 @@ class TimingResult:
     shapes: list[dict[str, Any]]
     evidence: dict[str, Any]
     dropped: dict[str, str]
+    stopped: str  # why the trials stopped (worker.trials.STOP_REASONS)
 
 
 class _Timer:
@@ -281,10 +269,10 @@ class _Timer:
             for name, client, variant in self.variants(0):
                 run = self.attempt(name, client, variant, shape, inputs)
                 if run is not None:
-                    warm[name] = max(run.compute_ms + run.read_ms, 1e-3)
+                    warm[name] = run.compute_ms + run.read_ms
         # Each timed request runs a variant `reps` times, enough for ~request_ms, so the
         # request's own round trip (~0.1 ms) stays a small part of what is measured.
-        shape.reps = {name: max(1, min(self.config.max_reps, math.ceil(self.config.request_ms / ms)))
+        shape.reps = {name: calls_per_request(ms, self.config.request_ms, self.config.max_reps)
                       for name, ms in warm.items()}
 
     def trial(self, shape: ShapeTiming) -> None:
@@ -293,9 +281,8 @@ class _Timer:
         started = time.monotonic()
         sets = [make_binding_inputs(case, self.rng) for _ in range(max(shape.reps.get(v[0], 1) for v in variants))]
         shape.add_wall("inputs", time.monotonic() - started)
-        turn = shape.trials % len(variants)
         runs: dict[str, BindingRun] = {}
-        for name, client, variant in variants[turn:] + variants[:turn]:
+        for name, client, variant in rotated(variants, shape.trials):
             run = self.attempt(name, client, variant, shape, sets[:shape.reps.get(name, 1)])
             if run is None:
                 continue
@@ -304,7 +291,7 @@ class _Timer:
             if checked:
                 started = time.monotonic()
                 wrong = sum(not verify(case, run.outputs[i], binding_reference(case, sets[i])).ok
-                            for i in verified_indices(len(run.outputs), config.verified_reps, shape.trials == 0))
+                            for i in verified_indices(len(run.outputs), config.verified_reps, everything=shape.trials == 0))
                 shape.add_wall("verify", time.monotonic() - started)
                 if name == "custom":
                     shape.wrong += wrong
@@ -364,22 +351,20 @@ def _evidence(shapes: list[ShapeTiming]) -> dict[str, Any]:
 
 def time_problem(student: ChildClient, sides: Sides, cases: list[Case], rng: np.random.Generator,
                  config: TimingConfig, thresholds: tuple[float, ...]) -> TimingResult:
-    """Interleaved trials on every shape, in rounds, until the scored figure's interval is
-    clear of every threshold and narrow enough (at least min_trials per shape, at most
-    max_trials)."""
+    """Interleaved trials on every shape, in rounds of config.round_trials, until the stopping
+    rule (worker.trials) stops the scored figure, the mean over the shapes."""
     timer = _Timer(student, sides, config, rng)
+    rule = config.stopping(thresholds)
     shapes = [ShapeTiming(case) for case in cases]
     for shape in shapes:
         timer.warm_up(shape)
-    while True:
+    stopped = None
+    while stopped is None:
         for _ in range(config.round_trials):
             for shape in shapes:
                 timer.trial(shape)
         scored = timer.aggregate(shapes, "reference_ops") or timer.aggregate(shapes, "baseline")
-        trials = min(s.trials for s in shapes)
-        settled = scored is not None and not needs_more_trials(scored, thresholds, config.max_relative_width)
-        if trials >= config.max_trials or (trials >= config.min_trials and settled):
-            break
+        stopped = rule.verdict(min(s.trials for s in shapes), scored)
     return TimingResult(
         student=timer.aggregate(shapes, "baseline"),
         reference_ops=timer.aggregate(shapes, "reference_ops"),
@@ -388,4 +373,5 @@ def time_problem(student: ChildClient, sides: Sides, cases: list[Case], rng: np.
         shapes=[s.record() for s in shapes],
         evidence=_evidence(shapes),
         dropped=dict(sides.dropped),
+        stopped=stopped,
     )

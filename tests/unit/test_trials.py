@@ -1,0 +1,82 @@
+"""The timing protocol every timed problem follows (worker.trials): when trials stop, the
+order variants run in, how long a request is, which timed results are verified."""
+from __future__ import annotations
+
+import pytest
+
+from worker.timing import RatioSummary
+from worker.trials import StoppingRule, calls_per_request, rotated, verified_indices
+
+
+def figure(speedup: float, low: float, high: float, trials: int = 6) -> RatioSummary:
+    return RatioSummary(1.0, 1.0 / speedup, speedup, low, high, trials)
+
+
+SETTLED = figure(4.0, 3.9, 4.1)  # 5% wide, clear of 1.0 and 6.5
+
+
+def test_never_fewer_than_min_trials_nor_more_than_max() -> None:
+    rule = StoppingRule(min_trials=6, max_trials=16, max_relative_width=0.10, thresholds=(1.0, 6.5))
+    assert rule.verdict(5, SETTLED) is None
+    assert rule.verdict(6, SETTLED) == "settled"
+    unsettled = figure(6.4, 6.0, 6.8)  # the target inside the interval
+    assert rule.verdict(15, unsettled) is None
+    assert rule.verdict(16, unsettled) == "max_trials"
+    assert rule.verdict(18, SETTLED) == "max_trials"
+
+
+def test_a_threshold_inside_the_interval_or_a_wide_interval_keeps_measuring() -> None:
+    rule = StoppingRule(min_trials=3, max_trials=12, max_relative_width=0.10, thresholds=(1.0, 1.1))
+    assert rule.verdict(3, figure(1.12, 1.08, 1.15)) is None  # 1.1 inside
+    assert rule.verdict(3, figure(1.5, 1.3, 1.7)) is None  # 27% wide
+    assert rule.verdict(3, figure(1.5, 1.45, 1.55)) == "settled"
+    assert rule.verdict(3, None) is None  # no figure yet
+
+
+def test_the_budget_stops_only_after_min_trials() -> None:
+    rule = StoppingRule(min_trials=3, max_trials=12, max_relative_width=0.10, thresholds=(1.0, 1.1), budget_s=180.0)
+    wide = figure(1.5, 1.3, 1.7)
+    assert rule.verdict(2, wide, elapsed_s=400.0, next_trial_s=40.0) is None
+    assert rule.verdict(3, wide, elapsed_s=150.0, next_trial_s=40.0) == "budget"
+    assert rule.verdict(3, wide, elapsed_s=130.0, next_trial_s=40.0) is None
+    assert rule.verdict(3, SETTLED, elapsed_s=400.0, next_trial_s=40.0) == "settled"
+
+
+def test_a_rule_needs_a_sensible_range() -> None:
+    with pytest.raises(ValueError, match="min_trials"):
+        StoppingRule(min_trials=8, max_trials=4, max_relative_width=0.1)
+    with pytest.raises(ValueError, match="min_trials"):
+        StoppingRule(min_trials=0, max_trials=4, max_relative_width=0.1)
+
+
+def test_each_variant_goes_first_in_turn() -> None:
+    variants = ["custom", "baseline", "reference_ops"]
+    assert [rotated(variants, t)[0] for t in range(6)] == variants * 2
+    assert rotated(variants, 1) == ["baseline", "reference_ops", "custom"]
+    assert all(sorted(rotated(variants, t)) == sorted(variants) for t in range(5))
+    assert rotated(("unfused", "fused"), 1) == ["fused", "unfused"]
+    assert rotated([], 3) == []
+
+
+def test_a_request_lasts_about_the_requested_time() -> None:
+    assert calls_per_request(0.5, 10.0, 32) == 20
+    assert calls_per_request(0.1, 10.0, 32) == 32  # capped
+    assert calls_per_request(25.0, 10.0, 32) == 1  # a slow computation: one per request
+    assert calls_per_request(0.0, 10.0, 32) == 32  # an instant warm-up never divides by zero
+
+
+def test_the_first_trial_verifies_every_result() -> None:
+    assert verified_indices(7, 2, everything=True) == list(range(7))
+
+
+def test_later_trials_verify_distinct_results_that_vary_between_requests() -> None:
+    draws = [verified_indices(7, 2) for _ in range(400)]
+    assert all(len(d) == 2 and len(set(d)) == 2 and all(0 <= i < 7 for i in d) for d in draws)
+    # Not a fixed choice a submission could learn: every position gets checked sometimes.
+    assert {i for d in draws for i in d} == set(range(7))
+    assert len({tuple(d) for d in draws}) > 10
+
+
+def test_small_requests_are_verified_whole() -> None:
+    assert verified_indices(2, 2) == [0, 1]
+    assert verified_indices(1, 2) == [0]
