@@ -11,7 +11,9 @@ arguments, and the `AcceptedUpload` or the `UploadError` into its answer."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -142,13 +144,14 @@ def _refuse_non_zip(ctx: AppContext, upload: ReceivedUpload, slug: str) -> None:
     with ctx.blobs.path(upload.blob.sha256).open("rb") as fh:
         head = fh.read(HEAD_BYTES)
     if head[:4] not in ZIP_MAGIC:
-        raise UploadError(415, f"“{upload.filename}” {not_a_zip(head)}. {_zip_hint(slug)}", "not_a_zip")
+        raise UploadError(415, f"“{upload.filename}” {not_a_zip(head)}. {_zip_hint(slug, ctx.settings.rubric_dirs)}", "not_a_zip")
 
 
-def _zip_hint(slug: str) -> str:
-    """How to make the zip, with the folder name of the assignment's starter where it has one."""
+def _zip_hint(slug: str, search: Sequence[Path]) -> str:
+    """How to make the zip, with the folder name of the assignment's starter where it has one
+    (its rubric found along `search`, the settings' rubric_dirs, after rubrics/)."""
     try:
-        folder = assignment_of(load_rubric(slug)).zip_folder
+        folder = assignment_of(load_rubric(slug, search=search)).zip_folder
     except (RubricError, AssignmentError):
         return "Zip your assignment folder and upload the .zip file."
     return f"Zip your assignment folder (for example: zip -r {folder}.zip {folder}) and upload the .zip file."

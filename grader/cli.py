@@ -62,7 +62,7 @@ def init_database(settings: Settings) -> None:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     alembic_command.upgrade(_alembic_config(settings), "head")
     with session_scope(make_session_factory(make_engine(settings))) as session:
-        sync_assignments(session, settings.rubrics)
+        sync_assignments(session, settings.rubrics, settings.rubric_dirs)
 
 
 @app.command()
@@ -79,7 +79,8 @@ def starter_build(
     out: Annotated[Path | None, typer.Option(help="zip to write")] = None,
 ) -> None:
     """Write the student starter zip (solution regions replaced by TODO stubs)."""
-    rubric = load_rubric(slug or get_settings().rubrics[0])
+    settings = get_settings()
+    rubric = load_rubric(slug or settings.rubrics[0], search=settings.rubric_dirs)
     typer.echo(write_starter_zip(rubric, out or Path(f"{rubric.slug}-starter.zip")))
 
 
@@ -190,7 +191,7 @@ def calibrate(
     if not gpu_available(settings):
         typer.echo("no GPU on this worker (or KG_GPU_GRADING=off): nothing to calibrate", err=True)
         raise typer.Exit(2)
-    rubric = load_rubric(assignment or settings.rubrics[0])
+    rubric = load_rubric(assignment or settings.rubrics[0], search=settings.rubric_dirs)
     gpu = gpu_snapshot(settings.gpu_index)
     chosen = list(submissions or [])
     if not chosen:
@@ -265,7 +266,7 @@ def dev(
     if demo:
         threading.Thread(
             target=_demo_submission, daemon=True,
-            args=(server, f"http://{host}:{port}", student, load_rubric(settings.rubrics[0]), exit_after_demo),
+            args=(server, f"http://{host}:{port}", student, load_rubric(settings.rubrics[0], search=settings.rubric_dirs), exit_after_demo),
         ).start()
     try:
         server.run()

@@ -6,8 +6,10 @@ the assignment in one statement and the problem results of the chosen ones in on
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, tzinfo
+from pathlib import Path
 from typing import Literal
 
 from sqlalchemy import func, select
@@ -94,11 +96,12 @@ class Gradebook:
     rows: list[GradebookRow] = field(default_factory=list)
 
 
-def _problem_columns(session: Session, assignment: Assignment, run_ids: list[int]) -> list[ProblemColumn]:
+def _problem_columns(session: Session, assignment: Assignment, run_ids: list[int],
+                     search: Sequence[Path]) -> list[ProblemColumn]:
     """The rubric's problems in rubric order, plus any problem id found only in results."""
     columns: dict[str, ProblemColumn] = {}
     try:
-        for p in load_rubric(assignment.slug).problems:
+        for p in load_rubric(assignment.slug, search=search).problems:
             columns[p.id] = ProblemColumn(p.id, p.title, p.points, p.scoring.target)
     except RubricError:
         pass
@@ -114,7 +117,7 @@ def _problem_columns(session: Session, assignment: Assignment, run_ids: list[int
 
 
 def gradebook(session: Session, assignment: Assignment, policy: str | None = None,
-              tz: tzinfo = UTC) -> Gradebook:
+              tz: tzinfo = UTC, search: Sequence[Path] = ()) -> Gradebook:
     """One row per student (every student enrolled in the assignment, plus anyone else who
     submitted to it), ordered by login.
 
@@ -125,7 +128,8 @@ def gradebook(session: Session, assignment: Assignment, policy: str | None = Non
     submission uploaded late keeps the late policy's share of its score (its upload time,
     the student's extension included), a run's staff adjustments are added (grader.course.grades),
     and "best" compares the final grades; a run staff pinned (counted_pins) counts instead of
-    the policy's pick while it is scored. `tz` is the zone the grades' reasons show instants in."""
+    the policy's pick while it is scored. `tz` is the zone the grades' reasons show instants in,
+    `search` the folders searched for the rubric after rubrics/ (the settings' rubric_dirs)."""
     policy = policy or assignment.score_policy
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {POLICIES}")
@@ -200,7 +204,7 @@ def gradebook(session: Session, assignment: Assignment, policy: str | None = Non
         title=assignment.title,
         total_points=assignment.total_points,
         policy=policy,
-        problems=_problem_columns(session, assignment, chosen_ids),
+        problems=_problem_columns(session, assignment, chosen_ids, search),
         rows=rows,
     )
 

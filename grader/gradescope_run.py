@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("results", type=Path)
     parser.add_argument("--assignment", default="hw4")
     args = parser.parse_args(argv)
-    rubric = load_rubric(args.assignment)
+    rubric = load_rubric(args.assignment, search=get_settings().rubric_dirs)
     with tempfile.TemporaryDirectory(prefix="kg-gradescope-") as tmp:
         work = Path(tmp)
         work.chmod(0o711)  # the sandbox user must reach the job folder

@@ -95,7 +95,7 @@ def similarity(
     if out.suffix not in (".html", ".json"):
         raise typer.BadParameter("--out must end in .html or .json")
     settings = get_settings()
-    rubric = load_rubric(assignment)
+    rubric = load_rubric(assignment, search=settings.rubric_dirs)
     limits = pipeline_config(settings, rubric).limits
     with session_scope(make_session_factory(make_engine(settings))) as session:
         setting = assignment_or_exit(session, assignment).similarity_base
@@ -125,7 +125,9 @@ def gradescope_pack(
     cuda_arch: Annotated[str | None, typer.Option(help="nvcc -arch on the grading machine (default KG_CUDA_ARCH)")] = None,
 ) -> None:
     """Write a Gradescope autograder zip that grades with this pipeline."""
-    typer.echo(build_autograder_zip(load_rubric(assignment), out, cuda_arch or get_settings().cuda_arch))
+    settings = get_settings()
+    typer.echo(build_autograder_zip(load_rubric(assignment, search=settings.rubric_dirs), out,
+                                    cuda_arch or settings.cuda_arch))
 
 
 def pause(assignment: Annotated[str, typer.Argument(help="assignment slug, e.g. hw4")]) -> None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import enum
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import and_, exists, func, or_, select
@@ -91,9 +93,9 @@ def queue_estimate(session: Session, run: Run, sample: int) -> QueueEstimate | N
     return QueueEstimate(position, None if median is None else eta_seconds(median, position, int(busy)))
 
 
-def _problem_title(slug: str, problem_id: str) -> str | None:
+def _problem_title(slug: str, problem_id: str, search: Sequence[Path]) -> str | None:
     try:
-        return next((p.title for p in load_rubric(slug).problems if p.id == problem_id), None)
+        return next((p.title for p in load_rubric(slug, search=search).problems if p.id == problem_id), None)
     except RubricError:
         return None
 
@@ -105,8 +107,10 @@ def describe_duration(seconds: float) -> str:
     return f"about {minutes} minutes" if minutes < 90 else f"about {seconds / 3600:.1f} hours"
 
 
-def progress_text(run: Run, queue: QueueEstimate | None, waiting: Waiting = Waiting.sent) -> str:
-    """One sentence for the page: where the run is now ("" once it is final)."""
+def progress_text(run: Run, queue: QueueEstimate | None, waiting: Waiting = Waiting.sent,
+                  search: Sequence[Path] = ()) -> str:
+    """One sentence for the page: where the run is now ("" once it is final); the problem's title
+    from the rubric found along `search` (the settings' rubric_dirs) after rubrics/."""
     if run.state in FINAL_STATES:
         return ""
     if run.state == RunState.queued:
@@ -124,7 +128,7 @@ def progress_text(run: Run, queue: QueueEstimate | None, waiting: Waiting = Wait
         return text + f"; estimated result in {describe_duration(queue.eta_s)} (from recent runs)."
     progress = run.progress or {}
     if run.state == RunState.running and progress.get("problem"):
-        title = _problem_title(run.submission.assignment.slug, str(progress["problem"]))
+        title = _problem_title(run.submission.assignment.slug, str(progress["problem"]), search)
         label = f"{progress['problem']}" + (f" {title}" if title else "")
         if progress.get("index") and progress.get("total"):
             return f"Running problem {progress['index']} of {progress['total']}: {label}."
@@ -134,8 +138,8 @@ def progress_text(run: Run, queue: QueueEstimate | None, waiting: Waiting = Wait
     return f"{word}: {stage}." if stage else f"{word}."
 
 
-def run_status(session: Session, run: Run, eta_sample: int) -> dict[str, Any]:
-    """The JSON the run page polls (and renders from at first)."""
+def run_status(session: Session, run: Run, eta_sample: int, search: Sequence[Path]) -> dict[str, Any]:
+    """The JSON the run page polls (and renders from at first); `search`: the settings' rubric_dirs."""
     queue = queue_estimate(session, run, eta_sample)
     waiting = waiting_reason(session, run) if run.state == RunState.queued else None
     active = run.state in ACTIVE_STATES
@@ -150,7 +154,7 @@ def run_status(session: Session, run: Run, eta_sample: int) -> dict[str, Any]:
         "queue_position": queue.position if queue else None,
         "eta_s": round(queue.eta_s) if queue and queue.eta_s is not None else None,
         "progress": run.progress if active else None,
-        "progress_text": progress_text(run, queue, waiting or Waiting.sent),
+        "progress_text": progress_text(run, queue, waiting or Waiting.sent, search),
         "waiting": waiting.value if waiting else None,  # why a queued run has no position (or "sent")
         "gpu_model": gpu.model if gpu else None,  # from the run's telemetry; None: not run on a GPU
         "gpu_calibrated": gpu.calibrated if gpu else None,

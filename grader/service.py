@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 
 from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
@@ -88,11 +89,12 @@ def commit_upload(session: Session) -> None:
         raise CommitUncertain(str(exc)) from exc
 
 
-def sync_assignments(session: Session, slugs: list[str]) -> list[Assignment]:
-    """Create or update one Assignment row per rubric file."""
+def sync_assignments(session: Session, slugs: list[str], search: Sequence[Path]) -> list[Assignment]:
+    """Create or update one Assignment row per rubric file (found along `search`, the settings'
+    rubric_dirs, after rubrics/)."""
     rows = []
     for slug in slugs:
-        rubric = load_rubric(slug)
+        rubric = load_rubric(slug, search=search)
         row = session.scalar(select(Assignment).where(Assignment.slug == slug))
         if row is None:
             row = Assignment(slug=slug, title=rubric.title, total_points=rubric.total_points)

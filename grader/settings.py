@@ -16,8 +16,6 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from worker.rubric import add_rubric_dirs
-
 MiB = 1024 * 1024
 
 
@@ -189,9 +187,10 @@ class Settings(BaseSettings):
     # Bootstrap: the assignments graded here, by rubric slug (the first is the default one);
     # "hw4" is the project's own assignment (rubrics/hw4.yaml)
     rubrics: list[str] = Field(default_factory=lambda: ["hw4"])
-    # Folders searched for <slug>.yaml after the project's rubrics/ (worker.rubric), e.g. a
-    # course's own assignments, as a JSON list; each rubric's plug-in module must be importable
-    # (worker.assignment). The search path is the process's: built settings add these to it.
+    # Folders searched for <slug>.yaml after the project's rubrics/, e.g. a course's own
+    # assignments, as a JSON list; each rubric's plug-in module must be importable
+    # (worker.assignment). Nothing global: every service call that loads a rubric by slug passes
+    # these to worker.rubric.load_rubric(slug, search=...).
     rubric_dirs: list[Path] = Field(default_factory=list)
 
     @classmethod
@@ -224,11 +223,6 @@ class Settings(BaseSettings):
             else:
                 values[name] = value
         return cls(_env_file=None, **{**values, **given})  # type: ignore[call-arg]
-
-    @model_validator(mode="after")
-    def _search_rubric_dirs(self) -> Settings:
-        add_rubric_dirs(self.rubric_dirs)
-        return self
 
     @model_validator(mode="after")
     def _queue_per_gpu_model(self) -> Settings:

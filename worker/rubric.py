@@ -16,9 +16,6 @@ from worker.build import KernelTarget
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 RUBRIC_DIR = PROJECT_ROOT / "rubrics"
-# Searched for <slug>.yaml after RUBRIC_DIR, in order: the service adds its settings'
-# rubric_dirs here (grader.settings) so that an assignment may live outside the project.
-_RUBRIC_DIRS: list[Path] = []
 # Where the built reference kit holds the rubric's `reference_ops` library (worker.pipeline).
 REFERENCE_OPS_BUILT = "kg/reference_ops.so"
 
@@ -179,18 +176,11 @@ class Rubric:
             for p in self.problems))
 
 
-def add_rubric_dirs(dirs: Iterable[Path]) -> None:
-    """Search these folders too (after RUBRIC_DIR and those added before) for rubric files."""
-    _RUBRIC_DIRS.extend(d.resolve() for d in dirs if d.resolve() not in _RUBRIC_DIRS)
-
-
-def rubric_dirs() -> tuple[Path, ...]:
-    return (RUBRIC_DIR, *_RUBRIC_DIRS)
-
-
-def load_rubric(slug: str, rubric_dir: Path | None = None) -> Rubric:
-    """The rubric `<slug>.yaml` of `rubric_dir`, or else the first found along rubric_dirs()."""
-    folders = rubric_dirs() if rubric_dir is None else (rubric_dir,)
+def load_rubric(slug: str, rubric_dir: Path | None = None, *, search: Iterable[Path] = ()) -> Rubric:
+    """The rubric `<slug>.yaml` of `rubric_dir` alone; without one, the first found in RUBRIC_DIR
+    and then in the `search` folders, in order (the service passes its settings' rubric_dirs,
+    so that an assignment may live outside the project)."""
+    folders = (rubric_dir,) if rubric_dir is not None else (RUBRIC_DIR, *search)
     path = next((d / f"{slug}.yaml" for d in folders if (d / f"{slug}.yaml").is_file()), None)
     if path is None:
         raise RubricError(f"no rubric named {slug!r} in {', '.join(map(str, folders))}")

@@ -268,7 +268,8 @@ def write_starter_zip(rubric: Rubric, dest_zip: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m worker.starter_kit slug [--out PATH]` (the CLI proper is `grader starter build`)."""
+    """`python -m worker.starter_kit slug [--out PATH] [--rubric-dir DIR]...` (the CLI proper is
+    `grader starter build`, which searches the settings' KG_RUBRIC_DIRS)."""
     import argparse
 
     from worker.rubric import load_rubric
@@ -276,8 +277,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Write the student starter zip of an assignment.")
     parser.add_argument("slug")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--rubric-dir", type=Path, action="append", default=[],
+                        help="a folder searched for <slug>.yaml after rubrics/ (repeat the option)")
     args = parser.parse_args(argv)
-    rubric = load_rubric(args.slug)
+    rubric = load_rubric(args.slug, search=args.rubric_dir)
     out = args.out or Path(f"{rubric.slug}-starter.zip")
     print(write_starter_zip(rubric, out))
     return 0

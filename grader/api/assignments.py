@@ -36,7 +36,7 @@ PolicyParam = Annotated[
 def read_gradebook(slug: str, ctx: Context, session: DB, caller: Caller, policy: PolicyParam = None) -> GradebookOut:
     require(caller, SCOPE_READ_ALL)
     return gradebook_out(gradebook(session, taught_assignment(session, caller, slug), policy,
-                                           ctx.settings.course_zone))
+                                           ctx.settings.course_zone, ctx.settings.rubric_dirs))
 
 
 @router.get(
@@ -47,7 +47,8 @@ def read_gradebook(slug: str, ctx: Context, session: DB, caller: Caller, policy:
 )
 def read_gradebook_csv(slug: str, ctx: Context, session: DB, caller: Caller, policy: PolicyParam = None) -> Response:
     require(caller, SCOPE_READ_ALL)
-    book = gradebook(session, taught_assignment(session, caller, slug), policy, ctx.settings.course_zone)
+    book = gradebook(session, taught_assignment(session, caller, slug), policy, ctx.settings.course_zone,
+                     ctx.settings.rubric_dirs)
     return Response(
         gradebook_csv(book),
         media_type="text/csv; charset=utf-8",

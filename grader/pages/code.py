@@ -48,7 +48,7 @@ def _listing(request: Request, sub: Submission) -> Listing:
     """The submission's zip as list_zip reads it under its assignment's rubric."""
     slug = sub.assignment.slug
     try:
-        rubric = load_rubric(slug)
+        rubric = load_rubric(slug, search=get_context(request).settings.rubric_dirs)
     except RubricError:  # which files count is the rubric's to say
         return Listing([], 0, f"The assignment {slug} has no rubric that can be read, so this page does not "
                               "open the zip; download it to look inside.", None)

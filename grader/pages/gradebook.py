@@ -42,8 +42,10 @@ def _asked_gradebook(request: Request, session: Session, user: User,
     slug = params.get("assignment") or default_slug(request, taught_slugs(session, user))
     policy = params.get("policy") or None  # None: the assignment's policy
     assignment = taught_assignment(session, user, slug)
+    settings = get_context(request).settings
     try:
-        return assignment, gradebook_reads.gradebook(session, assignment, policy, get_context(request).settings.course_zone)
+        return assignment, gradebook_reads.gradebook(session, assignment, policy, settings.course_zone,
+                                                     settings.rubric_dirs)
     except ValueError:
         raise absent(f"gradebook for {slug!r} ({policy})") from None
 

@@ -87,7 +87,8 @@ def _settings_page(request: Request, session: Session, user: User, assignment: A
                   for ext_user, row in extensions_of(session, assignment)]
     return page(request, "ops_settings.html", user, status_code, assignment=assignment, zone=zone.key,
                 policies=SCORE_POLICIES, extensions=extensions, saved=request.query_params.get("saved"),
-                similarity_base=describe_assignment_base(assignment.similarity_base, assignment.slug),
+                similarity_base=describe_assignment_base(assignment.similarity_base, assignment.slug,
+                                                         get_context(request).settings.rubric_dirs),
                 base_message=request.query_params.get("base"), **values)
 
 

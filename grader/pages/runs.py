@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request, status
@@ -136,12 +137,12 @@ def _counted_of_run(session: Session, run: Run, user: User) -> tuple[Counted, bo
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
 def run_page(request: Request, session: Db, shown: Annotated[tuple[User, Run], Depends(_shown_run)]) -> Response:
     user, run = shown
-    rubric = _RubricView.of(run.submission.assignment.slug)
     settings = get_context(request).settings
+    rubric = _RubricView.of(run.submission.assignment.slug, settings.rubric_dirs)
     grade = run_grades(session, [run], settings.course_zone).get(run.id)
     counted, may_choose = _counted_of_run(session, run, user) if grade else (None, False)
     return page(request, "run.html", user, run=run, sub=run.submission, counted=counted, may_choose=may_choose,
-                status=run_status(session, run, settings.eta_recent_runs),
+                status=run_status(session, run, settings.eta_recent_runs, settings.rubric_dirs),
                 grade=grade, zone=settings.course_zone,
                 problems=[problem_view(r.details or {}, r, rubric.problems.get(r.problem_id), rubric.words)
                           for r in run.results],
@@ -157,7 +158,8 @@ def run_status_json(request: Request, run_id: int, session: Db) -> JSONResponse:
     run = _readable_run(session, user, run_id)
     if run is None:
         return JSONResponse({"detail": f"no run {run_id}"}, status.HTTP_404_NOT_FOUND)
-    return JSONResponse(run_status(session, run, get_context(request).settings.eta_recent_runs),
+    settings = get_context(request).settings
+    return JSONResponse(run_status(session, run, settings.eta_recent_runs, settings.rubric_dirs),
                         headers={"Cache-Control": "no-store"})
 
 
@@ -213,9 +215,9 @@ class _RubricView:
     words: Words
 
     @classmethod
-    def of(cls, slug: str) -> _RubricView:
+    def of(cls, slug: str, search: Sequence[Path]) -> _RubricView:
         try:
-            rubric = load_rubric(slug)
+            rubric = load_rubric(slug, search=search)
             return cls({p.id: p for p in rubric.problems}, assignment_of(rubric).words)
         except (RubricError, AssignmentError):
             return cls({}, Words())

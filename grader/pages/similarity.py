@@ -40,7 +40,7 @@ def similarity_page(request: Request, ctx: Context, session: Db, staff: Staff,
     return page(request, "ops_similarity.html", staff.user, assignment=staff.assignment, report=report, page=number,
                 pages=pages, first=(number - 1) * SHOWN_PAIRS,
                 pairs=report.pairs[(number - 1) * SHOWN_PAIRS: number * SHOWN_PAIRS] if report else [],
-                job=view(job) if job else None, base=describe_assignment_base(staff.assignment.similarity_base, slug),
+                job=view(job) if job else None, base=describe_assignment_base(staff.assignment.similarity_base, slug, ctx.settings.rubric_dirs),
                 zone=ctx.settings.course_zone)
 
 
@@ -66,7 +66,7 @@ def similarity_download(request: Request, ctx: Context, staff: Staff) -> Respons
 async def similarity_compute(request: Request, slug: str, ctx: Context, session: Db, staff: StaffForm) -> Response:
     """Start computing the report in the background (or follow the job already under way)."""
     try:
-        load_rubric(slug)
+        load_rubric(slug, search=ctx.settings.rubric_dirs)
     except RubricError as exc:
         return page(request, "error.html", staff.user, status.HTTP_404_NOT_FOUND, title="No rubric",
                     message=f"Assignment {slug} has no rubric to compare submissions by: {exc}")
@@ -93,7 +93,7 @@ async def similarity_base(request: Request, slug: str, ctx: Context, staff: Staf
         return see_other(done + quote(f"The base is {git}; compute the report again."))
     if upload is None or isinstance(upload, str) or not upload.filename:
         return see_other(done + quote("Choose the starter zip or give a git ref first."))
-    rubric = load_rubric(slug)
+    rubric = load_rubric(slug, search=ctx.settings.rubric_dirs)
     try:
         count = await run_in_threadpool(save_base, ctx.settings.data_dir, slug, await upload.read(), rubric,
                                         pipeline_config(ctx.settings, rubric).limits)
@@ -113,7 +113,7 @@ def similarity_pair(request: Request, ctx: Context, staff: Staff, a: str = "", b
     if report is None or pair is None:
         return page(request, "error.html", staff.user, status.HTTP_404_NOT_FOUND, title="Not found",
                     message=f"No pair {a} and {b} in the stored similarity report of {slug}.")
-    rubric = load_rubric(slug)
+    rubric = load_rubric(slug, search=settings.rubric_dirs)
     try:
         sources = pair_sources(ctx.blobs, report, pair, rubric, pipeline_config(settings, rubric).limits)
     except (BadArchive, FileNotFoundError) as exc:

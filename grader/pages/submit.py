@@ -3,7 +3,9 @@ token checked before the file is read) and the older API-token form (`/upload`, 
 authenticated by the token typed into the form, not by a cookie, so it needs no CSRF token)."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from fastapi import APIRouter, Request, status
 from fastapi.responses import HTMLResponse, Response
@@ -43,12 +45,13 @@ class Grading:
         return sum(p.points for p in self.problems)
 
 
-def _gradings(session: Session, slugs: list[str]) -> list[Grading]:
-    """The rubric of each assignment that has one (an assignment without a rubric shows none)."""
+def _gradings(session: Session, slugs: list[str], search: Sequence[Path]) -> list[Grading]:
+    """The rubric of each assignment that has one (an assignment without a rubric shows none),
+    found along `search` (the settings' rubric_dirs) after rubrics/."""
     shown = []
     for slug in slugs:
         try:
-            rubric = load_rubric(slug)
+            rubric = load_rubric(slug, search=search)
         except RubricError:
             continue
         rows = session.scalars(select(GpuCalibration).join(Assignment, GpuCalibration.assignment_id == Assignment.id)
@@ -67,7 +70,7 @@ def upload_page(request: Request, session: Session, user: User | None, status_co
     slugs = [a.slug for a in enrolled] if user is not None else settings.rubrics
     windows = upload_windows(session, settings, user, enrolled, utcnow()) if user is not None else {}
     return page(request, "upload.html", user, status_code, error=error, assignments=slugs, windows=windows,
-                gradings=_gradings(session, slugs) if user is not None else [],
+                gradings=_gradings(session, slugs, settings.rubric_dirs) if user is not None else [],
                 max_bytes=settings.max_upload_bytes, max_mib=f"{settings.max_upload_bytes / (1024 * 1024):g}")
 
 

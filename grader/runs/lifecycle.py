@@ -31,7 +31,7 @@ from grader.runs.engine_config import gpu_stage_for, pipeline_config
 from grader.service import calibrated_targets_for
 from grader.settings import Settings
 from worker.pipeline import Outcome, grade_submission, not_run_problems
-from worker.rubric import load_rubric
+from worker.rubric import Rubric, load_rubric
 from worker.telemetry import gpu_snapshot
 
 log = logging.getLogger(__name__)
@@ -113,6 +113,11 @@ class RunExecutor:
     sessions: sessionmaker[Session]
     blobs: BlobStore
 
+    def _rubric(self, slug: str) -> Rubric:
+        """The run's rubric, searched along the settings' rubric_dirs after rubrics/ (a course's
+        own assignment is found by a worker started with KG_RUBRIC_DIRS)."""
+        return load_rubric(slug, search=self.settings.rubric_dirs)
+
     def execute(self, run_id: int) -> Disposition:
         me = worker_identity()
         stale_before = utcnow() - timedelta(seconds=self.settings.heartbeat_timeout_s)
@@ -133,7 +138,7 @@ class RunExecutor:
             attempts, sha256 = run.attempts, run.submission.sha256
             slug = run.submission.assignment.slug
         if attempts > self.settings.max_attempts:
-            return self._finish(run_id, me, _infra_failure(slug, f"grading was interrupted {attempts - 1} times"))
+            return self._finish(run_id, me, _infra_failure(self._rubric(slug), f"grading was interrupted {attempts - 1} times"))
 
         job_dir = self.settings.jobs_dir / f"run-{run_id}-attempt-{attempts}"
         try:
@@ -144,7 +149,7 @@ class RunExecutor:
             if attempts >= self.settings.max_attempts:
                 # Only the kind of fault reaches the student: its text may name worker paths
                 # (logged above in full for staff).
-                failure = _infra_failure(slug, f"{type(exc).__name__}; details in the worker log")
+                failure = _infra_failure(self._rubric(slug), f"{type(exc).__name__}; details in the worker log")
                 return self._finish(run_id, me, failure)
             self._release(run_id, me)
             return Disposition.retry
@@ -156,7 +161,7 @@ class RunExecutor:
         archive = self.blobs.path(sha256)
         if not archive.is_file():
             raise FileNotFoundError(f"blob {sha256} is missing from the blob store")
-        rubric = load_rubric(slug)
+        rubric = self._rubric(slug)
         config = pipeline_config(self.settings, rubric)
         shutil.rmtree(job_dir, ignore_errors=True)
         job_dir.mkdir(parents=True)
@@ -230,7 +235,7 @@ class RunExecutor:
         return Disposition.done
 
 
-def _infra_failure(slug: str, detail: str) -> Outcome:
+def _infra_failure(rubric: Rubric, detail: str) -> Outcome:
     return Outcome(
         state=RunState.failed,
         error_class=ErrorClass.infra_error,
@@ -238,5 +243,5 @@ def _infra_failure(slug: str, detail: str) -> Outcome:
             "The grading infrastructure failed; this is not a problem with your code and no "
             f"score was recorded. Your upload is kept and staff can re-grade it. ({detail})"
         ),
-        problems=not_run_problems(load_rubric(slug), "not graded: infrastructure error"),
+        problems=not_run_problems(rubric, "not graded: infrastructure error"),
     )

@@ -67,7 +67,7 @@ def prebuild(run_id: int) -> str:
             if run is None or run.state is not RunState.queued:
                 return "skipped"
             sha256, slug = run.submission.sha256, run.submission.assignment.slug
-        rubric = load_rubric(slug)
+        rubric = load_rubric(slug, search=ex.settings.rubric_dirs)
         job_dir = ex.settings.jobs_dir / f"prebuild-{run_id}-{uuid.uuid4().hex[:8]}"
         try:
             outcome = grade_submission(ex.blobs.path(sha256), rubric, job_dir, pipeline_config(ex.settings, rubric))

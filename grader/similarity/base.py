@@ -18,6 +18,7 @@ import hashlib
 import os
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -131,10 +132,11 @@ def describe_setting(setting: str | None, rubric_default: str | None) -> str:
     return "our kit's stripped starter (no starter given)"
 
 
-def describe_assignment_base(setting: str | None, slug: str) -> str:
-    """`describe_setting` with the default of the rubric named `slug`, if there is one."""
+def describe_assignment_base(setting: str | None, slug: str, search: Sequence[Path]) -> str:
+    """`describe_setting` with the default of the rubric named `slug`, if there is one (found
+    along `search`, the settings' rubric_dirs, after rubrics/)."""
     try:
-        return describe_setting(setting, load_rubric(slug).similarity_base)
+        return describe_setting(setting, load_rubric(slug, search=search).similarity_base)
     except RubricError:
         return describe_setting(setting, None)
 

@@ -113,7 +113,7 @@ def run_job(settings: Settings, sessions: sessionmaker[Session], blobs: BlobStor
             return f"not run: job {job_id} is {job.state if job else 'gone'}"
         slug, setting = job_assignment(session, job)
     try:
-        rubric = load_rubric(slug)
+        rubric = load_rubric(slug, search=settings.rubric_dirs)
         limits = pipeline_config(settings, rubric).limits
         base = assignment_base(settings.data_dir, rubric, limits, setting)
         _record(sessions, job_id, base=base.label)

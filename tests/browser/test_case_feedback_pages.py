@@ -76,7 +76,7 @@ def test_withheld_hidden_cases(context: BrowserContext, sessions: sessionmaker[S
                                monkeypatch: pytest.MonkeyPatch) -> None:
     rubric = withheld(load_rubric("hw4"))
     run_id = scored_run(sessions, student, rubric)
-    monkeypatch.setattr(grader.pages.runs, "load_rubric", lambda _slug: rubric)  # the server runs in this process
+    monkeypatch.setattr(grader.pages.runs, "load_rubric", lambda _slug, search: rubric)  # the server runs in this process
     page = log_in(context, student)
     page.goto(f"/runs/{run_id}")
     box = page.locator("#cases-1\\.1")

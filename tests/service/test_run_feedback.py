@@ -89,7 +89,7 @@ def test_withheld_hidden_cases_show_no_shape_anywhere(sessions: sessionmaker[Ses
     name, browser = student
     rubric = withheld(load_rubric("hw4"))
     run_id = scored_run(sessions, name, rubric)  # scored as the page will describe it
-    monkeypatch.setattr(grader.pages.runs, "load_rubric", lambda _slug: rubric)
+    monkeypatch.setattr(grader.pages.runs, "load_rubric", lambda _slug, search: rubric)
     page = browser.client.get(f"/runs/{run_id}").text
     cases = rows(element(page, "cases-1.1", "details"))
     assert cases[2] == ("hidden case 1 not disclosed C ABI failed Wrong result (this assignment does not disclose "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import shutil
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,8 @@ from grader.settings import Settings
 from worker.assignment import AssignmentError, assignment_of
 from worker.pipeline import grade_submission
 from worker.rubric import RubricError, load_rubric
-from worker.starter_kit import zip_tree
+from worker.starter_kit import main as starter_main
+from worker.starter_kit import write_starter_zip, zip_tree
 from worker.states import RunState
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -102,9 +104,37 @@ def test_a_rubric_without_a_plugin_has_no_stage(tmp_path: Path) -> None:
     assert gpu_stage_for(Settings(_env_file=None, gpu_grading="on"), rubric) is None  # type: ignore[call-arg]
 
 
-def test_settings_put_rubric_dirs_on_the_search_path() -> None:
-    Settings(_env_file=None, rubric_dirs=[VECADD])  # type: ignore[call-arg]
-    assert load_rubric("vecadd").starter_dir == VECADD / "starter"
+def test_a_rubric_outside_rubrics_is_found_only_along_the_search_passed() -> None:
+    course = Settings(_env_file=None, rubric_dirs=[VECADD])  # type: ignore[call-arg]
+    plain = Settings(_env_file=None)  # type: ignore[call-arg]
+    assert load_rubric("vecadd", search=course.rubric_dirs).starter_dir == VECADD / "starter"
+    # Building settings with rubric_dirs changed nothing for anyone else: no search path is global.
+    for search in (plain.rubric_dirs, ()):
+        with pytest.raises(RubricError, match="no rubric named 'vecadd'"):
+            load_rubric("vecadd", search=search)
+
+
+def test_the_search_is_rubrics_first_then_the_folders_in_order(tmp_path: Path) -> None:
+    data = yaml.safe_load((VECADD / "vecadd.yaml").read_text())
+    data["starter"] = str(VECADD / "starter")
+    first, second = tmp_path / "first", tmp_path / "second"
+    for folder in (first, second):
+        folder.mkdir()
+        for slug in ("vecadd", "hw4"):
+            (folder / f"{slug}.yaml").write_text(yaml.safe_dump({**data, "title": folder.name}))
+    assert load_rubric("vecadd", search=(first, second)).title == "first"
+    assert load_rubric("vecadd", search=(second, first)).title == "second"
+    assert load_rubric("hw4", search=(first,)).title == load_rubric("hw4").title != "first"
+
+
+def test_the_engines_starter_command_searches_the_folders_it_is_given(tmp_path: Path) -> None:
+    out = tmp_path / "given.zip"
+    assert starter_main(["vecadd", "--rubric-dir", str(VECADD), "--out", str(out)]) == 0
+    expected = write_starter_zip(load_rubric("vecadd", VECADD), tmp_path / "expected.zip")
+    assert out.read_bytes() == expected.read_bytes()
+    assert all(name.startswith("vecadd/") for name in zipfile.ZipFile(out).namelist())
+    with pytest.raises(RubricError, match="no rubric named 'vecadd'"):
+        starter_main(["vecadd", "--out", str(tmp_path / "none.zip")])
 
 
 def test_a_gpu_stage_needs_gpu_grading_a_cpu_stage_does_not() -> None:
