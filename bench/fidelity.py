@@ -331,6 +331,15 @@ def _field_default(default: Any = None, default_factory: Callable[[], Any] | Non
     return default_factory() if default_factory is not None else default
 
 
+def _alias(default_expr: ast.expr | None) -> str | None:
+    """The `alias=` of a `Field(...)` default: pydantic reads the variable by it (KG_SMTP_FROM)."""
+    call = default_expr
+    if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "Field":
+        return next((kw.value.value for kw in call.keywords
+                     if kw.arg == "alias" and isinstance(kw.value, ast.Constant)), None)
+    return None
+
+
 def _coerce(text: str, annotation: str, default: Any) -> Any:
     """An environment value as pydantic would read it for these simple annotations."""
     optional = "None" in annotation
@@ -352,8 +361,9 @@ def settings_from_source(source: Path, data_dir: Path, environ: dict[str, str]) 
     `environ`), for a machine without pydantic. A group (a field whose default calls a model
     class of the file, as `build: BuildSettings = BuildSettings(cpu_s=300, ...)`) is a namespace
     of that class's fields (its bases' too) with the call's arguments over their defaults and
-    KG_<GROUP>_<FIELD> over both. Fields whose default is not a plain expression are left out;
-    data_dir is `data_dir` and build_cache_dir under it."""
+    KG_<GROUP>_<FIELD> (the field's alias in place of its name where it has one) over both.
+    Fields whose default is not a plain expression are left out; data_dir is `data_dir` and
+    build_cache_dir under it."""
     tree = ast.parse(source.read_text())
     scope: dict[str, Any] = {"Path": Path, "Field": _field_default, "__builtins__": {}}
     classes: dict[str, ast.ClassDef] = {}
@@ -397,7 +407,8 @@ def settings_from_source(source: Path, data_dir: Path, environ: dict[str, str]) 
                     default = evaluate(default_expr)
                 except Exception:
                     continue
-            env = next((v for k, v in environ.items() if k.upper() == f"{prefix}{field}".upper()), None)
+            variable = f"{prefix}{_alias(default_expr) or field}".upper()
+            env = next((v for k, v in environ.items() if k.upper() == variable), None)
             values[field] = default if env is None else _coerce(env, ast.unparse(item.annotation), default)
         return values
 

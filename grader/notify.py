@@ -17,7 +17,7 @@ from grader.course.deadlines import LateStatus
 from grader.db import session_scope
 from grader.grade_reads import run_grades
 from grader.models import Run, RunState
-from grader.settings import Settings
+from grader.settings import Settings, SmtpSettings
 
 log = logging.getLogger(__name__)
 
@@ -111,24 +111,24 @@ def compose(notice: RunNotice, sender: str) -> EmailMessage:
     return message
 
 
-def send(settings: Settings, message: EmailMessage) -> None:
-    host, port, timeout = settings.smtp_host, settings.smtp_port, settings.smtp_timeout_s
-    if settings.smtp_security == "tls":
+def send(server: SmtpSettings, message: EmailMessage) -> None:
+    host, port, timeout = server.host, server.port, server.timeout_s
+    if server.security == "tls":
         smtp: smtplib.SMTP = smtplib.SMTP_SSL(host, port, timeout=timeout, context=ssl.create_default_context())
     else:
         smtp = smtplib.SMTP(host, port, timeout=timeout)
     with smtp:
-        if settings.smtp_security == "starttls":
+        if server.security == "starttls":
             smtp.starttls(context=ssl.create_default_context())
-        if settings.smtp_user:
-            smtp.login(settings.smtp_user, settings.smtp_password)
+        if server.user:
+            smtp.login(server.user, server.password)
         smtp.send_message(message)
 
 
 def notify_run_ended(settings: Settings, sessions: sessionmaker[Session], run_id: int) -> None:
     """E-mail the notice of final run `run_id`, when mail is configured. Never raises: the
     outcome is already recorded, and a mail server's trouble must not fail or repeat a run."""
-    if not settings.smtp_host:
+    if not settings.smtp.host:
         return
     try:
         with session_scope(sessions) as session:
@@ -137,7 +137,7 @@ def notify_run_ended(settings: Settings, sessions: sessionmaker[Session], run_id
         if notice is None:
             log.info("run %s: no e-mail notice (the student's account has no address)", run_id)
             return
-        send(settings, compose(notice, settings.smtp_from))
+        send(settings.smtp, compose(notice, settings.smtp.from_))
         log.info("run %s: e-mail notice sent to %s", run_id, notice.to)
     except Exception:  # any failure (the server, the network, the data) only costs the notice
         log.exception("run %s: the e-mail notice could not be sent; the run's result is recorded", run_id)

@@ -65,9 +65,47 @@ class SandboxSettings(ChildSettings):
     docker_cpus: float = 4.0
 
 
+class UnpackSettings(BaseModel):
+    """Safe unpacking of submissions (worker/unpack.py), KG_UNPACK_MAX_*."""
+
+    model_config = ConfigDict(frozen=True)
+
+    max_total_bytes: int = 200 * MiB
+    max_file_bytes: int = 50 * MiB
+    max_files: int = 5000
+    max_depth: int = 24
+    max_ratio: float = 100.0  # uncompressed / compressed, whole archive and per entry
+
+
+class SmtpSettings(BaseModel):
+    """Run notices by e-mail (grader/notify.py), KG_SMTP_*: when host is set, a student whose
+    account has an address gets one when their run ends (its grade, or why it was not graded,
+    and a link). security: "starttls" upgrades a plain connection, "tls" connects with TLS,
+    "none" neither."""
+
+    # `from` is a keyword: the field is from_, read by its alias "from" (KG_SMTP_FROM) and by
+    # its name (so that a from_= given is never silently ignored).
+    model_config = ConfigDict(frozen=True, validate_by_name=True, validate_by_alias=True)
+
+    host: str = ""  # empty: no e-mail
+    port: int = 587
+    security: Literal["starttls", "tls", "none"] = "starttls"
+    user: str = ""  # empty: no login
+    password: str = ""
+    from_: str = Field(default="", alias="from")  # the sender's address; required with host
+    timeout_s: float = Field(default=10.0, gt=0)
+
+    @model_validator(mode="after")
+    def _mail_needs_a_sender(self) -> SmtpSettings:
+        if self.host and not self.from_:
+            raise ValueError("KG_SMTP_HOST is set but KG_SMTP_FROM is not: set the address run notices are sent from")
+        return self
+
+
 class Settings(BaseSettings):
-    # The groups `build` and `sandbox` keep their flat names: KG_BUILD_JOBS is build.jobs,
-    # KG_SANDBOX_WALL_S is sandbox.wall_s, and one such variable changes only its own field.
+    # The groups (build, sandbox, unpack, smtp) keep their flat names: KG_BUILD_JOBS is
+    # build.jobs, KG_UNPACK_MAX_FILES is unpack.max_files, and one such variable changes only its
+    # own field. So no other field's name may start with a group's name and "_".
     model_config = SettingsConfigDict(env_prefix="KG_", env_file=".env", extra="ignore",
                                       env_nested_delimiter="_", env_nested_max_split=1,
                                       nested_model_default_partial_update=True)
@@ -88,12 +126,8 @@ class Settings(BaseSettings):
     # Uploads
     max_upload_bytes: int = 50 * MiB
 
-    # Safe unpacking of submissions
-    unpack_max_total_bytes: int = 200 * MiB
-    unpack_max_file_bytes: int = 50 * MiB
-    unpack_max_files: int = 5000
-    unpack_max_depth: int = 24
-    unpack_max_ratio: float = 100.0  # uncompressed / compressed, whole archive and per entry
+    # Safe unpacking of submissions (UnpackSettings)
+    unpack: UnpackSettings = UnpackSettings()
 
     # Builds
     nvcc: str = "nvcc"
@@ -147,16 +181,8 @@ class Settings(BaseSettings):
     # Roster import (CSV of students): the largest file the page accepts
     roster_max_bytes: int = 1 * MiB
 
-    # Run notices by e-mail (grader/notify.py): when smtp_host is set, a student whose account has
-    # an address gets one when their run ends (its grade, or why it was not graded, and a link).
-    # smtp_security: "starttls" upgrades a plain connection, "tls" connects with TLS, "none" neither.
-    smtp_host: str = ""  # empty: no e-mail
-    smtp_port: int = 587
-    smtp_security: Literal["starttls", "tls", "none"] = "starttls"
-    smtp_user: str = ""  # empty: no login
-    smtp_password: str = ""
-    smtp_from: str = ""  # the sender's address; required with smtp_host
-    smtp_timeout_s: float = Field(default=10.0, gt=0)
+    # Run notices by e-mail (SmtpSettings)
+    smtp: SmtpSettings = SmtpSettings()
     # The address users reach the service at, for links in e-mail (e.g. https://grader.example.edu)
     public_url: str = ""
 
@@ -195,15 +221,17 @@ class Settings(BaseSettings):
 
     @classmethod
     def groups(cls) -> dict[str, type[BaseModel]]:
-        """The grouped fields (build, sandbox) and their models."""
+        """The grouped fields (build, sandbox, unpack, smtp) and their models."""
         return {name: type(field.default) for name, field in cls.model_fields.items()
                 if isinstance(field.default, BaseModel)}
 
     @classmethod
     def variable_names(cls) -> set[str]:
-        """Every KG_* variable read: KG_<FIELD>, and KG_<GROUP>_<FIELD> for a group's field."""
+        """Every KG_* variable read: KG_<FIELD>, and KG_<GROUP>_<FIELD> for a group's field (its
+        alias where it has one: KG_SMTP_FROM)."""
         groups = cls.groups()
-        return {f"KG_{name}_{field}".upper() for name, model in groups.items() for field in model.model_fields} | {
+        return {f"KG_{name}_{info.alias or field}".upper() for name, model in groups.items()
+                for field, info in model.model_fields.items()} | {
             f"KG_{name}".upper() for name in cls.model_fields if name not in groups}
 
     @classmethod
@@ -239,12 +267,6 @@ class Settings(BaseSettings):
             raise ValueError(f"KG_COURSE_TIMEZONE {value!r} is not a time zone name; use one such as "
                              "America/New_York, or UTC") from None
         return value
-
-    @model_validator(mode="after")
-    def _mail_needs_a_sender(self) -> Settings:
-        if self.smtp_host and not self.smtp_from:
-            raise ValueError("KG_SMTP_HOST is set but KG_SMTP_FROM is not: set the address run notices are sent from")
-        return self
 
     @property
     def resolved_database_url(self) -> str:

@@ -28,11 +28,11 @@ if TYPE_CHECKING:
 def pipeline_config(settings: Settings, rubric: Rubric) -> PipelineConfig:
     return PipelineConfig(
         limits=UnpackLimits(
-            max_total_bytes=settings.unpack_max_total_bytes,
-            max_file_bytes=settings.unpack_max_file_bytes,
-            max_files=settings.unpack_max_files,
-            max_depth=settings.unpack_max_depth,
-            max_ratio=settings.unpack_max_ratio,
+            max_total_bytes=settings.unpack.max_total_bytes,
+            max_file_bytes=settings.unpack.max_file_bytes,
+            max_files=settings.unpack.max_files,
+            max_depth=settings.unpack.max_depth,
+            max_ratio=settings.unpack.max_ratio,
         ),
         toolchain=Toolchain(
             nvcc=settings.nvcc,

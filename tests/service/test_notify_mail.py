@@ -30,7 +30,7 @@ from grader.db import session_scope
 from grader.models import Role, Run, User, utcnow
 from grader.runs.lifecycle import Disposition, RunExecutor
 from grader.service import get_assignment, get_or_create_user, record_submission
-from grader.settings import Settings
+from grader.settings import Settings, SmtpSettings
 from tests.fixtures import cpu_standin
 from tests.service.conftest import WorkerProcess, wait_for_run
 from tests.service.test_grading import _symlink_entry, _zip_bytes, submit_bytes
@@ -194,8 +194,8 @@ def test_a_mail_server_that_is_down_costs_only_the_notice(
     """The executor records the outcome (here: an infrastructure failure after too many attempts)
     and logs the notice it could not send."""
     login, _ = _student(sessions, "nobody@uni.example.edu")
-    down = settings.model_copy(update={"smtp_host": "127.0.0.1", "smtp_port": _free_port(), "smtp_security": "none",
-                                       "smtp_from": SENDER, "max_attempts": 0})
+    down = settings.model_copy(update={"smtp": SmtpSettings(host="127.0.0.1", port=_free_port(), security="none",
+                                                            from_=SENDER), "max_attempts": 0})
     with session_scope(sessions) as session:
         user = session.scalars(select(User).where(User.username == login)).one()
         blob = BlobStore(settings.blob_dir).put_bytes(b"never read")

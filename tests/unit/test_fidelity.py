@@ -470,6 +470,9 @@ def test_the_source_fallbacks_build_the_same_configs_as_production(tmp_path: Pat
     monkeypatch.setenv("KG_SANDBOX_MAX_PROCESSES", "99")
     monkeypatch.setenv("KG_SANDBOX_BACKEND", "docker")
     monkeypatch.setenv("KG_SANDBOX_DOCKER_GPU", "GPU-7")
+    monkeypatch.setenv("KG_UNPACK_MAX_FILES", "321")
+    monkeypatch.setenv("KG_SMTP_HOST", "mail.example.edu")
+    monkeypatch.setenv("KG_SMTP_FROM", "grader@example.edu")  # the field is from_, read by its alias
     rubric = load_rubric("hw4")
     settings = Settings(data_dir=tmp_path)
     shim = fidelity.settings_from_source(ROOT / "grader" / "settings.py", tmp_path, dict(os.environ))
@@ -478,6 +481,8 @@ def test_the_source_fallbacks_build_the_same_configs_as_production(tmp_path: Pat
     assert found["pipeline_config"](shim, rubric) == pipeline_config(settings, rubric)
     assert found["gpu_stage_config"](shim) == gpu_stage_config(settings)
     assert found["pipeline_config"](shim, rubric).build_jobs == 5
+    assert found["pipeline_config"](shim, rubric).limits.max_files == 321
+    assert vars(shim.smtp) == settings.smtp.model_dump() and shim.smtp.from_ == "grader@example.edu"
     assert found["gpu_stage_config"](shim).limits.wall_s == 123.5
     assert found["pipeline_config"](shim, rubric).build_limits.cpu_s == 77
     assert found["pipeline_config"](shim, rubric).build_limits.wall_s == 12.5

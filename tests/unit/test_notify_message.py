@@ -7,7 +7,7 @@ from pydantic import ValidationError
 
 from grader.models import RunState
 from grader.notify import RunNotice, compose
-from grader.settings import Settings
+from grader.settings import Settings, SmtpSettings
 
 BUILT = RunNotice(to="ada@uni.example.edu", student="ada", run_id=7, slug="hw4", title="Homework 4",
                   state=RunState.built, grade=None, raw_score=None, total_points=100, late_reason=None,
@@ -33,5 +33,8 @@ def test_a_failed_run_without_a_message_still_says_it_was_not_graded() -> None:
 
 def test_mail_needs_a_sender_address() -> None:
     with pytest.raises(ValidationError, match="KG_SMTP_HOST is set but KG_SMTP_FROM is not"):
-        Settings(smtp_host="mail.example.edu")
-    assert Settings(smtp_host="mail.example.edu", smtp_from="grader@example.edu").smtp_port == 587
+        Settings.from_variables({"KG_SMTP_HOST": "mail.example.edu"})
+    with pytest.raises(ValidationError, match="KG_SMTP_HOST is set but KG_SMTP_FROM is not"):
+        SmtpSettings(host="mail.example.edu")
+    sent = Settings.from_variables({"KG_SMTP_HOST": "mail.example.edu", "KG_SMTP_FROM": "grader@example.edu"})
+    assert sent.smtp.from_ == "grader@example.edu" and sent.smtp.port == 587

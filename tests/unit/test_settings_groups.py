@@ -1,12 +1,13 @@
-"""The build and sandbox settings are two groups of one type (grader.settings.ChildSettings),
-and each keeps the KG_* name it had as a flat setting: a deployment's variables still land."""
+"""The settings' groups: build and sandbox, two of one type (grader.settings.ChildSettings),
+unpack and smtp. Each field keeps the KG_* name it had as a flat setting (smtp.from_ is still
+KG_SMTP_FROM): a deployment's variables still land."""
 from __future__ import annotations
 
 import pytest
 
 from grader.settings import BuildSettings, ChildSettings, SandboxSettings, Settings
 
-# Every KG_* name of the two groups, the field it sets, and a value unlike its default.
+# Every KG_* name of the groups, the field it sets, and a value unlike its default.
 VARIABLES = {
     "KG_BUILD_QUEUE": ("build", "queue", "builds", "builds"),
     "KG_BUILD_JOBS": ("build", "jobs", "7", 7),
@@ -29,22 +30,48 @@ VARIABLES = {
     "KG_SANDBOX_DOCKER_IMAGE": ("sandbox", "docker_image", "sbx:2", "sbx:2"),
     "KG_SANDBOX_DOCKER_GPU": ("sandbox", "docker_gpu", "GPU-3", "GPU-3"),
     "KG_SANDBOX_DOCKER_CPUS": ("sandbox", "docker_cpus", "1.5", 1.5),
+    "KG_UNPACK_MAX_TOTAL_BYTES": ("unpack", "max_total_bytes", "1048576", 1 << 20),
+    "KG_UNPACK_MAX_FILE_BYTES": ("unpack", "max_file_bytes", "2048", 2048),
+    "KG_UNPACK_MAX_FILES": ("unpack", "max_files", "12", 12),
+    "KG_UNPACK_MAX_DEPTH": ("unpack", "max_depth", "3", 3),
+    "KG_UNPACK_MAX_RATIO": ("unpack", "max_ratio", "7.5", 7.5),
+    "KG_SMTP_HOST": ("smtp", "host", "mail.example.edu", "mail.example.edu"),
+    "KG_SMTP_PORT": ("smtp", "port", "25", 25),
+    "KG_SMTP_SECURITY": ("smtp", "security", "tls", "tls"),
+    "KG_SMTP_USER": ("smtp", "user", "kg", "kg"),
+    "KG_SMTP_PASSWORD": ("smtp", "password", "secret", "secret"),
+    "KG_SMTP_FROM": ("smtp", "from_", "grader@example.edu", "grader@example.edu"),
+    "KG_SMTP_TIMEOUT_S": ("smtp", "timeout_s", "2.5", 2.5),
 }
+# Set under every variable tried: KG_SMTP_HOST alone is refused (mail needs a sender).
+BASE = {"KG_SMTP_FROM": "base@example.edu"}
 
 
 def test_every_field_of_the_groups_has_its_variable_here() -> None:
+    groups = Settings.groups()
+    assert set(groups) == {"build", "sandbox", "unpack", "smtp"}
+    assert groups["build"] is BuildSettings and groups["sandbox"] is SandboxSettings
     named = {(group, field) for group, field, _, _ in VARIABLES.values()}
-    assert named == {("build", f) for f in BuildSettings.model_fields} | {("sandbox", f) for f in SandboxSettings.model_fields}
+    assert named == {(group, f) for group, model in groups.items() for f in model.model_fields}
     assert set(ChildSettings.model_fields) <= set(BuildSettings.model_fields) & set(SandboxSettings.model_fields)
     assert set(VARIABLES) <= Settings.variable_names()
     assert {"KG_DATA_DIR", "KG_NVCC_TIMEOUT_S"} <= Settings.variable_names()
-    assert not {"KG_BUILD", "KG_SANDBOX"} & Settings.variable_names()
+    assert not {"KG_BUILD", "KG_SANDBOX", "KG_UNPACK", "KG_SMTP", "KG_SMTP_FROM_"} & Settings.variable_names()
+
+
+def test_no_other_field_is_named_as_a_groups_field() -> None:
+    """KG_<GROUP>_<REST> is read into the group: a flat field named so would never be set."""
+    groups = Settings.groups()
+    flat = [name for name in Settings.model_fields if name not in groups]
+    assert [name for name in flat if name.partition("_")[0] in groups] == []
 
 
 @pytest.mark.parametrize("variable", sorted(VARIABLES))
 def test_the_flat_variable_sets_its_field_and_no_other(variable: str, monkeypatch: pytest.MonkeyPatch) -> None:
     for name in VARIABLES:
         monkeypatch.delenv(name, raising=False)
+    for name, text in BASE.items():
+        monkeypatch.setenv(name, text)
     default = Settings(_env_file=None)  # type: ignore[call-arg]
     group, field, text, value = VARIABLES[variable]
     monkeypatch.setenv(variable, text)
@@ -52,8 +79,7 @@ def test_the_flat_variable_sets_its_field_and_no_other(variable: str, monkeypatc
     assert getattr(getattr(changed, group), field) == value != getattr(getattr(default, group), field)
     assert getattr(changed, group).model_copy(update={field: getattr(getattr(default, group), field)}) == \
         getattr(default, group)
-    other = "sandbox" if group == "build" else "build"
-    assert getattr(changed, other) == getattr(default, other)
+    assert changed.model_copy(update={group: getattr(default, group)}) == default  # every other field as it was
 
 
 def test_variables_in_a_mapping_are_read_as_the_environment_is() -> None:
@@ -62,8 +88,14 @@ def test_variables_in_a_mapping_are_read_as_the_environment_is() -> None:
     assert mapped.build.jobs == 9 and mapped.build.cpu_s == 300  # the rest of the group keeps its defaults
     assert mapped.sandbox.user == "" and mapped.sandbox.wall_s == 900.0
     assert mapped.task_queue == "q" and mapped.gpu_index == 2
+    mail = Settings.from_variables({"KG_SMTP_HOST": "mail.example.edu", "KG_SMTP_FROM": "grader@example.edu",
+                                    "KG_UNPACK_MAX_FILES": "12"})
+    assert mail.smtp.host == "mail.example.edu" and mail.smtp.from_ == "grader@example.edu"
+    assert mail.smtp.port == 587 and mail.unpack.max_files == 12 and mail.unpack.max_depth == 24
 
 
-def test_the_groups_are_read_only() -> None:
+@pytest.mark.parametrize("group", ["build", "sandbox", "unpack", "smtp"])
+def test_the_groups_are_read_only(group: str) -> None:
+    field = next(iter(Settings.groups()[group].model_fields))
     with pytest.raises(ValueError, match="frozen"):
-        Settings(_env_file=None).build.jobs = 4  # type: ignore[call-arg,misc]
+        setattr(getattr(Settings(_env_file=None), group), field, None)  # type: ignore[call-arg]
