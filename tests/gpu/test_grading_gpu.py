@@ -337,12 +337,19 @@ def test_cheats_gain_nothing(kit_root: Path, tmp_path: Path, work: Path) -> None
                                          stage_config(cheat.must_fail))
         for pid in cheat.must_fail:
             got = score.problem(pid)
-            if cheat.kind == "correctness":  # caught: no correctness, no speed points
-                assert got.correctness_points == 0 and got.speed_points == 0, (cheat.id, got.to_dict())
+            measured = next(m for m in measurements if m.problem_id == pid)
+            if cheat.kind == "correctness":
+                # Caught: a failed case costs correctness points. The rubric's hidden share is
+                # given in proportion to the hidden cases passed, so a cheat that fails a
+                # course-like case keeps those (3.93 of 4 for the output cache on the H200) but
+                # loses the public share and every speed point.
+                assert got.status == "failed" and got.correctness_points < ref_scores[pid].correctness_points, (  # type: ignore[attr-defined]
+                    cheat.id, got.to_dict())
+                if any(c.public for c in measured.failed_cases):
+                    assert got.speed_points == 0, (cheat.id, got.to_dict())
                 continue
             assert got.points <= ref_scores[pid].points + 0.6, (cheat.id, got.to_dict())  # type: ignore[attr-defined]
             honest = score_run(RUBRIC, list(reference.values())).problem(pid)
-            measured = next(m for m in measurements if m.problem_id == pid)
             if waited_off_cpu(measured):  # a sleeping baseline may still raise the figure: not trusted
                 assert got.speed_points == 0 and got.flags, (cheat.id, got.to_dict())
             elif got.speedup is not None and honest.speedup is not None:  # the figure that scores
