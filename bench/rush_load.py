@@ -54,12 +54,12 @@ from benchmarks_md import append_section  # noqa: E402
 from sqlalchemy import select  # noqa: E402
 
 from grader.auth.credentials import issue_token  # noqa: E402
-from grader.blobstore import BlobStore  # noqa: E402
 from grader.cli import init_database  # noqa: E402
 from grader.db import make_engine, make_session_factory, session_scope  # noqa: E402
 from grader.models import Role, Run, Submission  # noqa: E402
 from grader.service import get_or_create_user  # noqa: E402
 from grader.settings import Settings  # noqa: E402
+from grader.storage.blobstore import BlobStore  # noqa: E402
 from worker.rubric import load_rubric  # noqa: E402
 
 PG_ADMIN_URL = os.environ.get("KG_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")

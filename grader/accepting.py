@@ -30,7 +30,7 @@ from grader.service import (
     get_assignment,
     record_upload,
 )
-from grader.uploads import ReceivedUpload, UploadError, earlier_upload_message, maybe_stored_message
+from grader.storage.uploads import ReceivedUpload, UploadError, earlier_upload_message, maybe_stored_message
 from worker.assignment import AssignmentError, assignment_of
 from worker.rubric import RubricError, load_rubric
 from worker.unpack import HEAD_BYTES, not_a_zip

@@ -21,7 +21,6 @@ from sqlalchemy.orm import Session, sessionmaker
 from grader import accounts_cli, client_cli, ops_cli
 from grader.auth.credentials import issue_token
 from grader.auth.sessions import change_password
-from grader.collector import collect
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import Role
 from grader.runs.celery_app import make_celery
@@ -29,6 +28,7 @@ from grader.runs.engine_config import gpu_available, gpu_stage_for, pipeline_con
 from grader.runs.reconcile import reconcile
 from grader.service import get_or_create_user, save_calibration, sync_assignments
 from grader.settings import Settings, get_settings
+from grader.storage.collector import collect
 from worker.assignment import assignment_of
 from worker.calibration import DEFAULT_MARGIN, calibrated_targets
 from worker.measurements import ProblemMeasurement

@@ -331,7 +331,7 @@ class GradeAdjustment(Base):
 
 class CountedRun(Base):
     """The run chosen to count for one student in one assignment, instead of the score policy's
-    pick (grader.gradebook_reads.gradebook): by staff, or by the student (`by_id` is `user_id`)
+    pick (grader.reads.gradebook_reads.gradebook): by staff, or by the student (`by_id` is `user_id`)
     where the assignment lets students choose; removing the row returns to the policy."""
 
     __tablename__ = "counted_runs"

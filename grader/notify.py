@@ -15,8 +15,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from grader.course.deadlines import LateStatus
 from grader.db import session_scope
-from grader.grade_reads import run_grades
 from grader.models import Run, RunState
+from grader.reads.grade_reads import run_grades
 from grader.settings import Settings, SmtpSettings
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,6 @@ from zoneinfo import ZoneInfo
 import typer
 from sqlalchemy.orm import Session
 
-from grader.blobstore import BlobStore
 from grader.course.assignment_settings import ScheduleChange, ScheduleError, extend_student, update_schedule
 from grader.course.grading_control import grading_state, resume, set_paused
 from grader.course.policies import late_policy
@@ -23,6 +22,7 @@ from grader.runs.celery_app import make_celery
 from grader.runs.engine_config import pipeline_config
 from grader.service import NotFound, get_assignment
 from grader.settings import get_settings
+from grader.storage.blobstore import BlobStore
 from worker.rubric import load_rubric
 from worker.unpack import BadArchive
 

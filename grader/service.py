@@ -10,9 +10,9 @@ from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from grader.blobstore import StoredBlob
 from grader.course.membership import enroll_in_all
 from grader.models import Assignment, GpuCalibration, Role, Run, Submission, User, utcnow
+from grader.storage.blobstore import StoredBlob
 from worker.rubric import load_rubric
 
 

@@ -193,7 +193,7 @@ class Settings(BaseSettings):
     # A re-send of the same bytes by the same student to the same assignment within this many
     # seconds answers with the earlier submission instead of a new one (grader/service.py; 0: off)
     upload_dedup_window_s: float = Field(default=120.0, ge=0)
-    # The collector (grader/collector.py) removes an unreferenced blob only once it is older than
+    # The collector (grader/storage/collector.py) removes an unreferenced blob only once it is older than
     # the longest an upload may take between its move into place and its commit
     upload_max_duration_s: float = Field(default=3600.0, gt=0)
     collect_interval_s: float = Field(default=600.0, gt=0)  # `grader reconcile --loop` collects this often

@@ -18,7 +18,7 @@ STATUSES = ("ok", "timeout", "crashed", "error", "not_run")
 # Where a measurement's telemetry holds the snapshot of the GPU its problem ran on
 # (worker.telemetry.gpu_snapshot, with its `name`): `before`, taken before the problem, or
 # `gpu_before` for a problem whose telemetry has phases of its own. Every stage that runs on a
-# GPU records one; grader/gpu_info.py reads the model from there.
+# GPU records one; grader/reads/gpu_info.py reads the model from there.
 GPU_SNAPSHOT_KEYS = ("before", "gpu_before")
 
 # Lines of a dying child's output that say what went wrong (a CUDA error, an exception, a

@@ -12,11 +12,11 @@ from grader.api.errors import ERRORS
 from grader.api.gradebook import gradebook_csv, gradebook_out
 from grader.api.schemas import GradebookOut, RegradeAccepted, RegradeRequest
 from grader.auth.credentials import SCOPE_READ_ALL, SCOPE_REGRADE
-from grader.gradebook_reads import gradebook
 from grader.models import Submission
+from grader.reads.gradebook_reads import gradebook
+from grader.reads.submission_reads import regrade_targets
 from grader.runs.fairshare import Admission
 from grader.service import record_regrade
-from grader.submission_reads import regrade_targets
 
 router = APIRouter()
 

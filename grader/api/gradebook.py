@@ -7,7 +7,7 @@ import io
 
 from grader.api.schemas import GradebookOut, GradebookRowOut, GradeOut
 from grader.course.grades import signed_points
-from grader.gradebook_reads import Gradebook
+from grader.reads.gradebook_reads import Gradebook
 
 
 def gradebook_out(book: Gradebook) -> GradebookOut:

@@ -7,8 +7,8 @@ from grader.api.deps import DB, Caller, Context, require
 from grader.api.errors import ERRORS
 from grader.api.schemas import GradeOut, RunOut
 from grader.auth.credentials import SCOPE_READ
-from grader.grade_reads import run_grades
 from grader.models import Run
+from grader.reads.grade_reads import run_grades
 
 router = APIRouter()
 

@@ -8,7 +8,6 @@ from fastapi import APIRouter, Header, HTTPException, Query, Request, Response, 
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from grader import submission_reads
 from grader.accepting import accept_upload
 from grader.api.acceptance import acceptance, run_url, upload_acceptance
 from grader.api.deps import DB, Caller, Context, member_assignment, readable_submission, require
@@ -24,8 +23,9 @@ from grader.api.schemas import (
 )
 from grader.auth.credentials import SCOPE_READ, SCOPE_READ_ALL, SCOPE_REGRADE, SCOPE_SUBMIT, Principal
 from grader.models import Submission
+from grader.reads import submission_reads
 from grader.service import MAX_IDEMPOTENCY_KEY, find_user, record_regrade
-from grader.uploads import UploadError, receive_upload
+from grader.storage.uploads import UploadError, receive_upload
 
 router = APIRouter()
 

@@ -1,8 +1,8 @@
 """The one final grade of a run, and an assignment's deadlines as a student sees them (pure;
 no database). Every page, export, API body and notice that shows a grade reads it from
 `final_grade`, so a late or adjusted run has one grade, its raw score, the points taken or
-given and why, wherever it is shown; grader.grade_reads.run_grades and
-grader.gradebook_reads.gradebook feed it from the database (the staff's adjustments too:
+given and why, wherever it is shown; grader.reads.grade_reads.run_grades and
+grader.reads.gradebook_reads.gradebook feed it from the database (the staff's adjustments too:
 grader.course.adjustments)."""
 from __future__ import annotations
 

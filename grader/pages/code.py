@@ -11,14 +11,14 @@ from urllib.parse import quote
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import FileResponse, HTMLResponse, Response
 
-from grader import highlight
 from grader.api.deps import get_context
 from grader.auth.credentials import browser_principal
 from grader.course.membership import role_in
 from grader.models import CourseRole, Submission, User
+from grader.pages import highlight
 from grader.pages.common import Db, absent, logged_in, page
 from grader.runs.engine_config import pipeline_config
-from grader.submitted_zip import SHOWN_MAX_BYTES, Listing, Shown, list_zip, read_entry
+from grader.storage.submitted_zip import SHOWN_MAX_BYTES, Listing, Shown, list_zip, read_entry
 from worker.rubric import RubricError, load_rubric
 
 router = APIRouter(include_in_schema=False)

@@ -12,13 +12,13 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from sqlalchemy.orm import Session
 from starlette.datastructures import ImmutableMultiDict
 
-from grader import gradebook_reads, gradebook_view
 from grader.accepting import admit_committed
 from grader.api.deps import Context, get_context
 from grader.api.gradebook import gradebook_csv, gradebook_out
 from grader.auth.sessions import CSRF_FIELD
 from grader.course.membership import role_in
 from grader.models import Assignment, CourseRole, Submission, User
+from grader.pages import gradebook_view
 from grader.pages.common import (
     Db,
     Sender,
@@ -30,6 +30,7 @@ from grader.pages.common import (
     taught_assignment,
     taught_slugs,
 )
+from grader.reads import gradebook_reads
 from grader.service import record_regrade
 
 router = APIRouter(include_in_schema=False)

@@ -18,9 +18,9 @@ from grader.api.deps import Context, get_context
 from grader.course import adjustments
 from grader.course.adjustments import WorkflowError
 from grader.course.membership import role_in
-from grader.grade_reads import run_grades
 from grader.models import CourseRole, RegradeRequest, Run
 from grader.pages.common import Db, Sender, Staff, StaffForm, absent, error_page, page, see_other
+from grader.reads.grade_reads import run_grades
 
 router = APIRouter(include_in_schema=False)
 DONE = {"regrade": "re-graded", "adjust": "adjusted", "reject": "rejected"}  # the action -> the queue's notice

@@ -17,16 +17,16 @@ from markupsafe import Markup
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
-from grader import charts
 from grader.api.deps import get_context
 from grader.auth.credentials import browser_principal
 from grader.auth.sessions import current_user
 from grader.course.counted_choice import REFUSAL_TEXT, StudentRefusal, choose, clear, student_refusal
 from grader.course.membership import roles_of
-from grader.grade_reads import Counted, counted_for, run_grades
 from grader.models import Assignment, ErrorClass, ProblemResult, Run, RunState, Submission, User
+from grader.pages import charts
 from grader.pages.common import Db, Sender, Viewer, absent, logged_in, page, see_other
-from grader.runstatus import run_status
+from grader.reads.grade_reads import Counted, counted_for, run_grades
+from grader.reads.runstatus import run_status
 from worker.assignment import AssignmentError, Words, assignment_of
 from worker.measurements import CaseOutcome
 from worker.rubric import Problem, RubricError, load_rubric

@@ -14,9 +14,9 @@ from sqlalchemy.orm import Session, selectinload
 from grader.api.deps import get_context
 from grader.course.counted_choice import choose, clear, is_scored
 from grader.course.membership import role_in
-from grader.grade_reads import counted_for, run_grades
 from grader.models import Assignment, Run, Submission, User
 from grader.pages.common import Db, Staff, StaffForm, absent, page, see_other
+from grader.reads.grade_reads import counted_for, run_grades
 from grader.service import find_user
 
 router = APIRouter(include_in_schema=False)

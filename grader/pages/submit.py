@@ -19,10 +19,10 @@ from grader.auth.credentials import SCOPE_SUBMIT, authenticate
 from grader.auth.sessions import CSRF_FIELD, CsrfError, check_csrf, current_user
 from grader.course.membership import assignments_of
 from grader.db import session_scope
-from grader.grade_reads import upload_windows
 from grader.models import Assignment, GpuCalibration, User, utcnow
 from grader.pages.common import CSRF_MESSAGE, Db, PageDenied, page, see_other
-from grader.uploads import UploadError, receive_upload
+from grader.reads.grade_reads import upload_windows
+from grader.storage.uploads import UploadError, receive_upload
 from worker.rubric import Problem, RubricError, load_rubric
 
 router = APIRouter(include_in_schema=False)

@@ -23,13 +23,13 @@ from sqlalchemy import and_, func, or_, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.blobstore import BlobStore
 from grader.db import session_scope
 from grader.models import ACTIVE_STATES, ErrorClass, ProblemResult, Run, RunState, utcnow
 from grader.notify import notify_run_ended
 from grader.runs.engine_config import gpu_stage_for, pipeline_config
 from grader.service import calibrated_targets_for
 from grader.settings import Settings
+from grader.storage.blobstore import BlobStore
 from worker.pipeline import Outcome, grade_submission, not_run_problems
 from worker.rubric import Rubric, load_rubric
 from worker.telemetry import gpu_snapshot

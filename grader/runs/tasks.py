@@ -17,7 +17,6 @@ import uuid
 
 from celery import Task
 
-from grader.blobstore import BlobStore
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import Run, RunState
 from grader.runs.celery_app import TASK_GRADE_RUN, TASK_PREBUILD, celery
@@ -25,6 +24,7 @@ from grader.runs.engine_config import pipeline_config
 from grader.runs.fairshare import release_after
 from grader.runs.lifecycle import Disposition, RunExecutor
 from grader.settings import get_settings
+from grader.storage.blobstore import BlobStore
 from worker.pipeline import grade_submission
 from worker.rubric import load_rubric
 

@@ -25,7 +25,6 @@ from celery import Celery
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.blobstore import BlobStore
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import Assignment, SimilarityJob, User, utcnow
 from grader.runs.celery_app import celery
@@ -33,6 +32,7 @@ from grader.runs.engine_config import pipeline_config
 from grader.settings import Settings, get_settings
 from grader.similarity.base import assignment_base
 from grader.similarity.store import compute_report, fingerprint_dir, report_path, save_report
+from grader.storage.blobstore import BlobStore
 from worker.rubric import load_rubric
 
 TASK_SIMILARITY = "kernelgrade.similarity"

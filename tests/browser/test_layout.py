@@ -16,11 +16,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.auth.credentials import issue_token, set_password
-from grader.blobstore import BlobStore
 from grader.db import session_scope
 from grader.models import ProblemResult, RegradeRequest, Role, Run, RunComment, RunState, User, utcnow
 from grader.service import get_assignment, get_or_create_user, record_submission
 from grader.settings import Settings
+from grader.storage.blobstore import BlobStore
 from tests.browser.a11y import check_page
 from tests.browser.test_pages import PASSWORD, _scored_run, log_in
 from tests.service.conftest import WorkerProcess

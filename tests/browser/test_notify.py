@@ -16,11 +16,11 @@ from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.auth.credentials import set_password
-from grader.blobstore import BlobStore
 from grader.db import session_scope
 from grader.models import ErrorClass, Role, Run, RunState, utcnow
 from grader.service import get_assignment, get_or_create_user, record_submission
 from grader.settings import Settings
+from grader.storage.blobstore import BlobStore
 from tests.browser.a11y import check_page
 
 PASSWORD = "correct horse battery"

@@ -12,11 +12,11 @@ from playwright.sync_api import BrowserContext, expect
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.auth.credentials import set_password
-from grader.blobstore import BlobStore
 from grader.db import session_scope
 from grader.models import Role, Submission
 from grader.service import get_assignment, get_or_create_user
 from grader.settings import Settings
+from grader.storage.blobstore import BlobStore
 from tests.browser.a11y import check_page
 from tests.browser.test_pages import PASSWORD, log_in
 from tests.service.conftest import WorkerProcess

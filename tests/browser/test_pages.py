@@ -15,10 +15,10 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.auth.credentials import set_password
-from grader.blobstore import StoredBlob
 from grader.db import session_scope
 from grader.models import ErrorClass, Role, Run, RunState, Submission, utcnow
 from grader.service import get_assignment, get_or_create_user, record_submission
+from grader.storage.blobstore import StoredBlob
 from tests.browser.a11y import check_page
 from tests.fixtures.feedback_runs import record_scored
 from tests.unit.hostile_zips import tar_gz

@@ -15,10 +15,10 @@ from playwright.sync_api import Browser, BrowserContext, Page, expect
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.auth.credentials import set_password
-from grader.blobstore import StoredBlob
 from grader.db import session_scope
 from grader.models import Assignment, Role, RunState, utcnow
 from grader.service import get_or_create_user, record_submission
+from grader.storage.blobstore import StoredBlob
 from tests.browser.a11y import check_page
 
 PASSWORD = "correct horse battery"

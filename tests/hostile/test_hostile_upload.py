@@ -21,7 +21,7 @@ from grader.db import session_scope
 from grader.models import Role, Submission
 from grader.service import get_assignment, get_or_create_user, record_submission
 from grader.settings import Settings
-from grader.uploads import remove_unless_recorded
+from grader.storage.uploads import remove_unless_recorded
 
 MAX_UPLOAD = 256 * 1024
 

@@ -11,11 +11,11 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from grader.app import create_app
 from grader.auth.credentials import issue_token
-from grader.blobstore import BlobStore
 from grader.db import session_scope
 from grader.models import Role, Run, Submission
 from grader.service import get_or_create_user
 from grader.settings import Settings
+from grader.storage.blobstore import BlobStore
 from tests.service.conftest import auth, run_row
 
 EMPTY_ZIP = b"PK\x05\x06" + bytes(18)  # an empty archive: a zip by its magic bytes

@@ -504,8 +504,8 @@ def test_gradebook_query_count_does_not_grow_with_students(
     """No N+1: the same number of statements for 3 and for 30 students."""
     from sqlalchemy import event
 
-    from grader.gradebook_reads import gradebook
-    from grader.submission_reads import list_submissions
+    from grader.reads.gradebook_reads import gradebook
+    from grader.reads.submission_reads import list_submissions
 
     def count_statements(n_students: int) -> int:
         for i in range(n_students):

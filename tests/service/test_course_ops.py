@@ -13,7 +13,6 @@ from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
-from grader.blobstore import BlobStore
 from grader.cli import app
 from grader.course.deadlines import Extension, LatePolicy, LateStatus
 from grader.course.policies import grant_extension, late_policy, lateness, quota_decision, set_schedule
@@ -21,6 +20,7 @@ from grader.db import session_scope
 from grader.models import CourseRole, Enrollment, ErrorClass, Role, RunState, Submission
 from grader.service import get_assignment, get_or_create_user, record_submission
 from grader.settings import Settings, get_settings
+from grader.storage.blobstore import BlobStore
 from worker.rubric import load_rubric
 from worker.starter_kit import starter_files
 

@@ -31,7 +31,6 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from grader.app import create_app
 from grader.auth.credentials import issue_token
-from grader.blobstore import BlobStore
 from grader.cli import init_database
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import ProblemResult, Role, Run, RunState, Submission, utcnow
@@ -40,6 +39,7 @@ from grader.runs.lifecycle import Disposition, RunExecutor
 from grader.runs.reconcile import reconcile
 from grader.service import get_assignment, get_or_create_user, record_submission
 from grader.settings import Settings
+from grader.storage.blobstore import BlobStore
 from tests.faults.services import PrivatePostgres, PrivateRedis
 from tests.fixtures import cpu_standin
 from tests.service.conftest import PROJECT_ROOT, WorkerProcess, auth, new_student, wait_for_run

@@ -23,15 +23,15 @@ import redis
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.auth.credentials import issue_token, set_password
-from grader.blobstore import StoredBlob
 from grader.cli import init_database
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import Role, utcnow
+from grader.reads.runstatus import RESEND_TEXT, Waiting, waiting_reason
 from grader.runs.celery_app import make_celery
 from grader.runs.dispatch import held_runs, run_signature
-from grader.runstatus import RESEND_TEXT, Waiting, waiting_reason
 from grader.service import get_assignment, get_or_create_user, record_submission
 from grader.settings import Settings
+from grader.storage.blobstore import StoredBlob
 from tests.faults.services import PrivatePostgres, PrivateRedis
 from tests.service.conftest import PROJECT_ROOT, REDIS_URL, WorkerProcess, auth, new_student, wait_for_run
 from tests.service.test_faults import (  # noqa: F401  (fixtures)

@@ -29,15 +29,15 @@ from typer.testing import CliRunner
 
 from grader.app import create_app
 from grader.auth.credentials import issue_token, set_password
-from grader.blobstore import BlobStore
 from grader.cli import app as grader_cli
 from grader.cli import init_database
-from grader.collector import CollectReport, collect
 from grader.course.membership import enroll
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import CourseRole, Role, Run, RunState, Submission, User, utcnow
 from grader.service import get_assignment, get_or_create_user, record_submission
 from grader.settings import Settings, get_settings
+from grader.storage.blobstore import BlobStore
+from grader.storage.collector import CollectReport, collect
 from tests.faults.services import PrivatePostgres
 from tests.fixtures import cpu_standin
 from tests.service.conftest import REDIS_URL, auth, new_student, run_row, wait_for_run

@@ -12,8 +12,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from grader.course.deadlines import Extension, LatePolicy
 from grader.course.policies import grant_extension, set_schedule
 from grader.db import session_scope
-from grader.gradebook_reads import gradebook
 from grader.models import Role, User, utcnow
+from grader.reads.gradebook_reads import gradebook
 from grader.service import get_assignment
 from tests.service.conftest import auth
 from tests.service.test_api_v1 import World, api, v1_settings, world  # noqa: F401  (fixtures)

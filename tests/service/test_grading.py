@@ -14,11 +14,11 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.app import create_app
-from grader.blobstore import BlobStore
 from grader.runs.celery_app import make_celery
 from grader.runs.lifecycle import Disposition, RunExecutor
 from grader.runs.reconcile import reconcile
 from grader.settings import Settings
+from grader.storage.blobstore import BlobStore
 from tests.service.conftest import WorkerProcess, auth, make_zip, new_student, run_row, submit, wait_for_run
 
 

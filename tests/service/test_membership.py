@@ -18,7 +18,6 @@ from typer.testing import CliRunner
 
 from grader.app import create_app
 from grader.auth.credentials import issue_token, set_password
-from grader.blobstore import StoredBlob
 from grader.cli import app as grader_cli
 from grader.course.membership import roles_of
 from grader.course.policies import admission
@@ -26,6 +25,7 @@ from grader.db import session_scope
 from grader.models import Assignment, CourseRole, Role, Run, RunState, User, utcnow
 from grader.service import get_assignment, get_or_create_user, record_submission
 from grader.settings import Settings, get_settings
+from grader.storage.blobstore import StoredBlob
 from tests.service.conftest import WorkerProcess, auth
 from tests.service.test_web_settings import PASSWORD, Browser
 

@@ -14,8 +14,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from grader.api.gradebook import gradebook_csv
 from grader.course.roster import import_roster
 from grader.db import session_scope
-from grader.gradebook_reads import gradebook
 from grader.models import User
+from grader.reads.gradebook_reads import gradebook
 from grader.service import get_assignment
 from grader.settings import Settings
 

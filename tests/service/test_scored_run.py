@@ -13,12 +13,12 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
 import grader.runs.engine_config
-from grader.blobstore import BlobStore
 from grader.db import session_scope
 from grader.models import Role
 from grader.runs.lifecycle import Disposition, RunExecutor
 from grader.service import get_assignment, get_or_create_user, record_submission
 from grader.settings import Settings
+from grader.storage.blobstore import BlobStore
 from tests.fixtures import cpu_standin
 from tests.fixtures.small_timing import SMALL_TIMING_CASES
 from tests.service.conftest import auth

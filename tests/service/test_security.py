@@ -21,7 +21,6 @@ from starlette.routing import Mount
 
 from grader.app import create_app
 from grader.auth.credentials import issue_token, set_password
-from grader.blobstore import BlobStore
 from grader.course.roster_jobs import KEY_COOKIE, KEY_PATH, digest_of
 from grader.db import session_scope
 from grader.models import (
@@ -49,6 +48,7 @@ from grader.ratelimit import SlidingWindow
 from grader.security import CONTENT_SECURITY_POLICY
 from grader.service import get_assignment, get_or_create_user, record_submission
 from grader.settings import Settings
+from grader.storage.blobstore import BlobStore
 from tests.service.conftest import auth
 
 PASSWORD = "correct horse battery staple"

@@ -14,11 +14,11 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from grader.app import create_app
 from grader.auth.credentials import issue_token
-from grader.blobstore import BlobStore
 from grader.db import session_scope
 from grader.models import Role
 from grader.service import get_assignment, get_or_create_user, record_submission
 from grader.settings import Settings
+from grader.storage.blobstore import BlobStore
 
 MARKER = f"schema-private-{uuid.uuid4().hex[:8]}"
 TOKENS: dict[str, str] = {}

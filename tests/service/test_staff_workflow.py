@@ -19,11 +19,11 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.auth.credentials import issue_token, set_password
-from grader.blobstore import StoredBlob
 from grader.db import session_scope
 from grader.models import Assignment, GradeAdjustment, RegradeRequest, Role, Run, RunState, utcnow
 from grader.service import get_or_create_user, record_submission
 from grader.settings import Settings
+from grader.storage.blobstore import StoredBlob
 from tests.service.conftest import REDIS_URL, auth
 from tests.service.test_web_settings import PASSWORD, Browser
 

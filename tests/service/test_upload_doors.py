@@ -14,11 +14,11 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from grader.app import create_app
 from grader.auth.credentials import issue_token, set_password
-from grader.blobstore import BlobStore
 from grader.db import session_scope
 from grader.models import Role, Submission, User
 from grader.service import get_or_create_user
 from grader.settings import Settings
+from grader.storage.blobstore import BlobStore
 from tests.service.conftest import auth
 from tests.service.test_security import PASSWORD, csrf_of, login
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from grader.charts import Distribution, distributions, histogram, speedup_chart
+from grader.pages.charts import Distribution, distributions, histogram, speedup_chart
 
 SVG = "{http://www.w3.org/2000/svg}"
 

@@ -17,12 +17,12 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from grader.app import create_app
 from grader.auth.credentials import set_password
-from grader.blobstore import BlobStore
 from grader.db import session_scope
 from grader.models import Assignment, Role, RunState, utcnow
 from grader.service import get_assignment, get_or_create_user, record_submission
 from grader.settings import Settings
-from grader.submitted_zip import SHOWN_MAX_BYTES
+from grader.storage.blobstore import BlobStore
+from grader.storage.submitted_zip import SHOWN_MAX_BYTES
 from tests.service.test_web_settings import PASSWORD, Browser
 from tests.unit.hostile_zips import assignment_entries, make_zip, tar_gz
 

@@ -13,12 +13,12 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.auth.credentials import set_password
-from grader.blobstore import BlobStore
 from grader.db import session_scope
 from grader.models import Assignment, ErrorClass, ProblemResult, Role, Run, RunState, Submission, User, utcnow
 from grader.runs.lifecycle import Disposition, RunExecutor
 from grader.service import get_or_create_user, record_regrade
 from grader.settings import Settings
+from grader.storage.blobstore import BlobStore
 from tests.service.test_web_confirmations import confirm_form
 from tests.service.test_web_settings import PASSWORD, Browser
 

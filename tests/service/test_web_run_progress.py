@@ -16,13 +16,13 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.auth.credentials import issue_token, set_password
-from grader.blobstore import BlobStore, StoredBlob
 from grader.db import session_scope
 from grader.models import ACTIVE_STATES, Assignment, Role, Run, RunState, utcnow
+from grader.reads.runstatus import describe_duration, eta_seconds
 from grader.runs.lifecycle import Disposition, RunExecutor
-from grader.runstatus import describe_duration, eta_seconds
 from grader.service import get_assignment, get_or_create_user, record_submission
 from grader.settings import Settings
+from grader.storage.blobstore import BlobStore, StoredBlob
 from tests.fixtures import cpu_standin
 from tests.service.conftest import auth
 from tests.service.test_scored_run import small_stage, work  # noqa: F401  (fixtures)

@@ -14,11 +14,11 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from grader.app import create_app
 from grader.auth.credentials import set_password
-from grader.blobstore import StoredBlob
 from grader.db import session_scope
 from grader.models import ProblemResult, Role, RunState, utcnow
 from grader.service import get_assignment, get_or_create_user, record_submission
 from grader.settings import Settings
+from grader.storage.blobstore import StoredBlob
 from tests.service.conftest import auth
 
 PASSWORD = "correct horse battery"

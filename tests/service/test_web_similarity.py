@@ -27,13 +27,13 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from grader.app import create_app
 from grader.auth.credentials import set_password
-from grader.blobstore import BlobStore
 from grader.cli import init_database
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import Role, SimilarityJob, Submission
 from grader.service import get_assignment, get_or_create_user
 from grader.settings import Settings
 from grader.similarity.store import load_report, report_path
+from grader.storage.blobstore import BlobStore
 from tests.service.conftest import PG_ADMIN_URL, WorkerProcess
 from tests.service.test_web_settings import PASSWORD, Browser
 from tests.unit.similarity_class import generate_class

@@ -28,7 +28,8 @@ needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="the pipeli
 # Generic code: everything that is not an assignment's own package, in the engine and in the
 # service's modules that run, configure or explain a grade.
 GENERIC = sorted([*(p for p in (ROOT / "worker").glob("*.py")), *(ROOT / "grader" / "runs").glob("*.py"),
-                  ROOT / "grader" / "cli.py", ROOT / "grader" / "gpu_info.py", ROOT / "grader" / "settings.py"])
+                  ROOT / "grader" / "cli.py", ROOT / "grader" / "reads" / "gpu_info.py",
+                  ROOT / "grader" / "settings.py"])
 # The default assignment of the settings' KG_RUBRICS: the one place generic code names hw4.
 ALLOWED = {("grader/settings.py", "hw4")}
 

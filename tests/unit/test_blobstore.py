@@ -1,4 +1,4 @@
-"""grader.blobstore on a real folder: naming, dedup, size caps, all-or-nothing writes (a full disk
+"""grader.storage.blobstore on a real folder: naming, dedup, size caps, all-or-nothing writes (a full disk
 included), removal and the per-digest lock."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from grader.blobstore import BlobStore, BlobTooLarge, StoredBlob
+from grader.storage.blobstore import BlobStore, BlobTooLarge, StoredBlob
 
 
 @pytest.fixture

@@ -1,11 +1,11 @@
-"""The collector's pure decisions (grader/collector.py): which job folders are an attempt's,
+"""The collector's pure decisions (grader/storage/collector.py): which job folders are an attempt's,
 when an attempt is over, when a file is old enough to go."""
 from __future__ import annotations
 
 import pytest
 
-from grader.collector import attempt_is_over, is_old, job_folder_attempt
 from grader.models import RunState
+from grader.storage.collector import attempt_is_over, is_old, job_folder_attempt
 
 
 @pytest.mark.parametrize(("name", "parsed"), [

@@ -1,7 +1,7 @@
 """Import direction: no module under worker/ imports grader, at any depth
 (a function's body, a TYPE_CHECKING block), read from the source with ast so that nothing is
-executed and a lazy import is seen too; and grader/auth/ and grader/course/ never import the web
-face."""
+executed and a lazy import is seen too; and grader/auth/, grader/course/, grader/storage/ and
+grader/reads/ never import the web face; a page module imports no other page family."""
 from __future__ import annotations
 
 import ast
@@ -46,14 +46,45 @@ def test_no_module_under_worker_imports_the_service() -> None:
     assert engine_imports_of_the_service() == set(), "worker/ must not import grader: move the code to grader/runs/"
 
 
-def test_the_course_rules_and_auth_import_no_web_module() -> None:
+def test_the_course_rules_auth_storage_and_reads_import_no_web_module() -> None:
     web = ("grader.pages", "grader.api", "grader.app")
     found = {(path.relative_to(ROOT).as_posix(), module)
-             for package in ("auth", "course")
+             for package in ("auth", "course", "storage", "reads")
              for path in sorted((ROOT / "grader" / package).rglob("*.py"))
              for module in service_imports(path.read_text())
              if any(module == w or module.startswith(w + ".") for w in web)}
-    assert found == set(), "grader/auth and grader/course are used by the web face, never the other way"
+    assert found == set(), "grader/auth, course, storage and reads are used by the web face, never the other way"
+
+
+# What a page module may import of grader/pages/: what the pages share, never another page family.
+PAGE_HELPERS = {"common", "charts", "highlight", "gradebook_view"}
+
+
+def pages_imported(source: str) -> set[str]:
+    """The modules of grader/pages/ that `source` imports (`from grader.pages import x` too)."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [f"{node.module}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        found |= {name.split(".")[2] for name in names if name.startswith("grader.pages.")}
+    return found
+
+
+def test_the_page_scan_sees_both_forms() -> None:
+    assert pages_imported("from grader.pages import charts, runs\nimport grader.pages.login.x\n"
+                          "from grader.pages.common import page\nfrom grader.pagesx import y\n") == {
+        "charts", "runs", "login", "common"}
+
+
+def test_a_page_module_imports_no_other_page_family() -> None:
+    found = {(path.name, module)
+             for path in sorted((ROOT / "grader" / "pages").glob("*.py")) if path.name != "__init__.py"
+             for module in pages_imported(path.read_text()) - PAGE_HELPERS}
+    assert found == set(), f"pages import only {sorted(PAGE_HELPERS)} of grader/pages/"
 
 
 BLOCKED = ("sqlalchemy", "pydantic", "pydantic_settings", "celery", "fastapi")

@@ -1,4 +1,4 @@
-"""The code view's reading of a zip (grader.submitted_zip) agrees with the engine: on every
+"""The code view's reading of a zip (grader.storage.submitted_zip) agrees with the engine: on every
 layout, the assignment folder and the files marked graded are those the grading pipeline
 finds after unpacking (worker.unpack.find_assignment_root, the rubric's globs), and a zip the
 engine refuses has no readable entry. The highlighter escapes everything and keeps each line's
@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from grader.highlight import highlight
+from grader.pages.highlight import highlight
 from grader.runs.engine_config import pipeline_config
 from grader.settings import Settings
 from grader.similarity.compare import tree_sources
-from grader.submitted_zip import list_zip, read_entry
+from grader.storage.submitted_zip import list_zip, read_entry
 from tests.unit.hostile_zips import assignment_entries, macos_junk, make_zip
 from worker.rubric import load_rubric
 from worker.unpack import BadArchive, find_assignment_root, unpack_zip
@@ -57,7 +57,7 @@ def test_a_refused_zip_lists_names_and_reads_nothing(tmp_path: Path) -> None:
 
 
 def test_reading_stops_at_the_cap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("grader.submitted_zip.SHOWN_MAX_BYTES", 10)
+    monkeypatch.setattr("grader.storage.submitted_zip.SHOWN_MAX_BYTES", 10)
     archive = tmp_path / "upload.zip"
     archive.write_bytes(make_zip([*assignment_entries(), ("src/long.cu", b"0123456789abcdef")]))
     entry = list_zip(archive, RUBRIC, LIMITS).entry("src/long.cu")

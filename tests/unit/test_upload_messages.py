@@ -1,8 +1,8 @@
-"""What an upload's answer says after an ambiguous database failure (grader/uploads.py): never
+"""What an upload's answer says after an ambiguous database failure (grader/storage/uploads.py): never
 "nothing was stored", and only the ways of sending again that the door offers."""
 from __future__ import annotations
 
-from grader.uploads import earlier_upload_message, maybe_stored_message
+from grader.storage.uploads import earlier_upload_message, maybe_stored_message
 
 
 def test_the_api_names_the_key_and_the_window() -> None:

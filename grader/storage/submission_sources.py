@@ -10,9 +10,9 @@ from pathlib import Path
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from grader.blobstore import BlobStore
 from grader.models import Assignment, CourseRole, Enrollment, Submission, User
 from grader.similarity.compare import Sources, tree_sources
+from grader.storage.blobstore import BlobStore
 from worker.rubric import Rubric
 from worker.unpack import BadArchive, UnpackLimits, find_assignment_root, unpack_zip
 

@@ -12,8 +12,8 @@ from typing import Any
 from sqlalchemy import and_, exists, func, or_, select
 from sqlalchemy.orm import Session, aliased
 
-from grader.gpu_info import gpu_notes
 from grader.models import ACTIVE_STATES, FINAL_STATES, Run, RunState, Submission
+from grader.reads.gpu_info import gpu_notes
 from worker.rubric import RubricError, load_rubric
 
 STAGE_WORDS = {

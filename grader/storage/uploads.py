@@ -22,10 +22,10 @@ from sqlalchemy.exc import SQLAlchemyError
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
-from grader.blobstore import BlobStore, BlobTooLarge, BlobWriter, StoredBlob
 from grader.context import AppContext
 from grader.db import session_scope
 from grader.models import Submission
+from grader.storage.blobstore import BlobStore, BlobTooLarge, BlobWriter, StoredBlob
 
 log = logging.getLogger(__name__)
 

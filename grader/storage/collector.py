@@ -25,10 +25,10 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.blobstore import BlobStore, is_digest
 from grader.db import session_scope
 from grader.models import FINAL_STATES, Run, RunState, Submission
 from grader.settings import Settings
+from grader.storage.blobstore import BlobStore, is_digest
 
 log = logging.getLogger(__name__)
 

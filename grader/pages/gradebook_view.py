@@ -13,10 +13,10 @@ from markupsafe import Markup
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from grader import charts
-from grader.gradebook_reads import Gradebook, GradebookRow
 from grader.models import Assignment, RunState, Submission
-from grader.submission_reads import regrade_targets
+from grader.pages import charts
+from grader.reads.gradebook_reads import Gradebook, GradebookRow
+from grader.reads.submission_reads import regrade_targets
 
 NO_RUN = "none"  # state filter: students without any run
 STATE_CHOICES: tuple[str, ...] = ("", *(s.value for s in RunState), NO_RUN)

@@ -18,9 +18,9 @@ from sqlalchemy.orm import Session
 from grader.course.deadlines import LateStatus
 from grader.course.grades import Grade, final_grade
 from grader.course.policies import late_checker
-from grader.gpu_info import GpuNote, gpu_notes
-from grader.grade_reads import Candidate, Pin, counted_pins, grade_adjustments
 from grader.models import Assignment, CourseRole, Enrollment, ProblemResult, Run, RunState, Submission, User
+from grader.reads.gpu_info import GpuNote, gpu_notes
+from grader.reads.grade_reads import Candidate, Pin, counted_pins, grade_adjustments
 from worker.rubric import RubricError, load_rubric
 
 Policy = Literal["latest", "best"]
