@@ -21,6 +21,7 @@ import shutil
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 import fidelity  # noqa: E402
+from bench_common import command_line, gpu_description, log, safe_commit  # noqa: E402
+from production_config import production_configs  # noqa: E402
 
 from worker.mutants import Mutant, load_mutants, mutate_text  # noqa: E402
 from worker.rubric import Rubric, load_rubric  # noqa: E402
@@ -58,11 +61,11 @@ def grade(archive: Path, rubric: Rubric, config: Any, stage_config: Any, problem
     from worker.hw4.grade import run_gpu_stage
     from worker.pipeline import grade_submission
 
-    chosen = fidelity.replace(stage_config, problems=problems)
+    chosen = replace(stage_config, problems=problems)
 
     def gpu_stage(r: Rubric, staged: Path, reference: Path, work_dir: Path, gradable: tuple[str, ...]) -> list[Any]:
         return run_gpu_stage(r, staged, reference, work_dir,
-                             fidelity.replace(chosen, problems=tuple(p for p in problems if p in gradable)))
+                             replace(chosen, problems=tuple(p for p in problems if p in gradable)))
 
     started = time.monotonic()
     try:
@@ -148,16 +151,16 @@ def main(argv: list[str] | None = None) -> int:
     problems = tuple(sorted({p for m in mutants for p in m.must_fail}))
     work = Path(tempfile.mkdtemp(prefix="kg-gaming-"))
     work.chmod(0o711)  # the sandbox user must reach the grader's job folders
-    config, stage_config, _ = fidelity.production_configs(rubric, work / "data", problems)
-    meta = {"date": date.today().isoformat(), "gpu": fidelity.gpu_description(), "commit": fidelity.safe_commit(),
-            "command": fidelity.command_line(sys.argv if argv is None else ["bench/gaming.py", *argv])}
+    config, stage_config, _ = production_configs(rubric, work / "data", problems)
+    meta = {"date": date.today().isoformat(), "gpu": gpu_description(), "commit": safe_commit(),
+            "command": command_line(sys.argv if argv is None else ["bench/gaming.py", *argv])}
     results: dict[str, Any] = {}
     for name in [n.strip() for n in args.only.split(",") if n.strip()]:
         archive = args.zips / f"{name}.zip"
         entry: dict[str, Any] = {"honest": {}, "mutants": {}}
         results[name] = entry
         entry["honest"] = grade(archive, rubric, config, stage_config, problems, work / f"{name}-honest")
-        fidelity.log(f"gaming {name} honest: " + ", ".join(
+        log(f"gaming {name} honest: " + ", ".join(
             f"{pid} {_speedup(entry['honest'], pid)}" for pid in problems))
         for mutant in mutants:
             try:
@@ -166,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
                                                     work / f"{name}-{mutant.id}")
             except Exception as exc:  # a mutant that does not apply or an infrastructure fault: recorded
                 entry["mutants"][mutant.id] = {"problems": {}, "error": f"{type(exc).__name__}: {exc}"}
-            fidelity.log(f"gaming {name} {mutant.id}: " + ", ".join(
+            log(f"gaming {name} {mutant.id}: " + ", ".join(
                 f"{pid} {_speedup(entry['mutants'][mutant.id], pid)}" for pid in mutant.must_fail))
             (out / "gaming.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1, default=str))
     render(results, meta, out)

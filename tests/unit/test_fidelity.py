@@ -1,6 +1,8 @@
-"""bench/fidelity.py's pure parts: reading the course harness's output, the agreement rule,
-the table, the overlay tree the harness runs in, the runner of one course test file (on
-small stand-in scripts), and the production configuration it grades with."""
+"""The fidelity bench's pure parts: reading the course harness's output (bench/harness_output.py),
+the agreement rule and the table (bench/fidelity_report.py), the overlay tree the harness runs
+in and the runner of one course test file on small stand-in scripts (bench/fidelity_harness.py),
+the production configuration it grades with (bench/production_config.py) and bench/fidelity.py's
+grading and rendering."""
 from __future__ import annotations
 
 import json
@@ -20,9 +22,24 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 
+import bench_common  # noqa: E402
 import fidelity  # noqa: E402
+import fidelity_harness  # noqa: E402
 import fidelity_report as report  # noqa: E402
+import production_config  # noqa: E402
+from harness_output import (  # noqa: E402
+    COURSE_TESTS,
+    DEFAULT_CASES,
+    CourseVerdict,
+    blame_build,
+    build_failed,
+    course_speed,
+    expected_cases,
+    parse_harness_output,
+    parse_shapes,
+)
 
+from worker.build import Toolchain  # noqa: E402
 from worker.hw4.course_shapes import course_shapes  # noqa: E402
 from worker.rubric import load_rubric  # noqa: E402
 from worker.unpack import UnpackLimits, unpack_zip  # noqa: E402
@@ -48,7 +65,7 @@ def five_passes() -> str:
 
 
 def test_five_passes_is_a_pass_with_the_printed_speedups() -> None:
-    v = report.parse_harness_output(five_passes(), 0)
+    v = parse_harness_output(five_passes(), 0)
     assert v.verdict == "pass" and v.passes == 5 and v.cases_started == 5
     assert v.speedups == pytest.approx([10.0, 10.5, 10.667, 10.75, 10.8], abs=1e-3)
     assert v.custom_ms == [1.0, 2.0, 3.0, 4.0, 5.0]
@@ -61,7 +78,7 @@ def test_allclose_failure_with_exit_status_zero_is_a_fail() -> None:
            + "Run baseline...\nRun custom...\nCompare the results of custom and baseline...\n"
            "torch.allclose failed, use numpy.allclose to log detail.\nUnmatched x: [0.5 0.7]\n"
            "Unmatched y: [0.1 0.2]\nUnmatches in the 2-th tensor.\n\nNot equal to tolerance rtol=0.01, atol=0.001\n")
-    v = report.parse_harness_output(out, 0)
+    v = parse_harness_output(out, 0)
     assert v.verdict == "fail" and v.passes == 2
     assert "case 3" in v.reason and "custom vs baseline" in v.reason and "tensor 2" in v.reason
     assert "exit status 0" in v.reason
@@ -70,7 +87,7 @@ def test_allclose_failure_with_exit_status_zero_is_a_fail() -> None:
 
 def test_allclose_failure_of_custom_against_its_own_first_run_is_named() -> None:
     out = case_header(0) + "Run baseline...\nRun custom...\ntorch.allclose failed, use numpy.allclose to log detail.\n"
-    v = report.parse_harness_output(out, 0)
+    v = parse_harness_output(out, 0)
     assert v.verdict == "fail" and "case 1" in v.reason and "its own first run" in v.reason
 
 
@@ -79,21 +96,21 @@ def test_traceback_is_a_crash_with_the_exception() -> None:
            '  File "kernel_tests/test_softmax_bw.py", line 30, in custom\n'
            "    inp_mt.grad, _ = minitorch.Attn_Softmax.backward(ctx, g)\n"
            "RuntimeError: CUDA error: an illegal memory access was encountered\n")
-    v = report.parse_harness_output(out, 1)
+    v = parse_harness_output(out, 1)
     assert v.verdict == "crash" and v.passes == 1 and v.returncode == 1
     assert v.reason == "RuntimeError: CUDA error: an illegal memory access was encountered (1/5 passed)"
 
 
 def test_traceback_after_five_passes_is_still_a_crash() -> None:
     out = five_passes() + "Traceback (most recent call last):\n  File \"x.py\", line 1\nValueError: late\n"
-    assert report.parse_harness_output(out, 1).verdict == "crash"
+    assert parse_harness_output(out, 1).verdict == "crash"
 
 
 def test_not_implemented_error_is_not_implemented() -> None:
     out = (case_header(0) + "Run baseline...\nRun custom...\nTraceback (most recent call last):\n"
            '  File "minitorch/tensor_functions.py", line 139, in forward\n    raise NotImplementedError\n'
            "NotImplementedError\n")
-    v = report.parse_harness_output(out, 1)
+    v = parse_harness_output(out, 1)
     assert v.verdict == "not implemented" and v.reason == "NotImplementedError"
 
 
@@ -102,38 +119,38 @@ def test_the_starters_raise_of_a_string_is_not_implemented() -> None:
     out = (case_header(0) + "Traceback (most recent call last):\n"
            '  File "minitorch/cuda_kernel_ops.py", line 415, in layernorm_fw\n'
            '    raise("Not implemented")\nTypeError: exceptions must derive from BaseException\n')
-    v = report.parse_harness_output(out, 1)
+    v = parse_harness_output(out, 1)
     assert v.verdict == "not implemented"
     assert v.reason == "TypeError: exceptions must derive from BaseException"
 
 
 def test_timeout_is_a_crash_with_the_passes_so_far() -> None:
-    v = report.parse_harness_output(passed_case(0, 1, 9) + passed_case(1, 1, 9) + case_header(2), None,
-                                    timed_out=True, timeout_s=300)
+    v = parse_harness_output(passed_case(0, 1, 9) + passed_case(1, 1, 9) + case_header(2), None,
+                             timed_out=True, timeout_s=300)
     assert v.verdict == "crash" and v.timed_out and v.passes == 2
     assert v.reason == "timed out after 300 s (2/5 passed)"
 
 
 def test_timeout_after_five_passes_is_not_a_pass() -> None:
-    v = report.parse_harness_output(five_passes(), None, timed_out=True, timeout_s=10)
+    v = parse_harness_output(five_passes(), None, timed_out=True, timeout_s=10)
     assert v.verdict == "crash" and v.reason.startswith("timed out after 10 s")
 
 
 def test_exit_zero_with_too_few_passes_is_a_crash() -> None:
-    v = report.parse_harness_output(passed_case(0, 1, 2) + passed_case(1, 1, 2) + case_header(2), 0)
+    v = parse_harness_output(passed_case(0, 1, 2) + passed_case(1, 1, 2) + case_header(2), 0)
     assert v.verdict == "crash" and "2/5 passed" in v.reason
 
 
 def test_a_signal_is_named() -> None:
-    v = report.parse_harness_output(case_header(0) + "Run baseline...\n", -11)
+    v = parse_harness_output(case_header(0) + "Run baseline...\n", -11)
     assert v.verdict == "crash" and v.reason.startswith("killed by signal 11 (0/5 passed)")
 
 
 def test_expected_cases_read_from_the_course_test() -> None:
     src = "@kt.case(atol=1e-3, rtol=1e-3, ntest=7)\ndef test_launch_attn_softmax():\n  pass\n"
-    assert report.expected_cases(src) == 7
-    assert report.expected_cases("def f(): pass\n") == report.DEFAULT_CASES
-    v = report.parse_harness_output("".join(passed_case(i, 1, 2) for i in range(5)), 0, expected=7)
+    assert expected_cases(src) == 7
+    assert expected_cases("def f(): pass\n") == DEFAULT_CASES
+    v = parse_harness_output("".join(passed_case(i, 1, 2) for i in range(5)), 0, expected=7)
     assert v.verdict == "crash" and "5/7" in v.reason
 
 
@@ -141,27 +158,27 @@ def test_the_official_tests_declare_five_cases_when_the_corpus_is_here() -> None
     official = ROOT / ".corpus" / "official" / "kernel_tests"
     if not official.is_dir():
         pytest.skip("no .corpus/official here")
-    for test in report.COURSE_TESTS:
-        assert report.expected_cases((official / f"{test}.py").read_text()) == 5
+    for test in COURSE_TESTS:
+        assert expected_cases((official / f"{test}.py").read_text()) == 5
 
 
 def test_build_failures_block_only_the_tests_needing_them() -> None:
     failed = {"layernorm_kernel": "src/layernorm_kernel.cu(12): error: expected a ;"}
-    assert report.build_failed("test_softmax_fw", failed) is None
-    blocked = report.build_failed("test_layernorm_bw", failed)
+    assert build_failed("test_softmax_fw", failed) is None
+    blocked = build_failed("test_layernorm_bw", failed)
     assert blocked is not None and blocked.verdict == "build failed" and "layernorm_kernel.so" in blocked.reason
-    for test in report.COURSE_TESTS:  # combine.so is needed by all
-        assert report.build_failed(test, {"combine": "missing kernel source: src/combine.cu"}) is not None
+    for test in COURSE_TESTS:  # combine.so is needed by all
+        assert build_failed(test, {"combine": "missing kernel source: src/combine.cu"}) is not None
 
 
 def test_a_crash_loading_a_library_that_failed_to_build_is_blamed_on_the_build() -> None:
     out = ("Traceback (most recent call last):\n  File \"minitorch/cuda_kernel_ops.py\", line 28\n"
            "OSError: minitorch/cuda_kernels/layernorm_kernel.so: cannot open shared object file\n")
-    v = report.parse_harness_output(out, 1)
+    v = parse_harness_output(out, 1)
     failed = {"layernorm_kernel": "error: x"}
-    assert report.blame_build(v, out, failed).verdict == "build failed"
-    other = report.parse_harness_output("Traceback (most recent call last):\nValueError: no\n", 1)
-    assert report.blame_build(other, "ValueError: no", failed).verdict == "crash"
+    assert blame_build(v, out, failed).verdict == "build failed"
+    other = parse_harness_output("Traceback (most recent call last):\nValueError: no\n", 1)
+    assert blame_build(other, "ValueError: no", failed).verdict == "crash"
 
 
 # --------------------------------------------------------------------------- agreement and table
@@ -185,7 +202,7 @@ def kg(status: str, **extra: object) -> dict:
     ("not run", kg("passed"), "no course run"),
 ])
 def test_agreement(course: str, grade: dict | None, expected: str) -> None:
-    assert report.agreement("1.2", report.CourseVerdict(course), grade) == expected
+    assert report.agreement("1.2", CourseVerdict(course), grade) == expected
 
 
 def test_problem_3_has_no_course_test() -> None:
@@ -194,8 +211,8 @@ def test_problem_3_has_no_course_test() -> None:
 
 
 def results_fixture() -> dict:
-    passed = report.parse_harness_output(five_passes(), 0).to_dict()
-    failing = report.parse_harness_output(
+    passed = parse_harness_output(five_passes(), 0).to_dict()
+    failing = parse_harness_output(
         case_header(0) + "Run custom...\nCompare the results of custom and baseline...\n"
         "torch.allclose failed, use numpy.allclose to log detail.\n", 0).to_dict()
     return {
@@ -308,7 +325,7 @@ def test_overlay_takes_src_and_minitorch_from_the_submission_and_the_rest_from_t
     write(sub / "extra.py", "student extra")
 
     dest = tmp_path / "tree"
-    assert fidelity.overlay_tree(official, sub, dest) == ["src", "minitorch"]
+    assert fidelity_harness.overlay_tree(official, sub, dest) == ["src", "minitorch"]
     assert (dest / "src" / "softmax_kernel.cu").read_text() == "student softmax"
     assert (dest / "src" / "combine.cu").read_text() == "student combine"
     assert not (dest / "src" / "starter_only.cu").exists()  # src/ replaced whole
@@ -326,7 +343,7 @@ def test_overlay_keeps_the_starters_folder_the_submission_lacks(tmp_path: Path) 
     write(tmp_path / "official" / "minitorch" / "a.py", "starter")
     write(tmp_path / "official" / "src" / "a.cu", "starter")
     write(tmp_path / "sub" / "src" / "a.cu", "student")
-    assert fidelity.overlay_tree(tmp_path / "official", tmp_path / "sub", tmp_path / "t") == ["src"]
+    assert fidelity_harness.overlay_tree(tmp_path / "official", tmp_path / "sub", tmp_path / "t") == ["src"]
     assert (tmp_path / "t" / "minitorch" / "a.py").read_text() == "starter"
 
 
@@ -341,23 +358,23 @@ def test_submission_root_found_as_the_grader_finds_it(tmp_path: Path) -> None:
     rubric = load_rubric("hw4")
     complete = make_zip(tmp_path / "a.zip", {f"llmsys_hw4/{f}": "x" for f in rubric.required_files})
     unpack_zip(complete, tmp_path / "a", LIMITS)
-    assert fidelity.submission_root(tmp_path / "a", rubric) == tmp_path / "a" / "llmsys_hw4"
+    assert fidelity_harness.submission_root(tmp_path / "a", rubric) == tmp_path / "a" / "llmsys_hw4"
     # The untouched starter has no src/combine.cu: found by its softmax source alone.
     starter = make_zip(tmp_path / "b.zip", {"llmsys_hw4/src/softmax_kernel.cu": "x",
                                              "llmsys_hw4/src/layernorm_kernel.cu": "x"})
     unpack_zip(starter, tmp_path / "b", LIMITS)
-    assert fidelity.submission_root(tmp_path / "b", rubric) == tmp_path / "b" / "llmsys_hw4"
+    assert fidelity_harness.submission_root(tmp_path / "b", rubric) == tmp_path / "b" / "llmsys_hw4"
 
 
 def test_prepare_records_a_missing_combine_as_a_failed_build(tmp_path: Path) -> None:
     rubric = load_rubric("hw4")
     write(tmp_path / "official" / "kernel_tests" / "test_softmax_fw.py", "official")
     archive = make_zip(tmp_path / "s.zip", {"hw/src/softmax_kernel.cu": "x", "hw/minitorch/__init__.py": ""})
-    toolchain = fidelity.Toolchain(nvcc=str(write(tmp_path / "nvcc", "#!/bin/sh\necho 'release 13.0'\nexit 1\n")),
-                                   flags=())
+    toolchain = Toolchain(nvcc=str(write(tmp_path / "nvcc", "#!/bin/sh\necho 'release 13.0'\nexit 1\n")),
+                          flags=())
     os.chmod(tmp_path / "nvcc", 0o755)
-    record = fidelity.prepare_submission(archive, tmp_path / "official", tmp_path / "work", rubric, toolchain,
-                                         LIMITS, tmp_path / "logs")
+    record = fidelity_harness.prepare_submission(archive, tmp_path / "official", tmp_path / "work", rubric,
+                                                 toolchain, LIMITS, tmp_path / "logs")
     assert record["error"] is None and record["root"] == "hw" and record["taken"] == ["src", "minitorch"]
     assert record["builds"]["combine"] == {"ok": False, "seconds": 0.0, "first_error": "missing kernel source: src/combine.cu"}
     assert not record["builds"]["softmax_kernel"]["ok"]  # the stand-in nvcc fails every build
@@ -381,7 +398,7 @@ def test_run_course_test_reads_the_printed_passes(tmp_path: Path) -> None:
         assert os.getcwd() == {str(tree)!r}
         sys.stdout.write({five_passes()!r})
         """)
-    v, out = fidelity.run_course_test(tree, "test_softmax_fw", sys.executable, 60, 5, tmp_path / "l.log")
+    v, out = fidelity_harness.run_course_test(tree, "test_softmax_fw", sys.executable, 60, 5, tmp_path / "l.log")
     assert v.verdict == "pass", out
     assert v.passes == 5 and v.seconds is not None
 
@@ -399,11 +416,11 @@ def test_run_course_test_experiments_reach_the_test(tmp_path: Path) -> None:
         assert not gc.isenabled()
         sys.stdout.write({five_passes()!r})
         """)
-    v, out = fidelity.run_course_test(tree, "test_softmax_fw", sys.executable, 60, 5, tmp_path / "l.log",
-                                      {"KG_PROBE": "42"}, gc_off=True)
+    v, out = fidelity_harness.run_course_test(tree, "test_softmax_fw", sys.executable, 60, 5, tmp_path / "l.log",
+                                              {"KG_PROBE": "42"}, gc_off=True)
     assert v.verdict == "pass", out
-    v, _ = fidelity.run_course_test(tree, "test_softmax_fw", sys.executable, 60, 5, tmp_path / "m.log",
-                                    {"KG_PROBE": "42"})
+    v, _ = fidelity_harness.run_course_test(tree, "test_softmax_fw", sys.executable, 60, 5, tmp_path / "m.log",
+                                            {"KG_PROBE": "42"})
     assert v.verdict != "pass"  # the collector is on by default: the assertion fails
 
 
@@ -414,7 +431,8 @@ def test_run_course_test_allclose_failure_exits_zero_and_fails(tmp_path: Path) -
         print("torch.allclose failed, use numpy.allclose to log detail.")
         exit(0)
         """)
-    v, _ = fidelity.run_course_test(tmp_path / "t", "test_softmax_fw", sys.executable, 60, 5, tmp_path / "l.log")
+    v, _ = fidelity_harness.run_course_test(tmp_path / "t", "test_softmax_fw", sys.executable, 60, 5,
+                                            tmp_path / "l.log")
     assert v.returncode == 0 and v.verdict == "fail"
 
 
@@ -426,7 +444,8 @@ def test_run_course_test_times_out_and_kills_it(tmp_path: Path) -> None:
         open("child.pid", "w").write(str(child.pid))
         time.sleep(60)
         """)
-    v, out = fidelity.run_course_test(tmp_path / "t", "test_softmax_fw", sys.executable, 2, 5, tmp_path / "l.log")
+    v, out = fidelity_harness.run_course_test(tmp_path / "t", "test_softmax_fw", sys.executable, 2, 5,
+                                              tmp_path / "l.log")
     assert v.verdict == "crash" and v.timed_out and v.reason == "timed out after 2 s (0/5 passed)", out
     assert v.seconds is not None and v.seconds < 30
     pid = int((tmp_path / "t" / "child.pid").read_text())
@@ -438,13 +457,14 @@ def test_run_course_test_times_out_and_kills_it(tmp_path: Path) -> None:
 
 def test_run_course_test_without_torch_is_a_crash_with_the_reason(tmp_path: Path) -> None:
     fake_test(tmp_path / "t", "import no_such_module_for_fidelity\n")
-    v, _ = fidelity.run_course_test(tmp_path / "t", "test_softmax_fw", sys.executable, 60, 5, tmp_path / "l.log")
+    v, _ = fidelity_harness.run_course_test(tmp_path / "t", "test_softmax_fw", sys.executable, 60, 5,
+                                            tmp_path / "l.log")
     assert v.verdict == "crash" and v.returncode == 1
     assert v.reason == "ModuleNotFoundError: No module named 'no_such_module_for_fidelity' (0/5 passed)"
 
 
 def test_results_are_written_after_every_update(tmp_path: Path) -> None:
-    store = fidelity.ResultStore(tmp_path / "out" / "fidelity.json", {"mode": "harness"})
+    store = bench_common.ResultStore(tmp_path / "out" / "fidelity.json", {"mode": "harness"})
     assert json.loads(store.path.read_text())["harness"] == {}
     store.update(lambda d: d["harness"].__setitem__("alice", {"tests": {}}))
     assert json.loads(store.path.read_text())["harness"] == {"alice": {"tests": {}}}
@@ -475,9 +495,9 @@ def test_the_source_fallbacks_build_the_same_configs_as_production(tmp_path: Pat
     monkeypatch.setenv("KG_SMTP_FROM", "grader@example.edu")  # the field is from_, read by its alias
     rubric = load_rubric("hw4")
     settings = Settings(data_dir=tmp_path)
-    shim = fidelity.settings_from_source(ROOT / "grader" / "settings.py", tmp_path, dict(os.environ))
-    found = fidelity.functions_from_source(ROOT / "grader" / "runs" / "engine_config.py",
-                                           ("pipeline_config", "build_policy", "gpu_stage_config"))
+    shim = production_config.settings_from_source(ROOT / "grader" / "settings.py", tmp_path, dict(os.environ))
+    found = production_config.functions_from_source(ROOT / "grader" / "runs" / "engine_config.py",
+                                                    ("pipeline_config", "build_policy", "gpu_stage_config"))
     assert found["pipeline_config"](shim, rubric) == pipeline_config(settings, rubric)
     assert found["gpu_stage_config"](shim) == gpu_stage_config(settings)
     assert found["pipeline_config"](shim, rubric).build_jobs == 5
@@ -495,7 +515,7 @@ def test_the_source_fallbacks_build_the_same_configs_as_production(tmp_path: Pat
 def test_production_configs_restrict_problems_and_read_an_empty_sandbox_user_as_none(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KG_SANDBOX_USER", "")
-    config, stage, source = fidelity.production_configs(load_rubric("hw4"), tmp_path, ("1.1", "2.2"))
+    config, stage, source = production_config.production_configs(load_rubric("hw4"), tmp_path, ("1.1", "2.2"))
     assert stage.problems == ("1.1", "2.2")
     assert stage.policy.user is None and config.build_policy.user is None
     assert config.toolchain.flags[-1] == "-arch=sm_90" and "-fPIC" in config.toolchain.flags
@@ -533,8 +553,8 @@ def grading(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no
     work = visible / "work"
     work.mkdir()
     work.chmod(0o711)
-    config, stage, _ = fidelity.production_configs(rubric, work / "data", ("1.1", "2.2"))
-    store = fidelity.ResultStore(tmp_path / "out" / "fidelity.json", {"mode": "grader"})
+    config, stage, _ = production_config.production_configs(rubric, work / "data", ("1.1", "2.2"))
+    store = bench_common.ResultStore(tmp_path / "out" / "fidelity.json", {"mode": "grader"})
     yield {"archive": zip_tree(rubric.starter_dir, tmp_path / "kit.zip"), "rubric": rubric, "work": work,
            "config": config, "stage": stage, "store": store}
     shutil.rmtree(visible, ignore_errors=True)
@@ -587,7 +607,7 @@ def test_run_grader_without_a_gpu_ends_at_the_build_and_gives_no_verdict(
     assert all(p["graded"] is False for p in record["problems"].values())
     rows = report.table_rows(results)
     for pid, p in record["problems"].items():  # a course pass beside it is not a disagreement
-        assert report.agreement(pid, report.CourseVerdict("pass"), p) == "no grade"
+        assert report.agreement(pid, CourseVerdict("pass"), p) == "no grade"
     assert {r["kernelgrade"] for r in rows if r["problem"] in ("1.1", "2.2")} == {"not graded: no GPU stage on this worker"}
     assert {r["points"] for r in rows if r["problem"] in ("1.1", "2.2")} == {"-"}
 
@@ -599,7 +619,7 @@ def test_run_grader_past_its_budget_grades_nothing_and_gives_no_verdict(grading:
     assert results["grader"]["kit"] == {"problems": {}, "error": "skipped: --budget used up"}
     rows = report.table_rows(results)
     assert rows and all(r["kernelgrade"] == "not graded: skipped: --budget used up" for r in rows)
-    course_pass = report.CourseVerdict("pass")
+    course_pass = CourseVerdict("pass")
     assert report.agreement("1.1", course_pass, {"status": "error", "graded": False}) == "no grade"
 
 
@@ -639,9 +659,9 @@ def run_harness_here(tmp_path: Path, official: Path, zips: Path, *options: str, 
     args = fidelity.parse_args(["--nvcc", str(tmp_path / "bin" / "nvcc"), "--python", sys.executable,
                                 "--out", str(tmp_path / "out"), "--jobs", "4", *options])
     args.out = args.out.absolute()
-    store = fidelity.ResultStore(args.out / "fidelity.json", {"mode": "harness"})
-    fidelity.run_harness(sorted(zips.glob("*.zip")), official, tmp_path / "work", store, args,
-                         load_rubric("hw4"), LIMITS, deadline)
+    store = bench_common.ResultStore(args.out / "fidelity.json", {"mode": "harness"})
+    fidelity_harness.run_harness(sorted(zips.glob("*.zip")), official, tmp_path / "work", store, args,
+                                 load_rubric("hw4"), LIMITS, deadline)
     return json.loads(store.path.read_text())
 
 
@@ -668,13 +688,13 @@ def test_run_harness_end_to_end_on_stand_ins(tmp_path: Path) -> None:
 def test_run_harness_cuts_the_last_tests_at_the_budget(tmp_path: Path) -> None:
     official, zips = harness_setup(tmp_path)
     (zips / "bob.zip").unlink()
-    fidelity_min = fidelity.MIN_TEST_S
+    fidelity_min = fidelity_harness.MIN_TEST_S
     try:
-        fidelity.MIN_TEST_S = 1.0
+        fidelity_harness.MIN_TEST_S = 1.0
         results = run_harness_here(tmp_path, official, zips, "--timeout", "300", "--only", "alice",
                                    deadline=time.monotonic() + 8)
     finally:
-        fidelity.MIN_TEST_S = fidelity_min
+        fidelity_harness.MIN_TEST_S = fidelity_min
     slow = results["harness"]["alice"]["tests"]["test_layernorm_fw"]
     assert slow["verdict"] == "not run" and slow["reason"].startswith("cut at ") and "by --budget" in slow["reason"]
     assert results["harness"]["alice"]["tests"]["test_softmax_fw"]["verdict"] == "pass"
@@ -690,35 +710,35 @@ def test_shape_lines_give_their_leading_integers_in_order() -> None:
     out = (">>>>>>>>>>>>>>>>>>>>>>test_launch_attn_softmax, ntest [0], dtype [torch.float32]:\n" + SOFTMAX_FW_SHAPE
            + "Run baseline...\n(batch_size, nhead, from_len, to_len): (3, 8, 40, 41)\n"
            "(batch_token_num, hidden_dim): (115, 32)\nnot a shape: (1, 2)\n(a, b): (x, 2)\n")
-    assert report.parse_shapes(out) == [[1, 8, 115, 282], [3, 8, 40, 41], [115, 32], []]
-    assert report.parse_harness_output(five_passes(), 0).shapes == [[2, 8]] * 5
-    old = {k: v for k, v in report.parse_harness_output(five_passes(), 0).to_dict().items()
+    assert parse_shapes(out) == [[1, 8, 115, 282], [3, 8, 40, 41], [115, 32], []]
+    assert parse_harness_output(five_passes(), 0).shapes == [[2, 8]] * 5
+    old = {k: v for k, v in parse_harness_output(five_passes(), 0).to_dict().items()
            if k not in ("shapes", "repeat_speedups", "runs")}
-    v = report.CourseVerdict.from_dict(old)  # a fidelity.json from before --repeat
+    v = CourseVerdict.from_dict(old)  # a fidelity.json from before --repeat
     assert v.shapes == [] and v.repeat_speedups == [] and v.runs == 0
 
 
 def test_course_speed_is_the_mean_over_runs_of_each_runs_mean() -> None:
-    v = report.CourseVerdict("pass", speedups=[1.0, 3.0],
-                             repeat_speedups=[[1.0, 3.0], [3.0, 5.0], [2.0, float("nan")]], runs=4)
-    speed = report.course_speed(v)
+    v = CourseVerdict("pass", speedups=[1.0, 3.0],
+                      repeat_speedups=[[1.0, 3.0], [3.0, 5.0], [2.0, float("nan")]], runs=4)
+    speed = course_speed(v)
     assert speed is not None and speed.runs == 2  # the run with a NaN is left out
     assert speed.run_means == [2.0, 4.0] and speed.mean == 3.0
     assert speed.per_case == [2.0, 4.0] and (speed.low, speed.high) == (2.0, 4.0)
-    stalled = report.course_speed(report.CourseVerdict("pass", speedups=[10.0], repeat_speedups=[[10.0], [10.0], [40.0]]))
+    stalled = course_speed(CourseVerdict("pass", speedups=[10.0], repeat_speedups=[[10.0], [10.0], [40.0]]))
     assert stalled is not None and stalled.mean == 20.0 and stalled.robust == 10.0  # one stalled run moves the mean only
-    old = report.course_speed(report.CourseVerdict("pass", speedups=[10.0, 12.0]))  # no repeat_speedups: one run
+    old = course_speed(CourseVerdict("pass", speedups=[10.0, 12.0]))  # no repeat_speedups: one run
     assert old is not None and old.runs == 1 and old.mean == 11.0 and old.per_case == [10.0, 12.0]
-    assert report.course_speed(report.CourseVerdict("fail", speedups=[10.0], repeat_speedups=[[10.0]])) is None
-    assert report.course_speed(report.CourseVerdict("pass")) is None and report.course_speed(None) is None
+    assert course_speed(CourseVerdict("fail", speedups=[10.0], repeat_speedups=[[10.0]])) is None
+    assert course_speed(CourseVerdict("pass")) is None and course_speed(None) is None
 
 
 def speed_results() -> dict:
     shapes = [list(s) for s in course_shapes("1.1")]
-    course = report.CourseVerdict("pass", passes=5, speedups=[10.0] * 5, shapes=shapes, runs=2,
-                                  repeat_speedups=[[10.0, 10.0, 10.0, 10.0, 10.0], [12.0, 12.0, 12.0, 12.0, 12.0]])
-    wrong_shapes = report.CourseVerdict("pass", passes=5, speedups=[4.0] * 5, shapes=[[1, 8, 2, 2]] * 5, runs=1,
-                                        repeat_speedups=[[4.0] * 5])
+    course = CourseVerdict("pass", passes=5, speedups=[10.0] * 5, shapes=shapes, runs=2,
+                           repeat_speedups=[[10.0, 10.0, 10.0, 10.0, 10.0], [12.0, 12.0, 12.0, 12.0, 12.0]])
+    wrong_shapes = CourseVerdict("pass", passes=5, speedups=[4.0] * 5, shapes=[[1, 8, 2, 2]] * 5, runs=1,
+                                 repeat_speedups=[[4.0] * 5])
     timing_shapes = [{"shape": list(s), "speedups": {"baseline": 9.0, "reference_ops": 10.0 + i, "kit": 8.0}}
                      for i, s in enumerate(course_shapes("1.1"))]
     return {
