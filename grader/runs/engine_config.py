@@ -3,8 +3,9 @@ build cache and the build's sandbox) and the assignment's stage's (sandbox limit
 seed, timing CPUs), and the stage a worker runs, if any (the rubric's plug-in makes it:
 worker.assignment).
 
-Free of the database and of pydantic (Settings is only a type here): bench/fidelity.py loads
-these functions on a bare GPU machine, from this file when the import fails.
+Free of the database and of pydantic (Settings is only a type here): bench/production_config.py
+(the fidelity and gaming benches) loads these functions on a bare GPU machine, from this file
+when the import fails.
 """
 from __future__ import annotations
 

@@ -91,7 +91,7 @@ BLOCKED = ("sqlalchemy", "pydantic", "pydantic_settings", "celery", "fastapi")
 
 
 def test_the_engine_config_loads_without_the_service_packages() -> None:
-    """bench/fidelity.py builds production's configs on the bare GPU machine, where the
+    """bench/production_config.py builds production's configs on the bare GPU machine, where the
     database, pydantic and Celery packages may be missing: grader.runs.engine_config must load
     with none of them."""
     probe = (
