@@ -77,6 +77,17 @@ def child_env(gpu_index: int | None, home: Path, steady_memory: bool = True) -> 
     return env
 
 
+def cpu_used(before: float | None, after: float | None) -> float | None:
+    """CPU seconds used between two readings of a child's CPU time, or None when that cannot
+    be told: the backend keeps none, or the reading did not grow. The reading sums the threads
+    alive at that moment, so one that ends during a call takes its time out of the sum; a CPU
+    time of 0 would then count the whole call as waiting (worker.timing.waiting_removed) and
+    give a zero time (seen on a loaded CI machine)."""
+    if before is None or after is None or after <= before:
+        return None
+    return after - before
+
+
 class ChildClient:
     def __init__(
         self,
@@ -110,8 +121,8 @@ class ChildClient:
 
     def measured_call(self, message: dict[str, Any], timeout: float) -> tuple[dict[str, Any], float, float | None]:
         """As timed_call, plus the CPU seconds the child's processes used meanwhile (None
-        where the backend cannot tell): a child that waits without computing (a sleep) shows
-        far less CPU than wall time."""
+        where it cannot be told: cpu_used): a child that waits without computing (a sleep)
+        shows far less CPU than wall time."""
         try:
             cpu_before = self.process.cpu_seconds()
             started = time.perf_counter_ns()
@@ -132,8 +143,7 @@ class ChildClient:
             raise ChildFailure("crashed", f"{exit_.reason}: {exit_.detail}", self.process.output_tail()) from None
         if not reply.get("ok"):
             raise StudentError(str(reply.get("error")), str(reply.get("trace", "")))
-        cpu = None if cpu_before is None or cpu_after is None else max(0.0, cpu_after - cpu_before)
-        return reply, elapsed, cpu
+        return reply, elapsed, cpu_used(cpu_before, cpu_after)
 
     def pause(self) -> None:
         """Freeze the child (all its processes) while another child is timed."""
