@@ -63,7 +63,7 @@ def threads_cpu_seconds(pids: list[int]) -> float | None:
         try:
             tasks = os.listdir(f"/proc/{pid}/task")
         except OSError:
-            continue  # gone: its time leaves the sum, which callers clamp at 0
+            continue  # gone: its time leaves the sum (worker.gpu.client.cpu_used: then unknown)
         for tid in tasks:
             try:
                 with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
