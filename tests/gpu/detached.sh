@@ -20,6 +20,9 @@ case "${1:-}" in
     ;;
   wait)
     limit=${2:-570}
+    # A machine can be swapped between calls: a fresh one has no job, so say so at once
+    # rather than wait out the call for nothing.
+    [ -d "$job" ] || { echo "no job on this machine (a fresh one: the job was lost with the last)"; exit 3; }
     for ((waited = 0; waited < limit; waited += 5)); do [ -f "$job/rc" ] && break; sleep 5; done
     back=${OUT:-$PWD/.gpu-out}/job
     mkdir -p "$back"
