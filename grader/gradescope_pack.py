@@ -9,7 +9,10 @@ Layout (Gradescope unpacks it into /autograder/source and runs setup.sh once per
     run_autograder      grader.gradescope_run on /autograder/submission ->
                         /autograder/results/results.json
     kernelgrade.env     KG_* settings baked in at packing time (CUDA arch, rubric)
-    pyproject.toml, README.md, grader/, worker/, rubrics/<slug>.yaml, starter/<slug>/
+    pyproject.toml, README.md, grader/, worker/, and the assignment: rubrics/<slug>.yaml and
+                        starter/<name>/ for one of the project's rubrics/, or the whole folder
+                        of a course's own rubric (found through KG_RUBRIC_DIRS) as
+                        assignments/<slug>/, searched there through KG_RUBRIC_DIRS
 
 Gradescope machines have no GPU unless the course brings its own runner: there a submission
 is unpacked, staged and built, and results.json says that nothing was scored.
@@ -21,7 +24,7 @@ import stat
 import zipfile
 from pathlib import Path
 
-from worker.rubric import Rubric
+from worker.rubric import RUBRIC_DIR, Rubric, load_rubric
 from worker.starter_kit import ZIP_TIMESTAMP, starter_files
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -36,7 +39,7 @@ apt-get install -y --no-install-recommends python3 python3-venv python3-pip zip
 command -v nvcc >/dev/null || apt-get install -y --no-install-recommends nvidia-cuda-toolkit
 python3 -m venv /autograder/venv
 /autograder/venv/bin/pip install --no-cache-dir .
-chmod -R go-rwx starter  # the reference kit: never readable by the sandboxed student code
+chmod -R go-rwx {kit}  # the reference kit: never readable by the sandboxed student code
 """
 
 RUN_AUTOGRADER = """#!/usr/bin/env bash
@@ -55,17 +58,47 @@ exec "${KG_AUTOGRADER_PYTHON:-$ROOT/venv/bin/python}" -m grader.gradescope_run \
 """
 
 
-def _entries(rubric: Rubric) -> list[tuple[str, Path]]:
-    """(path in the zip, file here) of the packaged code, rubric and reference kit."""
+class PackError(ValueError):
+    """An assignment laid out so that its packed copy could not find its parts; says what to move."""
+
+
+def _code_entries() -> list[tuple[str, Path]]:
     entries = [(name, PROJECT_ROOT / name) for name in ("pyproject.toml", "README.md")]
-    rubric_file = PROJECT_ROOT / "rubrics" / f"{rubric.slug}.yaml"
-    entries.append((f"rubrics/{rubric_file.name}", rubric_file))
     for package in PACKAGES:
         entries += [(f"{package}/{rel.as_posix()}", PROJECT_ROOT / package / rel)
                     for rel in starter_files(PROJECT_ROOT / package)]
-    starter = rubric.starter_dir
-    entries += [(f"starter/{starter.name}/{rel.as_posix()}", starter / rel) for rel in starter_files(starter)]
     return entries
+
+
+def _tree(prefix: str, folder: Path) -> list[tuple[str, Path]]:
+    return [(f"{prefix}/{rel.as_posix()}", folder / rel) for rel in starter_files(folder)]
+
+
+def _course_folder(rubric_file: Path, rubric: Rubric) -> Path:
+    """The folder of a rubric outside the project, once it is known to hold the rubric's starter
+    and plug-in file (a packed copy keeps only that folder, so paths leaving it would break)."""
+    folder = rubric_file.resolve().parent
+    if not rubric.starter_dir.is_relative_to(folder):
+        raise PackError(f"{rubric_file.name}: its starter {rubric.starter_dir} is outside {folder}; "
+                        "move the reference kit into the rubric's folder to pack it")
+    plugin = rubric.plugin
+    if plugin and plugin.endswith(".py") and not Path(plugin).is_relative_to(folder):
+        raise PackError(f"{rubric_file.name}: its plug-in {plugin} is outside {folder}; move it into the rubric's folder")
+    if plugin and not plugin.endswith(".py") and plugin.split(".")[0] not in PACKAGES:
+        raise PackError(f"{rubric_file.name}: its plug-in module {plugin!r} is not part of kernelgrade; "
+                        "name its .py file in the rubric instead (plugin: plugin.py, beside the rubric)")
+    return folder
+
+
+def _assignment(rubric_file: Path, rubric: Rubric) -> tuple[list[tuple[str, Path]], str, str]:
+    """(entries, extra kernelgrade.env lines, the kit folder setup.sh hides) of the assignment."""
+    if rubric_file.resolve().parent == RUBRIC_DIR.resolve():
+        starter = rubric.starter_dir
+        return ([(f"rubrics/{rubric_file.name}", rubric_file), *_tree(f"starter/{starter.name}", starter)],
+                "", "starter")
+    # Relative to run_autograder's working folder, the packed source folder.
+    home = f"assignments/{rubric.slug}"
+    return _tree(home, _course_folder(rubric_file, rubric)), f"KG_RUBRIC_DIRS='[\"{home}\"]'\n", "assignments"
 
 
 def _info(name: str, executable: bool) -> zipfile.ZipInfo:
@@ -76,15 +109,18 @@ def _info(name: str, executable: bool) -> zipfile.ZipInfo:
     return info
 
 
-def build_autograder_zip(rubric: Rubric, dest: Path, cuda_arch: str) -> Path:
-    """Write the autograder zip for `rubric` (nvcc -arch=`cuda_arch` on the grading machine)."""
-    env = f"KG_AUTOGRADER_ASSIGNMENT={rubric.slug}\nKG_CUDA_ARCH={cuda_arch}\n"
+def build_autograder_zip(rubric_file: Path, dest: Path, cuda_arch: str) -> Path:
+    """Write the autograder zip of the assignment `rubric_file` describes (nvcc -arch=`cuda_arch`
+    on the grading machine). PackError: the assignment's folder does not hold all its parts."""
+    rubric = load_rubric(rubric_file.stem, rubric_file.parent)
+    entries, env_lines, kit = _assignment(rubric_file, rubric)
+    env = f"KG_AUTOGRADER_ASSIGNMENT={rubric.slug}\nKG_CUDA_ARCH={cuda_arch}\n{env_lines}"
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as zf:
-        zf.writestr(_info("setup.sh", True), SETUP_SH)
+        zf.writestr(_info("setup.sh", True), SETUP_SH.format(kit=kit))
         zf.writestr(_info("run_autograder", True), RUN_AUTOGRADER)
         zf.writestr(_info("kernelgrade.env", False), env)
-        for name, path in _entries(rubric):
+        for name, path in _code_entries() + entries:
             zf.writestr(_info(name, bool(path.stat().st_mode & stat.S_IXUSR)), path.read_bytes())
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_bytes(buf.getvalue())

@@ -16,14 +16,14 @@ from grader.course.assignment_settings import ScheduleChange, ScheduleError, ext
 from grader.course.grading_control import grading_state, resume, set_paused
 from grader.course.policies import late_policy
 from grader.db import make_engine, make_session_factory, session_scope
-from grader.gradescope_pack import build_autograder_zip
+from grader.gradescope_pack import PackError, build_autograder_zip
 from grader.models import Assignment
 from grader.runs.celery_app import make_celery
 from grader.runs.engine_config import pipeline_config
 from grader.service import NotFound, get_assignment
 from grader.settings import get_settings
 from grader.storage.blobstore import BlobStore
-from worker.rubric import load_rubric
+from worker.rubric import RubricError, find_rubric, load_rubric
 from worker.unpack import BadArchive
 
 
@@ -124,10 +124,16 @@ def gradescope_pack(
     out: Annotated[Path, typer.Option(help="zip to write")] = Path("autograder.zip"),
     cuda_arch: Annotated[str | None, typer.Option(help="nvcc -arch on the grading machine (default KG_CUDA_ARCH)")] = None,
 ) -> None:
-    """Write a Gradescope autograder zip that grades with this pipeline."""
+    """Write a Gradescope autograder zip that grades with this pipeline (a course's own
+    assignment, found through KG_RUBRIC_DIRS, is packed with its whole folder)."""
     settings = get_settings()
-    typer.echo(build_autograder_zip(load_rubric(assignment, search=settings.rubric_dirs), out,
-                                    cuda_arch or settings.cuda_arch))
+    try:
+        packed = build_autograder_zip(find_rubric(assignment, search=settings.rubric_dirs), out,
+                                      cuda_arch or settings.cuda_arch)
+    except (RubricError, PackError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    typer.echo(packed)
 
 
 def pause(assignment: Annotated[str, typer.Argument(help="assignment slug, e.g. hw4")]) -> None:

@@ -176,14 +176,20 @@ class Rubric:
             for p in self.problems))
 
 
-def load_rubric(slug: str, rubric_dir: Path | None = None, *, search: Iterable[Path] = ()) -> Rubric:
-    """The rubric `<slug>.yaml` of `rubric_dir` alone; without one, the first found in RUBRIC_DIR
+def find_rubric(slug: str, rubric_dir: Path | None = None, *, search: Iterable[Path] = ()) -> Path:
+    """The file `<slug>.yaml` of `rubric_dir` alone; without one, the first found in RUBRIC_DIR
     and then in the `search` folders, in order (the service passes its settings' rubric_dirs,
     so that an assignment may live outside the project)."""
     folders = (rubric_dir,) if rubric_dir is not None else (RUBRIC_DIR, *search)
     path = next((d / f"{slug}.yaml" for d in folders if (d / f"{slug}.yaml").is_file()), None)
     if path is None:
         raise RubricError(f"no rubric named {slug!r} in {', '.join(map(str, folders))}")
+    return path
+
+
+def load_rubric(slug: str, rubric_dir: Path | None = None, *, search: Iterable[Path] = ()) -> Rubric:
+    """The rubric found by find_rubric, parsed."""
+    path = find_rubric(slug, rubric_dir, search=search)
     # Parsing hw4.yaml (its case list) takes ~30 ms; pages ask for the rubric on every
     # request. Cached per file version, so an edited rubric is read again.
     return _parse_rubric(path, path.stat().st_mtime_ns)
