@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
-from sqlalchemy import select
-from sqlalchemy.orm import Session, selectinload
+from sqlalchemy.orm import Session
 
 from grader.api.deps import get_context
 from grader.course.counted_choice import choose, clear, is_scored
@@ -17,22 +16,18 @@ from grader.course.membership import role_in
 from grader.models import Assignment, Run, Submission, User
 from grader.pages.common import Db, Staff, StaffForm, absent, page, see_other
 from grader.reads.grade_reads import counted_for, run_grades
-from grader.service import find_user
+from grader.reads.submission_reads import student_submissions
 
 router = APIRouter(include_in_schema=False)
 
 
 def _student(session: Session, assignment: Assignment, username: str) -> tuple[User, list[Submission]]:
-    """The student and their submissions in `assignment`, newest first, runs loaded; the 404
-    page for a login the gradebook lists no row of."""
-    student = find_user(session, username)
-    subs = [] if student is None else list(session.scalars(
-        select(Submission).where(Submission.user_id == student.id, Submission.assignment_id == assignment.id)
-        .options(selectinload(Submission.runs)).order_by(Submission.id.desc())
-    ))
-    if student is None or (not subs and role_in(session, student.id, assignment.id) is None):
+    """The student and their submissions in `assignment` (submission_reads.student_submissions); the
+    404 page for a login the gradebook lists no row of."""
+    found = student_submissions(session, assignment, username)
+    if found is None:
         raise absent(f"student {username!r} in {assignment.slug}")
-    return student, subs
+    return found
 
 
 @router.get("/assignments/{slug}/students/{username}", response_class=HTMLResponse)

@@ -1,5 +1,6 @@
 """Typed reads of submissions shared by the REST API, the web pages and the CLI: a page of
-submissions the caller may see, the runs of one, and the fair order of a bulk re-grade.
+submissions the caller may see, the runs of one, one student's history in an assignment, and
+the fair order of a bulk re-grade.
 
 Each does a fixed, small number of SQL statements whatever the number of rows (listings
 eager-load what they return)."""
@@ -13,7 +14,8 @@ from sqlalchemy import ColumnElement, and_, false, func, or_, select
 from sqlalchemy.orm import Session, joinedload, selectinload
 
 from grader.auth.credentials import SCOPE_READ, Principal
-from grader.models import Assignment, Run, Submission
+from grader.course.membership import role_in
+from grader.models import Assignment, Run, Submission, User
 
 T = TypeVar("T")
 MAX_PAGE_SIZE = 100
@@ -113,3 +115,17 @@ def regrade_targets(session: Session, assignment: Assignment, which: str | list[
     for i in range(depth):
         ordered.extend(group[i] for group in per_user.values() if i < len(group))
     return ordered
+
+
+def student_submissions(session: Session, assignment: Assignment, username: str) -> tuple[User, list[Submission]] | None:
+    """The student `username` and their submissions in `assignment`, newest first, runs loaded;
+    None for a login with neither a submission nor a role there (no row of the gradebook)."""
+    student = session.scalar(select(User).where(User.username == username))
+    if student is None:
+        return None
+    subs = list(session.scalars(
+        select(Submission).where(Submission.user_id == student.id, Submission.assignment_id == assignment.id)
+        .options(selectinload(Submission.runs)).order_by(Submission.id.desc())))
+    if not subs and role_in(session, student.id, assignment.id) is None:
+        return None
+    return student, subs

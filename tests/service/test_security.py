@@ -471,6 +471,17 @@ def _api_decide_b_request(w: World) -> None:
     assert w.count(RegradeRequest, RegradeRequest.run_id == w.b_run, RegradeRequest.state == "open") == 1
 
 
+def _api_counted_of_b(w: World) -> None:
+    """A's token reads, chooses and clears nothing of B's counted run through the API (404,
+    nothing stored); B reads their own (the positive control)."""
+    url, before = f"/api/v1/assignments/hw4/students/{w.b_name}/counted-run", w.count(CountedRun)
+    assert w.api.get(url, headers=auth(w.b_token)).status_code == 200
+    refused(w.api.get(url, headers=auth(w.a_token)), 404, w=w)
+    refused(w.api.put(url, headers=auth(w.a_token), json={"run_id": w.b_run}), 404, w=w)
+    refused(w.api.delete(url, headers=auth(w.a_token)), 404, w=w)
+    assert w.count(CountedRun) == before
+
+
 ROUTES: dict[tuple[str, str], Check] = {
     **PUBLIC,
     ("GET", "/api/v1/submissions"): _api_listing,
@@ -489,6 +500,9 @@ ROUTES: dict[tuple[str, str], Check] = {
     ("GET", "/api/v1/assignments/{slug}/regrade-requests"):
         _api_get_denied("/api/v1/assignments/hw4/regrade-requests", 403, owner="staff"),
     ("POST", "/api/v1/regrade-requests/{request_id}/decision"): _api_decide_b_request,
+    ("GET", "/api/v1/assignments/{slug}/students/{login}/counted-run"): _api_counted_of_b,
+    ("PUT", "/api/v1/assignments/{slug}/students/{login}/counted-run"): _api_counted_of_b,
+    ("DELETE", "/api/v1/assignments/{slug}/students/{login}/counted-run"): _api_counted_of_b,
     ("GET", "/api/v1/assignments/{slug}/gradebook"):
         _api_get_denied("/api/v1/assignments/hw4/gradebook", 403, owner="staff"),
     ("GET", "/api/v1/assignments/{slug}/gradebook.csv"):
