@@ -8,15 +8,16 @@ When the app routes builds to a CPU queue (KG_BUILD_QUEUE), a run is sent as a c
 chain (grader.runs.tasks.prebuild), so the grading task is always sent on once it ran.
 
 `held_runs` reads what a Redis broker holds, so the reconciler can tell a message the broker
-lost (a restart without persistence, a flushed list) from one that is merely waiting.
+lost (a restart without persistence, a flushed list) from one that is merely waiting;
+`queue_lengths` how many wait in each queue (the service's metrics).
 """
 from __future__ import annotations
 
 import base64
 import json
 import logging
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
 
 from celery import Celery
 from celery.canvas import Signature, chain
@@ -28,6 +29,7 @@ from grader.models import Run, utcnow
 from grader.runs.celery_app import TASK_GRADE_RUN, TASK_PREBUILD, build_queue_of
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Fail fast when the broker is down: the upload is already safe, a client should not wait.
 _PUBLISH_RETRY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
@@ -59,24 +61,41 @@ def held_runs(celery: Celery, queues: Iterable[str]) -> set[int] | None:
     """Ids of the runs the broker holds a task for: waiting in one of `queues` or delivered to a
     worker and not yet acknowledged (a running task, a retry's countdown). None when the broker
     cannot tell: it is not Redis, or it cannot be read now."""
+    return _read_redis(celery, lambda channel: {
+        run_id for payload in _redis_payloads(channel, queues) if (run_id := _run_of(payload)) is not None})
+
+
+def queue_lengths(celery: Celery, queues: Iterable[str]) -> dict[str, int] | None:
+    """queue -> tasks waiting in it (not yet delivered to a worker); None when the broker cannot
+    tell, as for held_runs."""
+    return _read_redis(celery, lambda channel: {
+        queue: sum(channel.client.llen(key) for key in _queue_keys(channel, [queue])) for queue in queues})
+
+
+def _read_redis(celery: Celery, read: Callable[[Any], T]) -> T | None:
+    """`read` of the broker's Redis channel; None when the broker is not Redis or cannot be read now."""
     try:
         with celery.connection_for_read() as conn:
             if conn.transport.driver_type != "redis":
                 return None
             conn.ensure_connection(max_retries=1)
-            return {run_id for payload in _redis_payloads(conn.default_channel, queues)
-                    if (run_id := _run_of(payload)) is not None}
+            return read(conn.default_channel)
     except Exception as exc:  # an unreadable broker only means we cannot tell
         log.warning("could not read the broker's queues: %s", exc)
         return None
 
 
+def _queue_keys(channel: Any, queues: Iterable[str]) -> list[str]:
+    """The Redis lists kombu keeps the queues in (one per priority step), by its own key names,
+    so that a key prefix is honoured."""
+    return sorted({channel._q_for_pri(queue, pri) for queue in queues for pri in channel.priority_steps})
+
+
 def _redis_payloads(channel: Any, queues: Iterable[str]) -> Iterator[Any]:
-    """Every message in the queues' lists (one per priority step) and in the unacked hash, as
-    kombu's Redis transport stores them; its own key names, so a key prefix is honoured."""
+    """Every message in the queues' lists and in the unacked hash, as kombu's Redis transport
+    stores them."""
     client = channel.client
-    keys = {channel._q_for_pri(queue, pri) for queue in queues for pri in channel.priority_steps}
-    for key in sorted(keys):
+    for key in _queue_keys(channel, queues):
         for raw in client.lrange(key, 0, -1):
             yield _loads(raw)
     for raw in client.hvals(channel.unacked_key):

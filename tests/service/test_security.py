@@ -503,6 +503,7 @@ ROUTES: dict[tuple[str, str], Check] = {
     ("GET", "/api/v1/assignments/{slug}/students/{login}/counted-run"): _api_counted_of_b,
     ("PUT", "/api/v1/assignments/{slug}/students/{login}/counted-run"): _api_counted_of_b,
     ("DELETE", "/api/v1/assignments/{slug}/students/{login}/counted-run"): _api_counted_of_b,
+    ("GET", "/api/v1/metrics"): _api_get_denied("/api/v1/metrics", 403, owner="staff"),
     ("GET", "/api/v1/assignments/{slug}/gradebook"):
         _api_get_denied("/api/v1/assignments/hw4/gradebook", 403, owner="staff"),
     ("GET", "/api/v1/assignments/{slug}/gradebook.csv"):

@@ -1,0 +1,124 @@
+"""The service's metrics in Prometheus' text format (GET /api/v1/metrics): runs by state, what
+waits and for how long, how long recent runs took and how they ended, per assignment; the
+broker's queue lengths and whether the database and broker answer. Every figure is read from
+the database (and the broker) at scrape time, so any number of web processes report the same
+thing, and a restart loses nothing. A fixed number of statements whatever the number of runs
+(the recent runs' durations: one row per run finished in the window)."""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from sqlalchemy import and_, func, select
+from sqlalchemy.orm import Session
+
+from grader.models import Assignment, Run, RunState, Submission
+
+RECENT = timedelta(hours=1)
+QUANTILES = (0.5, 0.9)
+Labels = tuple[tuple[str, str], ...]
+
+
+@dataclass
+class Metric:
+    name: str
+    kind: str  # gauge | summary
+    help: str
+    samples: list[tuple[str, Labels, float]] = field(default_factory=list)  # (suffix, labels, value)
+
+    def add(self, value: float, suffix: str = "", **labels: str) -> None:
+        self.samples.append((suffix, tuple(labels.items()), value))
+
+
+def run_metrics(session: Session, assignment_ids: list[int], now: datetime) -> list[Metric]:
+    """The run figures of the assignments `assignment_ids` (those the caller teaches) at `now`."""
+    slugs = dict(session.execute(select(Assignment.id, Assignment.slug).where(Assignment.id.in_(assignment_ids))
+                                 .order_by(Assignment.slug)).all())
+    by_state = Metric("kg_runs", "gauge", "Runs in each state now (queued, building, running; and every final state).")
+    counts = {(a, s): n for a, s, n in session.execute(
+        select(Submission.assignment_id, Run.state, func.count(Run.id)).join(Submission)
+        .where(Submission.assignment_id.in_(slugs)).group_by(Submission.assignment_id, Run.state))}
+    waiting = Metric("kg_runs_unsent", "gauge",
+                     "Queued runs not yet sent to the broker: held by fair share (one run per student in "
+                     "flight) or a paused assignment, or waiting for the broker to come back.")
+    unsent = dict(session.execute(
+        select(Submission.assignment_id, func.count(Run.id)).join(Submission)
+        .where(Submission.assignment_id.in_(slugs), Run.state == RunState.queued, Run.enqueued_at.is_(None))
+        .group_by(Submission.assignment_id)).all())
+    oldest = Metric("kg_oldest_queued_seconds", "gauge", "Age of the oldest queued run (0: none queued).")
+    first = dict(session.execute(
+        select(Submission.assignment_id, func.min(Run.created_at)).join(Submission)
+        .where(Submission.assignment_id.in_(slugs), Run.state == RunState.queued)
+        .group_by(Submission.assignment_id)).all())
+    paused = Metric("kg_assignment_paused", "gauge", "1 while staff have paused the assignment's grading.")
+    held = set(session.scalars(select(Assignment.id).where(Assignment.id.in_(slugs), Assignment.grading_paused)))
+    for aid, slug in slugs.items():
+        for state in RunState:
+            by_state.add(counts.get((aid, state), 0), assignment=slug, state=state.value)
+        waiting.add(unsent.get(aid, 0), assignment=slug)
+        oldest.add(max(0.0, (now - first[aid]).total_seconds()) if aid in first else 0.0, assignment=slug)
+        paused.add(1 if aid in held else 0, assignment=slug)
+    return [by_state, waiting, oldest, paused, *_recent(session, slugs, now)]
+
+
+def _recent(session: Session, slugs: dict[int, str], now: datetime) -> list[Metric]:
+    """How the runs finished in the last hour ended, and how long they took from upload."""
+    ended = Metric("kg_runs_finished_last_hour", "gauge", "Runs that ended in the last hour, by final state.")
+    took = Metric("kg_run_seconds_last_hour", "summary",
+                  "Upload (or re-grade request) to final state of the runs that ended in the last hour.")
+    rows = session.execute(
+        select(Submission.assignment_id, Run.state, Run.created_at, Run.finished_at).join(Submission)
+        .where(and_(Submission.assignment_id.in_(slugs), Run.finished_at >= now - RECENT))).all()
+    for aid, slug in slugs.items():
+        mine = [(state, (done - made).total_seconds()) for a, state, made, done in rows if a == aid and done is not None]
+        for state in (RunState.scored, RunState.built, RunState.failed):
+            ended.add(sum(1 for s, _ in mine if s is state), assignment=slug, state=state.value)
+        seconds = sorted(s for _, s in mine)
+        for q in QUANTILES:
+            took.add(_quantile(seconds, q), assignment=slug, quantile=f"{q:g}")
+        took.add(sum(seconds), "_sum", assignment=slug)
+        took.add(len(seconds), "_count", assignment=slug)
+    return [ended, took]
+
+
+def _quantile(values: list[float], q: float) -> float:
+    """The q-quantile of sorted `values` (inclusive method); NaN for none, as Prometheus expects."""
+    if not values:
+        return float("nan")
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[round(q * 100) - 1]
+
+
+def broker_metrics(queue_lengths: dict[str, int] | None) -> list[Metric]:
+    """Whether the broker answers, and its queue lengths when it does. (The database answers
+    whenever metrics are served: the caller's token is read from it.)"""
+    up = Metric("kg_broker_up", "gauge", "1 when the broker answers and tells its queue lengths.")
+    up.add(1 if queue_lengths is not None else 0)
+    queued = Metric("kg_broker_queue_length", "gauge", "Tasks waiting in each broker queue, not yet taken by a worker.")
+    for queue, length in sorted((queue_lengths or {}).items()):
+        queued.add(length, queue=queue)
+    return [up, queued]
+
+
+def _number(value: float) -> str:
+    if value != value:
+        return "NaN"
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def _label_value(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def exposition(metrics: list[Metric]) -> str:
+    """The metrics in Prometheus' text exposition format (version 0.0.4)."""
+    lines: list[str] = []
+    for metric in metrics:
+        lines += [f"# HELP {metric.name} {metric.help}", f"# TYPE {metric.name} {metric.kind}"]
+        for suffix, labels, value in metric.samples:
+            inside = ",".join(f'{key}="{_label_value(val)}"' for key, val in labels)
+            lines.append(f"{metric.name}{suffix}{{{inside}}} {_number(value)}" if inside
+                         else f"{metric.name}{suffix} {_number(value)}")
+    return "\n".join(lines) + "\n"

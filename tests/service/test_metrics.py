@@ -1,0 +1,96 @@
+"""GET /api/v1/metrics on real PostgreSQL and Redis, read back with prometheus_client's own
+parser: runs by state, unsent runs, the oldest queued run's age, the last hour's outcomes and
+durations, for the assignments the token's owner teaches only; the broker's real queue lengths;
+staff's `read:all` scope needed."""
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+import redis
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy.orm import Session, sessionmaker
+
+from grader.app import create_app
+from grader.db import session_scope
+from grader.models import Role, Run, RunState, Submission, User, utcnow
+from grader.settings import Settings
+from tests.service.conftest import REDIS_URL, auth
+from tests.service.test_api_v1 import World
+
+
+@pytest.fixture(scope="module")
+def queue() -> Iterator[str]:
+    name = f"kg-test-metrics-{uuid.uuid4().hex[:8]}"
+    yield name
+    redis.Redis.from_url(REDIS_URL).delete(name)
+
+
+@pytest.fixture(scope="module")
+def api(settings: Settings, queue: str) -> Iterator[TestClient]:
+    with TestClient(create_app(settings.model_copy(update={"task_queue": queue}))) as client:
+        yield client
+
+
+def _run(world: World, login: str, state: RunState, made_ago_s: float, done_ago_s: float | None = None,
+         sent: bool = True) -> None:
+    now = utcnow()
+    with session_scope(world.sessions) as session:
+        user = session.query(User).filter_by(username=f"{login}-{world.tag}").one()
+        sub = Submission(user=user, assignment_id=world.assignment_id, original_filename="x.zip", size_bytes=1,
+                         sha256=uuid.uuid4().hex * 2)
+        session.add(Run(submission=sub, state=state, created_at=now - timedelta(seconds=made_ago_s),
+                        enqueued_at=now if sent else None,
+                        finished_at=None if done_ago_s is None else now - timedelta(seconds=done_ago_s)))
+
+
+def _scrape(api: TestClient, token: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    response = api.get("/api/v1/metrics", headers=auth(token))
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(response.text) for s in family.samples}
+
+
+def test_metrics_count_what_the_database_and_broker_hold(api: TestClient, sessions: sessionmaker[Session],
+                                                          queue: str) -> None:
+    world = World(sessions)
+    world.user("stu"), world.user("prof", Role.instructor)
+    _run(world, "stu", RunState.queued, 300, sent=False)  # held back (fair share)
+    _run(world, "stu", RunState.queued, 100)
+    _run(world, "stu", RunState.running, 60)
+    for took in (30, 60, 240):
+        _run(world, "stu", RunState.scored, took + 10, done_ago_s=10)
+    _run(world, "stu", RunState.failed, 7300, done_ago_s=7200)  # ended before the last hour
+    other = World(sessions)  # an assignment the prof does not teach
+    other.user("stu2")
+    _run(other, "stu2", RunState.queued, 50)
+    redis.Redis.from_url(REDIS_URL).rpush(queue, "m1", "m2", "m3")
+
+    got = _scrape(api, world.tokens["prof"])
+    a = ("assignment", world.slug)
+
+    def value(name: str, *labels: tuple[str, str]) -> float:
+        return got[(name, frozenset(labels))]
+
+    assert [value("kg_runs", a, ("state", s.value)) for s in RunState] == [2, 0, 1, 0, 3, 1]  # RunState's order
+    assert value("kg_runs_unsent", a) == 1
+    assert 295 <= value("kg_oldest_queued_seconds", a) <= 330
+    assert value("kg_assignment_paused", a) == 0
+    assert (value("kg_runs_finished_last_hour", a, ("state", "scored")),
+            value("kg_runs_finished_last_hour", a, ("state", "failed"))) == (3, 0)
+    assert value("kg_run_seconds_last_hour", a, ("quantile", "0.5")) == pytest.approx(60, abs=1)
+    assert value("kg_run_seconds_last_hour_count", a) == 3
+    assert value("kg_run_seconds_last_hour_sum", a) == pytest.approx(330, abs=1)
+    assert not [key for key in got if ("assignment", other.slug) in key[1]]  # not taught: not shown
+    assert value("kg_broker_up") == 1 and value("kg_broker_queue_length", ("queue", queue)) == 3
+
+
+def test_metrics_need_staffs_read_all_scope(api: TestClient, sessions: sessionmaker[Session]) -> None:
+    world = World(sessions)
+    world.user("stu")
+    assert api.get("/api/v1/metrics", headers=auth(world.tokens["stu"])).status_code == 403
+    assert api.get("/api/v1/metrics").status_code == 401
