@@ -1,7 +1,8 @@
 """Run notices by e-mail: when a run ends, its student gets the grade (or why the run was not
 graded) and a link to the run page, where a mail server is configured (KG_SMTP_HOST) and the
 account has an address (users.email, from the roster). The worker sends it right after it
-records the outcome; a notice that cannot be built or sent is logged, and the run is untouched."""
+records the outcome; a notice that cannot be built or sent is logged, and the run is untouched.
+Also the reset links students ask for on /forgot (reset_message, send_reset_link)."""
 from __future__ import annotations
 
 import logging
@@ -102,12 +103,25 @@ def body(notice: RunNotice) -> str:
 
 
 def compose(notice: RunNotice, sender: str) -> EmailMessage:
+    return _message(sender, notice.to, subject(notice), body(notice))
+
+
+def reset_message(sender: str, to: str, username: str, link: str, hours: float) -> EmailMessage:
+    """The e-mail carrying a reset link a student asked for on /forgot."""
+    text = (f"Someone (you, we hope) asked for a new kernelgrade password for {username}.\n\n"
+            f"Choose one at this link; it works once, for {hours:g} hours:\n{link}\n\n"
+            "If you did not ask for it, ignore this message: your password stays as it is.\n\n"
+            "-- \nkernelgrade (an automatic message: replies are not read)\n")
+    return _message(sender, to, "kernelgrade: choose a new password", text)
+
+
+def _message(sender: str, to: str, title: str, text: str) -> EmailMessage:
     message = EmailMessage()
-    message["From"], message["To"], message["Subject"] = sender, notice.to, subject(notice)
+    message["From"], message["To"], message["Subject"] = sender, to, title
     message["Date"] = formatdate(localtime=False, usegmt=True)
     message["Message-ID"] = make_msgid(domain=sender.rpartition("@")[2] or None)
     message["Auto-Submitted"] = "auto-generated"  # RFC 3834: no auto-replies back to it
-    message.set_content(body(notice))
+    message.set_content(text)
     return message
 
 
@@ -141,3 +155,13 @@ def notify_run_ended(settings: Settings, sessions: sessionmaker[Session], run_id
         log.info("run %s: e-mail notice sent to %s", run_id, notice.to)
     except Exception:  # any failure (the server, the network, the data) only costs the notice
         log.exception("run %s: the e-mail notice could not be sent; the run's result is recorded", run_id)
+
+
+def send_reset_link(server: SmtpSettings, message: EmailMessage) -> None:
+    """Send a reset link's e-mail (after the page answered). Never raises: a mail server's
+    trouble is logged; the student can ask again, or ask their course staff."""
+    try:
+        send(server, message)
+        log.info("password reset link e-mailed to %s", message["To"])
+    except Exception:
+        log.exception("the password reset link for %s could not be e-mailed", message["To"])

@@ -1,5 +1,7 @@
-"""One-time password reset links, with no email server: an instructor (on the roster page) or
-the server's operator (`grader user reset-link`) issues a link and hands it to the user.
+"""One-time password reset links: an instructor (on the roster page) or the server's operator
+(`grader user reset-link`) issues a link and hands it to the user; where the service sends
+e-mail (KG_SMTP_HOST and KG_PUBLIC_URL set), a student also asks for one on /forgot and it is
+e-mailed to the address on file (`self_service_target`).
 
 The link carries a random 256-bit token; `password_resets` keeps only its sha256. A link works
 once, until KG_PASSWORD_RESET_MAX_AGE_S after it was issued; using it sets the new password,
@@ -41,6 +43,24 @@ def may_issue_reset(session: Session, issuer: User, target: User) -> bool:
     if CourseRole.staff in target_roles.values():
         return False
     return any(roles_of(session, issuer.id).get(assignment_id) is CourseRole.staff for assignment_id in target_roles)
+
+
+# A link e-mailed on request at most this often per account: the form cannot be used to flood
+# a student's mailbox.
+SELF_SERVICE_INTERVAL = timedelta(minutes=5)
+
+
+def self_service_target(session: Session, username: str) -> User | None:
+    """The account a reset link asked for on /forgot is e-mailed to: `username`'s, when it has
+    an e-mail address, is staff of no assignment (a staff account's reset goes through the
+    operator, as above) and was issued no link in the last SELF_SERVICE_INTERVAL; else None.
+    The page answers the same either way, so it tells no one whether the login exists."""
+    user = session.scalar(select(User).where(User.username == username))
+    if user is None or not user.email or CourseRole.staff in roles_of(session, user.id).values():
+        return None
+    recent = session.scalar(select(PasswordReset.id).where(
+        PasswordReset.user_id == user.id, PasswordReset.created_at > utcnow() - SELF_SERVICE_INTERVAL).limit(1))
+    return None if recent is not None else user
 
 
 def _live(token: str, now: datetime) -> tuple[ColumnElement[bool], ...]:

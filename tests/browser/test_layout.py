@@ -140,7 +140,7 @@ def test_every_page_fits_the_window(browser: Browser, base_url: str, runs: dict[
                                     worker: WorkerProcess) -> None:
     viewport = {"width": width, "height": 844 if width < 600 else 800}
     anonymous = browser.new_context(base_url=base_url, viewport=viewport)
-    _visit(anonymous.new_page(), ["/login", "/"], width)
+    _visit(anonymous.new_page(), ["/login", "/", "/forgot"], width)
     anonymous.close()
 
     student = browser.new_context(base_url=base_url, viewport=viewport)

@@ -312,6 +312,15 @@ def _reset_link_for_b(w: World) -> None:
     assert w.count(PasswordReset, PasswordReset.user_id.in_(select(User.id).where(User.username == w.b_name))) == 0
 
 
+def _forgot_for_b(w: World) -> None:
+    """A asking /forgot for B's login learns nothing of B and gets no link (this app sends no
+    mail; with mail, the link goes to B's address alone: test_forgot_password.py)."""
+    before = w.count(PasswordReset)
+    answer = w.a_web.post("/forgot", data={"csrf_token": w.a_csrf(), "username": w.b_name})
+    assert answer.status_code == 200 and w.b_marker not in answer.text
+    assert w.count(PasswordReset) == before
+
+
 def _reset_guessed(w: World) -> None:
     """A made-up reset token names no one: nothing to read, and B's password stays."""
     refused(w.a_web.get("/reset/guessed-token", follow_redirects=False), 404, w=w)
@@ -393,6 +402,7 @@ PUBLIC: dict[tuple[str, str], Check] = {  # no one's data behind them
     ("MOUNT", "/static"): _public("/static/app.css"),
     ("GET", "/api/v1/health"): _public("/api/v1/health"),
     ("GET", "/login"): _public("/login"),
+    ("GET", "/forgot"): _public("/forgot"),
     ("GET", "/"): _public("/"),
 }
 def _b_user_id(w: World) -> int:
@@ -512,6 +522,7 @@ ROUTES: dict[tuple[str, str], Check] = {
         lambda w: w.api.post("/api/v1/assignments/hw4/regrade", headers=auth(w.a_token),
                              json={"submissions": [w.b_submission]}), 403),
     ("POST", "/login"): _login_as_b,
+    ("POST", "/forgot"): _forgot_for_b,
     ("POST", "/logout"): _logout,
     ("POST", "/submit"): _web_submit,
     ("POST", "/upload"): _token_form_upload,
