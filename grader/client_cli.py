@@ -4,6 +4,7 @@
     grader status 42
     grader regrade 17
     grader export --format csv --out hw4.csv
+    grader counted alice --run 17 --reason "the later run hit a node fault"
 
 `submit` sends an Idempotency-Key and, after a connection error or a 5xx, sends the upload
 again with the same key, so a retry never makes a second submission.
@@ -266,13 +267,41 @@ def export(
         typer.echo(f"wrote {out}", err=True)
 
 
+def counted(
+    login: Annotated[str, typer.Argument(help="the student's login")],
+    assignment: Annotated[str, typer.Option(help="assignment slug")] = "hw4",
+    run: Annotated[int | None, typer.Option(help="make this scored run the one that counts")] = None,
+    reason: Annotated[str, typer.Option(help="with --run: why (staff; shown to staff)")] = "",
+    clear: Annotated[bool, typer.Option("--clear", help="back to the score policy's pick")] = False,
+    url: Url = DEFAULT_URL,
+    token: Token = "",
+) -> None:
+    """Show, choose (--run) or clear (--clear) the run that counts for a student."""
+    if run is not None and clear:
+        typer.echo("give --run or --clear, not both", err=True)
+        raise typer.Exit(2)
+    path = f"/api/v1/assignments/{assignment}/students/{login}/counted-run"
+    with _client(url, token) as client:
+        try:
+            if run is not None:
+                body = _call(client, "PUT", path, json={"run_id": run, "reason": reason or None}).json()
+            else:
+                body = _call(client, "DELETE" if clear else "GET", path).json()
+        except ApiFailure as exc:
+            raise _fail(exc) from exc
+    who = f"chosen by {body['chosen_by']}" if body["chosen_by"] else f"the {body['score_policy']} policy's pick"
+    counts = f"run {body['run_id']}" if body["run_id"] is not None else "no scored run"
+    typer.echo(f"{body['student']} in {assignment}: {counts} counts ({who})"
+               + (f": {body['reason']}" if body["reason"] else ""))
+
+
 def register(app: typer.Typer) -> None:
     """Add the client commands to the `grader` Typer app."""
-    for fn in (submit, status, regrade, export):
+    for fn in (submit, status, regrade, export, counted):
         app.command(fn.__name__)(fn)
 
 
-app = typer.Typer(help="kernelgrade client: submit, status, regrade, export.", no_args_is_help=True)
+app = typer.Typer(help="kernelgrade client: submit, status, regrade, export, counted.", no_args_is_help=True)
 register(app)
 
 if __name__ == "__main__":  # `python -m grader.client_cli`: needs only httpx and Typer

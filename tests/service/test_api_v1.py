@@ -498,6 +498,26 @@ def test_cli_status_regrade_and_export(
     assert bad.exit_code == 2
 
 
+def test_cli_counted_shows_chooses_and_clears(server_url: str, world: World, sessions: sessionmaker[Session]) -> None:
+    login = world.user("c1")
+    world.user("staff", Role.instructor)
+    older = _runs_of(sessions, [world.submission("c1", [{"score": 50.0}], age_s=60)])[0].id
+    newer = _runs_of(sessions, [world.submission("c1", [{"score": 20.0}])])[0].id
+    ask = ["counted", login, "--assignment", world.slug]
+
+    shown = _cli(ask, server_url, world.tokens["staff"])
+    assert shown.exit_code == 0 and f"run {newer} counts (the latest policy's pick)" in shown.stdout
+    chosen = _cli([*ask, "--run", str(older), "--reason", "the later run hit a node fault"], server_url,
+                  world.tokens["staff"])
+    assert chosen.exit_code == 0, chosen.output
+    assert f"run {older} counts (chosen by staff-{world.tag}): the later run hit a node fault" in chosen.stdout
+    refused = _cli([*ask, "--run", str(older)], server_url, world.tokens["c1"])
+    assert refused.exit_code == 3 and "HTTP 403" in refused.stderr
+    cleared = _cli([*ask, "--clear"], server_url, world.tokens["staff"])
+    assert cleared.exit_code == 0 and f"run {newer} counts" in cleared.stdout
+    assert _cli([*ask, "--run", "1", "--clear"], server_url, world.tokens["staff"]).exit_code == 2
+
+
 def test_gradebook_query_count_does_not_grow_with_students(
     world: World, sessions: sessionmaker[Session]
 ) -> None:
