@@ -3,6 +3,8 @@ with a staff token holding `read:all` (e.g. `grader token create prof --scope re
 figures of the assignments its owner teaches, and the broker's queues."""
 from __future__ import annotations
 
+from datetime import timedelta
+
 from fastapi import APIRouter
 from fastapi.responses import Response
 
@@ -24,7 +26,7 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 def metrics(ctx: Context, session: DB, caller: Caller) -> Response:
     require(caller, SCOPE_READ_ALL)
     taught = [aid for aid, role in caller.roles.items() if role is CourseRole.staff]
-    figures = run_metrics(session, taught, utcnow())
+    figures = run_metrics(session, taught, utcnow(), timedelta(seconds=ctx.settings.heartbeat_timeout_s))
     queues = [*broker_queues(ctx.settings), ctx.settings.similarity_queue]
     lengths = queue_lengths(ctx.celery, queues)
     return Response(exposition(figures + broker_metrics(lengths)), media_type=CONTENT_TYPE)

@@ -1,5 +1,5 @@
 """The service's metrics in Prometheus' text format (GET /api/v1/metrics): runs by state, what
-waits and for how long, how long recent runs took and how they ended, per assignment; the
+waits and for how long, runs whose worker stopped beating, how long recent runs took and how they ended, per assignment; the
 broker's queue lengths and whether the database and broker answer. Every figure is read from
 the database (and the broker) at scrape time, so any number of web processes report the same
 thing, and a restart loses nothing. A fixed number of statements whatever the number of runs
@@ -9,11 +9,12 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
-from sqlalchemy import and_, func, select
+from sqlalchemy import ColumnElement, and_, func, or_, select
 from sqlalchemy.orm import Session
 
-from grader.models import Assignment, Run, RunState, Submission
+from grader.models import ACTIVE_STATES, Assignment, Run, RunState, Submission
 
 RECENT = timedelta(hours=1)
 QUANTILES = (0.5, 0.9)
@@ -31,8 +32,9 @@ class Metric:
         self.samples.append((suffix, tuple(labels.items()), value))
 
 
-def run_metrics(session: Session, assignment_ids: list[int], now: datetime) -> list[Metric]:
-    """The run figures of the assignments `assignment_ids` (those the caller teaches) at `now`."""
+def run_metrics(session: Session, assignment_ids: list[int], now: datetime, stale_after: timedelta) -> list[Metric]:
+    """The run figures of the assignments `assignment_ids` (those the caller teaches) at `now`;
+    an active run whose heartbeat is older than `stale_after` (the reconciler's timeout) is stale."""
     slugs = dict(session.execute(select(Assignment.id, Assignment.slug).where(Assignment.id.in_(assignment_ids))
                                  .order_by(Assignment.slug)).all())
     by_state = Metric("kg_runs", "gauge", "Runs in each state now (queued, building, running; and every final state).")
@@ -42,15 +44,13 @@ def run_metrics(session: Session, assignment_ids: list[int], now: datetime) -> l
     waiting = Metric("kg_runs_unsent", "gauge",
                      "Queued runs not yet sent to the broker: held by fair share (one run per student in "
                      "flight) or a paused assignment, or waiting for the broker to come back.")
-    unsent = dict(session.execute(
-        select(Submission.assignment_id, func.count(Run.id)).join(Submission)
-        .where(Submission.assignment_id.in_(slugs), Run.state == RunState.queued, Run.enqueued_at.is_(None))
-        .group_by(Submission.assignment_id)).all())
+    unsent = _per_assignment(session, slugs, func.count(Run.id), Run.state == RunState.queued, Run.enqueued_at.is_(None))
     oldest = Metric("kg_oldest_queued_seconds", "gauge", "Age of the oldest queued run (0: none queued).")
-    first = dict(session.execute(
-        select(Submission.assignment_id, func.min(Run.created_at)).join(Submission)
-        .where(Submission.assignment_id.in_(slugs), Run.state == RunState.queued)
-        .group_by(Submission.assignment_id)).all())
+    first = _per_assignment(session, slugs, func.min(Run.created_at), Run.state == RunState.queued)
+    stale = Metric("kg_runs_stale_heartbeat", "gauge",
+                   "Active runs whose worker stopped beating (dead or cut off); the reconciler queues them again.")
+    silent = _per_assignment(session, slugs, func.count(Run.id), Run.state.in_(ACTIVE_STATES),
+                             or_(Run.heartbeat_at.is_(None), Run.heartbeat_at < now - stale_after))
     paused = Metric("kg_assignment_paused", "gauge", "1 while staff have paused the assignment's grading.")
     held = set(session.scalars(select(Assignment.id).where(Assignment.id.in_(slugs), Assignment.grading_paused)))
     for aid, slug in slugs.items():
@@ -58,8 +58,16 @@ def run_metrics(session: Session, assignment_ids: list[int], now: datetime) -> l
             by_state.add(counts.get((aid, state), 0), assignment=slug, state=state.value)
         waiting.add(unsent.get(aid, 0), assignment=slug)
         oldest.add(max(0.0, (now - first[aid]).total_seconds()) if aid in first else 0.0, assignment=slug)
+        stale.add(silent.get(aid, 0), assignment=slug)
         paused.add(1 if aid in held else 0, assignment=slug)
-    return [by_state, waiting, oldest, paused, *_recent(session, slugs, now)]
+    return [by_state, waiting, oldest, stale, paused, *_recent(session, slugs, now)]
+
+
+def _per_assignment(session: Session, slugs: dict[int, str], figure: Any, *where: ColumnElement[bool]) -> dict[int, Any]:
+    """assignment id -> `figure` (an aggregate) over its runs that meet `where`."""
+    return dict(session.execute(
+        select(Submission.assignment_id, figure).join(Submission)
+        .where(Submission.assignment_id.in_(slugs), *where).group_by(Submission.assignment_id)).all())
 
 
 def _recent(session: Session, slugs: dict[int, str], now: datetime) -> list[Metric]:

@@ -1,7 +1,8 @@
 """GET /api/v1/metrics on real PostgreSQL and Redis, read back with prometheus_client's own
-parser: runs by state, unsent runs, the oldest queued run's age, the last hour's outcomes and
-durations, for the assignments the token's owner teaches only; the broker's real queue lengths;
-staff's `read:all` scope needed."""
+parser: runs by state, unsent runs, the oldest queued run's age, runs whose worker stopped
+beating, the last hour's outcomes and durations, for the assignments the token's owner teaches
+only; the broker's real queue lengths; staff's `read:all` scope needed. The runs made here are
+ended afterwards, so no later reconciler pass sends them to a worker."""
 from __future__ import annotations
 
 import uuid
@@ -12,11 +13,12 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.app import create_app
 from grader.db import session_scope
-from grader.models import Role, Run, RunState, Submission, User, utcnow
+from grader.models import FINAL_STATES, Role, Run, RunState, Submission, User, utcnow
 from grader.settings import Settings
 from tests.service.conftest import REDIS_URL, auth
 from tests.service.test_api_v1 import World
@@ -35,8 +37,19 @@ def api(settings: Settings, queue: str) -> Iterator[TestClient]:
         yield client
 
 
+@pytest.fixture
+def worlds(sessions: sessionmaker[Session]) -> Iterator[list[World]]:
+    """Worlds of one test; their runs end `failed` after it."""
+    made: list[World] = []
+    yield made
+    with session_scope(sessions) as session:
+        mine = select(Submission.id).where(Submission.assignment_id.in_([w.assignment_id for w in made]))
+        session.execute(update(Run).where(Run.submission_id.in_(mine), Run.state.not_in(FINAL_STATES))
+                        .values(state=RunState.failed, finished_at=utcnow()))
+
+
 def _run(world: World, login: str, state: RunState, made_ago_s: float, done_ago_s: float | None = None,
-         sent: bool = True) -> None:
+         sent: bool = True, beat_ago_s: float | None = None) -> None:
     now = utcnow()
     with session_scope(world.sessions) as session:
         user = session.query(User).filter_by(username=f"{login}-{world.tag}").one()
@@ -44,6 +57,7 @@ def _run(world: World, login: str, state: RunState, made_ago_s: float, done_ago_
                          sha256=uuid.uuid4().hex * 2)
         session.add(Run(submission=sub, state=state, created_at=now - timedelta(seconds=made_ago_s),
                         enqueued_at=now if sent else None,
+                        heartbeat_at=None if beat_ago_s is None else now - timedelta(seconds=beat_ago_s),
                         finished_at=None if done_ago_s is None else now - timedelta(seconds=done_ago_s)))
 
 
@@ -56,16 +70,18 @@ def _scrape(api: TestClient, token: str) -> dict[tuple[str, frozenset[tuple[str,
 
 
 def test_metrics_count_what_the_database_and_broker_hold(api: TestClient, sessions: sessionmaker[Session],
-                                                          queue: str) -> None:
+                                                          queue: str, worlds: list[World]) -> None:
     world = World(sessions)
     world.user("stu"), world.user("prof", Role.instructor)
     _run(world, "stu", RunState.queued, 300, sent=False)  # held back (fair share)
     _run(world, "stu", RunState.queued, 100)
-    _run(world, "stu", RunState.running, 60)
+    _run(world, "stu", RunState.running, 60, beat_ago_s=2)
+    _run(world, "stu", RunState.building, 900, beat_ago_s=600)  # its worker died (timeout: 60 s)
     for took in (30, 60, 240):
         _run(world, "stu", RunState.scored, took + 10, done_ago_s=10)
     _run(world, "stu", RunState.failed, 7300, done_ago_s=7200)  # ended before the last hour
     other = World(sessions)  # an assignment the prof does not teach
+    worlds += [world, other]
     other.user("stu2")
     _run(other, "stu2", RunState.queued, 50)
     redis.Redis.from_url(REDIS_URL).rpush(queue, "m1", "m2", "m3")
@@ -76,7 +92,8 @@ def test_metrics_count_what_the_database_and_broker_hold(api: TestClient, sessio
     def value(name: str, *labels: tuple[str, str]) -> float:
         return got[(name, frozenset(labels))]
 
-    assert [value("kg_runs", a, ("state", s.value)) for s in RunState] == [2, 0, 1, 0, 3, 1]  # RunState's order
+    assert [value("kg_runs", a, ("state", s.value)) for s in RunState] == [2, 1, 1, 0, 3, 1]  # RunState's order
+    assert value("kg_runs_stale_heartbeat", a) == 1
     assert value("kg_runs_unsent", a) == 1
     assert 295 <= value("kg_oldest_queued_seconds", a) <= 330
     assert value("kg_assignment_paused", a) == 0
