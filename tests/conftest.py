@@ -26,7 +26,38 @@ def cuda_device_count() -> int:
     return count.value
 
 
+# The GPU suite (~20 min on an H200) in three parts of at most ~8 min, so that each fits one
+# device call (10 min at most) and a machine lent afresh between calls costs one part, not the
+# whole run: `--gpu-part N` keeps the tests of part N (durations at c0556bc and 482b838:
+# every mutant 388 s, cheats 66-82 s, hostile 202 s, infinite loop 107 s, kit end to end
+# 81-108 s; part 3, the rest, ~400 s). A pattern is a node id's start under tests/gpu/.
+GPU_PARTS: dict[int, tuple[str, ...]] = {
+    1: ("test_grading_gpu.py::test_every_mutant_loses_points_on_its_problems",
+        "test_grading_gpu.py::test_cheats_gain_nothing"),
+    2: ("test_hostile_gpu.py::",  # the kit after the hostile ones: one file, one session
+        "test_grading_gpu.py::test_infinite_loop_kernel_times_out_and_grading_goes_on",
+        "test_grading_gpu.py::test_reference_kit_end_to_end"),
+}
+GPU_REST = 3
+
+
+def gpu_part(nodeid: str) -> int:
+    """The part of the GPU suite a test belongs to (GPU_PARTS; the rest: GPU_REST)."""
+    inside = nodeid.split("tests/gpu/", 1)[-1]
+    return next((part for part, starts in GPU_PARTS.items() if inside.startswith(starts)), GPU_REST)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--gpu-part", type=int, choices=(*GPU_PARTS, GPU_REST), default=None,
+                     help="run only this part of the GPU suite (see tests/conftest.py GPU_PARTS)")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    part = config.getoption("--gpu-part")
+    if part is not None:
+        keep = [item for item in items if "tests/gpu/" in item.nodeid and gpu_part(item.nodeid) == part]
+        config.hook.pytest_deselected(items=[item for item in items if item not in keep])
+        items[:] = keep
     if cuda_device_count() > 0:
         return
     skip = pytest.mark.skip(reason="no CUDA device on this machine")

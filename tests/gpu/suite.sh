@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The whole GPU suite in one call, for a bare GPU machine (see README, "GPU suite").
-#   bash tests/gpu/suite.sh [pytest args...]      default: every test under tests/gpu
+# The GPU suite on a bare GPU machine (see README, "GPU suite").
+#   bash tests/gpu/suite.sh [pytest args...]      default: every test under tests/gpu; one
+#                                                 device call holds one part: tests/gpu --gpu-part N
 #   bash tests/gpu/suite.sh --bench SCRIPT [args]  only the set-up, then that bench script
 # Installs the carried wheels (.whl/, ignored by git) into /opt/kg-site, prints the GPU's
 # identity, runs the GPU tests, then the speedup benchmark when it exists and the fidelity bench
