@@ -11,7 +11,9 @@ in-process (Starlette's TestClient), logs in as an instructor through the login 
 GET /gradebook (its first page of KG_GRADEBOOK_PAGE_SIZE students, default 100, with the SVG
 charts of every student), a later page, a sorted and filtered view, and the exports (CSV, JSON:
 every student): warm-up requests first, then --requests timed requests each, as median, p90,
-min and max in ms.
+min and max in ms. Last, a Prometheus scrape of GET /api/v1/metrics with the instructor's API
+token, once every seeded run is made to have ended in the last hour (the deadline's worst case:
+the scrape reads each recent run's duration).
 Prints a table; --record appends it to BENCHMARKS.md with the machine, date, commit and command.
 """
 from __future__ import annotations
@@ -33,10 +35,11 @@ sys.path.insert(0, str(PROJECT_ROOT))
 
 from benchmarks_md import publish  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
+from sqlalchemy import select, update  # noqa: E402
 from sqlalchemy.engine import make_url  # noqa: E402
 
 from grader.app import create_app  # noqa: E402
-from grader.auth.credentials import set_password  # noqa: E402
+from grader.auth.credentials import SCOPE_READ_ALL, issue_token, set_password  # noqa: E402
 from grader.cli import init_database  # noqa: E402
 from grader.course.membership import enroll  # noqa: E402
 from grader.db import make_engine, make_session_factory, session_scope  # noqa: E402
@@ -118,19 +121,28 @@ def log_in(client: TestClient) -> None:
     assert response.status_code == 303, response.text
 
 
-def measure(client: TestClient, path: str, requests: int) -> tuple[list[float], int]:
+def measure(client: TestClient, path: str, requests: int,
+            headers: dict[str, str] | None = None) -> tuple[list[float], int]:
     size = 0
     for _ in range(WARMUP):
-        response = client.get(path)
+        response = client.get(path, headers=headers)
         assert response.status_code == 200, (path, response.status_code)
         size = len(response.content)
     samples = []
     for _ in range(requests):
         started = time.perf_counter()
-        response = client.get(path)
+        response = client.get(path, headers=headers)
         samples.append((time.perf_counter() - started) * 1000)
         assert response.status_code == 200
     return samples, size
+
+
+def _recent_runs_token(settings: Settings) -> str:
+    """Every seeded run made to have ended half an hour ago; an API token of the instructor."""
+    with session_scope(make_session_factory(make_engine(settings))) as session:
+        session.execute(update(Run).values(finished_at=utcnow() - timedelta(minutes=30)))
+        prof = session.scalars(select(User).where(User.username == "bench-prof")).one()
+        return issue_token(session, prof, "bench metrics", (SCOPE_READ_ALL,))
 
 
 def _p90(values: list[float]) -> float:
@@ -163,6 +175,8 @@ def main() -> int:
             log_in(client)
             for label, path in PAGES:
                 results[label] = measure(client, path, args.requests)
+            results[f"metrics scrape ({args.students * args.runs} runs ended in the last hour)"] = measure(
+                client, "/api/v1/metrics", args.requests, {"Authorization": f"Bearer {_recent_runs_token(settings)}"})
 
     command = "bench/gradebook_load.py" + (" --database-url postgresql+psycopg://postgres@127.0.0.1:5432/<empty db>"
                                            if backend == "postgresql" else "") + " --record"
