@@ -33,8 +33,9 @@ from grader.course.assignment_settings import (
 from grader.course.grading_control import grading_state, resume, set_paused
 from grader.course.membership import assignments_of, enroll, members_of, unenroll
 from grader.course.policies import SCORE_POLICIES, late_policy
-from grader.models import Assignment, CourseRole, Submission, User
+from grader.models import Assignment, CourseRole, Submission, User, utcnow
 from grader.pages.common import Db, Staff, StaffForm, Viewer, page, see_other
+from grader.reads.service_metrics import health
 from grader.service import NotFound, find_user
 from grader.similarity.base import describe_assignment_base
 
@@ -264,10 +265,15 @@ async def member_remove(request: Request, slug: str, username: str, session: Db,
 
 @router.get("/assignments/{slug}/grading", response_class=HTMLResponse)
 def grading_controls(request: Request, session: Db, staff: Staff) -> Response:
+    """Pause and resume, what is in flight, and how grading is going: the oldest queued run,
+    runs whose worker stopped reporting, the last hour's outcomes and times (the metrics' figures)."""
     sent = request.query_params.get("sent", "")
+    settings = get_context(request).settings
+    now = utcnow()
+    figures = health(session, [staff.assignment.id], now, timedelta(seconds=settings.heartbeat_timeout_s))
     return page(request, "ops_grading.html", staff.user, assignment=staff.assignment,
                 state=grading_state(session, staff.assignment), sent=int(sent) if sent.isdigit() else None,
-                zone=get_context(request).settings.course_zone)
+                zone=settings.course_zone, health=figures[staff.assignment.id], heartbeat_s=settings.heartbeat_timeout_s)
 
 
 @router.get("/assignments/{slug}/grading/pause", response_class=HTMLResponse)

@@ -1,6 +1,7 @@
 """The service's metrics in Prometheus' text format (GET /api/v1/metrics): runs by state, what
-waits and for how long, runs whose worker stopped beating, how long recent runs took and how they ended, per assignment; the
-broker's queue lengths and whether the database and broker answer. Every figure is read from
+waits and for how long, runs whose worker stopped beating, how long recent runs took and how
+they ended, per assignment (`health`, which the grading controls page shows too); the broker's
+queue lengths and whether it answers. Every figure is read from
 the database (and the broker) at scrape time, so any number of web processes report the same
 thing, and a restart loses nothing. A fixed number of statements whatever the number of runs
 (the recent runs' durations: one row per run finished in the window)."""
@@ -14,7 +15,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, and_, func, or_, select
 from sqlalchemy.orm import Session
 
-from grader.models import ACTIVE_STATES, Assignment, Run, RunState, Submission
+from grader.models import ACTIVE_STATES, FINAL_STATES, Assignment, Run, RunState, Submission
 
 RECENT = timedelta(hours=1)
 QUANTILES = (0.5, 0.9)
@@ -32,62 +33,90 @@ class Metric:
         self.samples.append((suffix, tuple(labels.items()), value))
 
 
-def run_metrics(session: Session, assignment_ids: list[int], now: datetime, stale_after: timedelta) -> list[Metric]:
-    """The run figures of the assignments `assignment_ids` (those the caller teaches) at `now`;
-    an active run whose heartbeat is older than `stale_after` (the reconciler's timeout) is stale."""
-    slugs = dict(session.execute(select(Assignment.id, Assignment.slug).where(Assignment.id.in_(assignment_ids))
-                                 .order_by(Assignment.slug)).all())
-    by_state = Metric("kg_runs", "gauge", "Runs in each state now (queued, building, running; and every final state).")
+@dataclass(frozen=True)
+class Health:
+    """One assignment's runs now and over the last hour (RECENT): the metrics' figures, and the
+    grading controls page's."""
+
+    by_state: dict[RunState, int]
+    unsent: int  # queued, not sent: held by fair share or a pause, or waiting for the broker
+    oldest_queued_s: float | None  # None: nothing queued
+    stale: int  # active, with a heartbeat older than the reconciler's timeout
+    ended: dict[RunState, int]  # final state -> runs that reached it in the last hour
+    seconds: list[float]  # upload (or re-grade request) to final state of those runs, sorted
+
+    def quantile(self, q: float) -> float:
+        return _quantile(self.seconds, q)
+
+
+def health(session: Session, assignment_ids: list[int], now: datetime, stale_after: timedelta) -> dict[int, Health]:
+    """assignment id -> its Health at `now`; an active run whose heartbeat is older than
+    `stale_after` is stale. Six statements whatever the number of assignments."""
+    ids = list(assignment_ids)
     counts = {(a, s): n for a, s, n in session.execute(
         select(Submission.assignment_id, Run.state, func.count(Run.id)).join(Submission)
-        .where(Submission.assignment_id.in_(slugs)).group_by(Submission.assignment_id, Run.state))}
-    waiting = Metric("kg_runs_unsent", "gauge",
-                     "Queued runs not yet sent to the broker: held by fair share (one run per student in "
-                     "flight) or a paused assignment, or waiting for the broker to come back.")
-    unsent = _per_assignment(session, slugs, func.count(Run.id), Run.state == RunState.queued, Run.enqueued_at.is_(None))
-    oldest = Metric("kg_oldest_queued_seconds", "gauge", "Age of the oldest queued run (0: none queued).")
-    first = _per_assignment(session, slugs, func.min(Run.created_at), Run.state == RunState.queued)
-    stale = Metric("kg_runs_stale_heartbeat", "gauge",
-                   "Active runs whose worker stopped beating (dead or cut off); the reconciler queues them again.")
-    silent = _per_assignment(session, slugs, func.count(Run.id), Run.state.in_(ACTIVE_STATES),
+        .where(Submission.assignment_id.in_(ids)).group_by(Submission.assignment_id, Run.state))}
+    unsent = _per_assignment(session, ids, func.count(Run.id), Run.state == RunState.queued, Run.enqueued_at.is_(None))
+    first = _per_assignment(session, ids, func.min(Run.created_at), Run.state == RunState.queued)
+    silent = _per_assignment(session, ids, func.count(Run.id), Run.state.in_(ACTIVE_STATES),
                              or_(Run.heartbeat_at.is_(None), Run.heartbeat_at < now - stale_after))
-    paused = Metric("kg_assignment_paused", "gauge", "1 while staff have paused the assignment's grading.")
-    held = set(session.scalars(select(Assignment.id).where(Assignment.id.in_(slugs), Assignment.grading_paused)))
-    for aid, slug in slugs.items():
-        for state in RunState:
-            by_state.add(counts.get((aid, state), 0), assignment=slug, state=state.value)
-        waiting.add(unsent.get(aid, 0), assignment=slug)
-        oldest.add(max(0.0, (now - first[aid]).total_seconds()) if aid in first else 0.0, assignment=slug)
-        stale.add(silent.get(aid, 0), assignment=slug)
-        paused.add(1 if aid in held else 0, assignment=slug)
-    return [by_state, waiting, oldest, stale, paused, *_recent(session, slugs, now)]
+    recent = session.execute(
+        select(Submission.assignment_id, Run.state, Run.created_at, Run.finished_at).join(Submission)
+        .where(and_(Submission.assignment_id.in_(ids), Run.finished_at >= now - RECENT))).all()
+    found: dict[int, Health] = {}
+    for aid in ids:
+        mine = [(state, (done - made).total_seconds()) for a, state, made, done in recent
+                if a == aid and done is not None]
+        found[aid] = Health(
+            by_state={state: counts.get((aid, state), 0) for state in RunState},
+            unsent=unsent.get(aid, 0),
+            oldest_queued_s=max(0.0, (now - first[aid]).total_seconds()) if aid in first else None,
+            stale=silent.get(aid, 0),
+            ended={state: sum(1 for s, _ in mine if s is state) for state in RunState if state in FINAL_STATES},
+            seconds=sorted(seconds for _, seconds in mine))
+    return found
 
 
-def _per_assignment(session: Session, slugs: dict[int, str], figure: Any, *where: ColumnElement[bool]) -> dict[int, Any]:
+def _per_assignment(session: Session, ids: list[int], figure: Any, *where: ColumnElement[bool]) -> dict[int, Any]:
     """assignment id -> `figure` (an aggregate) over its runs that meet `where`."""
     return dict(session.execute(
         select(Submission.assignment_id, figure).join(Submission)
-        .where(Submission.assignment_id.in_(slugs), *where).group_by(Submission.assignment_id)).all())
+        .where(Submission.assignment_id.in_(ids), *where).group_by(Submission.assignment_id)).all())
 
 
-def _recent(session: Session, slugs: dict[int, str], now: datetime) -> list[Metric]:
-    """How the runs finished in the last hour ended, and how long they took from upload."""
-    ended = Metric("kg_runs_finished_last_hour", "gauge", "Runs that ended in the last hour, by final state.")
-    took = Metric("kg_run_seconds_last_hour", "summary",
-                  "Upload (or re-grade request) to final state of the runs that ended in the last hour.")
-    rows = session.execute(
-        select(Submission.assignment_id, Run.state, Run.created_at, Run.finished_at).join(Submission)
-        .where(and_(Submission.assignment_id.in_(slugs), Run.finished_at >= now - RECENT))).all()
-    for aid, slug in slugs.items():
-        mine = [(state, (done - made).total_seconds()) for a, state, made, done in rows if a == aid and done is not None]
-        for state in (RunState.scored, RunState.built, RunState.failed):
-            ended.add(sum(1 for s, _ in mine if s is state), assignment=slug, state=state.value)
-        seconds = sorted(s for _, s in mine)
+def run_metrics(session: Session, assignment_ids: list[int], now: datetime, stale_after: timedelta) -> list[Metric]:
+    """The run figures (Health) of the assignments `assignment_ids`, those the caller teaches."""
+    slugs = dict(session.execute(select(Assignment.id, Assignment.slug).where(Assignment.id.in_(assignment_ids))
+                                 .order_by(Assignment.slug)).all())
+    paused = set(session.scalars(select(Assignment.id).where(Assignment.id.in_(slugs), Assignment.grading_paused)))
+    metrics = {name: Metric(name, kind, text) for name, kind, text in (
+        ("kg_runs", "gauge", "Runs in each state now (queued, building, running; and every final state)."),
+        ("kg_runs_unsent", "gauge", "Queued runs not yet sent to the broker: held by fair share (one run per "
+                                    "student in flight) or a paused assignment, or waiting for the broker to come back."),
+        ("kg_oldest_queued_seconds", "gauge", "Age of the oldest queued run (0: none queued)."),
+        ("kg_runs_stale_heartbeat", "gauge",
+         "Active runs whose worker stopped beating (dead or cut off); the reconciler queues them again."),
+        ("kg_assignment_paused", "gauge", "1 while staff have paused the assignment's grading."),
+        ("kg_runs_finished_last_hour", "gauge", "Runs that ended in the last hour, by final state."),
+        ("kg_run_seconds_last_hour", "summary",
+         "Upload (or re-grade request) to final state of the runs that ended in the last hour."),
+    )}
+    for aid, figures in health(session, list(slugs), now, stale_after).items():
+        slug = slugs[aid]
+        for state, n in figures.by_state.items():
+            metrics["kg_runs"].add(n, assignment=slug, state=state.value)
+        metrics["kg_runs_unsent"].add(figures.unsent, assignment=slug)
+        metrics["kg_oldest_queued_seconds"].add(figures.oldest_queued_s or 0.0, assignment=slug)
+        metrics["kg_runs_stale_heartbeat"].add(figures.stale, assignment=slug)
+        metrics["kg_assignment_paused"].add(1 if aid in paused else 0, assignment=slug)
+        for state, n in figures.ended.items():
+            metrics["kg_runs_finished_last_hour"].add(n, assignment=slug, state=state.value)
+        took = metrics["kg_run_seconds_last_hour"]
         for q in QUANTILES:
-            took.add(_quantile(seconds, q), assignment=slug, quantile=f"{q:g}")
-        took.add(sum(seconds), "_sum", assignment=slug)
-        took.add(len(seconds), "_count", assignment=slug)
-    return [ended, took]
+            took.add(figures.quantile(q), assignment=slug, quantile=f"{q:g}")
+        took.add(sum(figures.seconds), "_sum", assignment=slug)
+        took.add(len(figures.seconds), "_count", assignment=slug)
+    return list(metrics.values())
 
 
 def _quantile(values: list[float], q: float) -> float:

@@ -5,6 +5,7 @@ only; the broker's real queue lengths; staff's `read:all` scope needed. The runs
 ended afterwards, so no later reconciler pass sends them to a worker."""
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -17,11 +18,13 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.app import create_app
+from grader.auth.credentials import set_password
 from grader.db import session_scope
 from grader.models import FINAL_STATES, Role, Run, RunState, Submission, User, utcnow
 from grader.settings import Settings
 from tests.service.conftest import REDIS_URL, auth
 from tests.service.test_api_v1 import World
+from tests.service.test_web_settings import PASSWORD, Browser
 
 
 @pytest.fixture(scope="module")
@@ -111,3 +114,27 @@ def test_metrics_need_staffs_read_all_scope(api: TestClient, sessions: sessionma
     world.user("stu")
     assert api.get("/api/v1/metrics", headers=auth(world.tokens["stu"])).status_code == 403
     assert api.get("/api/v1/metrics").status_code == 401
+
+
+def test_the_grading_controls_page_shows_the_same_figures(settings: Settings, sessions: sessionmaker[Session],
+                                                          worlds: list[World]) -> None:
+    world = World(sessions)
+    worlds.append(world)
+    world.user("stu"), world.user("prof", Role.instructor)
+    with session_scope(sessions) as session:
+        set_password(session.query(User).filter_by(username=f"prof-{world.tag}").one(), PASSWORD)
+    prof = Browser(settings, f"prof-{world.tag}")
+    page = prof.client.get(f"/assignments/{world.slug}/grading").text
+    assert 'id="health-oldest">Nothing of this assignment is queued.' in page and 'id="health-stale"' not in page
+    assert "In the last hour: 0 built, 0 scored, 0 failed." in page
+
+    _run(world, "stu", RunState.queued, 300, sent=False)
+    _run(world, "stu", RunState.building, 900, beat_ago_s=settings.heartbeat_timeout_s + 60)
+    for took in (30, 60, 240):
+        _run(world, "stu", RunState.scored, took + 10, done_ago_s=10)
+    _run(world, "stu", RunState.failed, 7300, done_ago_s=7200)
+    page = prof.client.get(f"/assignments/{world.slug}/grading").text
+    assert "The oldest queued run has waited 5 min." in page
+    assert re.search(r'id="health-stale">1 run\s+in flight whose worker stopped reporting', page)
+    assert re.search(r"In the last hour: 0 built, 3 scored, 0 failed; upload to result: median 60 s, 90% within"
+                     r"\s+3 min\.", page), page[page.find("health-hour"):][:300]
