@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 
 from grader import ops_cli
 from grader.auth.credentials import issue_token
-from grader.auth.password_reset import RESET_PATH, issue_reset
+from grader.auth.password_reset import issue_reset, reset_link
 from grader.auth.sessions import change_password, revoke_user_sessions
 from grader.course.membership import assignments_of, enroll, unenroll
 from grader.course.roster import import_roster
@@ -100,7 +100,7 @@ def user_reset_link(
     settings = get_settings()
     with session_scope(make_session_factory(make_engine(settings))) as session:
         token = issue_reset(session, _user_or_exit(session, username), settings.password_reset_max_age_s)
-    typer.echo(base_url.rstrip("/") + RESET_PATH + token)
+    typer.echo(reset_link(base_url, token))
 
 
 @token_app.command("create")

@@ -11,7 +11,7 @@ from fastapi.responses import Response
 from grader.api.deps import DB, Caller, Context, require
 from grader.api.errors import ERRORS
 from grader.auth.credentials import SCOPE_READ_ALL
-from grader.models import CourseRole, utcnow
+from grader.models import utcnow
 from grader.reads.service_metrics import broker_metrics, exposition, run_metrics
 from grader.runs.dispatch import queue_lengths
 from grader.runs.reconcile import broker_queues
@@ -25,7 +25,7 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
             summary="Prometheus metrics: runs by state, waiting, recent durations and outcomes; broker queues")
 def metrics(ctx: Context, session: DB, caller: Caller) -> Response:
     require(caller, SCOPE_READ_ALL)
-    taught = [aid for aid, role in caller.roles.items() if role is CourseRole.staff]
+    taught = [aid for aid in caller.roles if caller.teaches(aid)]
     figures = run_metrics(session, taught, utcnow(), timedelta(seconds=ctx.settings.heartbeat_timeout_s))
     queues = [*broker_queues(ctx.settings), ctx.settings.similarity_queue]
     lengths = queue_lengths(ctx.celery, queues)

@@ -36,6 +36,11 @@ def issue_reset(session: Session, user: User, max_age_s: int, issued_by: User | 
     return token
 
 
+def reset_link(base_url: str, token: str) -> str:
+    """The link of a reset token on the service at `base_url`."""
+    return base_url.rstrip("/") + RESET_PATH + token
+
+
 def may_issue_reset(session: Session, issuer: User, target: User) -> bool:
     """Whether `issuer` may issue a link for `target`: a student of an assignment the issuer
     teaches, who is staff of no assignment."""

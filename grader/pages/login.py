@@ -10,7 +10,14 @@ from fastapi.responses import HTMLResponse, Response
 
 from grader.api.deps import Context, get_context
 from grader.auth.credentials import check_password
-from grader.auth.password_reset import RESET_PATH, issue_reset, live_reset, redeem_reset, self_service_target
+from grader.auth.password_reset import (
+    RESET_PATH,
+    issue_reset,
+    live_reset,
+    redeem_reset,
+    reset_link,
+    self_service_target,
+)
 from grader.auth.sessions import current_user, log_in, log_out
 from grader.notify import reset_message, send_reset_link
 from grader.pages.common import LOGIN_NOTICES, Db, csrf_checked, page, safe_next, see_other
@@ -74,7 +81,7 @@ async def forgot(request: Request, background: BackgroundTasks, ctx: Context, se
     if target is not None and target.email:
         token = issue_reset(session, target, settings.password_reset_max_age_s)
         session.commit()
-        link = settings.public_url.rstrip("/") + RESET_PATH + token
+        link = reset_link(settings.public_url, token)
         background.add_task(send_reset_link, settings.smtp, reset_message(
             settings.smtp.from_, target.email, target.username, link, settings.password_reset_max_age_s / 3600))
     return page(request, "forgot.html", None, offered=_resets_by_email(settings), asked=asked or None)

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from grader.api.deps import Context
-from grader.auth.password_reset import RESET_PATH, issue_reset, may_issue_reset
+from grader.auth.password_reset import issue_reset, may_issue_reset, reset_link
 from grader.auth.sessions import current_user
 from grader.course.roster import parse_roster
 from grader.course.roster_jobs import (
@@ -203,7 +203,7 @@ async def roster_reset_link(request: Request, ctx: Context, session: Db, user: S
         return _roster_page(request, session, user, status.HTTP_404_NOT_FOUND,
                             error=f"No student “{username}” in an assignment you teach.")
     token = issue_reset(session, target, ctx.settings.password_reset_max_age_s, issued_by=user)
-    link = str(request.base_url).rstrip("/") + RESET_PATH + token
+    link = reset_link(str(request.base_url), token)
     response = _roster_page(request, session, user, reset={"username": target.username, "link": link,
                                                            "hours": ctx.settings.password_reset_max_age_s / 3600})
     response.headers["Cache-Control"] = "no-store"  # the link is shown once

@@ -1,13 +1,14 @@
 """The service's metrics in Prometheus' text format (GET /api/v1/metrics): runs by state, what
 waits and for how long, runs whose worker stopped beating, how long recent runs took and how
 they ended, per assignment (`health`, which the grading controls page shows too); the broker's
-queue lengths and whether it answers. Every figure is read from
-the database (and the broker) at scrape time, so any number of web processes report the same
-thing, and a restart loses nothing. A fixed number of statements whatever the number of runs
-(the recent runs' durations: one row per run finished in the window)."""
+queue lengths and whether it answers. Every figure is read from the database (and the broker)
+at scrape time, so any number of web processes report the same thing, and a restart loses
+nothing. A fixed number of statements whatever the number of runs (the recent runs'
+durations: one row per run finished in the window)."""
 from __future__ import annotations
 
 import statistics
+from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -51,7 +52,7 @@ class Health:
 
 def health(session: Session, assignment_ids: list[int], now: datetime, stale_after: timedelta) -> dict[int, Health]:
     """assignment id -> its Health at `now`; an active run whose heartbeat is older than
-    `stale_after` is stale. Six statements whatever the number of assignments."""
+    `stale_after` is stale. Five statements whatever the number of assignments."""
     ids = list(assignment_ids)
     counts = {(a, s): n for a, s, n in session.execute(
         select(Submission.assignment_id, Run.state, func.count(Run.id)).join(Submission)
@@ -63,10 +64,13 @@ def health(session: Session, assignment_ids: list[int], now: datetime, stale_aft
     recent = session.execute(
         select(Submission.assignment_id, Run.state, Run.created_at, Run.finished_at).join(Submission)
         .where(and_(Submission.assignment_id.in_(ids), Run.finished_at >= now - RECENT))).all()
+    ended: dict[int, list[tuple[RunState, float]]] = defaultdict(list)
+    for aid, state, made, done in recent:
+        if done is not None:  # always, by the window's condition
+            ended[aid].append((state, (done - made).total_seconds()))
     found: dict[int, Health] = {}
     for aid in ids:
-        mine = [(state, (done - made).total_seconds()) for a, state, made, done in recent
-                if a == aid and done is not None]
+        mine = ended[aid]
         found[aid] = Health(
             by_state={state: counts.get((aid, state), 0) for state in RunState},
             unsent=unsent.get(aid, 0),
