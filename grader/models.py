@@ -21,7 +21,7 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.engine import Dialect
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship, validates
 from sqlalchemy.types import TypeDecorator
 
 from grader.auth.roles import CourseRole, Role
@@ -60,6 +60,11 @@ def _enum(cls: type[enum.Enum]) -> Enum:
     return Enum(cls, native_enum=False, length=32, validate_strings=True)
 
 
+def login_key(login: str) -> str:
+    """What two logins must share to name the same account (grader.auth.logins): case-insensitive."""
+    return login.strip().casefold()
+
+
 class User(Base):
     __tablename__ = "users"
 
@@ -71,8 +76,16 @@ class User(Base):
     section: Mapped[str | None] = mapped_column(String(64))  # from the roster
     email: Mapped[str | None] = mapped_column(String(256))  # from the roster; run notices go here (grader.notify)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # The login case-folded (login_key), set with the username: logins are case-insensitive and
+    # unique so. None only for accounts migration 0018 found differing from another by case alone.
+    login_key: Mapped[str | None] = mapped_column(String(128), unique=True, index=True)
 
     tokens: Mapped[list[ApiToken]] = relationship(back_populates="user")
+
+    @validates("username")
+    def _keyed(self, _: str, username: str) -> str:
+        self.login_key = login_key(username)
+        return username
 
 
 class ApiToken(Base):
@@ -126,6 +139,37 @@ class PasswordReset(Base):
     used_at: Mapped[datetime | None]
 
     user: Mapped[User] = relationship(foreign_keys=[user_id])
+
+
+class LoginThrottle(Base):
+    """Failed attempts of one key (an account or a client address, at one door) and until when
+    it is refused (grader.auth.throttle). A row per key, shared by every web process."""
+
+    __tablename__ = "login_throttles"
+
+    key: Mapped[str] = mapped_column(String(300), primary_key=True)
+    failures: Mapped[int] = mapped_column(Integer)
+    last_failure_at: Mapped[datetime]
+    blocked_until: Mapped[datetime | None]
+
+
+class AuditEvent(Base):
+    """One security event (grader.auth.audit): logins, failures, locks, unlocks, reset links.
+    `actor_id` is who acted when it is not the account's own holder (staff issuing a link; None
+    for a visitor or the command line), `user_id` the account concerned, `login` its name as
+    typed or known, `via` web, api or cli."""
+
+    __tablename__ = "audit_events"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
+    event: Mapped[str] = mapped_column(String(32))
+    via: Mapped[str] = mapped_column(String(8))
+    actor_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))
+    user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"), index=True)
+    login: Mapped[str | None] = mapped_column(String(256))
+    address: Mapped[str | None] = mapped_column(String(64))
+    detail: Mapped[str] = mapped_column(String(512), default="")
 
 
 class Assignment(Base):

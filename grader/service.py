@@ -11,7 +11,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from grader.course.membership import enroll_in_all
-from grader.models import Assignment, GpuCalibration, Role, Run, Submission, User, utcnow
+from grader.models import Assignment, GpuCalibration, Role, Run, Submission, User, login_key, utcnow
 from grader.storage.blobstore import StoredBlob
 from worker.rubric import load_rubric
 
@@ -114,7 +114,11 @@ def get_assignment(session: Session, slug: str) -> Assignment:
 
 
 def find_user(session: Session, username: str) -> User | None:
-    return session.scalar(select(User).where(User.username == username))
+    """The account whose login is `username`, case-insensitively (users.login_key); an exact
+    match first, so that accounts migration 0018 left apart (logins differing by case alone, no
+    key) keep their own logins."""
+    exact = session.scalar(select(User).where(User.username == username))
+    return exact or session.scalar(select(User).where(User.login_key == login_key(username)))
 
 
 def get_or_create_user(session: Session, username: str, role: Role,

@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session
 
 from grader.auth.credentials import set_password
 from grader.course.membership import enroll, role_in
-from grader.models import Assignment, CourseRole, Role, User
+from grader.models import Assignment, CourseRole, Role, User, login_key
 
 EMAIL = re.compile(r"^[^@\s,;<>\"']+@[^@\s,;<>\"']+\.[^@\s,;<>\"'.]+$")
 LOGIN = re.compile(r"^[a-z0-9][a-z0-9._@+-]*$")
@@ -185,12 +185,12 @@ def parse_roster(text: str) -> tuple[list[RosterLine], list[LineError]]:
             errors.append(LineError(number, f"expected 2 or 3 columns (email,name[,section]), found {len(cells)}"))
             continue
         problem = _problem(login, email, name, section or None, label)
-        if problem is None and login in seen:
-            problem = f"{login} is already on line {seen[login]}"
+        if problem is None and login_key(login) in seen:  # logins are case-insensitive
+            problem = f"{login} is already on line {seen[login_key(login)]}"
         if problem:
             errors.append(LineError(number, problem))
             continue
-        seen[login] = number
+        seen[login_key(login)] = number
         lines.append(RosterLine(number, email, name, section or None, login))
     return lines, errors
 
@@ -232,10 +232,14 @@ def import_roster(session: Session, text: str, assignment: Assignment,
     `password(login)`."""
     lines, errors = parse_roster(text)
     report = RosterReport(errors=errors)
+    # An existing account is found as grader.service.find_user finds it: its exact login, else
+    # case-insensitively (login_key)
     logins = [ln.login for ln in lines]
-    existing = {u.username: u for u in session.scalars(select(User).where(User.username.in_(logins)))}
+    exact = {u.username: u for u in session.scalars(select(User).where(User.username.in_(logins)))}
+    keyed = {u.login_key: u for u in session.scalars(
+        select(User).where(User.login_key.in_([login_key(login) for login in logins])))}
     for done, line in enumerate(lines, 1):
-        user = existing.get(line.login)
+        user = exact.get(line.login) or keyed.get(login_key(line.login))
         if user is None:
             user = User(username=line.login, role=Role.student, full_name=line.name, section=line.section,
                         email=line.email)

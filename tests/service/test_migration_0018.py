@@ -1,0 +1,53 @@
+"""Migration 0018 on PostgreSQL and SQLite: logins become case-insensitive without merging
+accounts whose logins differ only by case (they keep their exact-name logins, no key)."""
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+from alembic import command
+
+from grader.cli import _alembic_config
+from grader.settings import Settings
+from tests.service.conftest import PG_ADMIN_URL
+
+
+@pytest.fixture(params=["postgresql", "sqlite"])
+def empty_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'kg.db'}"
+        return
+    name = f"kg_mig_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    base = PG_ADMIN_URL.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1)
+    yield f"{base}/{name}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_upgrade_keys_logins_and_leaves_case_twins_apart(empty_database: str, tmp_path: Path,
+                                                          capfd: pytest.CaptureFixture[str]) -> None:
+    config = _alembic_config(Settings.from_variables({"KG_DATABASE_URL": empty_database,
+                                                      "KG_DATA_DIR": str(tmp_path)}))
+    command.upgrade(config, "0017")
+    engine = sa.create_engine(empty_database)
+    with engine.begin() as conn:
+        for name in ("Alice@Example.edu", "alice@example.edu", "Bob", "carol"):
+            conn.execute(sa.text("INSERT INTO users (username, role, created_at) VALUES (:n, 'student', "
+                                 "CURRENT_TIMESTAMP)"), {"n": name})
+    command.upgrade(config, "0018")
+    with engine.connect() as conn:
+        keys = dict(conn.execute(sa.text("SELECT username, login_key FROM users")).all())
+    assert keys == {"Alice@Example.edu": None, "alice@example.edu": None, "Bob": "bob", "carol": "carol"}
+    assert "'Alice@Example.edu'" in capfd.readouterr().err
+    with engine.begin() as conn, pytest.raises(sa.exc.IntegrityError):
+        conn.execute(sa.text("INSERT INTO users (username, role, created_at, login_key) VALUES ('BOB', 'student', "
+                             "CURRENT_TIMESTAMP, 'bob')"))
+    command.downgrade(config, "0017")
+    command.upgrade(config, "head")
+    engine.dispose()
