@@ -11,6 +11,7 @@ arguments, and the `AcceptedUpload` or the `UploadError` into its answer."""
 from __future__ import annotations
 
 import logging
+import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -141,10 +142,25 @@ def accept_upload(ctx: AppContext, user_id: int, upload: ReceivedUpload, key: st
 
 
 def _refuse_non_zip(ctx: AppContext, upload: ReceivedUpload, slug: str) -> None:
-    with ctx.blobs.path(upload.blob.sha256).open("rb") as fh:
+    """A file that is not a zip (415 `not_a_zip`), or a zip that holds no file (422 `empty_zip`:
+    folders at most), is refused before anything is recorded. A zip whose directory cannot be
+    read is left to the unpack step, which says what is wrong with it."""
+    path = ctx.blobs.path(upload.blob.sha256)
+    with path.open("rb") as fh:
         head = fh.read(HEAD_BYTES)
     if head[:4] not in ZIP_MAGIC:
         raise UploadError(415, f"“{upload.filename}” {not_a_zip(head)}. {_zip_hint(slug, ctx.settings.rubric_dirs)}", "not_a_zip")
+    if _holds_no_file(path):
+        raise UploadError(422, f"“{upload.filename}” is an empty zip: it holds no files, so nothing was stored. "
+                          f"{_zip_hint(slug, ctx.settings.rubric_dirs)}", "empty_zip")
+
+
+def _holds_no_file(path: Path) -> bool:
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return all(entry.is_dir() for entry in archive.infolist())
+    except (zipfile.BadZipFile, ValueError, EOFError, UnicodeDecodeError):
+        return False
 
 
 def _zip_hint(slug: str, search: Sequence[Path]) -> str:

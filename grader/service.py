@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
@@ -71,8 +71,14 @@ def earlier_upload(session: Session, user: User, assignment: Assignment, sha256:
 
 def lock_user(session: Session, user: User) -> None:
     """Serialise one user's uploads until the transaction ends, so two copies of the same
-    upload sent at once cannot both miss each other (a no-op on SQLite, which has one writer)."""
-    session.execute(select(User.id).where(User.id == user.id).with_for_update())
+    upload sent at once cannot both miss each other. PostgreSQL: a row lock on the user.
+    SQLite has no row locks, and its reads take no lock at all: a write that changes nothing
+    takes the database's write lock first (other writers wait for the commit, up to the
+    connection's timeout), so the look for an earlier upload that follows sees theirs."""
+    if session.get_bind().dialect.name == "sqlite":
+        session.execute(update(User).where(User.id == user.id).values(id=User.id))
+    else:
+        session.execute(select(User.id).where(User.id == user.id).with_for_update())
 
 
 def upload_run(submission: Submission) -> Run:

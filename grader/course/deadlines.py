@@ -116,6 +116,21 @@ class Lateness:
     def in_zone(self, tz: tzinfo) -> Lateness:
         return replace(self, tz=tz)
 
+    def refusal(self, what: str) -> str | None:
+        """Why an upload to `what` (an assignment) at this instant is refused, as a sentence
+        a student can act on; None when it is taken."""
+        policy, due = self.policy, self.due_at
+        if self.status is LateStatus.not_released:
+            assert policy.release_at is not None
+            return f"Uploads to {what} open at {show_instant(policy.release_at, self.tz)}; it takes none before."
+        if self.status is LateStatus.closed:
+            assert due is not None
+            extra = self.extension.extra if self.extension is not None else timedelta(0)
+            extended = f" (your extension of {duration_text(extra)} included)" if extra else ""
+            return (f"Uploads to {what} closed at {show_instant(due + policy.late_window, self.tz)}{extended}, "
+                    "when its late window ended; it takes no more.")
+        return None
+
     @property
     def reason(self) -> str:
         policy, tz, due = self.policy, self.tz, self.due_at

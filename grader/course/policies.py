@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from grader.course.deadlines import Extension, Lateness, LatePolicy, evaluate
+from grader.course.deadlines import Extension, Lateness, LatePolicy, LateStatus, evaluate
 from grader.course.membership import role_in
 from grader.course.quotas import QuotaDecision, QuotaPolicy, check
 from grader.models import Assignment, CourseRole, ErrorClass, Role, Run, Submission, User
@@ -119,8 +119,9 @@ def admission(session: Session, settings: Settings, user: User, assignment: Assi
     if role is CourseRole.staff:
         return None
     late = lateness(session, assignment, user.id, now, settings)
-    if not late.accepted:
-        return Refusal(403, "closed" if late.due_at and now > late.due_at else "not_released", late.reason)
+    refused = late.refusal(assignment.slug)
+    if refused is not None:
+        return Refusal(403, "closed" if late.status is LateStatus.closed else "not_released", refused)
     quota = quota_decision(session, settings, user, now)
     if not quota.allowed:
         return Refusal(429, "quota_exceeded", quota.reason, quota.retry_after_s(now))

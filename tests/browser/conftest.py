@@ -5,24 +5,19 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed (test extra)")
-import uvicorn  # noqa: E402
 from playwright.sync_api import Browser, BrowserContext, sync_playwright  # noqa: E402
 from playwright.sync_api import Error as PlaywrightError
 
-from grader.app import create_app  # noqa: E402
 from grader.settings import Settings  # noqa: E402
 
 # The same session fixtures as the service tests (a fresh database, queue and worker here).
-from tests.service.conftest import database_url, sessions, settings, settings_env, worker  # noqa: E402,F401
+from tests.service.conftest import database_url, served, sessions, settings, settings_env, worker  # noqa: E402,F401
 
 CHROMIUM = os.environ.get("KG_TEST_CHROMIUM", "/usr/bin/chromium")
 # Flags for a closed network and a root user (see the machine notes in README's test section).
@@ -46,26 +41,10 @@ def browser() -> Iterator[Browser]:
         b.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="session")
 def base_url(settings: Settings) -> Iterator[str]:  # noqa: F811
-    port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    with served(settings) as url:
+        yield url
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ from grader.service import get_assignment, get_or_create_user, record_submission
 from grader.storage.blobstore import StoredBlob
 from tests.browser.a11y import check_page
 from tests.fixtures.feedback_runs import record_scored
+from tests.fixtures.zips import small_zip
 from tests.unit.hostile_zips import tar_gz
 from worker.measurements import CaseOutcome, ProblemMeasurement
 from worker.rubric import load_rubric
@@ -368,7 +369,7 @@ def test_posts_without_the_csrf_token_are_refused(context: BrowserContext, sessi
     # The session upload checks the token before the file is read: nothing is stored.
     before = count(sessions, Submission)
     upload = context.request.post("/submit", multipart={
-        "assignment": "hw4", "file": {"name": "a.zip", "mimeType": "application/zip", "buffer": b"PK\x05\x06" + b"\0" * 18}})
+        "assignment": "hw4", "file": {"name": "a.zip", "mimeType": "application/zip", "buffer": small_zip()}})
     assert upload.status == 403 and count(sessions, Submission) == before
 
 

@@ -18,9 +18,9 @@ from grader.auth.credentials import set_password
 from grader.db import session_scope
 from grader.models import Role, Submission, User, WebSession, utcnow
 from grader.service import get_or_create_user
+from tests.fixtures.zips import small_zip
 
 PASSWORD = "correct horse battery"
-EMPTY_ZIP = b"PK\x05\x06" + bytes(18)  # an archive's end record: a .zip to the upload form
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +58,7 @@ def test_an_upload_after_the_session_ended_says_to_choose_the_file_again(
     _fill_login(page, student)
     expect(page.get_by_role("heading", name="Submit your assignment")).to_be_visible()
     page.get_by_label(re.compile("Submission")).set_input_files(
-        {"name": "hw.zip", "mimeType": "application/zip", "buffer": EMPTY_ZIP})
+        {"name": "hw.zip", "mimeType": "application/zip", "buffer": small_zip()})
     _end_sessions(sessions, student)
     page.get_by_role("button", name="Upload and grade").click()
     expect(page.get_by_role("heading", name="Log in")).to_be_visible()

@@ -22,6 +22,7 @@ from grader.models import Role, Submission
 from grader.service import get_assignment, get_or_create_user, record_submission
 from grader.settings import Settings
 from grader.storage.uploads import remove_unless_recorded
+from tests.fixtures.zips import small_zip
 
 MAX_UPLOAD = 256 * 1024
 
@@ -64,7 +65,7 @@ CASES = [
     UploadCase("field-flood", "oversized form field", _multipart(_part("assignment", b"a" * 10_000) + END),
                400, "bad_request"),
     UploadCase("unknown-assignment", "refused once stored",
-               {"files": {"file": ("a.zip", b"PK\x05\x06" + bytes(18) + b"nowhere")}, "data": {"assignment": "nope"}},
+               {"files": {"file": ("a.zip", small_zip(b"nowhere"))}, "data": {"assignment": "nope"}},
                404, "not_found"),
     UploadCase("malformed-multipart", "not an archive at all", _multipart(b"--kgboundary\r\nno headers end"),
                400, "bad_request"),
@@ -116,14 +117,14 @@ def test_hostile_upload_is_refused_and_nothing_kept(case: UploadCase, app: App) 
 
 def test_a_good_upload_still_goes_through(app: App) -> None:
     response = app.client.post("/api/v1/submissions", headers={"Authorization": f"Bearer {app.token}"},
-                               files={"file": ("ok.zip", b"PK\x05\x06" + bytes(18))})
+                               files={"file": ("ok.zip", small_zip())})
     assert response.status_code == 201, response.text
 
 
 def test_refusing_bytes_a_submission_holds_keeps_its_blob(app: App) -> None:
     """Content addressing: a refused upload of bytes already recorded must not remove them."""
     headers = {"Authorization": f"Bearer {app.token}"}
-    zip_bytes = b"PK\x05\x06" + bytes(18) + b"recorded"
+    zip_bytes = small_zip(b"recorded")
     kept = app.client.post("/api/v1/submissions", headers=headers, files={"file": ("ok.zip", zip_bytes)})
     refused = app.client.post("/api/v1/submissions", headers=headers, data={"assignment": "nope"},
                               files={"file": ("again.zip", zip_bytes)})
@@ -135,7 +136,7 @@ def test_removal_waits_for_an_upload_of_the_same_bytes_still_recording(app: App)
     """The race: a refused upload's removal and a concurrent upload of the same bytes that has
     stored the blob (holding the shared lock) but not yet committed its submission."""
     ctx = _context(app)
-    blob = ctx.blobs.put_bytes(b"PK\x05\x06" + bytes(18) + b"raced")
+    blob = ctx.blobs.put_bytes(small_zip(b"raced"))
     removal = threading.Thread(target=remove_unless_recorded, args=(ctx, blob.sha256))
     with ctx.blobs.lock(blob.sha256):
         removal.start()
@@ -150,7 +151,7 @@ def test_removal_waits_for_an_upload_of_the_same_bytes_still_recording(app: App)
 
 def test_removal_of_an_unrecorded_blob(app: App) -> None:
     ctx = _context(app)
-    blob = ctx.blobs.put_bytes(b"PK\x05\x06" + bytes(18) + b"never recorded")
+    blob = ctx.blobs.put_bytes(small_zip(b"never recorded"))
     remove_unless_recorded(ctx, blob.sha256)
     assert not ctx.blobs.exists(blob.sha256)
 

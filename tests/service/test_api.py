@@ -16,9 +16,8 @@ from grader.models import Role, Run, Submission
 from grader.service import get_or_create_user
 from grader.settings import Settings
 from grader.storage.blobstore import BlobStore
+from tests.fixtures.zips import small_zip
 from tests.service.conftest import auth, run_row
-
-EMPTY_ZIP = b"PK\x05\x06" + bytes(18)  # an empty archive: a zip by its magic bytes
 
 
 def _post(client: TestClient, token: str | None, data: bytes, name: str = "hw.zip"):  # type: ignore[no-untyped-def]
@@ -40,15 +39,15 @@ def test_openapi_and_docs_are_served(client: TestClient) -> None:
 
 
 def test_api_requires_a_valid_token(client: TestClient) -> None:
-    assert _post(client, None, EMPTY_ZIP).status_code == 401
-    assert _post(client, "kg_not-a-real-token", EMPTY_ZIP).status_code == 401
+    assert _post(client, None, small_zip()).status_code == 401
+    assert _post(client, "kg_not-a-real-token", small_zip()).status_code == 401
     assert client.get("/api/v1/runs/1").status_code == 401
 
 
 def test_upload_is_stored_and_recorded_before_201(
     client: TestClient, tokens: dict[str, str], settings: Settings, sessions: sessionmaker[Session]
 ) -> None:
-    data = EMPTY_ZIP + b"x" * 5000
+    data = small_zip(b"x" * 5000)
     response = _post(client, tokens["alice"], data)
     assert response.status_code == 201, response.text
     body = response.json()
@@ -63,7 +62,7 @@ def test_upload_is_stored_and_recorded_before_201(
 
 
 def test_student_sees_only_own_submissions(client: TestClient, tokens: dict[str, str]) -> None:
-    created = _post(client, tokens["alice"], EMPTY_ZIP).json()
+    created = _post(client, tokens["alice"], small_zip()).json()
     sid, rid = created["submission_id"], created["run_id"]
     assert client.get(f"/api/v1/submissions/{sid}", headers=auth(tokens["alice"])).status_code == 200
     assert client.get(f"/api/v1/submissions/{sid}", headers=auth(tokens["bob"])).status_code == 404
@@ -73,7 +72,7 @@ def test_student_sees_only_own_submissions(client: TestClient, tokens: dict[str,
 
 
 def test_regrade_is_staff_only_and_keeps_history(client: TestClient, tokens: dict[str, str]) -> None:
-    created = _post(client, tokens["alice"], EMPTY_ZIP).json()
+    created = _post(client, tokens["alice"], small_zip()).json()
     sid = created["submission_id"]
     assert client.post(f"/api/v1/submissions/{sid}/regrade", headers=auth(tokens["alice"])).status_code == 403
     regrade = client.post(f"/api/v1/submissions/{sid}/regrade", headers=auth(tokens["staff"]))
@@ -103,7 +102,7 @@ def test_malformed_requests_get_clear_errors(client: TestClient, tokens: dict[st
     assert no_file.status_code in (415, 422)
     unknown = client.post(
         "/api/v1/submissions", headers=auth(tokens["alice"]),
-        files={"file": ("a.zip", EMPTY_ZIP)}, data={"assignment": "nope"},
+        files={"file": ("a.zip", small_zip())}, data={"assignment": "nope"},
     )
     assert unknown.status_code == 404 and "nope" in unknown.json()["error"]["message"]
     assert unknown.json()["error"]["code"] == "not_found"
@@ -115,12 +114,12 @@ def test_upload_form_posts_the_same_way(
     page = client.get("/")
     assert page.status_code == 200 and 'name="file"' in page.text and 'name="token"' in page.text
     ok = client.post("/upload", data={"token": tokens["bob"], "assignment": "hw4"},
-                     files={"file": ("mine.zip", EMPTY_ZIP + b"form")})
+                     files={"file": ("mine.zip", small_zip(b"form"))})
     assert ok.status_code == 201
     run_id = int(re.search(r"Run: <strong>(\d+)</strong>", ok.text).group(1))  # type: ignore[union-attr]
     assert run_row(sessions, run_id).submission_id > 0
     before = _count(sessions, Submission)
-    refused = client.post("/upload", data={"token": "kg_wrong"}, files={"file": ("x.zip", EMPTY_ZIP)})
+    refused = client.post("/upload", data={"token": "kg_wrong"}, files={"file": ("x.zip", small_zip())})
     assert refused.status_code == 401 and "not valid" in refused.text
     assert _count(sessions, Submission) == before
 
@@ -132,7 +131,7 @@ def test_broker_down_at_upload_loses_nothing(
     with session_scope(sessions) as session:  # a student with nothing in flight: the upload goes straight to the queue
         token = issue_token(session, get_or_create_user(session, f"offline-{uuid.uuid4().hex[:6]}", Role.student), "t")
     with TestClient(create_app(broken)) as offline:
-        response = _post(offline, token, EMPTY_ZIP + b"offline")
+        response = _post(offline, token, small_zip(b"offline"))
     assert response.status_code == 201
     body = response.json()
     assert body["queued"] is False

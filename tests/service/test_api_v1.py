@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import csv
 import io
-import socket
 import threading
 import time
 import uuid
@@ -18,7 +17,6 @@ from typing import Any
 
 import pytest
 import redis
-import uvicorn
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
@@ -31,7 +29,8 @@ from grader.db import session_scope
 from grader.models import Assignment, ErrorClass, ProblemResult, Role, Run, RunState, Submission, User, utcnow
 from grader.service import get_or_create_user
 from grader.settings import Settings
-from tests.service.conftest import REDIS_URL, auth
+from tests.fixtures.zips import small_zip
+from tests.service.conftest import REDIS_URL, auth, served
 from worker.rubric import load_rubric
 
 PROBLEMS = ("1.1", "1.2", "2.1")
@@ -55,20 +54,8 @@ def api(v1_settings: Settings) -> Iterator[TestClient]:
 
 @pytest.fixture(scope="module")
 def server_url(v1_settings: Settings) -> Iterator[str]:
-    """The real app served by uvicorn in a thread on a free loopback port."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(v1_settings), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    with served(v1_settings) as url:
+        yield url
 
 
 class World:
@@ -410,9 +397,9 @@ def _finish_when_uploaded(sessions: sessionmaker[Session], filename: str, **spec
 
 def _zip(tmp_path: Path) -> Path:
     path = tmp_path / f"hw-{uuid.uuid4().hex[:8]}.zip"
-    # An empty zip (content does not matter here) with a tag of its own: the same bytes again
+    # A small zip (content does not matter here) with a tag of its own: the same bytes again
     # within the re-send window would be answered with the earlier submission
-    path.write_bytes(b"PK\x05\x06" + b"\0" * 18 + path.stem.encode())
+    path.write_bytes(small_zip(path.stem))
     return path
 
 

@@ -42,6 +42,7 @@ from grader.settings import Settings
 from grader.storage.blobstore import BlobStore
 from tests.faults.services import PrivatePostgres, PrivateRedis
 from tests.fixtures import cpu_standin
+from tests.fixtures.zips import small_zip
 from tests.service.conftest import PROJECT_ROOT, WorkerProcess, auth, new_student, wait_for_run
 
 pytestmark = [
@@ -316,7 +317,7 @@ def test_full_blob_disk_refuses_the_upload_and_keeps_the_rest(settings: Settings
     before = _submissions(sessions)
     with TestClient(create_app(own)) as client:
         kept = client.post("/api/v1/submissions", headers=auth(tokens["alice"]),
-                           files={"file": ("small.zip", b"PK\x05\x06" + bytes(18) + b"fits")})
+                           files={"file": ("small.zip", small_zip(b"fits"))})
         full = client.post("/api/v1/submissions", headers=auth(tokens["alice"]),
                            files={"file": ("big.zip", b"PK\x03\x04" + os.urandom(400 * 1024))})
         subprocess.run(["mount", "-o", "remount,size=2m", str(own.blob_dir)], check=True)  # space again
@@ -358,7 +359,7 @@ def test_other_blob_disk_failures_are_the_servers_error_too(settings: Settings, 
     subprocess.run(["mount", "-o", "remount,ro", str(own.blob_dir)], check=True)
     with TestClient(create_app(own)) as client:
         refused = client.post("/api/v1/submissions", headers=auth(tokens["alice"]),
-                              files={"file": ("a.zip", b"PK\x05\x06" + bytes(18) + b"read-only")})
+                              files={"file": ("a.zip", small_zip(b"read-only"))})
         no_file = client.post("/api/v1/submissions", headers=auth(tokens["alice"]),
                               files={"assignment": (None, "hw4")})
     assert refused.status_code == 500 and refused.json()["error"]["code"] == "internal_error", refused.text

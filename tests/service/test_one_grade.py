@@ -177,8 +177,9 @@ def test_the_form_gives_way_to_the_reason_once_the_late_window_closes(late_cours
     page = student.client.get("/").text
     # Still open elsewhere: this assignment alone is refused, in words, and cannot be chosen.
     line = _text(_found(rf'id="deadline-{late_course.slug}">(.*?)</li>', page))
-    assert "Uploads refused now: after the late window closed at" in line
-    assert f'<option value="{late_course.slug}" disabled>{late_course.slug} (closed)</option>' in page
+    assert re.search(rf"Uploads to {late_course.slug} closed at [-\d: ]+ E[SD]T, when its late window ended; "
+                     "it takes no more[.]", line), line
+    assert f'<option value="{late_course.slug}" disabled>{late_course.slug} (uploads closed)</option>' in page
     assert 'id="upload-closed"' not in page
     with session_scope(sessions) as session:  # now only in this course: every upload is refused
         user = get_or_create_user(session, late_course.student, Role.student)
@@ -191,6 +192,6 @@ def test_the_form_gives_way_to_the_reason_once_the_late_window_closes(late_cours
                                   files={"file": ("hw.zip", minimal_zip(), "application/zip")}, follow_redirects=False)
     assert refused.status_code == 403
     said = _found(r'id="upload-error">(.*?)</p>', refused.text)
-    assert said.startswith("after the late window closed at ")  # the POST's words, shown before the upload too
-    assert said[1:] in _text(closed)
+    assert said.startswith(f"Uploads to {late_course.slug} closed at ")  # a sentence: the POST's words,
+    assert said in _text(closed)  # shown before the upload too
     _schedule(sessions, late_course.slug, timedelta(days=-1))  # open again for the other tests

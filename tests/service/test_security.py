@@ -49,11 +49,11 @@ from grader.security import CONTENT_SECURITY_POLICY
 from grader.service import get_assignment, get_or_create_user, record_submission
 from grader.settings import Settings
 from grader.storage.blobstore import BlobStore
+from tests.fixtures.zips import small_zip
 from tests.service.conftest import auth
 
 PASSWORD = "correct horse battery staple"
 CSRF_INPUT = re.compile(r'name="csrf_token" value="([^"]+)"')
-EMPTY_ZIP = b"PK\x05\x06" + bytes(18)
 
 
 def app_routes(routes: list, prefix: str = "") -> Iterator[tuple[str, str]]:
@@ -134,7 +134,7 @@ def world(settings: Settings, sessions: sessionmaker[Session]) -> Iterator[World
         a_token = issue_token(session, a, "a-token")
         staff_token = issue_token(session, staff, "staff-token")
         b_token = issue_token(session, b, f"token-{marker}")
-        blob = BlobStore(settings.blob_dir).put_bytes(EMPTY_ZIP + marker.encode())
+        blob = BlobStore(settings.blob_dir).put_bytes(small_zip(marker.encode()))
         sub, run = record_submission(session, b, get_assignment(session, "hw4"), f"{marker}.zip", blob)
         run.state, run.score, run.message, run.finished_at = RunState.scored, 77.0, f"graded {marker}", utcnow()
         run.results.append(ProblemResult(problem_id="1.1", title="Softmax forward", status="passed",
@@ -201,19 +201,19 @@ def _api_listing(w: World) -> None:
 
 def _api_upload(w: World) -> None:
     response = w.api.post("/api/v1/submissions", headers=auth(w.a_token), data={"user": w.b_name},
-                          files={"file": ("mine.zip", EMPTY_ZIP + b"api")})
+                          files={"file": ("mine.zip", small_zip(b"api"))})
     assert response.status_code == 201 and w.owner_of_newest_submission() == w.a_name
 
 
 def _web_submit(w: World) -> None:
     response = w.a_web.post("/submit", data={"csrf_token": w.a_csrf(), "user": w.b_name},
-                            files={"file": ("mine.zip", EMPTY_ZIP + b"web")}, follow_redirects=False)
+                            files={"file": ("mine.zip", small_zip(b"web"))}, follow_redirects=False)
     assert response.status_code == 303 and w.owner_of_newest_submission() == w.a_name
 
 
 def _token_form_upload(w: World) -> None:
     response = w.api.post("/upload", data={"token": w.a_token, "user": w.b_name},
-                          files={"file": ("mine.zip", EMPTY_ZIP + b"form")})
+                          files={"file": ("mine.zip", small_zip(b"form"))})
     assert response.status_code == 201 and w.owner_of_newest_submission() == w.a_name
 
 
@@ -627,7 +627,7 @@ def test_strangers_get_nothing(world: World) -> None:
         if (method, path) in PUBLIC or path in ("/login", "/logout"):
             continue
         response = stranger.request(method, _concrete(path, world), follow_redirects=False,
-                                    files={"file": ("x.zip", EMPTY_ZIP)} if method == "POST" else None)
+                                    files={"file": ("x.zip", small_zip())} if method == "POST" else None)
         expected = (401,) if path.startswith("/api/") else (303, 401, 403)
         if path.startswith("/reset/"):  # the token in the path is the credential: a wrong one names nothing
             expected = (403, 404)
@@ -643,7 +643,7 @@ def test_every_session_form_needs_its_csrf_token(world: World) -> None:
     for path in posts:
         for sent in ({}, {"csrf_token": "forged"}):
             response = world.a_web.post(_concrete(path, world), data={**sent, "name": "x", "which": "all"},
-                                        files={"file": ("x.zip", EMPTY_ZIP)}, follow_redirects=False)
+                                        files={"file": ("x.zip", small_zip())}, follow_redirects=False)
             assert response.status_code in (403, 401), (path, sent, response.status_code)
     assert (world.b_runs(), world.count(Submission), world.count(ApiToken), world.count(User)) == before
     assert world.a_web.get("/submissions", follow_redirects=False).status_code == 200  # still logged in
@@ -731,11 +731,11 @@ def test_uploads_are_rate_limited_per_student(world: World) -> None:
     limited = world.settings.model_copy(update={"upload_rate_limit": 3, "upload_rate_window_s": 600})
     with TestClient(create_app(limited)) as client:
         codes = [client.post("/api/v1/submissions", headers=auth(world.a_token),
-                             files={"file": ("a.zip", EMPTY_ZIP + bytes([i]))}).status_code for i in range(3)]
+                             files={"file": ("a.zip", small_zip(bytes([i])))}).status_code for i in range(3)]
         before = world.count(Submission)
         refused_ = client.post("/api/v1/submissions", headers=auth(world.a_token),
-                               files={"file": ("a.zip", EMPTY_ZIP + b"4")})
-        other = client.post("/api/v1/submissions", headers=auth(world.b_token), files={"file": ("b.zip", EMPTY_ZIP)})
+                               files={"file": ("a.zip", small_zip(b"4"))})
+        other = client.post("/api/v1/submissions", headers=auth(world.b_token), files={"file": ("b.zip", small_zip())})
     assert codes == [201, 201, 201]
     assert refused_.status_code == 429 and refused_.json()["error"]["code"] == "too_many_requests"
     assert 0 < int(refused_.headers["retry-after"]) <= 600
@@ -747,10 +747,10 @@ def test_the_web_form_shares_the_students_limit(world: World) -> None:
     limited = world.settings.model_copy(update={"upload_rate_limit": 1, "upload_rate_window_s": 600})
     with TestClient(create_app(limited)) as client:
         assert client.post("/api/v1/submissions", headers=auth(world.a_token),
-                           files={"file": ("a.zip", EMPTY_ZIP + b"once")}).status_code == 201
+                           files={"file": ("a.zip", small_zip(b"once"))}).status_code == 201
         login(limited, world.a_name, client)  # the same app: its counter
         response = client.post("/submit", data={"csrf_token": csrf_of(client.get("/").text)},
-                               files={"file": ("a.zip", EMPTY_ZIP + b"twice")}, follow_redirects=False)
+                               files={"file": ("a.zip", small_zip(b"twice"))}, follow_redirects=False)
     assert response.status_code == 429 and "Too many uploads" in response.text
 
 
@@ -773,10 +773,10 @@ def test_tokens_are_stored_hashed_and_never_logged(world: World, caplog: pytest.
     with TestClient(create_app(offline)) as client:
         client.get("/api/v1/submissions", headers=auth(world.a_token))
         client.get("/api/v1/submissions", headers=auth(wrong))
-        client.post("/upload", data={"token": wrong}, files={"file": ("x.zip", EMPTY_ZIP)})
-        client.post("/upload", data={"token": world.a_token}, files={"file": ("x.zip", EMPTY_ZIP + b"log")})
+        client.post("/upload", data={"token": wrong}, files={"file": ("x.zip", small_zip())})
+        client.post("/upload", data={"token": world.a_token}, files={"file": ("x.zip", small_zip(b"log"))})
         client.post("/api/v1/submissions", headers=auth(world.a_token), content=b"not multipart")
-        client.post("/api/v1/submissions", headers=auth(world.a_token), files={"file": ("y.zip", EMPTY_ZIP + b"l")})
+        client.post("/api/v1/submissions", headers=auth(world.a_token), files={"file": ("y.zip", small_zip(b"l"))})
     server_side = [r for r in caplog.records if not r.name.startswith("httpx")]  # httpx: the test client's own
     assert any(r.name.startswith("grader") for r in server_side), "nothing logged: the check would be vacuous"
     logged = "\n".join(f"{r.getMessage()} {r.exc_text or ''}" for r in server_side)

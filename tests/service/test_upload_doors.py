@@ -1,13 +1,17 @@
 """Every upload door runs the same use case (grader.accepting.accept_upload): the REST API, the
-token form and the logged-in form refuse a file that is not a zip with the same 415 and the
-same words, before anything is recorded, and keep none of its bytes."""
+token form and the logged-in form refuse a file that is not a zip (415) or a zip that holds no
+file (422) with the same status and the same words, before anything is recorded, and keep none
+of its bytes."""
 from __future__ import annotations
 
 import gzip
 import hashlib
 import html
+import io
 import uuid
+import zipfile
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
@@ -22,18 +26,40 @@ from grader.storage.blobstore import BlobStore
 from tests.service.conftest import auth
 from tests.service.test_security import PASSWORD, csrf_of, login
 
-NOT_A_ZIP_WORDS = ("“hw.tar.gz” is a gzip file (a .tar.gz, say), not a zip file. Zip your assignment folder "
-                   "(for example: zip -r llmsys_hw4.zip llmsys_hw4) and upload the .zip file.")
+HINT = "Zip your assignment folder (for example: zip -r llmsys_hw4.zip llmsys_hw4) and upload the .zip file."
+NOT_A_ZIP_WORDS = f"“hw.tar.gz” is a gzip file (a .tar.gz, say), not a zip file. {HINT}"
+EMPTY_WORDS = f"“hw.zip” is an empty zip: it holds no files, so nothing was stored. {HINT}"
 
 
-def test_a_non_zip_is_refused_alike_through_every_door(settings: Settings, sessions: sessionmaker[Session]) -> None:
+def _folders_only(tag: str) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr("llmsys_hw4/", "")
+        zf.writestr(f"llmsys_hw4/src-{tag}/", "")
+    return buf.getvalue()
+
+
+REFUSED = {  # what is sent (made from a tag of its own), its name, the status, code and words
+    "not a zip": (lambda tag: gzip.compress(f"a tarball by mistake {tag}".encode()), "hw.tar.gz", 415, "not_a_zip",
+                  NOT_A_ZIP_WORDS),
+    "an empty zip": (lambda tag: b"PK\x05\x06" + bytes(16) + len(tag).to_bytes(2, "little") + tag.encode(),
+                     "hw.zip", 422, "empty_zip", EMPTY_WORDS),
+    "a zip of folders": (_folders_only, "hw.zip", 422, "empty_zip", EMPTY_WORDS),
+}
+
+
+@pytest.mark.parametrize("case", REFUSED)
+def test_bad_input_is_refused_alike_through_every_door(settings: Settings, sessions: sessionmaker[Session],
+                                                       case: str) -> None:
+    make, filename, status, code, words = REFUSED[case]
     name = f"doors-{uuid.uuid4().hex[:8]}"
     with session_scope(sessions) as session:
         user = get_or_create_user(session, name, Role.student)
         set_password(user, PASSWORD)
         token = issue_token(session, user, "doors")
-    data = gzip.compress(f"a tarball by mistake {name}".encode())
-    upload = {"file": ("hw.tar.gz", data, "application/gzip")}
+    data = make(name)
+    assert zipfile.is_zipfile(io.BytesIO(data)) == (code == "empty_zip")
+    upload = {"file": (filename, data, "application/octet-stream")}
     with TestClient(create_app(settings)) as api, TestClient(create_app(settings)) as web:
         login(settings, name, web)
         answers = {
@@ -42,10 +68,10 @@ def test_a_non_zip_is_refused_alike_through_every_door(settings: Settings, sessi
             "logged-in form": web.post("/submit", data={"csrf_token": csrf_of(web.get("/").text)}, files=upload,
                                        follow_redirects=False),
         }
-    assert {door: a.status_code for door, a in answers.items()} == dict.fromkeys(answers, 415)
-    assert answers["api"].json()["error"] == {"code": "not_a_zip", "message": NOT_A_ZIP_WORDS}
+    assert {door: a.status_code for door, a in answers.items()} == dict.fromkeys(answers, status)
+    assert answers["api"].json()["error"] == {"code": code, "message": words}
     for door in ("token form", "logged-in form"):
-        assert NOT_A_ZIP_WORDS in html.unescape(answers[door].text), (door, answers[door].text[:2000])
+        assert words in html.unescape(answers[door].text), (door, answers[door].text[:2000])
     with session_scope(sessions) as session:
         stored = session.scalar(select(func.count(Submission.id)).join(User, Submission.user_id == User.id)
                                 .where(User.username == name))

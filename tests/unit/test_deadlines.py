@@ -72,6 +72,20 @@ def test_exactly_at_window_end_is_late_and_a_second_after_is_closed() -> None:
     assert "late window closed at 2026-03-23 03:59:59 UTC" in closed.reason
 
 
+def test_a_refused_upload_is_told_why_in_a_sentence() -> None:
+    """Before the release and after the late window (an extension included), the refusal is
+    a whole sentence naming the assignment and the instant, not a fragment of the reason."""
+    assert evaluate(POLICY, RELEASE - SECOND).refusal("hw4") == (
+        "Uploads to hw4 open at 2026-03-02 14:00:00 UTC; it takes none before.")
+    end = DUE + timedelta(days=3)
+    assert evaluate(POLICY, end).refusal("hw4") is None
+    assert evaluate(POLICY, end + SECOND).refusal("hw4") == (
+        "Uploads to hw4 closed at 2026-03-23 03:59:59 UTC, when its late window ended; it takes no more.")
+    extended = evaluate(POLICY, end + timedelta(days=3), Extension(timedelta(days=2)))
+    assert extended.refusal("hw4") == ("Uploads to hw4 closed at 2026-03-25 03:59:59 UTC (your extension of 2 d "
+                                       "included), when its late window ended; it takes no more.")
+
+
 def test_penalty_never_goes_below_zero() -> None:
     steep = LatePolicy(due_at=DUE, late_window=timedelta(days=5), penalty_per_day=0.3)
     assert evaluate(steep, DUE + timedelta(days=4, hours=1)).multiplier == 0.0
