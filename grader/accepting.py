@@ -34,11 +34,9 @@ from grader.service import (
 from grader.storage.uploads import ReceivedUpload, UploadError, earlier_upload_message, maybe_stored_message
 from worker.assignment import AssignmentError, assignment_of
 from worker.rubric import RubricError, load_rubric
-from worker.unpack import HEAD_BYTES, not_a_zip
+from worker.unpack import CUT_SHORT, HEAD_BYTES, damaged, looks_like_zip, not_a_zip
 
 log = logging.getLogger(__name__)
-
-ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a local file header, or an empty archive's end record
 
 QUEUED_MESSAGE = "Upload stored; grading is queued."
 BROKER_DOWN_MESSAGE = (
@@ -142,25 +140,25 @@ def accept_upload(ctx: AppContext, user_id: int, upload: ReceivedUpload, key: st
 
 
 def _refuse_non_zip(ctx: AppContext, upload: ReceivedUpload, slug: str) -> None:
-    """A file that is not a zip (415 `not_a_zip`), or a zip that holds no file (422 `empty_zip`:
-    folders at most), is refused before anything is recorded. A zip whose directory cannot be
-    read is left to the unpack step, which says what is wrong with it."""
+    """A file that is not a zip (415 `not_a_zip`), a zip whose list of files cannot be read (422
+    `damaged_zip`: cut short, by an interrupted upload or copy) or a zip that holds no file (422
+    `empty_zip`: folders at most) is refused before anything is recorded. A zip whose names
+    cannot be decoded is left to the unpack step, which says what is wrong with it."""
     path = ctx.blobs.path(upload.blob.sha256)
     with path.open("rb") as fh:
         head = fh.read(HEAD_BYTES)
-    if head[:4] not in ZIP_MAGIC:
+    if not looks_like_zip(head):
         raise UploadError(415, f"“{upload.filename}” {not_a_zip(head)}. {_zip_hint(slug, ctx.settings.rubric_dirs)}", "not_a_zip")
-    if _holds_no_file(path):
-        raise UploadError(422, f"“{upload.filename}” is an empty zip: it holds no files, so nothing was stored. "
-                          f"{_zip_hint(slug, ctx.settings.rubric_dirs)}", "empty_zip")
-
-
-def _holds_no_file(path: Path) -> bool:
     try:
         with zipfile.ZipFile(path) as archive:
-            return all(entry.is_dir() for entry in archive.infolist())
-    except (zipfile.BadZipFile, ValueError, EOFError, UnicodeDecodeError):
-        return False
+            empty = all(entry.is_dir() for entry in archive.infolist())
+    except UnicodeDecodeError:
+        return
+    except (zipfile.BadZipFile, ValueError, EOFError):
+        raise UploadError(422, f"“{upload.filename}”: {damaged(CUT_SHORT)}.", "damaged_zip") from None
+    if empty:
+        raise UploadError(422, f"“{upload.filename}” is an empty zip: it holds no files, so nothing was stored. "
+                          f"{_zip_hint(slug, ctx.settings.rubric_dirs)}", "empty_zip")
 
 
 def _zip_hint(slug: str, search: Sequence[Path]) -> str:

@@ -33,6 +33,11 @@ FOREIGN_FORMATS = (
     (257, b"ustar", "a tar archive"),
 )
 HEAD_BYTES = 262  # enough for every magic above (tar's is at 257)
+ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a local file header, or an empty archive's end record
+DAMAGED = "the zip is damaged or incomplete: upload it again"
+# Why a file that starts like a zip cannot be opened (zipfile reads the list of entries first).
+CUT_SHORT = ("it starts like a zip file, but the list of its files, kept at its end, is missing or unreadable: "
+             "the file was cut short, by an interrupted upload, copy or download or before zipping finished")
 IGNORED_PREFIXES = ("__MACOSX/",)
 IGNORED_NAMES = {".DS_Store", "Thumbs.db"}
 
@@ -161,12 +166,24 @@ def unpack_zip(archive_path: Path, dest: Path, limits: UnpackLimits) -> Unpacked
                         if written_total > limits.max_total_bytes:
                             raise BadArchive(f"the zip expands to more than {_mib(limits.max_total_bytes)}")
                         out.write(chunk)
-            except (zipfile.BadZipFile, zlib.error, lzma.LZMAError, EOFError, NotImplementedError, ValueError) as exc:
-                raise BadArchive(f"{info.filename} could not be read from the zip ({exc}); "
-                                 "create the zip again") from exc
+            except NotImplementedError as exc:  # e.g. Deflate64, which some Windows tools write
+                raise BadArchive(f"{info.filename} could not be read from the zip ({exc}); create the zip again "
+                                 "with `zip -r` or another tool's ordinary (deflate) compression") from exc
+            except (zipfile.BadZipFile, zlib.error, lzma.LZMAError, EOFError, ValueError) as exc:
+                raise BadArchive(damaged(f"{info.filename} cannot be read from it: {exc}")) from exc
             except OSError as exc:
                 _raise_for_name(info.filename, exc)
     return Unpacked(len(files), written_total)
+
+
+def damaged(why: str) -> str:
+    """The words for a zip that cannot be read whole, with `why`."""
+    return f"{DAMAGED} ({why}). If it happens again, zip the folder anew (`zip -r`)"
+
+
+def looks_like_zip(head: bytes) -> bool:
+    """Whether a file starts as a zip does (its first bytes), whatever follows."""
+    return head[:4] in ZIP_MAGIC
 
 
 def not_a_zip(head: bytes) -> str:
@@ -186,8 +203,11 @@ def _open_zip(archive_path: Path) -> zipfile.ZipFile:
                          "create the zip again with plain file names") from exc
     except (zipfile.BadZipFile, ValueError, EOFError) as exc:
         with archive_path.open("rb") as fh:
-            what = not_a_zip(fh.read(HEAD_BYTES))
-        raise BadArchive(f"the upload {what}; create it with `zip -r` or your file manager's 'compress' action") from exc
+            head = fh.read(HEAD_BYTES)
+        if looks_like_zip(head):
+            raise BadArchive(damaged(CUT_SHORT)) from exc
+        raise BadArchive(f"the upload {not_a_zip(head)}; create it with `zip -r` or your file manager's "
+                         "'compress' action") from exc
 
 
 def _raise_for_name(name: str, exc: OSError) -> NoReturn:

@@ -45,6 +45,8 @@ def submission_url(submission_id: int) -> str:
                413: {"model": ErrorBody, "description": "upload too large"},
                415: {"model": ErrorBody, "description": "not a multipart upload (`unsupported_media_type`), or the "
                                                         "file is not a zip (`not_a_zip`)"},
+               422: {"model": ErrorBody, "description": "a bad field (`validation_error`), or a zip that is damaged "
+                                                        "or incomplete, cut short (`damaged_zip`)"},
                429: {"model": ErrorBody, "description": "upload quota reached (see Retry-After)"},
                503: {"model": ErrorBody, "description": "the database failed: `unavailable` (nothing was "
                                                         "recorded) or `outcome_unknown` (it may be stored: send it "

@@ -18,7 +18,16 @@ from fnmatch import fnmatchcase
 from pathlib import Path, PurePosixPath
 
 from worker.rubric import Rubric
-from worker.unpack import HEAD_BYTES, BadArchive, UnpackLimits, check_entries, not_a_zip
+from worker.unpack import (
+    CUT_SHORT,
+    HEAD_BYTES,
+    BadArchive,
+    UnpackLimits,
+    check_entries,
+    damaged,
+    looks_like_zip,
+    not_a_zip,
+)
 
 SHOWN_MAX_BYTES = 256 * 1024  # of one file on the page; the download has every byte
 LISTED_MAX_ENTRIES = 1000  # a zip refused for its entry count still lists this many
@@ -117,7 +126,9 @@ def _open(archive: Path) -> zipfile.ZipFile:
         raise BadArchive("The zip has an entry name that is not valid UTF-8 although the zip says it is.") from exc
     except (zipfile.BadZipFile, ValueError, EOFError) as exc:
         with archive.open("rb") as fh:
-            raise BadArchive(f"The upload {not_a_zip(fh.read(HEAD_BYTES))}.") from exc
+            head = fh.read(HEAD_BYTES)
+        what = damaged(CUT_SHORT) if looks_like_zip(head) else f"the upload {not_a_zip(head)}"
+        raise BadArchive(f"{what[0].upper()}{what[1:]}.") from exc
 
 
 def list_zip(archive: Path, rubric: Rubric, limits: UnpackLimits) -> Listing:

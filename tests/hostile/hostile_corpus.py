@@ -78,7 +78,8 @@ SLIP = bad("leaves its folder")
 ABSOLUTE = bad("absolute path")
 NOT_ZIP = bad("not a zip file")
 NO_FOLDER = bad("could not find the assignment folder")
-LYING = bad("declared size", "could not be read")  # zipfile itself stops at the declared size
+DAMAGED = bad("the zip is damaged or incomplete: upload it again")
+LYING = bad("declared size", "damaged or incomplete")  # zipfile itself stops at the declared size
 
 
 def _special(kind: int) -> Callable[[Materials], bytes]:
@@ -164,7 +165,7 @@ CASES: list[HostileCase] = [
     HostileCase("tar-gz-renamed", "tar.gz renamed .zip", lambda m: hz.tar_gz(), bad("is a gzip file (a .tar.gz, say), not a zip file")),
     HostileCase("random-bytes", "not an archive at all", lambda m: hz.random_bytes(), NOT_ZIP),
     HostileCase("pdf", "not an archive at all", lambda m: b"%PDF-1.7\n" + hz.random_bytes(2048), NOT_ZIP),
-    HostileCase("truncated", "not an archive at all", lambda m: m.kit_zip()[:5000], NOT_ZIP),
+    HostileCase("truncated", "a zip cut short", lambda m: m.kit_zip()[:5000], DAMAGED),
     HostileCase("corrupt-stream", "not an archive at all",
                 lambda m: _corrupt_first_entry(m.kit_zip()), bad("could not be read")),
     HostileCase("unsupported-method", "not an archive at all", lambda m: hz.unsupported_method_zip(),

@@ -319,10 +319,10 @@ def test_full_blob_disk_refuses_the_upload_and_keeps_the_rest(settings: Settings
         kept = client.post("/api/v1/submissions", headers=auth(tokens["alice"]),
                            files={"file": ("small.zip", small_zip(b"fits"))})
         full = client.post("/api/v1/submissions", headers=auth(tokens["alice"]),
-                           files={"file": ("big.zip", b"PK\x03\x04" + os.urandom(400 * 1024))})
+                           files={"file": ("big.zip", _random_zip(400 * 1024))})
         subprocess.run(["mount", "-o", "remount,size=2m", str(own.blob_dir)], check=True)  # space again
         again = client.post("/api/v1/submissions", headers=auth(tokens["alice"]),
-                            files={"file": ("big.zip", b"PK\x03\x04" + os.urandom(400 * 1024))})
+                            files={"file": ("big.zip", _random_zip(400 * 1024))})
     assert kept.status_code == 201 and again.status_code == 201
     assert full.status_code >= 400 and full.status_code != 413, full.text
     assert _submissions(sessions) == before + 2, "the refused upload was recorded"
@@ -338,9 +338,9 @@ def test_full_blob_disk_is_the_servers_error(settings: Settings, tokens: dict[st
     small_disk(own.blob_dir, "128k")
     with TestClient(create_app(own)) as client:
         full = client.post("/api/v1/submissions", headers=auth(tokens["alice"]),
-                           files={"file": ("big.zip", b"PK\x03\x04" + os.urandom(400 * 1024))})
+                           files={"file": ("big.zip", _random_zip(400 * 1024))})
         page = client.post("/upload", data={"token": tokens["alice"]},
-                           files={"file": ("big.zip", b"PK\x03\x04" + os.urandom(400 * 1024))})
+                           files={"file": ("big.zip", _random_zip(400 * 1024))})
     assert full.status_code == 507, full.text
     error = full.json()["error"]
     assert error["code"] == "insufficient_storage"
@@ -365,6 +365,15 @@ def test_other_blob_disk_failures_are_the_servers_error_too(settings: Settings, 
     assert refused.status_code == 500 and refused.json()["error"]["code"] == "internal_error", refused.text
     assert "Nothing was stored" in refused.json()["error"]["message"]
     assert no_file.status_code == 422, "bad input stays the client's error whatever the disk"
+
+
+def _random_zip(size: int) -> bytes:
+    """A whole zip of about `size` bytes (one stored entry of random bytes): fresh bytes each call."""
+    with tempfile.SpooledTemporaryFile() as buf:
+        with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as zf:
+            zf.writestr("llmsys_hw4/NOTES.bin", os.urandom(size))
+        buf.seek(0)
+        return buf.read()
 
 
 def _stored_files(blob_dir: Path) -> list[Path]:

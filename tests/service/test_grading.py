@@ -119,8 +119,8 @@ def test_hostile_archives_end_as_bad_archive(
         "zip slip": (_zip_bytes([("../../escaped-by-slip.txt", b"gotcha")]), "leaves its folder"),
         "symlink": (_zip_bytes([_symlink_entry("llmsys_hw4/src/combine.cu", "/etc/passwd")]), "symbolic link"),
         "zip bomb": (_zip_bytes([("llmsys_hw4/src/bomb.cu", b"\0" * (40 * 1024 * 1024))]), "zip bomb"),
-        # A zip by its magic bytes alone (every upload door refuses other files): unpack finds no archive
-        "not a zip": (b"PK\x03\x04 a local header and then no zip at all" * 10, "not a zip file"),
+        # Whole by its list of files (the doors refuse a zip cut short), but an entry's bytes are broken
+        "damaged": (_damaged_entry_zip(), "the zip is damaged or incomplete: upload it again"),
     }
     runs = {name: submit_bytes(client, student, data, tmp_path / f"{i}.zip")
             for i, (name, (data, _)) in enumerate(cases.items())}
@@ -130,6 +130,14 @@ def test_hostile_archives_end_as_bad_archive(
         assert cases[name][1] in run["message"], (name, run["message"])
     # nothing escaped the job folder
     assert not list(settings.data_dir.parent.rglob("escaped-by-slip.txt"))
+
+
+def _damaged_entry_zip() -> bytes:
+    """A zip whose one entry's compressed bytes were overwritten: its CRC cannot match."""
+    data = bytearray(_zip_bytes([("llmsys_hw4/src/combine.cu", b"int x;\n" * 200)]))
+    start = 30 + len("llmsys_hw4/src/combine.cu")  # the first byte of the compressed stream
+    data[start:start + 8] = b"\xff" * 8
+    return bytes(data)
 
 
 def submit_bytes(client: TestClient, token: str, data: bytes, path: Path) -> int:

@@ -1,7 +1,7 @@
 """Every upload door runs the same use case (grader.accepting.accept_upload): the REST API, the
-token form and the logged-in form refuse a file that is not a zip (415) or a zip that holds no
-file (422) with the same status and the same words, before anything is recorded, and keep none
-of its bytes."""
+token form and the logged-in form refuse a file that is not a zip (415), a zip cut short (422,
+"damaged or incomplete", never "not a zip") or a zip that holds no file (422) with the same
+status and the same words, before anything is recorded, and keep none of its bytes."""
 from __future__ import annotations
 
 import gzip
@@ -25,10 +25,16 @@ from grader.settings import Settings
 from grader.storage.blobstore import BlobStore
 from tests.service.conftest import auth
 from tests.service.test_security import PASSWORD, csrf_of, login
+from worker.rubric import load_rubric
 
 HINT = "Zip your assignment folder (for example: zip -r llmsys_hw4.zip llmsys_hw4) and upload the .zip file."
 NOT_A_ZIP_WORDS = f"“hw.tar.gz” is a gzip file (a .tar.gz, say), not a zip file. {HINT}"
+KIT = load_rubric("hw4").starter_dir
 EMPTY_WORDS = f"“hw.zip” is an empty zip: it holds no files, so nothing was stored. {HINT}"
+DAMAGED_WORDS = ("“hw.zip”: the zip is damaged or incomplete: upload it again (it starts like a zip file, but "
+                 "the list of its files, kept at its end, is missing or unreadable: the file was cut short, by an "
+                 "interrupted upload, copy or download or before zipping finished). If it happens again, zip the "
+                 "folder anew (`zip -r`).")
 
 
 def _folders_only(tag: str) -> bytes:
@@ -39,12 +45,26 @@ def _folders_only(tag: str) -> bytes:
     return buf.getvalue()
 
 
+def _half_of_a_real_zip(tag: str) -> bytes:
+    """The first half of the bytes of a real submission's zip (the reference kit, zipped as a
+    student would): an upload cut short."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        for path in sorted(KIT.rglob("*")):
+            if path.is_file() and path.suffix != ".so" and "__pycache__" not in path.parts:
+                zf.write(path, f"llmsys_hw4/{path.relative_to(KIT).as_posix()}")
+        zf.writestr("llmsys_hw4/NOTES.txt", tag)
+    whole = buf.getvalue()
+    return whole[:len(whole) // 2]
+
+
 REFUSED = {  # what is sent (made from a tag of its own), its name, the status, code and words
     "not a zip": (lambda tag: gzip.compress(f"a tarball by mistake {tag}".encode()), "hw.tar.gz", 415, "not_a_zip",
                   NOT_A_ZIP_WORDS),
     "an empty zip": (lambda tag: b"PK\x05\x06" + bytes(16) + len(tag).to_bytes(2, "little") + tag.encode(),
                      "hw.zip", 422, "empty_zip", EMPTY_WORDS),
     "a zip of folders": (_folders_only, "hw.zip", 422, "empty_zip", EMPTY_WORDS),
+    "a zip cut short": (_half_of_a_real_zip, "hw.zip", 422, "damaged_zip", DAMAGED_WORDS),
 }
 
 
