@@ -5,6 +5,7 @@ place of each kernel that did not build.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from worker.build import BuildResult, KernelTarget
@@ -15,12 +16,43 @@ OVER_BUDGET_HINT = ("a whole build of the course's kernels normally takes well u
                     "Look for template recursion or huge unrolled loops.")
 
 
+# Where a compiler puts an error: nvcc's `src/x.cu(12): error: ...`, gcc's and clang's
+# `src/x.cu:12:5: error: ...` (also `fatal error`, nvcc's `catastrophic error`).
+_ERROR_AT = re.compile(r"^\s*(?P<file>[^\s():][^():]*?)(?:\((?P<paren>\d+)\)|:(?P<colon>\d+)(?::\d+)?)"
+                       r"\s*:\s*(?:fatal |catastrophic )?error\b\W*(?P<message>.*)$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class CompilerError:
+    """The first line of a build log that says "error": its number in the log, its text, and
+    the source file and line the compiler names there (None when the line names none: a
+    linker's or nvcc's own complaint)."""
+
+    log_line: int  # 1-based
+    text: str
+    file: str | None = None
+    line: int | None = None
+    message: str = ""  # what the compiler says after the location
+
+
+def first_compiler_error(log: str) -> CompilerError | None:
+    for number, text in enumerate(log.splitlines(), start=1):
+        if "error" not in text.lower():
+            continue
+        at = _ERROR_AT.match(text)
+        if at is None:
+            return CompilerError(number, text.strip())
+        return CompilerError(number, text.strip(), at["file"].strip(), int(at["paren"] or at["colon"]),
+                             at["message"].strip())
+    return None
+
+
 def first_error_line(log: str) -> str:
     """The compiler's first line that says "error" (else its last line): what a problem's
     reason quotes of a build that failed."""
-    for line in log.splitlines():
-        if "error" in line.lower():
-            return line.strip()
+    first = first_compiler_error(log)
+    if first is not None:
+        return first.text
     lines = [ln for ln in log.splitlines() if ln.strip()]
     return lines[-1].strip() if lines else "no compiler output"
 

@@ -1,5 +1,6 @@
 """What was submitted: the code view of a submission (every file of its zip, the ones the grader
-takes marked, one file shown read-only and highlighted) and the zip itself, byte for byte as it
+takes marked, one file shown read-only and highlighted: the one asked for, else the one that
+matters most to its newest graded run, `files_that_matter`) and the zip itself, byte for byte as it
 was uploaded. The owner and the staff of its assignment may see them; anyone else gets the 404
 page, as for a run (grader.auth.credentials's browser principal)."""
 from __future__ import annotations
@@ -14,12 +15,13 @@ from fastapi.responses import FileResponse, HTMLResponse, Response
 from grader.api.deps import get_context
 from grader.auth.credentials import browser_principal
 from grader.course.membership import role_in
-from grader.models import CourseRole, Submission, User
+from grader.models import CourseRole, Run, Submission, User
 from grader.pages import highlight
 from grader.pages.common import Db, absent, logged_in, page
 from grader.runs.engine_config import pipeline_config
-from grader.storage.submitted_zip import SHOWN_MAX_BYTES, Listing, Shown, list_zip, read_entry
-from worker.rubric import RubricError, load_rubric
+from grader.storage.submitted_zip import SHOWN_MAX_BYTES, Entry, Listing, Shown, list_zip, read_entry
+from worker.build_isolation import first_compiler_error
+from worker.rubric import Rubric, RubricError, load_rubric
 
 router = APIRouter(include_in_schema=False)
 
@@ -37,24 +39,43 @@ def _shown_submission(request: Request, submission_id: int, session: Db) -> tupl
 Readable = Annotated[tuple[User, Submission], Depends(_shown_submission)]
 
 
-def _chosen(listing: Listing, asked: str | None) -> str | None:
-    """The entry to show: the one asked for, else the first graded file."""
+def files_that_matter(rubric: Rubric, run: Run | None) -> list[str]:
+    """The rubric's files most worth opening first (paths in the assignment folder): the one
+    the compiler's first error names in `run`'s build log, the kernel sources the run's failing
+    problems need, then every kernel source. Kernels go from the assignment's own to those every
+    problem needs (hw4: softmax, layernorm, then the combine.cu students bring from HW3)."""
+    kernels = sorted(rubric.kernels, key=lambda k: sum(k.name in p.needs for p in rubric.problems))
+    wanted = []
+    if run is not None:
+        error = first_compiler_error(str(((run.stages or {}).get("build") or {}).get("log") or ""))
+        if error is not None and error.file is not None:
+            wanted.append(error.file)
+        lost = {r.problem_id for r in run.results if r.points < r.max_points and r.status != "not_run"}
+        wanted += [k.source for p in rubric.problems if p.id in lost for k in kernels if k.name in p.needs]
+    return wanted + [k.source for k in kernels]
+
+
+def _chosen(listing: Listing, asked: str | None, wanted: list[str]) -> Entry | str | None:
+    """The entry to show: the one asked for (its name in the zip, or its path in the assignment
+    folder; the name alone when the zip has no such file), else the first of `wanted` the zip
+    holds, else the first graded file."""
     if asked is not None:
-        return asked
-    return listing.graded[0].name if listing.graded else None
+        return listing.entry(asked) or listing.in_folder(asked) or asked
+    found = (listing.in_folder(path) for path in wanted)
+    return next((e for e in found if e is not None), listing.graded[0] if listing.graded else None)
 
 
-def _listing(request: Request, sub: Submission) -> Listing:
-    """The submission's zip as list_zip reads it under its assignment's rubric."""
+def _listing(request: Request, sub: Submission) -> tuple[Listing, Rubric | None]:
+    """The submission's zip as list_zip reads it under its assignment's rubric, and the rubric."""
     slug = sub.assignment.slug
     try:
         rubric = load_rubric(slug, search=get_context(request).settings.rubric_dirs)
     except RubricError:  # which files count is the rubric's to say
         return Listing([], 0, f"The assignment {slug} has no rubric that can be read, so this page does not "
-                              "open the zip; download it to look inside.", None)
+                              "open the zip; download it to look inside.", None), None
     try:
         return list_zip(get_context(request).blobs.path(sub.sha256), rubric,
-                        pipeline_config(get_context(request).settings, rubric).limits)
+                        pipeline_config(get_context(request).settings, rubric).limits), rubric
     except FileNotFoundError:
         raise absent(f"stored zip of submission {sub.id} (it was removed)") from None
 
@@ -64,11 +85,11 @@ def code_page(request: Request, session: Db, shown: Readable, file: str | None =
     user, sub = shown
     settings = get_context(request).settings
     path = get_context(request).blobs.path(sub.sha256)
-    listing = _listing(request, sub)
-    name = _chosen(listing, file)
-    entry = listing.entry(name) if name is not None else None
-    if name is not None and entry is None:
-        raise absent(f"readable file {name!r} in submission {sub.id}")
+    listing, rubric = _listing(request, sub)
+    graded = [run for run in sub.runs if run.stages]  # oldest first
+    entry = _chosen(listing, file, files_that_matter(rubric, graded[-1] if graded else None) if rubric else [])
+    if isinstance(entry, str):
+        raise absent(f"readable file {entry!r} in submission {sub.id}")
     opened: Shown | None = read_entry(path, entry) if entry else None
     lines = highlight.highlight(opened.text, opened.name) if opened and opened.text is not None else []
     teaches = role_in(session, user.id, sub.assignment_id) is CourseRole.staff

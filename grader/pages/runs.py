@@ -28,6 +28,7 @@ from grader.pages.common import Db, Sender, Viewer, absent, logged_in, page, see
 from grader.reads.grade_reads import Counted, counted_for, run_grades
 from grader.reads.runstatus import run_status
 from worker.assignment import AssignmentError, Words, assignment_of
+from worker.build_isolation import first_compiler_error
 from worker.measurements import CaseOutcome
 from worker.rubric import Problem, RubricError, load_rubric
 
@@ -164,12 +165,13 @@ def run_status_json(request: Request, run_id: int, session: Db) -> JSONResponse:
 
 
 def stage_logs(stages: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each stage's log as numbered lines, with its first error: the source file and line the
+    compiler names there (linked into the code view), and the log's own line."""
     out = []
     for name, stage in stages.items():
-        lines = str(stage.get("log") or "").splitlines()
-        first_error = next((i for i, line in enumerate(lines, 1) if "error" in line.lower()), None)
+        log = str(stage.get("log") or "")
         out.append({"name": name, "status": stage.get("status"), "seconds": stage.get("seconds"),
-                    "lines": lines, "first_error": first_error})
+                    "lines": log.splitlines(), "first_error": first_compiler_error(log)})
     return out
 
 

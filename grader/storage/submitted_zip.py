@@ -56,6 +56,14 @@ class Listing:
     def entry(self, name: str) -> Entry | None:
         return next((e for e in self.entries if e.name == name and e.readable), None)
 
+    def in_folder(self, path: str) -> Entry | None:
+        """The graded entry at `path` inside the assignment folder (a path as a build log or
+        the rubric names it, e.g. src/softmax_kernel.cu)."""
+        if self.folder is None:
+            return None
+        want = PurePosixPath(self.folder) / _relative(path)
+        return next((e for e in self.entries if e.graded and _relative(e.name) == want), None)
+
     @property
     def graded(self) -> list[Entry]:
         return [e for e in self.entries if e.graded]

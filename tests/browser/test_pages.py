@@ -289,12 +289,14 @@ def test_breakdown_of_a_scored_run(context: BrowserContext, sessions: sessionmak
 
 
 def test_compiler_log_with_line_numbers(context: BrowserContext, worker: Any, tmp_path: Path) -> None:
-    """A kernel that does not compile: the run page opens nvcc's log, numbered, and links to
-    the first error line."""
+    """A kernel that does not compile: the run page opens nvcc's log, numbered, and names the
+    first error by the source file and line the compiler names (linked into the code view at
+    that line), and by its line in the log (linked there)."""
     kit = tmp_path / "llmsys_hw4"
     shutil.copytree(load_rubric("hw4").starter_dir, kit, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
     source = kit / "src" / "combine.cu"  # every problem needs it: the run fails as a build error
     source.write_text(source.read_text().replace('extern "C"', 'extern "C" not_cuda_at_all;', 1))
+    broken_at = next(n for n, text in enumerate(source.read_text().splitlines(), 1) if "not_cuda_at_all" in text)
     page = log_in(context, "amy")
     page.get_by_label(re.compile("Submission")).set_input_files(str(zip_tree(kit, tmp_path / "broken.zip")))
     page.get_by_role("button", name="Upload and grade").click()
@@ -303,8 +305,11 @@ def test_compiler_log_with_line_numbers(context: BrowserContext, worker: Any, tm
     expect(page.locator("#run-message")).to_contain_text("combine did not compile")
     log = page.locator("#log-build")
     expect(log).to_be_visible()  # the build stage is open
-    jump = page.get_by_role("link", name=re.compile(r"^First error: line \d+$"))
-    line = int(jump.inner_text().rsplit(" ", 1)[1])
+    first = page.locator("#log-build").locator("xpath=..").locator("p.first-error")
+    expect(first).to_contain_text(re.compile(rf"^First error: src/combine\.cu, line {broken_at}: \S"))
+    jump = first.get_by_role("link", name=re.compile(r"^line \d+ of the build log$"))
+    line = int(jump.inner_text().split()[1])
+    assert line != broken_at  # the log's own numbering is not the source's
     jump.click()
     target = page.locator(f"#log-build-{line}")
     expect(target).to_contain_text(re.compile(r"combine\.cu\(\d+\): error"))
@@ -315,6 +320,12 @@ def test_compiler_log_with_line_numbers(context: BrowserContext, worker: Any, tm
     expect(page.get_by_role("region", name="Not graded")).to_contain_text(
         "No problem could be graded because the kernels did not build (a build error)")
     expect(page.locator("#breakdown")).to_have_count(0)
+    # The source's line: the code view opens the file the compiler names, at that line.
+    first.get_by_role("link", name=f"src/combine.cu, line {broken_at}").click()
+    expect(page.locator("#file-title")).to_have_text(re.compile(r"^\w+/src/combine\.cu$"))
+    source_line = page.locator(f"ol.code li#L{broken_at}")
+    expect(source_line).to_contain_text("not_cuda_at_all")
+    assert source_line.evaluate("el => el.matches(':target')")
 
 
 def test_another_student_gets_404(context: BrowserContext) -> None:

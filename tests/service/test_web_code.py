@@ -7,6 +7,7 @@ listed without being unpacked, and nothing of them runs in the page."""
 from __future__ import annotations
 
 import random
+import re
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
@@ -18,7 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from grader.app import create_app
 from grader.auth.credentials import set_password
 from grader.db import session_scope
-from grader.models import Assignment, Role, RunState, utcnow
+from grader.models import Assignment, ProblemResult, Role, RunState, utcnow
 from grader.service import get_assignment, get_or_create_user, record_submission
 from grader.settings import Settings
 from grader.storage.blobstore import BlobStore
@@ -202,3 +203,46 @@ def test_staff_see_one_students_whole_history_with_the_final_grade(world: World)
     assert unknown.status_code == 404
     not_there = world.web("prof").get(f"/assignments/{world.slug}/students/{world.logins['other']}")
     assert not_there.status_code == 404  # neither enrolled there nor a submitter
+
+
+def _opened(html: str) -> str:
+    found = re.search(r'<h2 id="file-title" class="path">([^<]*)</h2>', html)
+    assert found, "no file is open"
+    return found[1]
+
+
+def test_the_code_view_opens_the_file_that_matters(world: World, sessions: sessionmaker[Session],
+                                                    settings: Settings) -> None:
+    """A zip listed alphabetically, as `zip -r` writes it (the bindings, then combine.cu, first):
+    without a run the
+    assignment's own kernel opens (not the HW3 combine.cu every problem needs); with a run, the
+    file of its first compiler error, else the kernel of its first failing problem. A file
+    asked for by its path in the assignment folder opens too, its lines anchored."""
+    alphabetical = make_zip(sorted(assignment_entries("llmsys_hw4/")))
+    names = [name for name, _ in sorted(assignment_entries("llmsys_hw4/"))]
+    assert names.index("llmsys_hw4/src/combine.cu") < names.index("llmsys_hw4/src/softmax_kernel.cu")
+    blob = BlobStore(settings.blob_dir).put_bytes(alphabetical)
+    subs = {}
+    with session_scope(sessions) as session:
+        owner = get_or_create_user(session, world.logins["owner"], Role.student)
+        hw4 = get_assignment(session, "hw4")
+        for case in ("no run", "build error", "2.1 failed"):
+            sub, run = record_submission(session, owner, hw4, f"{case}.zip", blob)
+            subs[case] = sub.id
+            if case == "build error":
+                run.state, run.stages = RunState.failed, {"build": {"status": "failed", "log": (
+                    "$ nvcc -o minitorch/cuda_kernels/combine.so src/combine.cu\n"
+                    "src/combine.cu(1): error: expected a declaration\n")}}
+            if case == "2.1 failed":
+                run.state, run.stages = RunState.scored, {"build": {"status": "ok", "log": "== combine (ok, 3 s)"}}
+                run.results = [ProblemResult(problem_id=pid, title=pid, status="ok", points=points, max_points=20,
+                                             message="", details={})
+                               for pid, points in (("1.1", 20.0), ("1.2", 20.0), ("2.1", 6.0), ("2.2", 0.0))]
+    owner_web = world.web("owner")
+    opened = {case: _opened(owner_web.get(f"/submissions/{sub}/code").text) for case, sub in subs.items()}
+    assert opened == {"no run": "llmsys_hw4/src/softmax_kernel.cu", "build error": "llmsys_hw4/src/combine.cu",
+                      "2.1 failed": "llmsys_hw4/src/layernorm_kernel.cu"}
+    by_path = owner_web.get(f"/submissions/{subs['no run']}/code", params={"file": "src/combine.cu"}).text
+    assert _opened(by_path) == "llmsys_hw4/src/combine.cu"
+    assert '<li id="L1"><code>' in by_path
+    assert owner_web.get(f"/submissions/{subs['no run']}/code", params={"file": "src/nothere.cu"}).status_code == 404

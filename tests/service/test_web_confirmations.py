@@ -164,10 +164,11 @@ def test_a_post_without_the_confirmation_changes_nothing(prof: Browser, course: 
 def test_row_regrade_names_the_graded_and_the_newest_submission(prof: Browser, course: Course) -> None:
     html = prof.client.get("/gradebook", params={"assignment": course.slug}).text
     graded, newer = course.subs["ava"]
-    assert f">Re-grade graded #{graded}</button>" in html and f">Re-grade newest #{newer}</button>" in html
+    assert f">Re-grade submission {graded} (graded)</button>" in html
+    assert f">Re-grade submission {newer} (newest)</button>" in html
     assert f'action="/submissions/{newer}/regrade"' in html
     amy = course.subs["amy"][0]  # graded is the newest: one button
-    assert html.count(f">Re-grade graded #{amy}</button>") == 1 and f"newest #{amy}<" not in html
+    assert html.count(f">Re-grade submission {amy} (graded)</button>") == 1 and f"{amy} (newest)<" not in html
 
 
 def test_member_removal_is_confirmed(prof: Browser, course: Course, sessions: sessionmaker[Session]) -> None:

@@ -250,7 +250,8 @@ def test_infrastructure_failure_never_replaces_a_grade(prof: Browser, settings: 
     assert (after["total"], after["run_id"]) == (80, first_run)
     assert _graded(prof, eve, "best")["run_id"] == first_run
     html = prof.client.get("/gradebook", params={"q": eve}).text
-    assert f'href="/runs/{run_id}" class="state state-failed">failed' in html and f"Run {first_run}" in html
+    assert f'href="/runs/{run_id}"><span class="state state-failed">failed</span>, run {run_id}</a>' in html
+    assert f"Run {first_run}" in html
 
     # A newer upload scored lower: latest takes it, best keeps 80; its failed re-grade changes neither.
     with session_scope(sessions) as session:
