@@ -163,9 +163,10 @@ class Settings(BaseSettings):
     # A queued run sent this long ago whose task a Redis broker no longer holds (neither waiting
     # nor delivered) is sent again: lost messages are re-sent within this plus reconcile_interval_s.
     resend_unheld_after_s: float = Field(default=20.0, gt=0)
-    # A worker whose claim of a run failed on a database error retries the task after this long
-    # (a Celery retry: the message is never acknowledged away).
-    claim_retry_after_s: float = Field(default=10.0, gt=0)
+    # A worker whose claim of a run failed on a database error, or that could not end a claim it
+    # saved (grader/runs/lifecycle.py), retries the task after this long (a Celery retry carrying
+    # the claim: the message is never acknowledged away, and the claim is taken back).
+    claim_retry_after_s: float = Field(default=5.0, gt=0)
     stage_log_limit_bytes: int = 64 * 1024
 
     # Browser sessions: a row per login (grader/auth/sessions.py), its id in a signed cookie. Empty

@@ -5,6 +5,15 @@ only for a queued run or for an active run whose heartbeat has gone stale (its w
 A redelivered or duplicated task therefore never grades twice, and a worker that lost its
 claim cannot overwrite the result of the one that took over (every write is fenced on
 `claimed_by`).
+
+A database error never strands a claim: the claim and the reads it needs are one transaction;
+progress notes are best-effort (like the heartbeat); releasing the run or recording its
+outcome is tried again for a few seconds (a finished grade is not thrown away for a blip); any
+other database error, or one that outlasts those tries, ends the task with `unclaimed`, and the
+task is retried within seconds carrying its claim's identity, which `claim_run` lets it take
+back as the same attempt. Before, a claim saved just before the database failed was held by a
+task that had already ended (acknowledged), until its heartbeat went stale and the reconciler
+requeued it: about 90 s.
 """
 from __future__ import annotations
 
@@ -13,14 +22,18 @@ import os
 import shutil
 import socket
 import threading
+import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum
 from pathlib import Path
+from typing import TypeVar
 
-from sqlalchemy import and_, func, or_, update
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy import and_, case, func, or_, update
+from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.db import session_scope
@@ -35,6 +48,14 @@ from worker.rubric import Rubric, load_rubric
 from worker.telemetry import gpu_snapshot
 
 log = logging.getLogger(__name__)
+# Waits between tries of a write that ends a claim (release, outcome) on a database error: 15 s
+# in all, well inside the heartbeat timeout.
+DB_RETRY_DELAYS_S = (1.0, 2.0, 4.0, 8.0)
+# The database could not be reached or answered (down, restarting, connection cut, pool empty,
+# SQLite locked): worth trying again soon. Any other error of a statement is a bug, and trying it
+# again would loop: it stays an infrastructure fault that uses an attempt.
+DATABASE_DOWN = (OperationalError, InterfaceError, PoolTimeout)
+T = TypeVar("T")
 
 
 class Disposition(str, Enum):
@@ -42,7 +63,9 @@ class Disposition(str, Enum):
     discarded = "discarded"  # graded, but the claim was taken over meanwhile: nothing recorded
     skipped = "skipped"  # someone else holds it, or it is already final
     retry = "retry"  # infrastructure fault: released back to the queue
-    unclaimed = "unclaimed"  # the database failed during the claim: nothing changed, retry soon
+    # The database failed during the claim (nothing changed, or the claim is this task's to take
+    # back) or while ending it: retry soon with the same claim identity.
+    unclaimed = "unclaimed"
 
 
 def worker_identity() -> str:
@@ -50,7 +73,11 @@ def worker_identity() -> str:
 
 
 def claim_run(session: Session, run_id: int, me: str, stale_before: datetime) -> bool:
+    """Claim `run_id` for `me`: a queued run, an active one whose heartbeat is stale, or one that
+    `me` holds already (a task retried after a database error takes its own claim back, and
+    that is the same attempt, not another)."""
     now = utcnow()
+    mine = Run.claimed_by == me
     result = session.execute(
         update(Run)
         .where(
@@ -59,7 +86,7 @@ def claim_run(session: Session, run_id: int, me: str, stale_before: datetime) ->
                 Run.state == RunState.queued,
                 and_(
                     Run.state.in_(ACTIVE_STATES),
-                    or_(Run.heartbeat_at.is_(None), Run.heartbeat_at < stale_before),
+                    or_(mine, Run.heartbeat_at.is_(None), Run.heartbeat_at < stale_before),
                 ),
             ),
         )
@@ -67,7 +94,7 @@ def claim_run(session: Session, run_id: int, me: str, stale_before: datetime) ->
             state=RunState.building,
             claimed_by=me,
             heartbeat_at=now,
-            attempts=Run.attempts + 1,
+            attempts=case((mine, Run.attempts), else_=Run.attempts + 1),
             started_at=func.coalesce(Run.started_at, now),
             worker_host=socket.gethostname(),
             error_class=None,
@@ -118,25 +145,27 @@ class RunExecutor:
         own assignment is found by a worker started with KG_RUBRIC_DIRS)."""
         return load_rubric(slug, search=self.settings.rubric_dirs)
 
-    def execute(self, run_id: int) -> Disposition:
-        me = worker_identity()
+    def execute(self, run_id: int, me: str | None = None) -> Disposition:
+        """Claim, grade and record `run_id` as `me` (a new identity by default; a task retried
+        after `unclaimed` passes the one it had, to take its own claim back)."""
+        me = me or worker_identity()
         stale_before = utcnow() - timedelta(seconds=self.settings.heartbeat_timeout_s)
         try:
-            with session_scope(self.sessions) as session:
+            with session_scope(self.sessions) as session:  # the claim and what it needs: all or nothing
                 claimed = claim_run(session, run_id, me, stale_before)
+                if claimed:
+                    run = session.get(Run, run_id)
+                    assert run is not None
+                    attempts, sha256 = run.attempts, run.submission.sha256
+                    slug = run.submission.assignment.slug
         except SQLAlchemyError:
-            # Nothing was claimed (or, if the commit's answer was lost, the claim goes stale and
-            # the reconciler requeues it); either way the task must be tried again, not dropped.
+            # Nothing was claimed, or the commit's answer was lost after it was saved: the task
+            # retries with `me`, which takes such a claim back.
             log.exception("run %s: the database failed during the claim", run_id)
             return Disposition.unclaimed
         if not claimed:
             log.info("run %s: not claimable (final, or held by a live worker); skipping", run_id)
             return Disposition.skipped
-        with session_scope(self.sessions) as session:
-            run = session.get(Run, run_id)
-            assert run is not None
-            attempts, sha256 = run.attempts, run.submission.sha256
-            slug = run.submission.assignment.slug
         if attempts > self.settings.max_attempts:
             return self._finish(run_id, me, _infra_failure(self._rubric(slug), f"grading was interrupted {attempts - 1} times"))
 
@@ -144,6 +173,9 @@ class RunExecutor:
         try:
             with Heartbeat(self.sessions, run_id, me, self.settings.heartbeat_interval_s):
                 outcome = self._grade(run_id, me, sha256, slug, job_dir)
+        except DATABASE_DOWN:  # e.g. reading the calibrated targets: nothing graded yet; keep the claim
+            log.exception("run %s: the database failed while grading; the task retries and takes its claim back", run_id)
+            return Disposition.unclaimed
         except Exception as exc:
             log.exception("run %s: infrastructure fault", run_id)
             if attempts >= self.settings.max_attempts:
@@ -151,8 +183,7 @@ class RunExecutor:
                 # (logged above in full for staff).
                 failure = _infra_failure(self._rubric(slug), f"{type(exc).__name__}; details in the worker log")
                 return self._finish(run_id, me, failure)
-            self._release(run_id, me)
-            return Disposition.retry
+            return _retrying_db(f"run {run_id}: release", lambda: self._release(run_id, me)) or Disposition.unclaimed
         finally:
             shutil.rmtree(job_dir, ignore_errors=True)
         return self._finish(run_id, me, outcome)
@@ -167,8 +198,12 @@ class RunExecutor:
         job_dir.mkdir(parents=True)
 
         def record(**values: object) -> None:
-            with session_scope(self.sessions) as session:
-                session.execute(update(Run).where(Run.id == run_id, Run.claimed_by == me).values(**values))
+            """A progress note: best-effort, like the heartbeat (a database blip must not end the grade)."""
+            try:
+                with session_scope(self.sessions) as session:
+                    session.execute(update(Run).where(Run.id == run_id, Run.claimed_by == me).values(**values))
+            except SQLAlchemyError:
+                log.warning("run %s: progress not recorded (database error); grading goes on", run_id, exc_info=True)
 
         def on_stage(stage: str) -> None:
             log.info("run %s: stage %s", run_id, stage)
@@ -191,7 +226,7 @@ class RunExecutor:
                 targets = calibrated_targets_for(session, slug, gpu_snapshot(self.settings.gpu_index).get("name"))
         return grade_submission(archive, rubric, job_dir, config, on_stage, gpu_stage, targets)
 
-    def _release(self, run_id: int, me: str) -> None:
+    def _release(self, run_id: int, me: str) -> Disposition:
         """Give a run back to the queue after an infrastructure fault (no result recorded)."""
         with session_scope(self.sessions) as session:
             session.execute(
@@ -199,9 +234,17 @@ class RunExecutor:
                 .where(Run.id == run_id, Run.claimed_by == me)
                 .values(state=RunState.queued, claimed_by=None, heartbeat_at=None, enqueued_at=None, progress=None)
             )
+        return Disposition.retry
 
     def _finish(self, run_id: int, me: str, outcome: Outcome) -> Disposition:
-        """Record `outcome` if this worker still holds the claim: `done`, else `discarded`."""
+        """Record `outcome` if this worker still holds the claim: `done`, else `discarded`;
+        `unclaimed` when the database stayed away (the task retries and grades again)."""
+        recorded = _retrying_db(f"run {run_id}: record the outcome", lambda: self._record(run_id, me, outcome))
+        if recorded is Disposition.done:
+            notify_run_ended(self.settings, self.sessions, run_id)  # after the commit; never raises
+        return recorded or Disposition.unclaimed
+
+    def _record(self, run_id: int, me: str, outcome: Outcome) -> Disposition:
         with session_scope(self.sessions) as session:
             run = session.get(Run, run_id, with_for_update=True)
             if run is None or run.claimed_by != me:
@@ -231,8 +274,22 @@ class RunExecutor:
                 )
                 for p in outcome.problems
             )
-        notify_run_ended(self.settings, self.sessions, run_id)  # after the commit; never raises
         return Disposition.done
+
+
+def _retrying_db(what: str, write: Callable[[], T]) -> T | None:
+    """`write()` (one transaction), tried again after each of DB_RETRY_DELAYS_S while the database
+    fails; None when it never succeeded."""
+    for delay in (*DB_RETRY_DELAYS_S, None):
+        try:
+            return write()
+        except DATABASE_DOWN:
+            if delay is None:
+                log.exception("%s: the database failed %d times; the task retries", what, len(DB_RETRY_DELAYS_S) + 1)
+                return None
+            log.warning("%s: database error; trying again in %g s", what, delay)
+            time.sleep(delay)
+    return None
 
 
 def _infra_failure(rubric: Rubric, detail: str) -> Outcome:

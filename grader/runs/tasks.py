@@ -22,7 +22,7 @@ from grader.models import Run, RunState
 from grader.runs.celery_app import TASK_GRADE_RUN, TASK_PREBUILD, celery
 from grader.runs.engine_config import pipeline_config
 from grader.runs.fairshare import release_after
-from grader.runs.lifecycle import Disposition, RunExecutor
+from grader.runs.lifecycle import Disposition, RunExecutor, worker_identity
 from grader.settings import get_settings
 from grader.storage.blobstore import BlobStore
 from worker.pipeline import grade_submission
@@ -40,18 +40,22 @@ def executor() -> RunExecutor:
 
 
 @celery.task(name=TASK_GRADE_RUN, bind=True, max_retries=None)
-def grade_run(self: Task, run_id: int) -> str:
+def grade_run(self: Task, run_id: int, claim: str | None = None) -> str:
     # An infrastructure fault releases the run and retries; RunExecutor caps the attempts. A
-    # database error at the claim retries too (no attempt was used): with acks_late, a task that
-    # raised would be acknowledged and its message gone. The return value is what Celery logs.
+    # database error at the claim, or one that kept the executor from ending its claim, retries
+    # within seconds with the same claim identity (`claim`), so the retry takes back a claim that
+    # was saved (no attempt used): with acks_late, a task that raised would be acknowledged and
+    # its message gone, and a saved claim would wait for the reconciler. The return value is what
+    # Celery logs.
     ex = executor()
-    disposition = ex.execute(run_id)
+    claim = claim or worker_identity()
+    disposition = ex.execute(run_id, claim)
     if disposition is Disposition.retry:
         raise self.retry(countdown=RETRY_COUNTDOWN_S)
     if disposition is Disposition.unclaimed:
-        log.warning("run %s: claim failed on a database error; retrying in %s s", run_id,
+        log.warning("run %s: the database failed around the claim; retrying in %s s with the same claim", run_id,
                     ex.settings.claim_retry_after_s)
-        raise self.retry(countdown=ex.settings.claim_retry_after_s)
+        raise self.retry(kwargs={"claim": claim}, countdown=ex.settings.claim_retry_after_s)
     if disposition is Disposition.done:  # fair share: the student's next waiting run may go
         release_after(celery, ex.sessions, run_id, ex.settings.task_queue)
     return disposition.value

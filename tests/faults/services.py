@@ -105,6 +105,12 @@ class PrivatePostgres:
             self._ctl("-m", "immediate", "stop")
         _wait_for(self.port, up=False)
 
+    def stop_argv(self) -> list[str]:
+        """The command line of `stop`, for another process to run at the moment it chooses (see
+        tests/faults/small_worker.py, KG_FAULT_STOP_DB_AFTER_CLAIM)."""
+        return ["runuser", "-u", "postgres", "--", str(self.bin / "pg_ctl"), "-D", str(self.data), "-w", "-t", "60",
+                "-m", "immediate", "stop"]
+
     def restart(self) -> None:
         self.stop()
         self.start()

@@ -3,35 +3,42 @@ queued run's broker message lost, the worker's claim transaction failing on the 
 run page of a run that waits to be re-sent, and a paused worker's result discarded.
 
 The thresholds are the defaults (`requeue_after_s` 900 s, `resend_unheld_after_s` 20 s,
-`reconcile_interval_s` 30 s, `claim_retry_after_s` 10 s), so a run recovered here was not
+`reconcile_interval_s` 30 s, `claim_retry_after_s` 5 s), so a run recovered here was not
 recovered by the 15-minute fallback. Redis and PostgreSQL are private instances
 (tests/faults/services.py); the faults are real: a message deleted from Redis, PostgreSQL
 stopped while the worker claims, a worker process stopped with SIGSTOP.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
 import uuid
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
+from sqlalchemy import event
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.auth.credentials import issue_token, set_password
 from grader.cli import init_database
 from grader.db import make_engine, make_session_factory, session_scope
-from grader.models import Role, utcnow
+from grader.models import Role, Run, RunState, utcnow
 from grader.reads.runstatus import RESEND_TEXT, Waiting, waiting_reason
+from grader.runs import lifecycle
 from grader.runs.celery_app import make_celery
 from grader.runs.dispatch import held_runs, run_signature
+from grader.runs.lifecycle import Disposition, RunExecutor
 from grader.service import get_assignment, get_or_create_user, record_submission
 from grader.settings import Settings
-from grader.storage.blobstore import StoredBlob
+from grader.storage.blobstore import BlobStore, StoredBlob
 from tests.faults.services import PrivatePostgres, PrivateRedis
 from tests.service.conftest import PROJECT_ROOT, REDIS_URL, WorkerProcess, auth, new_student, wait_for_run
 from tests.service.test_faults import (  # noqa: F401  (fixtures)
@@ -50,11 +57,11 @@ from tests.service.test_web_settings import PASSWORD, Browser
 DEFAULTS = {"requeue_after_s": "900"}  # make_rig's own default (2 s) would hide the recovery
 
 
-def _wait_for_log(worker: WorkerProcess, text: str, timeout: float) -> None:
+def _wait_for_log(worker: WorkerProcess, text: str, timeout: float, times: int = 1) -> None:
     deadline = time.monotonic() + timeout
-    while text not in worker.log_path.read_text(errors="replace"):
+    while worker.log_path.read_text(errors="replace").count(text) < times:
         if time.monotonic() > deadline:
-            raise AssertionError(f"{text!r} not in the worker log in {timeout} s:\n{worker.log()}")
+            raise AssertionError(f"{text!r} not {times} times in the worker log in {timeout} s:\n{worker.log()}")
         time.sleep(0.2)
 
 
@@ -161,7 +168,7 @@ def test_a_claim_that_fails_on_the_database_is_retried_not_acknowledged(
     worker = rig.worker("claim")
     worker.start()
     try:
-        _wait_for_log(worker, "claim failed on a database error; retrying", timeout=60)
+        _wait_for_log(worker, "the database failed around the claim; retrying", timeout=60)
         private_postgres.start()
         back_at = time.monotonic()
         elapsed = _wait_final(rig, run_id, timeout=120)  # no reconciler: only the worker's retry
@@ -173,6 +180,88 @@ def test_a_claim_that_fails_on_the_database_is_retried_not_acknowledged(
     assert run.attempts == 1, "the failed claim must not count as an attempt"
     assert elapsed < 90 and time.monotonic() - back_at < 90
     assert "retry: Retry in" in worker.log_path.read_text(errors="replace"), "the task was not retried by Celery"
+
+
+@pytest.mark.timeout(300)
+def test_a_database_outage_right_after_a_saved_claim_is_retried_within_seconds(
+    settings: Settings, settings_env: dict[str, str], standin_zip: bytes, tmp_path: Path,
+    private_postgres: PrivatePostgres,
+) -> None:
+    """PostgreSQL stops the moment the worker's claim is committed (a real stop, from the worker:
+    tests/faults/small_worker.py) and stays down past the grade and the worker's tries to record
+    it: the task is retried by Celery with its claim, takes it back (one attempt) and the run is
+    graded seconds after the database is back, with no reconciler. Before, the task ended on the
+    next statement with the claim saved, and only the reconciler freed it once its heartbeat was
+    stale: about 90 s."""
+    own = settings.model_copy(update={"database_url": private_postgres.url})
+    init_database(own)
+    sessions = make_session_factory(make_engine(own))
+    with session_scope(sessions) as session:
+        token = issue_token(session, get_or_create_user(session, "after-claim", Role.student), "faults")
+    rig = make_rig(own, settings_env, sessions, tmp_path, database_url=private_postgres.url, **DEFAULTS)
+    worker = rig.worker("after-claim")
+    worker.env["KG_FAULT_STOP_DB_AFTER_CLAIM"] = json.dumps(private_postgres.stop_argv())
+    with rig.client() as client:
+        run_id = post(client, token, unique(standin_zip, "outage after the claim"))
+    worker.start()
+    try:
+        _wait_for_log(worker, f"fault: the database was stopped right after the claim of run {run_id}", timeout=90)
+        _wait_for_log(worker, f"run {run_id}: record the outcome: the database failed", timeout=90)
+        private_postgres.start()
+        back_at = time.monotonic()
+        _wait_for_log(worker, f"run {run_id}: stage unpack", timeout=60, times=2)  # grading again
+        again = time.monotonic() - back_at
+        _wait_final(rig, run_id, timeout=120)  # no reconciler: only the worker's own retry
+    finally:
+        worker.stop()
+    print(f"database down after the claim: grading again {again:.1f} s after it came back")
+    run = rig.run(run_id)
+    graded_once(run)
+    assert run.attempts == 1, "the claim taken back is the same attempt"
+    assert again < 15, f"grading began again {again:.1f} s after the database came back"
+    log = worker.log_path.read_text(errors="replace")
+    assert "progress not recorded (database error); grading goes on" in log
+    assert "retry: Retry in" in log, "the task was not retried by Celery"
+
+
+def test_a_claim_saved_whose_answer_was_lost_is_taken_back_by_its_task(
+    settings: Settings, sessions: sessionmaker[Session],
+) -> None:
+    """The claim's commit reached the database but its answer did not (the connection broke):
+    the executor says `unclaimed` (its task retries with the same identity), and only that
+    identity can take the claim back, as the same attempt; anyone else skips the run."""
+    with session_scope(sessions) as session:
+        user = get_or_create_user(session, f"lost-answer-{uuid.uuid4().hex[:6]}", Role.student)
+        blob = StoredBlob(sha256="cd" * 32, size=1)
+        _, run = record_submission(session, user, get_assignment(session, "hw4"), "a.zip", blob)
+        session.flush()
+        run_id = run.id
+    executor = RunExecutor(settings, sessions, BlobStore(settings.blob_dir))
+
+    def answer_lost(session: Session) -> None:
+        raise OperationalError("COMMIT", {}, Exception("server closed the connection unexpectedly"))
+
+    claim_run = lifecycle.claim_run
+
+    def claim_and_lose_the_answer(session: Session, *args: Any) -> bool:
+        claimed = claim_run(session, *args)
+        event.listen(session, "after_commit", answer_lost, once=True)
+        return claimed
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(lifecycle, "claim_run", claim_and_lose_the_answer)
+        assert executor.execute(run_id, "task-a") is Disposition.unclaimed
+    held = RunExecutor(settings, sessions, BlobStore(settings.blob_dir))
+    with session_scope(sessions) as session:
+        run = session.get(Run, run_id)
+        assert run is not None and (run.claimed_by, run.attempts) == ("task-a", 1), "the claim was saved"
+        stale_before = utcnow() - timedelta(seconds=settings.heartbeat_timeout_s)
+        assert not lifecycle.claim_run(session, run_id, "task-b", stale_before), "another task took a live claim"
+        assert lifecycle.claim_run(session, run_id, "task-a", stale_before), "the task could not take its claim back"
+        session.refresh(run)
+        assert run.attempts == 1, "taking a claim back is the same attempt"
+        run.state, run.claimed_by, run.finished_at = RunState.failed, None, utcnow()  # no grading here
+    assert held.execute(run_id, "task-a") is Disposition.skipped  # final now
 
 
 # ---- the run page of a run that waits to be re-sent --------------------------------------------
