@@ -25,7 +25,7 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from worker.sandbox import Sandbox, SandboxError, usable_by
@@ -67,6 +67,16 @@ class Toolchain:
     def command(self, source: Path, output: Path) -> list[str]:
         includes = [f"-I{d}" for d in self.include_dirs]
         return [self.nvcc, *self.flags, *includes, "-o", str(output), str(source)]
+
+    def host_paths(self) -> tuple[str, ...]:
+        """What a confined nvcc reads beyond the system's folders: nvcc's folder, the toolkit's
+        root when that folder is its `bin`, and the include folders."""
+        found = shutil.which(self.nvcc)
+        folders = list(self.include_dirs)
+        if found:
+            folder = Path(os.path.realpath(found)).parent
+            folders += [str(folder), *([str(folder.parent)] if folder.name == "bin" else [])]
+        return tuple(folders)
 
 
 @dataclass(frozen=True)
@@ -309,7 +319,9 @@ def build_kernels(
         _check_usable(toolchain.nvcc, confine.sandbox)
         confine.scratch.mkdir(parents=True, exist_ok=True)
         confine.scratch.chmod(0o700)
-        confine = Confinement(confine.sandbox, confine.scratch.resolve())
+        sandbox = confine.sandbox
+        policy = replace(sandbox.policy, read_only=(*sandbox.policy.read_only, *toolchain.host_paths()))
+        confine = Confinement(Sandbox(sandbox.limits, policy), confine.scratch.resolve())
     workers = max(1, min(jobs or len(targets), len(targets)))
     with ThreadPoolExecutor(max_workers=workers) as pool:
         futures = [pool.submit(_build_one, root, t, toolchain, version, cache_dir, confine) for t in targets]

@@ -1,35 +1,35 @@
 """The namespaced sandbox's launcher (standard library only; run by namespaces.py as the script
 `python -I -S launcher.py SOCKET_FD`, as root, in the job folder). Over that socket (a
 SOCK_SEQPACKET socketpair) the parent first sends the job (one JSON message: program, its
-environment, the job folder, uid, ...) and gets back one report (JSON, with the fd of the
-job's capped scratch folder when all went well).
+environment, the job folder, uid, the view of view.py, ...) and gets back one report (JSON, with
+the fd of the job's capped scratch folder when all went well).
 
 Three processes, so that everything the job starts dies with it:
 - the launcher (the sandbox's leader, seen by the parent) enters a new PID namespace for its
   children and waits for the first one, then exits the way the job's program did;
 - init (pid 1 of that namespace, still root) leaves the host's mount and network namespaces,
-  builds the job's view of the file system (below), starts the job's program, reports to the
-  parent, and reaps every orphan until the program ends. Its exit makes the kernel
-  kill whatever is left in the namespace (daemons included);
+  builds the job's root (below), starts the job's program, reports to the parent, and reaps
+  every orphan until the program ends. Its exit makes the kernel kill whatever is left in the
+  namespace (daemons included);
 - the job's program: signals back to their defaults, the sandbox uid, no_new_privs,
   PR_SET_PDEATHSIG, the job folder as cwd, then exec.
 
-The file system view: everything read-only (mount_setattr, recursively); one tmpfs capped at
-`disk_bytes` (and a number of inodes) holds every writable place: fresh empty /tmp, /var/tmp,
-/dev/shm and /var/run, /run itself, and the upper layer of an overlay mounted on the job
-folder (so the job can write there, within the cap; the parent merges what it wrote back into
-the real folder when it ends). Host folders the job needs that lie under those fresh ones (the
-`keep` list: a checkout or virtualenv under /tmp) are bound back, read-only. Files the parent
-has mapped (the GPU stage's arena) are
-bind-mounted through the overlay, so both sides keep sharing one inode. Every file-system Unix
-socket bound in the host's network namespace is covered by /dev/null, and a fresh /proc shows
-only the job's processes.
+The job's root is a fresh tmpfs, read-only once built, holding only what the parent's allow-list
+(view.py) names: those host paths bound read-only at their own places, a fresh /etc, the allowed
+/dev entries, a fresh /proc that shows only the job's processes. One more tmpfs, capped at
+`disk_bytes` (and a number of inodes), holds every writable place: /run itself, fresh empty /tmp,
+/var/tmp and /dev/shm, and the upper layer of an overlay mounted on the job folder (so the job
+can write there, within the cap; the parent merges what it wrote back into the real folder when
+it ends). Files the parent has mapped (the GPU stage's arena) are bind-mounted through the
+overlay, so both sides keep sharing one inode. Then the launcher pivots into that root and lets
+go of the host's: nothing outside the allow-list can be named, by any path.
 """
 from __future__ import annotations
 
 import ctypes
 import json
 import os
+import platform
 import signal
 import socket
 import sys
@@ -38,14 +38,16 @@ from typing import Any, NoReturn
 
 CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
-MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
 SYS_MOUNT_SETATTR, AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = 442, -100, 0x8000, 1
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
+MNT_DETACH = 2
 PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
-SCRATCH = "/run/.kg"  # root-only: the overlay's upper and work dirs, and the fresh tmp folders
-FRESH = {"/tmp": ("tmp", 0o1777), "/var/tmp": ("var-tmp", 0o1777), "/dev/shm": ("shm", 0o1777),
-         "/var/run": ("var-run", 0o755)}
-HIDDEN = ("/run", *FRESH)  # every host folder a job sees fresh (/run: the capped tmpfs itself)
+NEW_ROOT = "/run"  # where the fresh root is assembled before the pivot (any host folder would do)
+SCRATCH = "/run/.kg"  # in the job's root, root-only: the overlay's upper and work dirs
+FRESH = {"/tmp": ("tmp", 0o1777), "/var/tmp": ("var-tmp", 0o1777), "/dev/shm": ("shm", 0o1777)}
 INODES_PER_MIB = 16
+ROOT_TMPFS = "size=16m,nr_inodes=4096,mode=0755"  # the skeleton: folders, mount points, /etc
 
 libc = ctypes.CDLL(None, use_errno=True)
 
@@ -70,10 +72,10 @@ def mount(source: str | None, target: str, fstype: str | None, flags: int, data:
            f"mount {target}")
 
 
-def read_only_everywhere() -> None:
+def read_only(target: str, recursive: bool) -> None:
     attr = _MountAttr(attr_set=MOUNT_ATTR_RDONLY)
-    _check(libc.syscall(SYS_MOUNT_SETATTR, AT_FDCWD, b"/", AT_RECURSIVE, ctypes.byref(attr), ctypes.sizeof(attr)),
-           "mount_setattr / read-only")
+    _check(libc.syscall(SYS_MOUNT_SETATTR, AT_FDCWD, target.encode(), AT_RECURSIVE if recursive else 0,
+                        ctypes.byref(attr), ctypes.sizeof(attr)), f"mount_setattr {target} read-only")
 
 
 def host_unix_sockets() -> list[str]:
@@ -88,57 +90,89 @@ def _under(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
-def fresh_folders(disk_bytes: int) -> None:
-    """The capped tmpfs on /run, and fresh empty folders of it over /tmp, /var/tmp, ..."""
+def _place(root: str, path: str, folder: bool) -> str:
+    """Make `path` exist inside `root` (a folder, or an empty file to bind a file onto)."""
+    target = root + path
+    if folder:
+        os.makedirs(target, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        if not os.path.lexists(target):
+            os.close(os.open(target, os.O_WRONLY | os.O_CREAT, 0o644))
+    return target
+
+
+def bind_read_only(root: str, path: str, fd: int) -> None:
+    target = _place(root, path, os.path.isdir(f"/proc/self/fd/{fd}"))
+    mount(f"/proc/self/fd/{fd}", target, None, MS_BIND | MS_REC)
+    read_only(target, recursive=True)
+
+
+def skeleton(root: str, view: dict[str, Any]) -> None:
+    """The root's own files: the fresh /etc, the /dev entries, symlinks, mount points."""
+    mount("tmpfs", root, "tmpfs", MS_NOSUID, ROOT_TMPFS)
+    os.makedirs(f"{root}/etc")
+    for name, content in view["etc"].items():
+        with open(f"{root}/etc/{name}", "w") as f:
+            f.write(content)
+    for device in view["devices"]:
+        bind_read_only(root, device, os.open(device, os.O_PATH))
+    os.makedirs(f"{root}/dev", exist_ok=True)
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                         ("stderr", "/proc/self/fd/2")):
+        os.symlink(target, f"{root}/dev/{name}")
+    for path, target in view["links"].items():
+        os.makedirs(os.path.dirname(root + path), exist_ok=True)
+        os.symlink(target, root + path)
+    for folder in ("/proc", "/run", *FRESH):
+        os.makedirs(root + folder, exist_ok=True)
+    os.symlink("/run", f"{root}/var/run")
+
+
+def fresh_folders(root: str, disk_bytes: int) -> None:
+    """The capped tmpfs on the root's /run, and fresh empty folders of it on /tmp, /var/tmp, ..."""
     inodes = max(1024, disk_bytes // (1 << 20) * INODES_PER_MIB)
-    mount("tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV, f"size={disk_bytes},nr_inodes={inodes},mode=0755")
-    os.mkdir(SCRATCH, 0o700)
+    run = root + "/run"
+    mount("tmpfs", run, "tmpfs", MS_NOSUID | MS_NODEV, f"size={disk_bytes},nr_inodes={inodes},mode=0755")
+    scratch = root + SCRATCH
+    os.mkdir(scratch, 0o700)
     for sub in ("upper", "work"):
-        os.mkdir(f"{SCRATCH}/{sub}", 0o700)
+        os.mkdir(f"{scratch}/{sub}", 0o700)
     for target, (name, mode) in FRESH.items():
-        if os.path.isdir(target) and not os.path.islink(target):
-            os.mkdir(f"{SCRATCH}/{name}")
-            os.chmod(f"{SCRATCH}/{name}", mode)
-            mount(f"{SCRATCH}/{name}", target, None, MS_BIND)
+        os.mkdir(f"{scratch}/{name}")
+        os.chmod(f"{scratch}/{name}", mode)
+        mount(f"{scratch}/{name}", root + target, None, MS_BIND)
 
 
-def open_kept(paths: list[str]) -> dict[str, int]:
-    """O_PATH fds of the host folders to show again inside the fresh ones (opened while visible)."""
-    return {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in paths}
-
-
-def show_kept(kept: dict[str, int]) -> None:
-    """Bind each kept host folder (read-only, as the whole view) back at its place inside the
-    fresh /tmp & co.: a checkout or virtualenv under /tmp must stay importable."""
-    for path, fd in kept.items():
-        os.makedirs(path, exist_ok=True)
-        mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
-
-
-def mask_sockets(paths: list[str], cwd: str, kept: dict[str, int]) -> None:
+def mask_sockets(root: str, paths: list[str], binds: list[str]) -> None:
+    """Cover every host Unix socket that lies in a bound folder (the rest are not in the root)."""
     for path in paths:
-        hidden = any(_under(path, folder) for folder in HIDDEN)
-        if _under(path, cwd) or (hidden and not any(_under(path, k) for k in kept)):
-            continue
-        try:
-            mount("/dev/null", path, None, MS_BIND)
-        except FileNotFoundError:
-            pass  # gone since it was listed
+        if any(_under(path, b) for b in binds) and os.path.exists(root + path):
+            mount("/dev/null", root + path, None, MS_BIND)
 
 
-def job_folder(cwd: str, lower: int, shared: dict[str, int]) -> None:
+def job_folder(root: str, cwd: str, lower: int, shared: dict[str, int]) -> None:
     """The overlay on the job folder (`lower`: an fd of the real one), then the shared files."""
-    os.makedirs(cwd, exist_ok=True)  # inside a fresh tmpfs when the job folder is under /tmp
+    target = root + cwd
+    os.makedirs(target, exist_ok=True)
     st = os.fstat(lower)
-    os.chown(f"{SCRATCH}/upper", st.st_uid, st.st_gid)
-    os.chmod(f"{SCRATCH}/upper", st.st_mode & 0o7777)
-    mount("overlay", cwd, "overlay", MS_NOSUID | MS_NODEV,
-          f"lowerdir=/proc/self/fd/{lower},upperdir={SCRATCH}/upper,workdir={SCRATCH}/work,"
+    upper = root + SCRATCH + "/upper"
+    os.chown(upper, st.st_uid, st.st_gid)
+    os.chmod(upper, st.st_mode & 0o7777)
+    mount("overlay", target, "overlay", MS_NOSUID | MS_NODEV,
+          f"lowerdir=/proc/self/fd/{lower},upperdir={upper},workdir={root}{SCRATCH}/work,"
           "redirect_dir=off,metacopy=off,index=off")
     for rel, fd in shared.items():
-        target = os.path.join(cwd, rel)
-        mount(f"/proc/self/fd/{fd}", target, None, MS_BIND)
-        mount(None, target, None, MS_REMOUNT | MS_BIND)  # the bind copies the host mount's read-only flag
+        inside = os.path.join(target, rel)
+        mount(f"/proc/self/fd/{fd}", inside, None, MS_BIND)  # writable: both sides write the arena
+
+
+def pivot(root: str) -> None:
+    """Make `root` the job's / and let go of the host's (pivot_root with both at one place)."""
+    os.chdir(root)
+    _check(libc.syscall(SYS_PIVOT_ROOT[platform.machine()], b".", b"."), "pivot_root")
+    _check(libc.umount2(b".", MNT_DETACH), "umount the host's root")
+    os.chdir("/")
 
 
 def build_view(config: dict[str, Any]) -> int:
@@ -147,17 +181,21 @@ def build_view(config: dict[str, Any]) -> int:
     flags = CLONE_NEWNS | (CLONE_NEWNET if config["network"] else 0)
     _check(libc.unshare(flags), "unshare")
     mount(None, "/", None, MS_REC | MS_PRIVATE)
-    cwd = config["cwd"]
+    cwd, view = config["cwd"], config["view"]
     lower = os.open(".", os.O_PATH | os.O_DIRECTORY)  # the launcher was started in the job folder
     shared = {rel: os.open(rel, os.O_PATH | os.O_NOFOLLOW, dir_fd=lower) for rel in config["shared"]}
-    kept = open_kept(config.get("keep", []))
-    read_only_everywhere()
-    fresh_folders(config["disk_bytes"])
-    show_kept(kept)
-    mask_sockets(sockets, cwd, kept)
-    job_folder(cwd, lower, shared)
-    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    return os.open(f"{SCRATCH}/upper", os.O_RDONLY | os.O_DIRECTORY)
+    sources = {path: os.open(path, os.O_PATH) for path in view["binds"]}  # before NEW_ROOT covers anything
+    skeleton(NEW_ROOT, view)
+    fresh_folders(NEW_ROOT, config["disk_bytes"])
+    for path, fd in sorted(sources.items()):  # parents first; those under /tmp land in its fresh folder
+        bind_read_only(NEW_ROOT, path, fd)
+    mask_sockets(NEW_ROOT, sockets, view["binds"])
+    job_folder(NEW_ROOT, cwd, lower, shared)
+    read_only(NEW_ROOT, recursive=False)  # the skeleton; /run, /tmp & co. and the job folder stay writable
+    mount("proc", f"{NEW_ROOT}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    scratch = os.open(f"{NEW_ROOT}{SCRATCH}/upper", os.O_RDONLY | os.O_DIRECTORY)
+    pivot(NEW_ROOT)
+    return scratch
 
 
 def become_job(config: dict[str, Any], exec_error_fd: int) -> NoReturn:

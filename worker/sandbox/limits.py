@@ -41,6 +41,9 @@ class SandboxPolicy:
     # Without PID/mount namespaces on this host the process backend refuses to run (False: it
     # runs without them, with only what the preexec hook applies; see `isolation`).
     require_namespaces: bool = True
+    # Host paths the child may read besides the system's and the Python runtime's (namespaced
+    # process backend: see view.py), e.g. a build's CUDA toolkit and include folders.
+    read_only: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

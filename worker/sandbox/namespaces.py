@@ -4,8 +4,8 @@ can give jobs namespaces at all.
 
 The launcher, started by Popen after the pre-exec hook (preexec.py), gives the job its own PID
 namespace (its init reaps, and its end kills every process the job started, daemons included),
-mount namespace (everything read-only; fresh empty /tmp, /var/tmp, /dev/shm, /run; host
-file-system Unix sockets covered; a fresh /proc) and network namespace, then drops to the
+mount namespace (a fresh root holding only view.py's allow-list, read-only; fresh empty /tmp,
+/var/tmp, /dev/shm, /run; a fresh /proc) and network namespace, then drops to the
 sandbox user with no_new_privs and execs the program. All the job writes lands in one tmpfs of
 `limits.disk_bytes` (an overlay on the job folder); when the job ends, the watchdog thread
 merges what it wrote into the real job folder (overlay.py), so callers find it there as
@@ -27,12 +27,11 @@ import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from worker.sandbox.launcher import HIDDEN
 from worker.sandbox.limits import SandboxError
+from worker.sandbox.view import view_for
 
 LAUNCHER = Path(__file__).with_name("launcher.py")
 NAMESPACED = ("pid", "mount", "disk")  # isolation a namespaced job gets, with "network" unless disabled
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 def launch_namespaced(argv: list[str], cwd: Path, env: dict[str, str], pass_fds: tuple[int, ...],
@@ -74,20 +73,6 @@ def _launch_report(sock: socket.socket, program: str) -> int:
     raise SandboxError(str(report.get("error", report)))
 
 
-def kept_paths(argv: list[str], env: dict[str, str]) -> list[str]:
-    """Host folders the job must still read though they lie under a folder the sandbox gives it
-    fresh (a CI checkout or a virtualenv under /tmp): this interpreter's prefixes, this
-    project, the job's PYTHONPATH and its program's folder. Outermost folders only."""
-    candidates = {sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)), str(PROJECT_ROOT),
-                  *env.get("PYTHONPATH", "").split(os.pathsep)}
-    if os.path.isabs(argv[0]):
-        candidates.add(os.path.dirname(os.path.realpath(argv[0])))
-    found = {os.path.realpath(p) for p in candidates if p and os.path.isdir(p)}
-    # Strictly below: a PYTHONPATH of "/tmp" itself must not hand the host's /tmp back.
-    hidden = [p for p in found if any(p.startswith(f + "/") for f in HIDDEN)]
-    return sorted(p for p in hidden if not any(p.startswith(q + "/") for q in hidden))
-
-
 @functools.cache
 def namespaces_unavailable() -> str | None:
     """Why this host cannot give a sandboxed job its own PID, mount and network namespaces, or
@@ -97,7 +82,7 @@ def namespaces_unavailable() -> str | None:
     folder = Path(tempfile.mkdtemp(prefix="kg-sandbox-probe-"))
     argv = [sys.executable, "-I", "-S", "-c", ""]
     config = {"cwd": str(folder), "uid": None, "gid": None, "network": True, "disk_bytes": 1 << 20, "shared": [],
-              "keep": kept_paths(argv, {})}
+              "view": view_for(argv, {}, folder, ("root", 0, 0), gpu=False).config()}
     try:
         popen, scratch = launch_namespaced(argv, folder, {}, (), config,
                                            None, subprocess.DEVNULL)

@@ -29,10 +29,11 @@ from pathlib import Path
 from worker.affinity import pin_process
 from worker.sandbox.child import WatchedChild, classify
 from worker.sandbox.limits import SandboxError, SandboxExit, SandboxLimits, SandboxPolicy
-from worker.sandbox.namespaces import NAMESPACED, kept_paths, launch_namespaced
+from worker.sandbox.namespaces import NAMESPACED, launch_namespaced
 from worker.sandbox.overlay import merge_back
 from worker.sandbox.preexec import ChildSetup
 from worker.sandbox.procfs import ProcInfo, mapped_files, owner, process_table, read_stat, threads_cpu_seconds
+from worker.sandbox.view import view_for
 
 SCAN_INTERVAL_S = 0.2
 
@@ -69,8 +70,10 @@ def start_process(limits: SandboxLimits, policy: SandboxPolicy, ids: tuple[int, 
 def _start_namespaced(limits: SandboxLimits, policy: SandboxPolicy, ids: tuple[int, int] | None, argv: list[str],
                       cwd: Path, child_env: dict[str, str], pass_fds: tuple[int, ...]) -> SandboxedProcess:
     uid, gid = ids or (None, None)
+    user = (policy.user or "root", *ids) if ids else ("root", 0, 0)
+    view = view_for(argv, child_env, cwd, user, gpu=policy.gpu_index is not None, extra=policy.read_only)
     config = {"cwd": str(cwd), "uid": uid, "gid": gid, "network": policy.isolate_network,
-              "disk_bytes": limits.disk_bytes, "shared": mapped_files(cwd), "keep": kept_paths(argv, child_env)}
+              "disk_bytes": limits.disk_bytes, "shared": mapped_files(cwd), "view": view.config()}
     setup = ChildSetup(limits, False, ids, -1, namespaced=True)
     out_r, out_w = os.pipe()
     try:
