@@ -81,8 +81,9 @@ def namespaces_unavailable() -> str | None:
         return "the grading parent is not root"
     folder = Path(tempfile.mkdtemp(prefix="kg-sandbox-probe-"))
     argv = [sys.executable, "-I", "-S", "-c", ""]
-    config = {"cwd": str(folder), "uid": None, "gid": None, "network": True, "disk_bytes": 1 << 20, "shared": [],
-              "view": view_for(argv, {}, folder, ("root", 0, 0), gpu=False).config()}
+    config: dict[str, object] = {"cwd": str(folder), "uid": None, "gid": None, "network": True,
+                                 "disk_bytes": 1 << 20, "shared": [],
+                                 "view": view_for(argv, {}, folder, ("root", 0, 0), gpu=False).config()}
     try:
         popen, scratch = launch_namespaced(argv, folder, {}, (), config,
                                            None, subprocess.DEVNULL)
