@@ -31,6 +31,8 @@ class Materials:
     secret_file: Path  # a root-only file holding the canary (like KG_DATA_DIR/secret_key)
     blob_file: Path  # another student's upload in the blob store, holding the canary
     absolute_target: Path  # where absolute-path entries aim; must never appear
+    host_file: Path  # a world-readable (0644) file of the host outside the sandbox's view, holding the canary
+    service_env: Path  # a world-readable `.env` in the service's folder, holding the canary
 
     def entries(self, edits: dict[str, bytes] | None = None, drop: tuple[str, ...] = (),
                 top: str = TOP) -> list[hz.Entry]:
@@ -203,6 +205,21 @@ CASES: list[HostileCase] = [
                 lambda m: m.kit_zip({"src/combine.cu": m.source(
                     "src/combine.cu", '#include "/proc/self/environ"\n',
                     '\nasm(".section .rodata\\n.incbin \\"/proc/self/environ\\"\\n.previous");\n')}), BUILT),
+    HostileCase("include-host-file", "reads a world-readable host file at build time",
+                lambda m: m.kit_zip({"src/combine.cu": m.source("src/combine.cu", f'#include "{m.host_file}"\n')}),
+                Expect("failed", "build_error", ("combine did not compile",))),
+    HostileCase("incbin-host-file", "builds a world-readable host file into the library",
+                lambda m: m.kit_zip({"src/combine.cu": m.source(
+                    "src/combine.cu", suffix=f'\nasm(".section .rodata\\n.incbin \\"{m.host_file}\\"\\n.previous");\n')}),
+                Expect("failed", "build_error", ("combine did not compile",))),
+    HostileCase("include-service-env", "reads the service's .env at build time",
+                lambda m: m.kit_zip({"src/softmax_kernel.cu": m.source("src/softmax_kernel.cu",
+                                                                       f'#include "{m.service_env}"\n')}),
+                Expect("built", None, ("src/softmax_kernel.cu did not compile",))),
+    HostileCase("include-etc-passwd", "reads the host's accounts at build time",
+                lambda m: m.kit_zip({"src/layernorm_kernel.cu": m.source("src/layernorm_kernel.cu",
+                                                                         '#include "/etc/passwd"\n')}),
+                Expect("built", None, ("src/layernorm_kernel.cu did not compile",))),
     HostileCase("incbin-other-upload", "reads other submissions at build time",
                 lambda m: m.kit_zip({"src/combine.cu": m.source(
                     "src/combine.cu", suffix=f'\nasm(".section .rodata\\n.incbin \\"{m.blob_file}\\"\\n.previous");\n')}),

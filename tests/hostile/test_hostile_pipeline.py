@@ -26,9 +26,11 @@ from hostile_report import Row, record
 from grader.runs.engine_config import pipeline_config
 from grader.settings import Settings
 from worker.pipeline import Outcome, PipelineConfig, grade_submission
+from worker.sandbox.view import PROJECT_ROOT
 from worker.states import ErrorClass
 
 STRAY_NAMES = ("pwned", "escaped.txt", "escaped.cu", "escaped", "evil.cu")
+HOST_ACCOUNT = "root:x:0:0"  # the first line of the host's /etc/passwd; the sandbox's names its user alone
 
 
 @dataclass(frozen=True)
@@ -77,9 +79,24 @@ def server() -> Iterator[Server]:
     (root / "uploads").mkdir()
     (data / "build-cache").mkdir()
     settings = Settings(_env_file=None, data_dir=data)  # type: ignore[call-arg]
-    materials = Materials(load_kit(), secret, blob, root.parent / f"kg-hostile-target-{uuid.uuid4().hex[:12]}")
-    yield Server(root, canary, materials, pipeline_config(settings, RUBRIC), _open_fds(), frozenset(_children()))
-    shutil.rmtree(root, ignore_errors=True)
+    marker = uuid.uuid4().hex[:12]
+    host_file = _world_readable(Path("/var/lib") / f"kg-hostile-{marker}" / "notes.txt", f"host notes {canary}")
+    service_env = _world_readable(PROJECT_ROOT / f".env-kg-hostile-{marker}", f"KG_DATABASE_URL={canary}\n")
+    materials = Materials(load_kit(), secret, blob, root.parent / f"kg-hostile-target-{marker}", host_file, service_env)
+    try:
+        yield Server(root, canary, materials, pipeline_config(settings, RUBRIC), _open_fds(), frozenset(_children()))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(host_file.parent, ignore_errors=True)
+        service_env.unlink(missing_ok=True)
+
+
+def _world_readable(path: Path, data: str) -> Path:
+    """A file any user may read (0644 in a 0755 folder): only the sandbox's view keeps it out."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(data)
+    path.chmod(0o644)
+    return path
 
 
 @pytest.fixture(autouse=True)
@@ -119,6 +136,8 @@ def escapes_of(server: Server, outcome: Outcome, job: Path, before: dict[str, tu
     shown = _shown_to_student(outcome)
     if server.canary in shown:
         found.append("a server secret is in what the student is shown")
+    if HOST_ACCOUNT in shown:
+        found.append("the host's /etc/passwd is in what the student is shown")
     # Compiler diagnostics name the job's files by path; anything else must not show server paths.
     if outcome.error_class is not ErrorClass.build_error and str(server.root) in outcome.message:
         found.append("a server path is in the message")

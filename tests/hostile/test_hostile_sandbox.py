@@ -15,6 +15,7 @@ import os
 import shutil
 import signal
 import socket
+import sys
 import tempfile
 import textwrap
 import time
@@ -28,6 +29,7 @@ from hostile_report import Row, record
 
 from tests.unit.test_sandbox import _python
 from worker.sandbox import Sandbox, SandboxExit, SandboxLimits, SandboxPolicy
+from worker.sandbox.view import PROJECT_ROOT
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the uid drop, netns and RLIMIT_NPROC need a root parent")
 
@@ -67,6 +69,17 @@ class World:
         """World-readable files the host (or an earlier job) left in the shared temporary folders."""
         return [d / f"{self.marker}-host" for d in SHARED_TMP_DIRS]
 
+    def host_files(self) -> list[Path]:
+        """World-readable (0644, in searchable folders) canaries outside the allow-list: a host
+        folder, the service's `.env` in the project folder, another job's folder left readable."""
+        return [Path("/var/lib") / self.marker / "notes.txt", PROJECT_ROOT / f".env-{self.marker}",
+                self.data_open / "jobs" / "run-8" / "src" / "combine.cu"]
+
+    @property
+    def data_open(self) -> Path:
+        """A data dir left world-readable (as the H200 deployment's blobs/ was), beside the job."""
+        return self.base / "data-open"
+
 
 @dataclass(frozen=True)
 class ChildCase:
@@ -91,6 +104,57 @@ def _reads(paths: list[str]) -> str:
 def _other_secrets(w: World) -> str:
     return _reads([str(w.data / "blobs" / "ab" / "blob"), str(w.data / "jobs" / "run-7" / "src" / "combine.cu"),
                    str(w.data / "secret_key"), str(w.data / "hidden_cases.yaml")])
+
+
+def _host_files(w: World) -> str:
+    """Reads each planted host file by its path, then looks through the whole visible tree for
+    the marker in a name or the canary in any small file outside the system folders."""
+    return _reads([str(p) for p in w.host_files()]) + f"""
+        import os
+        SYSTEM = ("/usr/", "/proc/", "/sys/", "/dev/")
+        for top, folders, files in os.walk("/"):
+            here = top.rstrip("/") + "/"
+            folders[:] = [f for f in folders if not (here + f + "/").startswith(SYSTEM)]
+            for name in folders + files:
+                if {w.marker!r} in name:
+                    print("ESCAPED sees", here + name)
+            for name in files:
+                try:
+                    if os.path.getsize(here + name) < (1 << 20) and {w.canary!r}.encode() in open(here + name, "rb").read():
+                        print("ESCAPED canary in", here + name)
+                except OSError:
+                    pass
+    """
+
+
+def _view_of_the_host(w: World) -> str:
+    """What of the host the job can name: /etc, home folders, the service's folders, pid 1. A
+    listed name is an escape unless it leads to the Python runtime or the engine package."""
+    runtime = [sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(_python())), str(PROJECT_ROOT / "worker")]
+    return f"""
+        import os
+        def needed(path):
+            return any(r == path or r.startswith(path + "/") for r in {runtime!r})
+        users = [line.split(":")[0] for line in open("/etc/passwd")]
+        if users != ["nobody"]:
+            print("ESCAPED /etc/passwd lists", users)
+        etc = sorted(os.listdir("/etc"))
+        extra = set(etc) - {{"passwd", "group", "hosts", "nsswitch.conf", "ld.so.cache", "ld.so.conf", "ld.so.conf.d",
+                            "alternatives"}}
+        if extra:
+            print("ESCAPED /etc holds", sorted(extra)[:10])
+        for folder in ("/home", "/root", "/srv", "/var/lib", "/opt", "/mnt", {str(w.base)!r}, {str(PROJECT_ROOT)!r}):
+            try:
+                listed = [n for n in os.listdir(folder) if not needed(os.path.join(folder, n))]
+            except OSError:
+                continue
+            if listed and not {str(w.job)!r}.startswith(folder + "/"):
+                print("ESCAPED lists", folder, listed[:5])
+        init = open("/proc/1/cmdline", "rb").read()
+        if b"launcher.py" not in init:
+            print("ESCAPED pid 1 is the host's", init[:60])
+        print("top level:", sorted(os.listdir("/")))
+    """
 
 
 def _environment(w: World) -> str:
@@ -276,6 +340,11 @@ CASES: list[ChildCase] = [
     ChildCase("unix-socket-file", "host code opens sockets", _unix_socket_file, ("exited",)),
     ChildCase("read-other-submissions", "reads other submissions, blobs, hidden cases", _other_secrets, ("exited",)),
     ChildCase("read-environment", "reads environment secrets", _environment, ("exited",)),
+    ChildCase("read-host-files", "reads world-readable host files, the service's .env, another job's folder",
+              _host_files, ("exited",),
+              SandboxLimits(wall_s=90, cpu_s=90, memory_bytes=512 * MiB, max_processes=32, file_size_bytes=MiB)),
+    ChildCase("view-of-the-host", "lists /etc, home folders, the service's folders; reads pid 1", _view_of_the_host,
+              ("exited",)),
     ChildCase("write-outside-private", "writes outside its dir",
               lambda w: _writes(w.outside_paths()[:2]), ("exited",)),
     ChildCase("shared-tmp", "reads or plants files in the host's /tmp, /var/tmp, /dev/shm", _shared_tmp,
@@ -315,7 +384,13 @@ def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
     abstract.bind("\0" + marker)
     abstract.listen()
     world = World(base, marker, canary, listener.getsockname()[1], unix_path, marker)
-    for path in world.host_tmp_files():
+    for path in world.host_tmp_files() + world.host_files():
+        if not path.parent.exists():
+            path.parent.mkdir(parents=True)
+            for folder in (path.parent, *path.parent.parents):
+                if folder in (base, Path("/var/lib")):
+                    break
+                folder.chmod(0o755)
         path.write_text(canary)
         path.chmod(0o644)
     try:
@@ -325,8 +400,9 @@ def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
         for s in (listener, unix, abstract):
             s.close()
         shutil.rmtree(base, ignore_errors=True)
-        for path in world.outside_paths() + world.host_tmp_files():
+        for path in world.outside_paths() + world.host_tmp_files() + world.host_files():
             path.unlink(missing_ok=True)
+        shutil.rmtree(Path("/var/lib") / marker, ignore_errors=True)
 
 
 def _survivors(marker: str) -> list[int]:
