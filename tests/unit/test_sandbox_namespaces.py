@@ -25,6 +25,7 @@ from worker.sandbox import (
     SandboxExit,
     SandboxLimits,
     SandboxPolicy,
+    cgroups,
     namespaces,
 )
 
@@ -57,7 +58,7 @@ def run(job: Path, code: str, limits: SandboxLimits = LIMITS) -> tuple[SandboxEx
 
 def test_isolation_is_recorded(job: Path) -> None:
     result, _ = run(job, "pass")
-    assert set(result.isolation) == {"network", "pid", "mount", "disk"}
+    assert set(result.isolation) == {"network", "pid", "mount", "disk"} | ({"cgroup"} if cgroups.available() else set())
 
 
 def test_a_daemon_dies_with_its_job(job: Path) -> None:

@@ -293,6 +293,13 @@ def main() -> None:
     sock.set_inheritable(False)
     config = json.loads(sock.recv(1 << 22))
     try:
+        for procs in config["cgroups"]:  # before anything of the job starts: all of it is inside
+            with open(procs, "w") as f:
+                f.write(str(os.getpid()))
+    except OSError as exc:
+        report(sock, {"error": f"could not join the job's control group: {exc}"})
+        os._exit(1)
+    try:
         _check(libc.unshare(CLONE_NEWPID), "unshare")
     except OSError as exc:
         report(sock, {"error": f"no PID namespace: {exc}"})

@@ -58,3 +58,12 @@ def nproc_limit(max_processes: int) -> int:
     """RLIMIT_NPROC (process backend) and the pids cgroup (docker): both count threads, so a
     backstop with headroom over the watchdog's cap of `max_processes`."""
     return 2 * max_processes + 64
+
+
+def size_words(n: int) -> str:
+    """A byte count as people say it: "32 GiB", "512 MiB"."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            value = n / (1 << shift)
+            return f"{value:.0f} {unit}" if value == int(value) else f"{value:.1f} {unit}"
+    return f"{n} bytes"

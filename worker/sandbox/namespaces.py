@@ -82,7 +82,7 @@ def namespaces_unavailable() -> str | None:
     folder = Path(tempfile.mkdtemp(prefix="kg-sandbox-probe-"))
     argv = [sys.executable, "-I", "-S", "-c", ""]
     config: dict[str, object] = {"cwd": str(folder), "uid": None, "gid": None, "network": True,
-                                 "disk_bytes": 1 << 20, "shared": [],
+                                 "disk_bytes": 1 << 20, "shared": [], "cgroups": [],
                                  "view": view_for(argv, {}, folder, ("root", 0, 0), gpu=False).config()}
     try:
         popen, scratch = launch_namespaced(argv, folder, {}, (), config,

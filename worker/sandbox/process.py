@@ -27,12 +27,21 @@ from dataclasses import replace
 from pathlib import Path
 
 from worker.affinity import pin_process
+from worker.sandbox.cgroups import JobGroup, job_group
 from worker.sandbox.child import WatchedChild, classify
-from worker.sandbox.limits import SandboxError, SandboxExit, SandboxLimits, SandboxPolicy
+from worker.sandbox.limits import SandboxError, SandboxExit, SandboxLimits, SandboxPolicy, nproc_limit, size_words
 from worker.sandbox.namespaces import NAMESPACED, launch_namespaced
 from worker.sandbox.overlay import merge_back
 from worker.sandbox.preexec import ChildSetup
-from worker.sandbox.procfs import ProcInfo, mapped_files, owner, process_table, read_stat, threads_cpu_seconds
+from worker.sandbox.procfs import (
+    ProcInfo,
+    mapped_files,
+    owner,
+    process_table,
+    proportional_memory,
+    read_stat,
+    threads_cpu_seconds,
+)
 from worker.sandbox.view import view_for
 
 SCAN_INTERVAL_S = 0.2
@@ -72,32 +81,39 @@ def _start_namespaced(limits: SandboxLimits, policy: SandboxPolicy, ids: tuple[i
     uid, gid = ids or (None, None)
     user = (policy.user or "root", *ids) if ids else ("root", 0, 0)
     view = view_for(argv, child_env, cwd, user, gpu=policy.gpu_index is not None, extra=policy.read_only)
+    group = job_group(limits)
     config = {"cwd": str(cwd), "uid": uid, "gid": gid, "network": policy.isolate_network,
-              "disk_bytes": limits.disk_bytes, "shared": mapped_files(cwd), "view": view.config()}
+              "disk_bytes": limits.disk_bytes, "shared": mapped_files(cwd), "view": view.config(),
+              "cgroups": group.procs_files() if group else []}
     setup = ChildSetup(limits, False, ids, -1, namespaced=True)
     out_r, out_w = os.pipe()
     try:
         popen, scratch = launch_namespaced(argv, cwd, child_env, pass_fds, config, setup, out_w)
     except BaseException:
         os.close(out_r)
+        if group is not None:
+            group.remove()
         raise
     finally:
         os.close(out_w)
-    isolation = (("network",) if policy.isolate_network else ()) + NAMESPACED
-    return SandboxedProcess(popen, limits, out_r, isolation, ids, (scratch, cwd))
+    isolation = (("network",) if policy.isolate_network else ()) + NAMESPACED + (("cgroup",) if group else ())
+    return SandboxedProcess(popen, limits, out_r, isolation, ids, (scratch, cwd), group)
 
 
 class SandboxedProcess(WatchedChild):
     def __init__(self, popen: subprocess.Popen[bytes], limits: SandboxLimits, out_fd: int, isolation: tuple[str, ...],
-                 ids: tuple[int, int] | None, scratch: tuple[int, Path] | None = None) -> None:
+                 ids: tuple[int, int] | None, scratch: tuple[int, Path] | None = None,
+                 group: JobGroup | None = None) -> None:
         super().__init__(popen, limits, out_fd, str(popen.pid))
         # What was applied: "network" (own network namespace), "pid" (own PID namespace: the
-        # job's processes die with it), "mount" (read-only view, fresh /tmp & co., host sockets
-        # hidden), "disk" (writes capped at limits.disk_bytes).
+        # job's processes die with it), "mount" (the default-deny view of view.py, fresh /tmp
+        # & co.), "disk" (writes capped at limits.disk_bytes), "cgroup" (memory and process caps
+        # enforced by the kernel: cgroups.py).
         self.isolation = isolation
         self.network_isolated = "network" in isolation
         self._ids = ids
         self._scratch = scratch  # (fd of the job's overlay upper layer, real job folder)
+        self._group = group
         self.uid: int | None = ids[0] if ids else None
         self._known: dict[int, int] = {}  # pid -> start time of every process seen in the sandbox
         self._max_cpu_s = 0.0  # RLIMIT_CPU is per process: the most any member has used
@@ -173,12 +189,14 @@ class SandboxedProcess(WatchedChild):
                 break
             members = self._members()
             self._max_cpu_s = max([self._max_cpu_s, *(info.cpu_s for info in members.values())])
-            rss = sum(info.rss for info in members.values())
             if len(members) > lim.max_processes:
-                self._trip("processes", f"{len(members)} processes, over the cap of {lim.max_processes}")
+                self._trip("processes", f"too many processes: {len(members)}, over the cap of {lim.max_processes}")
                 break
-            if rss > lim.memory_bytes:
-                self._trip("memory", f"resident memory {rss >> 20} MiB, over the cap of {lim.memory_bytes >> 20} MiB")
+            # With a control group the kernel holds the memory cap. Without, the summed resident
+            # sizes count a fork's shared pages once per fork: confirmed by proportional sizes.
+            if (self._group is None and sum(info.rss for info in members.values()) > lim.memory_bytes
+                    and proportional_memory(list(members)) > lim.memory_bytes):
+                self._trip("memory", f"memory over the cap of {size_words(lim.memory_bytes)}")
                 break
             self._stop.wait(SCAN_INTERVAL_S)
         self._collect_scratch()
@@ -195,6 +213,16 @@ class SandboxedProcess(WatchedChild):
             merge_back(upper, cwd, self._ids)
         except OSError as exc:
             self._merge_error = SandboxError(f"could not carry the job's files back into {cwd}: {exc}")
+
+    def _note_group_limits(self) -> None:
+        """What the kernel did at the control group's caps (a job that ended badly)."""
+        assert self._group is not None
+        if self._group.out_of_memory():
+            self._note("memory", f"memory over the cap of {size_words(self.limits.memory_bytes)} "
+                                 "(the kernel stopped it)")
+        elif self._group.processes_refused():
+            self._note("processes", f"too many processes: the cap of {nproc_limit(self.limits.max_processes)} "
+                                    "processes and threads refused a new one")
 
     # ---- public -------------------------------------------------------------------------
     def pause(self) -> None:
@@ -243,6 +271,10 @@ class SandboxedProcess(WatchedChild):
         self._output.join(timeout=5)
         if self._merge_error is not None:
             raise self._merge_error
+        if self._group is not None:
+            if returncode != 0:
+                self._note_group_limits()
+            self._group.remove()
         violation, vdetail = self._tripped()
         cpu_spent = self._max_cpu_s >= self.limits.cpu_s - 0.5
         self._result = replace(classify(returncode, self.limits, violation, vdetail, leftovers, cpu_spent),

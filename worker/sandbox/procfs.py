@@ -75,6 +75,22 @@ def threads_cpu_seconds(pids: list[int]) -> float | None:
     return total_ns / 1e9
 
 
+def proportional_memory(pids: list[int]) -> int:
+    """Summed proportional set sizes (/proc/PID/smaps_rollup): a page shared by N of the
+    processes counts 1/N in each, so forks of one process are not counted N times."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+                for line in f:
+                    if line.startswith(b"Pss:"):
+                        total += int(line.split()[1]) * 1024
+                        break
+        except (OSError, ValueError, IndexError):
+            continue  # gone, or not ours to read: it leaves the sum
+    return total
+
+
 def mapped_files(cwd: Path) -> list[str]:
     """Files under `cwd` this process has mapped (the GPU stage's arena), relative to `cwd`:
     the launcher binds them through the job folder's overlay, so they stay shared."""
