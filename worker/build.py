@@ -44,6 +44,7 @@ _STOPPED = {
     "memory": "it used too much memory",
     "processes": "it started too many processes",
     "file_size": "it wrote a file over the size limit",
+    "disk": "it filled its scratch space",
 }
 
 

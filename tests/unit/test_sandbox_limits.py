@@ -14,6 +14,7 @@ import pytest
 
 from tests.unit.test_sandbox import _python
 from worker.sandbox import Sandbox, SandboxExit, SandboxLimits, SandboxPolicy, cgroups, process
+from worker.sandbox.limits import GRADER_TMP
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="namespaces and control groups need a root parent")
 
@@ -114,6 +115,40 @@ def test_a_normal_job_is_not_blamed_for_memory(job: Path) -> None:
         hoard = bytearray(256 << 20)
         for i in range(0, len(hoard), 4096):
             hoard[i] = 1
+        print("done")
+    """)
+    assert (result.reason, result.returncode) == ("exited", 0), (result, output)
+
+
+def test_a_full_scratch_space_is_named_and_the_graders_area_stays_usable(job: Path) -> None:
+    """The job fills its scratch space (32 MiB here), then dies of it: the exit says so. The
+    grader's own temporary area, a tmpfs apart, still takes a file."""
+    result, output = run(job, f"""
+        import os, sys
+        try:
+            for i in range(64):
+                with open(f"/tmp/fill-{{i}}.bin", "wb") as f:
+                    f.write(b"x" * (4 << 20))
+        except OSError as exc:
+            print("full:", exc.errno, flush=True)
+        with open("{GRADER_TMP}/profile.json", "w") as f:
+            f.write("{{}}" * 1000)
+        print("grader area ok", flush=True)
+        sys.exit(3)
+    """)
+    assert "full: 28" in output and "grader area ok" in output, output
+    assert result.reason == "disk", (result, output)
+    assert result.detail.startswith("scratch space full: the job wrote its cap of 32 MiB"), result
+
+
+def test_a_job_that_fills_its_space_but_ends_well_is_not_blamed(job: Path) -> None:
+    result, output = run(job, """
+        try:
+            for i in range(64):
+                with open(f"fill-{i}.bin", "wb") as f:
+                    f.write(b"x" * (4 << 20))
+        except OSError:
+            pass
         print("done")
     """)
     assert (result.reason, result.returncode) == ("exited", 0), (result, output)

@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import socket
 import sys
+import tempfile
 import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from worker.gpu.channel import Arena, Channel, ChannelClosed
+from worker.sandbox.limits import GRADER_TMP
 
 Handler = Callable[["ChildState", dict[str, Any]], dict[str, Any]]
 HANDLERS: dict[str, Handler] = {}
@@ -79,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     # Run as `python -m worker.gpu.child`, this file is __main__: a second copy of the module,
     # while the handler modules registered into the imported worker.gpu.child's table.
     HANDLERS.update(importlib.import_module("worker.gpu.child").HANDLERS)
+    if os.path.isdir(GRADER_TMP):
+        tempfile.tempdir = GRADER_TMP  # our temporary files (the profiler's) outside the submission's quota
     root = Path.cwd()
     sys.path.insert(0, str(root))  # the submission's own packages (minitorch) come from its tree
     channel = Channel(socket.socket(fileno=args.fd))

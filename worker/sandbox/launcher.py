@@ -20,7 +20,8 @@ The job's root is a fresh tmpfs, read-only once built, holding only what the par
 `disk_bytes` (and a number of inodes), holds every writable place: /run itself, fresh empty /tmp,
 /var/tmp and /dev/shm, and the upper layer of an overlay mounted on the job folder (so the job
 can write there, within the cap; the parent merges what it wrote back into the real folder when
-it ends). Files the parent has mapped (the GPU stage's arena) are bind-mounted through the
+it ends). A third, small one at /kg-tmp is the grader's own (limits.GRADER_TMP), so a
+submission that fills its scratch space cannot break the grader's temporary files. Files the parent has mapped (the GPU stage's arena) are bind-mounted through the
 overlay, so both sides keep sharing one inode. Then the launcher pivots into that root and lets
 go of the host's: nothing outside the allow-list can be named, by any path.
 """
@@ -48,6 +49,7 @@ SCRATCH = "/run/.kg"  # in the job's root, root-only: the overlay's upper and wo
 FRESH = {"/tmp": ("tmp", 0o1777), "/var/tmp": ("var-tmp", 0o1777), "/dev/shm": ("shm", 0o1777)}
 INODES_PER_MIB = 16
 ROOT_TMPFS = "size=16m,nr_inodes=4096,mode=0755"  # the skeleton: folders, mount points, /etc
+GRADER_TMP, GRADER_TMP_BYTES = "/kg-tmp", 256 << 20  # as worker.sandbox.limits (this script imports nothing)
 
 libc = ctypes.CDLL(None, use_errno=True)
 
@@ -124,7 +126,7 @@ def skeleton(root: str, view: dict[str, Any]) -> None:
     for path, target in view["links"].items():
         os.makedirs(os.path.dirname(root + path), exist_ok=True)
         os.symlink(target, root + path)
-    for folder in ("/proc", "/run", *FRESH):
+    for folder in ("/proc", "/run", GRADER_TMP, *FRESH):
         os.makedirs(root + folder, exist_ok=True)
     os.symlink("/run", f"{root}/var/run")
 
@@ -192,6 +194,8 @@ def build_view(config: dict[str, Any]) -> int:
     mask_sockets(NEW_ROOT, sockets, view["binds"])
     job_folder(NEW_ROOT, cwd, lower, shared)
     read_only(NEW_ROOT, recursive=False)  # the skeleton; /run, /tmp & co. and the job folder stay writable
+    mount("tmpfs", NEW_ROOT + GRADER_TMP, "tmpfs", MS_NOSUID | MS_NODEV,
+          f"size={GRADER_TMP_BYTES},nr_inodes=1024,mode=1777")
     mount("proc", f"{NEW_ROOT}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     scratch = os.open(f"{NEW_ROOT}{SCRATCH}/upper", os.O_RDONLY | os.O_DIRECTORY)
     pivot(NEW_ROOT)

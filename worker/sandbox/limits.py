@@ -5,6 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# A namespaced job's own small tmpfs for the grader's files (a profiler's temporary files): apart
+# from the `disk_bytes` the submission may fill, so a full scratch space cannot break them.
+GRADER_TMP = "/kg-tmp"
+GRADER_TMP_BYTES = 256 << 20
+
 
 class SandboxError(RuntimeError):
     """The sandbox could not be set up as asked (unknown user, unusable cwd, ...)."""
@@ -49,7 +54,7 @@ class SandboxPolicy:
 @dataclass(frozen=True)
 class SandboxExit:
     returncode: int | None
-    reason: str   # "exited" | "signal" | "timeout" | "memory" | "processes" | "cpu" | "file_size"
+    reason: str   # "exited" | "signal" | "timeout" | "memory" | "processes" | "cpu" | "file_size" | "disk"
     detail: str
     isolation: tuple[str, ...] = ()  # what was applied: see SandboxedProcess.isolation
 

@@ -45,6 +45,7 @@ from worker.sandbox.procfs import (
 from worker.sandbox.view import view_for
 
 SCAN_INTERVAL_S = 0.2
+SCRATCH_FULL_BYTES = 1 << 20  # a job's scratch space with less room than this left is full
 
 
 def start_process(limits: SandboxLimits, policy: SandboxPolicy, ids: tuple[int, int] | None, namespaced: bool,
@@ -114,6 +115,7 @@ class SandboxedProcess(WatchedChild):
         self._ids = ids
         self._scratch = scratch  # (fd of the job's overlay upper layer, real job folder)
         self._group = group
+        self._scratch_full = False
         self.uid: int | None = ids[0] if ids else None
         self._known: dict[int, int] = {}  # pid -> start time of every process seen in the sandbox
         self._max_cpu_s = 0.0  # RLIMIT_CPU is per process: the most any member has used
@@ -209,6 +211,8 @@ class SandboxedProcess(WatchedChild):
             return
         self._popen.wait()
         upper, cwd = self._scratch
+        room = os.fstatvfs(upper)
+        self._scratch_full = room.f_bavail * room.f_frsize < SCRATCH_FULL_BYTES or room.f_favail == 0
         try:
             merge_back(upper, cwd, self._ids)
         except OSError as exc:
@@ -275,6 +279,9 @@ class SandboxedProcess(WatchedChild):
             if returncode != 0:
                 self._note_group_limits()
             self._group.remove()
+        if returncode != 0 and self._scratch_full:
+            self._note("disk", f"scratch space full: the job wrote its cap of {size_words(self.limits.disk_bytes)} "
+                               "(its folder, /tmp and the like together)")
         violation, vdetail = self._tripped()
         cpu_spent = self._max_cpu_s >= self.limits.cpu_s - 0.5
         self._result = replace(classify(returncode, self.limits, violation, vdetail, leftovers, cpu_spent),
