@@ -29,6 +29,7 @@ from worker.hw4.cases import load_cases
 from worker.hw4.grade import GpuStageConfig
 from worker.measurements import ProblemMeasurement
 from worker.mutants import Mutant, parse_mutants
+from worker.sandbox.view import PROJECT_ROOT
 from worker.scoring import ProblemScore, RunScore
 
 pytestmark = pytest.mark.gpu
@@ -38,7 +39,9 @@ DROPS_UID = os.geteuid() == 0 and POLICY.user is not None
 FAST = replace(TIMING, warmup=1, min_trials=4, max_trials=6, round_trials=2, call_timeout_s=20)
 TIGHT = replace(LIMITS, memory_bytes=16 * 1024**3, max_processes=64)  # contain the host attacks sooner
 CANARY = f"KGCANARY-{uuid.uuid4().hex}"
+MARKER = f"kg-open-{uuid.uuid4().hex[:12]}"  # in the name of every world-readable canary
 INIT_ANCHOR = '"""A compact MiniTorch for llmsys_hw4'
+PROBES = ("host-probes-for-a-way-out", "host-looks-beyond-its-view")  # cases whose probe must have run
 SUMMARY: list[tuple[str, str, str, str]] = []  # case, problem, outcome, escapes
 
 
@@ -85,6 +88,35 @@ _kg_probe()
 '''
 
 
+def view_probe(open_files: list[Path], marker: str) -> str:
+    """Host code that looks for the host beyond the allow-list: world-readable files by their
+    paths (a host folder, the service's .env, a zip left readable), any name carrying the marker
+    anywhere in the visible tree, /etc beyond the loader's and the fresh files, the host's name."""
+    return f'''
+import os as _o, socket as _s
+def _kg_view():
+    for _p in {[str(p) for p in open_files]!r}:
+        try:
+            print("ESCAPED read", _p, open(_p, "rb").read()[:32], flush=True)
+        except OSError as _e:
+            print("blocked read", _p, _e.errno, flush=True)
+    for _top, _dirs, _files in _o.walk("/"):
+        _dirs[:] = [_d for _d in _dirs if (_top.rstrip("/") + "/" + _d) not in ("/usr", "/proc", "/sys", "/dev")]
+        for _n in _dirs + _files:
+            if {marker!r} in _n or _n.endswith(".zip"):
+                print("ESCAPED sees", _top.rstrip("/") + "/" + _n, flush=True)
+    _extra = set(_o.listdir("/etc")) - {{"passwd", "group", "hosts", "nsswitch.conf", "ld.so.cache", "ld.so.conf",
+                                         "ld.so.conf.d", "alternatives"}}
+    if _extra:
+        print("ESCAPED /etc holds", sorted(_extra)[:8], flush=True)
+    if _s.gethostname() == {socket.gethostname()!r}:
+        print("ESCAPED host name", flush=True)
+    print("KG-PROBE-DONE", flush=True)
+    _o._exit(3)
+_kg_view()
+'''
+
+
 FORK_BOMB = "import os as _o\nwhile True:\n    try:\n        _o.fork()\n    except OSError:\n        pass\n"
 HOARD = "_kg_hoard = []\nwhile True:\n    _kg_hoard.append(bytearray(64 << 20))\n"
 FORGED = ('import sys as _y\nfor _l in ["RESULT 1.1 passed 100/100", \'{"ok": true, "op": "abi", "seconds": 1e-9}\']:\n'
@@ -126,7 +158,7 @@ LN_FW = "// BEGIN SOLUTION: Problem 2.1 ker_layer_norm"
 SOFTMAX_ROWS = "  const int rows = batch_size * nhead * from_len;\n  if (rows == 0 || to_len == 0) return;\n"
 
 
-def cases(secrets: Path, port: int) -> list[GpuCase]:
+def cases(secrets: Path, port: int, open_files: list[Path]) -> list[GpuCase]:
     return [
         _case("kernel-spins-forever", "kernels that loop forever", "1.1",
               [{"file": "src/softmax_kernel.cu", "find": "// BEGIN SOLUTION: Problem 1.1 ker_attn_softmax",
@@ -162,6 +194,8 @@ def cases(secrets: Path, port: int) -> list[GpuCase]:
         _case("host-allocates-unbounded", "host code allocates without bound", "2.1", [init_prefix(HOARD)], ZERO),
         _case("host-probes-for-a-way-out", "sockets, reads of submissions/blobs/hidden cases/secrets, writes outside",
               "2.1", [init_prefix(probe_code(secrets, port))], ZERO, needs_root=True),
+        _case("host-looks-beyond-its-view", "reads world-readable host files, the service's .env, finds zips",
+              "2.1", [init_prefix(view_probe(open_files, MARKER))], ZERO),
     ]
 
 
@@ -169,6 +203,7 @@ def cases(secrets: Path, port: int) -> list[GpuCase]:
 class Secrets:
     root: Path
     port: int
+    open_files: list[Path]  # world-readable (0644, searchable folders): only the view keeps them out
 
 
 @pytest.fixture(scope="module")
@@ -182,14 +217,22 @@ def secrets() -> Iterator[Secrets]:
         (root / rel).write_text(CANARY)
         (root / rel).chmod(0o600)
     root.chmod(0o711)  # searchable: the denial must come from the files' modes
+    host = Path("/var/lib") / MARKER
+    open_files = [host / "notes.txt", host / f"{MARKER}-another-student.zip", PROJECT_ROOT / f".env-{MARKER}"]
+    host.mkdir(mode=0o755)
+    for path in open_files:
+        path.write_text(CANARY)
+        path.chmod(0o644)
     listener = socket.create_server(("127.0.0.1", 0))
     os.environ["KG_SECRET_KEY"] = CANARY
     try:
-        yield Secrets(root, listener.getsockname()[1])
+        yield Secrets(root, listener.getsockname()[1], open_files)
     finally:
         del os.environ["KG_SECRET_KEY"]
         listener.close()
         shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(host, ignore_errors=True)
+        open_files[-1].unlink(missing_ok=True)
 
 
 @pytest.fixture(autouse=True)
@@ -225,7 +268,7 @@ def _escapes(measurement: ProblemMeasurement, secrets: Secrets, work: Path) -> l
 @pytest.mark.timeout(600)
 def test_hostile_gpu_submissions(kit_root: Path, tmp_path: Path, work: Path, secrets: Secrets,  # noqa: F811
                                  reference: RunScore) -> None:
-    chosen = [c for c in cases(secrets.root, secrets.port) if DROPS_UID or not c.needs_root]
+    chosen = [c for c in cases(secrets.root, secrets.port, secrets.open_files) if DROPS_UID or not c.needs_root]
     trees = build_all([c.mutant for c in chosen], kit_root, tmp_path / "trees")
     failures = []
     for case in chosen:
@@ -241,7 +284,7 @@ def test_hostile_gpu_submissions(kit_root: Path, tmp_path: Path, work: Path, sec
             failures.append((case.mutant.id, escapes, got.to_dict(), m.log_tail[-1500:]))
         # The probe's last line reaches the log tail or, when a case crashed, that case's message.
         seen = [m.log_tail, *(c.message for c in m.cases)]
-        if case.mutant.id == "host-probes-for-a-way-out" and not any("KG-PROBE-DONE" in t for t in seen):
+        if case.mutant.id in PROBES and not any("KG-PROBE-DONE" in t for t in seen):
             failures.append((case.mutant.id, "the probe did not run", m.log_tail[-1500:]))
     print(f"\n{'case':<28} {'problem':<8} {'outcome':<58} escapes")
     for row in SUMMARY:

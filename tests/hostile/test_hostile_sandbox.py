@@ -150,6 +150,9 @@ def _view_of_the_host(w: World) -> str:
                 continue
             if listed and not {str(w.job)!r}.startswith(folder + "/"):
                 print("ESCAPED lists", folder, listed[:5])
+        import socket
+        if socket.gethostname() == {socket.gethostname()!r}:
+            print("ESCAPED the host's name")
         init = open("/proc/1/cmdline", "rb").read()
         if b"launcher.py" not in init:
             print("ESCAPED pid 1 is the host's", init[:60])

@@ -7,7 +7,8 @@ the fd of the job's capped scratch folder when all went well).
 Three processes, so that everything the job starts dies with it:
 - the launcher (the sandbox's leader, seen by the parent) enters a new PID namespace for its
   children and waits for the first one, then exits the way the job's program did;
-- init (pid 1 of that namespace, still root) leaves the host's mount and network namespaces,
+- init (pid 1 of that namespace, still root) leaves the host's mount, network and UTS (host
+  name) namespaces,
   builds the job's root (below), starts the job's program, reports to the parent, and reaps
   every orphan until the program ends. Its exit makes the kernel kill whatever is left in the
   namespace (daemons included);
@@ -37,7 +38,8 @@ import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x20000000, 0x40000000
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x04000000, 0x20000000, 0x40000000
+JOB_HOST_NAME = b"kernelgrade-job"  # what the job's uname says, not the host's name
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
 SYS_MOUNT_SETATTR, AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = 442, -100, 0x8000, 1
@@ -180,8 +182,9 @@ def pivot(root: str) -> None:
 def build_view(config: dict[str, Any]) -> int:
     """Everything init does before starting the job: returns the fd of the capped scratch folder."""
     sockets = host_unix_sockets()  # before leaving the host's network namespace
-    flags = CLONE_NEWNS | (CLONE_NEWNET if config["network"] else 0)
+    flags = CLONE_NEWNS | CLONE_NEWUTS | (CLONE_NEWNET if config["network"] else 0)
     _check(libc.unshare(flags), "unshare")
+    _check(libc.sethostname(JOB_HOST_NAME, len(JOB_HOST_NAME)), "sethostname")
     mount(None, "/", None, MS_REC | MS_PRIVATE)
     cwd, view = config["cwd"], config["view"]
     lower = os.open(".", os.O_PATH | os.O_DIRECTORY)  # the launcher was started in the job folder
