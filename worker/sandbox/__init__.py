@@ -2,10 +2,12 @@
 runs in ONE fresh child per problem, started by `Sandbox.spawn` (spawn.py) with one of two
 backends, each a `SandboxChild` (child.py):
 
-- "process" (the default; process.py): a process of this host in its own PID, mount and
+- "process" (the default; process.py): a process of this host in its own PID, mount, UTS and
   network namespaces, built by a root launcher (namespaces.py starts launcher.py after the
-  pre-exec hook of preexec.py); what it writes is capped and carried back into the job folder
-  when it ends (overlay.py); a watchdog reads /proc (procfs.py) for its memory and processes;
+  pre-exec hook of preexec.py) in a fresh root that holds only view.py's allow-list of the host;
+  what it writes is capped and carried back into the job folder when it ends (overlay.py); a
+  control group of its own (cgroups.py) caps its memory and processes where the host allows
+  it, and a watchdog reads /proc (procfs.py) for its memory and processes;
 - "docker" (`SandboxPolicy.docker`; docker.py): a fresh container per child.
 
 The limits and the policy are limits.py. Without namespaces the process backend refuses to run
@@ -14,8 +16,10 @@ The limits and the policy are limits.py. Without namespaces the process backend 
 
 What the deployer must ensure:
 - The grading parent runs as root so the uid drop, RLIMIT_NPROC and the netns apply.
-- The sandbox user owns nothing else: the blob store, database, hidden tests, other jobs'
-  dirs and secrets are root-owned 0700/0600 (or otherwise unreadable to that uid).
+- The sandbox user owns nothing else. Namespaced, a child sees none of the host beyond the
+  allow-list (view.py); without namespaces (allowed by the policy) it sees the whole host, so
+  the blob store, database, hidden tests, other jobs' dirs and secrets must be root-owned
+  0700/0600 (the service makes its data dir so).
   `spawn` chowns only the given cwd (recursively, never following symlinks, skipping
   hard-linked files) to the sandbox user, so anything the parent puts there is the
   child's to change: the parent must not trust files it reads back from cwd.
@@ -29,14 +33,13 @@ What the deployer must ensure:
   between scans.
 
 Limits of the process backend (the docker backend has kernel-enforced memory and pids limits;
-see ARCHITECTURE.md "Deployment"): the memory and process caps are polled, so a fast
-allocator can overshoot the cap for up to one scan interval, and RSS of forked processes
-double-counts shared pages (conservative); GPU memory is not counted, nor the tmpfs of the
-write cap (RAM, up to disk_bytes per job); reads outside the hidden folders are restricted by
-ordinary file permissions (the view is read-only, not empty); a Unix socket bound on the host
-after the job started, or in another network namespace, is not covered unless it lies under
-/run, /var/run, /tmp, /var/tmp or /dev/shm. Without namespaces (allowed by the policy): no
-write cap, shared /tmp, host sockets reachable, and a process that calls setsid() and
+see ARCHITECTURE.md "Deployment"): without a control group (a host that lets the worker make
+none) the memory and process caps are polled, so a fast allocator can overshoot the cap for up
+to one scan interval; GPU memory is not counted. The allow-list is read-only but not empty: a
+world-readable file inside an allowed folder (e.g. in /usr) is readable, as is /sys for a GPU
+child; a host Unix socket is reachable only if it lies in an allowed folder (those are covered
+when the job starts). Without namespaces (allowed by the policy): the whole host is the view,
+no write cap, shared /tmp, host sockets reachable, and a process that calls setsid() and
 double-forks within one scan interval can escape tracking (RLIMIT_NPROC still bounds it as root).
 """
 from worker.sandbox.child import SandboxChild
