@@ -169,7 +169,7 @@ CASES: list[HostileCase] = [
     HostileCase("pdf", "not an archive at all", lambda m: b"%PDF-1.7\n" + hz.random_bytes(2048), NOT_ZIP),
     HostileCase("truncated", "a zip cut short", lambda m: m.kit_zip()[:5000], DAMAGED),
     HostileCase("corrupt-stream", "not an archive at all",
-                lambda m: _corrupt_first_entry(m.kit_zip()), bad("could not be read")),
+                lambda m: _corrupt_first_entry(m.kit_zip()), bad("the zip is damaged or incomplete")),
     HostileCase("unsupported-method", "not an archive at all", lambda m: hz.unsupported_method_zip(),
                 bad("could not be read")),
     # ---- layout

@@ -254,8 +254,10 @@ def test_a_compile_error_names_the_file_from_the_submission_root_and_the_page_li
     assert str(job.resolve()) not in log and str(job) not in log
     assert "combine did not compile: src/combine.cu(" in outcome.message
     (stage,) = [s for s in _stage_logs({n: r.as_dict() for n, r in outcome.stages.items()}) if s["name"] == "build"]
-    first = stage["lines"][stage["first_error"] - 1]
+    error = stage["first_error"]
+    first = stage["lines"][error.log_line - 1]
     assert first.startswith("src/combine.cu(") and "error" in first and "this_is_not_cuda" in first
+    assert error.file == "src/combine.cu" and error.line is not None
 
 
 def test_gpu_stage_logs_and_messages_name_files_from_the_submission_root(tmp_path: Path, shared: Path) -> None:
