@@ -8,9 +8,11 @@ import typer
 from sqlalchemy.orm import Session
 
 from grader import ops_cli
+from grader.auth.audit import Event, Via, recent, record
 from grader.auth.credentials import issue_token
 from grader.auth.password_reset import issue_reset, reset_link
 from grader.auth.sessions import change_password, revoke_user_sessions
+from grader.auth.throttle import account_keys, address_keys, unlock
 from grader.course.membership import assignments_of, enroll, unenroll
 from grader.course.roster import import_roster
 from grader.db import make_engine, make_session_factory, session_scope
@@ -92,15 +94,77 @@ def user_logout_all(username: str) -> None:
 @user_app.command("reset-link")
 def user_reset_link(
     username: str,
-    base_url: Annotated[str, typer.Option(envvar="KG_URL", help="the service's address, as users reach it")]
-    = "http://127.0.0.1:8000",
+    base_url: Annotated[str | None, typer.Option(help="the service's address, as users reach it (default: "
+                                                      "KG_PUBLIC_URL; unset: the link's path is printed)")] = None,
 ) -> None:
     """Print a one-time password reset link for USERNAME (valid KG_PASSWORD_RESET_MAX_AGE_S);
     hand it to the user, who sets a new password with it (their browser sessions end)."""
     settings = get_settings()
     with session_scope(make_session_factory(make_engine(settings))) as session:
-        token = issue_reset(session, _user_or_exit(session, username), settings.password_reset_max_age_s)
-    typer.echo(reset_link(base_url, token))
+        user = _user_or_exit(session, username)
+        token = issue_reset(session, user, settings.password_reset_max_age_s)
+        record(session, Event.reset_issued, Via.cli, user=user, detail="grader user reset-link")
+    base = base_url if base_url is not None else settings.public_url
+    typer.echo(reset_link(base, token))
+    if not base:
+        typer.echo("that is the link's path: put the service's address in front of it (set KG_PUBLIC_URL, or "
+                   "pass --base-url, to print whole links)", err=True)
+
+
+@user_app.command("unlock")
+def user_unlock(
+    username: Annotated[str | None, typer.Argument(help="the account whose login throttle to clear")] = None,
+    address: Annotated[list[str] | None, typer.Option(help="a client address to clear (repeatable)")] = None,
+) -> None:
+    """Clear the login throttle (failures, back-off and lock) of an account, at the login form,
+    /forgot and the password page, and of client addresses (logins, /forgot, API tokens)."""
+    if username is None and not address:
+        typer.echo("name an account, an --address, or both", err=True)
+        raise typer.Exit(2)
+    with session_scope(make_session_factory(make_engine(get_settings()))) as session:
+        keys: list[str] = []
+        user = _user_or_exit(session, username) if username is not None else None
+        if user is not None:
+            keys += account_keys(user.id, user.username)
+        for one in address or ():
+            keys += address_keys(one)
+        cleared = unlock(session, keys)
+        record(session, Event.unlocked, Via.cli, user=user, address=", ".join(address or ()) or None,
+               detail=f"cleared {', '.join(cleared)}" if cleared else "nothing was throttled")
+    typer.echo(f"cleared {len(cleared)} throttle record{'' if len(cleared) == 1 else 's'}"
+               + (f": {', '.join(cleared)}" if cleared else " (nothing was throttled)"))
+
+
+@user_app.command("rename")
+def user_rename(old: str, new: str) -> None:
+    """Give the account OLD the login NEW (e.g. one of two accounts whose logins differ only by
+    case, which migration 0018 left case-sensitive); its submissions, grades and tokens stay."""
+    with session_scope(make_session_factory(make_engine(get_settings()))) as session:
+        user = _user_or_exit(session, old)
+        if not new.strip():
+            typer.echo("the new login is empty", err=True)
+            raise typer.Exit(2)
+        taken = find_user(session, new)
+        if taken is not None and taken.id != user.id:
+            typer.echo(f"the login {new!r} is taken by {taken.username!r} (logins are case-insensitive)", err=True)
+            raise typer.Exit(1)
+        before, user.username = user.username, new.strip()
+        record(session, Event.renamed, Via.cli, user=user, detail=f"{before} -> {user.username}")
+        typer.echo(f"{before} is now {user.username}")
+
+
+@user_app.command("audit")
+def user_audit(
+    username: Annotated[str | None, typer.Argument(help="only events about this login")] = None,
+    limit: Annotated[int, typer.Option(help="how many, newest first")] = 50,
+) -> None:
+    """The audit log, newest first: logins and failures, throttles and locks, unlocks, reset
+    links issued and used (when, event, via, account, address, who acted, detail)."""
+    with session_scope(make_session_factory(make_engine(get_settings()))) as session:
+        for event in recent(session, limit, login=username):
+            actor = session.get(User, event.actor_id) if event.actor_id is not None else None
+            typer.echo("\t".join([f"{event.at:%Y-%m-%d %H:%M:%S}Z", event.event, event.via, event.login or "-",
+                                  event.address or "-", actor.username if actor else "-", event.detail]))
 
 
 @token_app.command("create")

@@ -15,10 +15,10 @@ from grader import api, pages
 from grader.api.errors import error_response, install_error_handlers
 from grader.auth.sessions import SESSION_COOKIE, secret_key
 from grader.context import AppContext
-from grader.pages.common import PageDenied, page_denied
+from grader.pages.common import PageDenied, error_page, page_denied
 from grader.pages.errors import install_error_pages, not_found_page, wants_page
 from grader.ratelimit import UploadRateLimit
-from grader.security import SecureHeaders
+from grader.security import SameOriginForms, SecureHeaders
 from grader.settings import Settings, get_settings
 
 
@@ -30,10 +30,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description="Autograder for GPU kernel homework. Authenticate with `Authorization: Bearer <token>`.",
     )
     app.state.context = context
-    # Middleware added last runs first: secure headers, then the session, then the per-student
-    # upload limit (it reads the session to know the student).
+    # Middleware added last runs first: secure headers, then the session, then the forms' origin
+    # check (its 403 page reads the session), then the per-student upload limit (it reads the
+    # session to know the student).
     app.add_middleware(UploadRateLimit, sessions=context.sessions, limit=context.settings.upload_rate_limit,
                        window_s=context.settings.upload_rate_window_s)
+    app.add_middleware(SameOriginForms, public_url=context.settings.public_url, refusal=_foreign_form)
     # Signed cookie session: HttpOnly always, SameSite=Lax, Secure with KG_SESSION_HTTPS_ONLY.
     app.add_middleware(
         SessionMiddleware,
@@ -59,6 +61,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return {"database": _database_ok(context), "broker": _broker_ok(context)}
 
     return app
+
+
+def _foreign_form(request: Request, sent: str, expected: str) -> Response:
+    """The 403 page of a form sent from another origin (grader.security.SameOriginForms)."""
+    source = "a page that hides where it comes from" if sent == "null" else f"another site ({sent})"
+    return error_page(request, 403, "Form refused",
+                      f"This form was sent from {source}, not from a page of this service ({expected}), so nothing "
+                      f"was done. If you meant to send it, open {expected} and send it from there.")
 
 
 def _out_of_range(request: Request, exc: Exception) -> Response:

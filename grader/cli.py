@@ -217,12 +217,13 @@ def _summary(r: RatioSummary | None) -> dict | None:
 
 @app.command()
 def serve(host: str = "127.0.0.1", port: int = 8000) -> None:
-    """Serve the web app and API with uvicorn."""
+    """Serve the web app and API with uvicorn (forwarded headers are read by the app alone,
+    from KG_TRUSTED_PROXIES: grader/auth/client_address.py)."""
     import uvicorn
 
     from grader.app import create_app
 
-    uvicorn.run(create_app(get_settings()), host=host, port=port)
+    uvicorn.run(create_app(get_settings()), host=host, port=port, proxy_headers=False)
 
 
 @app.command()
@@ -262,7 +263,8 @@ def dev(
             reconcile(settings, sessions, celery)
 
     threading.Thread(target=reconcile_forever, daemon=True, name="reconciler").start()
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host=host, port=port, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), host=host, port=port, log_level="warning",
+                                            proxy_headers=False))
     if demo:
         threading.Thread(
             target=_demo_submission, daemon=True,

@@ -2,9 +2,9 @@
 
 Every upload route counts towards its sender: the API (`POST /api/v1/submissions`, by the
 bearer token's user), the logged-in form (`POST /submit`, by the session's user) and the
-token form (`POST /upload`: its token is inside the body, so by client address). At most
-`limit` attempts in any window of `window_s` seconds; the next answers 429 with Retry-After
-before a byte of the upload is read. Counted in memory, per web process: several processes
+token form (`POST /upload`: its token is inside the body, so by client address, found as
+grader/auth/client_address.py says). At most `limit` attempts in any window of `window_s`
+seconds; the next answers 429 with Retry-After before a byte of the upload is read. Counted in memory, per web process: several processes
 each allow `limit`. A request with no usable identity passes through and the route refuses it.
 """
 from __future__ import annotations
@@ -18,9 +18,11 @@ import anyio
 from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
+from starlette.requests import HTTPConnection
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from grader.auth.client_address import request_address
 from grader.auth.credentials import hash_token
 from grader.models import ApiToken
 
@@ -74,8 +76,7 @@ class UploadRateLimit:
             uid = scope.get("session", {}).get("uid")
             return f"user:{uid}" if isinstance(uid, int) else None
         if scope["path"] == "/upload":
-            client = scope.get("client")
-            return f"address:{client[0]}" if client else None
+            return f"address:{request_address(HTTPConnection(scope))}"
         for name, value in scope["headers"]:
             if name == b"authorization" and value[:7].lower() == b"bearer ":
                 token = value[7:].decode("latin-1").strip()

@@ -1,15 +1,36 @@
-"""Secure response headers on every answer (a pure ASGI middleware, wired in grader/app.py).
+"""Two pure ASGI middlewares, wired in grader/app.py: secure response headers on every answer,
+and forms accepted only from the service's own pages.
 
 Pages load scripts and styles from /static only (no inline code), so the Content Security
 Policy allows 'self' and nothing else; the OpenAPI explorers (/docs, /redoc) load their
 bundles from a CDN and keep FastAPI's defaults instead. HSTS is sent only when the service is
 deployed behind HTTPS (KG_SESSION_HTTPS_ONLY). API answers are never cached: they carry
-private grades and logs.
+private grades and logs. The referrer policy is `same-origin`: no address of ours (a reset
+link's token) reaches another site, and our own forms still carry their Origin (under
+`no-referrer` a browser sends `Origin: null` with every form).
+
+Forms (`SameOriginForms`): a POST (PUT, PATCH, DELETE) to a page must carry an Origin (else a
+Referer) naming the service's own origin: KG_PUBLIC_URL's scheme://host[:port], or, when it
+is unset, the request's own (grader.auth.client_address.request_origin). Another origin, or
+`null` (a sandboxed frame, a page that hides its origin), is refused with a 403 page before the
+route runs, even with a valid CSRF token. *Decision:* a request with neither header passes to
+the CSRF check alone: every current browser sends Origin with a POST, so such a request does
+not come from a browser page another site made, while scripts (curl, the token upload form
+driven from a terminal) send neither. The API is not checked: a browser never sends its
+bearer token by itself.
 """
 from __future__ import annotations
 
-from starlette.datastructures import MutableHeaders
+from collections.abc import Callable
+from urllib.parse import urlsplit
+
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import Headers, MutableHeaders
+from starlette.requests import Request
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from grader.auth.client_address import request_origin
 
 CONTENT_SECURITY_POLICY = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
@@ -18,7 +39,7 @@ CONTENT_SECURITY_POLICY = (
 HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "X-Frame-Options": "DENY",
-    "Referrer-Policy": "no-referrer",
+    "Referrer-Policy": "same-origin",
     "Cross-Origin-Opener-Policy": "same-origin",
     "Cross-Origin-Resource-Policy": "same-origin",
     "Permissions-Policy": "camera=(), microphone=(), geolocation=(), payment=(), usb=()",
@@ -52,3 +73,44 @@ class SecureHeaders:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
+
+
+UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+Refusal = Callable[[Request, str, str], Response]  # (request, origin sent, origin expected) -> 403 page
+
+
+def origin_of(url: str) -> str:
+    """scheme://host[:port] of an absolute URL, lower case ("null" stays "null"; "" when none)."""
+    parts = urlsplit(url.strip())
+    return f"{parts.scheme}://{parts.netloc}".lower() if parts.scheme and parts.netloc else url.strip().lower()
+
+
+def sent_origin(headers: Headers) -> str | None:
+    """The origin a request says it comes from: its Origin header, else its Referer's; None: neither."""
+    if "origin" in headers:
+        return origin_of(headers["origin"])
+    if headers.get("referer"):
+        return origin_of(headers["referer"])
+    return None
+
+
+class SameOriginForms:
+    """Must run inside the session middleware (the refusal page shows the visitor's navigation)."""
+
+    def __init__(self, app: ASGIApp, public_url: str, refusal: Refusal) -> None:
+        self.app = app
+        self.expected = origin_of(public_url) if public_url else None
+        self.refusal = refusal
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] not in UNSAFE_METHODS or scope["path"].startswith("/api/"):
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope, receive)
+        sent = sent_origin(request.headers)
+        expected = self.expected or request_origin(request)
+        if sent is None or sent == expected:
+            await self.app(scope, receive, send)
+            return
+        response = await run_in_threadpool(self.refusal, request, sent[:200], expected)
+        await response(scope, receive, send)

@@ -7,10 +7,12 @@ PostgreSQL and KG_BROKER_URL to Redis; the code path is the same.
 from __future__ import annotations
 
 import functools
+import ipaddress
 import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -102,8 +104,27 @@ class SmtpSettings(BaseModel):
         return self
 
 
+class ThrottleSettings(BaseModel):
+    """Guessing passwords, reset requests and API tokens (grader/auth/throttle.py), KG_THROTTLE_*.
+    Per account, and per client address (KG_TRUSTED_PROXIES says how it is found): the first
+    `*_free` failures cost nothing, each further one doubles a wait starting at `backoff_s`,
+    and the `*_lock_after`-th locks the account or address for `lock_s`; a failure comes on
+    top of the earlier ones until `forget_s` pass without one (a right password forgets the
+    account's). An address is shared by many people behind a NAT, hence its larger counts."""
+
+    model_config = ConfigDict(frozen=True)
+
+    account_free: int = Field(default=5, ge=0)
+    account_lock_after: int = Field(default=10, ge=1)
+    address_free: int = Field(default=30, ge=0)
+    address_lock_after: int = Field(default=100, ge=1)
+    backoff_s: float = Field(default=1.0, ge=0)
+    lock_s: float = Field(default=900.0, gt=0)
+    forget_s: float = Field(default=3600.0, gt=0)
+
+
 class Settings(BaseSettings):
-    # The groups (build, sandbox, unpack, smtp) keep their flat names: KG_BUILD_JOBS is
+    # The groups (build, sandbox, unpack, smtp, throttle) keep their flat names: KG_BUILD_JOBS is
     # build.jobs, KG_UNPACK_MAX_FILES is unpack.max_files, and one such variable changes only its
     # own field. So no other field's name may start with a group's name and "_".
     model_config = SettingsConfigDict(env_prefix="KG_", env_file=".env", extra="ignore",
@@ -171,9 +192,11 @@ class Settings(BaseSettings):
 
     # Browser sessions: a row per login (grader/auth/sessions.py), its id in a signed cookie. Empty
     # secret_key: a random key kept in data_dir/secret_key (created on first use); production
-    # sets KG_SECRET_KEY. A session ends session_max_age_s after login, whatever its use.
+    # sets KG_SECRET_KEY. A session ends after session_idle_s without a request (each request
+    # renews it), and session_max_age_s after login however much it is used.
     secret_key: str = ""
-    session_max_age_s: int = 8 * 3600
+    session_idle_s: int = Field(default=2 * 3600, ge=60)
+    session_max_age_s: int = Field(default=24 * 3600, ge=60)
     session_https_only: bool = False  # set true behind HTTPS: the cookie gets `Secure`
     password_min_length: int = Field(default=8, ge=8)  # passwords chosen on the web page or `grader user add`
     # A password reset link (grader/auth/password_reset.py) works once, for this long after it is issued
@@ -184,8 +207,16 @@ class Settings(BaseSettings):
 
     # Run notices by e-mail (SmtpSettings)
     smtp: SmtpSettings = SmtpSettings()
-    # The address users reach the service at, for links in e-mail (e.g. https://grader.example.edu)
+    # The address users reach the service at (e.g. https://grader.example.edu): every absolute link
+    # the service hands out is built on it (never on the request's Host header), and forms are
+    # accepted only from its origin (grader/security.py)
     public_url: str = ""
+    # Reverse proxies whose X-Forwarded-For / X-Forwarded-Proto are believed (addresses or CIDR
+    # blocks, a JSON list); by default none: the client's address is the connection's
+    # (grader/auth/client_address.py)
+    trusted_proxies: list[str] = Field(default_factory=list)
+    # Login, /forgot and API-token attempts (ThrottleSettings)
+    throttle: ThrottleSettings = ThrottleSettings()
 
     # Uploads per student (grader/ratelimit.py): at most upload_rate_limit in any window of
     # upload_rate_window_s seconds, counted per user in each web process; 0 turns it off.
@@ -222,7 +253,7 @@ class Settings(BaseSettings):
 
     @classmethod
     def groups(cls) -> dict[str, type[BaseModel]]:
-        """The grouped fields (build, sandbox, unpack, smtp) and their models."""
+        """The grouped fields (build, sandbox, unpack, smtp, throttle) and their models."""
         return {name: type(field.default) for name, field in cls.model_fields.items()
                 if isinstance(field.default, BaseModel)}
 
@@ -258,6 +289,26 @@ class Settings(BaseSettings):
         if self.gpu_model and "task_queue" not in self.model_fields_set:
             self.task_queue = "gpu-" + re.sub(r"[^a-z0-9]+", "-", self.gpu_model.lower()).strip("-")
         return self
+
+    @field_validator("public_url")
+    @classmethod
+    def _absolute_url(cls, value: str) -> str:
+        parts = urlsplit(value.strip())
+        if value and (parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment):
+            raise ValueError(f"KG_PUBLIC_URL {value!r} is not the service's address; give one such as "
+                             "https://grader.example.edu (scheme and host, an optional path)")
+        return value.strip().rstrip("/")
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                raise ValueError(f"KG_TRUSTED_PROXIES: {entry!r} is not an address or CIDR block "
+                                 "(e.g. [\"10.0.0.5\", \"172.16.0.0/12\"])") from None
+        return value
 
     @field_validator("course_timezone")
     @classmethod

@@ -9,7 +9,10 @@ from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
-from grader.auth.credentials import Principal, authenticate
+from grader.auth.audit import Via
+from grader.auth.client_address import request_address
+from grader.auth.credentials import Principal
+from grader.auth.logins import TokenDoor
 from grader.context import AppContext
 from grader.models import Assignment, Submission
 from grader.service import NotFound, get_assignment
@@ -37,16 +40,25 @@ DB = Annotated[Session, Depends(get_session)]
 
 
 def get_principal(
-    session: DB, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+    request: Request, ctx: Context, session: DB,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
-    principal = authenticate(session, credentials.credentials) if credentials else None
-    if principal is None:
-        raise HTTPException(
-            status.HTTP_401_UNAUTHORIZED,
-            "missing or invalid API token",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
-    return principal
+    """The token's principal; 401 without a live token, 429 (Retry-After) while the client's
+    address is blocked by its failed tokens (grader.auth.logins.TokenDoor)."""
+    unauthorized = HTTPException(status.HTTP_401_UNAUTHORIZED, "missing or invalid API token",
+                                 headers={"WWW-Authenticate": "Bearer"})
+    if credentials is None:
+        raise unauthorized
+    checked = TokenDoor(ctx.sessions, ctx.settings.throttle, request_address(request), Via.api).check(
+        session, credentials.credentials)
+    if isinstance(checked, Principal):
+        return checked
+    if checked is None:
+        raise unauthorized
+    wait = checked.retry_after_s()
+    raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS,
+                        f"too many invalid API tokens from your address; try again in {wait} s",
+                        headers={"Retry-After": str(wait)})
 
 
 Caller = Annotated[Principal, Depends(get_principal)]

@@ -115,7 +115,12 @@ def set_password(user: User, password: str, min_length: int = MIN_PASSWORD_LENGT
 
 def check_password(session: Session, username: str, password: str) -> User | None:
     """The user if `password` is theirs; None otherwise (same work either way)."""
-    user = find_user(session, username)
+    return verify_password(find_user(session, username), password)
+
+
+def verify_password(user: User | None, password: str) -> User | None:
+    """`user` if `password` is theirs; None otherwise, also for no user (with the same work: a
+    wrong name costs the same time as a wrong password). Rehashes an outdated hash."""
     stored = user.password_hash if user is not None and user.password_hash else _DUMMY_HASH
     try:
         _hasher.verify(stored, password)
@@ -126,4 +131,3 @@ def check_password(session: Session, username: str, password: str) -> User | Non
     if _hasher.check_needs_rehash(user.password_hash):
         user.password_hash = _hasher.hash(password)
     return user
-

@@ -12,13 +12,17 @@ who are staff nowhere (a staff account's reset goes through the operator).
 from __future__ import annotations
 
 import secrets
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy import ColumnElement, select, update
 from sqlalchemy.orm import Session
 
+from grader.auth.audit import Event, Via, record
 from grader.auth.credentials import check_new_password, hash_token
+from grader.auth.logins import failed, find_login
 from grader.auth.sessions import change_password
+from grader.auth.throttle import Block, Door, Throttle, account_key, address_key
 from grader.course.membership import roles_of
 from grader.models import CourseRole, PasswordReset, User, utcnow
 
@@ -36,9 +40,10 @@ def issue_reset(session: Session, user: User, max_age_s: int, issued_by: User | 
     return token
 
 
-def reset_link(base_url: str, token: str) -> str:
-    """The link of a reset token on the service at `base_url`."""
-    return base_url.rstrip("/") + RESET_PATH + token
+def reset_link(public_url: str, token: str) -> str:
+    """The link of a reset token on the service at `public_url` (KG_PUBLIC_URL); its path alone
+    when that is empty."""
+    return public_url.rstrip("/") + RESET_PATH + token
 
 
 def may_issue_reset(session: Session, issuer: User, target: User) -> bool:
@@ -55,17 +60,45 @@ def may_issue_reset(session: Session, issuer: User, target: User) -> bool:
 SELF_SERVICE_INTERVAL = timedelta(minutes=5)
 
 
-def self_service_target(session: Session, username: str) -> User | None:
-    """The account a reset link asked for on /forgot is e-mailed to: `username`'s, when it has
-    an e-mail address, is staff of no assignment (a staff account's reset goes through the
-    operator, as above) and was issued no link in the last SELF_SERVICE_INTERVAL; else None.
-    The page answers the same either way, so it tells no one whether the login exists."""
-    user = session.scalar(select(User).where(User.username == username))
+def self_service_target(session: Session, user: User | None) -> User | None:
+    """The account a reset link asked for on /forgot is e-mailed to: `user` (the account the
+    login typed names, grader.auth.logins.find_login), when it has an e-mail address, is staff
+    of no assignment (a staff account's reset goes through the operator, as above) and was
+    issued no link in the last SELF_SERVICE_INTERVAL; else None. The page answers the same
+    either way, so it tells no one whether the login exists."""
     if user is None or not user.email or CourseRole.staff in roles_of(session, user.id).values():
         return None
     recent = session.scalar(select(PasswordReset.id).where(
         PasswordReset.user_id == user.id, PasswordReset.created_at > utcnow() - SELF_SERVICE_INTERVAL).limit(1))
     return None if recent is not None else user
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What a request on /forgot did: refused by the throttle (`block`), or counted, and a link
+    issued to `target` (`token`, to be e-mailed) when self_service_target allows one."""
+
+    block: Block | None
+    target: User | None = None
+    token: str | None = None
+
+
+def ask_for_reset(session: Session, throttle: Throttle, asked: str, address: str, max_age_s: int) -> Asked:
+    """A reset link asked for on /forgot by the login (or e-mail) `asked` from `address`: every
+    request counts towards the throttle of the account and of the address, a blocked one does
+    nothing else; the events are recorded (the caller commits)."""
+    account = find_login(session, asked)
+    keys = [account_key(Door.forgot, account.id if account else None, asked), address_key(Door.forgot, address)]
+    block = throttle.blocked(session, keys)
+    if block is not None:
+        return Asked(block)
+    failed(session, throttle, Event.reset_asked, Via.web, keys, target=account, typed=asked, address=address)
+    target = self_service_target(session, account)
+    if target is None:
+        return Asked(None)
+    token = issue_reset(session, target, max_age_s)
+    record(session, Event.reset_issued, Via.web, user=target, address=address, detail="e-mailed on /forgot")
+    return Asked(None, target, token)
 
 
 def _live(token: str, now: datetime) -> tuple[ColumnElement[bool], ...]:

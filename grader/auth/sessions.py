@@ -8,9 +8,11 @@ random 256-bit session id; the id itself travels only in Starlette's signed cook
        before any route) can count per student; it grants nothing: every request looks the
        sid up, and a missing, revoked or expired row is anonymous whatever the cookie says
 A session is revoked at logout; a password change (`change_password`) or an instructor
-(`grader user logout-all`) revokes every session of the user; it expires
-KG_SESSION_MAX_AGE_S after login however much it is used. The id is new at every login and
-logout, so nothing from before login survives (fixation).
+(`grader user logout-all`) revokes every session of the user. It slides: it ends after
+KG_SESSION_IDLE_S without a request (each request renews it: `last_seen_at`, written at most
+once a minute), and KG_SESSION_MAX_AGE_S after login however much it is used (a stolen cookie
+cannot be kept alive for ever). The id is new at every login and logout, so nothing from
+before login survives (fixation).
 
 Every POST form carries `csrf_token` in a hidden field: an HMAC of the session id, compared
 in constant time. Anonymous visitors get a session id too, so the login form is covered.
@@ -126,17 +128,19 @@ def change_password(db: Session, user: User, password: str, min_length: int = MI
 
 
 def current_user(request: Request, db: Session) -> User | None:
-    """The user of the cookie's session while it is live (not revoked, not expired), else None."""
+    """The user of the cookie's session while it is live (not revoked, not idle for
+    KG_SESSION_IDLE_S, not past its absolute expiry), else None; a live session is renewed."""
     sid = _session_id(request)
     row = None
+    now = utcnow()
     if sid is not None:
+        idle = timedelta(seconds=request.app.state.context.settings.session_idle_s)
         row = db.scalar(select(WebSession).options(joinedload(WebSession.user))
                         .where(WebSession.id_hash == _hash(sid), WebSession.revoked_at.is_(None),
-                               WebSession.expires_at > utcnow()))
+                               WebSession.expires_at > now, WebSession.last_seen_at > now - idle))
     if row is None or not row.user.password_hash:
         request.session.pop("uid", None)
         return None
-    now = utcnow()
     if now - row.last_seen_at >= _SEEN_RESOLUTION:
         row.last_seen_at = now
     return row.user

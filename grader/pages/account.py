@@ -9,10 +9,14 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from grader.api.deps import Context, get_context
-from grader.auth.credentials import DEFAULT_SCOPES, check_password, issue_token
+from grader.auth.client_address import request_address
+from grader.auth.credentials import DEFAULT_SCOPES, issue_token
+from grader.auth.logins import confirm_password
 from grader.auth.sessions import change_password, log_in
+from grader.auth.throttle import Throttle, refusal_words
 from grader.models import ApiToken, Role, User, utcnow
 from grader.pages.common import Db, Sender, Viewer, absent, page, see_other
+from grader.settings import Settings
 
 router = APIRouter(include_in_schema=False)
 
@@ -34,32 +38,41 @@ def password_form(request: Request, user: Viewer) -> Response:
     return _password_page(request, user, changed=request.query_params.get("changed") == "1")
 
 
-def _apply_password_form(session: Session, user: User, form: Any, min_length: int) -> str | None:
-    """Sets the form's new password (ending every session of the user) and answers None, or
-    answers why it refused and changed nothing."""
+def _apply_password_form(request: Request, session: Session, user: User, form: Any, settings: Settings) -> Response:
+    """Sets the form's new password (ending every session of the user, giving this browser a
+    new one) and goes on; or answers the form again saying why it refused and changed nothing. A
+    wrong current password counts as a failed login (grader.auth.logins.confirm_password)."""
     current, new, again = (str(form.get(name, "")) for name in ("current", "new", "again"))
-    if check_password(session, user.username, current) is None:
-        return "Your current password is not right."
-    if new != again:
-        return "The two new passwords differ."
-    if new == current:
-        return "The new password is your current one."
-    try:
-        change_password(session, user, new, min_length)
-    except ValueError as exc:
-        return f"{str(exc).capitalize()}."
-    return None
+    confirmed = confirm_password(session, Throttle(settings.throttle), user, current, request_address(request))
+    if confirmed.block is not None:
+        response = _password_page(request, user, status.HTTP_429_TOO_MANY_REQUESTS,
+                                  error=("Your current password is not right. " if confirmed.checked else "")
+                                  + refusal_words(confirmed.block, settings.course_zone))
+        response.headers["Retry-After"] = str(confirmed.block.retry_after_s())
+        return response
+    error = None
+    if confirmed.user is None:
+        error = "Your current password is not right."
+    elif new != again:
+        error = "The two new passwords differ."
+    elif new == current:
+        error = "The new password is your current one."
+    else:
+        try:
+            change_password(session, user, new, settings.password_min_length)
+        except ValueError as exc:
+            error = f"{str(exc).capitalize()}."
+    if error is not None:
+        return _password_page(request, user, status.HTTP_400_BAD_REQUEST, error=error)
+    log_in(request, session, user, settings.session_max_age_s)
+    return see_other("/settings/password?changed=1")
 
 
 @router.post("/settings/password", response_class=HTMLResponse)
 async def password_change(request: Request, ctx: Context, session: Db, user: Sender) -> Response:
     """Sets the new password, ends every session of the user (other browsers are logged out)
     and gives this browser a new one."""
-    error = _apply_password_form(session, user, await request.form(), ctx.settings.password_min_length)
-    if error is not None:
-        return _password_page(request, user, status.HTTP_400_BAD_REQUEST, error=error)
-    log_in(request, session, user, ctx.settings.session_max_age_s)
-    return see_other("/settings/password?changed=1")
+    return _apply_password_form(request, session, user, await request.form(), ctx.settings)
 
 
 # ---- API tokens ---------------------------------------------------------------------------

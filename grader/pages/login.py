@@ -9,16 +9,12 @@ from fastapi import APIRouter, BackgroundTasks, Query, Request, status
 from fastapi.responses import HTMLResponse, Response
 
 from grader.api.deps import Context, get_context
-from grader.auth.credentials import check_password
-from grader.auth.password_reset import (
-    RESET_PATH,
-    issue_reset,
-    live_reset,
-    redeem_reset,
-    reset_link,
-    self_service_target,
-)
+from grader.auth.audit import Event, Via, record
+from grader.auth.client_address import request_address
+from grader.auth.logins import attempt_login
+from grader.auth.password_reset import RESET_PATH, ask_for_reset, live_reset, redeem_reset, reset_link
 from grader.auth.sessions import current_user, log_in, log_out
+from grader.auth.throttle import Block, Throttle, account_keys, refusal_words, unlock
 from grader.notify import reset_message, send_reset_link
 from grader.pages.common import LOGIN_NOTICES, Db, csrf_checked, page, safe_next, see_other
 from grader.settings import Settings
@@ -41,15 +37,32 @@ def login_form(request: Request, session: Db, back: Annotated[str, Query(alias="
 
 @router.post("/login", response_class=HTMLResponse, dependencies=[csrf_checked])
 async def login(request: Request, ctx: Context, session: Db) -> Response:
+    """Logs in under the throttle (grader.auth.logins.attempt_login): a wrong password is 401, a
+    blocked account or address 429 with Retry-After and, in words, when to try again. The form
+    comes back with the login as typed (never the password)."""
     form = await request.form()
     username = str(form.get("username", "")).strip()
     back = safe_next(form.get("next"))
-    user = check_password(session, username, str(form.get("password", "")))
-    if user is None:
-        return page(request, "login.html", None, status.HTTP_401_UNAUTHORIZED, error="Wrong username or password.",
-                    username=username, next=back, forgot=_resets_by_email(ctx.settings))
-    log_in(request, session, user, ctx.settings.session_max_age_s)
+    attempt = attempt_login(session, Throttle(ctx.settings.throttle), username, str(form.get("password", "")),
+                            request_address(request))
+    if attempt.user is None:
+        return _answer(request, "login.html", attempt.block, ctx.settings, status.HTTP_401_UNAUTHORIZED,
+                       error="Wrong username or password." if attempt.checked else None,
+                       username=username, next=back, forgot=_resets_by_email(ctx.settings))
+    log_in(request, session, attempt.user, ctx.settings.session_max_age_s)
     return see_other(back)
+
+
+def _answer(request: Request, name: str, block: Block | None, settings: Settings, status_code: int,
+            **values: Any) -> HTMLResponse:
+    """The page `name`; when `block` refuses the next attempt, as 429 with Retry-After and the
+    sentence (`wait`) that says when to try again."""
+    wait = refusal_words(block, settings.course_zone) if block is not None else None
+    response = page(request, name, None, status.HTTP_429_TOO_MANY_REQUESTS if block else status_code,
+                    wait=wait, **values)
+    if block is not None:
+        response.headers["Retry-After"] = str(block.retry_after_s())
+    return response
 
 
 @router.post("/logout", dependencies=[csrf_checked])
@@ -74,17 +87,26 @@ def forgot_form(request: Request, ctx: Context) -> HTMLResponse:
 @router.post("/forgot", response_class=HTMLResponse, dependencies=[csrf_checked])
 async def forgot(request: Request, background: BackgroundTasks, ctx: Context, session: Db) -> HTMLResponse:
     """E-mail a reset link to the login's address on file (password_reset.self_service_target);
-    the answer is the same whether or not one was sent, and it comes before the mail is sent."""
+    the answer is the same whether or not one was sent, and it comes before the mail is sent.
+    Every request counts towards the throttle, per account and per address: a blocked one is
+    429 and sends nothing."""
     settings = ctx.settings
     asked = str((await request.form()).get("username", "")).strip()
-    target = self_service_target(session, asked) if asked and _resets_by_email(settings) else None
-    if target is not None and target.email:
-        token = issue_reset(session, target, settings.password_reset_max_age_s)
+    offered = _resets_by_email(settings)
+    if not (asked and offered):
+        return page(request, "forgot.html", None, offered=offered, asked=asked or None, wait=None)
+    asking = ask_for_reset(session, Throttle(settings.throttle), asked, request_address(request),
+                           settings.password_reset_max_age_s)
+    if asking.block is not None:
+        return _answer(request, "forgot.html", asking.block, settings, status.HTTP_200_OK, offered=True, asked=None,
+                       username=asked)
+    if asking.target is not None and asking.target.email and asking.token is not None:
         session.commit()
-        link = reset_link(settings.public_url, token)
+        link = reset_link(settings.public_url, asking.token)
         background.add_task(send_reset_link, settings.smtp, reset_message(
-            settings.smtp.from_, target.email, target.username, link, settings.password_reset_max_age_s / 3600))
-    return page(request, "forgot.html", None, offered=_resets_by_email(settings), asked=asked or None)
+            settings.smtp.from_, asking.target.email, asking.target.username, link,
+            settings.password_reset_max_age_s / 3600))
+    return page(request, "forgot.html", None, offered=True, asked=asked, wait=None)
 
 
 def _reset_page(request: Request, token: str, status_code: int = 200, **values: Any) -> HTMLResponse:
@@ -119,5 +141,9 @@ async def reset_password(request: Request, token: str, ctx: Context, session: Db
         return _reset_page(request, token, status.HTTP_400_BAD_REQUEST, error=f"{str(exc).capitalize()}.")
     if user is None:
         return _reset_page(request, token, status.HTTP_404_NOT_FOUND, valid=False, error=INVALID_RESET)
+    # The link proves the reset was meant for them: their login is no longer throttled
+    unlocked = unlock(session, account_keys(user.id, user.username))
+    record(session, Event.reset_used, Via.web, user=user, address=request_address(request),
+           detail=f"unlocked {', '.join(unlocked)}" if unlocked else "")
     log_out(request, session)
     return _reset_page(request, token, done=True, username=user.username)

@@ -13,6 +13,8 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from grader.api.deps import Context
+from grader.auth.audit import Event, Via, record
+from grader.auth.client_address import request_address
 from grader.auth.password_reset import issue_reset, may_issue_reset, reset_link
 from grader.auth.sessions import current_user
 from grader.course.roster import parse_roster
@@ -203,8 +205,13 @@ async def roster_reset_link(request: Request, ctx: Context, session: Db, user: S
         return _roster_page(request, session, user, status.HTTP_404_NOT_FOUND,
                             error=f"No student “{username}” in an assignment you teach.")
     token = issue_reset(session, target, ctx.settings.password_reset_max_age_s, issued_by=user)
-    link = reset_link(str(request.base_url), token)
-    response = _roster_page(request, session, user, reset={"username": target.username, "link": link,
-                                                           "hours": ctx.settings.password_reset_max_age_s / 3600})
+    record(session, Event.reset_issued, Via.web, user=target, actor=user, address=request_address(request),
+           detail="shown on the roster page")
+    # Built on KG_PUBLIC_URL, never on the request's Host header (which the sender controls);
+    # without it, the path, and the page says how to set it
+    public = ctx.settings.public_url
+    response = _roster_page(request, session, user, reset={
+        "username": target.username, "link": reset_link(public, token), "absolute": bool(public),
+        "hours": ctx.settings.password_reset_max_age_s / 3600})
     response.headers["Cache-Control"] = "no-store"  # the link is shown once
     return response

@@ -15,8 +15,12 @@ from starlette.concurrency import run_in_threadpool
 
 from grader.accepting import AcceptedUpload, accept_upload
 from grader.api.deps import get_context
-from grader.auth.credentials import SCOPE_SUBMIT, authenticate
+from grader.auth.audit import Via
+from grader.auth.client_address import request_address
+from grader.auth.credentials import SCOPE_SUBMIT
+from grader.auth.logins import TokenDoor
 from grader.auth.sessions import CSRF_FIELD, CsrfError, check_csrf, current_user
+from grader.auth.throttle import Block, refusal_words
 from grader.course.membership import assignments_of
 from grader.db import session_scope
 from grader.models import Assignment, GpuCalibration, User, utcnow
@@ -121,19 +125,28 @@ async def upload_from_form(request: Request) -> HTMLResponse:
     ctx = get_context(request)
     holder: dict[str, int] = {}
 
+    door = TokenDoor(ctx.sessions, ctx.settings.throttle, request_address(request), Via.web)
+
     def authenticate_from_fields(fields: dict[str, str]) -> None:
         # The form sends the token field before the file, so nothing is stored for a stranger.
+        # An address blocked by its invalid tokens is refused first (grader.auth.logins.TokenDoor).
         with session_scope(ctx.sessions) as session:
-            principal = authenticate(session, fields.get("token", "").strip())
-            if principal is None or not principal.can(SCOPE_SUBMIT):
-                raise UploadError(401, "That API token is not valid for submitting.")
-            holder["user_id"] = principal.user.id
+            checked = door.check(session, fields.get("token", "").strip())
+        if isinstance(checked, Block):
+            raise UploadError(429, refusal_words(checked, ctx.settings.course_zone),
+                              retry_after_s=checked.retry_after_s())
+        if checked is None or not checked.can(SCOPE_SUBMIT):
+            raise UploadError(401, "That API token is not valid for submitting.")
+        holder["user_id"] = checked.user.id
 
     try:
         async with receive_upload(request, ctx, before_file=authenticate_from_fields) as upload:
             accepted = await run_in_threadpool(accept_upload, ctx, holder["user_id"], upload)
     except UploadError as exc:
-        return page(request, "upload_result.html", None, exc.status_code, error=exc.message)
+        response = page(request, "upload_result.html", None, exc.status_code, error=exc.message)
+        if exc.retry_after_s is not None:
+            response.headers["Retry-After"] = str(exc.retry_after_s)
+        return response
     return _result_page(request, accepted)
 
 

@@ -66,6 +66,10 @@ def settings_env(database_url: str, tmp_path_factory: pytest.TempPathFactory) ->
         "KG_HEARTBEAT_INTERVAL_S": "1",
         "KG_HEARTBEAT_TIMEOUT_S": "4",
         "KG_MAX_UPLOAD_BYTES": str(2 * 1024 * 1024),
+        # Every TestClient comes from the one address "testclient": the suite's wrong passwords
+        # and tokens must not add up to an address block (test_login_throttle.py sets its own)
+        "KG_THROTTLE_ADDRESS_FREE": "100000",
+        "KG_THROTTLE_ADDRESS_LOCK_AFTER": "100000",
     }
     yield env
     client = redis.Redis.from_url(REDIS_URL)

@@ -692,7 +692,7 @@ def test_secure_headers_on_every_answer(world: World, path: str) -> None:
     headers = world.api.get(path).headers
     assert headers["x-content-type-options"] == "nosniff"
     assert headers["x-frame-options"] == "DENY"
-    assert headers["referrer-policy"] == "no-referrer"
+    assert headers["referrer-policy"] == "same-origin"
     assert "camera=()" in headers["permissions-policy"]
     if path != "/docs":  # Swagger UI loads its bundle from a CDN
         assert headers["content-security-policy"] == CONTENT_SECURITY_POLICY

@@ -1,8 +1,9 @@
 """Server-side browser sessions on PostgreSQL: the signed cookie carries a session id whose
 sha256 is the row (and the user id the upload rate limit counts by, which grants nothing); a
-session ends at logout, at expiry, when the password changes (the
-/settings/password page ends the user's other sessions and rotates its own) and with
-`grader user logout-all`."""
+session slides (idle expiry renewed by each request, an absolute maximum); it ends at logout,
+at expiry, when the password changes (the /settings/password page ends the user's other
+sessions and rotates its own) and with `grader user logout-all`. Logins are case-insensitive,
+by login or e-mail."""
 from __future__ import annotations
 
 import base64
@@ -108,6 +109,95 @@ def test_an_expired_session_is_refused(settings: Settings, sessions: sessionmake
     # The next login replaces the expired row instead of piling rows up.
     login(settings, username)
     assert len(rows_of(sessions, username)) == 1
+
+
+def _age(sessions: sessionmaker[Session], username: str, seen_ago: timedelta, created_ago: timedelta) -> None:
+    """Move the user's sessions back in time: made `created_ago`, last used `seen_ago`."""
+    now = utcnow()
+    with session_scope(sessions) as session:
+        session.execute(update(WebSession).where(WebSession.user_id == select(User.id).where(
+            User.username == username).scalar_subquery()).values(last_seen_at=now - seen_ago,
+                                                                  created_at=now - created_ago))
+
+
+def test_an_active_session_slides_and_an_idle_one_ends(
+        settings: Settings, sessions: sessionmaker[Session], username: str) -> None:
+    """A student working through the deadline is not logged out: each request renews the idle
+    expiry (KG_SESSION_IDLE_S); a session left alone that long ends, with the login page's notice."""
+    idle = timedelta(seconds=settings.session_idle_s)
+    client = login(settings, username)
+    for _ in range(3):  # three idle periods of steady work
+        _age(sessions, username, seen_ago=idle - timedelta(minutes=2), created_ago=3 * idle)
+        assert logged_in(client)
+        (row,) = rows_of(sessions, username)
+        assert utcnow() - row.last_seen_at < timedelta(seconds=30)  # renewed
+    _age(sessions, username, seen_ago=idle + timedelta(seconds=5), created_ago=idle + timedelta(seconds=5))
+    ended = client.get("/submissions", follow_redirects=False).headers["location"]
+    assert ended == "/login?next=%2Fsubmissions&ended=session"
+
+
+def test_the_absolute_maximum_ends_even_an_active_session(
+        settings: Settings, sessions: sessionmaker[Session], username: str) -> None:
+    short = settings.model_copy(update={"session_max_age_s": 120, "session_idle_s": 3600})
+    client = login(short, username)
+    (row,) = rows_of(sessions, username)
+    assert row.expires_at - row.created_at == timedelta(seconds=120)
+    _expire(sessions, username)  # its maximum passed, though it was used a moment ago
+    assert not logged_in(client)
+
+
+def test_login_is_case_insensitive_by_login_or_email(settings: Settings, sessions: sessionmaker[Session]) -> None:
+    tag = uuid.uuid4().hex[:6]
+    name, email = f"Case-Mix-{tag}", f"Ada.{tag}@Uni.Example.edu"
+    with session_scope(sessions) as session:
+        user = get_or_create_user(session, name, Role.student)
+        user.email = email
+        set_password(user, PASSWORD)
+        # the same login typed otherwise names the same account: no second account is made
+        assert get_or_create_user(session, name.upper(), Role.student).id == user.id
+    for typed in (name, name.lower(), name.upper(), f"  {name.swapcase()} ", email.lower(), email.upper()):
+        assert logged_in(login(settings, typed)), typed
+    form = TestClient(create_app(settings)).get("/login").text
+    assert 'autocapitalize="none"' in form and 'autocorrect="off"' in form and 'spellcheck="false"' in form
+
+
+def test_an_email_two_accounts_share_names_neither(settings: Settings, sessions: sessionmaker[Session]) -> None:
+    tag = uuid.uuid4().hex[:6]
+    shared = f"shared-{tag}@uni.example.edu"
+    with session_scope(sessions) as session:
+        for name in (f"one-{tag}", f"two-{tag}"):
+            user = get_or_create_user(session, name, Role.student)
+            user.email = shared
+            set_password(user, PASSWORD)
+    client = TestClient(create_app(settings))
+    answer = client.post("/login", data={"csrf_token": csrf_of(client.get("/login").text), "username": shared,
+                                         "password": PASSWORD}, follow_redirects=False)
+    assert answer.status_code == 401 and f'value="{shared}"' in answer.text
+
+
+def test_logins_migration_0018_left_apart_keep_their_exact_names(
+        settings: Settings, sessions: sessionmaker[Session]) -> None:
+    """Two accounts whose logins differ only by case (made before logins were case-insensitive:
+    no login_key) are not merged: each logs in by its exact name, neither by a third spelling."""
+    tag = uuid.uuid4().hex[:6]
+    upper, lower = f"Twin-{tag}", f"twin-{tag}"
+    with session_scope(sessions) as session:
+        first = get_or_create_user(session, upper, Role.student)
+        session.flush()
+        first.login_key = None
+        session.flush()
+        second = User(username=lower, role=Role.student)
+        session.add(second)
+        session.flush()
+        second.login_key = None
+        set_password(first, PASSWORD)
+        set_password(second, NEW_PASSWORD)
+    assert logged_in(login(settings, upper, PASSWORD))
+    assert logged_in(login(settings, lower, NEW_PASSWORD))
+    client = TestClient(create_app(settings))
+    third = client.post("/login", data={"csrf_token": csrf_of(client.get("/login").text),
+                                        "username": upper.upper(), "password": PASSWORD}, follow_redirects=False)
+    assert third.status_code == 401
 
 
 def test_logout_revokes_the_row_and_a_new_login_gets_a_new_id(

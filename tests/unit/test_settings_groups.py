@@ -42,6 +42,13 @@ VARIABLES = {
     "KG_SMTP_PASSWORD": ("smtp", "password", "secret", "secret"),
     "KG_SMTP_FROM": ("smtp", "from_", "grader@example.edu", "grader@example.edu"),
     "KG_SMTP_TIMEOUT_S": ("smtp", "timeout_s", "2.5", 2.5),
+    "KG_THROTTLE_ACCOUNT_FREE": ("throttle", "account_free", "3", 3),
+    "KG_THROTTLE_ACCOUNT_LOCK_AFTER": ("throttle", "account_lock_after", "7", 7),
+    "KG_THROTTLE_ADDRESS_FREE": ("throttle", "address_free", "40", 40),
+    "KG_THROTTLE_ADDRESS_LOCK_AFTER": ("throttle", "address_lock_after", "200", 200),
+    "KG_THROTTLE_BACKOFF_S": ("throttle", "backoff_s", "0.5", 0.5),
+    "KG_THROTTLE_LOCK_S": ("throttle", "lock_s", "60", 60.0),
+    "KG_THROTTLE_FORGET_S": ("throttle", "forget_s", "7200", 7200.0),
 }
 # Set under every variable tried: KG_SMTP_HOST alone is refused (mail needs a sender).
 BASE = {"KG_SMTP_FROM": "base@example.edu"}
@@ -49,14 +56,14 @@ BASE = {"KG_SMTP_FROM": "base@example.edu"}
 
 def test_every_field_of_the_groups_has_its_variable_here() -> None:
     groups = Settings.groups()
-    assert set(groups) == {"build", "sandbox", "unpack", "smtp"}
+    assert set(groups) == {"build", "sandbox", "unpack", "smtp", "throttle"}
     assert groups["build"] is BuildSettings and groups["sandbox"] is SandboxSettings
     named = {(group, field) for group, field, _, _ in VARIABLES.values()}
     assert named == {(group, f) for group, model in groups.items() for f in model.model_fields}
     assert set(ChildSettings.model_fields) <= set(BuildSettings.model_fields) & set(SandboxSettings.model_fields)
     assert set(VARIABLES) <= Settings.variable_names()
     assert {"KG_DATA_DIR", "KG_NVCC_TIMEOUT_S"} <= Settings.variable_names()
-    assert not {"KG_BUILD", "KG_SANDBOX", "KG_UNPACK", "KG_SMTP", "KG_SMTP_FROM_"} & Settings.variable_names()
+    assert not {"KG_BUILD", "KG_SANDBOX", "KG_UNPACK", "KG_SMTP", "KG_SMTP_FROM_", "KG_THROTTLE"} & Settings.variable_names()
 
 
 def test_no_other_field_is_named_as_a_groups_field() -> None:

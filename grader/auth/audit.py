@@ -1,0 +1,60 @@
+"""The audit log (`audit_events`): a row per security event, never changed. Read it with
+`grader audit` (grader/accounts_cli.py) or SQL.
+
+What is recorded, and why not more: each failed login, /forgot request and unknown API token
+that was checked (the throttle bounds how many there can be), each block the throttle starts
+(`throttled`) and each lock (`locked`), unlocks, successful logins, reset links issued and
+used, and renamed logins. A request refused while its key is blocked is not recorded: it was not checked, and a
+guesser hammering a lock would otherwise fill the table.
+"""
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from datetime import datetime
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from grader.models import AuditEvent, User, utcnow
+
+
+class Event(enum.StrEnum):
+    login = "login"  # a right password
+    login_failed = "login_failed"
+    throttled = "throttled"  # a back-off wait began (key and seconds in the detail)
+    locked = "locked"  # a lock began
+    unlocked = "unlocked"
+    token_failed = "token_failed"  # an API token that names no live token
+    reset_asked = "reset_asked"  # /forgot, whether or not a link was sent
+    reset_issued = "reset_issued"
+    reset_used = "reset_used"
+    renamed = "renamed"  # an account's login changed (grader user rename)
+
+
+class Via(enum.StrEnum):
+    web = "web"
+    api = "api"
+    cli = "cli"
+
+
+def record(session: Session, event: Event, via: Via, *, user: User | None = None, login: str | None = None,
+           address: str | None = None, actor: User | None = None, detail: str = "") -> None:
+    """Add one event (the caller commits). `user` is the account concerned, `login` its name as
+    typed when no account is known, `actor` who acted on someone else's account."""
+    name = user.username if user is not None else login
+    session.add(AuditEvent(
+        at=utcnow(), event=event.value, via=via.value, user_id=user.id if user is not None else None,
+        login=name[:256] if name else None, address=address[:64] if address else None,
+        actor_id=actor.id if actor is not None else None, detail=detail[:512]))
+
+
+def recent(session: Session, limit: int = 50, since: datetime | None = None,
+           login: str | None = None) -> Sequence[AuditEvent]:
+    """The newest events first, optionally since an instant or about one login (as recorded)."""
+    query = select(AuditEvent).order_by(AuditEvent.at.desc(), AuditEvent.id.desc()).limit(limit)
+    if since is not None:
+        query = query.where(AuditEvent.at >= since)
+    if login is not None:
+        query = query.where(AuditEvent.login == login)
+    return session.scalars(query).all()
