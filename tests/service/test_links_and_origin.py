@@ -6,7 +6,6 @@ KG_PUBLIC_URL or, unset, the request's own scheme://host."""
 from __future__ import annotations
 
 import re
-import uuid
 
 import pytest
 from fastapi.testclient import TestClient
@@ -17,11 +16,11 @@ from typer.testing import CliRunner
 from grader.app import create_app
 from grader.cli import app as cli_app
 from grader.db import session_scope
-from grader.models import ApiToken, AuditEvent, PasswordReset, Role, User
-from grader.service import get_assignment, get_or_create_user
+from grader.models import ApiToken, AuditEvent, PasswordReset, User
 from grader.settings import Settings
 from tests.service.test_security import World, _concrete, csrf_of, served, world  # noqa: F401 (fixture)
-from tests.service.test_web_sessions import cli_env  # noqa: F401 (fixture)
+from tests.service.test_web_run_words import _people
+from tests.service.test_web_sessions import cli_env, username  # noqa: F401 (fixtures)
 from tests.service.test_web_settings import PASSWORD, Browser
 
 PUBLIC_URL = "https://grader.example.edu"
@@ -30,15 +29,8 @@ LINK = re.compile(r'<code id="reset-link">([^<]+)</code>')
 
 @pytest.fixture
 def roster_people(sessions: sessionmaker[Session]) -> tuple[str, str]:
-    from grader.auth.credentials import set_password
-
-    tag = uuid.uuid4().hex[:6]
-    student, prof = f"lk-stu-{tag}", f"lk-prof-{tag}"
-    with session_scope(sessions) as session:
-        hw4 = get_assignment(session, "hw4")
-        set_password(get_or_create_user(session, student, Role.student, [hw4]), PASSWORD)
-        set_password(get_or_create_user(session, prof, Role.instructor, [hw4]), PASSWORD)
-    return student, prof
+    """A student of hw4 and an instructor of hw4 (their password: test_web_settings.PASSWORD)."""
+    return _people(sessions)
 
 
 def _issue(settings: Settings, prof: str, student: str, **headers: str) -> tuple[str, str]:
@@ -93,16 +85,6 @@ def _tokens(sessions: sessionmaker[Session], name: str) -> int:
         return int(session.scalar(select(func.count(ApiToken.id)).join(User).where(User.username == name)) or 0)
 
 
-@pytest.fixture
-def student(sessions: sessionmaker[Session]) -> str:
-    from grader.auth.credentials import set_password
-
-    name = f"or-{uuid.uuid4().hex[:8]}"
-    with session_scope(sessions) as session:
-        set_password(get_or_create_user(session, name, Role.student), PASSWORD)
-    return name
-
-
 def _make_token(browser: Browser, **headers: str):  # type: ignore[no-untyped-def]
     return browser.client.post("/settings/tokens", data={"csrf_token": browser.page_csrf("/settings/tokens"),
                                                           "name": "origin"}, headers=headers, follow_redirects=False)
@@ -116,13 +98,13 @@ def _make_token(browser: Browser, **headers: str):  # type: ignore[no-untyped-de
     {"Origin": "http://testserver.evil.example"},
 ])
 def test_a_valid_csrf_token_from_a_foreign_origin_is_refused(
-        settings: Settings, sessions: sessionmaker[Session], student: str, headers: dict[str, str]) -> None:
-    browser = Browser(settings, student)
+        settings: Settings, sessions: sessionmaker[Session], username: str, headers: dict[str, str]) -> None:
+    browser = Browser(settings, username)
     answer = _make_token(browser, **headers)
     assert answer.status_code == 403, answer.text
     assert "Form refused" in answer.text and "nothing was done" in answer.text and "http://testserver" in answer.text
     assert "evil.example" not in answer.text or "another site (" in answer.text
-    assert _tokens(sessions, student) == 0
+    assert _tokens(sessions, username) == 0
 
 
 @pytest.mark.parametrize("headers", [
@@ -132,26 +114,26 @@ def test_a_valid_csrf_token_from_a_foreign_origin_is_refused(
     {},  # neither header (not a browser page): the CSRF token alone decides
 ])
 def test_the_services_own_origin_passes(
-        settings: Settings, sessions: sessionmaker[Session], student: str, headers: dict[str, str]) -> None:
-    browser = Browser(settings, student)
+        settings: Settings, sessions: sessionmaker[Session], username: str, headers: dict[str, str]) -> None:
+    browser = Browser(settings, username)
     assert _make_token(browser, **headers).status_code == 201
-    assert _tokens(sessions, student) == 1
+    assert _tokens(sessions, username) == 1
 
 
 def test_with_a_public_url_forms_must_come_from_it(
-        settings: Settings, sessions: sessionmaker[Session], student: str) -> None:
+        settings: Settings, sessions: sessionmaker[Session], username: str) -> None:
     """Behind a proxy the Host may be anything: KG_PUBLIC_URL's origin is the one accepted."""
     public = settings.model_copy(update={"public_url": PUBLIC_URL + "/"})
-    browser = Browser(public, student)
+    browser = Browser(public, username)
     assert _make_token(browser, Origin="http://testserver").status_code == 403  # the request's own host: no
     assert _make_token(browser, Origin=PUBLIC_URL).status_code == 201
-    assert _tokens(sessions, student) == 1
+    assert _tokens(sessions, username) == 1
 
 
-def test_the_login_form_from_a_foreign_origin_logs_no_one_in(settings: Settings, student: str) -> None:
+def test_the_login_form_from_a_foreign_origin_logs_no_one_in(settings: Settings, username: str) -> None:
     client = TestClient(create_app(settings))
     form = client.get("/login").text
-    answer = client.post("/login", data={"csrf_token": csrf_of(form), "username": student, "password": PASSWORD},
+    answer = client.post("/login", data={"csrf_token": csrf_of(form), "username": username, "password": PASSWORD},
                          headers={"Origin": "https://evil.example"}, follow_redirects=False)
     assert answer.status_code == 403
     assert client.get("/submissions", follow_redirects=False).status_code == 303
