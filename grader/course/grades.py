@@ -146,17 +146,24 @@ class Deadlines:
         return duration_text(ext.extra) if ext is not None and ext.extra else None
 
     @property
-    def time_left(self) -> str | None:
-        """Time to the next bound that changes the grade, in words; None with no due date or
-        once the late window has closed."""
+    def next_bound(self) -> tuple[int, str] | None:
+        """Whole seconds to the next bound that changes the grade, and what it is ("until the due
+        time"); None with no due date or once the late window has closed. The upload page's
+        countdown (static/countdown.js) starts from these seconds: the server's clock is the truth."""
         now, status = self.lateness.at, self.lateness.status
         bounds = [(self.due_at, "until the due time")]
         if status in (LateStatus.grace, LateStatus.late, LateStatus.closed):
             bounds = [(self.grace_ends, "of the grace period"), (self.late_window_ends, "until the late window closes")]
         for bound, what in bounds:
             if bound is not None and bound >= now:
-                return f"{duration_text(bound - now)} {what}"
+                return int((bound - now).total_seconds()), what
         return None
+
+    @property
+    def time_left(self) -> str | None:
+        """`next_bound` in words: "1 d 3 h until the due time"."""
+        bound = self.next_bound
+        return None if bound is None else f"{duration_text(timedelta(seconds=bound[0]))} {bound[1]}"
 
     @property
     def penalty_per_day(self) -> float:

@@ -196,3 +196,42 @@ def test_a_run_in_flight_fits_a_phone(browser: Browser, base_url: str, runs: dic
         done = session.get(Run, flying_id)
         assert done is not None
         done.state, done.finished_at = RunState.built, utcnow()
+
+
+# Where each cell of the breakdown lies, against the window and the table's own box.
+CELLS_JS = """() => {
+  const box = document.querySelector("#breakdown").closest(".scroll-x").getBoundingClientRect();
+  return [...document.querySelectorAll("#breakdown tbody tr")].map((row) =>
+    [...row.querySelectorAll("td.points, td.status, td.speed")].map((cell) => {
+      const r = cell.getBoundingClientRect();
+      return { cls: cell.className, text: cell.innerText.trim(), left: r.left, right: r.right,
+               inBox: r.left >= box.left - 0.5 && r.right <= box.right + 0.5 };
+    }));
+}"""
+
+
+def test_the_breakdown_shows_score_status_and_speed_on_a_phone(browser: Browser, base_url: str,
+                                                               runs: dict[str, Any]) -> None:
+    """At 390 px the run page's per-problem table shows every problem's points, status and
+    speedup inside the window, each named by its column (a card per problem), without
+    scrolling the table's box sideways; at 1280 px it is the usual table."""
+    for width in WIDTHS:
+        ctx = browser.new_context(base_url=base_url, viewport={"width": width, "height": 844})
+        page = log_in(ctx, STUDENT)
+        page.goto(f"/runs/{runs['scored']}")
+        rows = page.evaluate(CELLS_JS)
+        assert len(rows) >= 4 and all(len(cells) == 3 for cells in rows), rows
+        for cells in rows:
+            for cell in cells:
+                assert 0 <= cell["left"] and cell["right"] <= width and cell["inBox"], (width, cell)
+        scroll = page.locator("#breakdown").locator("xpath=..")
+        assert scroll.evaluate("el => el.scrollWidth <= el.clientWidth"), width
+        first = page.locator("#breakdown tbody tr").first
+        if width < 600:
+            assert first.locator("td.points").evaluate("el => getComputedStyle(el, '::before').content") == '"Points: "'
+            expect(page.get_by_role("table", name="Points per problem")).to_be_visible()
+            expect(first.get_by_role("cell").first).to_be_visible()
+        else:
+            assert first.locator("td.points").evaluate("el => getComputedStyle(el).display") == "table-cell"
+        check_page(page)
+        ctx.close()

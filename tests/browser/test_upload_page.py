@@ -3,8 +3,14 @@ problem's points, its speed floor and target from the rubric, and the targets ca
 GPU model where staff stored some."""
 from __future__ import annotations
 
+import io
+import os
+import re
 import uuid
+import zipfile
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from urllib.parse import urlsplit
 
 import pytest
 from playwright.sync_api import BrowserContext, expect
@@ -12,9 +18,12 @@ from sqlalchemy import delete
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.auth.credentials import set_password
+from grader.course.deadlines import LatePolicy, duration_text
+from grader.course.policies import set_schedule
 from grader.db import session_scope
-from grader.models import GpuCalibration, Role
+from grader.models import Assignment, GpuCalibration, Role, utcnow
 from grader.service import get_assignment, get_or_create_user
+from tests.browser.a11y import check_page
 from worker.rubric import load_rubric
 
 PASSWORD = "correct horse battery"
@@ -60,3 +69,112 @@ def test_the_rubric_and_targets_are_shown_before_uploading(context: BrowserConte
     expect(cells.nth(4)).to_have_text(f"{first.scoring.target:.3g}x")
     expect(section.locator(".calibrated")).to_have_text(
         f"Graded on {calibrated_gpu}, the targets measured on that GPU apply instead: 1.1 5.25x, 1.2 4x.")
+
+
+def _own_assignment(sessions: sessionmaker[Session], prefix: str, policy: LatePolicy | None = None) -> tuple[str, str]:
+    """An assignment of the test's own whose grading is paused (an upload is stored, never
+    graded), with `policy`, and a student of it alone: (slug, login)."""
+    tag = uuid.uuid4().hex[:6]
+    slug, name = f"{prefix}-{tag}", f"{prefix}-stu-{tag}"
+    with session_scope(sessions) as session:
+        session.add(Assignment(slug=slug, title=f"{prefix} {tag}", total_points=100, grading_paused=True))
+        session.flush()
+        if policy is not None:
+            set_schedule(session, slug, policy, "latest")
+        set_password(get_or_create_user(session, name, Role.student, [get_assignment(session, slug)]), PASSWORD)
+    return slug, name
+
+
+@pytest.fixture
+def due_soon(sessions: sessionmaker[Session]) -> tuple[str, str]:
+    """Due in 1 h 2 min (hw4 keeps no due date)."""
+    return _own_assignment(sessions, "soon", LatePolicy(due_at=utcnow() + timedelta(hours=1, minutes=2)))
+
+
+def _seconds(text: str) -> int:
+    """`1 h 1 min 59 s until the due time` in seconds."""
+    sizes = {"d": 86400, "h": 3600, "min": 60, "s": 1}
+    return sum(int(n) * sizes[unit] for n, unit in re.findall(r"(\d+) (d|h|min|s)\b", text))
+
+
+def test_time_left_counts_down_from_the_servers_value(context: BrowserContext, due_soon: tuple[str, str]) -> None:
+    """The browser's own clock is a year off: the countdown starts from the seconds the server
+    sent and counts the time elapsed since the page loaded (a fake clock moves it here)."""
+    slug, name = due_soon
+    page = context.new_page()
+    page.clock.install(time=datetime(2031, 6, 1, 12, 0, tzinfo=UTC))
+    page.goto("/login")
+    page.get_by_label("Username").fill(name)
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    left = page.locator(f"#deadline-{slug} .time-left")
+    expect(left).to_contain_text(re.compile(r"^Time left: 1 h 1 min \d+ s until the due time\.$"))
+    start = _seconds(left.inner_text())
+    assert 3600 + 60 < start <= 3600 + 120, start
+    page.clock.run_for(5_000)
+    expect(left).to_have_text(f"Time left: {duration_text(timedelta(seconds=start - 5))} until the due time.")
+    page.clock.run_for((start - 5) * 1000)
+    expect(left).to_have_text("Time left: 0 s until the due time (reload the page to see what applies now).")
+
+
+# Kept across the navigation to the run page: every progress sentence the page showed.
+RECORD_PROGRESS = """(() => {
+  const seen = () => JSON.parse(sessionStorage.getItem("seen") || "[]");
+  document.addEventListener("DOMContentLoaded", () => {
+    const sent = document.querySelector("#upload-progress .sent");
+    if (!sent) return;
+    new MutationObserver(() => {
+      const bar = document.querySelector("#upload-progress progress");
+      sessionStorage.setItem("seen", JSON.stringify([...seen(), [sent.textContent, bar.value]]));
+    }).observe(sent, { childList: true, characterData: true, subtree: true });
+  });
+})()"""
+
+
+def _random_zip(size: int) -> bytes:
+    """A stored (uncompressed) zip of `size` random bytes: it cannot be made smaller on the way."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as zf:
+        zf.writestr("llmsys_hw4/src/softmax_kernel.cu", os.urandom(size))
+    return buf.getvalue()
+
+
+@pytest.fixture
+def paused(sessions: sessionmaker[Session]) -> tuple[str, str]:
+    return _own_assignment(sessions, "prog")
+
+
+def test_an_upload_shows_its_progress_and_a_refusal_keeps_the_file(context: BrowserContext,
+                                                                   paused: tuple[str, str]) -> None:
+    slug, name = paused
+    page = context.new_page()
+    page.add_init_script(RECORD_PROGRESS)
+    page.goto("/login")
+    page.get_by_label("Username").fill(name)
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    picker = page.get_by_label(re.compile("Submission"))
+    # Refused by the server (not a zip inside): the words on this same form, the file still chosen.
+    picker.set_input_files({"name": "fake.zip", "mimeType": "application/zip", "buffer": b"hello, not a zip"})
+    page.get_by_role("button", name="Upload and grade").click()
+    expect(page.locator("#upload-error")).to_contain_text("“fake.zip” is not a zip file")
+    assert urlsplit(page.url).path == "/"
+    assert picker.evaluate("el => [...el.files].map((f) => f.name)") == ["fake.zip"]
+    assert page.get_by_label("Assignment").input_value() == slug
+    expect(page.get_by_role("button", name="Upload and grade")).to_be_enabled()
+    expect(page.locator("#upload-progress")).to_be_hidden()
+    check_page(page)
+    # A 1.5 MiB zip at 1 MiB/s: the page says how much is sent, then that the server checks it.
+    cdp = context.new_cdp_session(page)
+    cdp.send("Network.enable")
+    cdp.send("Network.emulateNetworkConditions", {"offline": False, "latency": 0, "downloadThroughput": -1,
+                                                  "uploadThroughput": 1024 * 1024})
+    picker.set_input_files({"name": "big.zip", "mimeType": "application/zip",
+                            "buffer": _random_zip(3 * 512 * 1024)})
+    page.get_by_role("button", name="Upload and grade").click()
+    page.wait_for_url(re.compile(r"/runs/\d+$"))
+    seen = page.evaluate("() => JSON.parse(sessionStorage.getItem('seen') || '[]')")
+    partial = [(words, value) for words, value in seen if re.fullmatch(r"Sent \d+% \(\d\.\d of 1\.5 MiB\)", words)]
+    assert any(0 < value < 100 for _, value in partial), seen
+    assert [value for _, value in partial] == sorted(value for _, value in partial), seen
+    assert seen[-1] == ["Sent; the server is checking and storing it…", 100], seen
