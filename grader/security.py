@@ -5,8 +5,9 @@ Pages load scripts and styles from /static only (no inline code), so the Content
 Policy allows 'self' and nothing else; the OpenAPI explorers (/docs, /redoc) load their
 bundles from a CDN and keep FastAPI's defaults instead. HSTS is sent only when the service is
 deployed behind HTTPS (KG_SESSION_HTTPS_ONLY). API answers are never cached: they carry
-private grades and logs. The referrer policy is `same-origin`: no address of ours (a reset
-link's token) reaches another site, and our own forms still carry their Origin (under
+private grades and logs. A redirect never names the Host the request gave (an absolute
+Location to it becomes a path). The referrer policy is `same-origin`: no address of ours (a
+reset link's token) reaches another site, and our own forms still carry their Origin (under
 `no-referrer` a browser sends `Origin: null` with every form).
 
 Forms (`SameOriginForms`): a POST (PUT, PATCH, DELETE) to a page must carry an Origin (else a
@@ -70,9 +71,20 @@ class SecureHeaders:
                     headers.setdefault("Cache-Control", "no-store")
                 if self.https:
                     headers.setdefault("Strict-Transport-Security", HSTS)
+                if "location" in headers:
+                    headers["location"] = own_path(headers["location"], Headers(scope=scope).get("host", ""))
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
+
+
+def own_path(location: str, host: str) -> str:
+    """A redirect to this service's own Host as a path (Starlette's trailing-slash redirect
+    builds an absolute URL from the Host header, which the sender controls); others unchanged."""
+    parts = urlsplit(location)
+    if parts.scheme in ("http", "https") and parts.netloc.lower() == host.lower():
+        return (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return location
 
 
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})

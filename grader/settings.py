@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -298,6 +299,12 @@ class Settings(BaseSettings):
             raise ValueError(f"KG_PUBLIC_URL {value!r} is not the service's address; give one such as "
                              "https://grader.example.edu (scheme and host, an optional path)")
         return value.strip().rstrip("/")
+
+    @field_validator("trusted_proxies", mode="before")
+    @classmethod
+    def _json_list(cls, value: Any) -> Any:
+        """A JSON list given as text (Settings.from_variables reads variables as text)."""
+        return json.loads(value) if isinstance(value, str) and value.strip() else value or []
 
     @field_validator("trusted_proxies")
     @classmethod

@@ -77,6 +77,13 @@ def test_the_cli_builds_reset_links_on_the_public_url(
     assert whole.exit_code == 0 and whole.stdout.startswith(PUBLIC_URL + "/reset/"), whole.output
 
 
+@pytest.mark.parametrize(("asked", "lands"), [("/login/", "/login"), ("/api/v1/submissions/?page=2",
+                                                                     "/api/v1/submissions?page=2")])
+def test_a_redirect_never_names_a_forged_host(settings: Settings, asked: str, lands: str) -> None:
+    answer = TestClient(create_app(settings)).get(asked, headers={"host": "attacker.example"}, follow_redirects=False)
+    assert answer.status_code == 307 and answer.headers["location"] == lands
+
+
 # ---- Origin / Referer ------------------------------------------------------------------------
 
 
