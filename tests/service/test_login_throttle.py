@@ -12,6 +12,7 @@ import re
 import time
 import uuid
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -23,7 +24,8 @@ from typer.testing import CliRunner
 from grader.app import create_app
 from grader.auth.credentials import issue_token, set_password
 from grader.cli import app as cli_app
-from grader.db import session_scope
+from grader.cli import init_database
+from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import AuditEvent, LoginThrottle, Role, User, utcnow
 from grader.service import get_or_create_user
 from grader.settings import Settings, SmtpSettings, ThrottleSettings
@@ -154,6 +156,24 @@ def test_a_short_lock_runs_out_on_the_clock(settings: Settings, account: tuple[s
     assert try_login(client, login, PASSWORD).status_code == 429
     time.sleep(1.1)
     assert try_login(client, login, PASSWORD).status_code == 303 and logged_in(client)
+
+
+def test_the_throttle_holds_on_the_embedded_sqlite_database(tmp_path: Path) -> None:
+    embedded = Settings.from_variables({"KG_DATA_DIR": str(tmp_path)}, throttle=ThrottleSettings(
+        account_free=2, account_lock_after=3))
+    init_database(embedded)
+    with session_scope(make_session_factory(make_engine(embedded))) as session:
+        user = get_or_create_user(session, "Embedded", Role.student)
+        set_password(user, PASSWORD)
+        session.flush()
+        key = f"login:account:{user.id}"
+    client = browser(embedded)
+    assert [try_login(client, "embedded", "wrong").status_code for _ in range(4)] == [401, 401, 429, 429]
+    assert try_login(client, "EMBEDDED", PASSWORD).status_code == 429
+    with session_scope(make_session_factory(make_engine(embedded))) as session:
+        session.execute(update(LoginThrottle).where(LoginThrottle.key == key)
+                        .values(blocked_until=utcnow() - timedelta(seconds=1)))
+    assert try_login(client, "EMBEDDED", PASSWORD).status_code == 303 and logged_in(client)
 
 
 def test_an_unknown_login_is_throttled_like_an_account(settings: Settings) -> None:
