@@ -86,7 +86,7 @@ class Block:
 
     @property
     def of_address(self) -> bool:
-        return ":address:" in self.key
+        return _kind(self.key) == "address"
 
     def retry_after_s(self, now: datetime | None = None) -> int:
         """Whole seconds to wait (Retry-After), at least 1."""
