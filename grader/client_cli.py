@@ -242,23 +242,24 @@ def regrade(
 
 def export(
     assignment: Annotated[str, typer.Option(help="assignment slug")] = "hw4",
-    fmt: Annotated[str, typer.Option("--format", help="csv (Canvas import) or json")] = "csv",
+    fmt: Annotated[str, typer.Option("--format", help="csv (Canvas's import), detailed-csv or json")] = "csv",
     policy: Annotated[str, typer.Option(help="latest or best scored run")] = "latest",
     out: Annotated[Path | None, typer.Option(help="file to write (default: stdout)")] = None,
     url: Url = DEFAULT_URL,
     token: Token = "",
 ) -> None:
     """Export the gradebook (staff token): one row per student."""
-    if fmt not in ("csv", "json"):
-        typer.echo("--format must be csv or json", err=True)
+    suffixes = {"csv": ".csv", "detailed-csv": "-detailed.csv", "json": ""}
+    if fmt not in suffixes:
+        typer.echo("--format must be csv, detailed-csv or json", err=True)
         raise typer.Exit(2)
-    path = f"/api/v1/assignments/{assignment}/gradebook" + (".csv" if fmt == "csv" else "")
+    path = f"/api/v1/assignments/{assignment}/gradebook" + suffixes[fmt]
     with _client(url, token) as client:
         try:
             response = _call(client, "GET", path, params={"policy": policy})
         except ApiFailure as exc:
             raise _fail(exc) from exc
-    text = response.text if fmt == "csv" else json.dumps(response.json(), indent=2) + "\n"
+    text = json.dumps(response.json(), indent=2) + "\n" if fmt == "json" else response.text
     if out is None:
         sys.stdout.write(text)
         sys.stdout.flush()

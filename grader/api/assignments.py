@@ -1,4 +1,4 @@
-"""/api/v1/assignments/{slug}: the gradebook (JSON and CSV) and re-grading, for its staff."""
+"""/api/v1/assignments/{slug}: the gradebook (JSON, Canvas's CSV, the detailed CSV) and re-grading, for its staff."""
 from __future__ import annotations
 
 from typing import Annotated, Literal
@@ -9,11 +9,11 @@ from sqlalchemy import select
 from grader.accepting import admit_committed
 from grader.api.deps import DB, Caller, Context, require, taught_assignment
 from grader.api.errors import ERRORS
-from grader.api.gradebook import gradebook_csv, gradebook_out
+from grader.api.gradebook import canvas_csv, detailed_csv, gradebook_out
 from grader.api.schemas import GradebookOut, RegradeAccepted, RegradeRequest
 from grader.auth.credentials import SCOPE_READ_ALL, SCOPE_REGRADE
 from grader.models import Submission
-from grader.reads.gradebook_reads import gradebook
+from grader.reads.gradebook_reads import Gradebook, gradebook
 from grader.reads.submission_reads import regrade_targets
 from grader.runs.fairshare import Admission
 from grader.service import record_regrade
@@ -39,21 +39,38 @@ def read_gradebook(slug: str, ctx: Context, session: DB, caller: Caller, policy:
                                            ctx.settings.course_zone, ctx.settings.rubric_dirs))
 
 
+def _csv_response(text: str, book: Gradebook, name: str) -> Response:
+    return Response(text, media_type="text/csv; charset=utf-8",
+                    headers={"Content-Disposition": f'attachment; filename="{book.assignment}-{name}-{book.policy}.csv"'})
+
+
 @router.get(
     "/assignments/{slug}/gradebook.csv",
     response_class=Response,
-    responses={**ERRORS, 200: {"content": {"text/csv": {}}, "description": "Canvas-ready CSV"}},
-    summary="Gradebook as CSV for Canvas import (staff): Student, SIS Login ID, total, one column per problem",
+    responses={**ERRORS, 200: {"content": {"text/csv": {}}, "description": "Canvas's gradebook import format"}},
+    summary="Gradebook as CSV for Canvas import (staff): Student, ID, SIS User ID, SIS Login ID, Section, the "
+            "assignment's final grades, and a Points Possible line",
 )
 def read_gradebook_csv(slug: str, ctx: Context, session: DB, caller: Caller, policy: PolicyParam = None) -> Response:
     require(caller, SCOPE_READ_ALL)
     book = gradebook(session, taught_assignment(session, caller, slug), policy, ctx.settings.course_zone,
                      ctx.settings.rubric_dirs)
-    return Response(
-        gradebook_csv(book),
-        media_type="text/csv; charset=utf-8",
-        headers={"Content-Disposition": f'attachment; filename="{book.assignment}-gradebook-{book.policy}.csv"'},
-    )
+    return _csv_response(canvas_csv([book]), book, "gradebook")
+
+
+@router.get(
+    "/assignments/{slug}/gradebook-detailed.csv",
+    response_class=Response,
+    responses={**ERRORS, 200: {"content": {"text/csv": {}}, "description": "every grade's making"}},
+    summary="Gradebook as a detailed CSV (staff): final grade, raw score, late penalty, lateness, adjustments "
+            "with their reasons, per-problem points",
+)
+def read_gradebook_detailed_csv(slug: str, ctx: Context, session: DB, caller: Caller,
+                                policy: PolicyParam = None) -> Response:
+    require(caller, SCOPE_READ_ALL)
+    book = gradebook(session, taught_assignment(session, caller, slug), policy, ctx.settings.course_zone,
+                     ctx.settings.rubric_dirs)
+    return _csv_response(detailed_csv(book), book, "gradebook-detailed")
 
 
 @router.post(

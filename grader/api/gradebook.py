@@ -1,13 +1,22 @@
-"""An assignment's gradebook as the API exports it (GradebookOut) and as a Canvas-ready CSV;
-the instructor's web page offers both downloads too."""
+"""An assignment's gradebook as the API exports it (GradebookOut) and as two CSVs: the one
+Canvas imports unchanged (canvas_csv: one column per assignment, for a course's assignments
+together) and the detailed one (detailed_csv: how each grade was made). The instructor's web
+page offers the same downloads."""
 from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Sequence
 
 from grader.api.schemas import GradebookOut, GradebookRowOut, GradeOut
 from grader.course.grades import signed_points
 from grader.reads.gradebook_reads import Gradebook
+
+# Canvas's gradebook export starts so, and its import reads a file of the same shape: these
+# columns name the student, then one column per assignment, and the line under the header
+# gives each assignment's points (Canvas's own export writes the label with four spaces).
+CANVAS_COLUMNS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
+POINTS_POSSIBLE = "    Points Possible"
 
 
 def gradebook_out(book: Gradebook) -> GradebookOut:
@@ -31,12 +40,31 @@ def _fmt(points: float | None) -> str:
     return "" if points is None else f"{points:g}"
 
 
-def gradebook_csv(book: Gradebook) -> str:
-    """Canvas's import matches rows on `SIS Login ID` (the login); `Student` is the roster's
-    name where there is one. A blank score leaves Canvas unchanged. The assignment's column
-    is the final grade (after a late penalty and the staff's adjustments); the raw total, the
-    penalty, the lateness, the adjustments (their sum and their reasons) and the per-problem
-    points (raw, before the penalty) follow, each labelled so."""
+def canvas_csv(books: Sequence[Gradebook]) -> str:
+    """The gradebooks of `books` (a course's assignments, in order) as Canvas imports them:
+    Student (the roster's name, else the login), ID and SIS User ID (blank: Canvas then matches
+    the row on the SIS Login ID, our login), SIS Login ID, Section, then one column per
+    assignment, named by its title, holding the final grade (after a late penalty and the
+    staff's adjustments); the Points Possible line gives each assignment's points. A student
+    of any of the gradebooks has one row; a blank grade leaves Canvas's unchanged."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow([*CANVAS_COLUMNS, *(_csv_cell(book.title) for book in books)])
+    writer.writerow([POINTS_POSSIBLE, "", "", "", "", *(_fmt(book.total_points) for book in books)])
+    students = {row.user_id: row for book in books for row in book.rows}
+    totals = [{row.user_id: row.total for row in book.rows} for book in books]
+    for user_id, row in sorted(students.items(), key=lambda item: item[1].username):
+        writer.writerow([_csv_cell(row.full_name or row.username), "", "", _csv_cell(row.username),
+                         _csv_cell(row.section or ""), *(_fmt(total.get(user_id)) for total in totals)])
+    return out.getvalue()
+
+
+def detailed_csv(book: Gradebook) -> str:
+    """How each grade of one assignment was made, for the staff's records (not for Canvas):
+    Student (the roster's name where there is one) and SIS Login ID (the login), the final
+    grade (after a late penalty and the staff's adjustments); the raw total, the penalty, the
+    lateness, the adjustments (their sum and their reasons) and the per-problem points (raw,
+    before the penalty) follow, each labelled so."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     total = f"{book.total_points:g}"

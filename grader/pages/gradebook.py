@@ -14,7 +14,7 @@ from starlette.datastructures import ImmutableMultiDict
 
 from grader.accepting import admit_committed
 from grader.api.deps import Context, get_context
-from grader.api.gradebook import gradebook_csv, gradebook_out
+from grader.api.gradebook import canvas_csv, detailed_csv, gradebook_out
 from grader.auth.sessions import CSRF_FIELD
 from grader.course.membership import role_in
 from grader.models import Assignment, CourseRole, Submission, User
@@ -139,16 +139,24 @@ async def regrade_many(request: Request, ctx: Context, session: Db, user: Sender
     return see_other(f"{bulk.view.url()}&queued={len(run_ids)}")
 
 
-def _download_headers(book: gradebook_reads.Gradebook, extension: str) -> dict[str, str]:
-    return {"Content-Disposition": f'attachment; filename="{book.assignment}-gradebook-{book.policy}.{extension}"',
+def _download_headers(book: gradebook_reads.Gradebook, extension: str, name: str = "gradebook") -> dict[str, str]:
+    return {"Content-Disposition": f'attachment; filename="{book.assignment}-{name}-{book.policy}.{extension}"',
             "Cache-Control": "no-store"}
 
 
 @router.get("/gradebook.csv")
 def gradebook_csv_export(request: Request, session: Db, user: Viewer) -> Response:
-    """The same CSV as the API's export, for the logged-in instructor."""
+    """The same CSV for Canvas as the API's export, for the logged-in instructor."""
     _, book = _asked_gradebook(request, session, user)
-    return Response(gradebook_csv(book), media_type="text/csv; charset=utf-8", headers=_download_headers(book, "csv"))
+    return Response(canvas_csv([book]), media_type="text/csv; charset=utf-8", headers=_download_headers(book, "csv"))
+
+
+@router.get("/gradebook-detailed.csv")
+def gradebook_detailed_csv_export(request: Request, session: Db, user: Viewer) -> Response:
+    """The same detailed CSV as the API's export, for the logged-in instructor."""
+    _, book = _asked_gradebook(request, session, user)
+    return Response(detailed_csv(book), media_type="text/csv; charset=utf-8",
+                    headers=_download_headers(book, "csv", "gradebook-detailed"))
 
 
 @router.get("/gradebook.json")

@@ -136,7 +136,7 @@ def test_late_upload_same_grade_on_every_page_then_the_form_closes(
     expect(row).to_contain_text(f"raw {RAW_TEXT}, late penalty {PENALTY}")
     expect(row.locator(f'[title="{reason}"]')).to_have_count(1)  # the same words, on hover
     with staff.expect_download() as download:
-        staff.get_by_role("link", name="CSV (Canvas import)").click()
+        staff.get_by_role("link", name="Detailed CSV (penalties, adjustments, problems)").click()
     table = list(csv.DictReader(io.StringIO(Path(download.value.path()).read_text())))
     line = next(r for r in table if r["SIS Login ID"] == course.student)
     assert line[f"{course.title} final (100)"] == FINAL

@@ -249,20 +249,36 @@ def test_gradebook_json_latest_and_best(api: TestClient, world: World) -> None:
 
 def test_gradebook_is_staff_only(api: TestClient, world: World) -> None:
     _seed_gradebook(world)
-    for path in ("gradebook", "gradebook.csv"):
+    for path in ("gradebook", "gradebook.csv", "gradebook-detailed.csv"):
         error = _assert_error(api.get(f"/api/v1/assignments/{world.slug}/{path}", headers=auth(world.tokens["s1"])),
                               403, "forbidden")
         assert "read:all" in error["message"]
         _assert_error(api.get(f"/api/v1/assignments/{world.slug}/{path}"), 401, "unauthorized")
 
 
-def test_gradebook_csv_for_canvas(api: TestClient, world: World) -> None:
+def test_gradebook_csv_is_canvas_import_format(api: TestClient, world: World) -> None:
     logins = _seed_gradebook(world)["logins"]
     response = api.get(f"/api/v1/assignments/{world.slug}/gradebook.csv", headers=auth(world.tokens["staff"]),
                        params={"policy": "best"})
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/csv")
     assert f'filename="{world.slug}-gradebook-best.csv"' in response.headers["content-disposition"]
+    table = list(csv.reader(io.StringIO(response.text)))
+    assert table[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", f"Test {world.tag}"]
+    assert table[1] == ["    Points Possible", "", "", "", "", "60"]
+    rows = {r[3]: r for r in table[2:]}
+    assert rows[logins["s1"]] == [logins["s1"], "", "", logins["s1"], "", "55"]
+    assert rows[logins["s2"]] == [logins["s2"], "", "", logins["s2"], "", ""]  # blank: Canvas keeps its value
+    assert rows[logins["s3"]][5] == "45"
+    assert [r[3] for r in table[2:]] == sorted(r[3] for r in table[2:])  # by login
+
+
+def test_gradebook_detailed_csv(api: TestClient, world: World) -> None:
+    logins = _seed_gradebook(world)["logins"]
+    response = api.get(f"/api/v1/assignments/{world.slug}/gradebook-detailed.csv",
+                       headers=auth(world.tokens["staff"]), params={"policy": "best"})
+    assert response.status_code == 200
+    assert f'filename="{world.slug}-gradebook-detailed-best.csv"' in response.headers["content-disposition"]
     table = list(csv.reader(io.StringIO(response.text)))
     assert table[0] == ["Student", "SIS Login ID", f"Test {world.tag} final (60)", "Raw score before late penalty (60)",
                         "Late penalty (points)", "Lateness", "Late days charged", "Adjustment (points)",
@@ -474,8 +490,11 @@ def test_cli_status_regrade_and_export(
     out = tmp_path / "grades.csv"
     exported = _cli(["export", "--assignment", world.slug, "--out", str(out)], server_url, world.tokens["staff"])
     assert exported.exit_code == 0, exported.output
-    table = {r[1]: r for r in csv.reader(io.StringIO(out.read_text()))}
-    assert table[logins["s1"]][2] == "40" and table[logins["s4"]][2] == "60"
+    table = {r[3]: r for r in csv.reader(io.StringIO(out.read_text()))}
+    assert table[logins["s1"]][5] == "40" and table[logins["s4"]][5] == "60"
+    detailed = _cli(["export", "--assignment", world.slug, "--format", "detailed-csv"], server_url,
+                    world.tokens["staff"])
+    assert detailed.exit_code == 0 and detailed.stdout.startswith("Student,SIS Login ID,"), detailed.output
     best = _cli(["export", "--assignment", world.slug, "--format", "json", "--policy", "best"], server_url,
                 world.tokens["staff"])
     assert best.exit_code == 0 and '"policy": "best"' in best.stdout

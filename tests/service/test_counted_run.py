@@ -77,7 +77,7 @@ def _shown(prof: Browser, student: Browser, course: Course, token: str) -> dict[
     book = prof.client.get("/gradebook", params={"assignment": course.slug}).text
     row = re.search(rf'<th scope="row">{course.student}</th>(.*?)</tr>', book, re.DOTALL)
     assert row, book
-    line = next(r for r in csv.DictReader(io.StringIO(prof.client.get("/gradebook.csv",
+    line = next(r for r in csv.DictReader(io.StringIO(prof.client.get("/gradebook-detailed.csv",
                                                                       params={"assignment": course.slug}).text))
                 if r["SIS Login ID"] == course.student)
     api = prof.client.get(f"/api/v1/assignments/{course.slug}/gradebook", headers=auth(token)).json()

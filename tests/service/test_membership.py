@@ -129,6 +129,7 @@ def test_instructor_of_a_cannot_read_export_or_regrade_b_through_the_api(
         client: TestClient, sessions: sessionmaker[Session], world: World) -> None:
     prof_a, prof_b = auth(world.tokens["prof_a"]), auth(world.tokens["prof_b"])
     reads = [f"/api/v1/assignments/{world.b}/gradebook", f"/api/v1/assignments/{world.b}/gradebook.csv",
+             f"/api/v1/assignments/{world.b}/gradebook-detailed.csv",
              f"/api/v1/submissions/{world.b_sub}", f"/api/v1/submissions/{world.b_sub}/runs",
              f"/api/v1/runs/{world.b_run}", f"/api/v1/submissions?assignment={world.b}"]
     for path in reads:
@@ -150,6 +151,7 @@ def test_instructor_of_a_cannot_read_export_or_regrade_b_on_the_web(
         settings: Settings, sessions: sessionmaker[Session], world: World) -> None:
     prof_a, prof_b = Browser(settings, world.logins["prof_a"]), Browser(settings, world.logins["prof_b"])
     reads = [f"/gradebook?assignment={world.b}", f"/gradebook.csv?assignment={world.b}",
+             f"/gradebook-detailed.csv?assignment={world.b}",
              f"/gradebook.json?assignment={world.b}", f"/runs/{world.b_run}", f"/runs/{world.b_run}/status"]
     for path in reads:
         assert prof_a.client.get(path).status_code == 404, path

@@ -121,7 +121,7 @@ def test_a_late_upload_has_one_grade_everywhere(late_course: LateCourse, session
     row = _found(rf'<th scope="row">{late_course.student}</th>(.*?)</tr>', book)
     assert f'class="final-grade">{FINAL}</span>' in row and "late-badge" in row and reason in row
 
-    exported = prof.client.get("/gradebook.csv", params={"assignment": late_course.slug}).text
+    exported = prof.client.get("/gradebook-detailed.csv", params={"assignment": late_course.slug}).text
     table = list(csv.DictReader(io.StringIO(exported)))
     line = next(r for r in table if r["SIS Login ID"] == late_course.student)
     assert line[f"Late {late_course.slug.removeprefix('late-')} final (100)"] == FINAL
@@ -141,7 +141,7 @@ def test_a_late_upload_has_one_grade_everywhere(late_course: LateCourse, session
     row_json = next(r for r in book_json["rows"] if r["user"] == late_course.student)
     assert row_json["total"] == 77.4 and row_json["latest"]["grade"]["final_score"] == 77.4
     assert row_json["grade"] == grade and re.search(r"E[SD]T", grade["reason"])  # the reason too, in the zone
-    api_csv = prof.client.get(f"/api/v1/assignments/{late_course.slug}/gradebook.csv", headers=auth(api_token)).text
+    api_csv = prof.client.get(f"/api/v1/assignments/{late_course.slug}/gradebook-detailed.csv", headers=auth(api_token)).text
     api_line = next(r for r in csv.DictReader(io.StringIO(api_csv)) if r["SIS Login ID"] == late_course.student)
     assert api_line == line  # the API's CSV is the gradebook page's, reason included
 

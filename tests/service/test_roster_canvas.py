@@ -11,7 +11,7 @@ import uuid
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.api.gradebook import gradebook_csv
+from grader.api.gradebook import canvas_csv
 from grader.course.roster import import_roster
 from grader.db import session_scope
 from grader.models import User
@@ -51,6 +51,6 @@ def test_a_300_line_canvas_export_round_trips_through_the_gradebook_csv(
     with session_scope(sessions) as session:
         again = import_roster(session, text, get_assignment(session, "hw4"))
         assert again.summary() == "0 created, 0 updated, 297 unchanged, 1 line(s) with errors"
-        exported = csv.DictReader(io.StringIO(gradebook_csv(gradebook(session, get_assignment(session, "hw4")))))
+        exported = csv.DictReader(io.StringIO(canvas_csv([gradebook(session, get_assignment(session, "hw4"))])))
         logins = {row["SIS Login ID"]: row["Student"] for row in exported if tag in row["SIS Login ID"]}
     assert logins == {u: users[u].full_name for u in users}

@@ -518,6 +518,8 @@ ROUTES: dict[tuple[str, str], Check] = {
         _api_get_denied("/api/v1/assignments/hw4/gradebook", 403, owner="staff"),
     ("GET", "/api/v1/assignments/{slug}/gradebook.csv"):
         _api_get_denied("/api/v1/assignments/hw4/gradebook.csv", 403, owner="staff"),
+    ("GET", "/api/v1/assignments/{slug}/gradebook-detailed.csv"):
+        _api_get_denied("/api/v1/assignments/hw4/gradebook-detailed.csv", 403, owner="staff"),
     ("POST", "/api/v1/assignments/{slug}/regrade"): _no_new_run(
         lambda w: w.api.post("/api/v1/assignments/hw4/regrade", headers=auth(w.a_token),
                              json={"submissions": [w.b_submission]}), 403),
@@ -541,6 +543,7 @@ ROUTES: dict[tuple[str, str], Check] = {
     ("POST", "/submissions/counted/remove"): _choose_b_run,
     ("GET", "/gradebook"): _web_get_denied("/gradebook", 404, owner="staff"),
     ("GET", "/gradebook.csv"): _web_get_denied("/gradebook.csv", 404, owner="staff"),
+    ("GET", "/gradebook-detailed.csv"): _web_get_denied("/gradebook-detailed.csv", 404, owner="staff"),
     ("GET", "/gradebook.json"): _web_get_denied("/gradebook.json", 404, owner="staff"),
     ("GET", "/gradebook/regrade"): _web_get_denied("/gradebook/regrade?assignment=hw4&which=all", 404, owner="staff"),
     ("POST", "/gradebook/regrade"): _no_new_run(

@@ -101,7 +101,7 @@ def test_an_adjustment_with_its_reason_is_in_the_grade_everywhere(course: Course
     row = re.search(rf'<th scope="row">{course.student}</th>(.*?)</tr>', book, re.DOTALL)
     assert row and 'class="final-grade">65</span>' in row.group(1) and REASON in row.group(1)
 
-    exported = prof.client.get("/gradebook.csv", params={"assignment": course.slug}).text
+    exported = prof.client.get("/gradebook-detailed.csv", params={"assignment": course.slug}).text
     line = next(r for r in csv.DictReader(io.StringIO(exported)) if r["SIS Login ID"] == course.student)
     assert line[f"Flow {course.slug.removeprefix('flow-')} final (100)"] == "65"
     assert line["Adjustment (points)"] == "5" and line["Adjustment reasons"] == f"{REASON} (+7.5); Late fix (-2.5)"

@@ -59,7 +59,7 @@ def _counted(prof: Browser, course: Course, token: str) -> tuple[int, float, str
     assert html, book
     chosen = re.search(r'class="hint chosen"[^>]*>([^<]+)<', html.group(1))
     line = next(r for r in csv.DictReader(io.StringIO(prof.client.get(
-        "/gradebook.csv", params={"assignment": course.slug}).text)) if r["SIS Login ID"] == course.student)
+        "/gradebook-detailed.csv", params={"assignment": course.slug}).text)) if r["SIS Login ID"] == course.student)
     return row["run_id"], row["total"], row["chosen_by"], chosen.group(1) if chosen else None, \
         line[f"{course.title} final (100)"]
 

@@ -264,5 +264,5 @@ def test_infrastructure_failure_never_replaces_a_grade(prof: Browser, settings: 
     _fail_as_infrastructure(settings, sessions, regrade_id)
     assert (_graded(prof, eve)["total"], _graded(prof, eve)["run_id"]) == (60, newer_run)
     assert _graded(prof, eve, "best")["run_id"] == first_run
-    csv_text = prof.client.get("/gradebook.csv", params={"assignment": "hw4"}).text
+    csv_text = prof.client.get("/gradebook-detailed.csv", params={"assignment": "hw4"}).text
     assert f"{eve},{eve},60," in csv_text

@@ -61,7 +61,7 @@ def test_pages(settings: Settings, sessions: sessionmaker[Session], world: World
         assert response.status_code == 404 and "owner's secret result" not in response.text
     assert "mine.zip" in owner.client.get("/submissions").text
     assert "mine.zip" not in other.client.get("/submissions").text
-    for path in ("/gradebook", "/gradebook.csv", "/gradebook.json", "/roster"):
+    for path in ("/gradebook", "/gradebook.csv", "/gradebook-detailed.csv", "/gradebook.json", "/roster"):
         assert other.client.get(path).status_code == 404, path
         assert prof.client.get(path).status_code == 200, path
     before = _run_count(sessions, world.sub_id)
@@ -93,6 +93,7 @@ def test_api(client: TestClient, sessions: sessionmaker[Session], world: World) 
                      headers=auth(world.tokens["other"])).status_code == 403
     assert http.post("/api/v1/assignments/hw4/regrade", headers=auth(world.tokens["other"]),
                      json={"submissions": [world.sub_id]}).status_code == 403
-    for path in ("/api/v1/assignments/hw4/gradebook", "/api/v1/assignments/hw4/gradebook.csv"):
+    for path in ("/api/v1/assignments/hw4/gradebook", "/api/v1/assignments/hw4/gradebook.csv",
+                 "/api/v1/assignments/hw4/gradebook-detailed.csv"):
         assert http.get(path, headers=auth(world.tokens["other"])).status_code == 403
     assert _run_count(sessions, world.sub_id) == before

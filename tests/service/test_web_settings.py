@@ -20,6 +20,7 @@ from grader.service import get_assignment, get_or_create_user, record_submission
 from grader.settings import Settings
 from grader.storage.blobstore import StoredBlob
 from tests.service.conftest import auth
+from worker.rubric import load_rubric
 
 PASSWORD = "correct horse battery"
 CSRF_INPUT = re.compile(r'name="csrf_token" value="([^"]+)"')
@@ -84,6 +85,7 @@ def other(settings: Settings, people: dict[str, str]) -> Iterator[Browser]:
 def test_gradebook_page_links_to_exports(prof: Browser) -> None:
     html = prof.client.get("/gradebook").text
     assert 'href="/gradebook.csv?assignment=hw4&amp;policy=latest"' in html
+    assert 'href="/gradebook-detailed.csv?assignment=hw4&amp;policy=latest"' in html
     assert 'href="/gradebook.json?assignment=hw4&amp;policy=latest"' in html
 
 
@@ -93,17 +95,22 @@ def test_instructor_gets_csv_and_json(prof: Browser, people: dict[str, str]) -> 
     assert response.headers["content-type"].startswith("text/csv")
     assert "hw4-gradebook-best.csv" in response.headers["content-disposition"]
     rows = list(csv.reader(io.StringIO(response.text)))
-    assert rows[0][:2] == ["Student", "SIS Login ID"] and len(rows) > 2
-    by_login = {r[0]: r for r in rows[1:]}
-    assert by_login[people["student"]][:3] == [people["student"], people["student"], "42"]
-    assert by_login[people["other"]][2] == ""  # no scored run: blank leaves Canvas unchanged
+    title = load_rubric("hw4").title
+    assert rows[:2] == [["Student", "ID", "SIS User ID", "SIS Login ID", "Section", title],
+                        ["    Points Possible", "", "", "", "", "100"]] and len(rows) > 3
+    by_login = {r[3]: r for r in rows[2:]}
+    assert by_login[people["student"]] == [people["student"], "", "", people["student"], "", "42"]
+    assert by_login[people["other"]][5] == ""  # no scored run: blank leaves Canvas unchanged
+    detailed = prof.client.get("/gradebook-detailed.csv", params={"policy": "best"})
+    assert "hw4-gradebook-detailed-best.csv" in detailed.headers["content-disposition"]
+    assert next(csv.reader(io.StringIO(detailed.text)))[:3] == ["Student", "SIS Login ID", f"{title} final (100)"]
     body = prof.client.get("/gradebook.json").json()
     row = next(r for r in body["rows"] if r["user"] == people["student"])
     assert body["policy"] == "latest" and row["total"] == 42.0 and row["problems"]["1.1"] == 12.0
 
 
 def test_student_and_stranger_get_no_export(settings: Settings, student: Browser) -> None:
-    for path in ("/gradebook.csv", "/gradebook.json"):
+    for path in ("/gradebook.csv", "/gradebook-detailed.csv", "/gradebook.json"):
         assert student.client.get(path).status_code == 404
         anonymous = TestClient(create_app(settings)).get(path, follow_redirects=False)
         assert anonymous.status_code == 303 and anonymous.headers["location"] == f"/login?next=%2F{path[1:]}"
