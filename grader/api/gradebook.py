@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from grader.api.schemas import GradebookOut, GradebookRowOut, GradeOut
 from grader.course.grades import signed_points
-from grader.reads.gradebook_reads import Gradebook
+from grader.reads.gradebook_reads import Gradebook, GradebookRow
 
 # Canvas's gradebook export starts so, and its import reads a file of the same shape: these
 # columns name the student, then one column per assignment, and the line under the header
@@ -51,7 +51,10 @@ def canvas_csv(books: Sequence[Gradebook]) -> str:
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow([*CANVAS_COLUMNS, *(_csv_cell(book.title) for book in books)])
     writer.writerow([POINTS_POSSIBLE, "", "", "", "", *(_fmt(book.total_points) for book in books)])
-    students = {row.user_id: row for book in books for row in book.rows}
+    students: dict[int, GradebookRow] = {}
+    for book in books:
+        for row in book.rows:
+            students.setdefault(row.user_id, row)
     totals = [{row.user_id: row.total for row in book.rows} for book in books]
     for user_id, row in sorted(students.items(), key=lambda item: item[1].username):
         writer.writerow([_csv_cell(row.full_name or row.username), "", "", _csv_cell(row.username),
