@@ -5,13 +5,15 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Body, HTTPException, Query, Response, status
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from grader.accepting import admit_committed
 from grader.api.deps import DB, Caller, Context, require, taught_assignment
 from grader.api.errors import ERRORS
 from grader.api.gradebook import canvas_csv, detailed_csv, gradebook_out
 from grader.api.schemas import GradebookOut, RegradeAccepted, RegradeRequest
-from grader.auth.credentials import SCOPE_READ_ALL, SCOPE_REGRADE
+from grader.auth.credentials import SCOPE_READ_ALL, SCOPE_REGRADE, Principal
+from grader.context import AppContext
 from grader.models import Submission
 from grader.reads.gradebook_reads import Gradebook, gradebook
 from grader.reads.submission_reads import regrade_targets
@@ -34,9 +36,13 @@ PolicyParam = Annotated[
     summary="Gradebook (staff): one row per student with the graded run's total and per-problem points",
 )
 def read_gradebook(slug: str, ctx: Context, session: DB, caller: Caller, policy: PolicyParam = None) -> GradebookOut:
+    return gradebook_out(_staff_gradebook(slug, ctx, session, caller, policy))
+
+
+def _staff_gradebook(slug: str, ctx: AppContext, session: Session, caller: Principal, policy: str | None) -> Gradebook:
     require(caller, SCOPE_READ_ALL)
-    return gradebook_out(gradebook(session, taught_assignment(session, caller, slug), policy,
-                                           ctx.settings.course_zone, ctx.settings.rubric_dirs))
+    return gradebook(session, taught_assignment(session, caller, slug), policy, ctx.settings.course_zone,
+                     ctx.settings.rubric_dirs)
 
 
 def _csv_response(text: str, book: Gradebook, name: str) -> Response:
@@ -52,9 +58,7 @@ def _csv_response(text: str, book: Gradebook, name: str) -> Response:
             "assignment's final grades, and a Points Possible line",
 )
 def read_gradebook_csv(slug: str, ctx: Context, session: DB, caller: Caller, policy: PolicyParam = None) -> Response:
-    require(caller, SCOPE_READ_ALL)
-    book = gradebook(session, taught_assignment(session, caller, slug), policy, ctx.settings.course_zone,
-                     ctx.settings.rubric_dirs)
+    book = _staff_gradebook(slug, ctx, session, caller, policy)
     return _csv_response(canvas_csv([book]), book, "gradebook")
 
 
@@ -67,9 +71,7 @@ def read_gradebook_csv(slug: str, ctx: Context, session: DB, caller: Caller, pol
 )
 def read_gradebook_detailed_csv(slug: str, ctx: Context, session: DB, caller: Caller,
                                 policy: PolicyParam = None) -> Response:
-    require(caller, SCOPE_READ_ALL)
-    book = gradebook(session, taught_assignment(session, caller, slug), policy, ctx.settings.course_zone,
-                     ctx.settings.rubric_dirs)
+    book = _staff_gradebook(slug, ctx, session, caller, policy)
     return _csv_response(detailed_csv(book), book, "gradebook-detailed")
 
 
