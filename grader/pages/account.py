@@ -87,6 +87,7 @@ def _token_page(request: Request, session: Session, user: User, status_code: int
     choosable = DEFAULT_SCOPES[user.role] if user.role == Role.instructor else ()
     values.setdefault("created", None)
     values.setdefault("error", None)
+    values.setdefault("kept", None)  # the form's fields as sent, when refused
     return page(request, "tokens.html", user, status_code, tokens=tokens, choosable=choosable,
                 default_scopes=DEFAULT_SCOPES[user.role], max_name=MAX_TOKEN_NAME,
                 zone=get_context(request).settings.course_zone, **values)
@@ -121,7 +122,8 @@ async def create_token(request: Request, session: Db, user: Sender) -> Response:
         scopes, unknown = allowed, []
     error = _token_error(name, scopes, unknown)
     if error is not None:
-        return _token_page(request, session, user, status.HTTP_400_BAD_REQUEST, error=error)
+        return _token_page(request, session, user, status.HTTP_400_BAD_REQUEST, error=error,
+                           kept={"name": str(form.get("name", "")), "scopes": [str(v) for v in form.getlist("scope")]})
     token = issue_token(session, user, name, scopes)
     response = _token_page(request, session, user, status.HTTP_201_CREATED, created={"name": name, "token": token})
     response.headers["Cache-Control"] = "no-store"

@@ -1,5 +1,5 @@
 """Course operations pages for an assignment's staff: settings (schedule, late policy, score
-policy, extensions, the similarity check's base), members (who is enrolled, as student or
+policy, extensions, the similarity check's base: its form's POST is here), members (who is enrolled, as student or
 staff), grading controls (pause / drain / resume, re-grade everything). The similarity
 report's pages are grader.pages.similarity. Removing a member or an extension and pausing
 grading go through a confirmation page (confirm.html) that says what will happen; a POST without its `confirm`
@@ -36,8 +36,11 @@ from grader.course.policies import SCORE_POLICIES, late_policy
 from grader.models import Assignment, CourseRole, Submission, User, utcnow
 from grader.pages.common import Db, Staff, StaffForm, Viewer, page, see_other
 from grader.reads.service_metrics import health
+from grader.runs.engine_config import pipeline_config
 from grader.service import NotFound, find_user
-from grader.similarity.base import describe_assignment_base
+from grader.similarity.base import UPLOAD, describe_assignment_base, parse_git_spec, save_base
+from worker.rubric import load_rubric
+from worker.unpack import BadArchive
 
 router = APIRouter(include_in_schema=False)
 
@@ -62,6 +65,14 @@ def _duration_text(delta: timedelta) -> str:
     return f"{seconds}s" if seconds else ""
 
 
+def _zone_now(zone: ZoneInfo) -> str:
+    """The zone's abbreviation and offset now, e.g. `EST, UTC-05:00 now`."""
+    now = utcnow().astimezone(zone)
+    minutes = int((now.utcoffset() or timedelta(0)).total_seconds() // 60)
+    sign, minutes = ("-" if minutes < 0 else "+"), abs(minutes)
+    return f"{now.tzname()}, UTC{sign}{minutes // 60:02d}:{minutes % 60:02d} now"
+
+
 def _instant_text(at: datetime | None, zone: ZoneInfo) -> str:
     return at.astimezone(zone).strftime("%Y-%m-%dT%H:%M:%S") if at else ""
 
@@ -82,11 +93,15 @@ def _settings_page(request: Request, session: Session, user: User, assignment: A
     values.setdefault("form", _schedule_values(assignment, zone))
     values.setdefault("errors", {})
     values.setdefault("extension_error", None)
+    values.setdefault("extension", {})  # the extension form's fields as sent, when refused
+    values.setdefault("base_error", None)
+    values.setdefault("base_git", "")
     due = late_policy(assignment).due_at
     extensions = [{"user": ext_user, "extra": _duration_text(timedelta(seconds=row.extra_s)), "reason": row.reason,
                    "due": _instant_text(due + timedelta(seconds=row.extra_s), zone) if due else None}
                   for ext_user, row in extensions_of(session, assignment)]
     return page(request, "ops_settings.html", user, status_code, assignment=assignment, zone=zone.key,
+                zone_now=_zone_now(zone),
                 policies=SCORE_POLICIES, extensions=extensions, saved=request.query_params.get("saved"),
                 similarity_base=describe_assignment_base(assignment.similarity_base, assignment.slug,
                                                          get_context(request).settings.rubric_dirs),
@@ -126,7 +141,8 @@ async def extension_save(request: Request, slug: str, session: Db, staff: StaffF
         session.rollback()
         message = str(exc).removeprefix("no user ") + " is not a user." if isinstance(exc, NotFound) else str(exc)
         return _settings_page(request, session, staff.user, staff.assignment, status.HTTP_400_BAD_REQUEST,
-                              extension_error=message)
+                              extension_error=message,
+                              extension={name: str(form.get(name, "")) for name in ("student", "extra", "reason")})
     return see_other(f"/assignments/{slug}/settings?saved=extension#extensions")
 
 
@@ -172,12 +188,48 @@ async def extension_remove(request: Request, slug: str, username: str, session: 
     return see_other(f"/assignments/{slug}/settings?saved=extension#extensions")
 
 
+@router.post("/assignments/{slug}/similarity/base", response_class=HTMLResponse)
+async def similarity_base(request: Request, slug: str, ctx: Context, session: Db, staff: StaffForm) -> Response:
+    """Set the starter the assignment's students received (the similarity check's base): a zip,
+    kept; a git ref; or back to the rubric's default. A refusal is the settings page again, the
+    git ref as typed."""
+    done = f"/assignments/{slug}/settings?base="
+    assignment, form = staff.assignment, await request.form()
+    upload, git = form.get("starter"), str(form.get("git", "")).strip()
+
+    def refused(why: str) -> HTMLResponse:
+        return _settings_page(request, session, staff.user, assignment, status.HTTP_400_BAD_REQUEST,
+                              base_error=why, base_git=git)
+
+    if form.get("action") == "default":
+        assignment.similarity_base = None
+        return see_other(done + quote("The base is the rubric's default again; compute the report again."))
+    if git:
+        try:
+            parse_git_spec(git)
+        except BadArchive as exc:
+            return refused(str(exc))
+        assignment.similarity_base = git
+        return see_other(done + quote(f"The base is {git}; compute the report again."))
+    if upload is None or isinstance(upload, str) or not upload.filename:
+        return refused("choose the starter zip or give a git ref first.")
+    rubric = load_rubric(slug, search=ctx.settings.rubric_dirs)
+    try:
+        count = await run_in_threadpool(save_base, ctx.settings.data_dir, slug, await upload.read(), rubric,
+                                        pipeline_config(ctx.settings, rubric).limits)
+    except BadArchive as exc:
+        return refused(f"{exc} (choose the zip again)")
+    assignment.similarity_base = UPLOAD
+    return see_other(done + quote(f"Kept: {count} starter files; compute the report again."))
+
+
 # ---- members -------------------------------------------------------------------------------
 
 
 def _members_page(request: Request, session: Session, user: User, assignment: Assignment, status_code: int = 200,
                   **values: Any) -> HTMLResponse:
     values.setdefault("error", None)
+    values.setdefault("kept", {})  # the form's fields as sent, when refused
     return page(request, "ops_members.html", user, status_code, assignment=assignment,
                 members=members_of(session, assignment), parts=[r.value for r in CourseRole],
                 saved=request.query_params.get("saved"), **values)
@@ -201,14 +253,15 @@ async def member_save(request: Request, slug: str, session: Db, staff: StaffForm
     form = await request.form()
     user, assignment = staff.user, staff.assignment
     username = str(form.get("username", "")).strip()
+    kept = {"username": username, "part": str(form.get("part", ""))}
     try:
         part = CourseRole(str(form.get("part", "")))
     except ValueError:
-        return _members_page(request, session, user, assignment, status.HTTP_400_BAD_REQUEST,
+        return _members_page(request, session, user, assignment, status.HTTP_400_BAD_REQUEST, kept=kept,
                              error="Choose whether they join as a student or as staff.")
     target = find_user(session, username)
     if target is None:
-        return _members_page(request, session, user, assignment, status.HTTP_400_BAD_REQUEST,
+        return _members_page(request, session, user, assignment, status.HTTP_400_BAD_REQUEST, kept=kept,
                              error=f"No account “{username}”: create accounts with the roster import "
                                    "(Roster page) or with the command grader user add.")
     if target.id == user.id:

@@ -5,7 +5,8 @@ adjustment, or reject with a reply). The student sees the answer on the run page
 (templates/_regrade.html), where the student and the staff may also comment on the run.
 
 A run that is not the student's own, or not of an assignment the user teaches, reads as absent
-(the 404 page); every form is CSRF-checked (Sender, StaffForm) and answers with a redirect.
+(the 404 page); every form is CSRF-checked (Sender, StaffForm) and answers with a redirect, or,
+refused, with its own page again: the words beside the form, what was typed still in it.
 """
 from __future__ import annotations
 
@@ -18,22 +19,26 @@ from grader.api.deps import Context, get_context
 from grader.course import adjustments
 from grader.course.adjustments import WorkflowError
 from grader.course.membership import role_in
-from grader.models import CourseRole, RegradeRequest, Run
-from grader.pages.common import Db, Sender, Staff, StaffForm, absent, error_page, page, see_other
+from grader.models import CourseRole, RegradeRequest, Run, User
+from grader.pages.common import Db, Sender, Staff, StaffForm, StaffOf, absent, page, see_other
+from grader.pages.run_view import Refused, render_run
 from grader.reads.grade_reads import run_grades
 
 router = APIRouter(include_in_schema=False)
 DONE = {"regrade": "re-graded", "adjust": "adjusted", "reject": "rejected"}  # the action -> the queue's notice
 
 
-def _refused(request: Request, session: Session, exc: WorkflowError, back: str) -> HTMLResponse:
-    session.rollback()
-    return error_page(request, status.HTTP_400_BAD_REQUEST, "Not done",
-                      f"{exc} Nothing was changed; go back to {back} and try again.")
-
-
 async def _field(request: Request, name: str) -> str:
     return str((await request.form()).get(name) or "")
+
+
+async def _refused_on_run(request: Request, session: Session, user: User, run: Run, form: str,
+                          exc: WorkflowError, *fields: str) -> HTMLResponse:
+    """The run page again, the refusal's words beside `form`, its `fields` as they were sent."""
+    session.rollback()
+    kept = {name: await _field(request, name) for name in fields}
+    return render_run(request, session, user, run, status.HTTP_400_BAD_REQUEST,
+                      Refused(form, f"{exc} Nothing was changed.", kept))
 
 
 @router.post("/runs/{run_id}/regrade-request")
@@ -46,7 +51,7 @@ async def ask_regrade(request: Request, run_id: int, session: Db, user: Sender) 
     try:
         adjustments.request_regrade(session, run, user, await _field(request, "reason"))
     except WorkflowError as exc:
-        return _refused(request, session, exc, f"run {run_id}")
+        return await _refused_on_run(request, session, user, run, "regrade-request", exc, "reason")
     return see_other(f"/runs/{run_id}#regrade")
 
 
@@ -59,7 +64,7 @@ async def adjust_run(request: Request, run_id: int, session: Db, user: Sender) -
     try:
         adjustments.adjust(session, run, user, await _field(request, "points"), await _field(request, "reason"))
     except WorkflowError as exc:
-        return _refused(request, session, exc, f"run {run_id}")
+        return await _refused_on_run(request, session, user, run, "adjustment", exc, "points", "reason")
     return see_other(f"/runs/{run_id}#regrade")
 
 
@@ -73,17 +78,24 @@ async def comment_run(request: Request, run_id: int, session: Db, user: Sender) 
     try:
         adjustments.comment(session, run, user, await _field(request, "body"))
     except WorkflowError as exc:
-        return _refused(request, session, exc, f"run {run_id}")
+        return await _refused_on_run(request, session, user, run, "comment", exc, "body")
     return see_other(f"/runs/{run_id}#comments")
+
+
+def _queue_page(request: Request, session: Session, staff: StaffOf, status_code: int = 200,
+                refused: Refused | None = None) -> HTMLResponse:
+    """The assignment's requests, open ones first, each with its run's current grade; `refused`:
+    the answer to one request that was refused (its form is the request's id as a string)."""
+    asked, zone = adjustments.assignment_requests(session, staff.assignment), get_context(request).settings.course_zone
+    done = request.query_params.get("done")
+    return page(request, "regrade_requests.html", staff.user, status_code, assignment=staff.assignment, requests=asked,
+                grades=run_grades(session, [r.run for r in asked], zone), zone=zone, here="regrade-requests",
+                done=done if done in DONE.values() else None, refused=refused)
 
 
 @router.get("/assignments/{slug}/regrade-requests", response_class=HTMLResponse)
 def queue(request: Request, session: Db, staff: Staff) -> Response:
-    """The assignment's requests, open ones first, each with its run's current grade."""
-    asked, zone = adjustments.assignment_requests(session, staff.assignment), get_context(request).settings.course_zone
-    return page(request, "regrade_requests.html", staff.user, assignment=staff.assignment, requests=asked,
-                grades=run_grades(session, [r.run for r in asked], zone), zone=zone, here="regrade-requests",
-                done=request.query_params.get("done") if request.query_params.get("done") in DONE.values() else None)
+    return _queue_page(request, session, staff)
 
 
 
@@ -105,7 +117,10 @@ async def decide(request: Request, request_id: int, ctx: Context, session: Db, s
         else:
             raise WorkflowError("Choose re-grade, adjust or reject.")
     except WorkflowError as exc:
-        return _refused(request, session, exc, "the regrade requests")
+        session.rollback()
+        kept = {"reply": reply, "points": await _field(request, "points")}
+        return _queue_page(request, session, staff, status.HTTP_400_BAD_REQUEST,
+                           Refused(str(request_id), f"{exc} Nothing was changed.", kept))
     if new_run is not None:
         session.commit()
         admit_committed(ctx, new_run)  # committed: the new run's page says if it waits to be sent

@@ -58,6 +58,8 @@ def _roster_page(request: Request, session: Session, user: User, status_code: in
     settings = get_context(request).settings
     job = latest_job(session, user, settings)
     values.setdefault("error", None)
+    values.setdefault("pasted", "")  # the forms' fields as sent, when refused
+    values.setdefault("reset_username", "")
     values.setdefault("reset", None)
     values.setdefault("chosen", default_slug(request, taught))
     held = job is not None and KEY_COOKIE.format(job.id) in request.cookies
@@ -167,7 +169,8 @@ async def roster_import(request: Request, ctx: Context, session: Db, user: Sende
                                            _held_keys(request))
     except (ValueError, RosterJobError) as exc:
         code = status.HTTP_409_CONFLICT if isinstance(exc, RosterJobError) else status.HTTP_400_BAD_REQUEST
-        return _roster_page(request, session, user, code, error=str(exc), chosen=assignment.slug)
+        return _roster_page(request, session, user, code, error=str(exc), chosen=assignment.slug,
+                            pasted=str(form.get("text") or ""))
     response = see_other("/roster")
     response.set_cookie(KEY_COOKIE.format(job.id), key, max_age=KEY_MAX_AGE_S, path=KEY_PATH, httponly=True,
                         samesite="strict", secure=ctx.settings.session_https_only)
@@ -202,7 +205,7 @@ async def roster_reset_link(request: Request, ctx: Context, session: Db, user: S
     username = str(form.get("username", "")).strip()
     target = find_user(session, username)
     if target is None or not may_issue_reset(session, user, target):
-        return _roster_page(request, session, user, status.HTTP_404_NOT_FOUND,
+        return _roster_page(request, session, user, status.HTTP_404_NOT_FOUND, reset_username=username,
                             error=f"No student “{username}” in an assignment you teach.")
     token = issue_reset(session, target, ctx.settings.password_reset_max_age_s, issued_by=user)
     record(session, Event.reset_issued, Via.web, user=target, actor=user, address=request_address(request),

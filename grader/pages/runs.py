@@ -1,19 +1,13 @@
 """A student's history (with which run counts, and, where the assignment allows it, the
-student's choice of it) and the run page (its live state, per-problem results, every
-correctness case, why a run was not graded, and stage logs); staff of the assignment see its
-runs too (grader.auth.credentials's browser principal)."""
+student's choice of it) and the run page (drawn by grader.pages.run_view) with its JSON poll;
+staff of the assignment see its runs too (grader.auth.credentials's browser principal)."""
 from __future__ import annotations
 
-import math
-import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Annotated, Any
+from collections.abc import Mapping
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request, status
 from fastapi.responses import HTMLResponse, JSONResponse, Response
-from markupsafe import Markup
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
@@ -22,15 +16,11 @@ from grader.auth.credentials import browser_principal
 from grader.auth.sessions import current_user
 from grader.course.counted_choice import REFUSAL_TEXT, StudentRefusal, choose, clear, student_refusal
 from grader.course.membership import roles_of
-from grader.models import Assignment, ErrorClass, ProblemResult, Run, RunState, Submission, User
-from grader.pages import charts
+from grader.models import Assignment, Run, Submission, User
 from grader.pages.common import Db, Sender, Viewer, absent, logged_in, page, see_other
-from grader.reads.grade_reads import Counted, counted_for, run_grades
+from grader.pages.run_view import render_run
+from grader.reads.grade_reads import counted_for, run_grades
 from grader.reads.runstatus import run_status
-from worker.assignment import AssignmentError, Words, assignment_of
-from worker.build_isolation import first_compiler_error
-from worker.measurements import CaseOutcome
-from worker.rubric import Problem, RubricError, load_rubric
 
 router = APIRouter(include_in_schema=False)
 
@@ -123,31 +113,10 @@ def _shown_run(request: Request, run_id: int, session: Db) -> tuple[User, Run]:
     return user, run
 
 
-def _counted_of_run(session: Session, run: Run, user: User) -> tuple[Counted, bool]:
-    """Which run counts for the run's student in its assignment, and whether `user` (the student
-    themselves) may count this run instead now."""
-    sub = run.submission
-    runs = list(session.scalars(select(Run).join(Submission).options(selectinload(Run.submission))
-                                .where(Submission.user_id == sub.user_id, Submission.assignment_id == sub.assignment_id)))
-    counted = counted_for(session, sub.assignment, sub.user_id, runs, run_grades(session, runs))
-    may = (user.id == sub.user_id and counted.run_id != run.id
-           and student_refusal(session, sub.assignment, user, run) is None)
-    return counted, may
-
-
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
 def run_page(request: Request, session: Db, shown: Annotated[tuple[User, Run], Depends(_shown_run)]) -> Response:
     user, run = shown
-    settings = get_context(request).settings
-    rubric = _RubricView.of(run.submission.assignment.slug, settings.rubric_dirs)
-    grade = run_grades(session, [run], settings.course_zone).get(run.id)
-    counted, may_choose = _counted_of_run(session, run, user) if grade else (None, False)
-    return page(request, "run.html", user, run=run, sub=run.submission, counted=counted, may_choose=may_choose,
-                status=run_status(session, run, settings.eta_recent_runs, settings.rubric_dirs),
-                grade=grade, zone=settings.course_zone,
-                problems=[problem_view(r.details or {}, r, rubric.problems.get(r.problem_id), rubric.words)
-                          for r in run.results],
-                not_graded=not_graded(run), logs=stage_logs(run.stages or {}))
+    return render_run(request, session, user, run)
 
 
 @router.get("/runs/{run_id}/status")
@@ -162,173 +131,3 @@ def run_status_json(request: Request, run_id: int, session: Db) -> JSONResponse:
     settings = get_context(request).settings
     return JSONResponse(run_status(session, run, settings.eta_recent_runs, settings.rubric_dirs),
                         headers={"Cache-Control": "no-store"})
-
-
-def stage_logs(stages: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each stage's log as numbered lines, with its first error: the source file and line the
-    compiler names there (linked into the code view), and the log's own line."""
-    out = []
-    for name, stage in stages.items():
-        log = str(stage.get("log") or "")
-        out.append({"name": name, "status": stage.get("status"), "seconds": stage.get("seconds"),
-                    "lines": log.splitlines(), "first_error": first_compiler_error(log)})
-    return out
-
-
-# Why a final run graded nothing, in words (the run's message, shown above, has the details).
-BUILT_TEXT = ("This run was built but not graded: the worker that took it has no GPU stage "
-              "(no GPU, or GPU grading is off), so no score was given.")
-FAILED_TEXT = {
-    ErrorClass.bad_archive: "This upload could not be graded: the grader could not use it as a submission "
-                            "(a bad archive). Fix the zip as the message says and upload it again.",
-    ErrorClass.build_error: "No problem could be graded because the kernels did not build (a build error); "
-                            "the build log below shows the compiler's messages.",
-    ErrorClass.timeout: "Grading took longer than its time limit and was stopped (timed out), "
-                        "so no problem was scored.",
-    ErrorClass.crashed: "The grading process stopped unexpectedly (it crashed) before any problem was scored.",
-    ErrorClass.infra_error: "A fault on the grading side (infrastructure), not in your submission, stopped "
-                            "this run; staff can re-grade it.",
-}
-
-
-def not_graded(run: Run) -> str | None:
-    """One sentence for a final run that scored nothing (built, or failed), else None."""
-    if run.state == RunState.built:
-        return BUILT_TEXT
-    if run.state == RunState.failed:
-        return FAILED_TEXT.get(run.error_class) if run.error_class else "This run failed before any problem was graded."
-    return None
-
-
-def status_word(result: ProblemResult) -> str:
-    """The status shown: from the points, so 14 of 20 reads "partial", never "passed"."""
-    if result.status == "not_run":
-        return "not graded"
-    if result.points >= result.max_points:
-        return "passed"
-    return "partial" if result.points > 0 else "failed"
-
-
-@dataclass(frozen=True)
-class _RubricView:
-    """What the run page needs of an assignment's rubric and plug-in (defaults without one)."""
-
-    problems: dict[str, Problem]
-    words: Words
-
-    @classmethod
-    def of(cls, slug: str, search: Sequence[Path]) -> _RubricView:
-        try:
-            rubric = load_rubric(slug, search=search)
-            return cls({p.id: p for p in rubric.problems}, assignment_of(rubric).words)
-        except (RubricError, AssignmentError):
-            return cls({}, Words())
-
-
-def _cases(measurement: dict[str, Any], routes: tuple[str, str]) -> list[tuple[str, CaseOutcome]]:
-    """Every case with the route it took (the assignment's words for abi_cases, binding_cases)."""
-    return [(route, CaseOutcome.from_dict(c)) for route, key in zip(routes, ("abi_cases", "binding_cases"), strict=True)
-            for c in measurement.get(key) or []]
-
-
-def _case_error(case: CaseOutcome) -> str:
-    """What went wrong in a failed case, as a sentence."""
-    parts = []
-    if case.max_err is not None:
-        where = f" at index {list(case.where)}" if case.where is not None else ""
-        parts.append("the output holds NaN" + where if math.isnan(case.max_err)
-                     else f"largest error {case.max_err:.3g}{where}")
-    if case.message:
-        parts.append(case.message.rstrip("."))
-    text = "; ".join(parts) or "wrong result"
-    return text[0].upper() + text[1:] + "."
-
-
-HIDDEN_WITHHELD = "Wrong result (this assignment does not disclose the details of hidden cases)."
-
-
-def case_rows(measurement: dict[str, Any], routes: tuple[str, str], disclose_hidden: bool) -> list[dict[str, Any]]:
-    """One row per case: name, shape, route, verdict and the error in words. A hidden case is
-    named by its number when the rubric withholds its details (its id encodes the shape)."""
-    numbers: dict[str, int] = {}
-    rows = []
-    for route, case in _cases(measurement, routes):
-        shown = case.public or disclose_hidden
-        if not case.public:
-            numbers.setdefault(case.case_id, len(numbers) + 1)
-        name = case.case_id if shown else f"hidden case {numbers[case.case_id]}"
-        rows.append({
-            "id": case.case_id, "name": name, "hidden": not case.public, "withheld": not shown,
-            "label": f"{'case' if case.public else 'hidden case'} {name}" if shown else name,
-            "route": route, "ok": case.ok,
-            "shape": " × ".join(map(str, case.shape)) if shown else "not disclosed",
-            "error": "" if case.ok else _case_error(case) if shown else HIDDEN_WITHHELD,
-        })
-    return rows
-
-
-def _withhold(text: str, rows: list[dict[str, Any]]) -> str:
-    """`text` (a scoring reason) with each withheld hidden case's id, which spells its shape,
-    replaced by the number the case table shows."""
-    for row in rows:
-        if row["withheld"]:
-            text = re.sub(rf"(?<![\w-])(hidden case )?{re.escape(row['id'])}(?![\w-])", row["name"], text)
-    return text
-
-
-def _cases_line(rows: list[dict[str, Any]]) -> str | None:
-    if not rows:
-        return None
-    return f"{sum(1 for r in rows if r['ok'])} of {len(rows)} passed"
-
-
-def _failure_line(rows: list[dict[str, Any]]) -> str | None:
-    """The first failed case, as its row in the case table says it."""
-    first = next((r for r in rows if not r["ok"]), None)
-    if first is None:
-        return None
-    shape = "" if first["withheld"] else f", shape {first['shape']}"
-    return f"{first['label']}{shape}: {first['error']}"
-
-
-def _speed_line(score: dict[str, Any], figures: dict[str, str]) -> str | None:
-    speedup = score.get("speedup")
-    if not speedup:
-        return None
-    text = f"{speedup['speedup']:.3g}x [{speedup['low']:.3g}, {speedup['high']:.3g}]"
-    text += f" ({figures.get(score.get('figure') or '', 'measured')}, {speedup['trials']} trials)"
-    target = score.get("target")
-    return text + (f" vs target {target:.3g}x" if target is not None else " (no target)")
-
-
-def _speed_chart(score: dict[str, Any], floor: float | None) -> Markup | None:
-    speedup = score.get("speedup")
-    if not speedup:
-        return None
-    return charts.speedup_chart(float(speedup["speedup"]), float(speedup["low"]), float(speedup["high"]),
-                                score.get("target"), floor)
-
-
-def problem_view(details: dict[str, Any], result: ProblemResult, problem: Problem | None = None,
-                 words: Words | None = None) -> dict[str, Any]:
-    words = words or Words()
-    score = details.get("score") or {}
-    measurement = details.get("measurement") or {}
-    reasons = list(score.get("reasons") or [])
-    if not reasons and result.points < result.max_points:
-        # Every lost point is explained: fall back to the result's own message.
-        reasons = [result.message or f"{result.max_points - result.points:g} points not given (no reason recorded)"]
-    disclose = problem.scoring.hidden_case_details if problem else True
-    rows = case_rows(measurement, words.case_routes, disclose)
-    if not disclose:
-        reasons = [_withhold(r, rows) for r in reasons]
-    word = status_word(result)
-    return {
-        "id": result.problem_id, "title": result.title, "status": word, "state": word.replace(" ", "-"),
-        "points": result.points, "max_points": result.max_points,
-        "cases": _cases_line(rows), "case_rows": rows, "failure": _failure_line(rows),
-        "hidden_withheld": not disclose and any(r["hidden"] for r in rows),
-        "speed": _speed_line(score, words.figures),
-        "chart": _speed_chart(score, problem.scoring.speed_floor if problem else None),
-        "reasons": reasons, "notes": score.get("notes") or [],
-    }

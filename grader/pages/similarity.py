@@ -1,13 +1,12 @@
 """The staff's similarity pages of an assignment: the ranked report, the background job that
-computes it (started here, followed through a small JSON status, grader.similarity.jobs), the
-base it is computed against (set on the settings page, kept by grader.similarity.base) and a
-pair's side-by-side view. Someone who is not staff of the assignment gets the 404 page.
+computes it (started here, followed through a small JSON status, grader.similarity.jobs) and a
+pair's side-by-side view. The base it is computed against is set on the settings page
+(grader.pages.ops, kept by grader.similarity.base). Someone who is not staff of the assignment gets the 404 page.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Annotated
-from urllib.parse import quote
 
 from fastapi import APIRouter, Query, Request, status
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
@@ -16,7 +15,7 @@ from starlette.concurrency import run_in_threadpool
 from grader.api.deps import Context
 from grader.pages.common import Db, Staff, StaffForm, page, see_other
 from grader.runs.engine_config import pipeline_config
-from grader.similarity.base import UPLOAD, describe_assignment_base, parse_git_spec, save_base
+from grader.similarity.base import describe_assignment_base
 from grader.similarity.compare import LineRange
 from grader.similarity.jobs import latest_job, start_job, view
 from grader.similarity.report import describe_ranges, numbered_lines, starter_lines
@@ -72,35 +71,6 @@ async def similarity_compute(request: Request, slug: str, ctx: Context, session:
                     message=f"Assignment {slug} has no rubric to compare submissions by: {exc}")
     await run_in_threadpool(start_job, session, ctx.celery, ctx.settings, staff.assignment, staff.user)
     return see_other(f"/assignments/{slug}/similarity")
-
-
-@router.post("/assignments/{slug}/similarity/base", response_class=HTMLResponse)
-async def similarity_base(request: Request, slug: str, ctx: Context, staff: StaffForm) -> Response:
-    """Set the starter the assignment's students received (the base): a zip, kept; a git ref;
-    or back to the rubric's default. Answers on the settings page."""
-    done = f"/assignments/{slug}/settings?base="
-    assignment, form = staff.assignment, await request.form()
-    upload, git = form.get("starter"), str(form.get("git", "")).strip()
-    if form.get("action") == "default":
-        assignment.similarity_base = None
-        return see_other(done + quote("The base is the rubric's default again; compute the report again."))
-    if git:
-        try:
-            parse_git_spec(git)
-        except BadArchive as exc:
-            return see_other(done + quote(f"Not kept: {exc}"))
-        assignment.similarity_base = git
-        return see_other(done + quote(f"The base is {git}; compute the report again."))
-    if upload is None or isinstance(upload, str) or not upload.filename:
-        return see_other(done + quote("Choose the starter zip or give a git ref first."))
-    rubric = load_rubric(slug, search=ctx.settings.rubric_dirs)
-    try:
-        count = await run_in_threadpool(save_base, ctx.settings.data_dir, slug, await upload.read(), rubric,
-                                        pipeline_config(ctx.settings, rubric).limits)
-    except BadArchive as exc:
-        return see_other(done + quote(f"Not kept: {exc}"))
-    assignment.similarity_base = UPLOAD
-    return see_other(done + quote(f"Kept: {count} starter files; compute the report again."))
 
 
 @router.get("/assignments/{slug}/similarity/pair", response_class=HTMLResponse)

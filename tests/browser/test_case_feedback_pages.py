@@ -10,7 +10,7 @@ import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect
 from sqlalchemy.orm import Session, sessionmaker
 
-import grader.pages.runs
+import grader.pages.run_view
 from grader.auth.credentials import set_password
 from grader.db import session_scope
 from grader.models import ErrorClass, Role, RunState
@@ -76,7 +76,7 @@ def test_withheld_hidden_cases(context: BrowserContext, sessions: sessionmaker[S
                                monkeypatch: pytest.MonkeyPatch) -> None:
     rubric = withheld(load_rubric("hw4"))
     run_id = scored_run(sessions, student, rubric)
-    monkeypatch.setattr(grader.pages.runs, "load_rubric", lambda _slug, search: rubric)  # the server runs in this process
+    monkeypatch.setattr(grader.pages.run_view, "load_rubric", lambda _slug, search: rubric)  # the server runs in this process
     page = log_in(context, student)
     page.goto(f"/runs/{run_id}")
     box = page.locator("#cases-1\\.1")

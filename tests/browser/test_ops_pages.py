@@ -59,6 +59,9 @@ def test_similarity_and_settings_pages(context: BrowserContext, screenshot_dir: 
     check_page(page)
 
     page.get_by_role("link", name="Settings and extensions").click()
+    # Date-time pickers, labelled with the course's zone.
+    for label in ("Release", "Due"):
+        expect(page.get_by_label(f"{label} (UTC time)")).to_have_attribute("type", "datetime-local")
     page.get_by_label("Release").fill("2026-03-20T10:00:00")
     page.get_by_label("Due").fill("2026-03-19T23:59:59")
     page.get_by_role("button", name="Save schedule").click()

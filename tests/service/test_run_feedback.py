@@ -12,7 +12,7 @@ import uuid
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-import grader.pages.runs
+import grader.pages.run_view
 from grader.auth.credentials import set_password
 from grader.db import session_scope
 from grader.models import ErrorClass, Role, RunState
@@ -43,7 +43,7 @@ def element(page: str, ident: str, tag: str) -> str:
 
 
 def rows(table: str) -> list[str]:
-    return [text(r) for r in re.findall(r"<tr>.*?</tr>", table.split("<tbody>", 1)[1], re.S)]
+    return [text(r) for r in re.findall(r"<tr\b[^>]*>.*?</tr>", re.split(r"<tbody\b[^>]*>", table, maxsplit=1)[1], re.S)]
 
 
 def test_every_case_with_shape_verdict_and_error(sessions: sessionmaker[Session],
@@ -89,7 +89,7 @@ def test_withheld_hidden_cases_show_no_shape_anywhere(sessions: sessionmaker[Ses
     name, browser = student
     rubric = withheld(load_rubric("hw4"))
     run_id = scored_run(sessions, name, rubric)  # scored as the page will describe it
-    monkeypatch.setattr(grader.pages.runs, "load_rubric", lambda _slug, search: rubric)
+    monkeypatch.setattr(grader.pages.run_view, "load_rubric", lambda _slug, search: rubric)
     page = browser.client.get(f"/runs/{run_id}").text
     cases = rows(element(page, "cases-1.1", "details"))
     assert cases[2] == ("hidden case 1 not disclosed C ABI failed Wrong result (this assignment does not disclose "

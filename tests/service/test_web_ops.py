@@ -170,6 +170,23 @@ def test_settings_form_saves_the_schedule(course: Course, prof: Browser, session
     assert score_policy == "latest"
 
 
+def test_release_and_due_are_date_and_time_fields_in_the_named_zone(course: Course, prof: Browser,
+                                                                   sessions: sessionmaker[Session]) -> None:
+    """A browser's date-time picker, to the second, labelled with the course's zone (UTC in
+    these tests) and its offset now; a value without seconds (what the picker sends when they
+    are zero) is that minute's first second in the zone."""
+    page = prof.client.get(f"/assignments/{course.slug}/settings").text
+    for name, label in (("release", "Release"), ("due", "Due")):
+        assert f'<label for="s-{name}">{label} (UTC time)</label>' in page
+        assert re.search(rf'<input id="s-{name}" name="{name}" type="datetime-local" step="1" value="[-\d:T]*"', page)
+    assert re.search(r'id="zone-hint">Dates and times are in the course\'s time zone, <strong>UTC</strong> '
+                     r"\(UTC, UTC\+00:00 now\)", page)
+    assert _save(prof, course, due="2026-03-19T23:59").status_code == 303
+    policy, _, _ = _stored(sessions, course.slug)
+    assert policy.due_at.isoformat() == "2026-03-19T23:59:00+00:00"
+    assert 'value="2026-03-19T23:59:00"' in prof.client.get(f"/assignments/{course.slug}/settings").text
+
+
 @pytest.mark.parametrize("fields, field, message", [
     ({"due": "2026-02-30T10:00"}, "due", "is not a date and time"),
     ({"release": "next monday"}, "release", "is not a date and time"),

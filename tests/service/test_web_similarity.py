@@ -258,7 +258,9 @@ def test_staff_set_the_base_on_the_settings_page(own_settings: Settings, session
     refused = prof.client.post("/assignments/hw4/similarity/base", data={"csrf_token": prof.csrf(page)},
                                files={"starter": ("starter.zip", b"not a zip", "application/zip")})
     assert "Not kept" in refused.text
-    assert "Not kept: a git base is git:&lt;repository&gt;@&lt;ref&gt;" in _set_git_base(prof, "git:no-ref-here")
+    refused_git = _set_git_base(prof, "git:no-ref-here")
+    assert "Not kept: a git base is git:&lt;repository&gt;@&lt;ref&gt;" in refused_git
+    assert 'name="git" aria-describedby="h-base-git" value="git:no-ref-here" aria-invalid="true"' in refused_git
     render_starter(load_rubric("hw4").starter_dir, tmp_path / "starter")
     kept = prof.client.post("/assignments/hw4/similarity/base", data={"csrf_token": prof.csrf(page)},
                             files={"starter": ("starter.zip", _zip(tmp_path / "starter", {}, tmp_path / "z"),

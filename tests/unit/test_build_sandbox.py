@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from test_build import BROKEN, FLAGS, GOOD, HEADER, NVCC, call_int, needs_nvcc, write_tree
 
-from grader.pages.runs import stage_logs as _stage_logs
+from grader.pages.run_view import stage_logs as _stage_logs
 from grader.runs.engine_config import build_policy, pipeline_config
 from grader.settings import Settings
 from tests.fixtures import cpu_standin

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.pages.runs import case_rows
+from grader.pages.run_view import case_rows
 from worker import scoring
 from worker.hw4 import ASSIGNMENT as HW4
 from worker.measurements import CaseOutcome, ProblemMeasurement, salient_lines
