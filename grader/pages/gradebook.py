@@ -57,12 +57,20 @@ def _view(book: gradebook_reads.Gradebook, params: Mapping[str, str]) -> gradebo
 
 @router.get("/gradebook", response_class=HTMLResponse)
 def gradebook(request: Request, session: Db, user: Viewer) -> Response:
-    assignment, book = _asked_gradebook(request, session, user)
-    view = _view(book, request.query_params)
+    return _gradebook_page(request, session, user, request.query_params)
+
+
+def _gradebook_page(request: Request, session: Session, user: User, params: Mapping[str, str],
+                    status_code: int = 200, refusal: str | None = None) -> HTMLResponse:
+    """The gradebook `params` ask for; `refusal`: why its bulk re-grade form was refused (shown
+    beside it, the filters kept)."""
+    assignment, book = _asked_gradebook(request, session, user, params)
+    view = _view(book, params)
     rows = gradebook_view.select_rows(book, view)  # the charts cover them all, the table one page
     shown = gradebook_view.paginate(rows, view.page, get_context(request).settings.gradebook_page_size)
-    queued = request.query_params.get("queued", "")
-    return page(request, "gradebook.html", user, book=book, policy=book.policy, policies=gradebook_reads.POLICIES,
+    queued = params.get("queued", "")
+    return page(request, "gradebook.html", user, status_code, refusal=refusal, book=book, policy=book.policy,
+                policies=gradebook_reads.POLICIES,
                 view=replace(view, page=shown.page), shown=shown, states=gradebook_view.STATE_CHOICES,
                 sections=sorted({r.section for r in book.rows if r.section}),
                 histogram=gradebook_view.score_histogram(book, rows),
@@ -81,8 +89,9 @@ def _bulk_plan(request: Request, session: Session, user: User,
     which = str(params.get("which", "selected"))
     ticked = [int(v) for v in params.getlist("submission") if v.isascii() and v.isdigit()]
     if which == "selected" and not ticked:
-        return page(request, "error.html", user, status.HTTP_400_BAD_REQUEST, title="Nothing selected",
-                    message="Tick at least one student's row to re-grade the selected submissions.")
+        return _gradebook_page(request, session, user, params, status.HTTP_400_BAD_REQUEST,
+                               "Nothing selected. Tick at least one student's row to re-grade the selected "
+                               "submissions.")
     try:
         return assignment, gradebook_view.bulk_regrade(session, assignment, book, _view(book, params), which, ticked)
     except LookupError as exc:

@@ -119,3 +119,13 @@ def test_the_staff_forms_keep_what_was_typed(settings: Settings, people: dict[st
     assert roster.status_code == 400 and _kept(roster.text, "roster-text") == " \n "
     reset = prof.client.post("/roster/reset-link", data={"csrf_token": token, "username": "no-such-student"})
     assert reset.status_code == 404 and _kept(reset.text, "reset-username") == "no-such-student"
+
+
+def test_a_bulk_regrade_of_nothing_selected_is_the_gradebook_again(settings: Settings, people: dict[str, str]) -> None:
+    """With no row ticked, the gradebook itself says so, its filters as they were."""
+    prof = Browser(settings, people["prof"])
+    refused = prof.client.get("/gradebook/regrade", params={"assignment": "hw4", "which": "selected",
+                                                            "q": people["student"], "sort": "score"})
+    assert refused.status_code == 400 and 'id="gradebook"' in refused.text
+    assert _error(refused.text, "regrade-refused").startswith("Nothing selected. Tick at least one student's row")
+    assert re.search(rf'<input id="f-q" name="q"[^>]*value="{people["student"]}"', refused.text)
