@@ -42,6 +42,9 @@ class StageConfig:
     policy: SandboxPolicy
     seed: int | None = None  # None: fresh inputs on every grade (hidden values never repeat)
     timing_cpus: TimingCpus | None = None  # cores for a timing phase (worker.affinity); None: unpinned
+    # The most wall time the whole stage of one run may hold its GPU (KG_GPU_BUDGET_S); past it,
+    # what is left is settled as not run, saying so (worker.gpu.budget). None: no budget.
+    budget_s: float | None = None
 
 
 # (the stage's configuration, called with each problem id before that problem is measured)

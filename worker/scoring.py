@@ -299,7 +299,9 @@ def score_problem(
                 f"0 of {_pts(spec.speed_points)} speed points"
             )
         elif figure is None:
-            score.reasons.append(f"{pid}: speedup was not measured: 0 of {_pts(spec.speed_points)} speed points")
+            why = m.telemetry.get("timing_skipped")  # the stage's reason for not timing, when it gave one
+            score.reasons.append(f"{pid}: speedup was not measured{f' ({why})' if why else ''}: "
+                                 f"0 of {_pts(spec.speed_points)} speed points")
         elif waited_off_cpu(m):
             score.reasons.append(f"{pid}: speed points withheld for review (see the flag): "
                                  f"0 of {_pts(spec.speed_points)} speed points")

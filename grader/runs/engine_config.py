@@ -1,6 +1,6 @@
 """The settings turned into the engine's configuration: the pipeline's (unpack limits, nvcc,
 build cache and the build's sandbox) and the assignment's stage's (sandbox limits and policy,
-seed, timing CPUs), and the stage a worker runs, if any (the rubric's plug-in makes it:
+seed, timing CPUs, GPU time budget), and the stage a worker runs, if any (the rubric's plug-in makes it:
 worker.assignment).
 
 Free of the database and of pydantic (Settings is only a type here): bench/production_config.py
@@ -92,6 +92,7 @@ def gpu_stage_config(settings: Settings) -> StageConfig:
         policy=sandbox_policy(settings, settings.gpu_index, docker_options(settings)),
         seed=settings.grading_seed,
         timing_cpus=choose_timing_cpus(settings.timing_cpus, settings.gpu_index),
+        budget_s=settings.gpu_budget_s,
     )
 
 

@@ -51,8 +51,9 @@ EXPECTED_PYTHON_MUTANTS = {"softmax_backward_swapped_tuple", "layernorm_backward
 # cpu_kernels.cpp switches that break a kernel's values, and the problem each must fail.
 BROKEN_KERNELS = {"BREAK_MASK": "1.1", "BREAK_LN_BW_GAMMA": "2.2"}
 # Switches that hang or crash a kernel instead: graded (0 points, the rest goes on) by
-# tests/unit/test_gpu_stage_cpu.py.
-HANG_OR_CRASH = {"SPIN_FOREVER", "CRASH_SOFTMAX_BW"}
+# tests/unit/test_gpu_stage_cpu.py; a library that cannot be loaded at all, by
+# tests/unit/test_gpu_stage_loading.py.
+HANG_OR_CRASH = {"SPIN_FOREVER", "CRASH_SOFTMAX_BW", "ABORT_AT_LOAD"}
 
 
 @pytest.fixture(scope="module")

@@ -167,6 +167,17 @@ def test_not_run():
     assert s.points == 0 and s.status == "not_run" and "build failed" in s.reasons[0]
 
 
+def test_a_problem_not_timed_keeps_its_correctness_and_says_why_it_has_no_speed_points():
+    """The stage's reason for not timing (here: the run's GPU budget was used up) reaches the
+    reason for the lost speed points; the checks it passed still count."""
+    why = "the run's GPU time budget of 300 s was used up"
+    s = score_problem(SPEC, measured(student=None, reference_ops=None, trusted=None, telemetry={"timing_skipped": why}))
+    assert (s.correctness_points, s.speed_points, s.status) == (14, 0, "passed")
+    assert s.reasons == [f"1.1: speedup was not measured ({why}): 0 of 6 speed points"]
+    assert score_problem(SPEC, measured(student=None, reference_ops=None, trusted=None)).reasons == [
+        "1.1: speedup was not measured: 0 of 6 speed points"]
+
+
 def test_no_cases_is_not_correct():
     s = score_problem(SPEC, ProblemMeasurement("2.1", speedup_student=ratio(9)))
     assert s.points == 0 and s.status == "failed" and s.reasons

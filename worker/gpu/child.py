@@ -10,6 +10,7 @@ parent's: the child only computes.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import importlib
 import os
 import socket
@@ -44,8 +45,29 @@ class ChildState:
         self.memo: dict[str, Any] = {}
 
 
-@handler("ping")
-def _ping(state: ChildState, msg: dict[str, Any]) -> dict[str, Any]:
+def _cuda_context() -> None:
+    """Make and release a CUDA context on the child's GPU through the driver API (raises
+    RuntimeError saying which call failed): proof that the sandbox reaches the GPU."""
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError as exc:
+        raise RuntimeError(f"no CUDA driver in the sandbox: {exc}") from exc
+    device, context = ctypes.c_int(0), ctypes.c_void_p()
+    for call, args in (("cuInit", (0,)), ("cuDeviceGet", (ctypes.byref(device), 0)),
+                       ("cuDevicePrimaryCtxRetain", (ctypes.byref(context), device))):
+        status = getattr(cuda, call)(*args)
+        if status != 0:
+            raise RuntimeError(f"{call} failed with CUDA error {status}")
+    cuda.cuDevicePrimaryCtxRelease(device)
+
+
+@handler("ready")
+def _ready(state: ChildState, msg: dict[str, Any]) -> dict[str, Any]:
+    """Our side of the child is up: the interpreter, the handlers and, with `cuda`, a CUDA
+    context, before any of the submission's code runs (the parent's way to tell our faults
+    from the submission's: worker.hw4.loading)."""
+    if msg.get("cuda"):
+        _cuda_context()
     return {"python": sys.version.split()[0]}
 
 

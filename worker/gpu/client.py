@@ -5,6 +5,7 @@ submission cannot patch the timer, and results are read from the arena by the pa
 """
 from __future__ import annotations
 
+import math
 import os
 import socket
 import sys
@@ -13,8 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from worker.gpu.budget import Deadline
 from worker.gpu.channel import Arena, Channel, ChannelClosed
-from worker.sandbox import Sandbox, SandboxChild
+from worker.sandbox import Sandbox, SandboxChild, SandboxExit
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 ARENA_NAME = ".kg-arena"
@@ -34,11 +36,21 @@ STEADY_MEMORY_ENV = {
 
 
 class ChildFailure(Exception):
-    """The child timed out or died; `kind` is "timeout" or "crashed"."""
+    """The child timed out or died; `kind` is "timeout" or "crashed" (then `ended` says how it
+    ended), or "budget" (OutOfBudget)."""
 
-    def __init__(self, kind: str, detail: str, tail: str) -> None:
+    def __init__(self, kind: str, detail: str, tail: str, ended: SandboxExit | None = None) -> None:
         super().__init__(f"{kind}: {detail}")
-        self.kind, self.detail, self.tail = kind, detail, tail
+        self.kind, self.detail, self.tail, self.ended = kind, detail, tail, ended
+
+
+class OutOfBudget(ChildFailure):
+    """The run's GPU time budget (worker.gpu.budget) was spent before the child answered: the
+    request was never sent, or the child was stopped while it waited. Not a failure of the
+    submission's code: what it cut short is settled as not run, with the budget's words."""
+
+    def __init__(self, deadline: Deadline, tail: str = "") -> None:
+        super().__init__("budget", deadline.words(), tail)
 
 
 @dataclass
@@ -97,10 +109,15 @@ class ChildClient:
         arena_bytes: int,
         gpu_index: int | None = None,
         steady_memory: bool = True,
+        deadline: Deadline | None = None,
     ) -> None:
+        self.deadline = deadline  # every call waits at most what is left of it
         self.arena = Arena(cwd / ARENA_NAME, arena_bytes, create=True)
         parent_sock, child_sock = socket.socketpair()
-        argv = [sys.executable, "-m", "worker.gpu.child", "--fd", str(child_sock.fileno()),
+        # -P: the submission's folder (the cwd) is not on sys.path while the child imports its
+        # own modules; the child adds it once it serves (worker.gpu.child), so an answer to
+        # `ready` proves that none of the submission's code has run.
+        argv = [sys.executable, "-P", "-m", "worker.gpu.child", "--fd", str(child_sock.fileno()),
                 "--arena", str(cwd / ARENA_NAME), "--arena-size", str(arena_bytes)]
         for module in handlers:
             argv += ["--handlers", module]
@@ -122,12 +139,17 @@ class ChildClient:
     def measured_call(self, message: dict[str, Any], timeout: float) -> tuple[dict[str, Any], float, float | None]:
         """As timed_call, plus the CPU seconds the child's processes used meanwhile (None
         where it cannot be told: cpu_used): a child that waits without computing (a sleep)
-        shows far less CPU than wall time."""
+        shows far less CPU than wall time. Waits at most what is left of the run's budget:
+        OutOfBudget when it is spent."""
+        left = math.inf if self.deadline is None else self.deadline.left()
+        if self.deadline is not None and left <= 0:
+            raise OutOfBudget(self.deadline)
+        wait = min(timeout, left)
         try:
             cpu_before = self.process.cpu_seconds()
             started = time.perf_counter_ns()
             self.channel.send(message)
-            reply = self.channel.recv(timeout)
+            reply = self.channel.recv(wait)
             elapsed = (time.perf_counter_ns() - started) / 1e9
             cpu_after = self.process.cpu_seconds()
         except TimeoutError:
@@ -136,11 +158,14 @@ class ChildClient:
                 self.process.wait(timeout=5)  # let the output thread drain the last lines
             except Exception:
                 pass
+            if self.deadline is not None and wait < timeout:
+                raise OutOfBudget(self.deadline, self.process.output_tail()) from None
             raise ChildFailure("timeout", f"no answer to {message.get('op')!r} within {timeout:.0f} s",
                                self.process.output_tail()) from None
         except (ChannelClosed, OSError):
             exit_ = self.process.wait(timeout=10)
-            raise ChildFailure("crashed", f"{exit_.reason}: {exit_.detail}", self.process.output_tail()) from None
+            raise ChildFailure("crashed", f"{exit_.reason}: {exit_.detail}", self.process.output_tail(),
+                               exit_) from None
         if not reply.get("ok"):
             raise StudentError(str(reply.get("error")), str(reply.get("trace", "")))
         return reply, elapsed, cpu_used(cpu_before, cpu_after)

@@ -21,6 +21,15 @@ from worker.hw4.cases import Case, CaseError
 from worker.hw4.references import reference, verify
 
 
+def family(kind: str) -> str:
+    return kind.split("_")[0]  # softmax_fw -> softmax
+
+
+def library_of(kind: str) -> str:
+    """The built library, relative to the submission's root, whose launcher a case kind calls."""
+    return f"minitorch/cuda_kernels/{family(kind)}_kernel.so"
+
+
 def abi_output_names(case: Case) -> tuple[str, ...]:
     """The arrays the launch function writes (in place ones hold the input before the call)."""
     return {

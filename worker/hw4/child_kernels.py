@@ -20,19 +20,11 @@ import numpy as np
 
 from worker.gpu.channel import ArrayRef
 from worker.gpu.child import ChildState, handler
-from worker.hw4.abi import abi_call, load_abi
+from worker.hw4.abi import abi_call, family, library_of, load_abi
 from worker.hw4.cases import LN_EPS, Case
 
-SO_PATHS = {
-    "softmax": "minitorch/cuda_kernels/softmax_kernel.so",
-    "layernorm": "minitorch/cuda_kernels/layernorm_kernel.so",
-}
 # The LayerNorm backward's leaves and the names of their gradients sent back.
 GRADIENTS = {"layernorm": (("inp", "inp_grad"), ("gamma", "gamma_grad"), ("beta", "beta_grad"))}
-
-
-def family(kind: str) -> str:
-    return kind.split("_")[0]  # softmax_fw -> softmax
 
 
 def _views(state: ChildState, refs: dict[str, Any]) -> dict[str, np.ndarray]:
@@ -42,8 +34,24 @@ def _views(state: ChildState, refs: dict[str, Any]) -> dict[str, np.ndarray]:
 def _library(state: ChildState, case: Case) -> Any:
     key = f"lib:{family(case.kind)}"
     if key not in state.memo:
-        state.memo[key] = load_abi(case.kind, state.root / SO_PATHS[family(case.kind)])
+        state.memo[key] = load_abi(case.kind, state.root / library_of(case.kind))
     return state.memo[key]
+
+
+@handler("load_library")
+def load_library(state: ChildState, msg: dict[str, Any]) -> dict[str, Any]:
+    """Load one of the submission's libraries as ctypes loads it (its constructors run), for
+    worker.hw4.loading."""
+    ctypes.CDLL(str(state.root / msg["path"]))
+    return {}
+
+
+@handler("load_minitorch")
+def load_minitorch(state: ChildState, msg: dict[str, Any]) -> dict[str, Any]:
+    """Import the submission's minitorch with its CUDA backend, as the binding does (the
+    course's backend loads every library at import), for worker.hw4.loading."""
+    _minitorch(state)
+    return {}
 
 
 @handler("abi")

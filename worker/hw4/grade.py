@@ -3,12 +3,16 @@
 `run_gpu_stage` is what the pipeline calls after a successful build: one fresh child per
 problem on a private copy of the staged tree; for the timing, one more child on a copy whose
 basic-ops library is ours (the rubric's `reference_ops`) and one on our reference kit
-(worker.hw4.speed). Nothing here judges points: worker.scoring does that from the
-measurements.
+(worker.hw4.speed). First, a probe child per part of the submission (each library, the
+minitorch package) loads it, so a part that hangs or crashes at load is found once and what
+needs it is settled at once (worker.hw4.loading); the whole stage keeps to the run's GPU time
+budget (`StageConfig.budget_s`, worker.gpu.budget). Nothing here judges points:
+worker.scoring does that from the measurements.
 """
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -17,9 +21,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from worker.assignment import StageConfig
+from worker.gpu.budget import Deadline
 from worker.gpu.client import ChildClient
 from worker.hw4 import kernels, problem3, speed
 from worker.hw4.cases import load_cases
+from worker.hw4.loading import MINITORCH, PROBE_ARENA_BYTES, LoadGate
 from worker.measurements import ProblemMeasurement
 from worker.rubric import REFERENCE_OPS_BUILT, Rubric
 from worker.sandbox import Sandbox
@@ -41,6 +47,9 @@ class GpuStageConfig(StageConfig):
     timing: speed.TimingConfig = field(default_factory=speed.TimingConfig)
     problem3: problem3.Problem3Config = field(default_factory=problem3.Problem3Config)
     problems: tuple[str, ...] = (*KERNEL_PROBLEMS, "3")  # a subset only for tests and calibration
+    # How long a part of the submission (a library, the minitorch package) may take to load
+    # in its probe child (worker.hw4.loading); the course's minitorch imports in seconds.
+    load_timeout_s: float = 60.0
     # Children with steady malloc settings (worker.gpu.client), so a timing does not depend on
     # the process; False only to measure what that is worth (bench/timing_stability.py).
     steady_memory: bool = True
@@ -85,12 +94,29 @@ def _reference_ops_child(rubric: Rubric, staged_root: Path, trusted_root: Path, 
     return open_child("reference-ops", tree, kernels.HANDLERS, KERNEL_ARENA_BYTES)
 
 
+def _libraries(rubric: Rubric, problem_id: str) -> tuple[str, ...]:
+    """The built libraries a problem's code loads: those of the kernels the rubric says it needs."""
+    needs = next(p for p in rubric.problems if p.id == problem_id).needs
+    return tuple(k.output for k in rubric.kernels if k.name in needs)
+
+
 def _thresholds(rubric: Rubric, problem_id: str) -> tuple[float, ...]:
     """The speedups where the problem's points change (its floor and target): the stage
     measures until its figure is clear of them."""
     problem = next(p for p in rubric.problems if p.id == problem_id)
     scoring = problem.scoring  # its target is the reference speedup unless the rubric or a calibration set one
     return scoring.thresholds() if scoring.target is not None else scoring.thresholds(problem.reference_speedup)
+
+
+def _problem3(client: ChildClient, config: GpuStageConfig, deadline: Deadline, rng: np.random.Generator,
+              telemetry: Callable[[], dict[str, Any]], thresholds: tuple[float, ...]) -> ProblemMeasurement:
+    """Problem 3 in its child, its timed pairs stopping in time for what is left of the run's
+    budget (its own budget is the most it takes)."""
+    own = replace(config.problem3, budget_s=min(config.problem3.budget_s, deadline.left()))
+    with GpuBusySampler(config.policy.gpu_index or 0) as busy:
+        m3 = problem3.measure_problem3(client, own, rng, telemetry, thresholds=thresholds)
+    m3.telemetry["gpu_busy"] = busy.summary()
+    return m3
 
 
 def run_gpu_stage(
@@ -103,6 +129,7 @@ def run_gpu_stage(
 ) -> list[ProblemMeasurement]:
     """Measure the problems of hw4 that `config.problems` names (every one by default) for the
     built submission in `staged_root`."""
+    deadline = Deadline(config.budget_s)
     sandbox = Sandbox(config.limits, config.policy)
     rng = np.random.default_rng(config.seed)
     gpu = config.policy.gpu_index or 0
@@ -112,43 +139,54 @@ def run_gpu_stage(
 
     def open_child(label: str, root: Path, handlers: tuple[str, ...], arena: int) -> ChildClient:
         return ChildClient(sandbox, _fresh_copy(root, work_dir / label), handlers, arena, config.policy.gpu_index,
-                           config.steady_memory)
+                           config.steady_memory, deadline)
 
     cases = load_cases(rubric.slug)
     measurements: list[ProblemMeasurement] = []
     kernel_problems = []
     for pid in (p for p in KERNEL_PROBLEMS if p in config.problems):
-        kernel_problems.append((pid, cases[pid], _thresholds(rubric, pid)))
+        kernel_problems.append((pid, cases[pid], _thresholds(rubric, pid), _libraries(rubric, pid)))
+    gate = LoadGate(deadline, config.load_timeout_s, cuda=config.policy.gpu_index is not None)
     sides = speed.Sides({})
-    if kernel_problems and trusted_root is not None:
-        sides.clients["kit"] = open_child("trusted", trusted_root, kernels.HANDLERS, KERNEL_ARENA_BYTES)
-        sides.clients["reference_ops"] = _reference_ops_child(rubric, staged_root, trusted_root, work_dir, open_child)
-    if sides.client("reference_ops") is None:
-        sides.drop("reference_ops", "no library of reference basic ops was available")
-    # GPU utilisation is recorded per part of the stage: the kernel problems share one figure.
     try:
-        with GpuBusySampler(gpu) as busy:
-            measurements.extend(kernels.grade_kernel_problems(
-                kernel_problems,
-                lambda label: open_child(f"problem-{label}", staged_root, kernels.HANDLERS, KERNEL_ARENA_BYTES),
-                sides, rng, config.timing, telemetry, on_problem, config.timing_cpus,
-            ))
+        gate.open([*(k.output for k in rubric.kernels), MINITORCH],
+                  lambda label: open_child(label, staged_root, kernels.HANDLERS, PROBE_ARENA_BYTES))
+        if kernel_problems and trusted_root is not None:
+            sides.clients["kit"] = open_child("trusted", trusted_root, kernels.HANDLERS, KERNEL_ARENA_BYTES)
+            sides.clients["reference_ops"] = _reference_ops_child(rubric, staged_root, trusted_root, work_dir,
+                                                                  open_child)
+        if sides.client("reference_ops") is None:
+            sides.drop("reference_ops", "no library of reference basic ops was available")
+        # GPU utilisation is recorded per part of the stage: the kernel problems share one figure.
+        try:
+            with GpuBusySampler(gpu) as busy:
+                measurements.extend(kernels.grade_kernel_problems(
+                    kernel_problems,
+                    lambda label: open_child(f"problem-{label}", staged_root, kernels.HANDLERS, KERNEL_ARENA_BYTES),
+                    sides, gate, rng, config.timing, telemetry, on_problem, config.timing_cpus,
+                ))
+        finally:
+            for client in sides.clients.values():
+                if client is not None:
+                    client.close()
+        for m in measurements:
+            m.telemetry["gpu_busy"] = busy.summary()
+        if "3" in config.problems:
+            on_problem("3")
+            gate.settle()  # no load probe runs beside the spawn below
+            parts = (*_libraries(rubric, "3"), MINITORCH)
+            blocked = gate.blocked(*parts)
+            if blocked:  # nothing of it can run: no child
+                logs = [log for log in map(gate.log, parts) if log]
+                measurements.append(ProblemMeasurement("3", status="not_run", log_tail="\n".join(logs) or blocked,
+                                                       telemetry={"gpu_before": telemetry()}))
+            else:
+                with open_child("problem-3", staged_root, (problem3.HANDLERS,),
+                                problem3.arena_bytes(config.problem3)) as client:
+                    measurements.append(_problem3(client, config, deadline, rng, telemetry, _thresholds(rubric, "3")))
+        for m in measurements:  # the record of what loaded, and of the budget, once per run in every problem
+            m.telemetry["load"] = gate.record()
+            m.telemetry["budget"] = {"budget_s": config.budget_s, "stage_s": round(time.monotonic() - deadline.started, 1)}
     finally:
-        for client in sides.clients.values():
-            if client is not None:
-                client.close()
-    for m in measurements:
-        m.telemetry["gpu_busy"] = busy.summary()
-    if "3" not in config.problems:
-        return measurements
-    on_problem("3")
-    client = open_child("problem-3", staged_root, (problem3.HANDLERS,), problem3.arena_bytes(config.problem3))
-    try:
-        with GpuBusySampler(gpu) as busy:
-            m3 = problem3.measure_problem3(client, config.problem3, rng, telemetry,
-                                           thresholds=_thresholds(rubric, "3"))
-        m3.telemetry["gpu_busy"] = busy.summary()
-        measurements.append(m3)
-    finally:
-        client.close()
+        gate.close()
     return measurements

@@ -3,7 +3,8 @@
 A Check is one rubric case through one path: the C ABI of the built .so (the parent draws the
 buffers and the float64 reference, the child calls the launcher, the parent verifies), or the
 student's MiniTorch binding, as the course's tests call it. Every failed check says how to
-rebuild its inputs (path, case, seed). worker.hw4.kernels runs the checks in sandboxed children.
+rebuild its inputs (path, case, seed). worker.hw4.kernels runs the checks in sandboxed children,
+and beside them the kernel profile (`measure_kernel_ms`: the fused kernels' own GPU time).
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from worker.hw4.abi import abi_output_names
 from worker.hw4.case_inputs import make_binding_inputs, make_inputs
 from worker.hw4.cases import MAX_SOFTMAX_LEN, Case
 from worker.hw4.references import binding_reference, reference, verify
-from worker.hw4.speed import run_binding
+from worker.hw4.speed import TimingConfig, run_binding
 from worker.measurements import CaseOutcome, salient_lines
 
 BINDING_KINDS_WITHOUT_MASK_FUTURE = ("softmax_fw",)  # Tensor.attn_softmax(mask) has no mask_future
@@ -116,3 +117,20 @@ def binding_eligible(case: Case) -> bool:
     if case.kind == "softmax_bw" and case.params["softmax_len"] > MAX_SOFTMAX_LEN["softmax_fw"]:
         return False
     return True
+
+
+def measure_kernel_ms(client: ChildClient, case: Case, rng: np.random.Generator,
+                      config: TimingConfig) -> tuple[float | None, str]:
+    """The fused kernels' own GPU time per C ABI call (CUPTI, in the child), or None and why.
+    Informational: a profiler that is missing or refuses, or a kernel that crashes or hangs
+    there (the checks say so), is not scored."""
+    client.arena.reset()
+    refs = client.arena.put_all(make_inputs(case, rng))
+    try:
+        reply = client.call({"op": "kernel_time", "case": case_json(case), "arrays": refs,
+                             "calls": config.kernel_calls}, config.call_timeout_s)
+    except StudentError as exc:
+        return None, f"kernel GPU time not measured: {exc.error}"
+    except ChildFailure as exc:
+        return None, f"kernel GPU time not measured: {exc}"
+    return float(reply["kernel_ms"]), ", ".join(reply.get("kernels", []))

@@ -21,10 +21,11 @@ from typing import Any
 import numpy as np
 
 from worker.affinity import TimingCpus, this_thread_on
-from worker.gpu.client import ChildClient, ChildFailure, StudentError
-from worker.hw4.case_inputs import make_inputs
+from worker.gpu.client import ChildClient, ChildFailure, OutOfBudget, StudentError
+from worker.hw4.abi import library_of
 from worker.hw4.cases import Case
-from worker.hw4.kernel_checks import Check, case_json, check_outcome, crash_outcome, plan_checks, run_check
+from worker.hw4.kernel_checks import Check, check_outcome, crash_outcome, measure_kernel_ms, plan_checks, run_check
+from worker.hw4.loading import MINITORCH, LoadGate
 from worker.hw4.speed import (
     TIMING_CASES,
     Sides,
@@ -39,24 +40,14 @@ from worker.measurements import CaseOutcome, ProblemMeasurement
 HANDLERS = ("worker.hw4.child_kernels",)
 
 
-def measure_kernel_ms(client: ChildClient, case: Case, rng: np.random.Generator,
-                      config: TimingConfig) -> tuple[float | None, str]:
-    """The fused kernels' own GPU time per C ABI call (CUPTI, in the child), or None and why.
-    Informational: a profiler that is missing or refuses, or a kernel that crashes or hangs
-    there (the checks say so), is not scored."""
-    client.arena.reset()
-    refs = client.arena.put_all(make_inputs(case, rng))
-    try:
-        reply = client.call({"op": "kernel_time", "case": case_json(case), "arrays": refs,
-                             "calls": config.kernel_calls}, config.call_timeout_s)
-    except StudentError as exc:
-        return None, f"kernel GPU time not measured: {exc.error}"
-    except ChildFailure as exc:
-        return None, f"kernel GPU time not measured: {exc}"
-    return float(reply["kernel_ms"]), ", ".join(reply.get("kernels", []))
-
-
 ClientFactory = Callable[[str], ChildClient]  # label -> a fresh sandboxed child
+
+
+def paths_parts(kind: str, needs: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    """What each path of a problem loads of the submission: the C ABI only the library of its
+    launchers; the binding the libraries the problem needs (the rubric's `needs:`: its fused
+    op and the basic ops) and the minitorch package."""
+    return {"abi": (library_of(kind),), "binding": (*needs, MINITORCH)}
 
 
 class Stopwatch:
@@ -88,6 +79,8 @@ class KernelProblem:
 
     problem_id: str
     checks: list[Check]  # still to run, in order
+    gate: LoadGate  # whether what a path needs loads, and whether the run's budget is left
+    parts: dict[str, tuple[str, ...]]  # path -> what it loads of the submission (`paths_parts`)
     thresholds: tuple[float, ...]  # speedups where a point changes: measure until clear of them
     rng: np.random.Generator  # its own stream: the checks of several problems run in threads
     profile_rng: np.random.Generator  # the kernel profile's, which runs beside the checks
@@ -99,7 +92,12 @@ class KernelProblem:
     # checks that killed ("crashed") or hung ("timeout") the child, per path
     failures: dict[tuple[str, str], int] = field(default_factory=dict)
 
-    def out_of_children(self, path: str) -> str | None:
+    def why_not(self, path: str) -> str | None:
+        """Why the checks of `path` are not run (a part it needs does not load, the run's
+        budget is used up, or the path used up its fresh children), or None."""
+        blocked = self.gate.blocked(*self.parts[path])
+        if blocked:
+            return f"not run: {blocked}"
         crashes, hangs = self.failures.get((path, "crashed"), 0), self.failures.get((path, "timeout"), 0)
         if crashes >= MAX_CRASHES or hangs >= MAX_HANGS:
             return f"not run: the code crashed on {crashes} and hung on {hangs} earlier cases of this path"
@@ -129,6 +127,8 @@ def _ends_on_failure(problem: KernelProblem, during: str) -> Iterator[None]:
     m = problem.measurement
     try:
         yield
+    except OutOfBudget as exc:
+        _skip_timing(problem, exc.detail)
     except ChildFailure as exc:
         m.status = exc.kind
         m.log_tail = f"{exc.detail} {during}\n{exc.tail}"[-8000:]
@@ -150,18 +150,22 @@ def _finish(problem: KernelProblem) -> None:
 def check_phase(problem: KernelProblem, config: TimingConfig) -> None:
     """Run the problem's pending checks in its child until they are done or one crashes or
     hangs the child: that check fails with what the child said, the child is gone, and the
-    caller gives the problem a fresh one for the rest (`needs_fresh_child`). Safe to run
-    beside other problems' checks and profiles: nothing here is a speedup."""
+    caller gives the problem a fresh one for the rest (`needs_fresh_child`). A check whose
+    path cannot run (`why_not`) is recorded as not run, with the reason. Safe to run beside
+    other problems' checks and profiles: nothing here is a speedup."""
     assert problem.client is not None
     while problem.checks and problem.client is not None:
         check = problem.checks.pop(0)
-        exhausted = problem.out_of_children(check.path)
-        if exhausted:
-            problem.record(check_outcome(check, False, None, None, exhausted), check)
+        why = problem.why_not(check.path)
+        if why:
+            problem.record(check_outcome(check, False, None, None, why), check)
             continue
         with problem.clock(f"{check.path}_cases"):
             try:
                 outcome = run_check(problem.client, check, config.call_timeout_s)
+            except OutOfBudget as exc:
+                outcome = check_outcome(check, False, None, None, f"not run: {exc.detail}")
+                _close_client(problem)
             except ChildFailure as exc:
                 outcome = crash_outcome(check, exc)
                 key = (check.path, exc.kind)
@@ -171,20 +175,35 @@ def check_phase(problem: KernelProblem, config: TimingConfig) -> None:
 
 
 def needs_fresh_child(problem: KernelProblem) -> bool:
-    """Whether the problem's child is gone with checks left to run; checks of a path that has
-    used up its fresh children are recorded as not run first (no child is started for them)."""
-    for check in [c for c in problem.checks if problem.out_of_children(c.path)]:
-        problem.checks.remove(check)
-        problem.record(check_outcome(check, False, None, None, problem.out_of_children(check.path) or ""), check)
+    """Whether the problem's child is gone with checks left to run; checks that cannot run
+    (`why_not`) are recorded as not run first (no child is started for them)."""
+    for check in list(problem.checks):
+        why = problem.why_not(check.path)
+        if why:
+            problem.checks.remove(check)
+            problem.record(check_outcome(check, False, None, None, why), check)
     return problem.client is None and bool(problem.checks)
+
+
+def _skip_timing(problem: KernelProblem, why: str) -> None:
+    """The problem keeps its checks' verdicts and is not timed, saying why (worker.scoring
+    quotes `timing_skipped` where the speed points are lost)."""
+    problem.measurement.telemetry["timing_skipped"] = why
+    if problem.measurement.log_tail == "":
+        problem.measurement.log_tail = f"not timed: {why}"
 
 
 def ready_for_timing(problem: KernelProblem) -> bool:
     """No speed points without the course's own cases passing: a problem whose public cases
-    failed spends no GPU time on timing (a failed hidden case costs only its share)."""
+    failed spends no GPU time on timing (a failed hidden case costs only its share); nor once
+    the run's budget is used up."""
     if not problem.public_passed:
         if problem.measurement.log_tail == "":
             problem.measurement.log_tail = "not timed: a public correctness case failed"
+        return False
+    blocked = problem.gate.deadline.spent()
+    if blocked:
+        _skip_timing(problem, blocked)
         return False
     return True
 
@@ -194,6 +213,12 @@ def profile_phase(problem: KernelProblem, config: TimingConfig) -> None:
     start-up takes seconds, which the checks then hide."""
     profiler, m = problem.profiler, problem.measurement
     assert profiler is not None
+    blocked = problem.gate.blocked(*problem.parts["abi"])
+    if blocked:
+        problem.profiler = None
+        profiler.close()
+        m.telemetry["kernel_profile"] = f"kernel GPU time not measured: {blocked}"
+        return
     try:
         with problem.clock("kernel_profile"):
             m.kernel_ms, m.telemetry["kernel_profile"] = measure_kernel_ms(
@@ -210,6 +235,10 @@ def warm_phase(problem: KernelProblem, config: TimingConfig) -> None:
     fresh one, where the failure, if it repeats, ends the problem as it would have."""
     timer = problem.timer
     assert timer is not None
+    if problem.gate.blocked(*problem.parts["abi"], *problem.parts["binding"]):
+        problem.timer = None  # it would not be timed: its cases cannot pass
+        timer.close()
+        return
     try:
         with problem.clock("timing_warm"):
             warm_student(timer, problem.problem_id, config.call_timeout_s)
@@ -253,32 +282,49 @@ def _placed_for_timing(student: ChildClient, sides: Sides, cpus: TimingCpus | No
         yield
 
 
+def _warm_sides(sides: Sides, gate: LoadGate, timeout: float) -> None:
+    """The side children's one-time costs, once the submission's minitorch is known to load
+    (the reference-ops side runs it); if it does not, no problem will be timed: both go."""
+    blocked = gate.blocked(MINITORCH)
+    if blocked:
+        for name in list(sides.clients):
+            sides.drop(name, f"not needed: {blocked}")
+        return
+    warm_sides(sides, timeout)
+
+
 def grade_kernel_problems(
-    problems: list[tuple[str, list[Case], tuple[float, ...]]],
+    problems: list[tuple[str, list[Case], tuple[float, ...], tuple[str, ...]]],
     open_student: ClientFactory,
     sides: Sides,
+    gate: LoadGate,
     rng: np.random.Generator,
     config: TimingConfig,
     telemetry: Callable[[], dict[str, Any]] = dict,
     on_problem: Callable[[str], None] = lambda _pid: None,
     cpus: TimingCpus | None = None,
 ) -> list[ProblemMeasurement]:
-    """Every kernel problem (id, cases, thresholds), each in a fresh child of its own.
+    """Every kernel problem (id, cases, thresholds, the libraries it needs), each in a fresh
+    child of its own.
 
     Phase 1 runs the correctness checks and kernel profiles of all problems at once, each
     profile in a second child of its problem (they only compete for time, which they do not
     measure), and pays the one-time costs of the timing children (a third child per problem,
-    which runs no check, and the side children). A check that crashes or hangs the child fails
-    with what the child said, and the problem's remaining checks continue in a fresh child (up
-    to MAX_CRASHES / MAX_HANGS per path). Phase 2 times, each in its timing child, the
+    which runs no check, and the side children). Every child is spawned before `gate` starts
+    its load probes (worker.hw4.loading), and waits for the verdict on what it loads before
+    running anything: what needs a part that does not load, or comes after the run's budget
+    is used up, is settled at once with the reason. A check that crashes or hangs the child
+    fails with what the child said, and the problem's remaining checks continue in a fresh
+    child (up to MAX_CRASHES / MAX_HANGS per path). Phase 2 times, each in its timing child, the
     problems whose public cases all passed, one after another, the other children frozen
     meanwhile, so no code of this submission runs beside a timing; with `cpus`, on the same
     two cores every grade."""
     seeds = rng.integers(2**63 - 1, size=(len(problems), 3))
-    states = [KernelProblem(pid, plan_checks(cases, np.random.default_rng(int(seed[2]))), thresholds,
+    states = [KernelProblem(pid, plan_checks(cases, np.random.default_rng(int(seed[2]))), gate,
+                            paths_parts(cases[0].kind, needs), thresholds,
                             np.random.default_rng(int(seed[0])), np.random.default_rng(int(seed[1])),
                             ProblemMeasurement(pid, telemetry={"before": telemetry()}), Stopwatch({}))
-              for (pid, cases, thresholds), seed in zip(problems, seeds)]
+              for (pid, cases, thresholds, needs), seed in zip(problems, seeds)]
     for problem in states:
         problem.measurement.telemetry["seconds"] = problem.clock.seconds  # where its wall time went
 
@@ -293,13 +339,14 @@ def grade_kernel_problems(
             with problem.clock("start"):
                 problem.profiler = open_student(f"{problem.problem_id}-profile")
                 problem.timer = open_student(f"{problem.problem_id}-timing")
+        gate.start()
         if states:
             on_problem(states[0].problem_id)
         with ThreadPoolExecutor(max_workers=max(1, 3 * len(states) + 1)) as pool:
             # beside the checks: profiles and the warming of the timing children (never a timing)
             aside = [pool.submit(profile_phase, problem, config) for problem in states]
             aside += [pool.submit(warm_phase, problem, config) for problem in states]
-            aside.append(pool.submit(warm_sides, sides, config.call_timeout_s))
+            aside.append(pool.submit(_warm_sides, sides, gate, config.call_timeout_s))
             rounds = states
             while rounds:  # a crash ends its child: the problem's remaining checks get a fresh one
                 for done in [pool.submit(check_phase, problem, config) for problem in rounds]:
@@ -307,10 +354,17 @@ def grade_kernel_problems(
                 rounds = [p for p in states if needs_fresh_child(p)]
                 for done in aside if rounds else ():
                     done.result()  # no other thread running while this thread spawns
+                if rounds:
+                    gate.settle()  # nor a load probe
                 for problem in rounds:
                     fresh_child(problem)
             for done in aside:
                 done.result()
+        gate.settle()  # no load probe runs beside the spawns below
+        for problem in states:  # a part that did not load, named with what its child printed
+            logs = [log for log in map(gate.log, dict.fromkeys(sum(problem.parts.values(), ()))) if log]
+            if logs:
+                problem.measurement.log_tail = "\n".join(logs)
         waiting = [p for p in states if ready_for_timing(p)]
         for problem in states:
             _finish(problem)
@@ -325,6 +379,12 @@ def grade_kernel_problems(
         for problem in waiting:
             problem.client.pause()  # type: ignore[union-attr]
         for problem in waiting:
+            spent = gate.deadline.spent()  # an earlier timing may have used up the budget
+            if spent:
+                problem.client.resume()  # type: ignore[union-attr]
+                _skip_timing(problem, spent)
+                _finish(problem)
+                continue
             on_problem(problem.problem_id)
             problem.client.resume()  # type: ignore[union-attr]
             problem.measurement.telemetry["timing_cpus"] = dataclasses.asdict(cpus) if cpus else None

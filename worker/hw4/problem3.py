@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from worker.gpu.channel import ALIGN
-from worker.gpu.client import ChildClient, ChildFailure, StudentError
+from worker.gpu.client import ChildClient, ChildFailure, OutOfBudget, StudentError
 from worker.hw4.problem3_compare import (
     CAUSAL_RTOL,
     MATCH_RTOL,
@@ -366,6 +366,9 @@ def measure_problem3(
                                message=str(failure.get("message", "")))
             m.binding_cases, m.first_failure = [case], case
             s.info["setup_failure"] = case.to_dict()
+    except OutOfBudget as exc:  # the run's budget, not the submission's failure: what was found is not scored
+        m.status = "not_run"
+        m.log_tail = f"Problem 3, {s.phase}: {exc.detail}"
     except ChildFailure as exc:
         m.status = exc.kind if exc.kind in ("timeout", "crashed") else "crashed"
         m.log_tail = f"Problem 3, {s.phase}: {exc.detail}\n{exc.tail}"

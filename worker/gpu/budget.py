@@ -1,0 +1,31 @@
+"""The GPU time budget of one run's stage (KG_GPU_BUDGET_S): what is left of it.
+
+A stage starts one `Deadline` as it starts; every call to a sandboxed child waits at most what
+is left (worker.gpu.client.ChildClient), and nothing new starts once it is spent, so whatever a
+submission does, its run holds the GPU for at most the budget plus the seconds it takes to stop
+its children. Standard library only.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+
+class Deadline:
+    def __init__(self, budget_s: float | None) -> None:
+        self.budget_s = budget_s  # None: no budget (tests and benches that build a stage by hand)
+        self.started = time.monotonic()
+
+    def left(self) -> float:
+        """Seconds left: inf without a budget, 0 or less once it is spent."""
+        if self.budget_s is None:
+            return math.inf
+        return self.budget_s - (time.monotonic() - self.started)
+
+    def words(self) -> str:
+        """Why something did not run once the budget is spent, in a student's words."""
+        return f"the run's GPU time budget of {self.budget_s:g} s was used up"
+
+    def spent(self) -> str | None:
+        """`words()` once nothing more may start, else None."""
+        return self.words() if self.left() <= 0 else None
