@@ -546,8 +546,10 @@ def grading(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no
 
     visible = Path(tempfile.mkdtemp(prefix="kg-fidelity-test-", dir="/var/lib" if os.geteuid() == 0 else None))
     visible.chmod(0o755)
-    nvcc = write(visible / "nvcc", FAKE_NVCC)
+    # In a folder of its own: a build's sandbox never binds a folder that holds the job's (work/).
+    nvcc = write(visible / "bin" / "nvcc", FAKE_NVCC)
     nvcc.chmod(0o755)
+    nvcc.parent.chmod(0o755)
     monkeypatch.setenv("KG_NVCC", str(nvcc))
     rubric = load_rubric("hw4")
     work = visible / "work"
