@@ -14,7 +14,8 @@ RUN groupadd --system --gid 10001 kernelgrade \
     && useradd --system --uid 10001 --gid kernelgrade --home-dir /var/lib/kernelgrade \
        --shell /usr/sbin/nologin kernelgrade \
     && mkdir -p /var/lib/kernelgrade/blobs \
-    && chown -R kernelgrade:kernelgrade /var/lib/kernelgrade
+    && chown -R kernelgrade:kernelgrade /var/lib/kernelgrade \
+    && chmod -R go-rwx /var/lib/kernelgrade
 
 WORKDIR /opt/kernelgrade
 # Dependencies first (cached while only the code changes); the CUDA header wheels are for nvcc

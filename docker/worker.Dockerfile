@@ -33,7 +33,8 @@ RUN apt-get update \
     && useradd --system --uid 10001 --gid kernelgrade --home-dir /var/lib/kernelgrade \
        --shell /usr/sbin/nologin kernelgrade \
     && mkdir -p /var/lib/kernelgrade/blobs /var/lib/kernelgrade/jobs /var/lib/kernelgrade/build-cache \
-    && chown -R kernelgrade:kernelgrade /var/lib/kernelgrade
+    && chown -R kernelgrade:kernelgrade /var/lib/kernelgrade \
+    && chmod -R go-rwx /var/lib/kernelgrade
 
 WORKDIR /opt/kernelgrade
 COPY pyproject.toml README.md ./

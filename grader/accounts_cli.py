@@ -15,6 +15,7 @@ from grader.auth.sessions import change_password, revoke_user_sessions
 from grader.auth.throttle import account_keys, address_keys, unlock
 from grader.course.membership import assignments_of, enroll, unenroll
 from grader.course.roster import import_roster
+from grader.datadir import write_private
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import CourseRole, Role, User
 from grader.service import find_user, get_or_create_user
@@ -202,8 +203,7 @@ def roster_import(
     with session_scope(make_session_factory(make_engine(settings))) as session:
         report = import_roster(session, text, ops_cli.assignment_or_exit(session, assignment or settings.rubrics[0]))
     if out is not None:
-        out.touch(mode=0o600)
-        out.write_text(report.passwords_csv())
+        write_private(out, report.passwords_csv())  # first passwords: 0600 from the first byte
     elif report.created:
         typer.echo(report.passwords_csv(), nl=False)
     for error in report.errors:

@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from grader import accounts_cli, client_cli, ops_cli
 from grader.auth.credentials import issue_token
 from grader.auth.sessions import change_password
+from grader.datadir import private_dir, private_file, restrict_umask, tighten
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import Role
 from grader.runs.celery_app import make_celery
@@ -49,6 +50,13 @@ client_cli.register(app)  # submit, status, regrade, export (REST client)
 ops_cli.register(app)  # schedule, extend, pause, resume, similarity, gradescope-pack (course operations)
 
 
+@app.callback()
+def _every_command() -> None:
+    # Every process the `grader` command starts (serve, worker through exec, reconcile, dev and
+    # its worker, migrate, the CLI) creates its files for its own user only (grader/datadir.py).
+    restrict_umask()
+
+
 def _alembic_config(settings: Settings) -> AlembicConfig:
     config = AlembicConfig(str(PROJECT_ROOT / "alembic.ini"))
     config.set_main_option("script_location", str(PROJECT_ROOT / "alembic"))
@@ -57,19 +65,28 @@ def _alembic_config(settings: Settings) -> AlembicConfig:
     return config
 
 
-def init_database(settings: Settings) -> None:
-    """Apply migrations and load assignments from the rubric files."""
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+def init_database(settings: Settings) -> list[Path]:
+    """Apply migrations and load assignments from the rubric files. First the data dir is made
+    owner-only (grader/datadir.py), what an older version left open included; the paths that
+    were open are returned."""
+    private_dir(settings.data_dir)
+    if not settings.broker_url:  # the embedded broker's SQLite file, 0600 before kombu opens it
+        private_file(settings.embedded_broker_path)
+    opened = tighten(settings.data_dir, within_only=(settings.jobs_dir,))
     alembic_command.upgrade(_alembic_config(settings), "head")
     with session_scope(make_session_factory(make_engine(settings))) as session:
         sync_assignments(session, settings.rubrics, settings.rubric_dirs)
+    return opened
 
 
 @app.command()
 def migrate() -> None:
     """Apply database migrations and sync assignments from rubrics/."""
     settings = get_settings()
-    init_database(settings)
+    opened = init_database(settings)
+    if opened:
+        typer.echo(f"data dir {settings.data_dir}: {len(opened)} folders and files were open to other users; "
+                   "they are owner-only now (0700/0600)")
     typer.echo(f"database ready: {settings.resolved_database_url.split('@')[-1]}")
 
 

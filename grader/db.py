@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
+from grader.datadir import private_dir, private_file
 from grader.settings import Settings
 
 _ENGINES: dict[tuple[str, int], Engine] = {}
@@ -30,7 +31,9 @@ def make_engine(settings: Settings) -> Engine:
 
 def _create_engine(settings: Settings, url: str) -> Engine:
     if url.startswith("sqlite"):
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(settings.data_dir)
+        if not settings.database_url:  # the embedded database: 0600 before SQLite creates it (its -wal/-shm follow)
+            private_file(settings.embedded_database_path)
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
 
         @event.listens_for(engine, "connect")

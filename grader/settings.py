@@ -332,12 +332,20 @@ class Settings(BaseSettings):
         return value
 
     @property
+    def embedded_database_path(self) -> Path:
+        return self.data_dir / "kernelgrade.db"
+
+    @property
+    def embedded_broker_path(self) -> Path:
+        return self.data_dir / "broker.db"
+
+    @property
     def resolved_database_url(self) -> str:
-        return self.database_url or f"sqlite:///{(self.data_dir / 'kernelgrade.db').resolve()}"
+        return self.database_url or f"sqlite:///{self.embedded_database_path.resolve()}"
 
     @property
     def resolved_broker_url(self) -> str:
-        return self.broker_url or f"sqla+sqlite:///{(self.data_dir / 'broker.db').resolve()}"
+        return self.broker_url or f"sqla+sqlite:///{self.embedded_broker_path.resolve()}"
 
     @property
     def is_embedded(self) -> bool:

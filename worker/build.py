@@ -270,17 +270,18 @@ def _build_one(root: Path, target: KernelTarget, toolchain: Toolchain, version: 
     seconds = time.monotonic() - started
     ok = returncode == 0 and output.is_file()
     if ok and cached_so is not None and cached_log is not None:
-        cached_log.parent.mkdir(parents=True, exist_ok=True)
-        cached_log.write_text(log)  # before the library: a reader trusts the pair once the .so is there
-        _store_atomically(output, cached_so)
+        _store_atomically(log.encode(), cached_log)  # before the library: a reader trusts the pair once the .so is there
+        _store_atomically(output.read_bytes(), cached_so)
     return BuildResult(target.name, ok, log, seconds, False, returncode, command, over_budget_s)
 
 
-def _store_atomically(src: Path, dest: Path) -> None:
-    dest.parent.mkdir(parents=True, exist_ok=True)
+def _store_atomically(data: bytes, dest: Path) -> None:
+    """`data` at `dest` whole or not at all, owner-only: the cache lives in the service's data
+    dir, 0700 (made so here if missing) with 0600 files (mkstemp's), whatever the umask."""
+    dest.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".tmp-")
-    os.close(fd)
-    shutil.copyfile(src, tmp)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
     os.replace(tmp, dest)
 
 

@@ -38,7 +38,8 @@ def build_queue_of(app: Celery) -> str | None:
 
 def make_celery(settings: Settings) -> Celery:
     app = Celery("kernelgrade", broker=settings.resolved_broker_url,
-                 include=["grader.runs.tasks", "grader.similarity.jobs", "grader.course.roster_jobs"])
+                 include=["grader.runs.tasks", "grader.runs.worker_start", "grader.similarity.jobs",
+                          "grader.course.roster_jobs"])
     app.conf.update(
         # A task is acknowledged only after it finished; a worker that dies mid-task gets its
         # message redelivered. The run's claim in the database makes redelivery idempotent.

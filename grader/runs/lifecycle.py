@@ -36,6 +36,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
 
+from grader.datadir import private_dir
 from grader.db import session_scope
 from grader.models import ACTIVE_STATES, ErrorClass, ProblemResult, Run, RunState, utcnow
 from grader.notify import notify_run_ended
@@ -195,7 +196,7 @@ class RunExecutor:
         rubric = self._rubric(slug)
         config = pipeline_config(self.settings, rubric)
         shutil.rmtree(job_dir, ignore_errors=True)
-        job_dir.mkdir(parents=True)
+        private_dir(job_dir)  # jobs/ and the job's folder 0700 (the sandbox gets its own folders: worker.sandbox)
 
         def record(**values: object) -> None:
             """A progress note: best-effort, like the heartbeat (a database blip must not end the grade)."""

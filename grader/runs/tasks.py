@@ -17,6 +17,7 @@ import uuid
 
 from celery import Task
 
+from grader.datadir import private_dir
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import Run, RunState
 from grader.runs.celery_app import TASK_GRADE_RUN, TASK_PREBUILD, celery
@@ -72,7 +73,7 @@ def prebuild(run_id: int) -> str:
                 return "skipped"
             sha256, slug = run.submission.sha256, run.submission.assignment.slug
         rubric = load_rubric(slug, search=ex.settings.rubric_dirs)
-        job_dir = ex.settings.jobs_dir / f"prebuild-{run_id}-{uuid.uuid4().hex[:8]}"
+        job_dir = private_dir(ex.settings.jobs_dir / f"prebuild-{run_id}-{uuid.uuid4().hex[:8]}")
         try:
             outcome = grade_submission(ex.blobs.path(sha256), rubric, job_dir, pipeline_config(ex.settings, rubric))
         finally:

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from grader.datadir import private_dir, tighten
 from grader.similarity.compare import Sources, starter_sources, tree_sources
 from worker.rubric import Rubric, RubricError, load_rubric
 from worker.unpack import BadArchive, UnpackLimits, find_assignment_root, unpack_zip
@@ -77,9 +78,10 @@ def git_zip(spec: str, dest: Path, clones: Path | None = None) -> Path:
 def _clone(repository: str, clones: Path) -> str:
     target = clones / (hashlib.sha256(repository.encode()).hexdigest()[:16] + ".git")
     if not target.is_dir():
-        clones.mkdir(parents=True, exist_ok=True)
+        private_dir(clones)
         partial = Path(tempfile.mkdtemp(dir=clones, prefix=".clone-"))
         _git(["clone", "--bare", "--quiet", repository, str(partial)], f"git clone {repository}")
+        tighten(partial)  # git's files follow the umask (a worker's is 022): the data dir's are owner-only
         os.replace(partial, target)
     return str(target)
 
@@ -107,7 +109,7 @@ def given_base(spec: str, rubric: Rubric, limits: UnpackLimits, clones: Path | N
 def save_base(data_dir: Path, slug: str, archive: bytes, rubric: Rubric, limits: UnpackLimits) -> int:
     """Keeps `archive` as the assignment's base once it reads as a starter; its file count."""
     target = base_path(data_dir, slug)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(target.parent)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".base-", suffix=".zip")
     with os.fdopen(fd, "wb") as fh:
         fh.write(archive)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from grader.datadir import private_dir
 from grader.similarity.prints import FilePrint, Fingerprinting, fingerprint_file
 from grader.similarity.units import Function
 
@@ -83,8 +84,7 @@ class PrintCache:
     def _store(self, key: str, found: FilePrint) -> None:
         if self.root is None:
             return
-        folder = self.root / key[:2]
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = private_dir(self.root / key[:2])
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".fp-", suffix=".npz")
         with os.fdopen(fd, "wb") as fh:
             np.savez(fh, hashes=found.hashes, first=found.first, last=found.last,

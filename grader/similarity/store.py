@@ -20,6 +20,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from grader.datadir import private_dir
 from grader.models import utcnow
 from grader.similarity.base import Base
 from grader.similarity.cache import PrintCache, Progress
@@ -79,7 +80,7 @@ def save_report(report: StoredReport, base: Sources, path: Path) -> None:
 
 
 def _write_json(body: Any, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".similarity-")
     with os.fdopen(fd, "w") as fh:
         json.dump(body, fh)

@@ -2,7 +2,8 @@
 
 Layout: <root>/ab/cd/abcdef... . A write goes to a temp file in <root>/tmp, is fsynced,
 then renamed into place (and the folder fsynced), so a blob either exists whole or not at all.
-A write that fails leaves no temp file behind.
+A write that fails leaves no temp file behind. Every folder is 0700 and every blob 0600
+(grader.datadir): uploads are the service's alone.
 """
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from grader.datadir import private_dir
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}\Z")  # \Z: `$` would accept a trailing newline
 
@@ -59,8 +62,7 @@ class BlobStore:
         on the blob's shard folder (created if missing), so it needs no file of its own.
         Uploads hold it shared from moving a blob into place until the rows that refer to it
         are committed; removing an unreferenced blob holds it exclusively."""
-        folder = self.path(sha256).parent
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = private_dir(self.path(sha256).parent)
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
@@ -86,7 +88,7 @@ class BlobWriter:
     """Streams into a temp file while hashing; `commit` moves it to its content address."""
 
     def __init__(self, store: BlobStore, max_bytes: int | None) -> None:
-        store.tmp_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(store.tmp_dir)
         self._store = store
         self._max = max_bytes
         fd, name = tempfile.mkstemp(dir=store.tmp_dir, prefix="upload-")
@@ -117,8 +119,8 @@ class BlobWriter:
         os.fsync(self._file.fileno())
         self._file.close()
         dest = self._store.path(self.sha256)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(self._tmp_path, dest)  # same content -> same name: replacing is harmless
+        private_dir(dest.parent)
+        os.replace(self._tmp_path, dest)  # mkstemp's file: 0600  # same content -> same name: replacing is harmless
         self._tmp_path = None
         _fsync_dir(dest.parent)
         return StoredBlob(dest.name, self._size)
