@@ -338,6 +338,9 @@ class Run(Base):
     regrade_requests: Mapped[list[RegradeRequest]] = relationship(
         back_populates="run", order_by="RegradeRequest.id", foreign_keys="RegradeRequest.run_id")
     comments: Mapped[list[RunComment]] = relationship(back_populates="run", order_by="RunComment.id")
+    # The requests this run (a re-grade) answered
+    answers: Mapped[list[RegradeRequest]] = relationship(
+        back_populates="regrade_run", order_by="RegradeRequest.id", foreign_keys="RegradeRequest.regrade_run_id")
 
 
 class ProblemResult(Base):
@@ -371,6 +374,7 @@ class GradeAdjustment(Base):
 
     run: Mapped[Run] = relationship(back_populates="adjustments")
     by: Mapped[User] = relationship()
+    answers: Mapped[list[RegradeRequest]] = relationship(back_populates="adjustment")  # the requests it answered
 
 
 class CountedRun(Base):
@@ -414,7 +418,8 @@ class RegradeRequest(Base):
     run: Mapped[Run] = relationship(back_populates="regrade_requests", foreign_keys=[run_id])
     student: Mapped[User] = relationship(foreign_keys=[student_id])
     decided_by: Mapped[User | None] = relationship(foreign_keys=[decided_by_id])
-    adjustment: Mapped[GradeAdjustment | None] = relationship()
+    adjustment: Mapped[GradeAdjustment | None] = relationship(back_populates="answers")
+    regrade_run: Mapped[Run | None] = relationship(back_populates="answers", foreign_keys=[regrade_run_id])
 
 
 class RunComment(Base):

@@ -2,7 +2,9 @@
 graded) and a link to the run page, where a mail server is configured (KG_SMTP_HOST) and the
 account has an address (users.email, from the roster). The worker sends it right after it
 records the outcome; a notice that cannot be built or sent is logged, and the run is untouched.
-Also the reset links students ask for on /forgot (reset_message, send_reset_link)."""
+Also the reset links students ask for on /forgot (reset_message, send_reset_link), and the
+regrade queue's mail: a new request to the assignment's staff, an answer to its student
+(request_messages, answer_messages; the web door sends them after it answered, send_quietly)."""
 from __future__ import annotations
 
 import logging
@@ -15,8 +17,9 @@ from email.utils import formatdate, make_msgid
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.course.deadlines import LateStatus
+from grader.course.membership import members_of
 from grader.db import session_scope
-from grader.models import Run, RunState
+from grader.models import CourseRole, RegradeRequest, Run, RunState
 from grader.reads.grade_reads import run_grades
 from grader.settings import Settings, SmtpSettings
 
@@ -70,8 +73,17 @@ def run_notice(session: Session, run: Run, settings: Settings) -> RunNotice | No
         late_reason=grade.reason if grade and grade.lateness.status is not LateStatus.on_time else None,
         message=run.message,
         problems=tuple(ProblemLine(r.problem_id, r.title, r.points, r.max_points) for r in run.results),
-        link=settings.public_url.rstrip("/") + path if settings.public_url else path,
+        link=_link(settings, path),
     )
+
+
+def _link(settings: Settings, path: str) -> str:
+    """`path` on the service's public address where it is known, else the path alone."""
+    return settings.public_url.rstrip("/") + path if settings.public_url else path
+
+
+def _where(link: str) -> str:
+    return link if link.startswith(("http://", "https://")) else f"{link} on the grader's site"
 
 
 def subject(notice: RunNotice) -> str:
@@ -96,10 +108,12 @@ def body(notice: RunNotice) -> str:
         lines.append("Your kernels were built, but this grader has no GPU stage, so no score was recorded.")
     else:
         lines.append("It was not graded: " + (notice.message or "no reason was recorded."))
-    where = notice.link if notice.link.startswith(("http://", "https://")) else f"{notice.link} on the grader's site"
-    lines += ["", f"The run page, with the details and logs: {where}", "",
-              "-- ", "kernelgrade (an automatic message: replies are not read)"]
-    return "\n".join(lines) + "\n"
+    lines += ["", f"The run page, with the details and logs: {_where(notice.link)}"]
+    return _signed(lines)
+
+
+def _signed(lines: list[str]) -> str:
+    return "\n".join([*lines, "", "-- ", "kernelgrade (an automatic message: replies are not read)"]) + "\n"
 
 
 def compose(notice: RunNotice, sender: str) -> EmailMessage:
@@ -155,6 +169,63 @@ def notify_run_ended(settings: Settings, sessions: sessionmaker[Session], run_id
         log.info("run %s: e-mail notice sent to %s", run_id, notice.to)
     except Exception:  # any failure (the server, the network, the data) only costs the notice
         log.exception("run %s: the e-mail notice could not be sent; the run's result is recorded", run_id)
+
+
+def request_messages(session: Session, settings: Settings, request: RegradeRequest) -> list[EmailMessage]:
+    """A new regrade request, to each of its assignment's staff with an address (none without
+    mail configured)."""
+    if not settings.smtp.host:
+        return []
+    run, student, assignment = request.run, request.student, request.run.submission.assignment
+    staff = [member for member, role in members_of(session, assignment) if role is CourseRole.staff]
+    slug = assignment.slug
+    link = _link(settings, f"/assignments/{slug}/regrade-requests#request-{request.id}")
+    who = f"{student.full_name} ({student.username})" if student.full_name else student.username
+    text = _signed([f"{who} asks for a regrade of run {run.id} of {slug}:", "", *_quoted(request.reason), "",
+                    f"Answer it in the regrade queue: {_where(link)}"])
+    return [_message(settings.smtp.from_, member.email, f"Regrade request on run {run.id} of {slug} by "
+                     f"{student.username}", text) for member in staff if member.email]
+
+
+def answer_messages(settings: Settings, requests: list[RegradeRequest]) -> list[EmailMessage]:
+    """The staff's answer to each of `requests`, to its student where their account has an
+    address (none without mail configured)."""
+    if not settings.smtp.host:
+        return []
+    messages = []
+    for request in requests:
+        student, run = request.student, request.run
+        if not student.email:
+            continue
+        slug = run.submission.assignment.slug
+        made = [f"The grade was adjusted by {request.adjustment.points:+g} points."] if request.adjustment else []
+        if request.regrade_run is not None:
+            made = [f"The submission is graded again as run {request.regrade_run.id}: "
+                    f"{_where(_link(settings, f'/runs/{request.regrade_run.id}'))}"]
+        by = request.decided_by.username if request.decided_by else "the course staff"
+        text = _signed([f"Hello {student.full_name or student.username},", "",
+                        f"Your regrade request on run {run.id} of {slug} was {request.state} by {by}.", "",
+                        "Their reply:", *_quoted(request.reply or "(no reply)"), *([""] + made if made else []), "",
+                        f"The run page: {_where(_link(settings, f'/runs/{run.id}'))}"])
+        messages.append(_message(settings.smtp.from_, student.email,
+                                 f"Your regrade request on run {run.id} of {slug}: {request.state}", text))
+    return messages
+
+
+def _quoted(text: str) -> list[str]:
+    return ["> " + line for line in text.splitlines()]
+
+
+def send_quietly(server: SmtpSettings, messages: list[EmailMessage]) -> None:
+    """Send `messages` (a background task of the page or API route, after it answered; none
+    without mail set up). Never raises: each failure is logged and costs that message only; the
+    request and its answer are recorded."""
+    for message in messages:
+        try:
+            send(server, message)
+            log.info("regrade queue: e-mail %r sent to %s", message["Subject"], message["To"])
+        except Exception:
+            log.exception("regrade queue: the e-mail %r to %s could not be sent", message["Subject"], message["To"])
 
 
 def send_reset_link(server: SmtpSettings, message: EmailMessage) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Annotated
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, Header, HTTPException, Query, Request, Response, status
+from fastapi import APIRouter, BackgroundTasks, Header, HTTPException, Query, Request, Response, status
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
@@ -22,9 +22,11 @@ from grader.api.schemas import (
     SubmissionSummary,
 )
 from grader.auth.credentials import SCOPE_READ, SCOPE_READ_ALL, SCOPE_REGRADE, SCOPE_SUBMIT, Principal
+from grader.course import adjustments
 from grader.models import Submission
+from grader.notify import answer_messages, send_quietly
 from grader.reads import submission_reads
-from grader.service import MAX_IDEMPOTENCY_KEY, find_user, record_regrade
+from grader.service import MAX_IDEMPOTENCY_KEY, find_user
 from grader.storage.uploads import UploadError, receive_upload
 
 router = APIRouter()
@@ -154,11 +156,16 @@ def list_submission_runs(submission_id: int, session: DB, caller: Caller) -> Sub
     responses=ERRORS,
     summary="Grade the same upload again as a new run (history is kept)",
 )
-def regrade_submission(submission_id: int, ctx: Context, session: DB, caller: Caller) -> Accepted:
+def regrade_submission(submission_id: int, ctx: Context, session: DB, caller: Caller,
+                       background: BackgroundTasks) -> Accepted:
+    """The new run answers the open regrade requests of the submission's runs (their students are
+    mailed where mail is set up)."""
     require(caller, SCOPE_REGRADE)
     sub = readable_submission(session, caller, submission_id)
     if not caller.teaches(sub.assignment_id):
         raise HTTPException(status.HTTP_403_FORBIDDEN, f"only staff of {sub.assignment.slug!r} re-grade its submissions")
-    run = record_regrade(session, sub)
+    run = adjustments.regrade(session, sub, caller.user)
+    mail = answer_messages(ctx.settings, run.answers)
     session.commit()
+    background.add_task(send_quietly, ctx.settings.smtp, mail)  # after the answer
     return acceptance(ctx, sub, run)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, HTTPException, status
+from fastapi import APIRouter, BackgroundTasks, HTTPException, Query, status
 from pydantic import AliasPath, BaseModel, Field, StringConstraints, field_validator
 from sqlalchemy.orm import Session
 
@@ -19,8 +19,9 @@ from grader.api.errors import ERRORS, ApiError, ErrorBody
 from grader.api.schemas import AdjustmentOut, FromRow
 from grader.auth.credentials import SCOPE_READ, SCOPE_REGRADE, SCOPE_SUBMIT, Principal
 from grader.course import adjustments
-from grader.course.adjustments import MAX_TEXT, WorkflowError
+from grader.course.adjustments import MAX_TEXT, Show, WorkflowError
 from grader.models import RegradeRequest, Run, RunComment
+from grader.notify import answer_messages, request_messages, send_quietly
 
 router = APIRouter()
 # Some text besides white space (the pattern says so in the schema too), at most MAX_TEXT long.
@@ -135,7 +136,8 @@ def list_run_requests(run_id: int, session: DB, caller: Caller) -> RegradeReques
 @router.post("/runs/{run_id}/regrade-requests", status_code=status.HTTP_201_CREATED,
              response_model=RegradeRequestOut, responses=REFUSED,
              summary="Ask the staff to look at one's own finished run again (one open request per run)")
-def create_request(run_id: int, body: RegradeAsk, session: DB, caller: Caller) -> RegradeRequestOut:
+def create_request(run_id: int, body: RegradeAsk, ctx: Context, session: DB, caller: Caller,
+                   background: BackgroundTasks) -> RegradeRequestOut:
     run = _readable_run(session, caller, run_id)
     require(caller, SCOPE_SUBMIT)
     if run.submission.user_id != caller.user.id:
@@ -144,22 +146,26 @@ def create_request(run_id: int, body: RegradeAsk, session: DB, caller: Caller) -
         row = adjustments.request_regrade(session, run, caller.user, body.reason)
     except WorkflowError as exc:
         raise _refused(session, exc) from exc
+    mail = request_messages(session, ctx.settings, row)
     session.commit()  # stored before the 201
+    background.add_task(send_quietly, ctx.settings.smtp, mail)  # after the answer
     return RegradeRequestOut.of_row(row)
 
 
 @router.get("/assignments/{slug}/regrade-requests", response_model=RegradeRequestList, responses=ERRORS,
             summary="The assignment's regrade requests (staff): open ones first, oldest first")
-def list_assignment_requests(slug: str, session: DB, caller: Caller) -> RegradeRequestList:
+def list_assignment_requests(slug: str, session: DB, caller: Caller, show: Annotated[Show, Query(
+        description="open: waiting for an answer; answered; mine: those the caller answered; all")] = Show.all,
+                             ) -> RegradeRequestList:
     assignment = taught_assignment(session, caller, slug)
-    return RegradeRequestList(items=[RegradeRequestOut.of_row(r)
-                                     for r in adjustments.assignment_requests(session, assignment)])
+    listed = adjustments.shown(adjustments.assignment_requests(session, assignment), show, caller.user)
+    return RegradeRequestList(items=[RegradeRequestOut.of_row(r) for r in listed])
 
 
 @router.post("/regrade-requests/{request_id}/decision", response_model=RegradeRequestOut, responses=REFUSED,
              summary="Answer an open regrade request (staff): re-grade, adjust the grade, or reject with a reply")
-def decide_request(request_id: int, body: RegradeDecision, ctx: Context, session: DB,
-                   caller: Caller) -> RegradeRequestOut:
+def decide_request(request_id: int, body: RegradeDecision, ctx: Context, session: DB, caller: Caller,
+                   background: BackgroundTasks) -> RegradeRequestOut:
     asked = session.get(RegradeRequest, request_id)
     if asked is None or not caller.can_read_submission(asked.run.submission):
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no regrade request {request_id}")
@@ -167,18 +173,23 @@ def decide_request(request_id: int, body: RegradeDecision, ctx: Context, session
     if not caller.teaches(asked.run.submission.assignment_id):
         raise HTTPException(status.HTTP_403_FORBIDDEN, "only staff of the run's assignment answer its requests")
     new_run: int | None = None
+    answered = [asked]
     try:
         if isinstance(body, RegradeByRegrading):
-            new_run = adjustments.accept_with_regrade(session, asked, caller.user, body.reply).id
+            made = adjustments.accept_with_regrade(session, asked, caller.user, body.reply)
+            new_run, answered = made.id, made.answers
         elif isinstance(body, RegradeByAdjusting):
-            adjustments.accept_with_adjustment(session, asked, caller.user, str(body.points), body.reply)
+            answered = adjustments.accept_with_adjustment(session, asked, caller.user, str(body.points),
+                                                          body.reply).answers
         else:
             adjustments.reject(asked, caller.user, body.reply)
     except WorkflowError as exc:
         raise _refused(session, exc) from exc
+    mail = answer_messages(ctx.settings, answered)
     session.commit()
     if new_run is not None:
         admit_committed(ctx, new_run)  # committed first: the new run's page says if it waits to be sent
+    background.add_task(send_quietly, ctx.settings.smtp, mail)  # after the answer
     return RegradeRequestOut.of_row(asked)
 
 

@@ -7,14 +7,21 @@ history of a grade stays whole. It belongs to the run it was made on (a judgemen
 grading): grader.course.grades.final_grade adds a run's adjustments to its grade, everywhere it is
 shown. A re-grade is a new run, with no adjustment of its own.
 
+A request is answered however staff act: an adjustment of its run accepts it (the adjustment's
+reason is the reply), and so does a re-grade of its submission, from the queue or not (the new
+run is the answer); the queue shows the open ones, the answered ones, or those the viewer
+answered (`Show`).
+
 The callers (grader.pages.requests) check who may act; these functions check what may be done
 and raise WorkflowError, whose message is shown as is.
 """
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from enum import StrEnum
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
@@ -63,14 +70,30 @@ def parse_points(value: str, total_points: float) -> float:
 
 
 def adjust(session: Session, run: Run, staff: User, points: str, reason: str) -> GradeAdjustment:
-    """Record `staff`'s adjustment of scored `run` by `points` (the form's text), for `reason`."""
+    """Record `staff`'s adjustment of scored `run` by `points` (the form's text), for `reason`;
+    it answers the run's open request (`answers`)."""
     if run.score is None:
         raise WorkflowError("Only a graded run can be adjusted; this one has no score. Re-grade it first.")
     row = GradeAdjustment(run=run, points=parse_points(points, run.submission.assignment.total_points),
                           reason=_text(reason, "the reason for the adjustment"), by_id=staff.id)
     session.add(row)
     session.flush()
+    for request in _open(run.regrade_requests):
+        _decide(request, staff, ACCEPTED, row.reason)
+        request.adjustment = row
     return row
+
+
+def regrade(session: Session, submission: Submission, staff: User, reply: str = "") -> Run:
+    """Grade `submission` again (a new run; the caller commits, then admits it); it answers the
+    open requests of the submission's runs (`answers`), with `reply` or words naming the run."""
+    answered = [r for run in submission.runs for r in _open(run.regrade_requests)]
+    run = record_regrade(session, submission)
+    for request in answered:
+        _decide(request, staff, ACCEPTED, reply.strip()[:MAX_TEXT] or
+                f"Re-graded as run {run.id}; its grade shows on its page once it is scored.")
+        request.regrade_run = run
+    return run
 
 
 def request_regrade(session: Session, run: Run, student: User, reason: str) -> RegradeRequest:
@@ -90,6 +113,10 @@ def request_regrade(session: Session, run: Run, student: User, reason: str) -> R
     return row
 
 
+def _open(requests: Sequence[RegradeRequest]) -> list[RegradeRequest]:
+    return [r for r in requests if r.state == OPEN]
+
+
 def _check_open(request: RegradeRequest) -> None:
     if request.state != OPEN:
         raise WorkflowError(f"This request was already {request.state}; the student has seen the answer.")
@@ -97,25 +124,21 @@ def _check_open(request: RegradeRequest) -> None:
 
 def _decide(request: RegradeRequest, staff: User, state: str, reply: str) -> None:
     _check_open(request)
-    request.state, request.decided_by_id, request.decided_at, request.reply = state, staff.id, utcnow(), reply
+    request.state, request.decided_by, request.decided_at, request.reply = state, staff, utcnow(), reply
 
 
 def accept_with_regrade(session: Session, request: RegradeRequest, staff: User, reply: str) -> Run:
-    """Accept by grading the submission again (a new run; the caller commits, then admits it)."""
-    _decide(request, staff, ACCEPTED, reply.strip()[:MAX_TEXT])
-    run = record_regrade(session, request.run.submission)
-    request.regrade_run_id = run.id
-    return run
+    """Accept by grading the submission again (regrade: the new run answers it)."""
+    _check_open(request)
+    return regrade(session, request.run.submission, staff, reply)
 
 
 def accept_with_adjustment(session: Session, request: RegradeRequest, staff: User, points: str,
                            reply: str) -> GradeAdjustment:
-    """Accept by adjusting the run's grade; the reply is the adjustment's reason."""
+    """Accept by adjusting the run's grade (adjust: it answers the request); the reply is the
+    adjustment's reason."""
     _check_open(request)
-    adjustment = adjust(session, request.run, staff, points, reply)
-    _decide(request, staff, ACCEPTED, adjustment.reason)
-    request.adjustment_id = adjustment.id
-    return adjustment
+    return adjust(session, request.run, staff, points, reply)
 
 
 def reject(request: RegradeRequest, staff: User, reply: str) -> None:
@@ -142,3 +165,39 @@ def assignment_requests(session: Session, assignment: Assignment) -> list[Regrad
         .order_by(RegradeRequest.id)
     ).all()
     return [r for r in rows if r.state == OPEN] + [r for r in reversed(rows) if r.state != OPEN]
+
+
+class Show(StrEnum):
+    """Which of an assignment's requests the staff queue shows."""
+
+    open = "open"  # waiting for an answer (the default: the queue)
+    answered = "answered"  # accepted or rejected
+    mine = "mine"  # those the viewer answered
+    all = "all"
+
+
+def shown(requests: Sequence[RegradeRequest], show: Show, viewer: User) -> list[RegradeRequest]:
+    """The `requests` (assignment_requests' order) that `show` selects for `viewer`."""
+    keep = {Show.open: lambda r: r.state == OPEN, Show.answered: lambda r: r.state != OPEN,
+            Show.mine: lambda r: r.decided_by_id == viewer.id, Show.all: lambda r: True}[show]
+    return [r for r in requests if keep(r)]
+
+
+def open_requests(session: Session, assignment: Assignment) -> dict[int, int]:
+    """student id -> the id of their oldest open request in `assignment` (the gradebook's link
+    to it); one statement."""
+    return dict(session.execute(  # type: ignore[arg-type]
+        select(RegradeRequest.student_id, func.min(RegradeRequest.id))
+        .join(Run, Run.id == RegradeRequest.run_id).join(Submission, Submission.id == Run.submission_id)
+        .where(Submission.assignment_id == assignment.id, RegradeRequest.state == OPEN)
+        .group_by(RegradeRequest.student_id)).all())
+
+
+def open_request_count(session: Session, assignment_ids: Sequence[int]) -> int:
+    """How many requests wait for an answer in the assignments of `assignment_ids`; one statement."""
+    if not assignment_ids:
+        return 0
+    return session.scalar(
+        select(func.count(RegradeRequest.id))
+        .join(Run, Run.id == RegradeRequest.run_id).join(Submission, Submission.id == Run.submission_id)
+        .where(Submission.assignment_id.in_(assignment_ids), RegradeRequest.state == OPEN)) or 0

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, Request, status
+from fastapi import APIRouter, BackgroundTasks, Request, status
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from sqlalchemy.orm import Session
 from starlette.datastructures import ImmutableMultiDict
@@ -16,8 +16,10 @@ from grader.accepting import admit_committed
 from grader.api.deps import Context, get_context
 from grader.api.gradebook import canvas_csv, detailed_csv, gradebook_out
 from grader.auth.sessions import CSRF_FIELD
+from grader.course import adjustments
 from grader.course.membership import role_in
 from grader.models import Assignment, CourseRole, Submission, User
+from grader.notify import answer_messages, send_quietly
 from grader.pages import gradebook_view
 from grader.pages.common import (
     Db,
@@ -78,6 +80,7 @@ def _gradebook_page(request: Request, session: Session, user: User, params: Mapp
                 uncalibrated=gradebook_view.uncalibrated_models(book.rows),
                 queued=int(queued) if queued.isdigit() else None,
                 newest=gradebook_view.newest_submissions(session, assignment), row_regrades=gradebook_view.row_regrades,
+                open_requests=adjustments.open_requests(session, assignment),
                 submission_count=sum(r.submissions for r in rows))
 
 
@@ -176,11 +179,14 @@ def gradebook_json_export(request: Request, session: Db, user: Viewer) -> Respon
 
 
 @router.post("/submissions/{submission_id}/regrade")
-def regrade(submission_id: int, ctx: Context, session: Db, user: Sender) -> Response:
+def regrade(submission_id: int, background: BackgroundTasks, ctx: Context, session: Db, user: Sender) -> Response:
+    """A new run of one submission; it answers the open regrade requests of the submission's runs."""
     sub = session.get(Submission, submission_id)
     if sub is None or role_in(session, user.id, sub.assignment_id) is not CourseRole.staff:
         raise absent(f"submission {submission_id}")
-    run_id = record_regrade(session, sub).id
+    run = adjustments.regrade(session, sub, user)
+    mail, run_id = answer_messages(ctx.settings, run.answers), run.id
     session.commit()
     admit_committed(ctx, run_id)  # committed: the run page says if it waits to be sent
+    background.add_task(send_quietly, ctx.settings.smtp, mail)  # after the answer
     return see_other(f"/runs/{run_id}")

@@ -7,19 +7,24 @@ adjustment, or reject with a reply). The student sees the answer on the run page
 A run that is not the student's own, or not of an assignment the user teaches, reads as absent
 (the 404 page); every form is CSRF-checked (Sender, StaffForm) and answers with a redirect, or,
 refused, with its own page again: the words beside the form, what was typed still in it.
+Where mail is set up, a new request is mailed to the assignment's staff and an answer to its
+student (grader.notify), after the page answered.
 """
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, status
+from email.message import EmailMessage
+
+from fastapi import APIRouter, BackgroundTasks, Request, status
 from fastapi.responses import HTMLResponse, Response
 from sqlalchemy.orm import Session
 
 from grader.accepting import admit_committed
 from grader.api.deps import Context, get_context
 from grader.course import adjustments
-from grader.course.adjustments import WorkflowError
+from grader.course.adjustments import Show, WorkflowError
 from grader.course.membership import role_in
 from grader.models import CourseRole, RegradeRequest, Run, User
+from grader.notify import answer_messages, request_messages, send_quietly
 from grader.pages.common import Db, Sender, Staff, StaffForm, StaffOf, absent, page, see_other
 from grader.pages.run_view import Refused, render_run
 from grader.reads.grade_reads import run_grades
@@ -32,6 +37,11 @@ async def _field(request: Request, name: str) -> str:
     return str((await request.form()).get(name) or "")
 
 
+def _mail(request: Request, background: BackgroundTasks, messages: list[EmailMessage]) -> None:
+    """Send `messages` once the page has answered (the request's session commits first)."""
+    background.add_task(send_quietly, get_context(request).settings.smtp, messages)
+
+
 async def _refused_on_run(request: Request, session: Session, user: User, run: Run, form: str,
                           exc: WorkflowError, *fields: str) -> HTMLResponse:
     """The run page again, the refusal's words beside `form`, its `fields` as they were sent."""
@@ -42,29 +52,34 @@ async def _refused_on_run(request: Request, session: Session, user: User, run: R
 
 
 @router.post("/runs/{run_id}/regrade-request")
-async def ask_regrade(request: Request, run_id: int, session: Db, user: Sender) -> Response:
-    """The run's own student asks for a regrade, saying why."""
+async def ask_regrade(request: Request, background: BackgroundTasks, run_id: int, session: Db,
+                      user: Sender) -> Response:
+    """The run's own student asks for a regrade, saying why; the staff are mailed."""
     run = session.get(Run, run_id)
     if run is None or run.submission.user_id != user.id \
             or role_in(session, user.id, run.submission.assignment_id) is None:
         raise absent(f"run {run_id} of yours")
     try:
-        adjustments.request_regrade(session, run, user, await _field(request, "reason"))
+        asked = adjustments.request_regrade(session, run, user, await _field(request, "reason"))
     except WorkflowError as exc:
         return await _refused_on_run(request, session, user, run, "regrade-request", exc, "reason")
+    _mail(request, background, request_messages(session, get_context(request).settings, asked))
     return see_other(f"/runs/{run_id}#regrade")
 
 
 @router.post("/runs/{run_id}/adjustments")
-async def adjust_run(request: Request, run_id: int, session: Db, user: Sender) -> Response:
-    """Staff of the run's assignment adjust its grade, with a reason."""
+async def adjust_run(request: Request, background: BackgroundTasks, run_id: int, session: Db,
+                     user: Sender) -> Response:
+    """Staff of the run's assignment adjust its grade, with a reason; it answers the run's open
+    request, whose student is mailed."""
     run = session.get(Run, run_id)
     if run is None or role_in(session, user.id, run.submission.assignment_id) is not CourseRole.staff:
         raise absent(f"run {run_id} of an assignment you teach")
     try:
-        adjustments.adjust(session, run, user, await _field(request, "points"), await _field(request, "reason"))
+        made = adjustments.adjust(session, run, user, await _field(request, "points"), await _field(request, "reason"))
     except WorkflowError as exc:
         return await _refused_on_run(request, session, user, run, "adjustment", exc, "points", "reason")
+    _mail(request, background, answer_messages(get_context(request).settings, made.answers))
     return see_other(f"/runs/{run_id}#regrade")
 
 
@@ -84,12 +99,15 @@ async def comment_run(request: Request, run_id: int, session: Db, user: Sender) 
 
 def _queue_page(request: Request, session: Session, staff: StaffOf, status_code: int = 200,
                 refused: Refused | None = None) -> HTMLResponse:
-    """The assignment's requests, open ones first, each with its run's current grade; `refused`:
+    """The assignment's requests, open ones first, each with its run's current grade; `show` (the
+    query) picks open (the default), answered, mine (those the viewer answered) or all; `refused`:
     the answer to one request that was refused (its form is the request's id as a string)."""
     asked, zone = adjustments.assignment_requests(session, staff.assignment), get_context(request).settings.course_zone
-    done = request.query_params.get("done")
-    return page(request, "regrade_requests.html", staff.user, status_code, assignment=staff.assignment, requests=asked,
-                grades=run_grades(session, [r.run for r in asked], zone), zone=zone, here="regrade-requests",
+    show = Show(request.query_params["show"]) if request.query_params.get("show") in Show.__members__ else Show.open
+    listed, done = adjustments.shown(asked, show, staff.user), request.query_params.get("done")
+    return page(request, "regrade_requests.html", staff.user, status_code, assignment=staff.assignment, requests=listed,
+                show=show, counts={s: len(adjustments.shown(asked, s, staff.user)) for s in Show},
+                grades=run_grades(session, [r.run for r in listed], zone), zone=zone, here="regrade-requests",
                 done=done if done in DONE.values() else None, refused=refused)
 
 
@@ -100,18 +118,22 @@ def queue(request: Request, session: Db, staff: Staff) -> Response:
 
 
 @router.post("/assignments/{slug}/regrade-requests/{request_id}")
-async def decide(request: Request, request_id: int, ctx: Context, session: Db, staff: StaffForm) -> Response:
-    """Accept a request by re-grading (a new run) or by an adjustment, or reject it with a reply."""
+async def decide(request: Request, background: BackgroundTasks, request_id: int, ctx: Context, session: Db,
+                 staff: StaffForm) -> Response:
+    """Accept a request by re-grading (a new run) or by an adjustment, or reject it with a reply;
+    the student is mailed the answer."""
     asked = session.get(RegradeRequest, request_id)
     if asked is None or asked.run.submission.assignment_id != staff.assignment.id:
         raise absent(f"regrade request {request_id} of {staff.assignment.slug}")
     action, reply = await _field(request, "action"), await _field(request, "reply")
-    new_run = None
+    new_run, answered = None, [asked]
     try:
         if action == "regrade":
-            new_run = adjustments.accept_with_regrade(session, asked, staff.user, reply).id
+            new_run = adjustments.accept_with_regrade(session, asked, staff.user, reply)
+            answered = new_run.answers
         elif action == "adjust":
-            adjustments.accept_with_adjustment(session, asked, staff.user, await _field(request, "points"), reply)
+            answered = adjustments.accept_with_adjustment(session, asked, staff.user, await _field(request, "points"),
+                                                          reply).answers
         elif action == "reject":
             adjustments.reject(asked, staff.user, reply)
         else:
@@ -121,7 +143,9 @@ async def decide(request: Request, request_id: int, ctx: Context, session: Db, s
         kept = {"reply": reply, "points": await _field(request, "points")}
         return _queue_page(request, session, staff, status.HTTP_400_BAD_REQUEST,
                            Refused(str(request_id), f"{exc} Nothing was changed.", kept))
+    _mail(request, background, answer_messages(ctx.settings, answered))
     if new_run is not None:
         session.commit()
-        admit_committed(ctx, new_run)  # committed: the new run's page says if it waits to be sent
-    return see_other(f"/assignments/{staff.assignment.slug}/regrade-requests?done={DONE[action]}#request-{request_id}")
+        admit_committed(ctx, new_run.id)  # committed: the new run's page says if it waits to be sent
+    return see_other(f"/assignments/{staff.assignment.slug}/regrade-requests?show=all&done={DONE[action]}"
+                     f"#request-{request_id}")
