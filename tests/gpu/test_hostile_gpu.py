@@ -91,7 +91,8 @@ _kg_probe()
 def view_probe(open_files: list[Path], marker: str) -> str:
     """Host code that looks for the host beyond the allow-list: world-readable files by their
     paths (a host folder, the service's .env, a zip left readable), any name carrying the marker
-    anywhere in the visible tree, /etc beyond the loader's and the fresh files, the host's name."""
+    anywhere in the visible tree, /etc beyond the loader's and the fresh files, the host's name.
+    (Not any zip: the Python runtime, which the child may read, ships some as package data.)"""
     return f'''
 import os as _o, socket as _s
 def _kg_view():
@@ -103,7 +104,7 @@ def _kg_view():
     for _top, _dirs, _files in _o.walk("/"):
         _dirs[:] = [_d for _d in _dirs if (_top.rstrip("/") + "/" + _d) not in ("/usr", "/proc", "/sys", "/dev")]
         for _n in _dirs + _files:
-            if {marker!r} in _n or _n.endswith(".zip"):
+            if {marker!r} in _n:
                 print("ESCAPED sees", _top.rstrip("/") + "/" + _n, flush=True)
     _extra = set(_o.listdir("/etc")) - {{"passwd", "group", "hosts", "nsswitch.conf", "ld.so.cache", "ld.so.conf",
                                          "ld.so.conf.d", "alternatives"}}
