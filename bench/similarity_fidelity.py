@@ -11,7 +11,8 @@ copier's submission is changed and the class compared again:
   renamed, comments and layout changed and two functions swapped (bench/similarity_plants.py);
 - kernel: the source's ker_ln_bw_dgamma_dbetta pasted over the copier's own.
 A plant counts only where the source wrote the copied code (at least MIN_OWN_LINES of its
-lines are not lines of the official starter's file); it ranks 1 when it scores above every genuine pair of that class. Printed: per kind and base,
+lines are not lines of the official starter's file); it ranks 1 when the ranking puts it above every genuine pair
+of that class (its order: the score, then the lines the strongest matches share). Printed: per kind and base,
 plants, how many rank 1, worst rank, the smallest margin over the best genuine pair; the
 genuine pairs' score distribution; written as JSON to --out, with each plant's rank, score and
 driver beside the best genuine pair of its class.
@@ -92,11 +93,12 @@ def main() -> None:
                 pairs = compare_class({**students, dst: changed}, base, config, cache)
                 planted = next(p for p in pairs if {p.a, p.b} == {src, dst})
                 rest = genuine_scores(pairs, (src, dst))
-                ranks.append(1 + sum(score >= planted.score for score in rest))
+                ranks.append(1 + pairs.index(planted))  # the ranking's order: ties in score go by shared lines
                 margins.append(planted.score - max(rest))
-                best = max((p for p in pairs if {p.a, p.b} != {src, dst}), key=lambda p: p.score)
+                best = next(p for p in pairs if {p.a, p.b} != {src, dst})
                 each.append({"source": src, "copier": dst, "rank": ranks[-1], "score": planted.score,
-                             "driver": planted.driver, "best_genuine": [best.a, best.b, best.score, best.driver]})
+                             "shared_lines": planted.shared_lines, "driver": planted.driver,
+                             "best_genuine": [best.a, best.b, best.score, best.shared_lines, best.driver]})
             rows[kind] = {"plants": len(ranks), "rank_1": sum(r == 1 for r in ranks), "worst_rank": max(ranks, default=0),
                           "min_margin": round(min(margins, default=0.0), 3),
                           "median_margin": round(statistics.median(margins), 3) if margins else 0.0,

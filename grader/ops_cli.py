@@ -80,16 +80,17 @@ def extend(
 
 def similarity(
     assignment: str,
-    out: Annotated[Path, typer.Option(help="report.html (side by side) or report.json")],
-    detailed: Annotated[int, typer.Option(help="pairs shown side by side in the HTML report")] = 50,
+    out: Annotated[Path, typer.Option(help="report.html (the ranking; beside it report-pair-N.html side by side, "
+                                           "report-ranking-N.html the further pages) or report.json")],
+    detailed: Annotated[int, typer.Option(help="pairs shown side by side in the HTML report, a page each")] = 50,
     base: Annotated[str | None, typer.Option(help="the starter students received: a zip, a folder or git:<repo>@<ref> "
                                              "(default: the assignment's base, else the rubric's, else our kit's)")] = None,
 ) -> None:
     """Compare every student's latest submission with every other's, file by file and function
     by function (the starter's code ignored), and write the ranked pairs with their matching regions."""
     # imported here: copydetect loads matplotlib, which no other command needs
-    from grader.similarity.base import Base, assignment_base, clone_dir, given_base
-    from grader.similarity.report import report_html, report_json
+    from grader.similarity.base import assignment_base, clone_dir, given_base
+    from grader.similarity.report import report_json, report_pages
     from grader.similarity.store import compute_report, fingerprint_dir
 
     if out.suffix not in (".html", ".json"):
@@ -100,7 +101,7 @@ def similarity(
     with session_scope(make_session_factory(make_engine(settings))) as session:
         setting = assignment_or_exit(session, assignment).similarity_base
         try:
-            starter = (Base(given_base(base, rubric, limits, clone_dir(settings.data_dir)), base) if base
+            starter = (given_base(base, rubric, limits, clone_dir(settings.data_dir)) if base
                        else assignment_base(settings.data_dir, rubric, limits, setting))
         except BadArchive as exc:
             typer.echo(f"the base cannot be read: {exc}", err=True)
@@ -114,7 +115,8 @@ def similarity(
     if out.suffix == ".json":
         out.write_text(json.dumps({**report_json(assignment, pairs), "base": starter.label}, indent=1))
     else:
-        out.write_text(report_html(assignment, pairs, found.students, starter, detailed))
+        for name, page in report_pages(assignment, pairs, found.students, starter, detailed, stem=out.stem).items():
+            (out.parent / name).write_text(page)
     best = f"; most similar: {pairs[0].a} and {pairs[0].b} ({pairs[0].score:.0%})" if pairs else ""
     typer.echo(f"{len(found.students)} students, {len(pairs)} pairs{best}; report in {out}")
 

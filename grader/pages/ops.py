@@ -104,7 +104,8 @@ def _settings_page(request: Request, session: Session, user: User, assignment: A
                 zone_now=_zone_now(zone),
                 policies=SCORE_POLICIES, extensions=extensions, saved=request.query_params.get("saved"),
                 similarity_base=describe_assignment_base(assignment.similarity_base, assignment.slug,
-                                                         get_context(request).settings.rubric_dirs),
+                                                         get_context(request).settings.rubric_dirs,
+                                                         get_context(request).settings.data_dir),
                 base_message=request.query_params.get("base"), **values)
 
 
@@ -216,7 +217,7 @@ async def similarity_base(request: Request, slug: str, ctx: Context, session: Db
     rubric = load_rubric(slug, search=ctx.settings.rubric_dirs)
     try:
         count = await run_in_threadpool(save_base, ctx.settings.data_dir, slug, await upload.read(), rubric,
-                                        pipeline_config(ctx.settings, rubric).limits)
+                                        pipeline_config(ctx.settings, rubric).limits, upload.filename)
     except BadArchive as exc:
         return refused(f"{exc} (choose the zip again)")
     assignment.similarity_base = UPLOAD

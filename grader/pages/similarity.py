@@ -15,7 +15,7 @@ from starlette.concurrency import run_in_threadpool
 from grader.api.deps import Context
 from grader.pages.common import Db, Staff, StaffForm, page, see_other
 from grader.runs.engine_config import pipeline_config
-from grader.similarity.base import describe_assignment_base
+from grader.similarity.base import describe_assignment_base, text_sha256
 from grader.similarity.compare import LineRange
 from grader.similarity.jobs import latest_job, start_job, view
 from grader.similarity.report import describe_ranges, numbered_lines, starter_lines
@@ -39,7 +39,8 @@ def similarity_page(request: Request, ctx: Context, session: Db, staff: Staff,
     return page(request, "ops_similarity.html", staff.user, assignment=staff.assignment, report=report, page=number,
                 pages=pages, first=(number - 1) * SHOWN_PAIRS,
                 pairs=report.pairs[(number - 1) * SHOWN_PAIRS: number * SHOWN_PAIRS] if report else [],
-                job=view(job) if job else None, base=describe_assignment_base(staff.assignment.similarity_base, slug, ctx.settings.rubric_dirs),
+                job=view(job) if job else None, base=describe_assignment_base(staff.assignment.similarity_base, slug, ctx.settings.rubric_dirs,
+                                              ctx.settings.data_dir),
                 zone=ctx.settings.course_zone)
 
 
@@ -94,9 +95,14 @@ def similarity_pair(request: Request, ctx: Context, staff: Staff, a: str = "", b
     def side(student: str, file: str, lines: Sequence[LineRange]) -> list[tuple[int, str, bool]]:
         return numbered_lines(sources[student].get(file, ""), lines, starter_lines(base, file))
 
+    def against(file: str) -> str:
+        return (f"the base's {file}, sha256 {text_sha256(base[file])[:16]}" if file in base
+                else f"no {file} in the base")
+
     files = [{"match": match,
               "a": side(pair.a, match.path_a, match.lines_a), "b": side(pair.b, match.path_b, match.lines_b),
-              "ranges_a": describe_ranges(match.lines_a), "ranges_b": describe_ranges(match.lines_b)}
+              "ranges_a": describe_ranges(match.lines_a), "ranges_b": describe_ranges(match.lines_b),
+              "base_a": against(match.path_a), "base_b": against(match.path_b)}
              for match in pair.matches]
     return page(request, "ops_pair.html", staff.user, assignment=staff.assignment, report=report, pair=pair,
                 files=files, rank=report.pairs.index(pair) + 1, zone=ctx.settings.course_zone)

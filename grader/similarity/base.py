@@ -11,10 +11,15 @@ Where it comes from, first found wins:
 A setting staff chose that cannot be read is an error, never silently replaced. A git
 repository that is not a folder here is cloned once under `KG_DATA_DIR/reports/starters/`.
 `grader similarity --base` names one directly (a zip, a folder or a git ref).
+
+A base is named exactly (`Base.label`): the zip staff gave by its file name and sha256, a git
+ref by the commit it resolved to, and every base by how many files it holds and a digest of
+them (`files_digest`); the pair view names each base file it compared against by its sha256.
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import tempfile
@@ -38,8 +43,39 @@ class Base:
     received: bool = True  # the starter the students received; False: our kit's stand-in
 
 
+def text_sha256(text: str) -> str:
+    """A file's sha256 as `sha256sum` gives it (of its text as UTF-8)."""
+    return hashlib.sha256(text.encode("utf-8", errors="surrogateescape")).hexdigest()
+
+
+def files_digest(sources: Sources) -> str:
+    """One sha256 for a set of files: of each path and its text's sha256, in path order."""
+    return hashlib.sha256("".join(f"{path}\0{text_sha256(text)}\n" for path, text in sorted(sources.items()))
+                          .encode()).hexdigest()
+
+
+def named(words: str, sources: Sources, origin: str = "", received: bool = True) -> Base:
+    """`words` with what identifies the base exactly: `origin` (a commit, a zip's name and sha256)
+    and its files' count and digest."""
+    where = f"{origin}; " if origin else ""
+    return Base(sources, f"{words} ({where}{len(sources)} files, digest {files_digest(sources)[:16]})", received)
+
+
 def base_path(data_dir: Path, slug: str) -> Path:
     return data_dir / "reports" / f"similarity-base-{slug}.zip"
+
+
+def _upload_note(data_dir: Path, slug: str) -> Path:
+    return base_path(data_dir, slug).with_suffix(".json")
+
+
+def upload_origin(data_dir: Path, slug: str) -> str:
+    """The zip staff gave, by its file name and sha256 (kept beside it); "" when not known."""
+    try:
+        note = json.loads(_upload_note(data_dir, slug).read_text())
+    except (FileNotFoundError, ValueError):
+        return ""
+    return f"{note['filename']}, sha256 {note['sha256']}"
 
 
 def clone_dir(data_dir: Path) -> Path:
@@ -62,17 +98,22 @@ def parse_git_spec(spec: str) -> tuple[str, str]:
     repository, _, ref = spec.removeprefix("git:").rpartition("@")
     if not spec.startswith("git:") or not repository or not ref:
         raise BadArchive(f"a git base is git:<repository>@<ref>, not {spec!r}")
+    if repository.startswith("-") or ref.startswith("-"):  # git would read it as an option
+        raise BadArchive(f"a git repository or ref cannot start with '-': {spec!r}")
     return repository, ref
 
 
-def git_zip(spec: str, dest: Path, clones: Path | None = None) -> Path:
-    """`git:<repository>@<ref>` archived as a zip at `dest`; a repository that is no folder here
-    is cloned (bare) under `clones` first, or into a temporary folder without one."""
+def git_zip(spec: str, dest: Path, clones: Path | None = None) -> str:
+    """`git:<repository>@<ref>` archived as a zip at `dest`; the commit `ref` names. A repository
+    that is no folder here is cloned (bare) under `clones` first, or into a temporary folder
+    without one."""
     repository, ref = parse_git_spec(spec)
     with tempfile.TemporaryDirectory(prefix="kg-clone-") as tmp:
         local = repository if Path(repository).is_dir() else _clone(repository, clones or Path(tmp))
-        _git(["-C", local, "archive", "--format=zip", "-o", str(dest), ref], f"git archive {ref} of {repository}")
-    return dest
+        commit = _git(["-C", local, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+                      f"git rev-parse {ref} of {repository}")
+        _git(["-C", local, "archive", "--format=zip", "-o", str(dest), commit], f"git archive {ref} of {repository}")
+    return commit
 
 
 def _clone(repository: str, clones: Path) -> str:
@@ -86,28 +127,36 @@ def _clone(repository: str, clones: Path) -> str:
     return str(target)
 
 
-def _git(args: list[str], what: str) -> None:
+def _git(args: list[str], what: str) -> str:
+    """What git printed; BadArchive, with git's words, when it failed."""
     try:
         done = subprocess.run(["git", *args], capture_output=True, text=True, timeout=GIT_TIMEOUT_S)
     except subprocess.TimeoutExpired as exc:
         raise BadArchive(f"{what}: no answer in {GIT_TIMEOUT_S} s") from exc
     if done.returncode != 0:
         raise BadArchive(f"{what}: {done.stderr.strip()}")
+    return done.stdout.strip()
 
 
-def given_base(spec: str, rubric: Rubric, limits: UnpackLimits, clones: Path | None = None) -> Sources:
-    """A base named directly: a zip, a starter folder or a git ref."""
+def given_base(spec: str, rubric: Rubric, limits: UnpackLimits, clones: Path | None = None,
+               words: str | None = None) -> Base:
+    """A base named directly: a zip, a starter folder or a git ref (`words`: how the report
+    says it, by default the spec itself)."""
     if spec.startswith("git:"):
         with tempfile.TemporaryDirectory(prefix="kg-base-") as tmp:
-            return zip_sources(git_zip(spec, Path(tmp) / "base.zip", clones), rubric, limits)
+            commit = git_zip(spec, Path(tmp) / "base.zip", clones)
+            return named(words or spec, zip_sources(Path(tmp) / "base.zip", rubric, limits), f"commit {commit}")
     path = Path(spec)
     if path.is_dir():
-        return tree_sources(path, rubric.student_files)
-    return zip_sources(path, rubric, limits)
+        return named(words or spec, tree_sources(path, rubric.student_files))
+    origin = f"{path.name}, sha256 {hashlib.sha256(path.read_bytes()).hexdigest()}" if path.is_file() else ""
+    return named(words or spec, zip_sources(path, rubric, limits), origin)
 
 
-def save_base(data_dir: Path, slug: str, archive: bytes, rubric: Rubric, limits: UnpackLimits) -> int:
-    """Keeps `archive` as the assignment's base once it reads as a starter; its file count."""
+def save_base(data_dir: Path, slug: str, archive: bytes, rubric: Rubric, limits: UnpackLimits,
+              filename: str = "") -> int:
+    """Keeps `archive` as the assignment's base once it reads as a starter, with its file name
+    and sha256 beside it; its file count."""
     target = base_path(data_dir, slug)
     private_dir(target.parent)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".base-", suffix=".zip")
@@ -119,6 +168,9 @@ def save_base(data_dir: Path, slug: str, archive: bytes, rubric: Rubric, limits:
         os.unlink(tmp)
         raise
     os.replace(tmp, target)
+    note = {"filename": Path(filename.replace("\\", "/")).name or target.name,
+            "sha256": hashlib.sha256(archive).hexdigest()}
+    _upload_note(data_dir, slug).write_text(json.dumps(note))
     return count
 
 
@@ -134,13 +186,16 @@ def describe_setting(setting: str | None, rubric_default: str | None) -> str:
     return "our kit's stripped starter (no starter given)"
 
 
-def describe_assignment_base(setting: str | None, slug: str, search: Sequence[Path]) -> str:
+def describe_assignment_base(setting: str | None, slug: str, search: Sequence[Path], data_dir: Path) -> str:
     """`describe_setting` with the default of the rubric named `slug`, if there is one (found
-    along `search`, the settings' rubric_dirs, after rubrics/)."""
+    along `search`, the settings' rubric_dirs, after rubrics/), and the zip staff gave by its
+    name and sha256."""
     try:
-        return describe_setting(setting, load_rubric(slug, search=search).similarity_base)
+        words = describe_setting(setting, load_rubric(slug, search=search).similarity_base)
     except RubricError:
-        return describe_setting(setting, None)
+        words = describe_setting(setting, None)
+    origin = upload_origin(data_dir, slug) if setting == UPLOAD else ""
+    return f"{words} ({origin})" if origin else words
 
 
 def assignment_base(data_dir: Path, rubric: Rubric, limits: UnpackLimits, setting: str | None) -> Base:
@@ -151,13 +206,13 @@ def assignment_base(data_dir: Path, rubric: Rubric, limits: UnpackLimits, settin
         stored = base_path(data_dir, rubric.slug)
         if not stored.is_file():
             raise BadArchive("the starter zip staff gave is no longer kept: upload it again")
-        return Base(zip_sources(stored, rubric, limits), label)
+        return named(label, zip_sources(stored, rubric, limits), upload_origin(data_dir, rubric.slug))
     if setting:
-        return Base(given_base(setting, rubric, limits, clone_dir(data_dir)), label)
+        return given_base(setting, rubric, limits, clone_dir(data_dir), label)
     if rubric.similarity_base:
         try:
-            return Base(given_base(rubric.similarity_base, rubric, limits, clone_dir(data_dir)), label)
+            return given_base(rubric.similarity_base, rubric, limits, clone_dir(data_dir), label)
         except BadArchive as exc:
-            return Base(starter_sources(rubric), f"our kit's stripped starter: the rubric's default "
-                        f"{rubric.similarity_base} could not be read ({exc})", received=False)
-    return Base(starter_sources(rubric), label, received=False)
+            return named(f"our kit's stripped starter: the rubric's default {rubric.similarity_base} could not be "
+                         f"read ({exc})", starter_sources(rubric), received=False)
+    return named(label, starter_sources(rubric), received=False)

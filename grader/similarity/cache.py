@@ -30,7 +30,7 @@ class PrintCache:
 
     def key(self, path: str, text: str) -> str:
         # the lexer is chosen by the file's suffix; the units by its language
-        spec = f"{self.config.k}/{self.config.window}/{Path(path).suffix}/v1\0"
+        spec = f"{self.config.k}/{self.config.window}/{Path(path).suffix}/v2\0"  # v2: lines of prints._removed_before
         return hashlib.sha256(spec.encode() + text.encode("utf-8", errors="replace")).hexdigest()
 
     def get(self, path: str, text: str) -> FilePrint:

@@ -6,7 +6,8 @@ students received) is tokenized by copydetect (names, strings and comments norma
 renaming and reformatting do not hide a copy) and winnowed into fingerprints (hashes of
 k-grams, with the line each covers). A file's fingerprints are computed once per file content
 (grader.similarity.cache keeps them by sha256). Fingerprints that occur anywhere in the base are
-boilerplate; fingerprints held by many students of the class (more than `common_share` of
+boilerplate, and so are those of the code its comments and docstrings give (the starter's hints,
+`prints.hint_text`: honest students write what a hint shows); fingerprints held by many students of the class (more than `common_share` of
 them, and more than `common_min`) are common knowledge (a previous assignment's starter, the
 obvious launcher); neither counts.
 
@@ -37,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from grader.similarity.cache import PrintCache, Progress
-from grader.similarity.prints import FilePrint, Fingerprinting
+from grader.similarity.prints import FilePrint, Fingerprinting, hint_text
 from grader.similarity.units import Function
 from worker.rubric import Rubric
 from worker.starter_kit import render_starter
@@ -62,6 +63,17 @@ class Match:
     identical: bool = False  # the two files are the same apart from whitespace
 
     @property
+    def shared_lines(self) -> int:
+        """Lines the shared code spans, the smaller side's."""
+        return min(_line_count(self.lines_a), _line_count(self.lines_b))
+
+    @property
+    def longest_run(self) -> int:
+        """The longest stretch of consecutive lines shared, the smaller side's."""
+        return min(max((b - a + 1 for a, b in self.lines_a), default=0),
+                   max((b - a + 1 for a, b in self.lines_b), default=0))
+
+    @property
     def label(self) -> str:
         a = f"{self.path_a}: {self.function_a}" if self.function_a else self.path_a
         if (self.path_b, self.function_b) != (self.path_a, self.function_a):
@@ -78,8 +90,30 @@ class PairResult:
 
     @property
     def breadth(self) -> float:
-        """The evidence besides the strongest match (ranks pairs of equal score)."""
+        """The evidence besides the strongest match."""
         return sum(m.score for m in self.matches[1:])
+
+    @property
+    def strongest(self) -> tuple[Match, ...]:
+        """The matches that score what the pair scores (several when the score saturates at 1)."""
+        return tuple(m for m in self.matches if m.score == self.score)
+
+    @property
+    def shared_lines(self) -> int:
+        """Lines the strongest matches span, each line of a file once, the smaller side's: what
+        separates pairs whose scores saturate at 1 (a whole copied file from one function)."""
+        return min(_line_count_by_file([(m.path_a, r) for m in self.strongest for r in m.lines_a]),
+                   _line_count_by_file([(m.path_b, r) for m in self.strongest for r in m.lines_b]))
+
+    @property
+    def longest_run(self) -> int:
+        return max((m.longest_run for m in self.strongest), default=0)
+
+    @property
+    def rank_key(self) -> tuple[float, int, int, float, str, str]:
+        """Most similar first: the score, then (among equal scores) the lines shared, the
+        longest run, the other matches, then the names."""
+        return (-self.score, -self.shared_lines, -self.longest_run, -self.breadth, self.a, self.b)
 
     @property
     def driver(self) -> str:
@@ -131,14 +165,15 @@ def own_files(files: Sources, base: Sources) -> dict[str, str]:
 
 def compare_class(students: Mapping[str, Sources], base: Sources, config: Fingerprinting = Fingerprinting(),
                   cache: PrintCache | None = None, progress: Progress | None = None) -> list[PairResult]:
-    """Every pair of students, most similar first (ties: by the other matches, then by name). `cache`: where fingerprints
+    """Every pair of students, most similar first (`PairResult.rank_key`). `cache`: where fingerprints
     are computed and kept (grader.similarity.cache.PrintCache; in memory for this call when
     None); `progress`: told (files fingerprinted, files to fingerprint)."""
     prints = cache or PrintCache(config)
     names = sorted(students)
     own = {name: own_files(students[name], base) for name in names}
-    prints.fill([item for files in (base, *own.values()) for item in files.items()], progress)
-    found = [prints.get(path, text).hashes for path, text in base.items()]
+    hints = [(path, hint) for path, text in base.items() if (hint := hint_text(path, text)).strip()]
+    prints.fill([*base.items(), *hints, *(item for files in own.values() for item in files.items())], progress)
+    found = [prints.get(path, text).hashes for path, text in (*base.items(), *hints)]
     boilerplate = np.unique(np.concatenate(found)) if found else np.array([], dtype=np.int64)
     files = [(index, path, prints.get(path, text)) for index, name in enumerate(names)
              for path, text in own[name].items()]
@@ -150,7 +185,7 @@ def compare_class(students: Mapping[str, Sources], base: Sources, config: Finger
     if config.literal_copies:
         klass.literal = _literal_copies(klass, [text for name in names for text in own[name].values()], config)
     pairs = _pairs(klass, config)
-    pairs.sort(key=lambda p: (-p.score, -p.breadth, p.a, p.b))
+    pairs.sort(key=lambda p: p.rank_key)
     return pairs
 
 
@@ -303,6 +338,22 @@ def _match(klass: _Class, ua: int, ub: int, score: float) -> Match:
         round(common.size / max(unit_a.hashes.size, 1), 4), round(common.size / max(unit_b.hashes.size, 1), 4),
         _ranges(unit_a.first[at_a], unit_a.last[at_a]), _ranges(unit_b.first[at_b], unit_b.last[at_b]),
     )
+
+
+def _line_count(ranges: Iterable[LineRange]) -> int:
+    """Lines in `ranges` (of one file), each once."""
+    return _line_count_by_file([("", r) for r in ranges])
+
+
+def _line_count_by_file(ranges: Iterable[tuple[str, LineRange]]) -> int:
+    """Lines in (path, range) pairs, each line of a file once (the ranges merged)."""
+    count, path_at, reach = 0, None, 0
+    for path, (first, last) in sorted(ranges):
+        if path != path_at:
+            path_at, reach = path, 0
+        count += max(0, last - max(first, reach + 1) + 1)
+        reach = max(reach, last)
+    return count
 
 
 def _ranges(first: np.ndarray, last: np.ndarray) -> tuple[LineRange, ...]:

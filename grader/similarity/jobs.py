@@ -116,7 +116,7 @@ def run_job(settings: Settings, sessions: sessionmaker[Session], blobs: BlobStor
         rubric = load_rubric(slug, search=settings.rubric_dirs)
         limits = pipeline_config(settings, rubric).limits
         base = assignment_base(settings.data_dir, rubric, limits, setting)
-        _record(sessions, job_id, base=base.label)
+        _record(sessions, job_id, base=base.label[:512])  # its column's size
         with session_scope(sessions) as session:
             report, _sources = compute_report(session, blobs, rubric, limits, base, fingerprint_dir(settings.data_dir),
                                               _ProgressWriter(sessions, job_id))

@@ -2,11 +2,14 @@
 the lines it covers, and the file's functions (grader.similarity.units)."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
 from copydetect import defaults
 from copydetect.utils import filter_code, get_document_fingerprints
+from pygments import lexers, token
+from pygments.util import ClassNotFound
 
 from grader.similarity.units import Function, functions_of
 
@@ -53,11 +56,52 @@ def fingerprint_file(path: str, text: str, config: Fingerprinting) -> FilePrint:
     return FilePrint(hashes, first, last, functions_of(path, text))
 
 
+_COMMENT_MARKS = re.compile(r"^[ \t]*(?://+|/\*+|\*+/?|#+|\"\"\"|\'\'\')?[ \t]?|[ \t]*(?:\*+/|\"\"\"|\'\'\')[ \t]*$",
+                            re.MULTILINE)
+
+
+def hint_text(path: str, text: str) -> str:
+    """The code a file's comments and docstrings hold, their marks removed, a line each: what a
+    starter gives in its hints (`// Hint: if (len <= 32) ker<float, 1><<<...>>>(...)`, a commented
+    out call, an example in a docstring). Fingerprinted as code, it joins the starter's own
+    fingerprints, so students who write what the hints show share nothing by it. Prose left in
+    tokenizes as runs of names, which no code has; "" for a file the lexer does not know."""
+    try:
+        lexer = lexers.get_lexer_for_filename(path)
+    except ClassNotFound:
+        return ""
+    kept = [value for kind, value in lexer.get_tokens(text)
+            if (kind in token.Comment and kind not in (token.Comment.Preproc, token.Comment.Hashbang))
+            or kind in token.String.Doc]
+    return "\n".join(_COMMENT_MARKS.sub("", value) for value in kept)
+
+
 def _raw_offset(filtered_at: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    if len(offsets) == 0:
+    """Positions in the filtered text as positions in the file (`_removed_before`)."""
+    rows = _removed_before(offsets)
+    if len(rows) == 0:
         return filtered_at
-    at = np.clip(np.searchsorted(offsets[:, 0], filtered_at), 0, offsets.shape[0] - 1)
-    return filtered_at + offsets[:, 1][at]
+    at = np.clip(np.searchsorted(rows[:, 0], filtered_at), 0, rows.shape[0] - 1)
+    return filtered_at + rows[:, 1][at]
+
+
+def _removed_before(offsets: np.ndarray) -> np.ndarray:
+    """copydetect's rows, (the last filtered character before a token, characters removed
+    before that token), repaired: a character's removed count is then the first row's at or
+    after it. Two faults put shared lines dozens of lines away from the code: its first row,
+    [0, 0], is no token's (left in, it precedes the rows of a comment that opens the file, whose
+    index is -1, and maps the file's start as if nothing had been removed there); and a class
+    name's row holds the name's length less one instead of the running count (the next row's
+    count, taken after that name, less it is the right one)."""
+    rows = np.array(offsets[1:], dtype=np.int64)
+    if len(rows) < 2:
+        return rows
+    counts = rows[:, 1]
+    before = np.r_[np.iinfo(np.int64).min, np.maximum.accumulate(counts)[:-1]]
+    broken = np.flatnonzero(counts[:-1] < before[:-1])
+    counts[broken] = counts[broken + 1] - counts[broken]
+    rows[:, 1] = np.maximum.accumulate(counts)
+    return rows
 
 
 def _line_of(raw_at: np.ndarray, line_starts: np.ndarray) -> np.ndarray:

@@ -1,10 +1,12 @@
-"""The similarity report: ranked pairs as JSON, or one self-contained HTML page (no external
-assets, so it can be mailed or served as is): every pair in the ranking with the file or
-function that drives its score, and for the `detailed` first pairs the shared regions of
-their strongest matches side by side (excerpts around them, long lines wrapped to the window).
-Highlighting marks shared lines that are not lines of the base's file."""
+"""The similarity report: ranked pairs as JSON, or self-contained HTML pages (no external
+assets, so they can be mailed or served as they are): every pair in the ranking, a page of
+pairs at a time, with the file or function that drives its score, and for the `detailed` first
+pairs a page each with the shared regions of their strongest matches side by side (excerpts
+around them, long lines wrapped to the window). Highlighting marks shared lines that are not
+lines of the base's file or its hints, nor a starter's markers."""
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import asdict
 from typing import Any
@@ -13,35 +15,44 @@ from jinja2 import Environment, select_autoescape
 
 from grader.similarity.base import Base
 from grader.similarity.compare import LineRange, PairResult, Sources
+from grader.similarity.prints import hint_text
 
 CONTEXT = 2  # lines shown around a shared region in the HTML file's excerpts
 
-_TEMPLATE = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width">
-<title>{{ title }}</title>
-<style>
-body{font-family:system-ui,sans-serif;margin:1.5rem;max-width:100%}
+_STYLE = """body{font-family:system-ui,sans-serif;margin:1.5rem;max-width:100%}
 table.rank{border-collapse:collapse}table.rank td,table.rank th{padding:.2rem .6rem;border-bottom:1px solid #ccc;text-align:left}
 .sbs{display:grid;grid-template-columns:minmax(0,1fr) minmax(0,1fr);gap:1rem}
 pre{font-size:12px;overflow-x:hidden;overflow-y:auto;max-height:32rem;border:1px solid #ccc;margin:0}
 .l{display:block;white-space:pre-wrap;overflow-wrap:anywhere;padding-left:3.5em;text-indent:-3.5em}
-.hit{background:#ffe08a}.gap{color:#777}.n{color:#777;display:inline-block;width:3.5em;text-indent:0;user-select:none}
-</style></head><body>
+.hit{background:#ffe08a}.gap{color:#777}.n{color:#777;display:inline-block;width:3.5em;text-indent:0;user-select:none}"""
+
+# A page of the ranking: its pairs, links to the other pages and to each detailed pair's page.
+_RANKING = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width">
+<title>{{ title }}</title><style>{{ style }}</style></head><body>
 <h1>{{ title }}</h1>
 <p>{{ summary }}</p>
-<table class="rank"><thead><tr><th>#</th><th>student A</th><th>student B</th><th>score</th><th>driven by</th></tr></thead><tbody>
-{% for p in pairs %}<tr><td>{{ loop.index }}</td><td>{{ p.a }}</td><td>{{ p.b }}</td><td>{{ "%.0f%%"|format(100 * p.score) }}</td>
-<td>{% if loop.index <= detailed and p.matches %}<a href="#pair-{{ loop.index }}">{{ p.driver }}</a>{% else %}{{ p.driver }}{% endif %}</td></tr>
+{% if pages|length > 1 %}<p>Pages of the ranking: {% for n, name in pages %}{% if n == page %}<strong>{{ n }}</strong>{% else %}<a href="{{ name }}">{{ n }}</a>{% endif %} {% endfor %}</p>{% endif %}
+<table class="rank"><thead><tr><th>#</th><th>student A</th><th>student B</th><th>score</th><th>lines the strongest matches share (longest run)</th><th>driven by</th></tr></thead><tbody>
+{% for rank, p in pairs %}<tr><td>{{ rank }}</td><td>{{ p.a }}</td><td>{{ p.b }}</td><td>{{ "%.0f%%"|format(100 * p.score) }}</td><td>{{ p.shared_lines }} ({{ p.longest_run }})</td>
+<td>{% if rank in pair_pages %}<a href="{{ pair_pages[rank] }}">{{ p.driver }}</a>{% else %}{{ p.driver }}{% endif %}</td></tr>
 {% endfor %}</tbody></table>
-{% for p in pairs[:detailed] if p.matches %}{% set n = loop.index %}
-<section id="pair-{{ n }}"><h2>{{ n }}. {{ p.a }} and {{ p.b }}: {{ "%.0f%%"|format(100 * p.score) }}</h2>
-{% for m in p.matches %}<h3>{{ m.label }}: {{ "%.0f%%"|format(100 * m.score) }} ({{ "%.0f%%"|format(100 * m.share_a) }} of {{ p.a }}'s own code there, {{ "%.0f%%"|format(100 * m.share_b) }} of {{ p.b }}'s)</h3>
+</body></html>
+"""
+
+# One pair side by side: the shared regions of its strongest matches (excerpts around them).
+_PAIR = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width">
+<title>{{ rank }}. {{ p.a }} and {{ p.b }}</title><style>{{ style }}</style></head><body>
+<p><a href="{{ back }}">Back to the ranking</a></p>
+<h1>{{ rank }}. {{ p.a }} and {{ p.b }}: {{ "%.0f%%"|format(100 * p.score) }}</h1>
+<p>Its strongest matches share {{ p.shared_lines }} lines, the longest run {{ p.longest_run }} lines. Base: {{ base }}.</p>
+{% for m in p.matches %}<h2>{{ m.label }}: {{ "%.0f%%"|format(100 * m.score) }} ({{ "%.0f%%"|format(100 * m.share_a) }} of {{ p.a }}'s own code there, {{ "%.0f%%"|format(100 * m.share_b) }} of {{ p.b }}'s)</h2>
 <div class="sbs">
 {% for name, path, lines in ((p.a, m.path_a, m.lines_a), (p.b, m.path_b, m.lines_b)) %}
 <div><strong>{{ name }}</strong> lines {{ ranges(lines) }}<pre>{% for no, text, hit in excerpt(sources[name].get(path, ""), lines, base_lines(path)) %}{% if no %}<span class="l{{ ' hit' if hit }}"><span class="n">{{ no }}</span>{{ text }}</span>{% else %}<span class="l gap">…</span>{% endif %}{% endfor %}</pre></div>
 {% endfor %}
-</div>{% endfor %}</section>
-{% endfor %}
+</div>{% endfor %}
 </body></html>
 """
 
@@ -51,14 +62,24 @@ def describe_ranges(lines: Sequence[LineRange]) -> str:
 
 
 def starter_lines(base: Sources, path: str) -> frozenset[str]:
-    """The base file's lines, stripped: a shared line that is one of them is not highlighted."""
-    return frozenset(line.strip() for line in base.get(path, "").splitlines())
+    """The base file's lines and the lines of code its hints give, stripped: a shared line that
+    is one of them is not highlighted."""
+    text = base.get(path, "")
+    return frozenset(line.strip() for line in (*text.splitlines(), *hint_text(path, text).splitlines()))
+
+
+# A starter's region markers, of whichever version or course a student started from
+# (`// BEGIN ASSIGN4_1_1`, `/// END ASSIGN4_2_2`, `# BEGIN ASSIGN3_3`, `// BEGIN SOLUTION: 1.1`,
+# a lone `/// TODO`): the starter put them there, so two students keeping them share nothing.
+STARTER_MARKER = re.compile(r"^\s*(?://+|#+|/\*+)\s*(?:(?:BEGIN|END)\b\s*:?\s*(?:ASSIGN[\w.]*|SOLUTION\b)|TODO\b)"
+                            r".*$", re.IGNORECASE)
 
 
 def numbered_lines(text: str, lines: Sequence[LineRange], starter: Set[str] = frozenset()) -> list[tuple[int, str, bool]]:
     """(line number, text, highlighted) for every line of `text`: highlighted when inside one of
-    `lines`, not blank and not a line of the starter's file."""
-    return [(no, line, any(a <= no <= b for a, b in lines) and bool(line.strip()) and line.strip() not in starter)
+    `lines`, not blank, not a line of the starter's file and not a starter's marker."""
+    return [(no, line, any(a <= no <= b for a, b in lines) and bool(line.strip()) and line.strip() not in starter
+             and STARTER_MARKER.match(line) is None)
             for no, line in enumerate(text.splitlines(), start=1)]
 
 
@@ -77,22 +98,36 @@ def excerpt(text: str, lines: Sequence[LineRange], starter: Set[str] = frozenset
 
 def report_json(assignment: str, pairs: Sequence[PairResult]) -> dict[str, Any]:
     return {"assignment": assignment, "students": _student_count(pairs),
-            "pairs": [{**asdict(p), "driver": p.driver} for p in pairs]}
+            "pairs": [{**asdict(p), "driver": p.driver, "shared_lines": p.shared_lines, "longest_run": p.longest_run}
+                      for p in pairs]}
 
 
-def report_html(assignment: str, pairs: Sequence[PairResult], sources: Mapping[str, Sources], base: Base,
-                detailed: int = 50) -> str:
-    """The ranking of every pair, and the shared regions of the `detailed` first ones."""
+def report_pages(assignment: str, pairs: Sequence[PairResult], sources: Mapping[str, Sources], base: Base,
+                 detailed: int = 50, per_page: int = 200, stem: str = "report") -> dict[str, str]:
+    """The HTML report as self-contained pages, file name -> HTML, to write side by side: the
+    ranking of every pair, `per_page` pairs a page (`{stem}.html` first, then
+    `{stem}-ranking-2.html`, ...), and a page of its own for each of the `detailed` first pairs
+    (`{stem}-pair-1.html`, ...) with the shared regions side by side. One page held every pair's
+    excerpts before (1.9 MB for a class of 30)."""
     env = Environment(autoescape=select_autoescape(default=True, default_for_string=True))
     env.globals.update(ranges=describe_ranges, excerpt=excerpt, base_lines=lambda path: starter_lines(base.sources, path))
     summary = (f"{_student_count(pairs)} students, {len(pairs)} pairs, most similar first. Each file and each "
                "function a student changed from the starter is compared with every other student's; a pair's score "
                "is its strongest match (shared share of the two, weighted by how much code they share), named "
-               "in 'driven by'. Code of the starter never counts. Highlighted: shared lines outside the starter. "
+               "in 'driven by'; pairs of one score rank by the lines their strongest matches share. Code of the starter and of its "
+               "hints never counts. Highlighted: shared lines outside the starter. "
                f"A high score is a reason to look, not a verdict. Base: {base.label}.")
-    return env.from_string(_TEMPLATE).render(
-        title=f"Similarity: {assignment}", summary=summary, pairs=pairs, sources=sources, detailed=detailed,
-    )
+    count = max(1, -(-len(pairs) // per_page))
+    names = [(n, f"{stem}.html" if n == 1 else f"{stem}-ranking-{n}.html") for n in range(1, count + 1)]
+    ranked = list(enumerate(pairs, start=1))
+    pair_pages = {rank: f"{stem}-pair-{rank}.html" for rank, p in ranked[:detailed] if p.matches}
+    out = {name: env.from_string(_RANKING).render(
+        title=f"Similarity: {assignment}", style=_STYLE, summary=summary, pages=names, page=n,
+        pairs=ranked[(n - 1) * per_page: n * per_page], pair_pages=pair_pages) for n, name in names}
+    for rank, name in pair_pages.items():
+        out[name] = env.from_string(_PAIR).render(style=_STYLE, rank=rank, p=pairs[rank - 1], sources=sources,
+                                                  base=base.label, back=names[(rank - 1) // per_page][1])
+    return out
 
 
 def _student_count(pairs: Sequence[PairResult]) -> int:

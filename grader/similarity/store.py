@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 
 from grader.datadir import private_dir
 from grader.models import utcnow
-from grader.similarity.base import Base
+from grader.similarity.base import Base, text_sha256
 from grader.similarity.cache import PrintCache, Progress
 from grader.similarity.compare import Match, PairResult, Sources, compare_class
 from grader.similarity.prints import Fingerprinting
@@ -74,7 +74,8 @@ def save_report(report: StoredReport, base: Sources, path: Path) -> None:
     """The report and its base's files, each written to a temporary file and renamed: a reader
     never sees half of either; the base goes first, so no report is seen without its own."""
     body = {**report_json(report.assignment, report.pairs), "generated_at": report.generated_at.isoformat(),
-            "submissions": report.submissions, "skipped": report.skipped, "base": report.base}
+            "submissions": report.submissions, "skipped": report.skipped, "base": report.base,
+            "base_files": {path: text_sha256(text) for path, text in sorted(base.items())}}
     _write_json(base, base_files_path(path))
     _write_json(body, path)
 

@@ -118,4 +118,5 @@ def test_similarity_command_reads_each_students_latest_zip(sessions: sessionmake
     assert pair["score"] > 0.95 and pair["matches"]
     # Staff of hw4 upload the kit to try it: not a student's work, never in the comparison.
     assert not any("sim-staff" in (p["a"], p["b"]) for p in report["pairs"]) and "sim-staff" not in result.output
-    assert html.exit_code == 0 and "sim-a and sim-b" in (tmp_path / "report.html").read_text()
+    assert html.exit_code == 0 and "<td>sim-a</td><td>sim-b</td>" in (tmp_path / "report.html").read_text()
+    assert "sim-a and sim-b" in (tmp_path / "report-pair-1.html").read_text()  # the first pair's own page

@@ -10,6 +10,7 @@ sides. A computation that fails ends `failed` with the reason and keeps the prev
 one that succeeds replaces it. Students get neither page nor computation."""
 from __future__ import annotations
 
+import hashlib
 import re
 import shutil
 import subprocess
@@ -182,7 +183,10 @@ def test_planted_copy_ranks_first_and_shows_side_by_side(own_settings: Settings,
     following = prof.client.get("/assignments/hw4/similarity").text
     assert 'id="job"' in following and 'data-final="false"' in following and "/static/similarity.js" in following
     final, seen = _wait_final(prof)
-    assert final["state"] == "done" and final["error"] is None and final["base"] == starter_repo, final["error"]
+    assert final["state"] == "done" and final["error"] is None, final["error"]
+    # the base named exactly: the commit its ref resolved to, its files and their digest
+    assert re.fullmatch(rf"{re.escape(starter_repo)} \(commit [0-9a-f]{{40}}; \d+ files, digest [0-9a-f]{{16}}\)",
+                        final["base"]), final["base"]
     assert final["files_total"] > 30 and final["files_done"] == final["files_total"]
     assert seen[-1]["state"] == "done" and len(seen) >= 2  # progress was seen on the way
     with session_scope(sessions_own) as session:
@@ -191,7 +195,7 @@ def test_planted_copy_ranks_first_and_shows_side_by_side(own_settings: Settings,
 
     page = prof.client.get("/assignments/hw4/similarity").text
     assert "over 30" in page and "(435 pairs)" in page and "page 1 of 5" in page
-    assert f'<span id="report-base">{starter_repo}</span>' in page
+    assert f'<span id="report-base">{final["base"]}</span>' in page
     assert 'href="/assignments/hw4/similarity?page=5"' in page  # every pair is on some page
     rows = re.findall(r'<th scope="row">(\S+) and (\S+)</th>\s*<td>(\d+)%</td>', page)
     assert rows[0][:2] == PLANTED, rows[:3]
@@ -241,7 +245,7 @@ def test_a_failed_computation_keeps_the_previous_report_and_a_new_one_replaces_i
     page = prof.client.get("/assignments/hw4/similarity").text
     assert 'id="job-error"' in page and "The report below is the previous one." in page
     kept = load_report(report_path(own_settings.data_dir, "hw4"))
-    assert kept is not None and kept.generated_at == previous.generated_at and kept.base == starter_repo
+    assert kept is not None and kept.generated_at == previous.generated_at and kept.base.startswith(f"{starter_repo} (commit ")
 
     _set_git_base(prof, starter_repo)
     _compute(prof)
@@ -262,10 +266,11 @@ def test_staff_set_the_base_on_the_settings_page(own_settings: Settings, session
     assert "Not kept: a git base is git:&lt;repository&gt;@&lt;ref&gt;" in refused_git
     assert 'name="git" aria-describedby="h-base-git" value="git:no-ref-here" aria-invalid="true"' in refused_git
     render_starter(load_rubric("hw4").starter_dir, tmp_path / "starter")
+    given = _zip(tmp_path / "starter", {}, tmp_path / "z")
     kept = prof.client.post("/assignments/hw4/similarity/base", data={"csrf_token": prof.csrf(page)},
-                            files={"starter": ("starter.zip", _zip(tmp_path / "starter", {}, tmp_path / "z"),
-                                               "application/zip")})
-    assert re.search(r"Kept: \d+ starter files", kept.text) and "Now: the starter zip staff gave." in kept.text
+                            files={"starter": ("starter.zip", given, "application/zip")})
+    assert re.search(r"Kept: \d+ starter files", kept.text)
+    assert f"Now: the starter zip staff gave (starter.zip, sha256 {hashlib.sha256(given).hexdigest()})." in kept.text
     back = prof.client.post("/assignments/hw4/similarity/base", data={"csrf_token": prof.csrf(page), "action": "default"})
     default = load_rubric("hw4").similarity_base
     assert default and f"Now: the rubric&#39;s default, {default}." in back.text

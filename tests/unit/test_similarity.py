@@ -4,6 +4,7 @@ reports render."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from similarity_class import generate_class
 from grader.similarity.base import Base
 from grader.similarity.compare import PairResult, compare_class, starter_sources, tree_sources
 from grader.similarity.prints import Fingerprinting
-from grader.similarity.report import report_html, report_json
+from grader.similarity.report import report_json, report_pages
 from worker.rubric import load_rubric
 
 RUBRIC = load_rubric("hw4")
@@ -115,10 +116,17 @@ def test_reports(seeded_class, starter: dict[str, str]) -> None:
     assert data["students"] == 30 and data["pairs"][0]["a"] == "s07"
     assert data["pairs"][0]["matches"][0]["lines_a"] and data["pairs"][0]["driver"]
     json.dumps(data)
-    page = report_html("hw4", pairs, {n: s.files for n, s in students.items()}, Base(starter, "the kit starter"),
-                       detailed=2)
-    assert page.count('<section id="pair-') == 2
-    assert page.count("<tr><td>") == len(pairs)  # every pair ranked
-    assert '<span class="l hit">' in page and "s07 and s23" in page
-    assert "Base: the kit starter." in page
-    assert "<script" not in page and "&lt;" in page  # sources are escaped (template arguments)
+    pages = report_pages("hw4", pairs, {n: s.files for n, s in students.items()}, Base(starter, "the kit starter"),
+                         detailed=2, per_page=200, stem="hw4-sim")
+    assert sorted(pages) == ["hw4-sim-pair-1.html", "hw4-sim-pair-2.html", "hw4-sim-ranking-2.html",
+                             "hw4-sim-ranking-3.html", "hw4-sim.html"]  # 435 pairs, 200 a page
+    ranked = [re.findall(r"<tr><td>(\d+)</td>", pages[name]) for name in ("hw4-sim.html", "hw4-sim-ranking-2.html",
+                                                                         "hw4-sim-ranking-3.html")]
+    assert [int(n) for page in ranked for n in page] == list(range(1, len(pairs) + 1))  # every pair ranked once
+    first = pages["hw4-sim.html"]
+    assert '<a href="hw4-sim-pair-1.html">' in first and '<a href="hw4-sim-ranking-2.html">2</a>' in first
+    assert "Base: the kit starter." in first and '<span class="l hit">' not in first
+    pair = pages["hw4-sim-pair-1.html"]
+    assert '<span class="l hit">' in pair and "1. s07 and s23" in pair and '<a href="hw4-sim.html">' in pair
+    assert all("<script" not in page for page in pages.values()) and "&lt;" in pair  # sources are escaped
+    assert max(len(page.encode()) for page in pages.values()) < 200_000

@@ -1,15 +1,26 @@
 """Which base the similarity check uses: the assignment's setting (a zip staff gave, a git ref),
 else the rubric's default, else our kit's stripped starter; a git repository that is no folder
-here is cloned once. Real git repositories in a temporary folder."""
+here is cloned once; every base is named exactly (the commit a ref resolved to, the zip's name
+and sha256, its files' count and digest). Real git repositories in a temporary folder."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from grader.similarity.base import UPLOAD, assignment_base, clone_dir, describe_setting
+from grader.similarity.base import (
+    UPLOAD,
+    assignment_base,
+    clone_dir,
+    describe_assignment_base,
+    describe_setting,
+    files_digest,
+    save_base,
+    text_sha256,
+)
 from grader.similarity.compare import starter_sources
 from worker.rubric import load_rubric
 from worker.starter_kit import render_starter
@@ -38,7 +49,8 @@ def test_a_git_ref_staff_set_is_the_base(starter_repo: tuple[Path, str], tmp_pat
     repo, commit = starter_repo
     spec = f"git:{repo}@{commit}"
     base = assignment_base(tmp_path, RUBRIC, LIMITS, spec)
-    assert base.label == spec and base.received
+    assert base.label == f"{spec} (commit {commit}; {len(base.sources)} files, digest {files_digest(base.sources)[:16]})"
+    assert base.received
     assert base.sources["minitorch/optim.py"] == "# the course's own optimizer file\n"
     assert base.sources["src/softmax_kernel.cu"] == starter_sources(RUBRIC)["src/softmax_kernel.cu"]
     with pytest.raises(BadArchive, match="no-such-ref"):
@@ -49,6 +61,7 @@ def test_a_repository_url_is_cloned_once(starter_repo: tuple[Path, str], tmp_pat
     repo, commit = starter_repo
     spec = f"git:file://{repo}@{commit[:8]}"
     first = assignment_base(tmp_path, RUBRIC, LIMITS, spec)
+    assert f"(commit {commit};" in first.label  # the short ref named by the whole commit it resolved to
     clones = list(clone_dir(tmp_path).glob("*.git"))
     assert len(clones) == 1 and first.sources["minitorch/optim.py"].startswith("# the course's")
     assert assignment_base(tmp_path, RUBRIC, LIMITS, spec).sources == first.sources
@@ -59,13 +72,37 @@ def test_the_rubric_default_and_the_kit_fallback(starter_repo: tuple[Path, str],
     repo, commit = starter_repo
     rubric = dataclasses.replace(RUBRIC, similarity_base=f"git:{repo}@{commit}")
     default = assignment_base(tmp_path, rubric, LIMITS, None)
-    assert default.received and default.label == f"the rubric's default, git:{repo}@{commit}"
+    assert default.received and default.label.startswith(f"the rubric's default, git:{repo}@{commit} (commit {commit};")
     unreachable = dataclasses.replace(RUBRIC, similarity_base=f"git:{tmp_path / 'gone'}@{commit}")
     fallback = assignment_base(tmp_path, unreachable, LIMITS, None)
     assert not fallback.received and fallback.sources == starter_sources(RUBRIC)
     assert fallback.label.startswith("our kit's stripped starter: the rubric's default")
     assert "could not be read" in fallback.label
     assert describe_setting(None, None) == "our kit's stripped starter (no starter given)"
+
+
+def test_a_zip_staff_gave_is_named_by_its_file_and_sha256(starter_repo: tuple[Path, str], tmp_path: Path) -> None:
+    repo, _commit = starter_repo
+    archive = tmp_path / "starter.zip"
+    subprocess.run(["git", "-C", str(repo), "archive", "--format=zip", "--prefix=llmsys_hw4/", "-o", str(archive),
+                    "HEAD"], check=True)
+    data = archive.read_bytes()
+    count = save_base(tmp_path, "hw4", data, RUBRIC, LIMITS, "C:\\Users\\ta\\llmsys_hw4 (spring).zip")
+    base = assignment_base(tmp_path, RUBRIC, LIMITS, UPLOAD)
+    sha = hashlib.sha256(data).hexdigest()
+    assert len(base.sources) == count
+    assert base.label == (f"the starter zip staff gave (llmsys_hw4 (spring).zip, sha256 {sha}; {count} files, "
+                          f"digest {files_digest(base.sources)[:16]})")
+    assert describe_assignment_base(UPLOAD, "hw4", [], tmp_path) == (
+        f"the starter zip staff gave (llmsys_hw4 (spring).zip, sha256 {sha})")
+    text = base.sources["minitorch/optim.py"]
+    assert text_sha256(text) == hashlib.sha256((repo / "minitorch" / "optim.py").read_bytes()).hexdigest()
+
+
+def test_a_git_spec_that_git_would_read_as_an_option_is_refused(tmp_path: Path) -> None:
+    for spec in ("git:--upload-pack=touch /tmp/x@main", "git:/srv/starter@--output=/tmp/x"):
+        with pytest.raises(BadArchive, match="cannot start with '-'"):
+            assignment_base(tmp_path, RUBRIC, LIMITS, spec)
 
 
 def test_a_zip_staff_gave_that_is_gone_is_an_error(tmp_path: Path) -> None:
