@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.datadir import private_dir, tighten
+from grader.datadir import private_dir, tighten, write_private
 from grader.similarity.compare import Sources, starter_sources, tree_sources
 from worker.rubric import Rubric, RubricError, load_rubric
 from worker.unpack import BadArchive, UnpackLimits, find_assignment_root, unpack_zip
@@ -170,7 +170,7 @@ def save_base(data_dir: Path, slug: str, archive: bytes, rubric: Rubric, limits:
     os.replace(tmp, target)
     note = {"filename": Path(filename.replace("\\", "/")).name or target.name,
             "sha256": hashlib.sha256(archive).hexdigest()}
-    _upload_note(data_dir, slug).write_text(json.dumps(note))
+    write_private(_upload_note(data_dir, slug), json.dumps(note))
     return count
 
 
