@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any
 
 from grader.runs.engine_config import gpu_stage_for, pipeline_config
 from grader.settings import get_settings
+from worker.build import ToolchainFault
 from worker.pipeline import Outcome, grade_submission
 from worker.rubric import Rubric, load_rubric
 from worker.starter_kit import zip_tree
@@ -62,7 +64,11 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="kg-gradescope-") as tmp:
         work = Path(tmp)
         work.chmod(0o711)  # the sandbox user must reach the job folder
-        results = grade_folder(args.submission, rubric, work)
+        try:
+            results = grade_folder(args.submission, rubric, work)
+        except ToolchainFault as exc:  # no results.json: Gradescope reports the autograder failed, not a grade
+            print(f"the autograder's CUDA toolchain failed, not the student's code: {exc}", file=sys.stderr)
+            return 1
     args.results.parent.mkdir(parents=True, exist_ok=True)
     args.results.write_text(json.dumps(results, indent=2, allow_nan=False))
     return 0

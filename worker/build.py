@@ -11,6 +11,11 @@ gets. Without one (our reference kit), nvcc runs directly in the tree.
 Either way nvcc is given paths relative to the submission root, so logs name files as the
 student knows them (`src/softmax_kernel.cu(12): error ...`).
 
+A fault of the toolchain is never the student's: nvcc missing or not runnable, or a submission
+build that failed where our own probe source (PROBE_SOURCE) fails too, in the same sandbox with
+the same flags, raises ToolchainFault, an infrastructure fault (the run is retried elsewhere).
+The probe decides, not the log's words: a submission can print anything, even "nvcc fatal".
+
 Pure standard library on purpose: the GPU test suite imports this module on a machine that
 has none of the service's packages.
 """
@@ -46,6 +51,11 @@ _STOPPED = {
     "file_size": "it wrote a file over the size limit",
     "disk": "it filled its scratch space",
 }
+
+
+class ToolchainFault(Exception):
+    """The CUDA toolchain cannot build at all (nvcc missing or not runnable, or failing on our own
+    probe source): an infrastructure fault, never the student's."""
 
 
 @dataclass(frozen=True)
@@ -298,7 +308,7 @@ def build_stub(toolchain: Toolchain, folder: Path, cache_dir: Path | None = None
     target = KernelTarget("stub", "src/kg_stub.cu", "kg_stub.so")
     (result,) = build_kernels(folder, [target], toolchain, cache_dir, 1)
     if not result.ok:
-        raise RuntimeError(f"the empty stand-in library did not build: {result.log.strip()[-500:]}")
+        raise ToolchainFault(f"the empty stand-in library did not build: {result.log.strip()[-500:]}")
     return folder / target.output
 
 
@@ -315,8 +325,7 @@ def build_kernels(
     root = root.resolve()
     version = nvcc_version(toolchain.nvcc)
     if version is None:
-        message = f"nvcc not found or not runnable: {toolchain.nvcc}\n"
-        return [BuildResult(t.name, False, message, 0.0) for t in targets]
+        raise ToolchainFault(f"nvcc not found or not runnable: {toolchain.nvcc}")
     if confine is not None:
         _check_usable(toolchain.nvcc, confine.sandbox)
         confine.scratch.mkdir(parents=True, exist_ok=True)
@@ -327,4 +336,34 @@ def build_kernels(
     workers = max(1, min(jobs or len(targets), len(targets)))
     with ThreadPoolExecutor(max_workers=workers) as pool:
         futures = [pool.submit(_build_one, root, t, toolchain, version, cache_dir, confine) for t in targets]
-        return [f.result() for f in futures]
+        results = [f.result() for f in futures]
+    if confine is not None and any(not r.ok and r.returncode is not None and r.over_budget_s is None for r in results):
+        # nvcc ran to its end and failed: the submission's doing, unless our probe fails there too
+        failure = probe_toolchain(toolchain, Path(tempfile.mkdtemp(prefix="probe-", dir=confine.scratch)), confine)
+        if failure is not None:
+            raise ToolchainFault(f"our own probe source does not build with this toolchain either: {failure}")
+    return results
+
+
+PROBE_SOURCE = """// kernelgrade's toolchain probe: if this does not build, the toolchain is at fault
+__global__ void kg_probe(float* x) { x[threadIdx.x] *= 2.0f; }
+extern "C" void kg_probe_launch(float* x) { kg_probe<<<1, 32>>>(x); }
+"""
+PROBE = KernelTarget("toolchain-probe", "src/kg_toolchain_probe.cu", "kg_toolchain_probe.so")
+
+
+def probe_toolchain(toolchain: Toolchain, folder: Path, confine: Confinement | None = None) -> str | None:
+    """Build PROBE_SOURCE with `toolchain` in the fresh folder `folder` (sandboxed like a
+    submission with `confine`, already set up by build_kernels), uncached: None when it built,
+    else the line of its log that says why (nvcc's first error or fatal line, else its last)."""
+    version = nvcc_version(toolchain.nvcc)
+    if version is None:
+        return f"nvcc not found or not runnable: {toolchain.nvcc}"
+    folder = folder.resolve()
+    (folder / PROBE.source).parent.mkdir(parents=True, exist_ok=True)
+    (folder / PROBE.source).write_text(PROBE_SOURCE)
+    result = _build_one(folder, PROBE, toolchain, version, None, confine)
+    if result.ok:
+        return None
+    lines = [line.strip() for line in result.log.splitlines() if line.strip()]
+    return next((line for line in lines if "fatal" in line or "error" in line), lines[-1] if lines else "no output")

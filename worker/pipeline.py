@@ -23,7 +23,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from worker.build import BuildResult, Confinement, KernelTarget, Toolchain, build_kernels, build_stub, nvcc_version
+from worker.build import (
+    BuildResult,
+    Confinement,
+    KernelTarget,
+    Toolchain,
+    ToolchainFault,
+    build_kernels,
+    build_stub,
+    nvcc_version,
+)
 from worker.build_isolation import (
     blocked_problems,
     blocked_summary,
@@ -161,7 +170,7 @@ def build_reference(rubric: Rubric, config: PipelineConfig, dest: Path) -> Path:
     results = build_kernels(dest, targets, config.toolchain, config.build_cache_dir, config.build_jobs)
     failed = [r for r in results if not r.ok]
     if failed:  # our own kit: never the student's fault
-        raise RuntimeError(f"the reference kit did not build: {failed[0].name}: {first_error_line(failed[0].log)}")
+        raise ToolchainFault(f"the reference kit did not build: {failed[0].name}: {first_error_line(failed[0].log)}")
     return dest
 
 

@@ -88,6 +88,27 @@ def gpu_count() -> int:
             pass
 
 
+def gpu_compute_capability(index: int = 0) -> tuple[int, int] | None:
+    """GPU `index`'s CUDA compute capability as NVML reports it ((9, 0) on an H200), or None
+    without NVML, a driver or that GPU; creates no CUDA context."""
+    try:
+        import pynvml as nvml
+
+        nvml.nvmlInit()
+    except Exception:
+        return None
+    try:
+        major, minor = nvml.nvmlDeviceGetCudaComputeCapability(nvml.nvmlDeviceGetHandleByIndex(index))
+        return int(major), int(minor)
+    except Exception:
+        return None
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
 def gpu_model_mismatch(expected: str, actual: str | None) -> str | None:
     """Why a worker must not consume the queue of GPU model `expected` when NVML names its
     GPU `actual` (None: no GPU seen), or None when the names agree. Agreement ignores case

@@ -25,7 +25,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import Enum
 from pathlib import Path
@@ -44,6 +44,7 @@ from grader.runs.engine_config import gpu_stage_for, pipeline_config
 from grader.service import calibrated_targets_for
 from grader.settings import Settings
 from grader.storage.blobstore import BlobStore
+from worker.build import ToolchainFault
 from worker.pipeline import Outcome, grade_submission, not_run_problems
 from worker.rubric import Rubric, load_rubric
 from worker.telemetry import gpu_snapshot
@@ -140,6 +141,9 @@ class RunExecutor:
     settings: Settings
     sessions: sessionmaker[Session]
     blobs: BlobStore
+    # Told (why) when a build met a toolchain fault, after the run is released or failed as an
+    # infrastructure error: the Celery task stops the worker taking jobs (grader.runs.worker_start).
+    on_toolchain_fault: Callable[[str], None] = field(default=lambda _why: None)
 
     def _rubric(self, slug: str) -> Rubric:
         """The run's rubric, searched along the settings' rubric_dirs after rubrics/ (a course's
@@ -182,9 +186,13 @@ class RunExecutor:
             if attempts >= self.settings.max_attempts:
                 # Only the kind of fault reaches the student: its text may name worker paths
                 # (logged above in full for staff).
-                failure = _infra_failure(self._rubric(slug), f"{type(exc).__name__}; details in the worker log")
-                return self._finish(run_id, me, failure)
-            return _retrying_db(f"run {run_id}: release", lambda: self._release(run_id, me)) or Disposition.unclaimed
+                kind = "the grading machine's CUDA toolchain failed" if isinstance(exc, ToolchainFault) else type(exc).__name__
+                disposition = self._finish(run_id, me, _infra_failure(self._rubric(slug), f"{kind}; details in the worker log"))
+            else:
+                disposition = _retrying_db(f"run {run_id}: release", lambda: self._release(run_id, me)) or Disposition.unclaimed
+            if isinstance(exc, ToolchainFault):
+                self.on_toolchain_fault(str(exc))
+            return disposition
         finally:
             shutil.rmtree(job_dir, ignore_errors=True)
         return self._finish(run_id, me, outcome)

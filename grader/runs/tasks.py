@@ -24,8 +24,10 @@ from grader.runs.celery_app import TASK_GRADE_RUN, TASK_PREBUILD, celery
 from grader.runs.engine_config import pipeline_config
 from grader.runs.fairshare import release_after
 from grader.runs.lifecycle import Disposition, RunExecutor, worker_identity
+from grader.runs.worker_start import stop_taking_jobs
 from grader.settings import get_settings
 from grader.storage.blobstore import BlobStore
+from worker.build import ToolchainFault
 from worker.pipeline import grade_submission
 from worker.rubric import load_rubric
 
@@ -37,7 +39,8 @@ RETRY_COUNTDOWN_S = 30
 def executor() -> RunExecutor:
     """One executor (and connection pool) per worker process, made after the fork."""
     settings = get_settings()
-    return RunExecutor(settings, make_session_factory(make_engine(settings)), BlobStore(settings.blob_dir))
+    return RunExecutor(settings, make_session_factory(make_engine(settings)), BlobStore(settings.blob_dir),
+                       on_toolchain_fault=stop_taking_jobs)
 
 
 @celery.task(name=TASK_GRADE_RUN, bind=True, max_retries=None)
@@ -78,6 +81,10 @@ def prebuild(run_id: int) -> str:
             outcome = grade_submission(ex.blobs.path(sha256), rubric, job_dir, pipeline_config(ex.settings, rubric))
         finally:
             shutil.rmtree(job_dir, ignore_errors=True)
+    except ToolchainFault as exc:  # a builder that cannot build stops taking jobs, as a GPU worker does
+        log.exception("prebuild of run %s met a toolchain fault; the GPU worker will build it", run_id)
+        stop_taking_jobs(str(exc))
+        return "error"
     except Exception:
         log.exception("prebuild of run %s failed; the GPU worker will build it", run_id)
         return "error"

@@ -11,7 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from worker.build import BuildResult, KernelTarget, Toolchain, build_kernels, cache_key, cuda_include_dirs, nvcc_version
+from worker.build import (
+    BuildResult,
+    KernelTarget,
+    Toolchain,
+    ToolchainFault,
+    build_kernels,
+    cache_key,
+    cuda_include_dirs,
+    nvcc_version,
+)
 
 NVCC = shutil.which("nvcc")
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH; the build tests need the real compiler")
@@ -60,14 +69,12 @@ def test_toolchain_command() -> None:
     ]
 
 
-def test_missing_nvcc_fails_every_target_in_order(tmp_path: Path) -> None:
+def test_missing_nvcc_is_a_toolchain_fault_not_a_failed_build(tmp_path: Path) -> None:
     root = write_tree(tmp_path / "sub", {"src/a.cu": "int a;\n", "src/b.cu": "int b;\n"})
     targets = [KernelTarget("b", "src/b.cu", "lib/b.so"), KernelTarget("a", "src/a.cu", "lib/a.so")]
-    results = build_kernels(root, targets, _toolchain(str(tmp_path / "no" / "nvcc")))
-    assert [r.name for r in results] == ["b", "a"]
-    for r in results:
-        assert not r.ok and not r.cached
-        assert "nvcc not found" in r.log and str(tmp_path / "no" / "nvcc") in r.log
+    with pytest.raises(ToolchainFault, match="nvcc not found or not runnable") as fault:
+        build_kernels(root, targets, _toolchain(str(tmp_path / "no" / "nvcc")))
+    assert str(tmp_path / "no" / "nvcc") in str(fault.value)
     assert not (root / "lib").exists()
 
 

@@ -26,7 +26,7 @@ from grader.pages.run_view import stage_logs as _stage_logs
 from grader.runs.engine_config import build_policy, pipeline_config
 from grader.settings import Settings
 from tests.fixtures import cpu_standin
-from worker.build import Confinement, KernelTarget, Toolchain, build_kernels, cuda_include_dirs
+from worker.build import Confinement, KernelTarget, Toolchain, ToolchainFault, build_kernels, cuda_include_dirs
 from worker.measurements import CaseOutcome, ProblemMeasurement
 from worker.pipeline import PipelineConfig, grade_submission
 from worker.rubric import Rubric, load_rubric
@@ -65,9 +65,15 @@ def shared() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def _script(path: Path, body: str) -> str:
-    """An executable "nvcc" that answers --version and otherwise runs `body`."""
-    path.write_text(f'#!/bin/sh\nif [ "$1" = "--version" ]; then echo "fake, release 0.0"; exit 0; fi\n{body}\n')
+# A fake compiler's answer to our toolchain probe (worker.build.PROBE): an empty library where -o
+# says, so that its failures on a submission's sources stay the submission's.
+PROBE_BUILDS = 'case "$*" in *kg_toolchain_probe*) for a; do [ "$o" = -o ] && : > "$a"; o="$a"; done; exit 0;; esac'
+
+
+def _script(path: Path, body: str, probe: str = PROBE_BUILDS) -> str:
+    """An executable "nvcc" that answers --version, builds our toolchain probe (`probe`), and
+    otherwise runs `body`."""
+    path.write_text(f'#!/bin/sh\nif [ "$1" = "--version" ]; then echo "fake, release 0.0"; exit 0; fi\n{probe}\n{body}\n')
     path.chmod(0o755)
     return str(path)
 
@@ -293,4 +299,44 @@ def test_an_nvcc_the_sandbox_user_cannot_run_is_an_infrastructure_fault(tmp_path
     root = write_tree(tmp_path / "sub", {"src/k.cu": "int k;\n"})
     with pytest.raises(SandboxError, match="the sandbox user cannot run nvcc"):
         build_kernels(root, [KernelTarget("k", "src/k.cu", "lib/k.so")], Toolchain(nvcc, ()),
+                      confine=_confine(tmp_path / "job"))
+
+
+# ---------------------------------------------------------------- toolchain faults are not the student's
+
+
+def test_a_toolchain_that_builds_nothing_is_a_toolchain_fault_not_a_build_error(tmp_path: Path, shared: Path) -> None:
+    """An nvcc that fails on our own probe source too, in the same sandbox (here it fails on
+    everything, as a broken install does): ToolchainFault, whatever the log says, and the
+    pipeline raises it (an infrastructure fault) instead of ending the run `build_error`."""
+    nvcc = _script(shared / "nvcc", "echo \"nvcc fatal   : Unsupported gpu architecture 'compute_90'\"; exit 1", probe="")
+    root = write_tree(tmp_path / "sub", {"src/k.cu": "int k;\n"})
+    with pytest.raises(ToolchainFault, match="our own probe source does not build with this toolchain either: "
+                                             "nvcc fatal   : Unsupported gpu architecture 'compute_90'"):
+        build_kernels(root, [KernelTarget("k", "src/k.cu", "lib/k.so")], Toolchain(nvcc, ()),
+                      confine=_confine(tmp_path / "job"))
+    with pytest.raises(ToolchainFault):
+        grade_submission(_kit_zip(tmp_path / "up.zip"), _kit_rubric(), tmp_path / "job2", _pipeline_config(None, nvcc))
+
+
+def test_a_submission_that_prints_a_toolchain_fatal_is_still_its_own_build_error(tmp_path: Path, shared: Path) -> None:
+    """The probe decides, not the log's words: a toolchain that builds our probe and fails on
+    the submission's file with "nvcc fatal" (a student can make a build print anything) is the
+    submission's failure."""
+    nvcc = _script(shared / "nvcc", "echo \"nvcc fatal   : Unsupported gpu architecture 'compute_90'\"; exit 1")
+    root = write_tree(tmp_path / "sub", {"src/k.cu": "int k;\n"})
+    (result,) = build_kernels(root, [KernelTarget("k", "src/k.cu", "lib/k.so")], Toolchain(nvcc, ()),
+                              confine=_confine(tmp_path / "job"))
+    assert not result.ok and result.returncode == 1 and "nvcc fatal" in result.log
+
+
+@needs_nvcc
+def test_the_real_nvcc_asked_for_an_architecture_it_lacks_is_a_toolchain_fault(tmp_path: Path) -> None:
+    """The real compiler, misconfigured (KG_CUDA_ARCH it cannot target): a student's correct
+    file fails, our probe fails the same way, so the fault is the toolchain's."""
+    root = write_tree(tmp_path / "sub", {"src/k.cu": GOOD.format(func="answer"),
+                                         "src/includes/common.h": HEADER.format(value=1)})
+    flags = (*FLAGS[:-1], "-arch=sm_35")  # this toolkit has dropped sm_35
+    with pytest.raises(ToolchainFault, match="sm_35|compute_35"):
+        build_kernels(root, [KernelTarget("k", "src/k.cu", "lib/k.so")], Toolchain(NVCC or "", flags),
                       confine=_confine(tmp_path / "job"))

@@ -1,0 +1,120 @@
+"""Toolchain faults are never the student's (issue 36), with real Celery worker processes:
+a worker started without a usable nvcc refuses to take jobs (one log line, exit status 3) and the
+run queued meanwhile waits in the broker until a good worker grades it; a toolchain that fails
+during a build releases the run (an infrastructure fault, retried elsewhere), stops the worker,
+and after the last attempt the run fails `infra_error` saying it is not the student's fault."""
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session, sessionmaker
+
+from grader.app import create_app
+from grader.models import RunState
+from grader.runs.celery_app import make_celery
+from grader.runs.reconcile import reconcile
+from grader.runs.worker_start import EXIT_BROKEN_TOOLCHAIN
+from grader.settings import Settings
+from tests.fixtures import cpu_standin
+from tests.service.conftest import REDIS_URL, WorkerProcess, make_zip, new_student, run_row, submit, wait_for_run
+
+# An nvcc that works for the worker's start check (which builds our probe in a folder named
+# kg-toolchain-check-*) and then fails on everything, as a toolkit removed or broken under a
+# running worker does.
+BREAKS_AFTER_THE_CHECK = """#!/bin/sh
+if [ "$1" = "--version" ]; then echo "kernelgrade test nvcc, release 0.0, V0.0"; exit 0; fi
+case "$(pwd -P)" in
+  *kg-toolchain-check-*)
+    out=""; prev=""
+    for a; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done
+    exec g++ -shared -fPIC -x c++ /dev/null -o "$out";;
+esac
+echo "nvcc fatal   : Unsupported gpu architecture 'compute_90'"
+exit 1
+"""
+
+
+@pytest.fixture
+def own_queue(settings_env: dict[str, str]) -> Iterator[dict[str, str]]:
+    """The session's worker settings on a queue of their own (the session's worker never sees it)."""
+    queue = f"{settings_env['KG_TASK_QUEUE']}-toolchain-{uuid.uuid4().hex[:6]}"
+    yield {**settings_env, "KG_TASK_QUEUE": queue}
+    redis.Redis.from_url(REDIS_URL).delete(queue)
+
+
+def _refusals(worker: WorkerProcess, words: str) -> list[str]:
+    return [line for line in worker.log_path.read_text(errors="replace").splitlines() if words in line]
+
+
+@pytest.mark.timeout(900)
+def test_a_worker_without_nvcc_refuses_and_the_queued_run_waits_for_a_good_worker(
+    own_queue: dict[str, str], sessions: sessionmaker[Session], kit_tree: Path, tmp_path: Path,
+) -> None:
+    own = Settings.from_variables(own_queue)
+    student = new_student(sessions, "toolchain-wait")
+    missing = tmp_path / "no-cuda" / "bin" / "nvcc"
+    with TestClient(create_app(own)) as client:
+        run_id = submit(client, student, make_zip(kit_tree, tmp_path / "kit.zip"))["run_id"]
+        bad = WorkerProcess({**own_queue, "KG_NVCC": str(missing)}, tmp_path / "bad-worker.log")
+        bad.start()
+        assert bad.proc is not None and bad.proc.wait(timeout=180) == EXIT_BROKEN_TOOLCHAIN, bad.log()
+        (line,) = _refusals(bad, "refuses to take jobs")
+        assert line.endswith(f"this worker refuses to take jobs: nvcc not found or not runnable: {missing} (KG_NVCC)")
+        waiting = run_row(sessions, run_id)
+        assert (waiting.state, waiting.attempts) == (RunState.queued, 0), "the refusing worker touched the run"
+        assert redis.Redis.from_url(REDIS_URL).llen(own.task_queue) == 1, "the run's message is no longer queued"
+        good = WorkerProcess(own_queue, tmp_path / "good-worker.log")
+        good.start()
+        try:
+            run = wait_for_run(client, run_id, student, timeout=600)
+        finally:
+            good.stop()
+    assert run["state"] == "built" and run["error_class"] is None, run
+    assert run_row(sessions, run_id).attempts == 1
+    assert "toolchain checked: nvcc" in good.log_path.read_text(errors="replace")
+
+
+@pytest.mark.timeout(900)
+def test_a_toolchain_fault_during_a_build_is_an_infra_error_after_its_retries(
+    own_queue: dict[str, str], sessions: sessionmaker[Session], kit_tree: Path, tmp_path: Path,
+) -> None:
+    folder = cpu_standin.sandbox_visible_dir("kg-broken-nvcc-")  # the build's sandbox must run it
+    try:
+        nvcc = folder / "nvcc"
+        nvcc.write_text(BREAKS_AFTER_THE_CHECK)
+        nvcc.chmod(0o755)
+        env = {**own_queue, "KG_NVCC": str(nvcc), "KG_MAX_ATTEMPTS": "2"}
+        own = Settings.from_variables(env)
+        student = new_student(sessions, "toolchain-fault")
+        with TestClient(create_app(own)) as client:
+            run_id = submit(client, student, make_zip(kit_tree, tmp_path / "kit.zip"))["run_id"]
+            workers = []
+            for attempt in (1, 2):
+                worker = WorkerProcess(env, tmp_path / f"worker-{attempt}.log")
+                workers.append(worker)
+                worker.start()
+                try:  # it takes the run, meets the fault, releases or fails the run, and stops itself
+                    assert worker.proc is not None and worker.proc.wait(timeout=300) is not None
+                finally:
+                    worker.stop()
+                assert _refusals(worker, "this worker stops taking jobs: its toolchain failed during a build (our "
+                                         "own probe source does not build with this toolchain either: nvcc fatal"), \
+                    worker.log()
+                if attempt == 1:
+                    released = run_row(sessions, run_id)
+                    assert (released.state, released.attempts) == (RunState.queued, 1), released.message
+                    reconcile(own, sessions, make_celery(own))  # as the reconciler would, if the retry's message was lost
+            run = wait_for_run(client, run_id, student, timeout=60)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    assert run["state"] == "failed" and run["error_class"] == "infra_error", run
+    assert "this is not a problem with your code" in run["message"], run["message"]
+    assert "the grading machine's CUDA toolchain failed" in run["message"], run["message"]
+    assert run["score"] is None and run_row(sessions, run_id).attempts == 2
+    assert all(r["points"] == 0 for r in run["results"])
