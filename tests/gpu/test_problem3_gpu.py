@@ -27,7 +27,7 @@ def test_course_config_within_budget(kit_root: Path, tmp_path: Path) -> None:
     root = tmp_path / "llmsys_hw4"
     shutil.copytree(kit_root, root, ignore=shutil.ignore_patterns("__pycache__", ".kg-arena"))
     config = Problem3Config()  # the course's configuration, CUDA backend, 180 s budget
-    sandbox = Sandbox(LIMITS, SandboxPolicy(user=None))
+    sandbox = Sandbox(LIMITS, SandboxPolicy(user=None, gpu_index=0))  # a policy without a GPU gives the child none
     with ChildClient(sandbox, root, (HANDLERS,), arena_bytes(config), gpu_index=0) as client:
         m = measure_problem3(client, config, np.random.default_rng(11868), telemetry=lambda: gpu_snapshot(0))
     info = m.telemetry["problem3"]

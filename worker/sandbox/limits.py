@@ -41,7 +41,9 @@ class DockerOptions:
 class SandboxPolicy:
     user: str | None = "nobody"   # drop to this uid/gid when running as root (None = stay)
     isolate_network: bool = True  # unshare(CLONE_NEWNET) when permitted; recorded on the process
-    gpu_index: int | None = None  # sets CUDA_VISIBLE_DEVICES
+    # The GPU the child may use: CUDA_VISIBLE_DEVICES and, namespaced, /dev/nvidia* and /sys in
+    # its view (view.py). None: no GPU (a build).
+    gpu_index: int | None = None
     docker: DockerOptions | None = None  # None: the process backend
     # Without PID/mount namespaces on this host the process backend refuses to run (False: it
     # runs without them, with only what the preexec hook applies; see `isolation`).
