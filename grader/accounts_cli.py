@@ -1,46 +1,125 @@
-"""`grader user`, `grader token` and `grader roster`: accounts, enrolments and API tokens."""
+"""`grader course`, `grader user`, `grader token` and `grader roster`: courses, accounts, their
+enrolments (a role per course: instructor, TA or student) and API tokens."""
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 import typer
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from grader import ops_cli
 from grader.auth.audit import Event, Via, recent, record
 from grader.auth.credentials import issue_token
 from grader.auth.password_reset import issue_reset, reset_link
 from grader.auth.sessions import change_password, revoke_user_sessions
 from grader.auth.throttle import account_keys, address_keys, unlock
-from grader.course.membership import assignments_of, enroll, unenroll
+from grader.course.courses import (
+    CourseError,
+    add_assignment,
+    course_holding,
+    create_course,
+    find_course,
+    free_assignments,
+)
+from grader.course.membership import courses_of, enroll, members_of, unenroll
 from grader.course.roster import import_roster
 from grader.datadir import write_private
 from grader.db import make_engine, make_session_factory, session_scope
-from grader.models import CourseRole, Role, User
+from grader.models import Course, CourseRole, Role, User
 from grader.service import find_user, get_or_create_user
 from grader.settings import get_settings
 
+course_app = typer.Typer(help="Courses: their assignments (members: `grader user enroll`).", no_args_is_help=True)
 user_app = typer.Typer(help="Manage users.", no_args_is_help=True)
 token_app = typer.Typer(help="Manage API tokens.", no_args_is_help=True)
 roster_app = typer.Typer(help="Student roster.", no_args_is_help=True)
+T = TypeVar("T")
+
+
+def _found(row: T | None, missing: str) -> T:
+    """`row`, or the command ends with exit 2 saying `missing`."""
+    if row is None:
+        typer.echo(missing, err=True)
+        raise typer.Exit(2)
+    return row
+
+
+def course_or_exit(session: Session, slug: str) -> Course:
+    return _found(find_course(session, slug),
+                  f"no course {slug!r}; `grader course list` shows them, `grader course create` makes one")
+
+
+def _add_or_exit(session: Session, course: Course, slugs: list[str]) -> None:
+    for slug in slugs:
+        try:
+            add_assignment(session, course, slug)
+        except CourseError as exc:
+            typer.echo(str(exc), err=True)
+            raise typer.Exit(2) from exc
+
+
+@course_app.command("create")
+def course_create(
+    slug: str,
+    title: Annotated[str, typer.Option(help="the course's title, e.g. 'LLM Systems, fall 2026'")],
+    assignment: Annotated[list[str] | None, typer.Option(help="an assignment no course holds yet (repeatable)")] = None,
+    instructor: Annotated[list[str] | None, typer.Option(help="an existing account, enrolled as an instructor "
+                                                                "(repeatable)")] = None,
+) -> None:
+    """Make the course SLUG, with its assignments and instructors."""
+    with session_scope(make_session_factory(make_engine(get_settings()))) as session:
+        try:
+            course = create_course(session, slug, title)
+        except CourseError as exc:
+            typer.echo(str(exc), err=True)
+            raise typer.Exit(2) from exc
+        _add_or_exit(session, course, assignment or [])
+        for name in instructor or []:
+            enroll(session, _user_or_exit(session, name), course, CourseRole.instructor)
+        typer.echo(f"course {course.slug}: {', '.join(a.slug for a in course.assignments) or 'no assignment yet'}")
+
+
+@course_app.command("add")
+def course_add(slug: str, assignments: Annotated[list[str], typer.Argument(help="assignments no course holds yet")]) -> None:
+    """Add assignments to the course SLUG (an assignment belongs to one course)."""
+    with session_scope(make_session_factory(make_engine(get_settings()))) as session:
+        course = course_or_exit(session, slug)
+        _add_or_exit(session, course, assignments)
+        typer.echo(f"course {course.slug}: {', '.join(a.slug for a in course.assignments)}")
+
+
+@course_app.command("list")
+def course_list() -> None:
+    """Every course with its assignments and how many instructors, TAs and students it has;
+    then the assignments no course holds yet."""
+    with session_scope(make_session_factory(make_engine(get_settings()))) as session:
+        for course in session.scalars(select(Course).order_by(Course.slug)):
+            parts = Counter(part for _, part in members_of(session, course))
+            counts = ", ".join(f"{parts[part]} {part.label}{'' if parts[part] == 1 else 's'}" for part in CourseRole)
+            typer.echo(f"{course.slug} ({course.title}): {', '.join(a.slug for a in course.assignments) or 'no assignment'}"
+                       f"; {counts}")
+        free = free_assignments(session)
+        if free:
+            typer.echo(f"in no course: {', '.join(a.slug for a in free)}")
 
 
 @user_app.command("add")
 def user_add(
     username: str,
-    role: Annotated[Role, typer.Option(help="student or instructor")] = Role.student,
+    role: Annotated[Role, typer.Option(help="student, or instructor (may make courses)")] = Role.student,
     password: Annotated[bool, typer.Option("--password", help="ask for a web login password and set it")] = False,
-    assignment: Annotated[list[str] | None, typer.Option(
-        help="enroll in this assignment (repeatable; students as students, instructors as staff); "
-             "none: a new user joins every assignment")] = None,
+    course: Annotated[list[str] | None, typer.Option(
+        help="enroll in this course (repeatable; students as students, instructors as instructors); "
+             "none: a new user joins every course")] = None,
 ) -> None:
     """Create a user (an existing one keeps its role) and enroll it; --password sets its web
     password (and ends the user's browser sessions)."""
     secret = typer.prompt("Password", hide_input=True, confirmation_prompt=True) if password else None
     settings = get_settings()
     with session_scope(make_session_factory(make_engine(settings))) as session:
-        chosen = [ops_cli.assignment_or_exit(session, slug) for slug in assignment] if assignment else None
+        chosen = [course_or_exit(session, slug) for slug in course] if course else None
         user = get_or_create_user(session, username, role, chosen)
         if secret is not None:
             try:
@@ -48,39 +127,34 @@ def user_add(
             except ValueError as exc:
                 typer.echo(str(exc), err=True)
                 raise typer.Exit(1) from exc
-        enrolled = ", ".join(a.slug for a in assignments_of(session, user.id)) or "nothing"
+        enrolled = ", ".join(f"{c.slug} ({part.label})" for c, part in courses_of(session, user.id)) or "nothing"
         typer.echo(f"user {user.username} ({user.role.value}) id={user.id}, enrolled in {enrolled}"
                    + (", password set" if secret else ""))
 
 
 def _user_or_exit(session: Session, username: str) -> User:
-    user = find_user(session, username)
-    if user is None:
-        typer.echo(f"no user {username!r}; create it with `grader user add`", err=True)
-        raise typer.Exit(2)
-    return user
+    return _found(find_user(session, username), f"no user {username!r}; create it with `grader user add`")
 
 
 @user_app.command("enroll")
 def user_enroll(
     username: str,
-    assignment: str,
-    part: Annotated[CourseRole, typer.Option("--as", help="student, or staff (e.g. a TA's student account)")]
-    = CourseRole.student,
+    course: str,
+    part: Annotated[CourseRole, typer.Option("--as", help="student, ta or instructor")] = CourseRole.student,
 ) -> None:
-    """Enroll USERNAME in ASSIGNMENT as a student or as staff (changing their part if enrolled)."""
+    """Enroll USERNAME in COURSE as a student, a TA or an instructor (changing their part if enrolled)."""
     with session_scope(make_session_factory(make_engine(get_settings()))) as session:
-        changed = enroll(session, _user_or_exit(session, username), ops_cli.assignment_or_exit(session, assignment), part)
-    typer.echo(f"{username} is {part.value} of {assignment}" + ("" if changed else " (already)"))
+        changed = enroll(session, _user_or_exit(session, username), course_or_exit(session, course), part)
+    typer.echo(f"{username} is {part.label} of {course}" + ("" if changed else " (already)"))
 
 
 @user_app.command("unenroll")
-def user_unenroll(username: str, assignment: str) -> None:
-    """Take USERNAME out of ASSIGNMENT: they no longer see or submit to it; their submissions
-    stay in the gradebook's records."""
+def user_unenroll(username: str, course: str) -> None:
+    """Take USERNAME out of COURSE: they no longer see or submit to its assignments; their
+    submissions stay in the gradebook's records."""
     with session_scope(make_session_factory(make_engine(get_settings()))) as session:
-        removed = unenroll(session, _user_or_exit(session, username), ops_cli.assignment_or_exit(session, assignment))
-    typer.echo(f"{username} {'left' if removed else 'was not enrolled in'} {assignment}")
+        removed = unenroll(session, _user_or_exit(session, username), course_or_exit(session, course))
+    typer.echo(f"{username} {'left' if removed else 'was not enrolled in'} {course}")
 
 
 @user_app.command("logout-all")
@@ -188,10 +262,10 @@ def roster_import(
                                          exists=True, dir_okay=False)],
     out: Annotated[Path | None, typer.Option(help="write the new accounts' first passwords here (CSV, mode 600) "
                                                   "instead of printing them")] = None,
-    assignment: Annotated[str | None, typer.Option(help="enroll the students in this assignment "
-                                                        "(default: the first of KG_RUBRICS)")] = None,
+    course: Annotated[str | None, typer.Option(help="enroll the students in this course (default: the course "
+                                                    "of KG_RUBRICS' first assignment)")] = None,
 ) -> None:
-    """Create (or update) student accounts from a roster CSV, enrolled in one assignment. New
+    """Create (or update) student accounts from a roster CSV, enrolled in one course. New
     accounts' first passwords are printed once as a login,password CSV; exits 1 when a line
     could not be imported."""
     try:
@@ -201,7 +275,8 @@ def roster_import(
         raise typer.Exit(2) from None
     settings = get_settings()
     with session_scope(make_session_factory(make_engine(settings))) as session:
-        report = import_roster(session, text, ops_cli.assignment_or_exit(session, assignment or settings.rubrics[0]))
+        report = import_roster(session, text, course_or_exit(session, course) if course
+                               else _default_course(session, settings.rubrics[0]))
     if out is not None:
         write_private(out, report.passwords_csv())  # first passwords: 0600 from the first byte
     elif report.created:
@@ -213,8 +288,14 @@ def roster_import(
         raise typer.Exit(1)
 
 
+def _default_course(session: Session, slug: str) -> Course:
+    return _found(course_holding(session, slug),
+                  f"{slug} is in no course: name the course with --course (`grader course list` shows them)")
+
+
 def register(app: typer.Typer) -> None:
-    """Add `user`, `token` and `roster` to the `grader` Typer app."""
+    """Add `course`, `user`, `token` and `roster` to the `grader` Typer app."""
+    app.add_typer(course_app, name="course")
     app.add_typer(user_app, name="user")
     app.add_typer(roster_app, name="roster")
     app.add_typer(token_app, name="token")

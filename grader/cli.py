@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from grader import accounts_cli, client_cli, ops_cli
 from grader.auth.credentials import issue_token
 from grader.auth.sessions import change_password
+from grader.course.courses import course_of_free_assignments
 from grader.datadir import private_dir, private_file, restrict_umask, tighten
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import Role
@@ -41,6 +42,7 @@ from worker.timing import RatioSummary
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 FINAL_STATES = {"built", "scored", "failed"}
+DEV_COURSE = "dev"  # `grader dev`'s course
 
 app = typer.Typer(help="kernelgrade: autograder for GPU kernel homework.", no_args_is_help=True)
 starter_app = typer.Typer(help="Student starter kits.", no_args_is_help=True)
@@ -261,13 +263,15 @@ def dev(
     sessions = make_session_factory(make_engine(settings))
     passwords = {name: secrets.token_urlsafe(9) for name in ("student", "instructor")}  # new each start
     with session_scope(sessions) as session:
-        accounts = {name: get_or_create_user(session, name, role)
+        course = course_of_free_assignments(session, DEV_COURSE, "Development course")
+        accounts = {name: get_or_create_user(session, name, role, [course])
                     for name, role in (("student", Role.student), ("instructor", Role.instructor))}
         for name, user in accounts.items():
             change_password(session, user, passwords[name])
         student = issue_token(session, accounts["student"], "dev")
         staff = issue_token(session, accounts["instructor"], "dev")
     typer.echo(f"kernelgrade (embedded) on http://{host}:{port}/  docs: http://{host}:{port}/docs")
+    typer.echo(f"  course {DEV_COURSE}, holding every assignment no other course holds")
     typer.echo(f"  log in as student / {passwords['student']}  or  instructor / {passwords['instructor']}")
     typer.echo(f"  student token:    {student}\n  instructor token: {staff}")
 

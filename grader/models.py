@@ -172,7 +172,24 @@ class AuditEvent(Base):
     detail: Mapped[str] = mapped_column(String(512), default="")
 
 
+class Course(Base):
+    """A course: its assignments, and one roster and staff list (its enrollments). Several
+    courses share a service; an assignment belongs to at most one (grader.course.courses)."""
+
+    __tablename__ = "courses"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    slug: Mapped[str] = mapped_column(String(64), unique=True)
+    title: Mapped[str] = mapped_column(String(256))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    assignments: Mapped[list[Assignment]] = relationship(back_populates="course", order_by="Assignment.slug")
+
+
 class Assignment(Base):
+    """One graded assignment: its slug is its rubric's (grader.service.sync_assignments), unique
+    on the service. Its course says who may see it and as what; without one, nobody does yet."""
+
     __tablename__ = "assignments"
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -180,6 +197,7 @@ class Assignment(Base):
     title: Mapped[str] = mapped_column(String(256))
     total_points: Mapped[float] = mapped_column(Float)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    course_id: Mapped[int | None] = mapped_column(ForeignKey("courses.id"), index=True)
     # Schedule and late policy (grader.course.deadlines; read through grader.course.policies.late_policy)
     release_at: Mapped[datetime | None]
     due_at: Mapped[datetime | None]
@@ -195,16 +213,19 @@ class Assignment(Base):
     # "upload" (the zip staff gave), "git:<repository>@<ref>", or None (the rubric's default)
     similarity_base: Mapped[str | None] = mapped_column(String(512))
 
+    course: Mapped[Course | None] = relationship(back_populates="assignments")
+
 
 class Enrollment(Base):
-    """A user's membership of one assignment (grader.course.membership): what they may do there."""
+    """A user's part in one course, for every assignment it holds (grader.course.membership):
+    instructor, TA or student (grader.auth.roles: what each may do)."""
 
     __tablename__ = "enrollments"
-    __table_args__ = (UniqueConstraint("user_id", "assignment_id"),)
+    __table_args__ = (UniqueConstraint("user_id", "course_id"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
+    course_id: Mapped[int] = mapped_column(ForeignKey("courses.id", ondelete="CASCADE"), index=True)
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
-    assignment_id: Mapped[int] = mapped_column(ForeignKey("assignments.id", ondelete="CASCADE"), index=True)
     role: Mapped[CourseRole] = mapped_column(_enum(CourseRole))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
@@ -268,7 +289,7 @@ class RosterJob(Base):
     __table_args__ = (Index("ix_roster_jobs_requested_by", "requested_by"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    assignment_id: Mapped[int] = mapped_column(ForeignKey("assignments.id"))
+    course_id: Mapped[int] = mapped_column(ForeignKey("courses.id"))  # where its students are enrolled
     requested_by: Mapped[int] = mapped_column(ForeignKey("users.id"))
     state: Mapped[str] = mapped_column(String(16), default="queued")  # queued | running | done | failed
     created_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from grader.course.deadlines import LateStatus
 from grader.course.membership import members_of
 from grader.db import session_scope
-from grader.models import CourseRole, RegradeRequest, Run, RunState
+from grader.models import RegradeRequest, Run, RunState
 from grader.reads.grade_reads import run_grades
 from grader.settings import Settings, SmtpSettings
 
@@ -172,12 +172,12 @@ def notify_run_ended(settings: Settings, sessions: sessionmaker[Session], run_id
 
 
 def request_messages(session: Session, settings: Settings, request: RegradeRequest) -> list[EmailMessage]:
-    """A new regrade request, to each of its assignment's staff with an address (none without
-    mail configured)."""
-    if not settings.smtp.host:
-        return []
+    """A new regrade request, to each of its course's staff (who answer it: instructors and TAs)
+    with an address (none without mail configured)."""
     run, student, assignment = request.run, request.student, request.run.submission.assignment
-    staff = [member for member, role in members_of(session, assignment) if role is CourseRole.staff]
+    if not settings.smtp.host or assignment.course is None:
+        return []
+    staff = [member for member, role in members_of(session, assignment.course) if role.is_staff]
     slug = assignment.slug
     link = _link(settings, f"/assignments/{slug}/regrade-requests#request-{request.id}")
     who = f"{student.full_name} ({student.username})" if student.full_name else student.username

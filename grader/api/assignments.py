@@ -13,6 +13,7 @@ from grader.api.errors import ERRORS
 from grader.api.gradebook import canvas_csv, detailed_csv, gradebook_out
 from grader.api.schemas import GradebookOut, RegradeAccepted, RegradeRequest
 from grader.auth.credentials import SCOPE_READ_ALL, SCOPE_REGRADE, Principal
+from grader.auth.roles import Power
 from grader.context import AppContext
 from grader.models import Submission
 from grader.reads.gradebook_reads import Gradebook, gradebook
@@ -87,7 +88,7 @@ def regrade_assignment(
 ) -> RegradeAccepted:
     require(caller, SCOPE_REGRADE)
     require(caller, SCOPE_READ_ALL)
-    assignment = taught_assignment(session, caller, slug)
+    assignment = taught_assignment(session, caller, slug, Power.grade)
     if isinstance(body.submissions, str):
         targets = regrade_targets(session, assignment, body.submissions)
     else:

@@ -11,8 +11,9 @@ from sqlalchemy.orm import Session
 
 from grader.auth.audit import Via
 from grader.auth.client_address import request_address
-from grader.auth.credentials import Principal
+from grader.auth.credentials import SCOPE_OF_POWER, Principal
 from grader.auth.logins import TokenDoor
+from grader.auth.roles import Power, may, refusal
 from grader.context import AppContext
 from grader.models import Assignment, Submission
 from grader.service import NotFound, get_assignment
@@ -88,9 +89,20 @@ def member_assignment(session: Session, caller: Principal, slug: str) -> Assignm
     return assignment
 
 
-def taught_assignment(session: Session, caller: Principal, slug: str) -> Assignment:
-    """The assignment `slug` when the caller reads all of it (its staff); 403 for its students."""
+def taught_assignment(session: Session, caller: Principal, slug: str, power: Power = Power.view) -> Assignment:
+    """The assignment `slug` when the caller's role in its course has `power` there and the token
+    the power's scope; 404 outside the course, 403 saying why inside it."""
     assignment = member_assignment(session, caller, slug)
-    if not caller.can_read_all_of(assignment.id):
-        raise HTTPException(status.HTTP_403_FORBIDDEN, f"only staff of {slug!r} may do this")
+    refuse_unless(caller, power, assignment)
     return assignment
+
+
+def refuse_unless(caller: Principal, power: Power, assignment: Assignment) -> None:
+    """Nothing when the caller's role in the course of `assignment` has `power` and the token its
+    scope (SCOPE_OF_POWER); else 403 saying who may (404 for someone outside the course)."""
+    role = caller.roles.get(assignment.id)
+    if role is None or assignment.course is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no assignment {assignment.slug!r}")
+    if not may(role, power):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, refusal(power, role, assignment.course.slug))
+    require(caller, SCOPE_OF_POWER[power])

@@ -10,7 +10,7 @@ from starlette.concurrency import run_in_threadpool
 
 from grader.accepting import accept_upload
 from grader.api.acceptance import acceptance, run_url, upload_acceptance
-from grader.api.deps import DB, Caller, Context, member_assignment, readable_submission, require
+from grader.api.deps import DB, Caller, Context, member_assignment, readable_submission, refuse_unless, require
 from grader.api.errors import ERRORS, ApiError, ErrorBody
 from grader.api.schemas import (
     Accepted,
@@ -22,6 +22,7 @@ from grader.api.schemas import (
     SubmissionSummary,
 )
 from grader.auth.credentials import SCOPE_READ, SCOPE_READ_ALL, SCOPE_REGRADE, SCOPE_SUBMIT, Principal
+from grader.auth.roles import Power
 from grader.course import adjustments
 from grader.models import Submission
 from grader.notify import answer_messages, send_quietly
@@ -162,8 +163,7 @@ def regrade_submission(submission_id: int, ctx: Context, session: DB, caller: Ca
     mailed where mail is set up)."""
     require(caller, SCOPE_REGRADE)
     sub = readable_submission(session, caller, submission_id)
-    if not caller.teaches(sub.assignment_id):
-        raise HTTPException(status.HTTP_403_FORBIDDEN, f"only staff of {sub.assignment.slug!r} re-grade its submissions")
+    refuse_unless(caller, Power.grade, sub.assignment)
     run = adjustments.regrade(session, sub, caller.user)
     mail = answer_messages(ctx.settings, run.answers)
     session.commit()

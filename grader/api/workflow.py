@@ -14,10 +14,11 @@ from pydantic import AliasPath, BaseModel, Field, StringConstraints, field_valid
 from sqlalchemy.orm import Session
 
 from grader.accepting import admit_committed
-from grader.api.deps import DB, Caller, Context, require, taught_assignment
+from grader.api.deps import DB, Caller, Context, refuse_unless, require, taught_assignment
 from grader.api.errors import ERRORS, ApiError, ErrorBody
 from grader.api.schemas import AdjustmentOut, FromRow
 from grader.auth.credentials import SCOPE_READ, SCOPE_REGRADE, SCOPE_SUBMIT, Principal
+from grader.auth.roles import Power
 from grader.course import adjustments
 from grader.course.adjustments import MAX_TEXT, Show, WorkflowError
 from grader.models import RegradeRequest, Run, RunComment
@@ -170,8 +171,7 @@ def decide_request(request_id: int, body: RegradeDecision, ctx: Context, session
     if asked is None or not caller.can_read_submission(asked.run.submission):
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no regrade request {request_id}")
     require(caller, SCOPE_REGRADE)
-    if not caller.teaches(asked.run.submission.assignment_id):
-        raise HTTPException(status.HTTP_403_FORBIDDEN, "only staff of the run's assignment answer its requests")
+    refuse_unless(caller, Power.grade, asked.run.submission.assignment)
     new_run: int | None = None
     answered = [asked]
     try:

@@ -12,22 +12,30 @@ from argon2.exceptions import InvalidHashError, VerificationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from grader.course.membership import roles_of
+from grader.auth.roles import Power, may
+from grader.course.membership import roles_of, staff_anywhere
 from grader.models import ApiToken, CourseRole, Role, Submission, User, utcnow
 from grader.service import find_user
 
 TOKEN_PREFIX = "kg_"
 
-# What each scope allows. A student's token reads only its owner's submissions.
+# What each scope allows, within the roles of the token's owner (Principal). A student's token
+# reads only its owner's submissions.
 SCOPE_SUBMIT = "submit"
 SCOPE_READ = "read"  # own submissions and runs
-SCOPE_READ_ALL = "read:all"  # every submission (staff, CI)
-SCOPE_REGRADE = "regrade"
+SCOPE_READ_ALL = "read:all"  # every submission of the courses the owner is staff of (Power.view)
+SCOPE_REGRADE = "regrade"  # re-grade and answer requests there (Power.grade)
 ALL_SCOPES = (SCOPE_SUBMIT, SCOPE_READ, SCOPE_READ_ALL, SCOPE_REGRADE)
-DEFAULT_SCOPES: dict[Role, tuple[str, ...]] = {
-    Role.student: (SCOPE_SUBMIT, SCOPE_READ),
-    Role.instructor: ALL_SCOPES,
-}
+STUDENT_SCOPES = (SCOPE_SUBMIT, SCOPE_READ)
+# The scope a token needs to use a staff power through the API (no API route manages a course).
+SCOPE_OF_POWER = {Power.view: SCOPE_READ_ALL, Power.grade: SCOPE_REGRADE}
+
+
+def scopes_for(session: Session, user: User) -> tuple[str, ...]:
+    """The scopes `user`'s tokens may carry, by role: every scope for the staff (instructor or
+    TA) of some course and for an account that may make courses (site role instructor);
+    a student's otherwise."""
+    return ALL_SCOPES if user.role is Role.instructor or staff_anywhere(session, user.id) else STUDENT_SCOPES
 
 
 def hash_token(token: str) -> str:
@@ -43,7 +51,7 @@ class Principal:
 
     user: User
     scopes: frozenset[str]
-    roles: Mapping[int, CourseRole] = field(default_factory=dict)  # assignment id -> role
+    roles: Mapping[int, CourseRole] = field(default_factory=dict)  # assignment id -> role in its course
 
     def can(self, scope: str) -> bool:
         return scope in self.scopes
@@ -52,11 +60,13 @@ class Principal:
         return assignment_id in self.roles
 
     def teaches(self, assignment_id: int) -> bool:
-        return self.roles.get(assignment_id) is CourseRole.staff
+        """Staff (instructor or TA) of the assignment's course."""
+        role = self.roles.get(assignment_id)
+        return role is not None and role.is_staff
 
     def can_read_all_of(self, assignment_id: int) -> bool:
         """Every submission of the assignment: staff there, with a token that reads all."""
-        return self.can(SCOPE_READ_ALL) and self.teaches(assignment_id)
+        return self.can(SCOPE_READ_ALL) and may(self.roles.get(assignment_id), Power.view)
 
     def can_read_submission(self, submission: Submission) -> bool:
         own = submission.user_id == self.user.id and self.member_of(submission.assignment_id)
@@ -75,7 +85,7 @@ def browser_principal(session: Session, user: User) -> Principal:
 def issue_token(session: Session, user: User, name: str, scopes: tuple[str, ...] | None = None) -> str:
     """Create a token for `user`; the plain token is returned once and never stored."""
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    chosen = scopes if scopes is not None else DEFAULT_SCOPES[user.role]
+    chosen = scopes if scopes is not None else scopes_for(session, user)
     session.add(ApiToken(user=user, name=name, token_hash=hash_token(token), scopes=" ".join(chosen)))
     session.flush()
     return token

@@ -6,7 +6,7 @@ e-mailed to the address on file (`self_service_target`).
 The link carries a random 256-bit token; `password_resets` keeps only its sha256. A link works
 once, until KG_PASSWORD_RESET_MAX_AGE_S after it was issued; using it sets the new password,
 ends every browser session of the user (websession.change_password) and voids the user's other
-unused links. An instructor may issue links only for students of an assignment they teach
+unused links. An instructor may issue links only for students of a course they instruct
 who are staff nowhere (a staff account's reset goes through the operator).
 """
 from __future__ import annotations
@@ -21,10 +21,11 @@ from sqlalchemy.orm import Session
 from grader.auth.audit import Event, Via, record
 from grader.auth.credentials import check_new_password, hash_token
 from grader.auth.logins import failed, find_login
+from grader.auth.roles import Power, may
 from grader.auth.sessions import change_password
 from grader.auth.throttle import Block, Door, Throttle, account_key, address_key
-from grader.course.membership import roles_of
-from grader.models import CourseRole, PasswordReset, User, utcnow
+from grader.course.membership import course_roles_of, staff_anywhere
+from grader.models import PasswordReset, User, utcnow
 
 RESET_PATH = "/reset/"
 
@@ -47,12 +48,13 @@ def reset_link(public_url: str, token: str) -> str:
 
 
 def may_issue_reset(session: Session, issuer: User, target: User) -> bool:
-    """Whether `issuer` may issue a link for `target`: a student of an assignment the issuer
-    teaches, who is staff of no assignment."""
-    target_roles = roles_of(session, target.id)
-    if CourseRole.staff in target_roles.values():
+    """Whether `issuer` may issue a link for `target`: a student of a course whose roster the
+    issuer manages (its instructor), who is staff of no course."""
+    if staff_anywhere(session, target.id):
         return False
-    return any(roles_of(session, issuer.id).get(assignment_id) is CourseRole.staff for assignment_id in target_roles)
+    target_roles = course_roles_of(session, target.id)
+    issuer_roles = course_roles_of(session, issuer.id)
+    return any(may(issuer_roles.get(course_id), Power.manage) for course_id in target_roles)
 
 
 # A link e-mailed on request at most this often per account: the form cannot be used to flood
@@ -63,10 +65,10 @@ SELF_SERVICE_INTERVAL = timedelta(minutes=5)
 def self_service_target(session: Session, user: User | None) -> User | None:
     """The account a reset link asked for on /forgot is e-mailed to: `user` (the account the
     login typed names, grader.auth.logins.find_login), when it has an e-mail address, is staff
-    of no assignment (a staff account's reset goes through the operator, as above) and was
-    issued no link in the last SELF_SERVICE_INTERVAL; else None. The page answers the same
-    either way, so it tells no one whether the login exists."""
-    if user is None or not user.email or CourseRole.staff in roles_of(session, user.id).values():
+    of no course (a staff account's reset goes through the operator, as above) and was issued
+    no link in the last SELF_SERVICE_INTERVAL; else None. The page answers the same either way,
+    so it tells no one whether the login exists."""
+    if user is None or not user.email or staff_anywhere(session, user.id):
         return None
     recent = session.scalar(select(PasswordReset.id).where(
         PasswordReset.user_id == user.id, PasswordReset.created_at > utcnow() - SELF_SERVICE_INTERVAL).limit(1))

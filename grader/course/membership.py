@@ -1,55 +1,76 @@
-"""Who belongs to which assignment, and as what (the `enrollments` table).
+"""Who belongs to which course, and as what (the `enrollments` table): one roster and one staff
+list per course, read for every assignment the course holds.
 
-A student of an assignment submits to it and reads their own submissions there; staff of an
-assignment read, re-grade and export everyone's work in it, and upload to it outside the
-schedule and quota. Nobody sees an assignment they are not enrolled in: to them it reads as
-absent. The account's own role (User.role) only says which API scopes its tokens may carry
-(grader.auth.credentials) and which part a new account takes by default (`course_role_for`).
+A student of a course submits to its assignments and reads their own submissions there; its
+staff (instructors and TAs) read everyone's work in it, and what else each may do is the role's
+powers (grader.auth.roles). Nobody sees an assignment of a course they are not in, nor one in
+no course: to them it reads as absent. The account's own role (User.role) says whether it may
+make courses and hold staff scopes on its tokens (grader.auth.credentials), and which part a
+new account takes by default (`course_role_for`).
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from grader.models import Assignment, CourseRole, Enrollment, Role, User
+from grader.auth.roles import STAFF
+from grader.models import Assignment, Course, CourseRole, Enrollment, Role, User
 
 
 def course_role_for(role: Role) -> CourseRole:
-    """The part an account of this role takes in the assignments it is enrolled in by default."""
-    return CourseRole.staff if role is Role.instructor else CourseRole.student
+    """The part an account of this role takes in the courses it is enrolled in by default."""
+    return CourseRole.instructor if role is Role.instructor else CourseRole.student
 
 
 def roles_of(session: Session, user_id: int) -> dict[int, CourseRole]:
-    """assignment id -> the user's role there, for every assignment they are enrolled in."""
-    rows = session.execute(select(Enrollment.assignment_id, Enrollment.role).where(Enrollment.user_id == user_id))
+    """assignment id -> the user's role in its course, for every assignment of their courses."""
+    rows = session.execute(select(Assignment.id, Enrollment.role)
+                           .join(Enrollment, Enrollment.course_id == Assignment.course_id)
+                           .where(Enrollment.user_id == user_id))
     return {assignment_id: role for assignment_id, role in rows}
 
 
+def course_roles_of(session: Session, user_id: int) -> dict[int, CourseRole]:
+    """course id -> the user's role there, for every course they are enrolled in."""
+    rows = session.execute(select(Enrollment.course_id, Enrollment.role).where(Enrollment.user_id == user_id))
+    return {course_id: role for course_id, role in rows}
+
+
+def staff_anywhere(session: Session, user_id: int) -> bool:
+    """Whether the user is an instructor or TA of some course."""
+    return session.scalar(select(Enrollment.id).where(Enrollment.user_id == user_id,
+                                                      Enrollment.role.in_(STAFF)).limit(1)) is not None
+
+
 def role_in(session: Session, user_id: int, assignment_id: int) -> CourseRole | None:
+    """The user's role in the course of the assignment; None when they are not in it."""
+    return session.scalar(select(Enrollment.role).join(Assignment, Assignment.course_id == Enrollment.course_id)
+                          .where(Enrollment.user_id == user_id, Assignment.id == assignment_id))
+
+
+def role_in_course(session: Session, user_id: int, course_id: int) -> CourseRole | None:
     return session.scalar(select(Enrollment.role).where(Enrollment.user_id == user_id,
-                                                        Enrollment.assignment_id == assignment_id))
+                                                        Enrollment.course_id == course_id))
 
 
-def enroll(session: Session, user: User, assignment: Assignment, role: CourseRole) -> bool:
-    """Make `user` a `role` of `assignment`; True when that changed anything."""
-    row = session.scalar(select(Enrollment).where(Enrollment.user_id == user.id,
-                                                  Enrollment.assignment_id == assignment.id))
+def enroll(session: Session, user: User, course: Course, role: CourseRole) -> bool:
+    """Make `user` a `role` of `course`; True when that changed anything."""
+    row = session.scalar(select(Enrollment).where(Enrollment.user_id == user.id, Enrollment.course_id == course.id))
     if row is not None and row.role is role:
         return False
     if row is None:
-        session.add(Enrollment(user_id=user.id, assignment_id=assignment.id, role=role))
+        session.add(Enrollment(user_id=user.id, course_id=course.id, role=role))
     else:
         row.role = role
     session.flush()
     return True
 
 
-def unenroll(session: Session, user: User, assignment: Assignment) -> bool:
-    """Take `user` out of `assignment` (their submissions stay); True when they were in it."""
-    row = session.scalar(select(Enrollment).where(Enrollment.user_id == user.id,
-                                                  Enrollment.assignment_id == assignment.id))
+def unenroll(session: Session, user: User, course: Course) -> bool:
+    """Take `user` out of `course` (their submissions stay); True when they were in it."""
+    row = session.scalar(select(Enrollment).where(Enrollment.user_id == user.id, Enrollment.course_id == course.id))
     if row is None:
         return False
     session.delete(row)
@@ -57,23 +78,31 @@ def unenroll(session: Session, user: User, assignment: Assignment) -> bool:
     return True
 
 
-def enroll_in_all(session: Session, user: User, assignments: Iterable[Assignment]) -> None:
-    """Enroll `user` in each of `assignments` in the part their account role gives."""
-    for assignment in assignments:
-        enroll(session, user, assignment, course_role_for(user.role))
+def enroll_in_all(session: Session, user: User, courses: Iterable[Course]) -> None:
+    """Enroll `user` in each of `courses` in the part their account role gives."""
+    for course in courses:
+        enroll(session, user, course, course_role_for(user.role))
 
 
-def assignments_of(session: Session, user_id: int, role: CourseRole | None = None) -> list[Assignment]:
-    """The assignments the user is enrolled in (only those where they are `role`), by slug."""
-    query = select(Assignment).join(Enrollment, Enrollment.assignment_id == Assignment.id).where(
+def assignments_of(session: Session, user_id: int, roles: Collection[CourseRole] | None = None) -> list[Assignment]:
+    """The assignments of the user's courses (only those where they are one of `roles`), by slug."""
+    query = select(Assignment).join(Enrollment, Enrollment.course_id == Assignment.course_id).where(
         Enrollment.user_id == user_id)
-    if role is not None:
-        query = query.where(Enrollment.role == role)
+    if roles is not None:
+        query = query.where(Enrollment.role.in_(list(roles)))
     return list(session.scalars(query.order_by(Assignment.slug)))
 
 
-def members_of(session: Session, assignment: Assignment) -> list[tuple[User, CourseRole]]:
-    """Everyone enrolled in `assignment` with their part: staff first, then by username."""
+def courses_of(session: Session, user_id: int) -> list[tuple[Course, CourseRole]]:
+    """The user's courses with their role in each, by slug."""
+    rows = session.execute(select(Course, Enrollment.role).join(Enrollment, Enrollment.course_id == Course.id)
+                           .where(Enrollment.user_id == user_id).order_by(Course.slug))
+    return [(course, role) for course, role in rows]
+
+
+def members_of(session: Session, course: Course) -> list[tuple[User, CourseRole]]:
+    """Everyone enrolled in `course` with their part: instructors, then TAs, then students, each by username."""
     rows = session.execute(select(User, Enrollment.role).join(Enrollment, Enrollment.user_id == User.id)
-                           .where(Enrollment.assignment_id == assignment.id))
-    return sorted(((user, role) for user, role in rows), key=lambda m: (m[1] is not CourseRole.staff, m[0].username))
+                           .where(Enrollment.course_id == course.id))
+    order = list(CourseRole)
+    return sorted(((user, role) for user, role in rows), key=lambda m: (order.index(m[1]), m[0].username))

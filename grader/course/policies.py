@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from grader.course.deadlines import Extension, Lateness, LatePolicy, LateStatus, evaluate
 from grader.course.membership import role_in
 from grader.course.quotas import QuotaDecision, QuotaPolicy, check
-from grader.models import Assignment, CourseRole, ErrorClass, Role, Run, Submission, User
+from grader.models import Assignment, ErrorClass, Role, Run, Submission, User
 from grader.models import Extension as ExtensionRow
 from grader.service import get_assignment
 from grader.settings import Settings
@@ -116,7 +116,7 @@ def admission(session: Session, settings: Settings, user: User, assignment: Assi
     role = role_in(session, user.id, assignment.id)
     if role is None:
         return Refusal(404, "not_found", f"no assignment {assignment.slug!r}")
-    if role is CourseRole.staff:
+    if role.is_staff:
         return None
     late = lateness(session, assignment, user.id, now, settings)
     refused = late.refusal(assignment.slug)

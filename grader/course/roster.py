@@ -1,4 +1,4 @@
-"""Roster import: a CSV of students becomes student accounts enrolled in one assignment,
+"""Roster import: a CSV of students becomes student accounts enrolled in one course,
 idempotently. Two forms are read:
 
 - `email,name[,section]` per line (an optional `email,name,section` first line): the email,
@@ -11,7 +11,7 @@ idempotently. Two forms are read:
 A new account gets a first password, returned once so the instructor can hand it out (random,
 or derived from a key the caller keeps: the web page's background import, grader.course.roster_jobs);
 an existing student keeps theirs, gets the roster's name, section and email, and is enrolled
-in the assignment too. Every line that cannot be imported is reported with its line number
+in the course too. Every line that cannot be imported is reported with its line number
 and why; the other lines are imported (running the corrected file again is safe)."""
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from grader.auth.credentials import set_password
-from grader.course.membership import enroll, role_in
-from grader.models import Assignment, CourseRole, Role, User, login_key
+from grader.course.membership import enroll, role_in_course
+from grader.models import Course, CourseRole, Role, User, login_key
 
 EMAIL = re.compile(r"^[^@\s,;<>\"']+@[^@\s,;<>\"']+\.[^@\s,;<>\"'.]+$")
 LOGIN = re.compile(r"^[a-z0-9][a-z0-9._@+-]*$")
@@ -225,9 +225,9 @@ def derived_password(key: bytes, login: str) -> str:
 Progress = Callable[[int, int, RosterReport], None]  # (lines applied, lines to apply, the report so far)
 
 
-def import_roster(session: Session, text: str, assignment: Assignment,
+def import_roster(session: Session, text: str, course: Course,
                   password: Callable[[str], str] = first_password, progress: Progress | None = None) -> RosterReport:
-    """Create or update one student per valid line, enrolled in `assignment` (the caller commits;
+    """Create or update one student per valid line, enrolled in `course` (the caller commits;
     `progress`, called after each line, may commit too). A new account's first password is
     `password(login)`."""
     lines, errors = parse_roster(text)
@@ -247,14 +247,14 @@ def import_roster(session: Session, text: str, assignment: Assignment,
             set_password(user, first)
             session.add(user)
             session.flush()
-            enroll(session, user, assignment, CourseRole.student)
+            enroll(session, user, course, CourseRole.student)
             report.created.append((line.login, first))
         elif user.role != Role.student:
             report.errors.append(LineError(line.line, f"{line.login} is an existing {user.role.value} account; not changed"))
-        elif role_in(session, user.id, assignment.id) is CourseRole.staff:
-            report.errors.append(LineError(line.line, f"{line.login} is staff of {assignment.slug}; not changed"))
+        elif (role := role_in_course(session, user.id, course.id)) is not None and role.is_staff:
+            report.errors.append(LineError(line.line, f"{line.login} is a {role.label} of {course.slug}; not changed"))
         else:
-            newly_enrolled = enroll(session, user, assignment, CourseRole.student)
+            newly_enrolled = enroll(session, user, course, CourseRole.student)
             # A roster without an address keeps the one the student has
             email = line.email or user.email
             if (user.full_name, user.section, user.email) == (line.name, line.section, email) and not newly_enrolled:

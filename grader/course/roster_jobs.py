@@ -40,7 +40,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from grader.course.roster import RosterReport, derived_password, import_roster
 from grader.db import make_engine, make_session_factory, session_scope
-from grader.models import Assignment, RosterJob, User, utcnow
+from grader.models import Course, RosterJob, User, utcnow
 from grader.runs.celery_app import celery
 from grader.settings import Settings, get_settings
 
@@ -111,7 +111,7 @@ def latest_job(session: Session, user: User, settings: Settings) -> RosterJob | 
     return job
 
 
-def start_job(session: Session, celery_app: Celery, settings: Settings, assignment: Assignment, user: User,
+def start_job(session: Session, celery_app: Celery, settings: Settings, course: Course, user: User,
               text: str, held_keys: set[int]) -> tuple[RosterJob, str]:
     """A new job for `text` sent to the worker, and its key (for the requester's cookie).
     Refused while the user's last import is under way, or while its passwords wait for a
@@ -126,7 +126,7 @@ def start_job(session: Session, celery_app: Celery, settings: Settings, assignme
         raise RosterJobError(f"Download the first passwords of import {current.id} first: they can be "
                              "downloaded once, and only until you start another import.")
     key = secrets.token_hex(32)
-    job = RosterJob(assignment_id=assignment.id, requested_by=user.id, state=QUEUED, roster=text,
+    job = RosterJob(course_id=course.id, requested_by=user.id, state=QUEUED, roster=text,
                     key_digest=digest_of(key))
     session.add(job)
     session.commit()
@@ -185,9 +185,9 @@ def run_job(sessions: sessionmaker[Session], job_id: int, key: str) -> str:
         try:
             if not hmac.compare_digest(digest_of(key), job.key_digest):
                 raise ValueError("the message's key is not the job's")
-            assignment = session.get(Assignment, job.assignment_id)
-            if assignment is None:
-                raise LookupError("its assignment is gone")
+            course = session.get(Course, job.course_id)
+            if course is None:
+                raise LookupError("its course is gone")
             secret, last = bytes.fromhex(key), float("-inf")
 
             def progress(done: int, total: int, report: RosterReport) -> None:
@@ -197,7 +197,7 @@ def run_job(sessions: sessionmaker[Session], job_id: int, key: str) -> str:
                     job.lines_done, job.lines_total, job.result = done, total, job_result(report)
                     session.commit()  # the students so far, with the progress that counts them
 
-            report = import_roster(session, job.roster or "", assignment,
+            report = import_roster(session, job.roster or "", course,
                                    password=lambda login: derived_password(secret, login), progress=progress)
             job.lines_done, job.result = job.lines_total, job_result(report)
             job.state, job.finished_at, job.roster = DONE, utcnow(), None

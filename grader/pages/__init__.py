@@ -4,7 +4,20 @@ and their one refusal, PageDenied); grader.pages.errors the HTML error pages; ch
 highlight and gradebook_view are presentation helpers (no routes) that page modules may import."""
 from __future__ import annotations
 
-from grader.pages import account, code, gradebook, login, ops, requests, roster, runs, similarity, student, submit
+from grader.pages import (
+    account,
+    code,
+    courses,
+    gradebook,
+    login,
+    ops,
+    requests,
+    roster,
+    runs,
+    similarity,
+    student,
+    submit,
+)
 
-routers = [login.router, submit.router, runs.router, gradebook.router, roster.router, account.router, ops.router,
-           similarity.router, requests.router, code.router, student.router]
+routers = [login.router, submit.router, runs.router, gradebook.router, roster.router, account.router, courses.router,
+           ops.router, similarity.router, requests.router, code.router, student.router]

@@ -10,11 +10,11 @@ from sqlalchemy.orm import Session
 
 from grader.api.deps import Context, get_context
 from grader.auth.client_address import request_address
-from grader.auth.credentials import DEFAULT_SCOPES, issue_token
+from grader.auth.credentials import STUDENT_SCOPES, issue_token, scopes_for
 from grader.auth.logins import confirm_password
 from grader.auth.sessions import change_password, log_in
 from grader.auth.throttle import Throttle, refusal_words
-from grader.models import ApiToken, Role, User, utcnow
+from grader.models import ApiToken, User, utcnow
 from grader.pages.common import Db, Sender, Viewer, absent, page, see_other
 from grader.settings import Settings
 
@@ -83,13 +83,13 @@ def _token_page(request: Request, session: Session, user: User, status_code: int
     tokens = session.scalars(
         select(ApiToken).where(ApiToken.user_id == user.id).order_by(ApiToken.id.desc())
     ).all()
-    # Students always get their role's scopes; instructors choose among theirs.
-    choosable = DEFAULT_SCOPES[user.role] if user.role == Role.instructor else ()
+    # Students always get their role's scopes; staff (and course makers) choose among theirs.
+    allowed = scopes_for(session, user)
     values.setdefault("created", None)
     values.setdefault("error", None)
     values.setdefault("kept", None)  # the form's fields as sent, when refused
-    return page(request, "tokens.html", user, status_code, tokens=tokens, choosable=choosable,
-                default_scopes=DEFAULT_SCOPES[user.role], max_name=MAX_TOKEN_NAME,
+    return page(request, "tokens.html", user, status_code, tokens=tokens,
+                choosable=allowed if allowed != STUDENT_SCOPES else (), default_scopes=allowed, max_name=MAX_TOKEN_NAME,
                 zone=get_context(request).settings.course_zone, **values)
 
 
@@ -113,8 +113,8 @@ async def create_token(request: Request, session: Db, user: Sender) -> Response:
     """Creates a token and answers with the page showing it: the only time it is shown."""
     form = await request.form()
     name = str(form.get("name", "")).strip()
-    allowed = DEFAULT_SCOPES[user.role]
-    if user.role == Role.instructor:
+    allowed = scopes_for(session, user)
+    if allowed != STUDENT_SCOPES:
         asked = [str(v) for v in form.getlist("scope")]
         scopes = tuple(s for s in allowed if s in asked)
         unknown = sorted(set(asked) - set(allowed))

@@ -14,8 +14,9 @@ from fastapi.responses import FileResponse, HTMLResponse, Response
 
 from grader.api.deps import get_context
 from grader.auth.credentials import browser_principal
+from grader.auth.roles import Power, may
 from grader.course.membership import role_in
-from grader.models import CourseRole, Run, Submission, User
+from grader.models import Run, Submission, User
 from grader.pages import highlight
 from grader.pages.common import Db, absent, logged_in, page
 from grader.runs.engine_config import pipeline_config
@@ -92,7 +93,7 @@ def code_page(request: Request, session: Db, shown: Readable, file: str | None =
         raise absent(f"readable file {entry!r} in submission {sub.id}")
     opened: Shown | None = read_entry(path, entry) if entry else None
     lines = highlight.highlight(opened.text, opened.name) if opened and opened.text is not None else []
-    teaches = role_in(session, user.id, sub.assignment_id) is CourseRole.staff
+    teaches = may(role_in(session, user.id, sub.assignment_id), Power.view)
     history = f"/assignments/{sub.assignment.slug}/students/{quote(sub.user.username, safe='')}" if teaches else None
     return page(request, "submission_code.html", user, sub=sub, listing=listing, opened=opened, lines=lines,
                 language=highlight.language(opened.name) if opened else None, cap_kib=SHOWN_MAX_BYTES // 1024,

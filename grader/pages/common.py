@@ -1,11 +1,12 @@
-"""What every page module shares: the templates, the request's database session, and the
-dependencies for who may see a page (the logged-in user; a POSTed form's user, CSRF token
-checked; the staff of the assignment in the path).
+"""What every page module shares: the templates (with the navigation the user's roles give),
+the request's database session, and the dependencies for who may see a page (the logged-in
+user; a POSTed form's user, CSRF token checked; the staff of the assignment or course in the
+path, by what they may do there: grader.auth.roles's powers).
 
 A dependency that refuses raises `PageDenied`; grader.app registers `page_denied` as its one
-handler, which answers the login page (303), the refused-form page (403) or the 404 page (an
-assignment one does not teach reads as absent). Browser sessions and CSRF tokens are
-grader.auth.sessions's.
+handler, which answers the login page (303), a 403 page saying why (a refused form, or a role
+that may not do this) or the 404 page (an assignment of a course one is not in reads as
+absent). Browser sessions and CSRF tokens are grader.auth.sessions's.
 """
 from __future__ import annotations
 
@@ -19,14 +20,15 @@ from fastapi import Depends, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, object_session
 from starlette.routing import BaseRoute, Match
 
 from grader.api.deps import get_context
+from grader.auth.roles import STAFF, Power, may, refusal
 from grader.auth.sessions import CSRF_FIELD, CsrfError, check_csrf, csrf_token, current_user
-from grader.course.membership import assignments_of, role_in
+from grader.course.membership import assignments_of, course_roles_of, role_in, role_in_course
 from grader.db import session_scope
-from grader.models import Assignment, CourseRole, User
+from grader.models import Assignment, Course, CourseRole, Role, Submission, User
 
 templates = Jinja2Templates(directory=str(Path(__file__).parent.parent / "templates"))
 
@@ -46,10 +48,11 @@ LOGIN_NOTICES = {
 class PageDenied(Exception):
     """The page asked for is not shown: `login` (nobody is logged in; `what`, a key of
     LOGIN_NOTICES, says that a session ended), `csrf` (the form's token is missing or is not
-    this session's) or `absent` (no such thing among what the user may see; `what` names it for
-    the 404 page)."""
+    this session's), `forbidden` (the user's role may not do this; `what` says so for the 403
+    page) or `absent` (no such thing among what the user may see; `what` names it for the 404
+    page)."""
 
-    def __init__(self, kind: Literal["login", "csrf", "absent"], what: str = "") -> None:
+    def __init__(self, kind: Literal["login", "csrf", "forbidden", "absent"], what: str = "") -> None:
         super().__init__(kind, what)
         self.kind = kind
         self.what = what
@@ -57,6 +60,10 @@ class PageDenied(Exception):
 
 def absent(what: str) -> PageDenied:
     return PageDenied("absent", what)
+
+
+def forbidden(why: str) -> PageDenied:
+    return PageDenied("forbidden", why)
 
 
 def db_session(request: Request) -> Iterator[Session]:
@@ -99,16 +106,42 @@ Sender = Annotated[User, Depends(form_sender)]
 csrf_checked = Depends(check_form)  # for a form anyone may send (login, logout, reset)
 
 
-def taught_assignment(session: Session, user: User, slug: str) -> Assignment:
-    """The assignment `slug` when `user` is its staff; else absent (as if it did not exist)."""
+def check_power(role: CourseRole | None, power: Power, course: Course | None, what: str) -> CourseRole:
+    """`role` (the user's in `course`) when it has `power` there: absent (`what` names the thing
+    asked for) outside the course, forbidden with why inside it."""
+    if role is None or course is None:
+        raise absent(what)
+    if not may(role, power):
+        raise forbidden(refusal(power, role, course.slug))
+    return role
+
+
+def staff_assignment(session: Session, user: User, slug: str, power: Power = Power.view) -> Assignment:
+    """The assignment `slug` when `user` has `power` in its course (check_power)."""
     assignment = session.scalar(select(Assignment).where(Assignment.slug == slug))
-    if assignment is None or role_in(session, user.id, assignment.id) is not CourseRole.staff:
-        raise absent(f"assignment {slug!r} among those you teach")
+    what = f"assignment {slug!r} among those of your courses"
+    if assignment is None:
+        raise absent(what)
+    check_power(role_in(session, user.id, assignment.id), power, assignment.course, what)
     return assignment
 
 
+def acting_on(session: Session, user: User, submission: Submission | None, power: Power | None,
+              what: str) -> Submission:
+    """`submission` when the user may read it (theirs, or staff of its course) and, with `power`,
+    has that power in its course: absent when they may not even read it, forbidden when they
+    may read it but not do this."""
+    role = role_in(session, user.id, submission.assignment_id) if submission is not None else None
+    if submission is None or role is None or not (may(role, Power.view) or submission.user_id == user.id):
+        raise absent(what)
+    if power is not None:
+        check_power(role, power, submission.assignment.course, what)
+    return submission
+
+
 def taught_slugs(session: Session, user: User) -> list[str]:
-    return [a.slug for a in assignments_of(session, user.id, CourseRole.staff)]
+    """The assignments of the courses the user is staff of, by slug."""
+    return [a.slug for a in assignments_of(session, user.id, STAFF)]
 
 
 def default_slug(request: Request, taught: list[str]) -> str:
@@ -119,26 +152,108 @@ def default_slug(request: Request, taught: list[str]) -> str:
 
 @dataclass(frozen=True)
 class StaffOf:
-    """The logged-in user and the assignment of the path, which they are staff of."""
+    """The logged-in user and the assignment of the path, in whose course they may do what
+    the dependency asked for."""
 
     user: User
     assignment: Assignment
 
 
-def staff_viewer(slug: str, user: Viewer, session: Db) -> StaffOf:
-    return StaffOf(user, taught_assignment(session, user, slug))
+class _OnPage:
+    """The dependency of a page that needs `power` in the course of the assignment `{slug}`."""
+
+    def __init__(self, power: Power) -> None:
+        self.power = power
+
+    def __call__(self, slug: str, user: Viewer, session: Db) -> StaffOf:
+        return StaffOf(user, staff_assignment(session, user, slug, self.power))
 
 
-def staff_sender(slug: str, user: Sender, session: Db) -> StaffOf:
-    return StaffOf(user, taught_assignment(session, user, slug))
+class _OnForm(_OnPage):
+    """The same for a POSTed form (its CSRF token checked first)."""
+
+    def __call__(self, slug: str, user: Sender, session: Db) -> StaffOf:
+        return super().__call__(slug, user, session)
 
 
-Staff = Annotated[StaffOf, Depends(staff_viewer)]
-StaffForm = Annotated[StaffOf, Depends(staff_sender)]
+Staff = Annotated[StaffOf, Depends(_OnPage(Power.view))]  # see everything of the course: TAs and instructors
+GraderForm = Annotated[StaffOf, Depends(_OnForm(Power.grade))]  # grade: TAs and instructors
+Instructor = Annotated[StaffOf, Depends(_OnPage(Power.manage))]  # its instructors only
+InstructorForm = Annotated[StaffOf, Depends(_OnForm(Power.manage))]
+
+
+@dataclass(frozen=True)
+class CourseOf:
+    """The logged-in user, the course of the path and their role there."""
+
+    user: User
+    course: Course
+    role: CourseRole
+
+
+def staff_course(session: Session, user: User, slug: str, power: Power) -> CourseOf:
+    """The course `slug` when `user` has `power` there (check_power)."""
+    course, what = session.scalar(select(Course).where(Course.slug == slug)), f"course {slug!r} among yours"
+    if course is None:
+        raise absent(what)
+    return CourseOf(user, course, check_power(role_in_course(session, user.id, course.id), power, course, what))
+
+
+class _OnCoursePage:
+    """The dependency of a course page that needs `power` in the course `{course}`."""
+
+    def __init__(self, power: Power) -> None:
+        self.power = power
+
+    def __call__(self, course: str, user: Viewer, session: Db) -> CourseOf:
+        return staff_course(session, user, course, self.power)
+
+
+class _OnCourseForm(_OnCoursePage):
+    """The same for a POSTed form (its CSRF token checked first)."""
+
+    def __call__(self, course: str, user: Sender, session: Db) -> CourseOf:
+        return super().__call__(course, user, session)
+
+
+CourseStaff = Annotated[CourseOf, Depends(_OnCoursePage(Power.view))]
+CourseInstructor = Annotated[CourseOf, Depends(_OnCoursePage(Power.manage))]
+CourseInstructorForm = Annotated[CourseOf, Depends(_OnCourseForm(Power.manage))]
+
+
+@dataclass(frozen=True)
+class Nav:
+    """What the navigation offers a logged-in user, from their roles in their courses."""
+
+    student: bool  # the student pages (upload, own submissions): a student somewhere, or in no course at all
+    staff: bool  # the staff pages (gradebook, course pages): an instructor or TA somewhere
+    instructs: frozenset[int]  # the courses (ids) they are an instructor of: roster and settings there
+    creates: bool  # may make courses (site role instructor)
+    roles: str  # the roles they hold, in words, for the header
+
+    @property
+    def home(self) -> str | None:
+        """Where `/` sends them instead of the upload page: staff land on the gradebook (or, in no
+        course yet, on the course list where they make one)."""
+        if self.student:
+            return None
+        return "/gradebook" if self.staff else "/courses"
+
+
+def nav_for(session: Session, user: User) -> Nav:
+    roles = course_roles_of(session, user.id)
+    held = set(roles.values())
+    staff, creates = any(role.is_staff for role in held), user.role is Role.instructor
+    words = ", ".join(role.label for role in CourseRole if role in held) or user.role.value
+    return Nav(student=CourseRole.student in held or not (staff or creates), staff=staff,
+               instructs=frozenset(cid for cid, role in roles.items() if role is CourseRole.instructor),
+               creates=creates, roles=words)
 
 
 def page(request: Request, name: str, user: User | None, status_code: int = 200, **values: Any) -> HTMLResponse:
-    values.update(user=user, csrf=csrf_token(request), csrf_field=CSRF_FIELD)
+    session = object_session(user) if user is not None else None
+    values.update(user=user, csrf=csrf_token(request), csrf_field=CSRF_FIELD,
+                  nav=nav_for(session, user) if user is not None and session is not None else None)
     return templates.TemplateResponse(request, name, values, status_code=status_code)
 
 
@@ -155,6 +270,7 @@ def error_page(request: Request, status_code: int, title: str, message: str,
         user = current_user(request, session)
         return templates.TemplateResponse(request, "error.html", {
             "user": user, "csrf": csrf_token(request), "csrf_field": CSRF_FIELD, "title": title, "message": message,
+            "nav": nav_for(session, user) if user is not None else None,
         }, status_code=status_code, headers=headers)
 
 
@@ -204,4 +320,6 @@ def page_denied(request: Request, exc: Exception) -> Response:
         return see_other(login_path(request, exc.what))
     if exc.kind == "csrf":
         return error_page(request, status.HTTP_403_FORBIDDEN, "Form refused", CSRF_MESSAGE)
+    if exc.kind == "forbidden":
+        return error_page(request, status.HTTP_403_FORBIDDEN, "Not allowed", exc.what)
     return error_page(request, status.HTTP_404_NOT_FOUND, "Not found", f"No {exc.what}.")

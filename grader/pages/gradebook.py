@@ -15,10 +15,10 @@ from starlette.datastructures import ImmutableMultiDict
 from grader.accepting import admit_committed
 from grader.api.deps import Context, get_context
 from grader.api.gradebook import canvas_csv, detailed_csv, gradebook_out
+from grader.auth.roles import Power
 from grader.auth.sessions import CSRF_FIELD
 from grader.course import adjustments
-from grader.course.membership import role_in
-from grader.models import Assignment, CourseRole, Submission, User
+from grader.models import Assignment, Submission, User
 from grader.notify import answer_messages, send_quietly
 from grader.pages import gradebook_view
 from grader.pages.common import (
@@ -26,10 +26,11 @@ from grader.pages.common import (
     Sender,
     Viewer,
     absent,
+    acting_on,
     default_slug,
     page,
     see_other,
-    taught_assignment,
+    staff_assignment,
     taught_slugs,
 )
 from grader.reads import gradebook_reads
@@ -38,13 +39,14 @@ from grader.service import record_regrade
 router = APIRouter(include_in_schema=False)
 
 
-def _asked_gradebook(request: Request, session: Session, user: User,
-                     params: Mapping[str, str] | None = None) -> tuple[Assignment, gradebook_reads.Gradebook]:
-    """The gradebook `params` (by default the query string) ask for, of an assignment the user teaches."""
+def _asked_gradebook(request: Request, session: Session, user: User, params: Mapping[str, str] | None = None,
+                     power: Power = Power.view) -> tuple[Assignment, gradebook_reads.Gradebook]:
+    """The gradebook `params` (by default the query string) ask for, of an assignment in whose
+    course the user has `power`."""
     params = request.query_params if params is None else params
     slug = params.get("assignment") or default_slug(request, taught_slugs(session, user))
     policy = params.get("policy") or None  # None: the assignment's policy
-    assignment = taught_assignment(session, user, slug)
+    assignment = staff_assignment(session, user, slug, power)
     settings = get_context(request).settings
     try:
         return assignment, gradebook_reads.gradebook(session, assignment, policy, settings.course_zone,
@@ -88,7 +90,7 @@ def _bulk_plan(request: Request, session: Session, user: User,
                params: ImmutableMultiDict[str, str]) -> tuple[Assignment, gradebook_view.BulkRegrade] | Response:
     """What the bulk re-grade form (its filters, `which` and ticked rows) would queue, or the
     page saying why nothing would."""
-    assignment, book = _asked_gradebook(request, session, user, params)
+    assignment, book = _asked_gradebook(request, session, user, params, Power.grade)
     which = str(params.get("which", "selected"))
     ticked = [int(v) for v in params.getlist("submission") if v.isascii() and v.isdigit()]
     if which == "selected" and not ticked:
@@ -181,9 +183,7 @@ def gradebook_json_export(request: Request, session: Db, user: Viewer) -> Respon
 @router.post("/submissions/{submission_id}/regrade")
 def regrade(submission_id: int, background: BackgroundTasks, ctx: Context, session: Db, user: Sender) -> Response:
     """A new run of one submission; it answers the open regrade requests of the submission's runs."""
-    sub = session.get(Submission, submission_id)
-    if sub is None or role_in(session, user.id, sub.assignment_id) is not CourseRole.staff:
-        raise absent(f"submission {submission_id}")
+    sub = acting_on(session, user, session.get(Submission, submission_id), Power.grade, f"submission {submission_id}")
     run = adjustments.regrade(session, sub, user)
     mail, run_id = answer_messages(ctx.settings, run.answers), run.id
     session.commit()

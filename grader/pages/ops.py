@@ -1,13 +1,13 @@
-"""Course operations pages for an assignment's staff: settings (schedule, late policy, score
-policy, extensions, the similarity check's base: its form's POST is here), members (who is enrolled, as student or
-staff), grading controls (pause / drain / resume, re-grade everything). The similarity
-report's pages are grader.pages.similarity. Removing a member or an extension and pausing
-grading go through a confirmation page (confirm.html) that says what will happen; a POST without its `confirm`
-field lands there and changes nothing.
+"""Course operations pages of an assignment, for its course's instructors: settings (schedule,
+late policy, score policy, extensions, the similarity check's base: its form's POST is here) and
+grading controls (pause / drain / resume, re-grade everything). The similarity report's pages
+are grader.pages.similarity, the course's members grader.pages.courses. Removing an extension
+and pausing grading go through a confirmation page (confirm.html) that says what will happen; a
+POST without its `confirm` field lands there and changes nothing.
 
-Someone who is not staff of the assignment gets the 404 page, as for the gradebook
-(grader.pages.common's Staff and StaffForm). Each page uses the same functions as the `grader`
-commands: grader.course.assignment_settings, grader.course.membership, grader.course.grading_control.
+Someone outside the course gets the 404 page, its TAs and students a 403 page saying who may
+(grader.pages.common's Instructor and InstructorForm). Each page uses the same functions as the
+`grader` commands: grader.course.assignment_settings, grader.course.grading_control.
 """
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from zoneinfo import ZoneInfo
 
 from fastapi import APIRouter, Request, status
 from fastapi.responses import HTMLResponse, Response
-from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
@@ -31,13 +30,12 @@ from grader.course.assignment_settings import (
     update_schedule,
 )
 from grader.course.grading_control import grading_state, resume, set_paused
-from grader.course.membership import assignments_of, enroll, members_of, unenroll
 from grader.course.policies import SCORE_POLICIES, late_policy
-from grader.models import Assignment, CourseRole, Submission, User, utcnow
-from grader.pages.common import Db, Staff, StaffForm, Viewer, page, see_other
+from grader.models import Assignment, User, utcnow
+from grader.pages.common import Db, Instructor, InstructorForm, page, see_other
 from grader.reads.service_metrics import health
 from grader.runs.engine_config import pipeline_config
-from grader.service import NotFound, find_user
+from grader.service import NotFound
 from grader.similarity.base import UPLOAD, describe_assignment_base, parse_git_spec, save_base
 from worker.rubric import load_rubric
 from worker.unpack import BadArchive
@@ -45,12 +43,6 @@ from worker.unpack import BadArchive
 router = APIRouter(include_in_schema=False)
 
 SCHEDULE_FIELDS = ("release", "due", "grace", "late_window", "penalty_per_day", "score_policy")
-
-
-@router.get("/assignments", response_class=HTMLResponse)
-def assignment_list(request: Request, session: Db, user: Viewer) -> Response:
-    return page(request, "ops_assignments.html", user, assignments=assignments_of(session, user.id, CourseRole.staff),
-                zone=get_context(request).settings.course_zone)
 
 
 # ---- settings -----------------------------------------------------------------------------
@@ -110,12 +102,12 @@ def _settings_page(request: Request, session: Session, user: User, assignment: A
 
 
 @router.get("/assignments/{slug}/settings", response_class=HTMLResponse)
-def settings_form(request: Request, session: Db, staff: Staff) -> Response:
+def settings_form(request: Request, session: Db, staff: Instructor) -> Response:
     return _settings_page(request, session, staff.user, staff.assignment)
 
 
 @router.post("/assignments/{slug}/settings", response_class=HTMLResponse)
-async def settings_save(request: Request, slug: str, ctx: Context, session: Db, staff: StaffForm) -> Response:
+async def settings_save(request: Request, slug: str, ctx: Context, session: Db, staff: InstructorForm) -> Response:
     form = await request.form()
     typed = {name: str(form.get(name, "")) for name in SCHEDULE_FIELDS}
     choose = form.get("students_choose") == "on"  # a checkbox: absent when not ticked
@@ -129,7 +121,7 @@ async def settings_save(request: Request, slug: str, ctx: Context, session: Db, 
 
 
 @router.post("/assignments/{slug}/extensions", response_class=HTMLResponse)
-async def extension_save(request: Request, slug: str, session: Db, staff: StaffForm) -> Response:
+async def extension_save(request: Request, slug: str, session: Db, staff: InstructorForm) -> Response:
     """Grant or replace one student's extension (an extra time of 0 asks to confirm its removal)."""
     form = await request.form()
     student, extra = str(form.get("student", "")).strip(), str(form.get("extra", ""))
@@ -152,7 +144,7 @@ def _removal_path(slug: str, username: str) -> str:
 
 
 @router.get("/assignments/{slug}/extensions/{username}/remove", response_class=HTMLResponse)
-def extension_remove_confirm(request: Request, username: str, session: Db, staff: Staff) -> Response:
+def extension_remove_confirm(request: Request, username: str, session: Db, staff: Instructor) -> Response:
     """The confirmation of an extension's removal: whose, the due time it gives back, and that
     the uploads already made are judged against that due time from then on."""
     assignment, zone = staff.assignment, ZoneInfo(get_context(request).settings.course_timezone)
@@ -178,7 +170,7 @@ def extension_remove_confirm(request: Request, username: str, session: Db, staff
 
 
 @router.post("/assignments/{slug}/extensions/{username}/remove")
-async def extension_remove(request: Request, slug: str, username: str, session: Db, staff: StaffForm) -> Response:
+async def extension_remove(request: Request, slug: str, username: str, session: Db, staff: InstructorForm) -> Response:
     """Remove the student's extension once confirmed; without the confirmation's field, its page."""
     if (await request.form()).get("confirm") != "remove":
         return see_other(_removal_path(slug, username))
@@ -190,7 +182,7 @@ async def extension_remove(request: Request, slug: str, username: str, session: 
 
 
 @router.post("/assignments/{slug}/similarity/base", response_class=HTMLResponse)
-async def similarity_base(request: Request, slug: str, ctx: Context, session: Db, staff: StaffForm) -> Response:
+async def similarity_base(request: Request, slug: str, ctx: Context, session: Db, staff: InstructorForm) -> Response:
     """Set the starter the assignment's students received (the similarity check's base): a zip,
     kept; a git ref; or back to the rubric's default. A refusal is the settings page again, the
     git ref as typed."""
@@ -224,101 +216,11 @@ async def similarity_base(request: Request, slug: str, ctx: Context, session: Db
     return see_other(done + quote(f"Kept: {count} starter files; compute the report again."))
 
 
-# ---- members -------------------------------------------------------------------------------
-
-
-def _members_page(request: Request, session: Session, user: User, assignment: Assignment, status_code: int = 200,
-                  **values: Any) -> HTMLResponse:
-    values.setdefault("error", None)
-    values.setdefault("kept", {})  # the form's fields as sent, when refused
-    return page(request, "ops_members.html", user, status_code, assignment=assignment,
-                members=members_of(session, assignment), parts=[r.value for r in CourseRole],
-                saved=request.query_params.get("saved"), **values)
-
-
-@router.get("/assignments/{slug}/members", response_class=HTMLResponse)
-def members_list(request: Request, session: Db, staff: Staff) -> Response:
-    return _members_page(request, session, staff.user, staff.assignment)
-
-
-def _own_part_refused(request: Request, session: Session, user: User, assignment: Assignment) -> HTMLResponse:
-    """Nobody changes or ends their own part here, so an assignment always keeps the staff
-    member who could undo a change."""
-    return _members_page(request, session, user, assignment, status.HTTP_400_BAD_REQUEST,
-                         error="You cannot change your own part; ask another staff member of this assignment.")
-
-
-@router.post("/assignments/{slug}/members", response_class=HTMLResponse)
-async def member_save(request: Request, slug: str, session: Db, staff: StaffForm) -> Response:
-    """Enroll an existing account as a student or as staff (changing their part if enrolled)."""
-    form = await request.form()
-    user, assignment = staff.user, staff.assignment
-    username = str(form.get("username", "")).strip()
-    kept = {"username": username, "part": str(form.get("part", ""))}
-    try:
-        part = CourseRole(str(form.get("part", "")))
-    except ValueError:
-        return _members_page(request, session, user, assignment, status.HTTP_400_BAD_REQUEST, kept=kept,
-                             error="Choose whether they join as a student or as staff.")
-    target = find_user(session, username)
-    if target is None:
-        return _members_page(request, session, user, assignment, status.HTTP_400_BAD_REQUEST, kept=kept,
-                             error=f"No account “{username}”: create accounts with the roster import "
-                                   "(Roster page) or with the command grader user add.")
-    if target.id == user.id:
-        return _own_part_refused(request, session, user, assignment)
-    enroll(session, target, assignment, part)
-    return see_other(f"/assignments/{slug}/members?saved={quote(username)}")
-
-
-def _member_of(session: Session, assignment: Assignment, username: str) -> tuple[User, CourseRole] | None:
-    return next(((u, part) for u, part in members_of(session, assignment) if u.username == username), None)
-
-
-@router.get("/assignments/{slug}/members/{username}/remove", response_class=HTMLResponse)
-def member_remove_confirm(request: Request, username: str, session: Db, staff: Staff) -> Response:
-    """The confirmation of a removal: who, as what, and what stays."""
-    user, assignment = staff.user, staff.assignment
-    if username == user.username:
-        return _own_part_refused(request, session, user, assignment)
-    member = _member_of(session, assignment, username)
-    back = f"/assignments/{assignment.slug}/members"
-    if member is None:
-        return page(request, "confirm.html", user, title="Remove a member", details=[], fields=None,
-                    question=f"“{username}” is not a member of {assignment.slug}: there is nothing to remove.",
-                    cancel=back, cancel_label="Back to the members")
-    target, part = member
-    uploads = session.scalar(select(func.count(Submission.id)).where(
-        Submission.user_id == target.id, Submission.assignment_id == assignment.id)) or 0
-    who = ", ".join(x for x in (target.full_name, f"section {target.section}" if target.section else "") if x)
-    return page(request, "confirm.html", user, title="Remove a member",
-                question=f"Remove {target.username} ({part.value}{', ' + who if who else ''}) from {assignment.slug}?",
-                details=[f"They will no longer see {assignment.slug} or upload to it"
-                         + (" and lose the staff pages." if part is CourseRole.staff else "."),
-                         f"Their {uploads} submission{'' if uploads == 1 else 's'} and grades stay on record; "
-                         "adding them again on the members page gives their access back."],
-                action=f"{back}/{quote(username)}/remove", fields=[("confirm", "remove")],
-                confirm_label=f"Remove {target.username}", cancel=back, cancel_label="Keep them, back to the members")
-
-
-@router.post("/assignments/{slug}/members/{username}/remove", response_class=HTMLResponse)
-async def member_remove(request: Request, slug: str, username: str, session: Db, staff: StaffForm) -> Response:
-    """Take someone out of the assignment once confirmed: they no longer see it; their submissions stay."""
-    if username == staff.user.username:
-        return _own_part_refused(request, session, staff.user, staff.assignment)
-    if (await request.form()).get("confirm") != "remove":
-        return see_other(f"/assignments/{slug}/members/{quote(username)}/remove")
-    target = find_user(session, username)
-    if target is not None:  # an unknown or already removed member: nothing to do
-        unenroll(session, target, staff.assignment)
-    return see_other(f"/assignments/{slug}/members")
-
-
 # ---- grading controls ---------------------------------------------------------------------
 
 
 @router.get("/assignments/{slug}/grading", response_class=HTMLResponse)
-def grading_controls(request: Request, session: Db, staff: Staff) -> Response:
+def grading_controls(request: Request, session: Db, staff: Instructor) -> Response:
     """Pause and resume, what is in flight, and how grading is going: the oldest queued run,
     runs whose worker stopped reporting, the last hour's outcomes and times (the metrics' figures)."""
     sent = request.query_params.get("sent", "")
@@ -331,7 +233,7 @@ def grading_controls(request: Request, session: Db, staff: Staff) -> Response:
 
 
 @router.get("/assignments/{slug}/grading/pause", response_class=HTMLResponse)
-def pause_confirm(request: Request, session: Db, staff: Staff) -> Response:
+def pause_confirm(request: Request, session: Db, staff: Instructor) -> Response:
     """The confirmation of a pause: what it holds and what still finishes."""
     slug, state = staff.assignment.slug, grading_state(session, staff.assignment)
     back = f"/assignments/{slug}/grading"
@@ -352,7 +254,7 @@ def pause_confirm(request: Request, session: Db, staff: Staff) -> Response:
 
 
 @router.post("/assignments/{slug}/grading")
-async def grading_change(request: Request, slug: str, ctx: Context, session: Db, staff: StaffForm) -> Response:
+async def grading_change(request: Request, slug: str, ctx: Context, session: Db, staff: InstructorForm) -> Response:
     """`action` pause (once confirmed): nothing more of the assignment is sent (what is in
     flight drains); resume: send each waiting student's next run now."""
     form = await request.form()

@@ -1,12 +1,14 @@
 """Regrade requests, manual adjustments and comments (grader.course.adjustments): a student asks for a
-regrade of their own run from its page; the assignment's staff adjust a run's grade from its
-page, and answer the requests in a queue per assignment (accept by re-grading or by an
+regrade of their own run from its page; the course's staff (instructors and TAs) adjust a run's
+grade from its page, and answer the requests in a queue per assignment (accept by re-grading or by an
 adjustment, or reject with a reply). The student sees the answer on the run page
 (templates/_regrade.html), where the student and the staff may also comment on the run.
 
-A run that is not the student's own, or not of an assignment the user teaches, reads as absent
-(the 404 page); every form is CSRF-checked (Sender, StaffForm) and answers with a redirect, or,
-refused, with its own page again: the words beside the form, what was typed still in it.
+A run that is not the student's own, or not of a course the user is staff of, reads as absent
+(the 404 page); one the user reads but may not act on (a student adjusting their own run) is
+refused with a 403 page; every form is CSRF-checked (Sender, GraderForm) and answers with a
+redirect, or, refused, with its own page again: the words beside the form, what was typed
+still in it.
 Where mail is set up, a new request is mailed to the assignment's staff and an answer to its
 student (grader.notify), after the page answered.
 """
@@ -20,12 +22,13 @@ from sqlalchemy.orm import Session
 
 from grader.accepting import admit_committed
 from grader.api.deps import Context, get_context
+from grader.auth.roles import Power
 from grader.course import adjustments
 from grader.course.adjustments import Show, WorkflowError
 from grader.course.membership import role_in
-from grader.models import CourseRole, RegradeRequest, Run, User
+from grader.models import RegradeRequest, Run, User
 from grader.notify import answer_messages, request_messages, send_quietly
-from grader.pages.common import Db, Sender, Staff, StaffForm, StaffOf, absent, page, see_other
+from grader.pages.common import Db, GraderForm, Sender, Staff, StaffOf, absent, acting_on, page, see_other
 from grader.pages.run_view import Refused, render_run
 from grader.reads.grade_reads import run_grades
 
@@ -70,11 +73,12 @@ async def ask_regrade(request: Request, background: BackgroundTasks, run_id: int
 @router.post("/runs/{run_id}/adjustments")
 async def adjust_run(request: Request, background: BackgroundTasks, run_id: int, session: Db,
                      user: Sender) -> Response:
-    """Staff of the run's assignment adjust its grade, with a reason; it answers the run's open
+    """Staff of the run's course adjust its grade, with a reason; it answers the run's open
     request, whose student is mailed."""
     run = session.get(Run, run_id)
-    if run is None or role_in(session, user.id, run.submission.assignment_id) is not CourseRole.staff:
-        raise absent(f"run {run_id} of an assignment you teach")
+    if run is None:
+        raise absent(f"run {run_id}")
+    acting_on(session, user, run.submission, Power.grade, f"run {run_id}")
     try:
         made = adjustments.adjust(session, run, user, await _field(request, "points"), await _field(request, "reason"))
     except WorkflowError as exc:
@@ -85,11 +89,11 @@ async def adjust_run(request: Request, background: BackgroundTasks, run_id: int,
 
 @router.post("/runs/{run_id}/comments")
 async def comment_run(request: Request, run_id: int, session: Db, user: Sender) -> Response:
-    """The run's student, or staff of its assignment, comment on the run."""
+    """The run's student, or staff of its course, comment on the run."""
     run = session.get(Run, run_id)
-    role = None if run is None else role_in(session, user.id, run.submission.assignment_id)
-    if run is None or role is None or (role is not CourseRole.staff and run.submission.user_id != user.id):
+    if run is None:
         raise absent(f"run {run_id}")
+    acting_on(session, user, run.submission, None, f"run {run_id}")
     try:
         adjustments.comment(session, run, user, await _field(request, "body"))
     except WorkflowError as exc:
@@ -119,7 +123,7 @@ def queue(request: Request, session: Db, staff: Staff) -> Response:
 
 @router.post("/assignments/{slug}/regrade-requests/{request_id}")
 async def decide(request: Request, background: BackgroundTasks, request_id: int, ctx: Context, session: Db,
-                 staff: StaffForm) -> Response:
+                 staff: GraderForm) -> Response:
     """Accept a request by re-grading (a new run) or by an adjustment, or reject it with a reply;
     the student is mailed the answer."""
     asked = session.get(RegradeRequest, request_id)

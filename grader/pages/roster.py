@@ -1,7 +1,7 @@
-"""The roster page of a user who teaches: import students into an assignment they teach (a CSV
+"""The roster page of a course's instructor: import students into a course they instruct (a CSV
 imported in the background by a worker, followed here, its new accounts' first passwords
 downloaded once as CSV; grader.course.roster_jobs), after a confirmation page that says what the file
-will do, and issue one student a password reset link."""
+will do, and issue one student a password reset link. Anyone else gets a 403 page saying who may."""
 from __future__ import annotations
 
 from typing import Any
@@ -16,7 +16,10 @@ from grader.api.deps import Context
 from grader.auth.audit import Event, Via, record
 from grader.auth.client_address import request_address
 from grader.auth.password_reset import issue_reset, may_issue_reset, reset_link
+from grader.auth.roles import STAFF, WHO_MAY, Power
 from grader.auth.sessions import current_user
+from grader.course.courses import course_holding
+from grader.course.membership import courses_of
 from grader.course.roster import parse_roster
 from grader.course.roster_jobs import (
     KEY_COOKIE,
@@ -28,18 +31,17 @@ from grader.course.roster_jobs import (
     take_passwords,
     view,
 )
-from grader.models import Assignment, Role, RosterJob, User
+from grader.models import Course, CourseRole, Enrollment, Role, RosterJob, User
 from grader.pages.common import (
     Db,
     Sender,
     Viewer,
     absent,
-    default_slug,
+    forbidden,
     get_context,
     page,
     see_other,
-    taught_assignment,
-    taught_slugs,
+    staff_course,
 )
 from grader.service import find_user
 
@@ -48,23 +50,36 @@ FORMS = "email,name[,section] per line, or a header row naming Canvas's or gener
 SHOWN_ERRORS = 10  # lines that cannot be imported, named on the confirmation page
 
 
+def _instructed(session: Session, user: User) -> list[str]:
+    """The courses (slugs) the user is an instructor of: the roster page imports into one of
+    them; refused with a 403 page when there is none."""
+    instructed = [course.slug for course, role in courses_of(session, user.id) if role is CourseRole.instructor]
+    if not instructed:
+        raise forbidden(WHO_MAY[Power.manage] + "; you are an instructor of no course.")
+    return instructed
+
+
+def _chosen(request: Request, session: Session, asked: str, instructed: list[str]) -> str:
+    """The course a roster goes to: the one asked for, else the course of the service's default
+    assignment where the user instructs it, else their first."""
+    default = course_holding(session, get_context(request).default_assignment)
+    return asked or (default.slug if default is not None and default.slug in instructed else instructed[0])
+
+
 def _roster_page(request: Request, session: Session, user: User, status_code: int = 200,
                  **values: Any) -> HTMLResponse:
-    """The roster page of a user who teaches at least one assignment (it imports into one of
-    those), else absent. It shows the user's latest import."""
-    taught = taught_slugs(session, user)
-    if not taught:
-        raise absent("such page")
+    """The roster page of a course's instructor. It shows the user's latest import."""
+    instructed = _instructed(session, user)
     settings = get_context(request).settings
     job = latest_job(session, user, settings)
     values.setdefault("error", None)
     values.setdefault("pasted", "")  # the forms' fields as sent, when refused
     values.setdefault("reset_username", "")
     values.setdefault("reset", None)
-    values.setdefault("chosen", default_slug(request, taught))
+    values.setdefault("chosen", _chosen(request, session, request.query_params.get("course", ""), instructed))
     held = job is not None and KEY_COOKIE.format(job.id) in request.cookies
     return page(request, "roster.html", user, status_code, max_kib=f"{settings.roster_max_bytes / 1024:g}",
-                assignments=taught, job=view(job) if job else None, key_held=held, zone=settings.course_zone,
+                courses=instructed, job=view(job) if job else None, key_held=held, zone=settings.course_zone,
                 **values)
 
 
@@ -80,8 +95,7 @@ def roster_job_status(request: Request, ctx: Context, session: Db) -> Response:
     user = current_user(request, session)
     if user is None:
         return JSONResponse({"detail": "log in"}, status.HTTP_401_UNAUTHORIZED)
-    if not taught_slugs(session, user):
-        raise absent("such page")
+    _instructed(session, user)
     job = latest_job(session, user, ctx.settings)
     return JSONResponse(view(job).as_json() if job else {"state": None, "final": True},
                         headers={"Cache-Control": "no-store"})
@@ -115,15 +129,18 @@ def _plural(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
 
-def _confirm_page(request: Request, session: Session, user: User, assignment: Assignment, text: str) -> HTMLResponse:
+def _confirm_page(request: Request, session: Session, user: User, course: Course, text: str) -> HTMLResponse:
     """The confirmation of an import: how many students, how many new accounts, what happens to
     the existing ones and which lines are skipped; its button sends the same roster again."""
     lines, errors = parse_roster(text)
     logins = [ln.login for ln in lines]
-    roles = {login: role for login, role in session.execute(
-        select(User.username, User.role).where(User.username.in_(logins)))}
-    new = sum(1 for ln in lines if ln.login not in roles)
-    staff = sum(1 for ln in lines if ln.login in roles and roles[ln.login] is not Role.student)
+    accounts = {login: (role, part) for login, role, part in session.execute(
+        select(User.username, User.role, Enrollment.role).outerjoin(
+            Enrollment, (Enrollment.user_id == User.id) & (Enrollment.course_id == course.id))
+        .where(User.username.in_(logins)))}
+    new = sum(1 for ln in lines if ln.login not in accounts)
+    staff = sum(1 for ln in lines if ln.login in accounts and (accounts[ln.login][0] is not Role.student
+                                                                or accounts[ln.login][1] in STAFF))
     students, skipped = len(lines) - staff, [str(e) for e in errors[:SHOWN_ERRORS]]
     if len(errors) > SHOWN_ERRORS:
         skipped.append(f"and {len(errors) - SHOWN_ERRORS} more")
@@ -131,7 +148,7 @@ def _confirm_page(request: Request, session: Session, user: User, assignment: As
     if not students:
         return page(request, "confirm.html", user, title=title, fields=None, cancel=back,
                     cancel_label="Back to the roster, to fix the file",
-                    question=f"No line of this roster can be imported into {assignment.slug}.",
+                    question=f"No line of this roster can be imported into {course.slug}.",
                     details=([f"{_plural(staff, 'line')} name{'s' if staff == 1 else ''} staff accounts, "
                               "which an import leaves unchanged."] if staff else [])
                     + ([f"Lines that cannot be imported: {'; '.join(skipped)}."] if errors else []))
@@ -144,10 +161,10 @@ def _confirm_page(request: Request, session: Session, user: User, assignment: As
                f"skipped: {'; '.join(skipped)}." if errors else "",
                "A worker imports them in the background; the roster page follows it."]
     return page(request, "confirm.html", user, title=title,
-                question=f"Import {_plural(students, 'student')} into {assignment.slug}, each enrolled there as a "
+                question=f"Import {_plural(students, 'student')} into {course.slug}, each enrolled there as a "
                          "student?",
                 details=[d for d in details if d], action=back, confirm_label=f"Import {_plural(students, 'student')}",
-                fields=[("assignment", assignment.slug), ("text", text), ("confirm", "import")],
+                fields=[("course", course.slug), ("text", text), ("confirm", "import")],
                 cancel=back, cancel_label="Change nothing, back to the roster")
 
 
@@ -157,19 +174,19 @@ async def roster_import(request: Request, ctx: Context, session: Db, user: Sende
     field: the confirmation page, which sends the same roster again); the page then follows the
     job. The job's key goes to this browser only (grader.course.roster_jobs)."""
     form = await request.form()
-    slug = str(form.get("assignment") or default_slug(request, taught_slugs(session, user)))
-    assignment = taught_assignment(session, user, slug)
+    slug = _chosen(request, session, str(form.get("course") or ""), _instructed(session, user))
+    course = staff_course(session, user, slug, Power.manage).course
     try:
         text = await _roster_text(form, ctx.settings.roster_max_bytes)
         if not text.strip():
             raise ValueError(f"Choose a CSV file or paste the roster ({FORMS}).")
         if form.get("confirm") != "import":
-            return _confirm_page(request, session, user, assignment, text)
-        job, key = await run_in_threadpool(start_job, session, ctx.celery, ctx.settings, assignment, user, text,
+            return _confirm_page(request, session, user, course, text)
+        job, key = await run_in_threadpool(start_job, session, ctx.celery, ctx.settings, course, user, text,
                                            _held_keys(request))
     except (ValueError, RosterJobError) as exc:
         code = status.HTTP_409_CONFLICT if isinstance(exc, RosterJobError) else status.HTTP_400_BAD_REQUEST
-        return _roster_page(request, session, user, code, error=str(exc), chosen=assignment.slug,
+        return _roster_page(request, session, user, code, error=str(exc), chosen=course.slug,
                             pasted=str(form.get("text") or ""))
     response = see_other("/roster")
     response.set_cookie(KEY_COOKIE.format(job.id), key, max_age=KEY_MAX_AGE_S, path=KEY_PATH, httponly=True,
@@ -199,14 +216,14 @@ async def roster_passwords(request: Request, job_id: int, session: Db, user: Sen
 
 @router.post("/roster/reset-link", response_class=HTMLResponse)
 async def roster_reset_link(request: Request, ctx: Context, session: Db, user: Sender) -> Response:
-    """Issues a one-time password reset link for a student of an assignment the user teaches
-    and shows it once on the roster page (grader.auth.password_reset)."""
+    """Issues a one-time password reset link for a student of a course the user instructs and
+    shows it once on the roster page (grader.auth.password_reset)."""
     form = await request.form()
     username = str(form.get("username", "")).strip()
     target = find_user(session, username)
     if target is None or not may_issue_reset(session, user, target):
         return _roster_page(request, session, user, status.HTTP_404_NOT_FOUND, reset_username=username,
-                            error=f"No student “{username}” in an assignment you teach.")
+                            error=f"No student “{username}” in a course you instruct.")
     token = issue_reset(session, target, ctx.settings.password_reset_max_age_s, issued_by=user)
     record(session, Event.reset_issued, Via.web, user=target, actor=user, address=request_address(request),
            detail="shown on the roster page")

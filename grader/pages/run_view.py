@@ -19,7 +19,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
 from grader.api.deps import get_context
+from grader.auth.roles import Power, may
 from grader.course.counted_choice import student_refusal
+from grader.course.membership import role_in
 from grader.models import ErrorClass, ProblemResult, Run, RunState, Submission, User
 from grader.pages import charts
 from grader.pages.common import page
@@ -61,6 +63,7 @@ def render_run(request: Request, session: Session, user: User, run: Run, status_
     counted, may_choose = _counted_of_run(session, run, user) if grade else (None, False)
     return page(request, "run.html", user, status_code, run=run, sub=run.submission, counted=counted,
                 may_choose=may_choose, status=run_status(session, run, settings.eta_recent_runs, settings.rubric_dirs),
+                may_grade=may(role_in(session, user.id, run.submission.assignment_id), Power.grade),
                 grade=grade, zone=settings.course_zone, refused=refused,
                 problems=[problem_view(r.details or {}, r, rubric.problems.get(r.problem_id), rubric.words)
                           for r in run.results],

@@ -1,7 +1,8 @@
 """The staff's similarity pages of an assignment: the ranked report, the background job that
 computes it (started here, followed through a small JSON status, grader.similarity.jobs) and a
-pair's side-by-side view. The base it is computed against is set on the settings page
-(grader.pages.ops, kept by grader.similarity.base). Someone who is not staff of the assignment gets the 404 page.
+pair's side-by-side view, for the course's staff (instructors and TAs). The base it is computed
+against is set on the settings page by an instructor (grader.pages.ops, kept by
+grader.similarity.base). Someone outside the course gets the 404 page, its students a 403 page.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from grader.api.deps import Context
-from grader.pages.common import Db, Staff, StaffForm, page, see_other
+from grader.pages.common import Db, GraderForm, Staff, page, see_other
 from grader.runs.engine_config import pipeline_config
 from grader.similarity.base import describe_assignment_base, text_sha256
 from grader.similarity.compare import LineRange
@@ -63,7 +64,7 @@ def similarity_download(request: Request, ctx: Context, staff: Staff) -> Respons
 
 
 @router.post("/assignments/{slug}/similarity", response_class=HTMLResponse)
-async def similarity_compute(request: Request, slug: str, ctx: Context, session: Db, staff: StaffForm) -> Response:
+async def similarity_compute(request: Request, slug: str, ctx: Context, session: Db, staff: GraderForm) -> Response:
     """Start computing the report in the background (or follow the job already under way)."""
     try:
         load_rubric(slug, search=ctx.settings.rubric_dirs)

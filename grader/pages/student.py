@@ -1,9 +1,9 @@
 """One student's whole history in an assignment, for its staff (linked from the gradebook's
 Uploads count): every submission with every run, each scored run's final grade and late badge,
 which run the gradebook counts (and who chose it), and links to the runs and the submitted
-code. Staff can pin one scored run as the one that counts (an optional reason), replacing a
-student's own choice, and unpin it back to the score policy. Someone who is not staff of the assignment gets the 404 page (grader.pages.common's
-Staff and StaffForm)."""
+code. Staff (instructors and TAs) can pin one scored run as the one that counts (an optional reason),
+replacing a student's own choice, and unpin it back to the score policy. Someone outside the
+course gets the 404 page, its students a 403 page (grader.pages.common's Staff and GraderForm)."""
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
@@ -14,7 +14,7 @@ from grader.api.deps import get_context
 from grader.course.counted_choice import choose, clear, is_scored
 from grader.course.membership import role_in
 from grader.models import Assignment, Run, Submission, User
-from grader.pages.common import Db, Staff, StaffForm, absent, page, see_other
+from grader.pages.common import Db, GraderForm, Staff, absent, page, see_other
 from grader.reads.grade_reads import counted_for, run_grades
 from grader.reads.submission_reads import student_submissions
 
@@ -44,7 +44,7 @@ def student_history(request: Request, username: str, session: Db, staff: Staff) 
 
 
 @router.post("/assignments/{slug}/students/{username}/counted")
-async def pin_counted(request: Request, username: str, session: Db, staff: StaffForm) -> Response:
+async def pin_counted(request: Request, username: str, session: Db, staff: GraderForm) -> Response:
     """Make one scored run of the student the one that counts, replacing any earlier pin."""
     assignment = staff.assignment
     student, subs = _student(session, assignment, username)
@@ -60,7 +60,7 @@ async def pin_counted(request: Request, username: str, session: Db, staff: Staff
 
 
 @router.post("/assignments/{slug}/students/{username}/counted/remove")
-def unpin_counted(username: str, session: Db, staff: StaffForm) -> Response:
+def unpin_counted(username: str, session: Db, staff: GraderForm) -> Response:
     """Back to the score policy's pick."""
     student, _ = _student(session, staff.assignment, username)
     clear(session, staff.assignment, student.id)

@@ -24,7 +24,7 @@ from grader.auth.throttle import Block, refusal_words
 from grader.course.membership import assignments_of
 from grader.db import session_scope
 from grader.models import Assignment, GpuCalibration, User, utcnow
-from grader.pages.common import CSRF_MESSAGE, Db, PageDenied, page, see_other
+from grader.pages.common import CSRF_MESSAGE, Db, PageDenied, nav_for, page, see_other
 from grader.reads.grade_reads import upload_windows
 from grader.storage.uploads import UploadError, receive_upload
 from worker.rubric import Problem, RubricError, load_rubric
@@ -79,8 +79,11 @@ def upload_page(request: Request, session: Session, user: User | None, status_co
 
 
 @router.get("/", response_class=HTMLResponse)
-def home(request: Request, session: Db) -> HTMLResponse:
-    return upload_page(request, session, current_user(request, session))
+def home(request: Request, session: Db) -> Response:
+    """The upload page; staff who are a student nowhere land on their own pages instead (Nav.home)."""
+    user = current_user(request, session)
+    home = nav_for(session, user).home if user is not None else None
+    return see_other(home) if home is not None else upload_page(request, session, user)
 
 
 @router.post("/submit", response_class=HTMLResponse)

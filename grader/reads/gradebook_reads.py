@@ -140,7 +140,7 @@ def gradebook(session: Session, assignment: Assignment, policy: str | None = Non
             .group_by(Submission.user_id)
         ).all()
     )
-    students = select(Enrollment.user_id).where(Enrollment.assignment_id == assignment.id,
+    students = select(Enrollment.user_id).where(Enrollment.course_id == assignment.course_id,
                                                 Enrollment.role == CourseRole.student)
     users = session.scalars(
         select(User).where(User.id.in_(students) | User.id.in_(list(counts) or [-1])).order_by(User.username)

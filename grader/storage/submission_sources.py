@@ -10,7 +10,8 @@ from pathlib import Path
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from grader.models import Assignment, CourseRole, Enrollment, Submission, User
+from grader.auth.roles import STAFF
+from grader.models import Assignment, Enrollment, Submission, User
 from grader.similarity.compare import Sources, tree_sources
 from grader.storage.blobstore import BlobStore
 from worker.rubric import Rubric
@@ -30,8 +31,8 @@ def latest_submissions(session: Session, slug: str) -> list[tuple[str, str]]:
     newest = (select(Submission.user_id, func.max(Submission.id).label("id"))
               .join(Assignment, Submission.assignment_id == Assignment.id)
               .where(Assignment.slug == slug).group_by(Submission.user_id).subquery())
-    staff = (select(Enrollment.user_id).join(Assignment, Enrollment.assignment_id == Assignment.id)
-             .where(Assignment.slug == slug, Enrollment.role == CourseRole.staff))
+    staff = (select(Enrollment.user_id).join(Assignment, Enrollment.course_id == Assignment.course_id)
+             .where(Assignment.slug == slug, Enrollment.role.in_(STAFF)))
     rows = session.execute(
         select(User.username, Submission.sha256).join(newest, Submission.id == newest.c.id)
         .join(User, Submission.user_id == User.id).where(User.id.not_in(staff)).order_by(User.username)

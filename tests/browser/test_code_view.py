@@ -45,9 +45,9 @@ def submitted(sessions: sessionmaker[Session], settings: Settings) -> dict[str, 
     blob = BlobStore(settings.blob_dir).put_bytes(ARCHIVE)
     with session_scope(sessions) as session:
         hw4 = get_assignment(session, "hw4")
-        student = get_or_create_user(session, STUDENT, Role.student, [hw4])
+        student = get_or_create_user(session, STUDENT, Role.student, [hw4.course])
         set_password(student, PASSWORD)
-        set_password(get_or_create_user(session, STAFF, Role.instructor, [hw4]), PASSWORD)
+        set_password(get_or_create_user(session, STAFF, Role.instructor, [hw4.course]), PASSWORD)
         sub, run = record_submission(session, student, hw4, FILENAME, blob)
         run.state, run.finished_at, run.message = RunState.built, utcnow(), "Built; not run on a GPU."
         session.flush()

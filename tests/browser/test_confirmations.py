@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from grader.auth.credentials import set_password
 from grader.db import session_scope
-from grader.models import Assignment, Role, Run, RunState, Submission, utcnow
+from grader.models import Assignment, Course, Role, Run, RunState, Submission, utcnow
 from grader.service import get_or_create_user
 from tests.browser.a11y import check_page
 from tests.browser.test_pages import PASSWORD, log_in
@@ -28,12 +28,12 @@ def newest(sessions: sessionmaker[Session]) -> dict[str, int]:
     older scored upload and a newer one; the newest submission id of each."""
     out: dict[str, int] = {}
     with session_scope(sessions) as session:
-        assignment = Assignment(slug=SLUG, title="Confirmation course", total_points=100)
+        assignment = Assignment(slug=SLUG, title="Confirmation course", course=Course(slug=SLUG, title="Confirmation course"), total_points=100)
         session.add(assignment)
         session.flush()
-        set_password(get_or_create_user(session, PROF, Role.instructor, [assignment]), PASSWORD)
+        set_password(get_or_create_user(session, PROF, Role.instructor, [assignment.course]), PASSWORD)
         for name, section in SECTIONS.items():
-            user = get_or_create_user(session, name, Role.student, [assignment])
+            user = get_or_create_user(session, name, Role.student, [assignment.course])
             user.section = section
             for score in (50.0, None):
                 sub = Submission(user=user, assignment=assignment, original_filename="hw.zip", size_bytes=1,
@@ -72,7 +72,7 @@ def test_filtered_bulk_regrade_is_confirmed(context: BrowserContext, sessions: s
 
 def test_member_removal_is_confirmed(context: BrowserContext, newest: dict[str, int]) -> None:
     page = log_in(context, PROF)
-    page.goto(f"/assignments/{SLUG}/members")
+    page.goto(f"/courses/{SLUG}/members")  # the course has the assignment's slug
     remove = page.get_by_role("button", name=f"Remove cfb-ida from {SLUG} (asks to confirm)")
     remove.click()
     expect(page.locator("#confirm-question")).to_have_text(f"Remove cfb-ida (student, section A) from {SLUG}?")

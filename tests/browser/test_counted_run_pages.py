@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from grader.auth.credentials import set_password
 from grader.db import session_scope
 from grader.models import Assignment, Role, RunState, utcnow
+from grader.models import Course as CourseRow
 from grader.service import get_or_create_user, record_submission
 from grader.storage.blobstore import StoredBlob
 from tests.browser.a11y import check_page
@@ -35,11 +36,11 @@ def two_scored_runs(sessions: sessionmaker[Session], prefix: str) -> Course:
     tag = uuid.uuid4().hex[:6]
     slug = f"{prefix}-{tag}"
     with session_scope(sessions) as session:
-        assignment = Assignment(slug=slug, title=f"{prefix} {tag}", total_points=100, score_policy="latest")
+        assignment = Assignment(slug=slug, title=f"{prefix} {tag}", course=CourseRow(slug=slug, title=f"{prefix} {tag}"), total_points=100, score_policy="latest")
         session.add(assignment)
         session.flush()
-        prof = get_or_create_user(session, f"{prefix}-prof-{tag}", Role.instructor, [assignment])
-        student = get_or_create_user(session, f"{prefix}-stu-{tag}", Role.student, [assignment])
+        prof = get_or_create_user(session, f"{prefix}-prof-{tag}", Role.instructor, [assignment.course])
+        student = get_or_create_user(session, f"{prefix}-stu-{tag}", Role.student, [assignment.course])
         for user in (prof, student):
             set_password(user, PASSWORD)
         runs = []

@@ -24,6 +24,7 @@ from grader.course.deadlines import LatePolicy
 from grader.course.policies import set_schedule
 from grader.db import session_scope
 from grader.models import Assignment, Enrollment, ProblemResult, Role, Run, RunState, utcnow
+from grader.models import Course as CourseRow
 from grader.service import get_or_create_user
 from tests.browser.a11y import check_page
 
@@ -46,7 +47,7 @@ def course(sessions: sessionmaker[Session]) -> Iterator[Course]:
     slug, title = f"lateb-{tag}", f"Late {tag}"
     with session_scope(sessions) as session:
         # Paused: the upload's run is never sent to a worker; the test scores it as one would.
-        assignment = Assignment(slug=slug, title=title, total_points=100, grading_paused=True)
+        assignment = Assignment(slug=slug, title=title, course=CourseRow(slug=slug, title=title), total_points=100, grading_paused=True)
         session.add(assignment)
         session.flush()
         prof = get_or_create_user(session, f"lateb-prof-{tag}", Role.instructor)
@@ -55,7 +56,7 @@ def course(sessions: sessionmaker[Session]) -> Iterator[Course]:
             set_password(user, PASSWORD)
         # Only in this course, so the upload form offers (and closes) this assignment alone.
         session.execute(delete(Enrollment).where(Enrollment.user_id == student.id,
-                                                 Enrollment.assignment_id != assignment.id))
+                                                 Enrollment.course_id != assignment.course_id))
         names = prof.username, student.username
     yield Course(slug, title, *names)
 

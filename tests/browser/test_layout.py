@@ -23,7 +23,7 @@ from grader.settings import Settings
 from grader.storage.blobstore import BlobStore
 from tests.browser.a11y import check_page
 from tests.browser.test_pages import PASSWORD, _scored_run, log_in
-from tests.service.conftest import WorkerProcess
+from tests.service.conftest import COURSE, WorkerProcess
 from worker.starter_kit import ZIP_TOP_FOLDER, zip_tree
 
 WIDTHS = (390, 1280)
@@ -53,11 +53,11 @@ def runs(sessions: sessionmaker[Session], settings: Settings, tmp_path_factory: 
     blob = BlobStore(settings.blob_dir).put_bytes(archive.read_bytes())
     with session_scope(sessions) as session:
         hw4 = get_assignment(session, "hw4")
-        set_password(get_or_create_user(session, STAFF, Role.instructor, [hw4]), PASSWORD)
-        _sub, other = record_submission(session, get_or_create_user(session, OTHER, Role.student, [hw4]), hw4,
+        set_password(get_or_create_user(session, STAFF, Role.instructor, [hw4.course]), PASSWORD)
+        _sub, other = record_submission(session, get_or_create_user(session, OTHER, Role.student, [hw4.course]), hw4,
                                         archive.name, blob)
         other.state, other.finished_at = RunState.built, utcnow()
-        student = get_or_create_user(session, STUDENT, Role.student, [hw4])
+        student = get_or_create_user(session, STUDENT, Role.student, [hw4.course])
         set_password(student, PASSWORD)
         student.full_name, student.section = "Maximiliana Konstantinopoulou-Wojciechowska", "Section B (Thursday lab)"
         issue_token(session, student, "a laptop token with a long descriptive name")
@@ -131,8 +131,8 @@ def _has_data(page: Page, runs: dict[str, Any]) -> None:
     expect(page.locator("main")).to_contain_text("graded-on-gpu.zip")
     page.goto(f"/submissions/{runs['submission']}/code?file={ZIP_TOP_FOLDER}/notes.txt")
     expect(page.locator("main")).to_contain_text("-I/some/include/dir")
-    page.goto(f"/assignments/hw4/members/{OTHER}/remove")
-    expect(page.locator("#confirm-question")).to_have_text(f"Remove {OTHER} (student) from hw4?")
+    page.goto(f"/courses/{COURSE}/members/{OTHER}/remove")
+    expect(page.locator("#confirm-question")).to_have_text(f"Remove {OTHER} (student) from {COURSE}?")
 
 
 @pytest.mark.parametrize("width", WIDTHS)
@@ -154,16 +154,17 @@ def test_every_page_fits_the_window(browser: Browser, base_url: str, runs: dict[
     page = log_in(staff, STAFF)
     # Not here: the similarity pages (a report computed here would change what tests/browser/test_ops_pages.py
     # starts from); tests/browser/test_similarity_pair.py checks them at 390 px.
-    _visit(page, ["/gradebook", "/roster", "/assignments", "/assignments/hw4/settings", "/assignments/hw4/members",
-                  "/assignments/hw4/grading", f"/runs/{runs['scored']}", "/assignments/hw4/regrade-requests",
-                  f"/assignments/hw4/students/{quote(STUDENT)}", f"{code}?file={ZIP_TOP_FOLDER}/notes.txt",
-                  f"/assignments/hw4/members/{OTHER}/remove", "/gradebook/regrade?assignment=hw4&which=all"], width)
+    _visit(page, ["/gradebook", "/roster", "/courses", f"/courses/{COURSE}", "/assignments/hw4/settings",
+                  f"/courses/{COURSE}/members", "/assignments/hw4/grading", f"/runs/{runs['scored']}",
+                  "/assignments/hw4/regrade-requests", f"/assignments/hw4/students/{quote(STUDENT)}",
+                  f"{code}?file={ZIP_TOP_FOLDER}/notes.txt", f"/courses/{COURSE}/members/{OTHER}/remove",
+                  "/gradebook/regrade?assignment=hw4&which=all"], width)
     _has_data(page, runs)
     # The roster's result (imported in the background by the worker): the table of new accounts.
     page.goto("/roster")
     page.get_by_label("Or paste the CSV").fill(f"lay.new.student.{width}.with.a.long.address@university.edu,Lay New,A")
     page.get_by_role("button", name="Import students").click()
-    expect(page.locator("#confirm-question")).to_have_text("Import 1 student into hw4, each enrolled there as a student?")
+    expect(page.locator("#confirm-question")).to_have_text(f"Import 1 student into {COURSE}, each enrolled there as a student?")
     _assert_no_page_scroll(page, width)
     check_page(page)
     page.get_by_role("button", name="Import 1 student").click()

@@ -1,6 +1,6 @@
 """The course-operations pages in a real (headless) Chromium: the instructor computes the
 similarity report, opens a pair side by side, saves a schedule with a mistake (shown next to
-the field), grants an extension, makes a student staff and takes them out; each page passes
+the field), grants an extension, makes a student a TA and takes them out; each page passes
 the accessibility checks (tests/browser/a11y.py)."""
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from grader.settings import Settings
 from grader.storage.blobstore import BlobStore
 from tests.browser.a11y import check_page
 from tests.browser.test_pages import PASSWORD, log_in
-from tests.service.conftest import WorkerProcess
+from tests.service.conftest import COURSE, WorkerProcess
 from worker.rubric import load_rubric
 from worker.starter_kit import zip_tree
 
@@ -43,7 +43,8 @@ def course(sessions: sessionmaker[Session], settings: Settings, tmp_path_factory
 
 def test_similarity_and_settings_pages(context: BrowserContext, screenshot_dir: Path) -> None:
     page = log_in(context, "ops-prof")
-    page.get_by_role("link", name="Course operations").click()
+    page.get_by_role("link", name="Courses", exact=True).click()
+    page.get_by_role("link", name=COURSE, exact=True).click()
     page.get_by_role("link", name="Similarity report of hw4").click()
     expect(page.locator("#no-report")).to_be_visible()
     page.get_by_role("button", name="Compute the report").click()
@@ -99,20 +100,21 @@ def test_similarity_and_settings_pages(context: BrowserContext, screenshot_dir: 
     check_page(page)
 
 
-def test_members_page_makes_a_student_staff_and_takes_them_out(context: BrowserContext, screenshot_dir: Path) -> None:
+def test_members_page_makes_a_student_a_ta_and_takes_them_out(context: BrowserContext, screenshot_dir: Path) -> None:
     page = log_in(context, "ops-prof")
-    page.goto("/assignments")
-    page.get_by_role("link", name="Members of hw4").click()
+    page.goto("/courses")
+    page.get_by_role("link", name=COURSE, exact=True).click()
+    page.get_by_role("link", name="Members").click()
     row = page.locator("#members tbody tr").filter(has_text=STUDENTS[1])
     expect(row.locator("td").first).to_have_text("student")
     page.get_by_label("Username").fill(STUDENTS[1])
-    page.get_by_label("Part", exact=True).select_option("staff")
+    page.get_by_label("Part", exact=True).select_option("ta")
     page.get_by_role("button", name="Save").click()
     expect(page.locator("#saved")).to_contain_text(STUDENTS[1])
-    expect(row.locator("td").first).to_have_text("staff")
+    expect(row.locator("td").first).to_have_text("TA")
     check_page(page)
     page.screenshot(path=str(screenshot_dir / "assignment-members.png"), full_page=True)
-    page.get_by_role("button", name=f"Remove {STUDENTS[1]} from hw4").click()
+    page.get_by_role("button", name=f"Remove {STUDENTS[1]} from {COURSE}").click()
     page.get_by_role("button", name=f"Remove {STUDENTS[1]}").click()  # the confirmation page's
     expect(page.locator("#members")).not_to_contain_text(STUDENTS[1])
     page.get_by_label("Username").fill(STUDENTS[1])  # back in as a student, for the other tests

@@ -23,7 +23,7 @@ from grader.models import Role
 from grader.service import get_or_create_user
 from tests.browser.a11y import check_page
 from tests.browser.test_embedded_default import EmbeddedService, free_port, log_in
-from tests.service.conftest import WorkerProcess
+from tests.service.conftest import COURSE, WorkerProcess
 from tests.service.test_roster_canvas import _canvas_export
 
 PASSWORD = "correct horse battery"
@@ -57,7 +57,7 @@ def test_a_canvas_roster_imports_in_the_background_and_its_passwords_download_on
     page.get_by_label("Roster file (.csv)").set_input_files(
         {"name": "canvas.csv", "mimeType": "text/csv", "buffer": roster.encode()})
     page.get_by_role("button", name="Import students").click()
-    expect(page.locator("#confirm-question")).to_have_text("Import 297 students into hw4, each enrolled there as "
+    expect(page.locator("#confirm-question")).to_have_text(f"Import 297 students into {COURSE}, each enrolled there as "
                                                            "a student?")
     expect(page.locator("main")).to_contain_text("1 line cannot be imported and is skipped: line 300:")
     page.get_by_role("button", name="Import 297 students").click()

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from grader.auth.credentials import set_password
 from grader.db import session_scope
 from grader.models import Assignment, Role, RunState, utcnow
+from grader.models import Course as CourseRow
 from grader.service import get_or_create_user, record_submission
 from grader.storage.blobstore import StoredBlob
 from tests.browser.a11y import check_page
@@ -36,7 +37,7 @@ def course(sessions: sessionmaker[Session]) -> Iterator[Course]:
     tag = uuid.uuid4().hex[:6]
     with session_scope(sessions) as session:
         # Paused: a re-grade's run is stored and queued but never sent to a worker.
-        session.add(Assignment(slug=f"flowb-{tag}", title=f"Flow {tag}", total_points=100, grading_paused=True))
+        session.add(Assignment(slug=f"flowb-{tag}", title=f"Flow {tag}", course=CourseRow(slug=f"flowb-{tag}", title=f"Flow {tag}"), total_points=100, grading_paused=True))
         session.flush()
         prof = get_or_create_user(session, f"flowb-prof-{tag}", Role.instructor)
         student = get_or_create_user(session, f"flowb-stu-{tag}", Role.student)

@@ -21,7 +21,7 @@ from grader.auth.credentials import set_password
 from grader.course.deadlines import LatePolicy, duration_text
 from grader.course.policies import set_schedule
 from grader.db import session_scope
-from grader.models import Assignment, GpuCalibration, Role, utcnow
+from grader.models import Assignment, Course, GpuCalibration, Role, utcnow
 from grader.service import get_assignment, get_or_create_user
 from tests.browser.a11y import check_page
 from worker.rubric import load_rubric
@@ -77,11 +77,12 @@ def _own_assignment(sessions: sessionmaker[Session], prefix: str, policy: LatePo
     tag = uuid.uuid4().hex[:6]
     slug, name = f"{prefix}-{tag}", f"{prefix}-stu-{tag}"
     with session_scope(sessions) as session:
-        session.add(Assignment(slug=slug, title=f"{prefix} {tag}", total_points=100, grading_paused=True))
+        session.add(Assignment(slug=slug, title=f"{prefix} {tag}", total_points=100, grading_paused=True,
+                               course=Course(slug=slug, title=f"{prefix} {tag}")))
         session.flush()
         if policy is not None:
             set_schedule(session, slug, policy, "latest")
-        set_password(get_or_create_user(session, name, Role.student, [get_assignment(session, slug)]), PASSWORD)
+        set_password(get_or_create_user(session, name, Role.student, [get_assignment(session, slug).course]), PASSWORD)
     return slug, name
 
 

@@ -15,7 +15,6 @@ from sqlalchemy import func, select
 
 from grader.app import create_app
 from grader.auth.credentials import issue_token
-from grader.cli import init_database
 from grader.context import AppContext
 from grader.db import session_scope
 from grader.models import Role, Submission
@@ -23,6 +22,7 @@ from grader.service import get_assignment, get_or_create_user, record_submission
 from grader.settings import Settings
 from grader.storage.uploads import remove_unless_recorded
 from tests.fixtures.zips import small_zip
+from tests.service.conftest import init_with_course
 
 MAX_UPLOAD = 256 * 1024
 
@@ -83,7 +83,7 @@ class App:
 def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[App]:
     settings = Settings(_env_file=None, data_dir=tmp_path_factory.mktemp("kg-upload"),  # type: ignore[call-arg]
                         max_upload_bytes=MAX_UPLOAD)
-    init_database(settings)
+    init_with_course(settings)
     with TestClient(create_app(settings)) as client:
         with session_scope(client.app.state.context.sessions) as session:  # type: ignore[attr-defined]
             token = issue_token(session, get_or_create_user(session, "mallory", Role.student), "hostile")

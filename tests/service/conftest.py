@@ -30,6 +30,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from grader.app import create_app
 from grader.auth.credentials import issue_token
 from grader.cli import init_database
+from grader.course.courses import course_of_free_assignments
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import Role, Run
 from grader.service import get_or_create_user
@@ -76,10 +77,20 @@ def settings_env(database_url: str, tmp_path_factory: pytest.TempPathFactory) ->
     client.delete(queue, f"{queue}-similarity")
 
 
+COURSE = "llmsys"  # the test databases' course, holding hw4 (new users join every course)
+
+
+def init_with_course(settings: Settings, course: str = COURSE) -> None:
+    """init_database, then `course` holding every assignment in no course yet (hw4, on a new database)."""
+    init_database(settings)
+    with session_scope(make_session_factory(make_engine(settings))) as session:
+        course_of_free_assignments(session, course, f"Tests: {course}")
+
+
 @pytest.fixture(scope="session")
 def settings(settings_env: dict[str, str]) -> Settings:
     s = Settings.from_variables(settings_env)
-    init_database(s)
+    init_with_course(s)
     return s
 
 

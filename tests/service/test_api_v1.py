@@ -26,7 +26,7 @@ from grader.app import create_app
 from grader.auth.credentials import issue_token
 from grader.cli import app as cli_app
 from grader.db import session_scope
-from grader.models import Assignment, ErrorClass, ProblemResult, Role, Run, RunState, Submission, User, utcnow
+from grader.models import Assignment, Course, ErrorClass, ProblemResult, Role, Run, RunState, Submission, User, utcnow
 from grader.service import get_or_create_user
 from grader.settings import Settings
 from tests.fixtures.zips import small_zip
@@ -66,7 +66,7 @@ class World:
         self.tag = uuid.uuid4().hex[:8]
         self.tokens: dict[str, str] = {}
         with session_scope(sessions) as session:
-            row = Assignment(slug=f"a-{self.tag}", title=f"Test {self.tag}", total_points=60.0)
+            row = Assignment(slug=f"a-{self.tag}", title=f"Test {self.tag}", course=Course(slug=f"a-{self.tag}", title=f"Test {self.tag}"), total_points=60.0)
             session.add(row)
             session.flush()
             self.slug, self.assignment_id = row.slug, row.id

@@ -18,12 +18,11 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.auth.credentials import issue_token
-from grader.cli import init_database
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import Role, Submission, User
 from grader.service import get_or_create_user
 from grader.settings import Settings
-from tests.service.conftest import REDIS_URL, served
+from tests.service.conftest import REDIS_URL, init_with_course, served
 
 SENDERS = 6  # copies of one upload sent at once
 ROUNDS = 4  # each round a new zip: a race lost once is a duplicate
@@ -42,7 +41,7 @@ def sqlite_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
     """The embedded default: SQLite and the SQLite broker in a data folder of its own."""
     own = Settings.from_variables({"KG_DATA_DIR": str(tmp_path_factory.mktemp("sqlite-app"))})
     assert own.resolved_database_url.startswith("sqlite")
-    init_database(own)
+    init_with_course(own)
     with served(own) as url:
         yield url, own
 

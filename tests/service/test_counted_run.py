@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from grader.auth.credentials import issue_token, set_password
 from grader.db import session_scope
 from grader.models import Assignment, Role, RunState, utcnow
+from grader.models import Course as CourseRow
 from grader.service import get_or_create_user, record_submission
 from grader.settings import Settings
 from grader.storage.blobstore import StoredBlob
@@ -45,10 +46,10 @@ def course_with_runs(sessions: sessionmaker[Session], prefix: str) -> Course:
     tag = uuid.uuid4().hex[:6]
     slug, title = f"{prefix}-{tag}", f"{prefix} {tag}"
     with session_scope(sessions) as session:
-        assignment = Assignment(slug=slug, title=title, total_points=100, score_policy="latest")
+        assignment = Assignment(slug=slug, title=title, course=CourseRow(slug=slug, title=title), total_points=100, score_policy="latest")
         session.add(assignment)
         session.flush()
-        people = [get_or_create_user(session, f"{prefix}-{who}-{tag}", role, [assignment])
+        people = [get_or_create_user(session, f"{prefix}-{who}-{tag}", role, [assignment.course])
                   for who, role in (("prof", Role.instructor), ("stu", Role.student), ("oth", Role.student))]
         for user in people:
             set_password(user, PASSWORD)
@@ -128,5 +129,5 @@ def test_only_staff_pin_and_only_a_scored_run(settings: Settings, course: Course
     assert "Only a scored run of" in prof.client.get(refused.headers["location"]).text
     for path in (f"{here}/counted", f"{here}/counted/remove"):
         denied = other.client.post(path, data={"csrf_token": other.page_csrf("/"), "run_id": str(course.older)})
-        assert denied.status_code == 404
+        assert denied.status_code == 403  # a student of the course: the page says only its staff grade
     assert "chosen by staff" not in prof.client.get(here).text

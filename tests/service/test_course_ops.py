@@ -92,10 +92,10 @@ def test_similarity_command_reads_each_students_latest_zip(sessions: sessionmake
         for name, data in (("sim-a", _kit_zip()), ("sim-b", _kit_zip()), ("sim-c", b"not a zip"),
                            ("sim-staff", _kit_zip())):
             user = get_or_create_user(session, name, Role.student)
-            if name == "sim-staff":  # a student account that is staff (a TA) of hw4
+            if name == "sim-staff":  # a student account that is a TA of hw4's course
                 session.execute(update(Enrollment).where(Enrollment.user_id == user.id,
-                                                         Enrollment.assignment_id == assignment.id)
-                                .values(role=CourseRole.staff))
+                                                         Enrollment.course_id == assignment.course_id)
+                                .values(role=CourseRole.ta))
             for upload in (b"an older upload of " + name.encode(), data):  # rows only: nothing to grade
                 blob = store.put_bytes(upload)
                 session.add(Submission(user=user, assignment=assignment, original_filename="hw4.zip",

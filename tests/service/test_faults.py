@@ -31,7 +31,6 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from grader.app import create_app
 from grader.auth.credentials import issue_token
-from grader.cli import init_database
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import ProblemResult, Role, Run, RunState, Submission, utcnow
 from grader.runs.celery_app import make_celery
@@ -43,7 +42,7 @@ from grader.storage.blobstore import BlobStore
 from tests.faults.services import PrivatePostgres, PrivateRedis
 from tests.fixtures import cpu_standin
 from tests.fixtures.zips import small_zip
-from tests.service.conftest import PROJECT_ROOT, WorkerProcess, auth, new_student, wait_for_run
+from tests.service.conftest import PROJECT_ROOT, WorkerProcess, auth, init_with_course, new_student, wait_for_run
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="private PostgreSQL (runs as postgres) and tmpfs mounts need root"),
@@ -257,7 +256,7 @@ def test_postgres_restart_mid_grade_and_at_upload(settings: Settings, settings_e
                                                   standin_zip: bytes, tmp_path: Path,
                                                   private_postgres: PrivatePostgres) -> None:
     own = settings.model_copy(update={"database_url": private_postgres.url})
-    init_database(own)
+    init_with_course(own)
     sessions = make_session_factory(make_engine(own))
     with session_scope(sessions) as session:
         token = issue_token(session, get_or_create_user(session, "carol", Role.student), "faults")

@@ -28,7 +28,6 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.auth.credentials import issue_token, set_password
-from grader.cli import init_database
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import Role, Run, RunState, utcnow
 from grader.reads.runstatus import RESEND_TEXT, Waiting, waiting_reason
@@ -40,7 +39,15 @@ from grader.service import get_assignment, get_or_create_user, record_submission
 from grader.settings import Settings
 from grader.storage.blobstore import BlobStore, StoredBlob
 from tests.faults.services import PrivatePostgres, PrivateRedis
-from tests.service.conftest import PROJECT_ROOT, REDIS_URL, WorkerProcess, auth, new_student, wait_for_run
+from tests.service.conftest import (
+    PROJECT_ROOT,
+    REDIS_URL,
+    WorkerProcess,
+    auth,
+    init_with_course,
+    new_student,
+    wait_for_run,
+)
 from tests.service.test_faults import (  # noqa: F401  (fixtures)
     Rig,
     graded_once,
@@ -157,7 +164,7 @@ def test_a_claim_that_fails_on_the_database_is_retried_not_acknowledged(
     private_postgres: PrivatePostgres,
 ) -> None:
     own = settings.model_copy(update={"database_url": private_postgres.url})
-    init_database(own)
+    init_with_course(own)
     sessions = make_session_factory(make_engine(own))
     with session_scope(sessions) as session:
         token = issue_token(session, get_or_create_user(session, "claimer", Role.student), "faults")
@@ -194,7 +201,7 @@ def test_a_database_outage_right_after_a_saved_claim_is_retried_within_seconds(
     next statement with the claim saved, and only the reconciler freed it once its heartbeat was
     stale: about 90 s."""
     own = settings.model_copy(update={"database_url": private_postgres.url})
-    init_database(own)
+    init_with_course(own)
     sessions = make_session_factory(make_engine(own))
     with session_scope(sessions) as session:
         token = issue_token(session, get_or_create_user(session, "after-claim", Role.student), "faults")

@@ -30,7 +30,6 @@ from typer.testing import CliRunner
 from grader.app import create_app
 from grader.auth.credentials import issue_token, set_password
 from grader.cli import app as grader_cli
-from grader.cli import init_database
 from grader.course.membership import enroll
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import CourseRole, Role, Run, RunState, Submission, User, utcnow
@@ -40,7 +39,7 @@ from grader.storage.blobstore import BlobStore
 from grader.storage.collector import CollectReport, collect
 from tests.faults.services import PrivatePostgres
 from tests.fixtures import cpu_standin
-from tests.service.conftest import REDIS_URL, auth, new_student, run_row, wait_for_run
+from tests.service.conftest import REDIS_URL, auth, init_with_course, new_student, run_row, wait_for_run
 from tests.service.test_faults import graded_once, make_rig, standin_zip, unique  # noqa: F401 (a fixture)
 from tests.service.test_faults import post as fault_post
 from tests.service.test_security import PASSWORD, csrf_of, login
@@ -117,7 +116,7 @@ def private_db(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> 
                                       "data_dir": tmp_path_factory.mktemp("upload-faults")})
     server.start()
     try:
-        init_database(own)
+        init_with_course(own)
         yield server, own
     finally:
         server.close()
@@ -332,7 +331,7 @@ def test_database_error_after_a_regrades_commit_still_leads_to_its_run(faulty: F
     with session_scope(faulty.sessions) as session:
         user = get_or_create_user(session, staff, Role.instructor)
         set_password(user, PASSWORD)
-        enroll(session, user, get_assignment(session, "hw4"), CourseRole.staff)
+        enroll(session, user, get_assignment(session, "hw4").course, CourseRole.instructor)
     with TestClient(create_app(faulty.settings)) as client:
         upload = post(client, token, fresh_zip("to be re-graded"))
         assert upload.status_code == 201, upload.text

@@ -22,11 +22,11 @@ from grader.cli import app as grader_cli
 from grader.course.membership import roles_of
 from grader.course.policies import admission
 from grader.db import session_scope
-from grader.models import Assignment, CourseRole, Role, Run, RunState, User, utcnow
+from grader.models import Assignment, Course, CourseRole, Role, Run, RunState, User, utcnow
 from grader.service import get_assignment, get_or_create_user, record_submission
 from grader.settings import Settings, get_settings
 from grader.storage.blobstore import StoredBlob
-from tests.service.conftest import WorkerProcess, auth
+from tests.service.conftest import COURSE, WorkerProcess, auth
 from tests.service.test_web_settings import PASSWORD, Browser
 
 
@@ -56,7 +56,7 @@ def world(sessions: sessionmaker[Session]) -> World:
     blob = StoredBlob(sha256="7" * 64, size=5)
     with session_scope(sessions) as session:
         a = get_assignment(session, "hw4")
-        b = Assignment(slug=f"hwb-{tag}", title="Assignment B", total_points=100)
+        b = Assignment(slug=f"hwb-{tag}", title="Assignment B", course=Course(slug=f"hwb-{tag}", title="Assignment B"), total_points=100)
         session.add(b)
         session.flush()
         placed = {"stu_a": (Role.student, a), "stu_b": (Role.student, b),
@@ -64,7 +64,7 @@ def world(sessions: sessionmaker[Session]) -> World:
         users: dict[str, User] = {}
         tokens = {}
         for key, (role, assignment) in placed.items():
-            users[key] = get_or_create_user(session, logins[key], role, [assignment])
+            users[key] = get_or_create_user(session, logins[key], role, [assignment.course])
             set_password(users[key], PASSWORD)
             tokens[key] = issue_token(session, users[key], "membership")
         a_sub, _ = record_submission(session, users["stu_a"], a, "a.zip", blob)
@@ -87,7 +87,7 @@ def test_new_users_join_only_the_assignments_named(sessions: sessionmaker[Sessio
         roles = {key: roles_of(session, session.scalar(select(User.id).where(User.username == login)) or 0)
                  for key, login in world.logins.items()}
     assert roles["stu_a"] == {ids[world.a]: CourseRole.student}
-    assert roles["prof_b"] == {ids[world.b]: CourseRole.staff}
+    assert roles["prof_b"] == {ids[world.b]: CourseRole.instructor}
 
 
 def test_student_of_a_neither_sees_nor_submits_to_b_through_the_api(
@@ -169,19 +169,19 @@ def test_instructor_of_a_cannot_read_export_or_regrade_b_on_the_web(
     assert regraded.status_code == 303 and _run_count(sessions, world.b_sub) == before + 1
 
 
-def test_roster_import_enrolls_into_the_chosen_assignment(
+def test_roster_import_enrolls_into_the_chosen_course(
         settings: Settings, sessions: sessionmaker[Session], world: World, worker: WorkerProcess) -> None:
     newcomer = f"mem-new-{uuid.uuid4().hex[:6]}@uni.edu"
     roster = f"email,name,section\n{newcomer},New Person,B1\n"
     prof_a, prof_b = Browser(settings, world.logins["prof_a"]), Browser(settings, world.logins["prof_b"])
-    refused = prof_a.client.post("/roster", data={"csrf_token": prof_a.page_csrf("/roster"), "assignment": world.b,
+    refused = prof_a.client.post("/roster", data={"csrf_token": prof_a.page_csrf("/roster"), "course": world.b,
                                                   "text": roster})
     assert refused.status_code == 404
     with session_scope(sessions) as session:
         assert session.scalar(select(User).where(User.username == newcomer)) is None
     page = prof_b.client.get("/roster").text
-    assert f'<option value="{world.b}" selected>' in page and '<option value="hw4"' not in page
-    started = prof_b.client.post("/roster", data={"csrf_token": prof_b.csrf(page), "assignment": world.b,
+    assert f'<option value="{world.b}" selected>' in page and f'<option value="{COURSE}"' not in page
+    started = prof_b.client.post("/roster", data={"csrf_token": prof_b.csrf(page), "course": world.b,
                                                   "text": roster, "confirm": "import"}, follow_redirects=False)
     assert started.status_code == 303 and started.headers["location"] == "/roster", started.text
     deadline = time.monotonic() + 120  # the worker imports it in the background
@@ -202,21 +202,21 @@ def test_roster_import_enrolls_into_the_chosen_assignment(
 def test_enrollment_and_reset_link_from_the_command_line(settings: Settings, settings_env: dict[str, str],
                                                          sessions: sessionmaker[Session], world: World,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    """A student account made staff of hw4 (a TA) reads hw4's gradebook until unenrolled;
+    """A student account made a TA of hw4's course reads hw4's gradebook until unenrolled;
     `grader user reset-link` prints a link that opens the reset form."""
     ta = f"mem-ta-{uuid.uuid4().hex[:6]}"
     with session_scope(sessions) as session:
-        set_password(get_or_create_user(session, ta, Role.student, [get_assignment(session, world.b)]), PASSWORD)
+        set_password(get_or_create_user(session, ta, Role.student, [get_assignment(session, world.b).course]), PASSWORD)
     for key, value in settings_env.items():
         monkeypatch.setenv(key, value)
     get_settings.cache_clear()
     try:
         cli = CliRunner()
-        made_staff = cli.invoke(grader_cli, ["user", "enroll", ta, "hw4", "--as", "staff"])
-        assert made_staff.exit_code == 0 and f"{ta} is staff of hw4" in made_staff.output, made_staff.output
+        made_staff = cli.invoke(grader_cli, ["user", "enroll", ta, COURSE, "--as", "ta"])
+        assert made_staff.exit_code == 0 and f"{ta} is TA of {COURSE}" in made_staff.output, made_staff.output
         assert Browser(settings, ta).client.get("/gradebook?assignment=hw4").status_code == 200
-        left = cli.invoke(grader_cli, ["user", "unenroll", ta, "hw4"])
-        assert left.exit_code == 0 and f"{ta} left hw4" in left.output, left.output
+        left = cli.invoke(grader_cli, ["user", "unenroll", ta, COURSE])
+        assert left.exit_code == 0 and f"{ta} left {COURSE}" in left.output, left.output
         assert Browser(settings, ta).client.get("/gradebook?assignment=hw4").status_code == 404
         with session_scope(sessions) as session:
             ids = {row.slug: row.id for row in session.scalars(select(Assignment))}
@@ -228,7 +228,47 @@ def test_enrollment_and_reset_link_from_the_command_line(settings: Settings, set
         assert url.startswith("http://testserver/reset/")
         form = TestClient(create_app(settings)).get(url.removeprefix("http://testserver"))
         assert form.status_code == 200 and 'name="new"' in form.text
-        unknown = cli.invoke(grader_cli, ["user", "enroll", "no-such-user", "hw4"])
+        unknown = cli.invoke(grader_cli, ["user", "enroll", "no-such-user", COURSE])
         assert unknown.exit_code == 2 and "no user" in unknown.output
+    finally:
+        get_settings.cache_clear()
+
+
+def test_courses_from_the_command_line(settings_env: dict[str, str], sessions: sessionmaker[Session],
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """`grader course create` makes a course with its assignments and instructor, `course add`
+    gives it another one no course holds, `course list` shows them with their people; an
+    assignment already in a course, an unknown course or a bad name is refused with exit 2."""
+    tag = uuid.uuid4().hex[:6]
+    first, second, course, prof = f"cli-a-{tag}", f"cli-b-{tag}", f"cli-{tag}", f"cli-prof-{tag}"
+    with session_scope(sessions) as session:
+        session.add_all([Assignment(slug=first, title="A", total_points=10),
+                         Assignment(slug=second, title="B", total_points=10)])
+        get_or_create_user(session, prof, Role.instructor, [])
+    for key, value in settings_env.items():
+        monkeypatch.setenv(key, value)
+    get_settings.cache_clear()
+    try:
+        cli = CliRunner()
+        made = cli.invoke(grader_cli, ["course", "create", course, "--title", "CLI course", "--assignment", first,
+                                       "--instructor", prof])
+        assert made.exit_code == 0 and f"course {course}: {first}" in made.output, made.output
+        added = cli.invoke(grader_cli, ["course", "add", course, second])
+        assert added.exit_code == 0 and f"course {course}: {first}, {second}" in added.output, added.output
+        listed = cli.invoke(grader_cli, ["course", "list"])
+        assert f"{course} (CLI course): {first}, {second}; 1 instructor, 0 TAs, 0 students" in listed.output
+        taken = cli.invoke(grader_cli, ["course", "create", f"other-{tag}", "--title", "x", "--assignment", first])
+        assert taken.exit_code == 2 and "already an assignment of another course" in taken.output
+        assert cli.invoke(grader_cli, ["course", "add", f"nope-{tag}", second]).exit_code == 2
+        bad = cli.invoke(grader_cli, ["course", "create", "Not Good", "--title", "x"])
+        assert bad.exit_code == 2 and "is not a course name" in bad.output
+        made_ta = cli.invoke(grader_cli, ["user", "add", f"cli-ta-{tag}", "--course", course])
+        assert made_ta.exit_code == 0 and f"enrolled in {course} (student)" in made_ta.output, made_ta.output
+        assert cli.invoke(grader_cli, ["user", "enroll", f"cli-ta-{tag}", course, "--as", "ta"]).exit_code == 0
+        with session_scope(sessions) as session:
+            ta = session.scalar(select(User).where(User.username == f"cli-ta-{tag}"))
+            assert ta is not None and roles_of(session, ta.id) == {
+                row.id: CourseRole.ta for row in session.scalars(select(Assignment).where(
+                    Assignment.slug.in_([first, second])))}
     finally:
         get_settings.cache_clear()

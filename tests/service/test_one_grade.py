@@ -22,7 +22,7 @@ from grader.auth.credentials import issue_token, set_password
 from grader.course.deadlines import LatePolicy
 from grader.course.policies import set_schedule
 from grader.db import session_scope
-from grader.models import Assignment, Enrollment, ProblemResult, Role, Run, RunState, utcnow
+from grader.models import Assignment, Course, Enrollment, ProblemResult, Role, Run, RunState, utcnow
 from grader.notify import body, run_notice
 from grader.service import get_assignment, get_or_create_user
 from grader.settings import Settings
@@ -49,7 +49,7 @@ def late_course(settings: Settings, sessions: sessionmaker[Session]) -> Iterator
     tag = uuid.uuid4().hex[:6]
     slug = f"late-{tag}"
     with session_scope(sessions) as session:
-        session.add(Assignment(slug=slug, title=f"Late {tag}", total_points=100))
+        session.add(Assignment(slug=slug, title=f"Late {tag}", course=Course(slug=slug, title=f"Late {tag}"), total_points=100))
         session.flush()  # created first: new accounts join every assignment there is
         prof = get_or_create_user(session, f"late-prof-{tag}", Role.instructor)
         student = get_or_create_user(session, f"late-stu-{tag}", Role.student)
@@ -157,11 +157,11 @@ def test_a_late_upload_has_one_grade_everywhere(late_course: LateCourse, session
 
 def test_staff_pages_show_instants_in_the_course_zone(late_course: LateCourse,
                                                      sessions: sessionmaker[Session]) -> None:
-    """The course-operations list (the due date) and the token page (when made) in the
-    course's zone, named, as the grades are."""
+    """The course page (the due date) and the token page (when made) in the course's zone,
+    named, as the grades are."""
     _schedule(sessions, late_course.slug, timedelta(days=-1))
     prof = Browser(late_course.settings, late_course.prof)
-    listed = _found(rf'<th scope="row">{late_course.slug} .*?</th>(.*?)</tr>', prof.client.get("/assignments").text)
+    listed = _found(rf'<th scope="row">{late_course.slug} .*?</th>(.*?)</tr>', prof.client.get(f"/courses/{late_course.slug}").text)
     assert re.search(r"<td>\d{4}-\d\d-\d\d \d\d:\d\d E[SD]T</td>", listed), listed
     page = prof.client.get("/settings/tokens").text
     made = prof.client.post("/settings/tokens", data={"csrf_token": prof.csrf(page), "name": "zone-check",
@@ -184,7 +184,7 @@ def test_the_form_gives_way_to_the_reason_once_the_late_window_closes(late_cours
     with session_scope(sessions) as session:  # now only in this course: every upload is refused
         user = get_or_create_user(session, late_course.student, Role.student)
         session.execute(delete(Enrollment).where(Enrollment.user_id == user.id,
-                                                 Enrollment.assignment_id != get_assignment(session, late_course.slug).id))
+                                                 Enrollment.course_id != get_assignment(session, late_course.slug).course_id))
     page = student.client.get("/").text
     closed = _found(r'id="upload-closed">(.*?)</p>', page)
     assert 'action="/submit"' not in page and "Uploads are closed, so there is no upload form." in closed

@@ -19,7 +19,7 @@ from grader.app import create_app
 from grader.auth.credentials import set_password
 from grader.auth.password_reset import issue_reset
 from grader.db import session_scope
-from grader.models import Assignment, PasswordReset, Role, User, utcnow
+from grader.models import Assignment, Course, PasswordReset, Role, User, utcnow
 from grader.service import get_assignment, get_or_create_user
 from grader.settings import Settings
 from tests.service.test_web_settings import PASSWORD, Browser
@@ -42,12 +42,12 @@ def people(sessions: sessionmaker[Session]) -> People:
     found = People(f"rs-stu-{tag}", f"rs-out-{tag}", f"rs-prof-{tag}", f"rs-col-{tag}")
     with session_scope(sessions) as session:
         hw4 = get_assignment(session, "hw4")
-        other = Assignment(slug=f"rs-{tag}", title="Other course", total_points=100)
+        other = Assignment(slug=f"rs-{tag}", title="Other course", course=Course(slug=f"rs-{tag}", title="Other course"), total_points=100)
         session.add(other)
         session.flush()
         for login, role, assignment in ((found.student, Role.student, hw4), (found.outsider, Role.student, other),
                                         (found.prof, Role.instructor, hw4), (found.colleague, Role.instructor, hw4)):
-            set_password(get_or_create_user(session, login, role, [assignment]), PASSWORD)
+            set_password(get_or_create_user(session, login, role, [assignment.course]), PASSWORD)
     return found
 
 
@@ -143,4 +143,4 @@ def test_instructors_issue_links_only_for_students_of_their_assignments(
     student = Browser(settings, people.student)  # a student has no roster page to issue from
     refused = student.client.post("/roster/reset-link", data={"csrf_token": student.page_csrf(),
                                                               "username": people.student})
-    assert refused.status_code == 404
+    assert refused.status_code == 403

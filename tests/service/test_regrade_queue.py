@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from grader.auth.credentials import issue_token, set_password
 from grader.db import session_scope
-from grader.models import Assignment, RegradeRequest, Role, Run, RunState, utcnow
+from grader.models import Assignment, Course, RegradeRequest, Role, Run, RunState, utcnow
 from grader.service import get_or_create_user, record_submission
 from grader.settings import Settings, SmtpSettings
 from grader.storage.blobstore import StoredBlob
@@ -45,8 +45,9 @@ def klass(mail_env: dict[str, str], settings: Settings, sessions: sessionmaker[S
     tag = uuid.uuid4().hex[:6]
     slug = f"queue-{tag}"
     with session_scope(sessions) as session:
-        session.add(Assignment(slug=slug, title=f"Queue {tag}", total_points=100))
-        session.flush()  # created first: new accounts join every assignment there is
+        session.add(Assignment(slug=slug, title=f"Queue {tag}", total_points=100,
+                               course=Course(slug=slug, title=f"Queue {tag}")))
+        session.flush()  # created first: new accounts join every course there is
         logins = []
         for who, role in (("prof", Role.instructor), ("ta", Role.instructor), ("stu", Role.student)):
             user = get_or_create_user(session, f"q{who}-{tag}", role)

@@ -139,7 +139,7 @@ def test_the_status_is_refused_to_students_and_answers_401_after_the_session(
     student = f"jstu-{uuid.uuid4().hex[:6]}"
     with session_scope(sessions) as session:
         set_password(get_or_create_user(session, student, Role.student), PASSWORD)
-    assert Browser(settings, student).client.get("/roster/job.json").status_code == 404
+    assert Browser(settings, student).client.get("/roster/job.json").status_code == 403
     anonymous = TestClient(create_app(settings)).get("/roster/job.json", follow_redirects=False)
     assert anonymous.status_code == 401 and anonymous.json() == {"detail": "log in"}  # follow.js says so on the page
 
@@ -149,8 +149,8 @@ def test_an_import_no_worker_took_fails_with_the_reason_and_frees_the_form(
     name = _prof(settings, sessions)
     with session_scope(sessions) as session:
         prof_id = session.scalar(select(User.id).where(User.username == name))
-        assignment_id = get_assignment(session, "hw4").id
-        session.add(RosterJob(assignment_id=assignment_id, requested_by=prof_id, state="queued", roster="a@b.edu,A\n",
+        course_id = get_assignment(session, "hw4").course_id
+        session.add(RosterJob(course_id=course_id, requested_by=prof_id, state="queued", roster="a@b.edu,A\n",
                               key_digest="0" * 64,
                               created_at=utcnow() - timedelta(seconds=settings.task_time_limit_s + 1)))
     status = Browser(settings, name).client.get("/roster/job.json").json()
@@ -167,7 +167,7 @@ def test_a_failed_import_gives_the_passwords_of_the_accounts_it_created(
         settings: Settings, sessions: sessionmaker[Session]) -> None:
     name, key = _prof(settings, sessions), secrets.token_hex(32)
     with session_scope(sessions) as session:
-        job = RosterJob(assignment_id=get_assignment(session, "hw4").id, state="failed", key_digest=digest_of(key),
+        job = RosterJob(course_id=get_assignment(session, "hw4").course_id, state="failed", key_digest=digest_of(key),
                         requested_by=session.scalar(select(User.id).where(User.username == name)),
                         result={"summary": "1 created", "created": ["ada"], "updated": [], "errors": []})
         session.add(job)

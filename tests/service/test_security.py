@@ -28,6 +28,7 @@ from grader.models import (
     ApiToken,
     Assignment,
     CountedRun,
+    Course,
     Enrollment,
     ErrorClass,
     Extension,
@@ -50,7 +51,7 @@ from grader.service import get_assignment, get_or_create_user, record_submission
 from grader.settings import Settings
 from grader.storage.blobstore import BlobStore
 from tests.fixtures.zips import small_zip
-from tests.service.conftest import auth
+from tests.service.conftest import COURSE, auth
 
 PASSWORD = "correct horse battery staple"
 CSRF_INPUT = re.compile(r'name="csrf_token" value="([^"]+)"')
@@ -275,13 +276,13 @@ def _password_change(w: World) -> None:
 
 def _roster_page(w: World) -> None:
     assert w.staff_web.get("/roster").status_code == 200
-    refused(w.a_web.get("/roster", follow_redirects=False), 404, w=w)
+    refused(w.a_web.get("/roster", follow_redirects=False), 403, w=w)
 
 
 def _roster_import(w: World) -> None:
     login_name = f"planted-{uuid.uuid4().hex[:6]}@example.edu"
     refused(w.a_web.post("/roster", data={"csrf_token": w.a_csrf(), "text": f"{login_name},Planted"},
-                         follow_redirects=False), 404, w=w)
+                         follow_redirects=False), 403, w=w)
     assert w.count(User, User.username == login_name) == 0
 
 
@@ -291,7 +292,7 @@ def _staff_import_passwords(w: World) -> None:
     key = uuid.uuid4().hex * 2
     with session_scope(w.sessions) as session:
         staff = session.scalars(select(User).where(User.username == w.staff_name)).one()
-        job = RosterJob(assignment_id=get_assignment(session, "hw4").id, requested_by=staff.id, state="done",
+        job = RosterJob(course_id=get_assignment(session, "hw4").course_id, requested_by=staff.id, state="done",
                         lines_done=1, lines_total=1, result={"created": [w.b_name], "updated": [], "unchanged": [],
                                                              "errors": []}, key_digest=digest_of(key))
         session.add(job)
@@ -308,7 +309,7 @@ def _staff_import_passwords(w: World) -> None:
 def _reset_link_for_b(w: World) -> None:
     """A student issues no reset link, least of all for another student."""
     refused(w.a_web.post("/roster/reset-link", data={"csrf_token": w.a_csrf(), "username": w.b_name},
-                         follow_redirects=False), 404, w=w)
+                         follow_redirects=False), 403, w=w)
     assert w.count(PasswordReset, PasswordReset.user_id.in_(select(User.id).where(User.username == w.b_name))) == 0
 
 
@@ -329,44 +330,52 @@ def _reset_guessed(w: World) -> None:
     login(w.settings, w.b_name)
 
 
-def _ops_list(w: World) -> None:
-    """The course-operations list shows a student no assignment to run."""
-    page = w.a_web.get("/assignments")
-    assert page.status_code == 200 and "/assignments/hw4/" not in page.text and w.b_marker not in page.text
-    assert "/assignments/hw4/settings" in w.staff_web.get("/assignments").text
+def _course_list(w: World) -> None:
+    """The course list shows a student no course to run."""
+    page = w.a_web.get("/courses")
+    assert page.status_code == 200 and f"/courses/{COURSE}" not in page.text and w.b_marker not in page.text
+    assert f'href="/courses/{COURSE}"' in w.staff_web.get("/courses").text
+
+
+def _course_create(w: World) -> None:
+    """A student account makes no course (403, nothing made)."""
+    before = w.count(Course)
+    refused(w.a_web.post("/courses", data={"csrf_token": w.a_csrf(), "slug": "a-course", "title": "Mine"},
+                         follow_redirects=False), 403, w=w)
+    assert w.count(Course) == before
 
 
 def _hw4_row(w: World) -> tuple:
     with session_scope(w.sessions) as session:
         row = session.scalars(select(Assignment).where(Assignment.slug == "hw4")).one()
-        return row.due_at, row.late_window_s, row.score_policy, row.grading_paused
+        return row.due_at, row.late_window_s, row.score_policy, row.grading_paused, row.course_id
 
 
 def _enrollments(w: World) -> list[tuple]:
     with session_scope(w.sessions) as session:
-        return sorted(session.execute(select(Enrollment.user_id, Enrollment.assignment_id, Enrollment.role)).all())
+        return sorted(session.execute(select(Enrollment.user_id, Enrollment.course_id, Enrollment.role)).all())
 
 
 def _ops_post_denied(path: str, data: dict[str, str]) -> Check:
-    """A student's post to a staff form of hw4 is 404 and changes nothing of the assignment
-    (schedule, policy, pause) nor anyone's extension or enrollment."""
+    """A student's post to a staff form of hw4 (or its course) is 403 and changes nothing of the
+    assignment (schedule, policy, pause, course) nor anyone's extension or enrollment."""
     def check(w: World) -> None:
         before, extensions, enrollments = _hw4_row(w), w.count(Extension), _enrollments(w)
         filled = {key: value.format(w=w) for key, value in data.items()}
         refused(w.a_web.post(path.format(w=w), data={"csrf_token": w.a_csrf(), **filled}, follow_redirects=False),
-                404, w=w)
+                403, w=w)
         assert _hw4_row(w) == before and w.count(Extension) == extensions and _enrollments(w) == enrollments
     return check
 
 
 def _pin_denied(path: str, data: dict[str, str]) -> Check:
-    """A student's post to the staff's choice of b's counted run in hw4 is 404 and pins or
+    """A student's post to the staff's choice of b's counted run in hw4 is 403 and pins or
     unpins nothing."""
     def check(w: World) -> None:
         before = w.count(CountedRun)
         filled = {key: value.format(w=w) for key, value in data.items()}
         refused(w.a_web.post(path.format(w=w), data={"csrf_token": w.a_csrf(), **filled}, follow_redirects=False),
-                404, w=w)
+                403, w=w)
         assert w.count(CountedRun) == before
     return check
 
@@ -386,12 +395,12 @@ def _choose_b_run(w: World) -> None:
 
 
 def _ops_report_download(w: World) -> None:
-    refused(w.a_web.get("/assignments/hw4/similarity.json", follow_redirects=False), 404, w=w)
+    refused(w.a_web.get("/assignments/hw4/similarity.json", follow_redirects=False), 403, w=w)
 
 
 def _ops_pair(w: World) -> None:
     refused(w.a_web.get(f"/assignments/hw4/similarity/pair?a={w.a_name}&b={w.b_name}", follow_redirects=False),
-            404, w=w)
+            403, w=w)
 
 
 PUBLIC: dict[tuple[str, str], Check] = {  # no one's data behind them
@@ -451,11 +460,11 @@ def _b_open_request(w: World) -> int:
 
 
 def _decide_b_request(w: World) -> None:
-    """A student cannot answer B's open regrade request (404; it stays open); staff reach the use case."""
+    """A student cannot answer B's open regrade request (403; it stays open); staff reach the use case."""
     path = f"/assignments/hw4/regrade-requests/{_b_open_request(w)}"
     for action in ("reject", "regrade"):
         refused(w.a_web.post(path, data={"csrf_token": w.a_csrf(), "action": action, "reply": "no"},
-                             follow_redirects=False), 404, w=w)
+                             follow_redirects=False), 403, w=w)
     staff = w.staff_web.post(path, data={"csrf_token": csrf_of(w.staff_web.get("/").text), "action": "reject"})
     assert staff.status_code == 400  # a rejection needs a reply: the staff's form reached the use case
     assert w.count(RegradeRequest, RegradeRequest.run_id == w.b_run, RegradeRequest.state == "open") == 1
@@ -534,27 +543,27 @@ ROUTES: dict[tuple[str, str], Check] = {
     ("GET", "/submissions/{submission_id}/code"): _web_get_denied("/submissions/{w.b_submission}/code", 404),
     ("GET", "/submissions/{submission_id}/download"): _web_get_denied("/submissions/{w.b_submission}/download", 404),
     ("GET", "/assignments/{slug}/students/{username}"):
-        _web_get_denied("/assignments/hw4/students/{w.b_name}", 404, owner="staff"),
+        _web_get_denied("/assignments/hw4/students/{w.b_name}", 403, owner="staff"),
     ("POST", "/assignments/{slug}/students/{username}/counted"):
         _pin_denied("/assignments/hw4/students/{w.b_name}/counted", {"run_id": "{w.b_run}"}),
     ("POST", "/assignments/{slug}/students/{username}/counted/remove"):
         _pin_denied("/assignments/hw4/students/{w.b_name}/counted/remove", {}),
     ("POST", "/submissions/counted"): _choose_b_run,
     ("POST", "/submissions/counted/remove"): _choose_b_run,
-    ("GET", "/gradebook"): _web_get_denied("/gradebook", 404, owner="staff"),
-    ("GET", "/gradebook.csv"): _web_get_denied("/gradebook.csv", 404, owner="staff"),
-    ("GET", "/gradebook-detailed.csv"): _web_get_denied("/gradebook-detailed.csv", 404, owner="staff"),
-    ("GET", "/gradebook.json"): _web_get_denied("/gradebook.json", 404, owner="staff"),
-    ("GET", "/gradebook/regrade"): _web_get_denied("/gradebook/regrade?assignment=hw4&which=all", 404, owner="staff"),
+    ("GET", "/gradebook"): _web_get_denied("/gradebook", 403, owner="staff"),
+    ("GET", "/gradebook.csv"): _web_get_denied("/gradebook.csv", 403, owner="staff"),
+    ("GET", "/gradebook-detailed.csv"): _web_get_denied("/gradebook-detailed.csv", 403, owner="staff"),
+    ("GET", "/gradebook.json"): _web_get_denied("/gradebook.json", 403, owner="staff"),
+    ("GET", "/gradebook/regrade"): _web_get_denied("/gradebook/regrade?assignment=hw4&which=all", 403, owner="staff"),
     ("POST", "/gradebook/regrade"): _no_new_run(
         lambda w: w.a_web.post("/gradebook/regrade", data={"csrf_token": w.a_csrf(), "which": "all"},
-                               follow_redirects=False), 404),
+                               follow_redirects=False), 403),
     ("POST", "/submissions/{submission_id}/regrade"): _no_new_run(
         lambda w: w.a_web.post(f"/submissions/{w.b_submission}/regrade", data={"csrf_token": w.a_csrf()},
                                follow_redirects=False), 404),
     ("GET", "/roster"): _roster_page,
     ("POST", "/roster"): _roster_import,
-    ("GET", "/roster/job.json"): _web_get_denied("/roster/job.json", 404, owner="staff"),
+    ("GET", "/roster/job.json"): _web_get_denied("/roster/job.json", 403, owner="staff"),
     ("POST", "/roster/imports/{job_id}/passwords.csv"): _staff_import_passwords,
     ("POST", "/roster/reset-link"): _reset_link_for_b,
     ("GET", "/reset/{token}"): _reset_guessed,
@@ -564,30 +573,33 @@ ROUTES: dict[tuple[str, str], Check] = {
     ("GET", "/settings/tokens"): _token_page,
     ("POST", "/settings/tokens"): _token_create,
     ("POST", "/settings/tokens/{token_id}/revoke"): _token_revoke,
-    ("GET", "/assignments"): _ops_list,
-    ("GET", "/assignments/{slug}/settings"): _web_get_denied("/assignments/hw4/settings", 404, owner="staff"),
-    ("GET", "/assignments/{slug}/grading"): _web_get_denied("/assignments/hw4/grading", 404, owner="staff"),
-    ("GET", "/assignments/{slug}/similarity"): _web_get_denied("/assignments/hw4/similarity", 404, owner="staff"),
+    ("GET", "/courses"): _course_list,
+    ("POST", "/courses"): _course_create,
+    ("GET", "/courses/{course}"): _web_get_denied(f"/courses/{COURSE}", 403, owner="staff"),
+    ("POST", "/courses/{course}/assignments"): _ops_post_denied(f"/courses/{COURSE}/assignments", {"assignment": "hw4"}),
+    ("GET", "/assignments/{slug}/settings"): _web_get_denied("/assignments/hw4/settings", 403, owner="staff"),
+    ("GET", "/assignments/{slug}/grading"): _web_get_denied("/assignments/hw4/grading", 403, owner="staff"),
+    ("GET", "/assignments/{slug}/similarity"): _web_get_denied("/assignments/hw4/similarity", 403, owner="staff"),
     ("GET", "/assignments/{slug}/similarity/pair"): _ops_pair,
     ("GET", "/assignments/{slug}/similarity.json"): _ops_report_download,
     ("GET", "/assignments/{slug}/similarity/job.json"):
-        _web_get_denied("/assignments/hw4/similarity/job.json", 404, owner="staff"),
+        _web_get_denied("/assignments/hw4/similarity/job.json", 403, owner="staff"),
     ("POST", "/assignments/{slug}/settings"): _ops_post_denied(
         "/assignments/hw4/settings", {"due": "2030-01-01T00:00", "score_policy": "best", "late_window": "30d"}),
     ("POST", "/assignments/{slug}/extensions"): _ops_post_denied(
         "/assignments/hw4/extensions", {"student": "{w.a_name}", "extra": "30d"}),
     ("GET", "/assignments/{slug}/extensions/{username}/remove"):
-        _web_get_denied("/assignments/hw4/extensions/{w.b_name}/remove", 404, owner="staff"),
+        _web_get_denied("/assignments/hw4/extensions/{w.b_name}/remove", 403, owner="staff"),
     ("POST", "/assignments/{slug}/extensions/{username}/remove"): _ops_post_denied(
         "/assignments/hw4/extensions/{w.b_name}/remove", {}),
-    ("GET", "/assignments/{slug}/members"): _web_get_denied("/assignments/hw4/members", 404, owner="staff"),
-    ("POST", "/assignments/{slug}/members"): _ops_post_denied(
-        "/assignments/hw4/members", {"username": "{w.a_name}", "part": "staff"}),
-    ("GET", "/assignments/{slug}/members/{username}/remove"):
-        _web_get_denied("/assignments/hw4/members/{w.b_name}/remove", 404, owner="staff"),
-    ("POST", "/assignments/{slug}/members/{username}/remove"): _ops_post_denied(
-        "/assignments/hw4/members/{w.b_name}/remove", {}),
-    ("GET", "/assignments/{slug}/grading/pause"): _web_get_denied("/assignments/hw4/grading/pause", 404, owner="staff"),
+    ("GET", "/courses/{course}/members"): _web_get_denied(f"/courses/{COURSE}/members", 403, owner="staff"),
+    ("POST", "/courses/{course}/members"): _ops_post_denied(
+        f"/courses/{COURSE}/members", {"username": "{w.a_name}", "part": "instructor"}),
+    ("GET", "/courses/{course}/members/{username}/remove"):
+        _web_get_denied(f"/courses/{COURSE}/members/{{w.b_name}}/remove", 403, owner="staff"),
+    ("POST", "/courses/{course}/members/{username}/remove"): _ops_post_denied(
+        f"/courses/{COURSE}/members/{{w.b_name}}/remove", {}),
+    ("GET", "/assignments/{slug}/grading/pause"): _web_get_denied("/assignments/hw4/grading/pause", 403, owner="staff"),
     ("POST", "/assignments/{slug}/grading"): _ops_post_denied("/assignments/hw4/grading", {"action": "pause"}),
     ("POST", "/assignments/{slug}/similarity"): _ops_post_denied("/assignments/hw4/similarity", {}),
     ("POST", "/assignments/{slug}/similarity/base"): _ops_post_denied("/assignments/hw4/similarity/base", {}),
@@ -595,7 +607,7 @@ ROUTES: dict[tuple[str, str], Check] = {
     ("POST", "/runs/{run_id}/adjustments"): _adjust_b,
     ("POST", "/runs/{run_id}/comments"): _comment_on_b,
     ("GET", "/assignments/{slug}/regrade-requests"):
-        _web_get_denied("/assignments/hw4/regrade-requests", 404, owner="staff"),
+        _web_get_denied("/assignments/hw4/regrade-requests", 403, owner="staff"),
     ("POST", "/assignments/{slug}/regrade-requests/{request_id}"): _decide_b_request,
 }
 

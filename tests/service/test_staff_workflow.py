@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from grader.auth.credentials import issue_token, set_password
 from grader.db import session_scope
 from grader.models import Assignment, GradeAdjustment, RegradeRequest, Role, Run, RunState, utcnow
+from grader.models import Course as CourseRow
 from grader.service import get_or_create_user, record_submission
 from grader.settings import Settings
 from grader.storage.blobstore import StoredBlob
@@ -44,7 +45,7 @@ def course(settings: Settings, sessions: sessionmaker[Session]) -> Iterator[Cour
     tag = uuid.uuid4().hex[:6]
     slug = f"flow-{tag}"
     with session_scope(sessions) as session:
-        session.add(Assignment(slug=slug, title=f"Flow {tag}", total_points=100))
+        session.add(Assignment(slug=slug, title=f"Flow {tag}", course=CourseRow(slug=slug, title=f"Flow {tag}"), total_points=100))
         session.flush()  # created first: new accounts join every assignment there is
         users = [get_or_create_user(session, f"flow-{who}-{tag}", role)
                  for who, role in (("prof", Role.instructor), ("stu", Role.student), ("oth", Role.student))]
@@ -82,7 +83,7 @@ def test_an_adjustment_with_its_reason_is_in_the_grade_everywhere(course: Course
                                                                   sessions: sessionmaker[Session]) -> None:
     run_id = scored_run(sessions, course)
     student, prof = Browser(course.settings, course.student), Browser(course.settings, course.prof)
-    assert post_form(student, f"/runs/{run_id}", f"/runs/{run_id}/adjustments", points="5", reason="mine") == 404
+    assert post_form(student, f"/runs/{run_id}", f"/runs/{run_id}/adjustments", points="5", reason="mine") == 403
     assert post_form(prof, f"/runs/{run_id}", f"/runs/{run_id}/adjustments", points="abc", reason=REASON) == 400
     assert post_form(prof, f"/runs/{run_id}", f"/runs/{run_id}/adjustments", points="7.5", reason=REASON) == 303
     assert post_form(prof, f"/runs/{run_id}", f"/runs/{run_id}/adjustments", points="-2.5", reason="Late fix") == 303
@@ -132,13 +133,13 @@ def test_a_regrade_request_is_the_students_own_and_one_at_a_time(course: Course,
     assert "open, waiting for the staff" in page and 'id="regrade-request-form"' not in page
 
     queue = f"/assignments/{course.slug}/regrade-requests"
-    assert other.client.get(queue).status_code == 404
+    assert other.client.get(queue).status_code == 403  # a student of the course
     with session_scope(sessions) as session:
         request_id = session.scalars(select(RegradeRequest.id).where(RegradeRequest.run_id == run_id)).one()
     listed = prof.client.get(queue).text
     assert f'id="request-{request_id}"' in listed and "Problem 3 timed out on a busy GPU" in listed
     decide = f"{queue}/{request_id}"
-    assert post_form(other, "/", decide, action="reject", reply="no") == 404
+    assert post_form(other, "/", decide, action="reject", reply="no") == 403
     assert post_form(prof, queue, decide, action="reject", reply="") == 400  # a rejection says why
     assert post_form(prof, queue, decide, action="regrade", reply="Grading it again") == 303
     assert post_form(prof, queue, decide, action="reject", reply="Changed my mind") == 400  # decided once

@@ -16,9 +16,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.app import create_app
-from grader.cli import init_database
 from grader.settings import Settings
-from tests.service.conftest import WorkerProcess, auth, make_zip, new_student, wait_for_run
+from tests.service.conftest import WorkerProcess, auth, init_with_course, make_zip, new_student, wait_for_run
 
 VECADD = Path(__file__).resolve().parents[1] / "assignments" / "vecadd"
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="the worker builds vecadd with nvcc")
@@ -36,7 +35,7 @@ def vecadd_env(settings_env: dict[str, str]) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def vecadd_client(vecadd_env: dict[str, str], settings: Settings) -> Iterator[TestClient]:
     service = Settings.from_variables(vecadd_env, rubric_dirs=[VECADD], rubrics=["hw4", "vecadd"])
-    init_database(service)  # the vecadd assignment's row, from its rubric
+    init_with_course(service, "vecadd")  # the vecadd assignment's row, from its rubric, in a course of its own
     with TestClient(create_app(service)) as client:
         yield client
 

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from grader.app import create_app
 from grader.auth.credentials import set_password
 from grader.db import session_scope
-from grader.models import Assignment, ProblemResult, Role, RunState, utcnow
+from grader.models import Assignment, Course, ProblemResult, Role, RunState, utcnow
 from grader.service import get_assignment, get_or_create_user, record_submission
 from grader.settings import Settings
 from grader.storage.blobstore import BlobStore
@@ -64,8 +64,8 @@ def world(settings: Settings, sessions: sessionmaker[Session]) -> World:
     subs = {}
     with session_scope(sessions) as session:
         hw4 = get_assignment(session, "hw4")
-        elsewhere = Assignment(slug=f"code-else-{tag}", title="Another course", total_points=100)
-        late = Assignment(slug=f"code-late-{tag}", title="Due this morning", total_points=100,
+        elsewhere = Assignment(slug=f"code-else-{tag}", title="Another course", course=Course(slug=f"code-else-{tag}", title="Another course"), total_points=100)
+        late = Assignment(slug=f"code-late-{tag}", title="Due this morning", course=Course(slug=f"code-late-{tag}", title="Due this morning"), total_points=100,
                           due_at=utcnow() - timedelta(hours=12), late_window_s=7 * 86400, late_penalty_per_day=0.1)
         session.add_all([elsewhere, late])
         session.flush()
@@ -73,7 +73,7 @@ def world(settings: Settings, sessions: sessionmaker[Session]) -> World:
                  "prof": (Role.instructor, [hw4, late]), "elsewhere": (Role.instructor, [elsewhere])}
         users = {}
         for key, (role, where) in parts.items():
-            users[key] = get_or_create_user(session, logins[key], role, where)
+            users[key] = get_or_create_user(session, logins[key], role, [a.course for a in where])
             set_password(users[key], PASSWORD)
         for key, data, name in (("good", GOOD, "my hw4 \"final\".zip"), ("hostile", HOSTILE, "hostile.zip"),
                                 ("huge", HUGE, "huge.zip"), ("tar", tar_gz(), "renamed.zip")):
@@ -196,9 +196,9 @@ def test_staff_see_one_students_whole_history_with_the_final_grade(world: World)
     assert code.status_code == 200 and "has no rubric that can be read" in code.text
     gradebook = world.web("prof").get("/gradebook", params={"assignment": world.slug})
     assert f'href="{path}"' in gradebook.text  # the Uploads count links here
-    for who in ("owner", "other", "elsewhere"):
+    for who, status in (("owner", 403), ("other", 404), ("elsewhere", 404)):  # a student of its course: 403
         refused = world.web(who).get(path)
-        assert refused.status_code == 404 and "late.zip" not in refused.text, who
+        assert refused.status_code == status and "late.zip" not in refused.text, who
     unknown = world.web("prof").get(f"/assignments/{world.slug}/students/nobody-{uuid.uuid4().hex[:6]}")
     assert unknown.status_code == 404
     not_there = world.web("prof").get(f"/assignments/{world.slug}/students/{world.logins['other']}")

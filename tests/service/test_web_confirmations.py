@@ -30,6 +30,7 @@ from grader.models import (
     User,
     utcnow,
 )
+from grader.models import Course as CourseRow
 from grader.settings import Settings
 from tests.service.test_web_settings import PASSWORD, Browser
 
@@ -84,20 +85,20 @@ def course(sessions: sessionmaker[Session]) -> Course:
     uploads, both graded), and the staff member."""
     tag = f"cf{uuid.uuid4().hex[:6]}"
     with session_scope(sessions) as session:
-        assignment = Assignment(slug=f"cf-{tag}", title="Confirmations", total_points=100)
+        assignment = Assignment(slug=f"cf-{tag}", title="Confirmations", course=CourseRow(slug=f"cf-{tag}", title="Confirmations"), total_points=100)
         session.add(assignment)
         session.flush()
         staff = User(username=f"{tag}-prof", role=Role.instructor)
         set_password(staff, PASSWORD)
         session.add(staff)
         session.flush()
-        enroll(session, staff, assignment, CourseRole.staff)
+        enroll(session, staff, assignment.course, CourseRole.instructor)
         subs: dict[str, list[int]] = {}
         for short, section, scores in (("amy", "A", [90.0]), ("ava", "A", [40.0, None]), ("ben", "B", [60.0, 70.0])):
             user = User(username=f"{tag}-{short}", role=Role.student, section=section)
             session.add(user)
             session.flush()
-            enroll(session, user, assignment, CourseRole.student)
+            enroll(session, user, assignment.course, CourseRole.student)
             subs[short] = [_submission(session, user, assignment, s) for s in scores]
         return Course(assignment.slug, tag, subs)
 
@@ -172,7 +173,7 @@ def test_row_regrade_names_the_graded_and_the_newest_submission(prof: Browser, c
 
 
 def test_member_removal_is_confirmed(prof: Browser, course: Course, sessions: sessionmaker[Session]) -> None:
-    members = f"/assignments/{course.slug}/members"
+    members = f"/courses/{course.slug}/members"  # the course has the assignment's slug
     ben = course.login("ben")
     token = prof.page_csrf(members)
     asked = prof.client.post(f"{members}/{ben}/remove", data={"csrf_token": token}, follow_redirects=False)
@@ -258,7 +259,7 @@ def test_roster_import_is_confirmed(prof: Browser, course: Course, sessions: ses
     newcomer, amy = course.login("new"), course.login("amy")
     roster = f"login,name,section\n{newcomer},Nora O'Neil,A\n{amy},Amy,A\n,Nobody,A\n{course.login('prof')},Prof,A\n"
     token = prof.page_csrf("/roster")
-    shown = prof.client.post("/roster", data={"csrf_token": token, "assignment": course.slug},
+    shown = prof.client.post("/roster", data={"csrf_token": token, "course": course.slug},
                              files={"file": ("class.csv", roster.encode(), "text/csv")}, follow_redirects=False)
     assert shown.status_code == 200, shown.text
     text = html.unescape(shown.text)
@@ -274,13 +275,13 @@ def test_roster_import_is_confirmed(prof: Browser, course: Course, sessions: ses
     found = CONFIRM_FORM.search(shown.text)
     assert found and found.group(1) == "/roster"
     fields = {name: html.unescape(value) for name, value in HIDDEN.findall(found.group(2))}
-    assert fields["text"] == roster and (fields["assignment"], fields["confirm"]) == (course.slug, "import")
+    assert fields["text"] == roster and (fields["course"], fields["confirm"]) == (course.slug, "import")
     started = prof.client.post("/roster", data=fields, follow_redirects=False)
     assert started.status_code == 303 and started.headers["location"] == "/roster", started.text
     [job] = _jobs_of(sessions, course.login("prof"))
     assert job.roster in (roster, None)  # None: a worker of this test session has taken it already
 
-    nothing = prof.client.post("/roster", data={"csrf_token": token, "assignment": course.slug,
+    nothing = prof.client.post("/roster", data={"csrf_token": token, "course": course.slug,
                                                 "text": ",Nobody\n"})
     assert nothing.status_code == 200 and 'id="confirm-form"' not in nothing.text
     assert f"No line of this roster can be imported into {course.slug}." in html.unescape(nothing.text)

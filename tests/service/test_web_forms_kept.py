@@ -18,6 +18,7 @@ from grader.models import RegradeRequest, Role, Run
 from grader.service import get_assignment, get_or_create_user
 from grader.settings import Settings
 from tests.fixtures.feedback_runs import scored_run
+from tests.service.conftest import COURSE
 from tests.service.test_web_settings import PASSWORD, Browser
 
 LONG = "x" * 4001  # one past what a reason or a comment may hold
@@ -30,7 +31,7 @@ def people(sessions: sessionmaker[Session]) -> dict[str, str]:
     with session_scope(sessions) as session:
         hw4 = get_assignment(session, "hw4")
         for key, role in (("student", Role.student), ("prof", Role.instructor)):
-            set_password(get_or_create_user(session, names[key], role, [hw4]), PASSWORD)
+            set_password(get_or_create_user(session, names[key], role, [hw4.course]), PASSWORD)
     return names
 
 
@@ -103,11 +104,11 @@ def test_the_staff_forms_keep_what_was_typed(settings: Settings, people: dict[st
     assert [_kept(extension.text, f"x-{name}") for name in ("student", "extra", "reason")] == [
         people["student"], "two days", "flu, note seen"]
 
-    member = prof.client.post("/assignments/hw4/members", data={"csrf_token": token, "username": "nobody-by-that-name",
-                                                                "part": "staff"})
+    member = prof.client.post(f"/courses/{COURSE}/members", data={"csrf_token": token, "username": "nobody-by-that-name",
+                                                                  "part": "ta"})
     assert member.status_code == 400 and "No account “nobody-by-that-name”" in _error(member.text, "member-error")
     assert _kept(member.text, "member-username") == "nobody-by-that-name"
-    assert '<option value="staff" selected>staff</option>' in member.text
+    assert '<option value="ta" selected>TA</option>' in member.text
 
     long_name = "n" * 200
     made = prof.client.post("/settings/tokens", data={"csrf_token": token, "name": long_name, "scope": ["read"]})
@@ -115,7 +116,7 @@ def test_the_staff_forms_keep_what_was_typed(settings: Settings, people: dict[st
     ticked = re.findall(r'<input type="checkbox" name="scope" value="([^"]+)" checked>', made.text)
     assert ticked == ["read"], ticked
 
-    roster = prof.client.post("/roster", data={"csrf_token": token, "assignment": "hw4", "text": " \n "})
+    roster = prof.client.post("/roster", data={"csrf_token": token, "course": COURSE, "text": " \n "})
     assert roster.status_code == 400 and _kept(roster.text, "roster-text") == " \n "
     reset = prof.client.post("/roster/reset-link", data={"csrf_token": token, "username": "no-such-student"})
     assert reset.status_code == 404 and _kept(reset.text, "reset-username") == "no-such-student"

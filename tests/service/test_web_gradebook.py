@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from grader.auth.credentials import set_password
 from grader.db import session_scope
-from grader.models import Assignment, ErrorClass, ProblemResult, Role, Run, RunState, Submission, User, utcnow
+from grader.models import Assignment, Course, ErrorClass, ProblemResult, Role, Run, RunState, Submission, User, utcnow
 from grader.runs.lifecycle import Disposition, RunExecutor
 from grader.service import get_or_create_user, record_regrade
 from grader.settings import Settings
@@ -52,7 +52,7 @@ def klass(sessions: sessionmaker[Session]) -> Class:
     tag = f"gb{uuid.uuid4().hex[:6]}"
     subs: dict[str, int] = {}
     with session_scope(sessions) as session:
-        assignment = Assignment(slug=f"gb-{tag}", title="Gradebook test", total_points=100)
+        assignment = Assignment(slug=f"gb-{tag}", title="Gradebook test", course=Course(slug=f"gb-{tag}", title="Gradebook test"), total_points=100)
         session.add(assignment)
         people = {"ann": ("Ann Lee", "A"), "bob": ("Bob Stone", "B"), "cyd": ("Cyd Park", "A"), "dan": (None, None)}
         users = {}
@@ -205,7 +205,7 @@ def test_regrade_selected_latest_and_all(prof: Browser, settings: Settings, sess
     if elsewhere is not None:
         assert _regrade(prof, klass, "selected", [klass.subs["ann"], elsewhere]).status_code == 404
     student = Browser(settings, klass.login("ann"))
-    assert _regrade(student, klass, "all").status_code == 404
+    assert _regrade(student, klass, "all").status_code == 403
     forged = prof.client.post("/gradebook/regrade", data={"assignment": klass.slug, "which": "all"})
     assert forged.status_code == 403
     assert len(_runs(sessions, subs)) == before + 8

@@ -61,16 +61,17 @@ def test_pages(settings: Settings, sessions: sessionmaker[Session], world: World
         assert response.status_code == 404 and "owner's secret result" not in response.text
     assert "mine.zip" in owner.client.get("/submissions").text
     assert "mine.zip" not in other.client.get("/submissions").text
-    for path in ("/gradebook", "/gradebook.csv", "/gradebook-detailed.csv", "/gradebook.json", "/roster"):
-        assert other.client.get(path).status_code == 404, path
+    for path in ("/gradebook", "/gradebook.csv", "/gradebook-detailed.csv", "/gradebook.json",
+                 "/roster"):  # a student of the course
+        assert other.client.get(path).status_code == 403, path
         assert prof.client.get(path).status_code == 200, path
     before = _run_count(sessions, world.sub_id)
     csrf = other.page_csrf("/")
     assert other.client.post(f"/submissions/{world.sub_id}/regrade", data={"csrf_token": csrf}).status_code == 404
     assert other.client.post("/gradebook/regrade", data={"csrf_token": csrf, "which": "selected",
-                                                          "submission": str(world.sub_id)}).status_code == 404
+                                                          "submission": str(world.sub_id)}).status_code == 403
     assert owner.client.post(f"/submissions/{world.sub_id}/regrade",  # not even one's own: staff only
-                             data={"csrf_token": owner.page_csrf("/")}).status_code == 404
+                             data={"csrf_token": owner.page_csrf("/")}).status_code == 403
     assert _run_count(sessions, world.sub_id) == before
 
 

@@ -43,6 +43,7 @@ from grader.models import (
     User,
     utcnow,
 )
+from grader.models import Course as CourseRow
 from grader.runs.reconcile import forgotten_runs
 from grader.service import get_assignment, get_or_create_user
 from grader.settings import Settings, get_settings
@@ -64,8 +65,8 @@ def course(settings: Settings, sessions: sessionmaker[Session]) -> Iterator[Cour
     tag = uuid.uuid4().hex[:6]
     slug = f"ops-{tag}"
     with session_scope(sessions) as session:
-        session.add(Assignment(slug=slug, title="Ops test", total_points=100))
-        session.flush()  # created first: new accounts join every assignment there is
+        session.add(Assignment(slug=slug, title="Ops test", course=CourseRow(slug=slug, title="Ops test"), total_points=100))
+        session.flush()  # created first: new accounts join every course there is
         prof = get_or_create_user(session, f"ops-prof-{tag}", Role.instructor)
         students = [get_or_create_user(session, f"ops-stu{i}-{tag}", Role.student) for i in range(4)]
         for user in (prof, *students):
@@ -104,24 +105,24 @@ def _stored(sessions: sessionmaker[Session], slug: str) -> tuple:
 # ---- who may use the pages ----------------------------------------------------------------
 
 
-def test_pages_are_for_the_assignments_staff(course: Course, prof: Browser, student: Browser,
-                                             sessions: sessionmaker[Session]) -> None:
-    pages = ["settings", "members", "grading", "similarity"]
+def test_pages_are_for_the_courses_staff(course: Course, prof: Browser, student: Browser,
+                                         sessions: sessionmaker[Session]) -> None:
+    pages = [f"/assignments/{course.slug}/{page}" for page in ("settings", "grading", "similarity")]
     anonymous = TestClient(create_app(course.settings))
-    for page in pages:
-        path = f"/assignments/{course.slug}/{page}"
+    for path in [*pages, f"/courses/{course.slug}/members"]:
         assert prof.client.get(path).status_code == 200
-        assert student.client.get(path).status_code == 404  # as if absent, like the gradebook
+        denied = student.client.get(path)  # a student of the course: a 403 page saying who may
+        assert denied.status_code == 403 and "you are a student there" in denied.text, path
         refused = anonymous.get(path, follow_redirects=False)
         assert refused.status_code == 303 and refused.headers["location"] == f"/login?next={quote(path, safe='')}"
     before = _stored(sessions, course.slug)
     student_token = student.page_csrf("/")
-    posts = {"settings": {"due": "2030-01-01T00:00:00"}, "grading": {"action": "pause"},
-             "extensions": {"student": course.students[0], "extra": "9d"},
-             "members": {"username": course.students[0], "part": "staff"}}
-    for page, data in posts.items():
-        path = f"/assignments/{course.slug}/{page}"
-        assert student.client.post(path, data={**data, "csrf_token": student_token}).status_code == 404
+    posts = {f"/assignments/{course.slug}/settings": {"due": "2030-01-01T00:00:00"},
+             f"/assignments/{course.slug}/grading": {"action": "pause"},
+             f"/assignments/{course.slug}/extensions": {"student": course.students[0], "extra": "9d"},
+             f"/courses/{course.slug}/members": {"username": course.students[0], "part": "ta"}}
+    for path, data in posts.items():
+        assert student.client.post(path, data={**data, "csrf_token": student_token}).status_code == 403
         no_token = prof.client.post(path, data=data)
         assert no_token.status_code == 403 and "not sent from a current kernelgrade page" in no_token.text
         wrong = prof.client.post(path, data={**data, "csrf_token": student_token})
@@ -130,8 +131,8 @@ def test_pages_are_for_the_assignments_staff(course: Course, prof: Browser, stud
     assert _part(sessions, course.slug, course.students[0]) is CourseRole.student
     with session_scope(sessions) as session:
         assert not session.scalars(select(Extension).join(Assignment).where(Assignment.slug == course.slug)).all()
-    assert course.slug in prof.client.get("/assignments").text
-    assert course.slug not in student.client.get("/assignments").text
+    assert f'href="/courses/{course.slug}"' in prof.client.get("/courses").text
+    assert course.slug not in student.client.get("/courses").text
 
 
 def _part(sessions: sessionmaker[Session], slug: str, username: str) -> CourseRole | None:
@@ -218,37 +219,40 @@ def test_settings_form_refuses_bad_values_and_keeps_the_schedule(course: Course,
 
 
 def _members_post(prof: Browser, course: Course, suffix: str = "", **data: str):
-    token = prof.page_csrf(f"/assignments/{course.slug}/members")
-    return prof.client.post(f"/assignments/{course.slug}/members{suffix}", data={"csrf_token": token, **data},
+    token = prof.page_csrf(f"/courses/{course.slug}/members")
+    return prof.client.post(f"/courses/{course.slug}/members{suffix}", data={"csrf_token": token, **data},
                             follow_redirects=False)
 
 
 def test_members_page_makes_a_ta_and_takes_them_out(course: Course, prof: Browser,
                                                     sessions: sessionmaker[Session]) -> None:
-    """A student account made staff reaches the staff pages; taken out, it no longer sees the
-    assignment at all. Unknown accounts, unknown parts and one's own part are refused."""
+    """A student account made a TA reaches the gradebook but not the instructors' pages; taken
+    out, it no longer sees the course at all. Unknown accounts, unknown parts and one's own part
+    are refused."""
     ta = f"ops-ta-{uuid.uuid4().hex[:6]}"
     with session_scope(sessions) as session:
-        account = get_or_create_user(session, ta, Role.student)  # joins every assignment as student
+        account = get_or_create_user(session, ta, Role.student)  # joins every course as a student
         set_password(account, PASSWORD)
         account.full_name, account.section = "Tess Assistant", "B"  # as the roster import sets them
     ta_browser = Browser(course.settings, ta)
-    settings_page = f"/assignments/{course.slug}/settings"
-    assert ta_browser.client.get(settings_page).status_code == 404
+    gradebook, settings_page = f"/gradebook?assignment={course.slug}", f"/assignments/{course.slug}/settings"
+    assert ta_browser.client.get(gradebook).status_code == 403
 
-    made = _members_post(prof, course, username=ta, part="staff")
-    assert made.status_code == 303 and made.headers["location"] == f"/assignments/{course.slug}/members?saved={ta}"
-    assert _part(sessions, course.slug, ta) is CourseRole.staff
+    made = _members_post(prof, course, username=ta, part="ta")
+    assert made.status_code == 303 and made.headers["location"] == f"/courses/{course.slug}/members?saved={ta}"
+    assert _part(sessions, course.slug, ta) is CourseRole.ta
     listing = prof.client.get(made.headers["location"]).text
-    assert re.search(rf"<th scope=\"row\">{ta}</th>\s*<td>staff</td>\s*<td>Tess Assistant</td>\s*<td>B</td>", listing), listing
-    assert ta_browser.client.get(settings_page).status_code == 200
+    assert re.search(rf"<th scope=\"row\">{ta}</th>\s*<td>TA</td>\s*<td>Tess Assistant</td>\s*<td>B</td>", listing), listing
+    assert ta_browser.client.get(gradebook).status_code == 200
+    refused = ta_browser.client.get(settings_page)
+    assert refused.status_code == 403 and "instructors change its schedule, policies" in refused.text
     assert course.slug in ta_browser.client.get("/").text
 
     removed = _members_post(prof, course, f"/{ta}/remove", confirm="remove")
     assert removed.status_code == 303 and _part(sessions, course.slug, ta) is None
-    assert ta_browser.client.get(settings_page).status_code == 404
+    assert ta_browser.client.get(gradebook).status_code == 404
     assert course.slug not in ta_browser.client.get("/").text  # the upload form no longer offers it
-    assert ta not in prof.client.get(f"/assignments/{course.slug}/members").text
+    assert ta not in prof.client.get(f"/courses/{course.slug}/members").text
     assert _members_post(prof, course, f"/{ta}/remove", confirm="remove").status_code == 303  # twice: nothing left
 
     unknown = _members_post(prof, course, username=f"nobody-{ta}", part="student")
@@ -258,7 +262,7 @@ def test_members_page_makes_a_ta_and_takes_them_out(course: Course, prof: Browse
     for own in (_members_post(prof, course, username=course.prof, part="student"),
                 _members_post(prof, course, f"/{course.prof}/remove")):
         assert own.status_code == 400 and "cannot change your own part" in own.text
-    assert _part(sessions, course.slug, course.prof) is CourseRole.staff
+    assert _part(sessions, course.slug, course.prof) is CourseRole.instructor
 
 
 # ---- extensions ---------------------------------------------------------------------------

@@ -138,9 +138,9 @@ def test_page_refuses_bad_files_students_and_forged_forms(settings: Settings, se
     code, html = _post(prof, "")
     assert code == 400 and "Choose a CSV file or paste the roster" in html
     student = Browser(settings, f"rstu-{tag}")
-    assert student.client.get("/roster").status_code == 404
+    assert student.client.get("/roster").status_code == 403
     code, _ = _post(student, f"mallory-{tag}@uni.edu,Mallory\n")
-    assert code == 404
+    assert code == 403
     forged = prof.client.post("/roster", files={"file": ("r.csv", f"eve-{tag}@uni.edu,Eve\n".encode())})
     assert forged.status_code == 403
     assert _students(sessions, tag) == before

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from grader.auth.credentials import issue_token, set_password
 from grader.db import session_scope
-from grader.models import ACTIVE_STATES, Assignment, Role, Run, RunState, utcnow
+from grader.models import ACTIVE_STATES, Assignment, Course, Role, Run, RunState, utcnow
 from grader.reads.runstatus import describe_duration, eta_seconds
 from grader.runs.lifecycle import Disposition, RunExecutor
 from grader.service import get_assignment, get_or_create_user, record_submission
@@ -52,9 +52,10 @@ def test_queued_run_shows_position_and_eta_from_recent_durations(
     # A fresh assignment, so the recent runs are exactly the ones made here: 60 s, 120 s, 600 s
     # (median 120 s), one failed run (ignored: failures end early) and a queued one.
     with session_scope(sessions) as session:
-        assignment = Assignment(slug=f"eta-{uuid.uuid4().hex[:6]}", title="ETA test", total_points=100)
+        slug = f"eta-{uuid.uuid4().hex[:6]}"
+        assignment = Assignment(slug=slug, title="ETA test", course=Course(slug=slug, title="ETA test"), total_points=100)
         session.add(assignment)
-        user = get_or_create_user(session, student_name, Role.student, [assignment])
+        user = get_or_create_user(session, student_name, Role.student, [assignment.course])
         now = utcnow()
         blob = StoredBlob(sha256="cd" * 32, size=10)
         for seconds, state in ((60, RunState.scored), (120, RunState.built), (600, RunState.scored),
@@ -80,9 +81,10 @@ def test_queued_run_without_history_says_no_estimate(
     settings: Settings, sessions: sessionmaker[Session], student_name: str,
 ) -> None:
     with session_scope(sessions) as session:
-        assignment = Assignment(slug=f"eta-{uuid.uuid4().hex[:6]}", title="new", total_points=100)
+        slug = f"eta-{uuid.uuid4().hex[:6]}"
+        assignment = Assignment(slug=slug, title="new", course=Course(slug=slug, title="new"), total_points=100)
         session.add(assignment)
-        user = get_or_create_user(session, student_name, Role.student, [assignment])
+        user = get_or_create_user(session, student_name, Role.student, [assignment.course])
         _sub, run = record_submission(session, user, assignment, "a.zip", StoredBlob(sha256="ef" * 32, size=1))
         run.enqueued_at = utcnow()  # sent to the broker
         session.flush()

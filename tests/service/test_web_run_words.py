@@ -31,8 +31,8 @@ def _people(sessions: sessionmaker[Session]) -> tuple[str, str]:
     student, prof = f"words-stu-{tag}", f"words-prof-{tag}"
     with session_scope(sessions) as session:
         hw4 = get_assignment(session, "hw4")
-        set_password(get_or_create_user(session, student, Role.student, [hw4]), PASSWORD)
-        set_password(get_or_create_user(session, prof, Role.instructor, [hw4]), PASSWORD)
+        set_password(get_or_create_user(session, student, Role.student, [hw4.course]), PASSWORD)
+        set_password(get_or_create_user(session, prof, Role.instructor, [hw4.course]), PASSWORD)
     return student, prof
 
 

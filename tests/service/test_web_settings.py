@@ -111,7 +111,7 @@ def test_instructor_gets_csv_and_json(prof: Browser, people: dict[str, str]) -> 
 
 def test_student_and_stranger_get_no_export(settings: Settings, student: Browser) -> None:
     for path in ("/gradebook.csv", "/gradebook-detailed.csv", "/gradebook.json"):
-        assert student.client.get(path).status_code == 404
+        assert student.client.get(path).status_code == 403
         anonymous = TestClient(create_app(settings)).get(path, follow_redirects=False)
         assert anonymous.status_code == 303 and anonymous.headers["location"] == f"/login?next=%2F{path[1:]}"
 

@@ -28,14 +28,13 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from grader.app import create_app
 from grader.auth.credentials import set_password
-from grader.cli import init_database
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import Role, SimilarityJob, Submission
 from grader.service import get_assignment, get_or_create_user
 from grader.settings import Settings
 from grader.similarity.store import load_report, report_path
 from grader.storage.blobstore import BlobStore
-from tests.service.conftest import PG_ADMIN_URL, WorkerProcess
+from tests.service.conftest import PG_ADMIN_URL, WorkerProcess, init_with_course
 from tests.service.test_web_settings import PASSWORD, Browser
 from tests.unit.similarity_class import generate_class
 from worker.rubric import load_rubric
@@ -57,7 +56,7 @@ def own_settings(settings: Settings, settings_env: dict[str, str],
     queue = f"{settings.similarity_queue}-{name}"
     own = settings.model_copy(update={"database_url": f"{base}/{name}", "data_dir": data_dir,
                                       "similarity_queue": queue})
-    init_database(own)
+    init_with_course(own)
     worker = WorkerProcess({**settings_env, "KG_DATABASE_URL": own.database_url, "KG_DATA_DIR": str(data_dir),
                             "KG_TASK_QUEUE": f"{queue}-runs", "KG_SIMILARITY_QUEUE": queue},
                            tmp_path_factory.mktemp("simworker") / "worker.log")
@@ -105,15 +104,15 @@ def sessions_own(own_settings: Settings, tmp_path_factory: pytest.TempPathFactor
 
 def test_students_get_no_similarity_page_and_cannot_compute(own_settings: Settings,
                                                             sessions_own: sessionmaker[Session]) -> None:
-    student = Browser(own_settings, "s07")
-    assert student.client.get("/assignments/hw4/similarity").status_code == 404
+    student = Browser(own_settings, "s07")  # a student of hw4's course: a 403 page saying who may
+    assert student.client.get("/assignments/hw4/similarity").status_code == 403
     token = student.page_csrf("/")
-    assert student.client.post("/assignments/hw4/similarity", data={"csrf_token": token}).status_code == 404
-    assert student.client.get("/assignments/hw4/similarity/pair", params={"a": "s07", "b": "s23"}).status_code == 404
-    assert student.client.get("/assignments/hw4/similarity.json").status_code == 404
-    assert student.client.get("/assignments/hw4/similarity/job.json").status_code == 404
+    assert student.client.post("/assignments/hw4/similarity", data={"csrf_token": token}).status_code == 403
+    assert student.client.get("/assignments/hw4/similarity/pair", params={"a": "s07", "b": "s23"}).status_code == 403
+    assert student.client.get("/assignments/hw4/similarity.json").status_code == 403
+    assert student.client.get("/assignments/hw4/similarity/job.json").status_code == 403
     assert student.client.post("/assignments/hw4/similarity/base", data={"csrf_token": token, "git": "git:x@y"}
-                               ).status_code == 404
+                               ).status_code == 403
     anonymous = TestClient(create_app(own_settings)).get("/assignments/hw4/similarity", follow_redirects=False)
     assert anonymous.status_code == 303 and anonymous.headers["location"] == "/login?next=%2Fassignments%2Fhw4%2Fsimilarity"
     prof = Browser(own_settings, "sim-prof")
