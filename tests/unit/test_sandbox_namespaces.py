@@ -254,3 +254,19 @@ def test_host_folders_under_tmp_the_job_needs_stay_readable(job: Path) -> None:
     finally:
         shutil.rmtree(kept, ignore_errors=True)
         shutil.rmtree(sibling, ignore_errors=True)
+
+
+def test_the_view_is_readable_whatever_the_workers_umask(job: Path) -> None:
+    """The service runs with umask 077; the launcher builds the job's root with its own 022, or
+    the sandbox user could not read the fresh /etc or traverse the folders it made."""
+    old = os.umask(0o077)
+    try:
+        result, output = run(job, """
+            import os
+            print("users:", [line.split(":")[0] for line in open("/etc/passwd")])
+            print("cwd listed:", os.listdir("."))
+        """)
+    finally:
+        os.umask(old)
+    assert result.reason == "exited" and result.returncode == 0, (result, output)
+    assert "users: ['nobody']" in output and "cwd listed: []" in output, output

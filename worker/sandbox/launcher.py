@@ -296,6 +296,7 @@ def exit_like(status: int) -> NoReturn:
 
 
 def main() -> None:
+    os.umask(0o022)  # the root's folders and /etc files are the job's to read, whatever the worker's umask
     sock = socket.socket(fileno=int(sys.argv[1]))
     sock.set_inheritable(False)
     config = json.loads(sock.recv(1 << 22))
