@@ -18,6 +18,7 @@ from grader.api.gradebook import canvas_csv, detailed_csv, gradebook_out
 from grader.auth.roles import Power
 from grader.auth.sessions import CSRF_FIELD
 from grader.course import adjustments
+from grader.course.membership import staff_anywhere
 from grader.models import Assignment, Submission, User
 from grader.notify import answer_messages, send_quietly
 from grader.pages import gradebook_view
@@ -61,6 +62,11 @@ def _view(book: gradebook_reads.Gradebook, params: Mapping[str, str]) -> gradebo
 
 @router.get("/gradebook", response_class=HTMLResponse)
 def gradebook(request: Request, session: Db, user: Viewer) -> Response:
+    """The gradebook asked for; staff whose courses hold no assignment yet (a course just made)
+    are sent to the course list instead, where assignments are added."""
+    if "assignment" not in request.query_params and staff_anywhere(session, user.id) \
+            and not taught_slugs(session, user):
+        return see_other("/courses")
     return _gradebook_page(request, session, user, request.query_params)
 
 

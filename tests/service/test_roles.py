@@ -284,3 +284,18 @@ def test_a_staff_token_without_the_staff_scopes_is_refused(route: tuple[str, str
         assert response.status_code == 404 and response.json()["error"]["code"] == "not_found", response.text
     else:
         assert response.status_code == 403 and "lacks the" in response.json()["error"]["message"], response.text
+
+
+def test_staff_of_a_course_without_assignments_land_on_the_course_list(settings: Settings,
+                                                                      sessions: sessionmaker[Session]) -> None:
+    """A course just made holds no assignment: its TA's start page (the gradebook) sends them to
+    the course list, not to a missing assignment's 404."""
+    tag = uuid.uuid4().hex[:6]
+    with session_scope(sessions) as session:
+        course = create_course(session, f"empty-{tag}", "Empty")
+        ta = get_or_create_user(session, f"empty-ta-{tag}", Role.student, [])
+        enroll(session, ta, course, CourseRole.ta)
+        set_password(ta, PASSWORD)
+    browser = Browser(settings, f"empty-ta-{tag}")
+    landed = browser.client.get("/", follow_redirects=True)
+    assert landed.url.path == "/courses" and f'href="/courses/empty-{tag}"' in landed.text
