@@ -122,7 +122,7 @@ def _regrade_button_on_screen(page: Page, width: int) -> None:
 
 def _has_data(page: Page, runs: dict[str, Any]) -> None:
     """The newer pages checked above showed what they are for, not an empty state."""
-    page.goto("/assignments/hw4/regrade-requests")
+    page.goto("/assignments/hw4/regrade-requests?show=all")  # the open one and the answered one
     expect(page.locator("article.regrade-request")).to_have_count(2)
     page.goto(f"/runs/{runs['scored']}")
     expect(page.locator("#regrade .regrade-request")).to_have_count(2)
@@ -156,7 +156,8 @@ def test_every_page_fits_the_window(browser: Browser, base_url: str, runs: dict[
     # starts from); tests/browser/test_similarity_pair.py checks them at 390 px.
     _visit(page, ["/gradebook", "/roster", "/courses", f"/courses/{COURSE}", "/assignments/hw4/settings",
                   f"/courses/{COURSE}/members", "/assignments/hw4/grading", f"/runs/{runs['scored']}",
-                  "/assignments/hw4/regrade-requests", f"/assignments/hw4/students/{quote(STUDENT)}",
+                  "/assignments/hw4/regrade-requests?show=all",
+                  f"/assignments/hw4/students/{quote(STUDENT)}",
                   f"{code}?file={ZIP_TOP_FOLDER}/notes.txt", f"/courses/{COURSE}/members/{OTHER}/remove",
                   "/gradebook/regrade?assignment=hw4&which=all"], width)
     _has_data(page, runs)
