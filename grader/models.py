@@ -212,6 +212,8 @@ class Assignment(Base):
     # The similarity check's base, the starter its students received (grader.similarity.base):
     # "upload" (the zip staff gave), "git:<repository>@<ref>", or None (the rubric's default)
     similarity_base: Mapped[str | None] = mapped_column(String(512))
+    # Points a grade may reach above total_points through the staff's entries (extra credit; 0: none)
+    extra_credit_points: Mapped[float] = mapped_column(Float, default=0.0)
 
     course: Mapped[Course | None] = relationship(back_populates="assignments")
 
@@ -355,7 +357,6 @@ class Run(Base):
         back_populates="run", order_by="ProblemResult.id", cascade="all, delete-orphan"
     )
     # Staff workflow (grader.course.adjustments), oldest first; the run page reads them from the run
-    adjustments: Mapped[list[GradeAdjustment]] = relationship(back_populates="run", order_by="GradeAdjustment.id")
     regrade_requests: Mapped[list[RegradeRequest]] = relationship(
         back_populates="run", order_by="RegradeRequest.id", foreign_keys="RegradeRequest.run_id")
     comments: Mapped[list[RunComment]] = relationship(back_populates="run", order_by="RunComment.id")
@@ -381,20 +382,31 @@ class ProblemResult(Base):
 
 
 class GradeAdjustment(Base):
-    """Points staff added to (or took from) a run's grade, with why (grader.course.adjustments). Never
-    changed nor deleted: a correction is a further adjustment, so the history stays whole."""
+    """A staff entry on a student's grade in an assignment, with why (grader.course.adjustments):
+    points added or taken (`kind` adjust), or a manual grade (`kind` manual: the grade is
+    `points`; None takes it back). It belongs to the student's grade, not to a run, so it stays
+    when another run comes to count (grader.course.grades.student_grade). Never changed nor
+    deleted: a correction is a further entry, so the history stays whole."""
 
     __tablename__ = "grade_adjustments"
+    __table_args__ = (Index("ix_grade_adjustments_assignment_user", "assignment_id", "user_id"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
-    points: Mapped[float] = mapped_column(Float)  # signed
+    assignment_id: Mapped[int] = mapped_column(ForeignKey("assignments.id", ondelete="CASCADE"))
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))  # the student
+    kind: Mapped[str] = mapped_column(String(16), default="adjust")  # adjust | manual
+    points: Mapped[float | None] = mapped_column(Float)  # signed; a manual grade's points, None: taken back
     reason: Mapped[str] = mapped_column(Text)
     by_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # The run that counted when it was made (its page showed the form); None: no run counted
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"), index=True)
+    # Why it does not count, where it does not: migration 0020 set aside the adjustments of runs
+    # that did not count, which no grade included (None: it counts)
+    set_aside: Mapped[str | None] = mapped_column(Text)
 
-    run: Mapped[Run] = relationship(back_populates="adjustments")
-    by: Mapped[User] = relationship()
+    run: Mapped[Run | None] = relationship()
+    by: Mapped[User] = relationship(foreign_keys=[by_id])
     answers: Mapped[list[RegradeRequest]] = relationship(back_populates="adjustment")  # the requests it answered
 
 

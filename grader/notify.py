@@ -20,7 +20,7 @@ from grader.course.deadlines import LateStatus
 from grader.course.membership import members_of
 from grader.db import session_scope
 from grader.models import RegradeRequest, Run, RunState
-from grader.reads.grade_reads import run_grades
+from grader.reads.grade_reads import counted_of, run_grades
 from grader.settings import Settings, SmtpSettings
 
 log = logging.getLogger(__name__)
@@ -51,6 +51,7 @@ class RunNotice:
     message: str | None  # the run's own words (why it was not graded)
     problems: tuple[ProblemLine, ...]
     link: str
+    standing: str | None = None  # the student's grade in the assignment, when it is not this run's grade
 
 
 def _points(value: float) -> str:
@@ -65,15 +66,21 @@ def run_notice(session: Session, run: Run, settings: Settings) -> RunNotice | No
         return None
     grade = run_grades(session, [run], settings.course_zone).get(run.id)
     path = f"/runs/{run.id}"
+    counted = counted_of(session, assignment, user.id, settings.course_zone)
+    standing = None
+    if counted.grade is not None and grade is not None and (counted.run_id != run.id or counted.grade.adjustments):
+        other = f", from run {counted.run_id}" if counted.run_id not in (None, run.id) else ""
+        standing = (f"Your grade in {assignment.slug}: {_points(counted.grade.final)} / "
+                    f"{_points(assignment.total_points)}{other}. {counted.grade.reason}")
     return RunNotice(
         to=user.email, student=user.full_name or user.username, run_id=run.id,
         slug=assignment.slug, title=assignment.title, state=run.state,
         grade=grade.final if grade else None, raw_score=grade.raw if grade and grade.penalty else None,
         total_points=assignment.total_points,
-        late_reason=grade.reason if grade and grade.lateness.status is not LateStatus.on_time else None,
+        late_reason=grade.reason if grade and grade.status != LateStatus.on_time.value else None,
         message=run.message,
         problems=tuple(ProblemLine(r.problem_id, r.title, r.points, r.max_points) for r in run.results),
-        link=_link(settings, path),
+        link=_link(settings, path), standing=standing,
     )
 
 
@@ -104,6 +111,8 @@ def body(notice: RunNotice) -> str:
             lines.append(f"Lateness: {notice.late_reason}")
         lines += ["", "Per problem" + (" (before the late penalty):" if notice.raw_score is not None else ":")]
         lines += [f"  {p.problem_id} {p.title}: {_points(p.points)} / {_points(p.max_points)}" for p in notice.problems]
+        if notice.standing:
+            lines += ["", notice.standing]
     elif notice.state is RunState.built:
         lines.append("Your kernels were built, but this grader has no GPU stage, so no score was recorded.")
     else:

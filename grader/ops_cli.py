@@ -38,10 +38,12 @@ def schedule(
     students_choose: Annotated[bool | None, typer.Option(
         "--students-choose/--no-students-choose",
         help="whether students may choose which of their scored runs counts")] = None,
+    extra_credit: Annotated[str | None, typer.Option(
+        help="points a grade may reach above the total through staff adjustments and manual grades (0: none)")] = None,
 ) -> None:
     """Show an assignment's schedule and late policy, or change the parts given."""
     settings = get_settings()
-    change = ScheduleChange(release, due, grace, late_window, penalty_per_day, policy, students_choose)
+    change = ScheduleChange(release, due, grace, late_window, penalty_per_day, policy, students_choose, extra_credit)
     with session_scope(make_session_factory(make_engine(settings))) as session:
         assignment_or_exit(session, assignment)
         try:
@@ -58,7 +60,8 @@ def schedule(
         typer.echo(f"{assignment}: release {show(updated.release_at)}, due {show(updated.due_at)}, "
                    f"grace {updated.grace}, late window {updated.late_window}, "
                    f"{updated.penalty_per_day:.0%} per started day after the grace, score policy {row.score_policy}, "
-                   f"students {'choose' if row.students_choose_counted_run else 'do not choose'} which run counts")
+                   f"students {'choose' if row.students_choose_counted_run else 'do not choose'} which run counts, "
+                   f"extra credit up to {row.extra_credit_points:g} points")
 
 
 def extend(

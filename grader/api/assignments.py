@@ -46,9 +46,9 @@ def _staff_gradebook(slug: str, ctx: AppContext, session: Session, caller: Princ
                      ctx.settings.rubric_dirs)
 
 
-def _csv_response(text: str, book: Gradebook, name: str) -> Response:
+def csv_response(text: str, filename: str) -> Response:
     return Response(text, media_type="text/csv; charset=utf-8",
-                    headers={"Content-Disposition": f'attachment; filename="{book.assignment}-{name}-{book.policy}.csv"'})
+                    headers={"Content-Disposition": f'attachment; filename="{filename}"'})
 
 
 @router.get(
@@ -60,7 +60,7 @@ def _csv_response(text: str, book: Gradebook, name: str) -> Response:
 )
 def read_gradebook_csv(slug: str, ctx: Context, session: DB, caller: Caller, policy: PolicyParam = None) -> Response:
     book = _staff_gradebook(slug, ctx, session, caller, policy)
-    return _csv_response(canvas_csv([book]), book, "gradebook")
+    return csv_response(canvas_csv([book]), f"{book.assignment}-gradebook-{book.policy}.csv")
 
 
 @router.get(
@@ -73,7 +73,7 @@ def read_gradebook_csv(slug: str, ctx: Context, session: DB, caller: Caller, pol
 def read_gradebook_detailed_csv(slug: str, ctx: Context, session: DB, caller: Caller,
                                 policy: PolicyParam = None) -> Response:
     book = _staff_gradebook(slug, ctx, session, caller, policy)
-    return _csv_response(detailed_csv(book), book, "gradebook-detailed")
+    return csv_response(detailed_csv(book), f"{book.assignment}-gradebook-detailed-{book.policy}.csv")
 
 
 @router.post(

@@ -9,7 +9,6 @@ import io
 from collections.abc import Sequence
 
 from grader.api.schemas import GradebookOut, GradebookRowOut, GradeOut
-from grader.course.grades import signed_points
 from grader.reads.gradebook_reads import Gradebook, GradebookRow
 
 # Canvas's gradebook export starts so, and its import reads a file of the same shape: these
@@ -22,7 +21,7 @@ POINTS_POSSIBLE = "    Points Possible"
 def gradebook_out(book: Gradebook) -> GradebookOut:
     rows = [GradebookRowOut.of(row, problems=dict(row.graded.problems) if row.graded else {},
                                run_id=row.graded.run_id if row.graded else None,
-                               grade=GradeOut.of(row.graded.grade) if row.graded else None,
+                               grade=GradeOut.of(row.grade) if row.grade else None,
                                chosen_by=row.pin.by if row.pin else None,
                                chosen_reason=row.pin.reason if row.pin else None)
             for row in book.rows]
@@ -78,11 +77,10 @@ def detailed_csv(book: Gradebook) -> str:
         + [f"{p.problem_id} {p.title} raw ({p.max_points:g})" for p in book.problems]
     )
     for row in book.rows:
-        graded = row.graded
-        grade = [_fmt(graded.grade.final), _fmt(graded.grade.raw), _fmt(graded.grade.penalty), graded.grade.status,
-                 str(graded.grade.lateness.penalty_days), _fmt(graded.grade.adjusted),
-                 _csv_cell("; ".join(f"{a.reason} ({signed_points(a.points)})" for a in graded.grade.adjustments)),
-                 graded.grade.reason] if graded else [""] * 8
+        graded, final = row.graded, row.grade
+        grade = [_fmt(final.final), _fmt(final.raw), _fmt(final.penalty), final.status, str(final.penalty_days),
+                 _fmt(final.adjusted), _csv_cell("; ".join(f"{a.reason} ({a.what})" for a in final.adjustments)),
+                 final.reason] if final else [""] * 8
         writer.writerow(
             [_csv_cell(row.full_name or row.username), _csv_cell(row.username)] + grade
             + [_fmt(graded.problems.get(p.problem_id)) if graded else "" for p in book.problems]

@@ -8,7 +8,7 @@ from grader.api.errors import ERRORS
 from grader.api.schemas import GradeOut, RunOut
 from grader.auth.credentials import SCOPE_READ
 from grader.models import Run
-from grader.reads.grade_reads import run_grades
+from grader.reads.grade_reads import counted_of, run_grades
 
 router = APIRouter()
 
@@ -24,5 +24,8 @@ def read_run(run_id: int, ctx: Context, session: DB, caller: Caller) -> RunOut:
     run = session.get(Run, run_id)
     if run is None or not caller.can_read_submission(run.submission):
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no run {run_id}")
+    # The run that counts shows the student's grade (with the staff's entries), as on its page
     grade = run_grades(session, [run], ctx.settings.course_zone).get(run.id)
+    counted = counted_of(session, run.submission.assignment, run.submission.user_id, ctx.settings.course_zone)
+    grade = counted.grade if grade is not None and counted.run_id == run.id else grade
     return RunOut.of(run, stages=run.stages or {}, grade=GradeOut.of(grade) if grade else None)

@@ -45,32 +45,42 @@ class ProblemResultOut(FromRow):
 
 
 class AdjustmentOut(FromRow):
-    """Points staff gave (positive) or took (negative) on a run, and why (grader.course.adjustments)."""
+    """A staff entry on the student's grade in the assignment, and why (grader.course.adjustments):
+    points given (positive) or taken (negative), or a manual grade."""
 
-    points: float
+    kind: Literal["adjust", "manual"] = Field(description="adjust: points added; manual: the grade is `points`")
+    points: float | None = Field(description="signed points; a manual grade's points (null: the manual grade "
+                                             "taken back, the run's grade counts again)")
     reason: str
     by: str = Field(description="the staff member's login")
     at: datetime
+    run_id: int | None = Field(default=None, description="the run that counted when it was made; null: none")
 
 
 class GradeOut(FromRow):
-    """A scored run's final grade, the same number on every page and export (grader.course.grades)."""
+    """A final grade, the same number on every page and export (grader.course.grades): a run's
+    own, or the student's in the assignment (the run that counts with the staff's entries)."""
 
-    raw_score: float = Field(validation_alias="raw", description="the run's score, before any late penalty")
+    raw_score: float | None = Field(validation_alias="raw", description="the run's score, before any late "
+                                    "penalty; null: no run counts (a manual grade alone)")
     penalty: float = Field(description="points the late policy took off")
+    manual_grade: float | None = Field(default=None, validation_alias="manual_points",
+                                       description="the manual grade in force, which replaces the run's; null: none")
     adjustment: float = Field(validation_alias="adjusted", description="the staff adjustments' sum, in points")
-    adjustments: list[AdjustmentOut] = Field(description="the staff's adjustments, oldest first, each with why")
-    final_score: float = Field(validation_alias="final", description="raw - penalty + adjustment, within "
-                                                                      "[0, total_points]: the grade")
+    adjustments: list[AdjustmentOut] = Field(description="the staff's entries on the student's grade (adjustments "
+                                             "and manual grades), oldest first, each with who, when and why")
+    final_score: float = Field(validation_alias="final", description="(the manual grade, else raw - penalty) + "
+                               "adjustment, within [0, total_points + extra_credit] once staff made an entry: "
+                               "the grade")
     total_points: float
-    lateness: Literal["on_time", "grace", "late", "closed", "not_released"] = Field(
-        validation_alias="status", description="closed and not_released: staff uploads outside the window")
+    extra_credit: float = Field(description="points the grade may reach above total_points (the assignment's)")
+    lateness: Literal["on_time", "grace", "late", "closed", "not_released", "no_run"] = Field(
+        validation_alias="status", description="closed and not_released: staff uploads outside the window; "
+                                               "no_run: no run counts")
     late: bool = Field(description="true: the late policy charged it (after the due time and its grace, or "
                                    "outside the window)")
-    penalty_days: int = Field(validation_alias=AliasPath("lateness", "penalty_days"),
-                              description="started days after the grace that were charged")
-    due_at: datetime | None = Field(validation_alias=AliasPath("lateness", "due_at"),
-                                    description="the student's due time, extension included; null: none")
+    penalty_days: int = Field(description="started days after the grace that were charged")
+    due_at: datetime | None = Field(description="the student's due time, extension included; null: none")
     reason: str = Field(description="the grade in words")
 
 
@@ -170,11 +180,11 @@ class GradebookRowOut(FromRow):
     name: str | None = Field(default=None, validation_alias="full_name", description="from the roster")
     section: str | None = Field(default=None, description="from the roster")
     submissions: int
-    total: float | None = Field(description="score of the run that counts (staff's choice, else the policy's "
-                                "pick); null: no scored run")
+    total: float | None = Field(description="the student's grade: the run that counts (staff's choice, else the "
+                                "policy's pick) with the staff's entries; null: no scored run and no manual grade")
     problems: dict[str, float] = Field(description="problem id -> points of that run, before any late penalty")
     run_id: int | None
-    grade: GradeOut | None = Field(default=None, description="the final grade of that run; total is its final_score")
+    grade: GradeOut | None = Field(default=None, description="the student's grade; total is its final_score")
     chosen_by: str | None = Field(default=None, description="the login who chose that run to count "
                                   "instead of the policy's pick: staff, or the student (equal to user) where "
                                   "the assignment lets students choose; null: the policy's pick")

@@ -43,11 +43,12 @@ class RegradeByRegrading(BaseModel):
 
 
 class RegradeByAdjusting(BaseModel):
-    action: Literal["adjust"] = Field(description="accept by adding `points` to the run's grade")
+    action: Literal["adjust"] = Field(description="accept by adding `points` to the student's grade in the "
+                                                         "assignment (it stays whichever run counts)")
     reply: Text = Field(description="the adjustment's reason, shown to the student")
     points: float = Field(allow_inf_nan=False, json_schema_extra={"not": {"const": 0}},
                           description="points to add (negative: to take off), not zero, at most the "
-                                      "assignment's total either way (409 beyond it)")
+                                      "assignment's total with its extra credit either way (409 beyond it)")
 
     @field_validator("points")
     @classmethod

@@ -45,6 +45,17 @@ def parse_instant(text: str, zone: str) -> datetime:
     return value if value.tzinfo is not None else value.replace(tzinfo=ZoneInfo(zone))
 
 
+def parse_extra_credit(text: str) -> float:
+    """Points of extra credit: a number, 0 or more (`10`, `2.5`)."""
+    try:
+        points = float(text.strip())
+    except ValueError:
+        raise ValueError(f"“{text}” is not a number of points: write one like 10, or 0 for no extra credit") from None
+    if not points >= 0 or points == float("inf"):
+        raise ValueError("Extra credit is a number of points, 0 or more.")
+    return points
+
+
 def parse_penalty(text: str) -> float:
     """A share of the score per started day: `0.1` or `10%` (the range is LatePolicy's rule)."""
     cleaned = text.strip()
@@ -67,6 +78,7 @@ class ScheduleChange:
     penalty_per_day: str | None = None
     score_policy: str | None = None
     students_choose: bool | None = None  # whether students may choose which of their runs counts
+    extra_credit: str | None = None  # points a grade may reach above the total through the staff's entries
 
 
 class ScheduleError(ValueError):
@@ -103,8 +115,9 @@ def _field(errors: dict[str, str], name: str, text: str | None, parse: Callable[
 
 
 def update_schedule(session: Session, slug: str, change: ScheduleChange, zone: str) -> Assignment:
-    """Apply `change` to the assignment's schedule, score policy and whether students choose
-    which of their runs counts (grader.course.counted_choice), all or nothing.
+    """Apply `change` to the assignment's schedule, score policy, whether students choose
+    which of their runs counts (grader.course.counted_choice) and its extra credit (how far above
+    its points the staff's entries may take a grade: grader.course.grades), all or nothing.
     ScheduleError names every field that is wrong; NotFound: no such assignment."""
     row = get_assignment(session, slug)
     current = late_policy(row)
@@ -114,6 +127,7 @@ def update_schedule(session: Session, slug: str, change: ScheduleChange, zone: s
     grace = _field(errors, "grace", change.grace, parse_duration, current.grace, timedelta(0))
     window = _field(errors, "late_window", change.late_window, parse_duration, current.late_window, timedelta(0))
     penalty = _field(errors, "penalty_per_day", change.penalty_per_day, parse_penalty, current.penalty_per_day, 0.0)
+    extra = _field(errors, "extra_credit", change.extra_credit, parse_extra_credit, row.extra_credit_points, 0.0)
     score_policy = change.score_policy or row.score_policy
     if score_policy not in SCORE_POLICIES:
         errors["score_policy"] = f"The score policy is one of: {', '.join(SCORE_POLICIES)}."
@@ -126,7 +140,8 @@ def update_schedule(session: Session, slug: str, change: ScheduleChange, zone: s
     row = set_schedule(session, slug, policy, score_policy)
     if change.students_choose is not None:
         row.students_choose_counted_run = change.students_choose
-        session.flush()
+    row.extra_credit_points = extra
+    session.flush()
     return row
 
 

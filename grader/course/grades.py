@@ -1,9 +1,15 @@
-"""The one final grade of a run, and an assignment's deadlines as a student sees them (pure;
-no database). Every page, export, API body and notice that shows a grade reads it from
-`final_grade`, so a late or adjusted run has one grade, its raw score, the points taken or
-given and why, wherever it is shown; grader.reads.grade_reads.run_grades and
-grader.reads.gradebook_reads.gradebook feed it from the database (the staff's adjustments too:
-grader.course.adjustments)."""
+"""The one final grade of a student in an assignment, and an assignment's deadlines as a
+student sees them (pure; no database). Every page, export, API body and notice that shows a
+grade reads it from here, so a late or adjusted grade is one grade, with its raw score, the
+points taken or given and why, wherever it is shown; grader.reads.grade_reads and
+grader.reads.gradebook_reads feed it from the database.
+
+A run has its own grade (final_grade: its score less the late penalty). The student's grade in
+the assignment (student_grade) is the counted run's grade with the staff's entries on it
+(grader.course.adjustments): adjustments (points given or taken) and manual grades (the grade
+is these points, whatever the run: a zip that could not be graded, an exemption; one may be
+taken back). The entries belong to the student's grade, not to a run, so they stay when
+another run comes to count."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,6 +18,8 @@ from datetime import datetime, timedelta
 from grader.course.deadlines import Lateness, LateStatus, duration_text, show_instant
 
 CHARGED = (LateStatus.late, LateStatus.closed, LateStatus.not_released)  # statuses that cost points
+NO_RUN = "no_run"  # a grade's status when no run counts (a manual grade alone)
+ADJUST, MANUAL = "adjust", "manual"  # the kinds of entry (grade_adjustments.kind)
 
 
 def points_text(points: float) -> str:
@@ -25,92 +33,159 @@ def signed_points(points: float) -> str:
 
 @dataclass(frozen=True)
 class Adjustment:
-    """Points staff gave (positive) or took (negative) on a run, and why."""
+    """One staff entry on a student's grade in an assignment, and why: points given (positive)
+    or taken (negative); or, `manual`, a manual grade of `points` (None: the manual grade taken
+    back, so the run's grade counts again)."""
 
-    points: float
+    points: float | None
     reason: str
     by: str  # the staff member's login
     at: datetime
+    manual: bool = False
+    run_id: int | None = None  # the run that counted when it was made (None: none did)
+
+    @property
+    def what(self) -> str:
+        """The entry in words, without its reason: "+5", "manual grade 90"."""
+        if not self.manual:
+            return signed_points(self.points or 0.0)
+        return "manual grade taken back" if self.points is None else f"manual grade {points_text(self.points)}"
 
     @property
     def text(self) -> str:
-        return f"{signed_points(self.points)} ({self.reason})"
+        return f"{self.what} ({self.reason})"
+
+    @property
+    def kind(self) -> str:
+        return MANUAL if self.manual else ADJUST
 
 
 @dataclass(frozen=True)
 class Grade:
-    raw: float  # the run's score, before any late penalty
-    final: float  # after the penalty and the adjustments, to 0.01 points: the grade every page and export shows
+    """A run's grade (no entries), or a student's grade in an assignment: the counted run's
+    grade, if any, with the staff's entries."""
+
+    raw: float | None  # the counted run's score, before any late penalty; None: no run counts
+    final: float  # after the penalty and the entries, to 0.01 points: the grade every page and export shows
     total_points: float
-    lateness: Lateness  # where the upload fell in the student's schedule (extension included)
-    adjustments: tuple[Adjustment, ...] = ()  # oldest first
+    lateness: Lateness | None  # where the run's upload fell in the student's schedule; None: no run
+    adjustments: tuple[Adjustment, ...] = ()  # the staff's entries, oldest first
+    extra_credit: float = 0.0  # points the grade may reach above total_points
 
     @property
-    def after_late(self) -> float:
-        """The raw score less the late penalty, to 0.01 points (before any adjustment)."""
-        return round(self.lateness.adjust(self.raw), 2)
+    def after_late(self) -> float | None:
+        """The raw score less the late penalty, to 0.01 points (before any entry); None: no run."""
+        return None if self.raw is None or self.lateness is None else round(self.lateness.adjust(self.raw), 2)
 
     @property
     def penalty(self) -> float:
         """Points the late policy took off."""
-        return round(self.raw - self.after_late, 2)
+        return 0.0 if self.raw is None or self.after_late is None else round(self.raw - self.after_late, 2)
+
+    @property
+    def manual(self) -> Adjustment | None:
+        """The manual grade in force (the newest manual entry, unless it took one back)."""
+        newest = next((a for a in reversed(self.adjustments) if a.manual), None)
+        return newest if newest is not None and newest.points is not None else None
+
+    @property
+    def manual_points(self) -> float | None:
+        return self.manual.points if self.manual is not None else None
+
+    @property
+    def penalty_days(self) -> int:
+        return self.lateness.penalty_days if self.lateness is not None else 0
+
+    @property
+    def due_at(self) -> datetime | None:
+        return self.lateness.due_at if self.lateness is not None else None
+
+    @property
+    def added(self) -> tuple[Adjustment, ...]:
+        """The entries that give or take points (not the manual grades)."""
+        return tuple(a for a in self.adjustments if not a.manual)
 
     @property
     def adjusted(self) -> float:
-        """The adjustments' sum, before the clamping to [0, total]."""
-        return round(sum(a.points for a in self.adjustments), 2)
+        """The adjustments' sum, before the clamping."""
+        return round(sum(a.points or 0.0 for a in self.added), 2)
 
     @property
     def late(self) -> bool:
         """Whether the late policy charged the upload (the late badge): after the due time and
-        its grace, or outside the window (only staff uploads are taken then)."""
-        return self.lateness.status in CHARGED
+        its grace, or outside the window (only staff uploads are taken then). Not with a manual
+        grade: it is not charged."""
+        return self.lateness is not None and self.manual is None and self.lateness.status in CHARGED
 
     @property
     def status(self) -> str:
         """The upload's place in the schedule: on_time, grace, late (and, for staff uploads,
-        which are always taken, not_released or closed)."""
-        return self.lateness.status.value
+        which are always taken, not_released or closed); no_run without a run."""
+        return NO_RUN if self.lateness is None else self.lateness.status.value
 
     @property
     def adjustment_text(self) -> str:
         """The staff's adjustments in words ("" without any), as one sentence."""
-        if not self.adjustments:
+        if not self.added:
             return ""
-        return (f"Adjusted by staff: {'; '.join(a.text for a in self.adjustments)}, "
+        return (f"Adjusted by staff: {'; '.join(a.text for a in self.added)}, "
                 f"so {points_text(self.final)} of {points_text(self.total_points)} points.")
 
     @property
     def reason(self) -> str:
-        """The grade in words: where the upload fell, then any adjustment (a sentence each)."""
+        """The grade in words: where the upload fell (or the manual grade), then any adjustment
+        (a sentence each)."""
+        manual, total = self.manual, points_text(self.total_points)
+        if manual is not None:
+            first = (f"Manual grade by {manual.by}: {points_text(manual.points or 0.0)} of {total} points "
+                     f"({manual.reason}).")
+        elif self.lateness is None:
+            first = "No run counts."
+        else:
+            first = self._late_words()
+        return f"{first} {self.adjustment_text}" if self.added else first
+
+    def _late_words(self) -> str:
+        assert self.lateness is not None and self.raw is not None
         status, words = self.lateness.status, self.lateness.reason
         if status is LateStatus.not_released:
             words = f"before the release ({words})"
         if status in CHARGED:
-            late = (f"Uploaded {words}: {points_text(self.raw)} - {points_text(self.penalty)} = "
-                    f"{points_text(self.after_late)} of {points_text(self.total_points)} points.")
-        elif status is LateStatus.grace:
-            late = f"Uploaded {words}."
-        else:
-            late = words[:1].upper() + words[1:] + "."
-        return f"{late} {self.adjustment_text}" if self.adjustments else late
+            return (f"Uploaded {words}: {points_text(self.raw)} - {points_text(self.penalty)} = "
+                    f"{points_text(self.after_late or 0.0)} of {points_text(self.total_points)} points.")
+        if status is LateStatus.grace:
+            return f"Uploaded {words}."
+        return words[:1].upper() + words[1:] + "."
 
 
-def final_grade(raw_score: float, total_points: float, lateness: Lateness,
-                adjustments: tuple[Adjustment, ...] = ()) -> Grade:
-    """The grade of a scored run whose submission's upload time has `lateness`, with the
-    staff's `adjustments` of it.
+def final_grade(raw_score: float, total_points: float, lateness: Lateness) -> Grade:
+    """The grade of a scored run whose submission's upload time has `lateness`: the late policy
+    takes its share of the raw score (a score alone is the rubric's, within its points)."""
+    return Grade(raw=float(raw_score), final=round(lateness.adjust(float(raw_score)), 2), total_points=total_points,
+                 lateness=lateness)
 
-    Order: the late policy takes its share of the raw score first, then the adjustments are
-    added in full (a staff's judgement is not itself charged for lateness: +5 stays +5 on a
-    late run). The sum is then clamped to [0, total points], so an adjustment can neither make
-    a grade negative nor give more than the assignment is worth; only the final is clamped, the
-    adjustments stay as given (and shown)."""
-    final = round(lateness.adjust(float(raw_score)), 2)
-    if adjustments:  # only an adjusted grade is clamped: a score alone is the rubric's, within its points
-        final = min(max(final + sum(a.points for a in adjustments), 0.0), float(total_points))
-    return Grade(raw=float(raw_score), final=round(final, 2), total_points=total_points, lateness=lateness,
-                 adjustments=tuple(adjustments))
+
+def student_grade(run: Grade | None, entries: tuple[Adjustment, ...], total_points: float,
+                  extra_credit: float = 0.0) -> Grade | None:
+    """A student's grade in an assignment: the counted run's grade `run` (final_grade; None: no
+    scored run counts) with the staff's `entries` on the student's grade, oldest first. None
+    when there is neither a run nor a manual grade.
+
+    A manual grade in force replaces the run's grade (not charged for lateness); the
+    adjustments are then added in full (a staff's judgement is not itself charged for
+    lateness: +5 stays +5 on a late run). With any entry the sum is clamped to [0, total
+    points + extra credit], so an entry can neither make a grade negative nor give more than
+    the assignment is worth and the extra credit it allows; the entries stay as given (and
+    shown)."""
+    grade = Grade(raw=run.raw if run else None, final=run.final if run else 0.0, total_points=total_points,
+                  lateness=run.lateness if run else None, adjustments=tuple(entries), extra_credit=extra_credit)
+    base = grade.manual.points if grade.manual is not None else run.final if run is not None else None
+    if base is None:
+        return None
+    if entries:
+        base = min(max(base + grade.adjusted, 0.0), float(total_points) + extra_credit)
+    return Grade(raw=grade.raw, final=round(base, 2), total_points=total_points, lateness=grade.lateness,
+                 adjustments=grade.adjustments, extra_credit=extra_credit)
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from starlette.routing import BaseRoute, Match
 from grader.api.deps import get_context
 from grader.auth.roles import STAFF, Power, may, refusal
 from grader.auth.sessions import CSRF_FIELD, CsrfError, check_csrf, csrf_token, current_user
+from grader.course.adjustments import waiting
 from grader.course.membership import assignments_of, course_roles_of, role_in, role_in_course
 from grader.db import session_scope
 from grader.models import Assignment, Course, CourseRole, Role, Submission, User
@@ -230,6 +231,8 @@ class Nav:
     instructs: frozenset[int]  # the courses (ids) they are an instructor of: roster and settings there
     creates: bool  # may make courses (site role instructor)
     roles: str  # the roles they hold, in words, for the header
+    requests: int = 0  # regrade requests waiting for an answer in the assignments they are staff of
+    queue: str | None = None  # the queue where one has waited longest, else their first assignment's
 
     @property
     def home(self) -> str | None:
@@ -245,9 +248,13 @@ def nav_for(session: Session, user: User) -> Nav:
     held = set(roles.values())
     staff, creates = any(role.is_staff for role in held), user.role is Role.instructor
     words = ", ".join(role.label for role in CourseRole if role in held) or user.role.value
+    taught = assignments_of(session, user.id, STAFF) if staff else []
+    requests, oldest = waiting(session, [a.id for a in taught])
+    queue = oldest or (taught[0].slug if taught else None)
     return Nav(student=CourseRole.student in held or not (staff or creates), staff=staff,
                instructs=frozenset(cid for cid, role in roles.items() if role is CourseRole.instructor),
-               creates=creates, roles=words)
+               creates=creates, roles=words, requests=requests,
+               queue=f"/assignments/{queue}/regrade-requests" if queue else None)
 
 
 def page(request: Request, name: str, user: User | None, status_code: int = 200, **values: Any) -> HTMLResponse:

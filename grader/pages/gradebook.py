@@ -23,6 +23,7 @@ from grader.models import Assignment, Submission, User
 from grader.notify import answer_messages, send_quietly
 from grader.pages import gradebook_view
 from grader.pages.common import (
+    CourseStaff,
     Db,
     Sender,
     Viewer,
@@ -88,7 +89,8 @@ def _gradebook_page(request: Request, session: Session, user: User, params: Mapp
                 uncalibrated=gradebook_view.uncalibrated_models(book.rows),
                 queued=int(queued) if queued.isdigit() else None,
                 newest=gradebook_view.newest_submissions(session, assignment), row_regrades=gradebook_view.row_regrades,
-                open_requests=adjustments.open_requests(session, assignment),
+                open_requests=adjustments.open_requests(session, assignment), zone=get_context(request).settings.course_zone,
+                course=assignment.course,
                 submission_count=sum(r.submissions for r in rows))
 
 
@@ -169,6 +171,15 @@ def gradebook_csv_export(request: Request, session: Db, user: Viewer) -> Respons
     """The same CSV for Canvas as the API's export, for the logged-in instructor."""
     _, book = _asked_gradebook(request, session, user)
     return Response(canvas_csv([book]), media_type="text/csv; charset=utf-8", headers=_download_headers(book, "csv"))
+
+
+@router.get("/courses/{course}/gradebook.csv")
+def course_csv_export(request: Request, session: Db, staff: CourseStaff) -> Response:
+    """The course's CSV for Canvas (a column per assignment), for its staff."""
+    settings = get_context(request).settings
+    books = gradebook_reads.course_gradebooks(session, staff.course, None, settings.course_zone, settings.rubric_dirs)
+    return Response(canvas_csv(books), media_type="text/csv; charset=utf-8", headers={
+        "Content-Disposition": f'attachment; filename="{staff.course.slug}-canvas.csv"', "Cache-Control": "no-store"})
 
 
 @router.get("/gradebook-detailed.csv")

@@ -42,7 +42,7 @@ from worker.unpack import BadArchive
 
 router = APIRouter(include_in_schema=False)
 
-SCHEDULE_FIELDS = ("release", "due", "grace", "late_window", "penalty_per_day", "score_policy")
+SCHEDULE_FIELDS = ("release", "due", "grace", "late_window", "penalty_per_day", "score_policy", "extra_credit")
 
 
 # ---- settings -----------------------------------------------------------------------------
@@ -76,7 +76,8 @@ def _schedule_values(assignment: Assignment, zone: ZoneInfo) -> dict[str, str]:
             "grace": _duration_text(policy.grace), "late_window": _duration_text(policy.late_window),
             "penalty_per_day": f"{policy.penalty_per_day * 100:g}%" if policy.penalty_per_day else "",
             "score_policy": assignment.score_policy,
-            "students_choose": "on" if assignment.students_choose_counted_run else ""}
+            "students_choose": "on" if assignment.students_choose_counted_run else "",
+            "extra_credit": f"{assignment.extra_credit_points:g}"}
 
 
 def _settings_page(request: Request, session: Session, user: User, assignment: Assignment, status_code: int = 200,

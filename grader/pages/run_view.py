@@ -15,17 +15,16 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import HTMLResponse
 from markupsafe import Markup
-from sqlalchemy import select
-from sqlalchemy.orm import Session, selectinload
+from sqlalchemy.orm import Session
 
 from grader.api.deps import get_context
 from grader.auth.roles import Power, may
 from grader.course.counted_choice import student_refusal
 from grader.course.membership import role_in
-from grader.models import ErrorClass, ProblemResult, Run, RunState, Submission, User
+from grader.models import ErrorClass, ProblemResult, Run, RunState, User
 from grader.pages import charts
 from grader.pages.common import page
-from grader.reads.grade_reads import Counted, counted_for, run_grades
+from grader.reads.grade_reads import counted_of, run_grades
 from grader.reads.runstatus import run_status
 from worker.assignment import AssignmentError, Words, assignment_of
 from worker.build_isolation import first_compiler_error
@@ -43,28 +42,21 @@ class Refused:
     kept: Mapping[str, str] = field(default_factory=dict)
 
 
-def _counted_of_run(session: Session, run: Run, user: User) -> tuple[Counted, bool]:
-    """Which run counts for the run's student in its assignment, and whether `user` (the student
-    themselves) may count this run instead now."""
-    sub = run.submission
-    runs = list(session.scalars(select(Run).join(Submission).options(selectinload(Run.submission))
-                                .where(Submission.user_id == sub.user_id, Submission.assignment_id == sub.assignment_id)))
-    counted = counted_for(session, sub.assignment, sub.user_id, runs, run_grades(session, runs))
-    may = (user.id == sub.user_id and counted.run_id != run.id
-           and student_refusal(session, sub.assignment, user, run) is None)
-    return counted, may
-
-
 def render_run(request: Request, session: Session, user: User, run: Run, status_code: int = 200,
                refused: Refused | None = None) -> HTMLResponse:
-    settings = get_context(request).settings
-    rubric = _RubricView.of(run.submission.assignment.slug, settings.rubric_dirs)
-    grade = run_grades(session, [run], settings.course_zone).get(run.id)
-    counted, may_choose = _counted_of_run(session, run, user) if grade else (None, False)
-    return page(request, "run.html", user, status_code, run=run, sub=run.submission, counted=counted,
+    """The run page: its grade is the student's grade (with the staff's entries) where it is the
+    run that counts, else the run's own; the student's entries are listed whichever run it is."""
+    settings, sub = get_context(request).settings, run.submission
+    rubric = _RubricView.of(sub.assignment.slug, settings.rubric_dirs)
+    own = run_grades(session, [run], settings.course_zone).get(run.id)
+    counted = counted_of(session, sub.assignment, sub.user_id, settings.course_zone)
+    may_choose = (own is not None and user.id == sub.user_id and counted.run_id != run.id
+                  and student_refusal(session, sub.assignment, user, run) is None)
+    return page(request, "run.html", user, status_code, run=run, sub=sub, counted=counted,
                 may_choose=may_choose, status=run_status(session, run, settings.eta_recent_runs, settings.rubric_dirs),
                 may_grade=may(role_in(session, user.id, run.submission.assignment_id), Power.grade),
-                grade=grade, zone=settings.course_zone, refused=refused,
+                grade=counted.grade if counted.run_id == run.id else own, own_grade=own,
+                zone=settings.course_zone, refused=refused,
                 problems=[problem_view(r.details or {}, r, rubric.problems.get(r.problem_id), rubric.words)
                           for r in run.results],
                 not_graded=not_graded(run), logs=stage_logs(run.stages or {}))

@@ -41,6 +41,7 @@ def history(request: Request, session: Db, user: Viewer) -> Response:
     return page(request, "submissions.html", user, submissions=subs, zone=zone, grades=grades,
                 assignments=sorted(assignments.values(), key=lambda a: a.slug),
                 counting={slug: c.run_id for slug, c in counted.items()},
+                student_grades={slug: c.grade for slug, c in counted.items() if c.grade},
                 pins={slug: c.pin for slug, c in counted.items() if c.pin}, refusal=_refusal_shown(request.query_params, assignments))
 
 

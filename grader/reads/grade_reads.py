@@ -1,7 +1,7 @@
-"""Grade reads shared by the pages, the API and the notifications: the staff's adjustments
-and the final grade of runs, each assignment's upload window for one user, and which run
-counts for a student (the run chosen by staff, or by the student where the assignment allows
-it; else the score policy's pick).
+"""Grade reads shared by the pages, the API and the notifications: the grade of runs, the
+staff's entries on students' grades, each assignment's upload window for one user, and which
+run counts for a student (the run chosen by staff, or by the student where the assignment
+allows it; else the score policy's pick) with the student's grade (grader.course.grades).
 
 Each does a fixed, small number of SQL statements whatever the number of runs."""
 from __future__ import annotations
@@ -10,49 +10,62 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
-from typing import Any
 
-from sqlalchemy import Select, or_, select
-from sqlalchemy.orm import Session
+from sqlalchemy import or_, select
+from sqlalchemy.orm import Session, selectinload
 
 from grader.course.deadlines import Lateness
-from grader.course.grades import Adjustment, Deadlines, Grade, final_grade
+from grader.course.grades import MANUAL, Adjustment, Deadlines, Grade, final_grade, student_grade
 from grader.course.policies import Refusal, admission, late_checker, lateness
-from grader.models import Assignment, CountedRun, GradeAdjustment, Run, RunState, User
+from grader.models import Assignment, CountedRun, GradeAdjustment, Run, RunState, Submission, User
 from grader.settings import Settings
 
 
-def grade_adjustments(session: Session, run_ids: Select[Any] | list[int]) -> dict[int, tuple[Adjustment, ...]]:
-    """run id -> the staff's adjustments of each of `run_ids` (ids, or a select of them), oldest
-    first; one statement."""
+def grade_entries(session: Session, assignment_id: int,
+                  user_ids: list[int] | None = None) -> dict[int, tuple[Adjustment, ...]]:
+    """student id -> the staff's entries on their grade in the assignment (of `user_ids` alone,
+    unless None), oldest first, without those set aside; one statement."""
     found: dict[int, list[Adjustment]] = defaultdict(list)
-    for run_id, points, reason, by, at in session.execute(
-        select(GradeAdjustment.run_id, GradeAdjustment.points, GradeAdjustment.reason, User.username,
-               GradeAdjustment.created_at)
-        .join(User, User.id == GradeAdjustment.by_id)
-        .where(GradeAdjustment.run_id.in_(run_ids))
-        .order_by(GradeAdjustment.id)
-    ):
-        found[run_id].append(Adjustment(float(points), reason, by, at))
-    return {run_id: tuple(adjustments) for run_id, adjustments in found.items()}
+    query = (select(GradeAdjustment.user_id, GradeAdjustment.points, GradeAdjustment.reason, User.username,
+                    GradeAdjustment.created_at, GradeAdjustment.kind, GradeAdjustment.run_id)
+             .join(User, User.id == GradeAdjustment.by_id)
+             .where(GradeAdjustment.assignment_id == assignment_id, GradeAdjustment.set_aside.is_(None))
+             .order_by(GradeAdjustment.id))
+    if user_ids is not None:
+        query = query.where(GradeAdjustment.user_id.in_(user_ids))
+    for user_id, points, reason, by, at, kind, run_id in session.execute(query):
+        found[user_id].append(Adjustment(None if points is None else float(points), reason, by, at,
+                                         manual=kind == MANUAL, run_id=run_id))
+    return {user_id: tuple(entries) for user_id, entries in found.items()}
+
+
+def set_aside_entries(session: Session, assignment_id: int, user_id: int) -> list[tuple[Adjustment, str]]:
+    """The student's entries in the assignment that count nowhere, each with why (migration
+    0020 set aside the adjustments of runs that did not count), oldest first; one statement."""
+    return [(Adjustment(points, reason, by, at, run_id=run_id), why or "") for points, reason, by, at, run_id, why in
+            session.execute(select(GradeAdjustment.points, GradeAdjustment.reason, User.username,
+                                   GradeAdjustment.created_at, GradeAdjustment.run_id, GradeAdjustment.set_aside)
+                            .join(User, User.id == GradeAdjustment.by_id)
+                            .where(GradeAdjustment.assignment_id == assignment_id, GradeAdjustment.user_id == user_id,
+                                   GradeAdjustment.set_aside.is_not(None))
+                            .order_by(GradeAdjustment.id))]
 
 
 def run_grades(session: Session, runs: list[Run], tz: tzinfo = UTC) -> dict[int, Grade]:
-    """run id -> the final grade of each scored run in `runs` (the gradebook's: the late
-    policy of its assignment at its submission's upload time, the student's extension
-    included, and the staff's adjustments); `tz` is the zone the reasons show instants in. One
-    extension read per assignment, one read of the adjustments."""
+    """run id -> the grade of each scored run in `runs` on its own (the late policy of its
+    assignment at its submission's upload time, the student's extension included; the staff's
+    entries are the student's grade's, Counted.grade); `tz` is the zone the reasons show
+    instants in. One extension read per assignment."""
     checkers: dict[int, Callable[[int, datetime], Lateness]] = {}
-    scored = [run for run in runs if run.state is RunState.scored and run.score is not None]
-    adjustments = grade_adjustments(session, [run.id for run in scored]) if scored else {}
     grades = {}
-    for run in scored:
+    for run in runs:
+        if run.state is not RunState.scored or run.score is None:
+            continue
         sub = run.submission
         if sub.assignment_id not in checkers:
             checkers[sub.assignment_id] = late_checker(session, sub.assignment)
         lateness = checkers[sub.assignment_id](sub.user_id, sub.uploaded_at).in_zone(tz)
-        grades[run.id] = final_grade(run.score or 0.0, sub.assignment.total_points, lateness,
-                                     adjustments.get(run.id, ()))
+        grades[run.id] = final_grade(run.score, sub.assignment.total_points, lateness)
     return grades
 
 
@@ -84,7 +97,8 @@ class Candidate:
 
     def key(self, policy: str) -> tuple[float, int, int]:
         """What the score policy maximises: "latest" the newest submission (its newest run),
-        "best" the final grade (ties: the newer)."""
+        "best" the run's own grade, after any late penalty (ties: the newer); the staff's entries
+        are the student's, the same whichever run counts."""
         newer = (self.submission_id, self.run_id)
         return (0.0, *newer) if policy == "latest" else (self.grade.final, *newer)
 
@@ -130,16 +144,29 @@ def counting_run(runs: list[Run], grades: Mapping[int, Grade], policy: str, pin:
 
 @dataclass(frozen=True)
 class Counted:
-    """Which run counts for one student in one assignment, and the choice behind it."""
+    """Which run counts for one student in one assignment, the choice behind it, and the
+    student's grade there."""
 
     run_id: int | None  # None: no scored run
     pin: Pin | None  # the choice in force (its run is scored); None: the score policy's pick
+    grade: Grade | None = None  # the counted run's grade with the staff's entries; None: no grade at all
 
 
 def counted_for(session: Session, assignment: Assignment, student_id: int, runs: list[Run],
                 grades: Mapping[int, Grade]) -> Counted:
     """The run among the student's `runs` of `assignment` that counts (`grades`: run_grades of
-    them), with the choice in force; one statement."""
+    them), with the choice in force and the student's grade; two statements."""
     pin = counted_pins(session, assignment.id, student_id).get(student_id)
     pin = pin if pin is not None and pin.run_id in grades else None
-    return Counted(counting_run(runs, grades, assignment.score_policy, pin), pin)
+    run_id = counting_run(runs, grades, assignment.score_policy, pin)
+    entries = grade_entries(session, assignment.id, [student_id]).get(student_id, ())
+    grade = student_grade(grades[run_id] if run_id is not None else None, entries, assignment.total_points,
+                          assignment.extra_credit_points)
+    return Counted(run_id, pin, grade)
+
+
+def counted_of(session: Session, assignment: Assignment, student_id: int, tz: tzinfo = UTC) -> Counted:
+    """counted_for over every run of the student in `assignment`, read here (four statements)."""
+    runs = list(session.scalars(select(Run).join(Submission).options(selectinload(Run.submission))
+                                .where(Submission.user_id == student_id, Submission.assignment_id == assignment.id)))
+    return counted_for(session, assignment, student_id, runs, run_grades(session, runs, tz))

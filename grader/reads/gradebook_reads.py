@@ -1,5 +1,6 @@
 """The gradebook read: one row per student of an assignment with the run that counts, its
-latest and best scored runs, points per problem and the GPU it was measured on.
+latest and best scored runs, points per problem, the GPU it was measured on, and the student's
+grade (the counted run's with the staff's entries: grader.course.grades.student_grade).
 
 It does a fixed number of SQL statements whatever the number of rows: all scored runs of
 the assignment in one statement and the problem results of the chosen ones in one more."""
@@ -16,11 +17,11 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from grader.course.deadlines import LateStatus
-from grader.course.grades import Grade, final_grade
+from grader.course.grades import Grade, final_grade, student_grade
 from grader.course.policies import late_checker
-from grader.models import Assignment, CourseRole, Enrollment, ProblemResult, Run, RunState, Submission, User
+from grader.models import Assignment, Course, CourseRole, Enrollment, ProblemResult, Run, RunState, Submission, User
 from grader.reads.gpu_info import GpuNote, gpu_notes
-from grader.reads.grade_reads import Candidate, Pin, counted_pins, grade_adjustments
+from grader.reads.grade_reads import Candidate, Pin, counted_pins, grade_entries
 from worker.rubric import RubricError, load_rubric
 
 Policy = Literal["latest", "best"]
@@ -39,7 +40,7 @@ class ProblemColumn:
 class ScoredRun:
     run_id: int
     submission_id: int
-    grade: Grade  # the final grade (grader.course.grades): raw score, lateness, penalty
+    grade: Grade  # the run's own grade (grader.course.grades): raw score, lateness, penalty
     finished_at: datetime | None
     problems: dict[str, float]  # problem id -> points (raw: before a late penalty)
     speedups: dict[str, float] = field(default_factory=dict)  # problem id -> the speedup that scored
@@ -47,7 +48,7 @@ class ScoredRun:
 
     @property
     def score(self) -> float:
-        """The final grade, after any late penalty."""
+        """The run's grade, after any late penalty."""
         return self.grade.final
 
     @property
@@ -58,7 +59,8 @@ class ScoredRun:
     @property
     def late(self) -> str | None:
         """The grade's reason when the submission was not on time."""
-        return None if self.grade.lateness.status is LateStatus.on_time else self.grade.reason
+        on_time = self.grade.lateness is None or self.grade.lateness.status is LateStatus.on_time
+        return None if on_time else self.grade.reason
 
 
 @dataclass(frozen=True)
@@ -80,10 +82,11 @@ class GradebookRow:
     section: str | None = None
     newest: NewestRun | None = None  # the student's most recent run, whatever its state
     pin: Pin | None = None  # staff chose `graded` (a scored run), not the policy
+    grade: Grade | None = None  # the student's: `graded`'s grade with the staff's entries (a manual grade alone)
 
     @property
     def total(self) -> float | None:
-        return self.graded.score if self.graded else None
+        return self.grade.final if self.grade else None
 
 
 @dataclass(frozen=True)
@@ -126,9 +129,9 @@ def gradebook(session: Session, assignment: Assignment, policy: str | None = Non
     newest scored run, so a re-grade replaces the earlier grade of the same upload);
     "best": the highest score of any scored run. `policy` None: the assignment's own. A
     submission uploaded late keeps the late policy's share of its score (its upload time,
-    the student's extension included), a run's staff adjustments are added (grader.course.grades),
-    and "best" compares the final grades; a run staff pinned (counted_pins) counts instead of
-    the policy's pick while it is scored. `tz` is the zone the grades' reasons show instants in,
+    the student's extension included), "best" compares those grades, and a run staff pinned
+    (counted_pins) counts instead of the policy's pick while it is scored; the row's grade adds
+    the staff's entries on the student's grade to the counted run's (grader.course.grades). `tz` is the zone the grades' reasons show instants in,
     `search` the folders searched for the rubric after rubrics/ (the settings' rubric_dirs)."""
     policy = policy or assignment.score_policy
     if policy not in POLICIES:
@@ -151,11 +154,10 @@ def gradebook(session: Session, assignment: Assignment, policy: str | None = Non
                    .join(Run, Run.submission_id == Submission.id)
                    .where(Submission.assignment_id == assignment.id, Run.state == RunState.scored,
                           Run.score.is_not(None)))
-    adjustments = grade_adjustments(session, select(scored_runs.subquery().c.id))
+    entries = grade_entries(session, assignment.id)
     scored: list[Candidate] = []
     for user_id, submission_id, run_id, score, finished_at, uploaded_at in session.execute(scored_runs):
-        grade = final_grade(score or 0.0, assignment.total_points, lateness(user_id, uploaded_at).in_zone(tz),
-                            adjustments.get(run_id, ()))
+        grade = final_grade(score or 0.0, assignment.total_points, lateness(user_id, uploaded_at).in_zone(tz))
         scored.append(Candidate(user_id, submission_id, run_id, grade, finished_at))
     latest: dict[int, Candidate] = {}
     best: dict[int, Candidate] = {}
@@ -196,9 +198,11 @@ def gradebook(session: Session, assignment: Assignment, policy: str | None = Non
         lat, bst = as_scored(latest.get(user.id)), as_scored(best.get(user.id))
         pin = pins.get(user.id)
         graded = as_scored(by_id[pin.run_id]) if pin else lat if policy == "latest" else bst
+        student = student_grade(graded.grade if graded else None, entries.get(user.id, ()), assignment.total_points,
+                              assignment.extra_credit_points)
         rows.append(GradebookRow(user_id=user.id, username=user.username, submissions=counts.get(user.id, 0),
                                  latest=lat, best=bst, graded=graded, full_name=user.full_name,
-                                 section=user.section, newest=newest.get(user.id), pin=pin))
+                                 section=user.section, newest=newest.get(user.id), pin=pin, grade=student))
     return Gradebook(
         assignment=assignment.slug,
         title=assignment.title,
@@ -207,6 +211,13 @@ def gradebook(session: Session, assignment: Assignment, policy: str | None = Non
         problems=_problem_columns(session, assignment, chosen_ids, search),
         rows=rows,
     )
+
+
+def course_gradebooks(session: Session, course: Course, policy: str | None = None, tz: tzinfo = UTC,
+                      search: Sequence[Path] = ()) -> list[Gradebook]:
+    """The gradebook of each of the course's assignments, by slug (gradebook: a fixed number of
+    statements each)."""
+    return [gradebook(session, assignment, policy, tz, search) for assignment in course.assignments]
 
 
 def _newest_runs(session: Session, assignment: Assignment) -> dict[int, NewestRun]:

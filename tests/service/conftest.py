@@ -43,15 +43,34 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 FINAL = {"built", "scored", "failed"}
 
 
-@pytest.fixture(scope="session")
-def database_url() -> Iterator[str]:
-    name = f"kg_test_{uuid.uuid4().hex[:10]}"
+@contextmanager
+def fresh_database(prefix: str) -> Iterator[str]:
+    """The URL of a new, empty PostgreSQL database, dropped afterwards."""
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     base = PG_ADMIN_URL.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1)
-    yield f"{base}/{name}"
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    try:
+        yield f"{base}/{name}"
+    finally:
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def database_url() -> Iterator[str]:
+    with fresh_database("kg_test") as url:
+        yield url
+
+
+@pytest.fixture(params=["postgresql", "sqlite"])
+def empty_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An empty database of each kind, for a migration test to fill at the revision it starts from."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'kg.db'}"
+        return
+    with fresh_database("kg_mig") as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

@@ -2,32 +2,14 @@
 accounts whose logins differ only by case (they keep their exact-name logins, no key)."""
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 import sqlalchemy as sa
 from alembic import command
 
 from grader.cli import _alembic_config
 from grader.settings import Settings
-from tests.service.conftest import PG_ADMIN_URL
-
-
-@pytest.fixture(params=["postgresql", "sqlite"])
-def empty_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'kg.db'}"
-        return
-    name = f"kg_mig_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    base = PG_ADMIN_URL.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1)
-    yield f"{base}/{name}"
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def test_upgrade_keys_logins_and_leaves_case_twins_apart(empty_database: str, tmp_path: Path,

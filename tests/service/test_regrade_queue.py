@@ -17,8 +17,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.auth.credentials import issue_token, set_password
+from grader.course.membership import enroll
 from grader.db import session_scope
-from grader.models import Assignment, Course, RegradeRequest, Role, Run, RunState, utcnow
+from grader.models import Assignment, Course, CourseRole, RegradeRequest, Role, Run, RunState, utcnow
 from grader.service import get_or_create_user, record_submission
 from grader.settings import Settings, SmtpSettings
 from grader.storage.blobstore import StoredBlob
@@ -45,12 +46,14 @@ def klass(mail_env: dict[str, str], settings: Settings, sessions: sessionmaker[S
     tag = uuid.uuid4().hex[:6]
     slug = f"queue-{tag}"
     with session_scope(sessions) as session:
-        session.add(Assignment(slug=slug, title=f"Queue {tag}", total_points=100,
-                               course=Course(slug=slug, title=f"Queue {tag}")))
-        session.flush()  # created first: new accounts join every course there is
+        course = Course(slug=slug, title=f"Queue {tag}")
+        session.add(Assignment(slug=slug, title=f"Queue {tag}", total_points=100, course=course))
+        session.flush()
         logins = []
-        for who, role in (("prof", Role.instructor), ("ta", Role.instructor), ("stu", Role.student)):
-            user = get_or_create_user(session, f"q{who}-{tag}", role)
+        for who, role, part in (("prof", Role.instructor, CourseRole.instructor), ("ta", Role.student, CourseRole.ta),
+                                ("stu", Role.student, CourseRole.student)):
+            user = get_or_create_user(session, f"q{who}-{tag}", role, [])
+            enroll(session, user, course, part)  # the TA grades (answers requests) and changes no policy
             set_password(user, PASSWORD)
             user.email, user.full_name = f"{user.username}@example.edu", f"{who.title()} {tag}"
             logins.append(user.username)
@@ -135,7 +138,7 @@ def test_a_regrade_of_the_submission_answers_its_open_request(
     assert len(mail) == 1 and f"graded again as run {new_run.id}: {PUBLIC_URL}/runs/{new_run.id}" in mail[0]
 
     with session_scope(sessions) as session:
-        token = issue_token(session, get_or_create_user(session, klass.ta, Role.instructor), "queue")
+        token = issue_token(session, get_or_create_user(session, klass.ta, Role.student), "queue")
     made = prof.client.post(f"/api/v1/submissions/{by_api[0]}/regrade", headers=auth(token))
     assert made.status_code == 201
     answered = request_of(sessions, by_api[1])
@@ -168,7 +171,7 @@ def test_the_queue_filters_open_answered_and_mine(klass: Klass, sessions: sessio
     assert f'id="show-mine">Answered by me ({after["mine"]})' in page
     assert prof.client.get(queue, params={"show": "nonsense"}).text.count('aria-current="page">Open') == 1
     with session_scope(sessions) as session:
-        token = issue_token(session, get_or_create_user(session, klass.ta, Role.instructor), "filters")
+        token = issue_token(session, get_or_create_user(session, klass.ta, Role.student), "filters")
     api = f"/api/v1/assignments/{klass.slug}/regrade-requests"
     mine = ta.client.get(api, params={"show": "mine"}, headers=auth(token)).json()["items"]
     assert asked[1] in [r["id"] for r in mine] and {r["decided_by"] for r in mine} == {klass.ta}
@@ -206,3 +209,24 @@ def test_a_mail_server_that_is_down_costs_only_the_mail(klass: Klass, sessions: 
     queue = f"/assignments/{klass.slug}/regrade-requests"
     assert post_form(prof, queue, f"{queue}/{request_id}", action="reject", reply="Still answered") == 303
     assert (request_of(sessions, run_id).state, request_of(sessions, run_id).reply) == ("rejected", "Still answered")
+
+
+def test_the_staff_navigation_counts_the_waiting_requests(klass: Klass, sessions: sessionmaker[Session]) -> None:
+    student = Browser(klass.settings, klass.student)
+    prof, ta = Browser(klass.settings, klass.prof), Browser(klass.settings, klass.ta)
+    queue = f"/assignments/{klass.slug}/regrade-requests"
+
+    def shown(browser: Browser) -> tuple[str, int] | None:
+        found = re.search(r'<a href="([^"]+)" id="nav-requests">Regrade requests \((\d+)<',
+                          browser.client.get("/gradebook", params={"assignment": klass.slug}).text)
+        return (found.group(1), int(found.group(2))) if found else None
+
+    for open_id in _listed(prof, queue, "open"):  # none waits: the link still names the queue
+        assert post_form(prof, queue, f"{queue}/{open_id}", action="reject", reply="Checked") == 303
+    assert shown(prof) == (queue, 0)
+    first = ask(student, sessions, scored_run(sessions, klass)[1], "Please look at problem 1")
+    ask(student, sessions, scored_run(sessions, klass)[1], "And problem 2")
+    assert shown(prof) == shown(ta) == (queue, 2)  # instructor and TA alike
+    assert 'id="nav-requests"' not in student.client.get("/submissions").text
+    assert post_form(ta, queue, f"{queue}/{first}", action="reject", reply="The grade stands") == 303
+    assert shown(prof) == (queue, 1)

@@ -165,6 +165,7 @@ NOT_STAFF = {
     ("GET", "/api/v1/runs/{run_id}/comments"): "own work or staff's view",
     ("POST", "/api/v1/runs/{run_id}/comments"): "own work or staff's view",
     ("GET", "/api/v1/assignments/{slug}/students/{login}/counted-run"): "own work or staff's view",
+    ("GET", "/api/v1/assignments/{slug}/students/{login}/grade"): "own work or staff's view",
 }
 
 STAFF_ROUTES: dict[tuple[str, str], Rule] = {
@@ -173,6 +174,7 @@ STAFF_ROUTES: dict[tuple[str, str], Rule] = {
     ("GET", "/gradebook.csv"): Rule(STAFF, get("/gradebook.csv?assignment={w.slug}")),
     ("GET", "/gradebook-detailed.csv"): Rule(STAFF, get("/gradebook-detailed.csv?assignment={w.slug}")),
     ("GET", "/gradebook.json"): Rule(STAFF, get("/gradebook.json?assignment={w.slug}")),
+    ("GET", "/courses/{course}/gradebook.csv"): Rule(STAFF, get(C + "/gradebook.csv"), 200, "Points Possible"),
     ("GET", "/gradebook/regrade"): Rule(STAFF, get("/gradebook/regrade?assignment={w.slug}&which=all")),
     ("POST", "/gradebook/regrade"): Rule(STAFF, post("/gradebook/regrade", assignment="{w.slug}", which="all"), 303),
     ("POST", "/submissions/{submission_id}/regrade"): Rule(STAFF, post("/submissions/{w.submission}/regrade"), 303),
@@ -183,6 +185,9 @@ STAFF_ROUTES: dict[tuple[str, str], Rule] = {
         STAFF, post(A + "/students/{w.logins[student]}/counted", run_id="{w.run}"), 303),
     ("POST", "/assignments/{slug}/students/{username}/counted/remove"): Rule(
         STAFF, post(A + "/students/{w.logins[student]}/counted/remove"), 303),
+    ("POST", "/assignments/{slug}/students/{username}/grade"): Rule(
+        STAFF, post(A + "/students/{w.logins[student]}/grade", kind="adjust", points="many", reason="x"), 400,
+        "are not a number"),
     ("GET", "/assignments/{slug}/regrade-requests"): Rule(STAFF, get(A + "/regrade-requests")),
     ("POST", "/assignments/{slug}/regrade-requests/{request_id}"): Rule(
         STAFF, post(A + "/regrade-requests/{w.request}", action="neither"), 400, "Choose re-grade, adjust or reject"),
@@ -230,6 +235,11 @@ STAFF_ROUTES: dict[tuple[str, str], Rule] = {
     ("GET", "/api/v1/assignments/{slug}/gradebook.csv"): Rule(STAFF, api("GET", "/api/v1" + A + "/gradebook.csv")),
     ("GET", "/api/v1/assignments/{slug}/gradebook-detailed.csv"): Rule(
         STAFF, api("GET", "/api/v1" + A + "/gradebook-detailed.csv")),
+    ("GET", "/api/v1/courses/{slug}/gradebook.csv"): Rule(STAFF, api("GET", "/api/v1" + C + "/gradebook.csv"), 200,
+                                                          "Points Possible"),
+    ("POST", "/api/v1/assignments/{slug}/students/{login}/grade"): Rule(
+        STAFF, api("POST", "/api/v1" + A + "/students/{w.logins[student]}/grade",
+                   {"kind": "manual", "points": 1000, "reason": "too much"}), 409, "A manual grade is from 0"),
     ("GET", "/api/v1/assignments/{slug}/regrade-requests"): Rule(STAFF, api("GET", "/api/v1" + A + "/regrade-requests")),
     ("POST", "/api/v1/assignments/{slug}/regrade"): Rule(
         STAFF, api("POST", "/api/v1" + A + "/regrade", lambda w: {"submissions": [w.submission]}), 201),

@@ -501,6 +501,28 @@ def _api_counted_of_b(w: World) -> None:
     assert w.count(CountedRun) == before
 
 
+def _grade_of_b(w: World) -> None:
+    """A's token reads nothing of B's grade and makes no entry on it (404, nothing stored); B
+    reads their own (the positive control), and B's own token may not make an entry (403)."""
+    url, before = f"/api/v1/assignments/hw4/students/{w.b_name}/grade", w.count(GradeAdjustment)
+    entry = {"kind": "manual", "points": 100, "reason": "mine"}
+    assert w.api.get(url, headers=auth(w.b_token)).status_code == 200
+    refused(w.api.get(url, headers=auth(w.a_token)), 404, w=w)
+    refused(w.api.post(url, headers=auth(w.a_token), json=entry), 404, w=w)
+    refused(w.api.post(url, headers=auth(w.b_token), json=entry), 403, w=w)
+    assert w.count(GradeAdjustment) == before
+
+
+def _web_grade_entry_denied(w: World) -> None:
+    """A student's post of an entry on B's grade in hw4 is refused (403: students of the course do not
+    grade) and stores nothing."""
+    before = w.count(GradeAdjustment)
+    refused(w.a_web.post(f"/assignments/hw4/students/{w.b_name}/grade", data={
+        "csrf_token": w.a_csrf(), "kind": "manual", "points": "100", "reason": "mine"}, follow_redirects=False),
+        403, w=w)
+    assert w.count(GradeAdjustment) == before
+
+
 ROUTES: dict[tuple[str, str], Check] = {
     **PUBLIC,
     ("GET", "/api/v1/submissions"): _api_listing,
@@ -522,6 +544,9 @@ ROUTES: dict[tuple[str, str], Check] = {
     ("GET", "/api/v1/assignments/{slug}/students/{login}/counted-run"): _api_counted_of_b,
     ("PUT", "/api/v1/assignments/{slug}/students/{login}/counted-run"): _api_counted_of_b,
     ("DELETE", "/api/v1/assignments/{slug}/students/{login}/counted-run"): _api_counted_of_b,
+    ("GET", "/api/v1/assignments/{slug}/students/{login}/grade"): _grade_of_b,
+    ("POST", "/api/v1/assignments/{slug}/students/{login}/grade"): _grade_of_b,
+    ("POST", "/assignments/{slug}/students/{username}/grade"): _web_grade_entry_denied,
     ("GET", "/api/v1/metrics"): _api_get_denied("/api/v1/metrics", 403, owner="staff"),
     ("GET", "/api/v1/assignments/{slug}/gradebook"):
         _api_get_denied("/api/v1/assignments/hw4/gradebook", 403, owner="staff"),
@@ -576,6 +601,9 @@ ROUTES: dict[tuple[str, str], Check] = {
     ("GET", "/courses"): _course_list,
     ("POST", "/courses"): _course_create,
     ("GET", "/courses/{course}"): _web_get_denied(f"/courses/{COURSE}", 403, owner="staff"),
+    ("GET", "/courses/{course}/gradebook.csv"): _web_get_denied(f"/courses/{COURSE}/gradebook.csv", 403, owner="staff"),
+    ("GET", "/api/v1/courses/{slug}/gradebook.csv"):
+        _api_get_denied(f"/api/v1/courses/{COURSE}/gradebook.csv", 403, owner="staff"),
     ("POST", "/courses/{course}/assignments"): _ops_post_denied(f"/courses/{COURSE}/assignments", {"assignment": "hw4"}),
     ("GET", "/assignments/{slug}/settings"): _web_get_denied("/assignments/hw4/settings", 403, owner="staff"),
     ("GET", "/assignments/{slug}/grading"): _web_get_denied("/assignments/hw4/grading", 403, owner="staff"),

@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from grader.auth.credentials import issue_token, set_password
 from grader.db import session_scope
-from grader.models import Assignment, GradeAdjustment, RegradeRequest, Role, Run, RunState, utcnow
+from grader.models import Assignment, GradeAdjustment, RegradeRequest, Role, Run, RunState, User, utcnow
 from grader.models import Course as CourseRow
 from grader.service import get_or_create_user, record_submission
 from grader.settings import Settings
@@ -158,7 +158,7 @@ def test_requests_are_rejected_with_a_reply_or_accepted_with_an_adjustment(cours
                                                                          sessions: sessionmaker[Session]) -> None:
     student, prof = Browser(course.settings, course.student), Browser(course.settings, course.prof)
     queue = f"/assignments/{course.slug}/regrade-requests"
-    decided = []
+    decided, entries = [], _entry_sum(sessions, course)  # the student's grade carries the earlier tests' entries
     for action, fields in (("reject", {"reply": "The timing is within the noise"}),
                            ("adjust", {"reply": "Problem 2 deserved the points", "points": "4"})):
         run_id = scored_run(sessions, course, 50.0)
@@ -171,9 +171,15 @@ def test_requests_are_rejected_with_a_reply_or_accepted_with_an_adjustment(cours
     page = student.client.get(f"/runs/{rejected}").text
     assert f"Reply from {course.prof}: {no}" in text_of(page) and 'id="run-score">50</strong>' in page
     page = student.client.get(f"/runs/{adjusted}").text
-    assert 'id="run-score">54</strong>' in page and f"+4 ({yes})" in text_of(page)
+    assert f'id="run-score">{50 + entries + 4:g}</strong>' in page and f"+4 ({yes})" in text_of(page)
     with session_scope(sessions) as session:
         assert session.scalars(select(GradeAdjustment.reason).where(GradeAdjustment.run_id == adjusted)).all() == [yes]
+
+
+def _entry_sum(sessions: sessionmaker[Session], course: Course) -> float:
+    with session_scope(sessions) as session:
+        return sum(session.scalars(select(GradeAdjustment.points).join(User, User.id == GradeAdjustment.user_id)
+                                   .where(User.username == course.student, GradeAdjustment.points.is_not(None))))
 
 
 def test_the_student_and_the_staff_comment_on_a_run(course: Course, sessions: sessionmaker[Session]) -> None:

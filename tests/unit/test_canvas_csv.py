@@ -21,7 +21,7 @@ def row(user_id: int, login: str, score: float | None, name: str | None = None,
         run_id=user_id * 10, submission_id=user_id, grade=final_grade(score, 100, evaluate(LatePolicy(), AT)),
         finished_at=AT, problems={})
     return GradebookRow(user_id=user_id, username=login, submissions=1, latest=graded, best=graded, graded=graded,
-                        full_name=name, section=section)
+                        full_name=name, section=section, grade=graded.grade if graded else None)
 
 
 def test_a_course_csv_has_canvas_columns_and_a_column_per_assignment() -> None:

@@ -8,9 +8,10 @@ Three processes, so that everything the job starts dies with it:
 - the launcher (the sandbox's leader, seen by the parent) enters a new PID namespace for its
   children and waits for the first one, then exits the way the job's program did;
 - init (pid 1 of that namespace, still root) leaves the host's mount, network and UTS (host
-  name) namespaces, builds the job's root (below), starts the job's program, reports to the
-  parent, and reaps every orphan until the program ends. Its exit makes the kernel kill
-  whatever is left in the namespace (daemons included);
+  name) namespaces,
+  builds the job's root (below), starts the job's program, reports to the parent, and reaps
+  every orphan until the program ends. Its exit makes the kernel kill whatever is left in the
+  namespace (daemons included);
 - the job's program: signals back to their defaults, the sandbox uid, no_new_privs,
   PR_SET_PDEATHSIG, the job folder as cwd, then exec.
 
@@ -21,10 +22,9 @@ The job's root is a fresh tmpfs, read-only once built, holding only what the par
 /var/tmp and /dev/shm, and the upper layer of an overlay mounted on the job folder (so the job
 can write there, within the cap; the parent merges what it wrote back into the real folder when
 it ends). A third, small one at /kg-tmp is the grader's own (limits.GRADER_TMP), so a
-submission that fills its scratch space cannot break the grader's temporary files. Files the
-parent has mapped (the GPU stage's arena) are bind-mounted through the overlay, so both sides
-keep sharing one inode. Then the launcher pivots into that root and lets go of the host's:
-nothing outside the allow-list can be named, by any path.
+submission that fills its scratch space cannot break the grader's temporary files. Files the parent has mapped (the GPU stage's arena) are bind-mounted through the
+overlay, so both sides keep sharing one inode. Then the launcher pivots into that root and lets
+go of the host's: nothing outside the allow-list can be named, by any path.
 """
 from __future__ import annotations
 
