@@ -16,7 +16,7 @@ from grader.auth.credentials import browser_principal
 from grader.auth.sessions import current_user
 from grader.course.counted_choice import REFUSAL_TEXT, StudentRefusal, choose, clear, student_refusal
 from grader.course.membership import roles_of
-from grader.models import Assignment, Run, Submission, User
+from grader.models import Assignment, GradeAdjustment, Run, Submission, User
 from grader.pages.common import Db, Sender, Viewer, absent, logged_in, page, see_other
 from grader.pages.run_view import render_run
 from grader.reads.grade_reads import counted_for, run_grades
@@ -36,6 +36,10 @@ def history(request: Request, session: Db, user: Viewer) -> Response:
     zone = get_context(request).settings.course_zone
     grades = run_grades(session, [run for sub in subs for run in sub.runs], zone)
     assignments = {sub.assignment.id: sub.assignment for sub in subs}
+    graded_by_hand = session.scalars(select(Assignment).join(GradeAdjustment, GradeAdjustment.assignment_id == Assignment.id)
+                                     .where(GradeAdjustment.user_id == user.id, GradeAdjustment.set_aside.is_(None),
+                                            Assignment.id.in_(enrolled)))
+    assignments.update({a.id: a for a in graded_by_hand})  # a manual grade needs no upload (an exemption)
     counted = {a.slug: counted_for(session, a, user.id, [r for sub in subs if sub.assignment_id == a.id
                                                          for r in sub.runs], grades) for a in assignments.values()}
     return page(request, "submissions.html", user, submissions=subs, zone=zone, grades=grades,

@@ -172,7 +172,8 @@ def test_a_manual_grade_needs_no_run_and_replaces_one_until_taken_back(
     row = book_row(prof, klass, never)
     assert "no scored run" in row and 'class="final-grade">80</span>' in row and "manual grade by" in row
     mine = text_of(student.client.get("/submissions").text)
-    assert "No submissions yet" in mine  # their own page lists uploads; the grade is on the gradebook and API
+    assert "No submissions yet" in mine and "None of your runs is scored; your grade is 80 / 100" in mine
+    assert "manual grade 80 by" in mine and "Exempt: the zip could not be graded" in mine
 
     run_id = scored_run(sessions, klass, replaced, 60)
     assert entry(prof, klass, replaced, "manual", "90", "Graded by hand") == 303
