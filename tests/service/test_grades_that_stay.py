@@ -23,8 +23,9 @@ from typer.testing import CliRunner
 from grader.auth.credentials import issue_token, set_password
 from grader.cli import app
 from grader.db import session_scope
-from grader.models import Assignment, Role, RunState, utcnow
+from grader.models import Assignment, Role, Run, RunState, utcnow
 from grader.models import Course as CourseRow
+from grader.notify import body, run_notice
 from grader.service import get_or_create_user, record_submission
 from grader.settings import Settings, get_settings
 from grader.storage.blobstore import StoredBlob
@@ -226,3 +227,18 @@ def test_a_refused_entry_comes_back_with_why_and_what_was_typed(klass: Klass, se
     assert sent.status_code == 400
     assert "are not a number" in text_of(sent.text) and 'value="Kept words"' in sent.text
     assert 'value="abc"' in sent.text
+
+
+def test_a_run_notice_gives_the_students_grade_with_the_entries(klass: Klass, sessions: sessionmaker[Session]) -> None:
+    login = klass.student(sessions, "notice")
+    prof = Browser(klass.settings, klass.prof)
+    first = scored_run(sessions, klass, login, 60)
+    assert post_form(prof, f"/runs/{first}", f"/runs/{first}/adjustments", points="5", reason="Ours") == 303
+    later = scored_run(sessions, klass, login, 70)
+    with session_scope(sessions) as session:
+        get_or_create_user(session, login, Role.student).email = f"{login}@example.edu"
+    with session_scope(sessions) as session:
+        run = session.get_one(Run, later)
+        text = body(run_notice(session, run, klass.settings))  # type: ignore[arg-type]
+    assert "Grade: 70 / 100" in text  # the run's own
+    assert f"Your grade in {klass.slug}: 75 / 100. No due date. Adjusted by staff: +5 (Ours), so 75 of 100" in text
