@@ -18,7 +18,7 @@ from alembic import command as alembic_command
 from alembic.config import Config as AlembicConfig
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader import accounts_cli, client_cli, ops_cli
+from grader import accounts_cli, capacity_cli, client_cli, ops_cli
 from grader.auth.credentials import issue_token
 from grader.auth.sessions import change_password
 from grader.course.courses import course_of_free_assignments
@@ -50,6 +50,7 @@ app.add_typer(starter_app, name="starter")
 accounts_cli.register(app)  # user, token, roster (accounts and enrolments)
 client_cli.register(app)  # submit, status, regrade, export (REST client)
 ops_cli.register(app)  # schedule, extend, pause, resume, similarity, gradescope-pack (course operations)
+capacity_cli.register(app)  # capacity (GPU workers a deadline needs)
 
 
 @app.callback()

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.orm import Session
 
 from grader.models import GpuCalibration, ProblemResult
@@ -24,14 +24,18 @@ class GpuNote:
     calibrated: bool  # a calibration for this model is stored for the run's assignment
 
 
+def gpu_name() -> ColumnElement[str]:
+    """A problem result's GPU model, read from its telemetry by the database (NULL: none)."""
+    return func.coalesce(*(ProblemResult.details[("measurement", "telemetry", key, "name")].as_string()
+                           for key in GPU_SNAPSHOT_KEYS))
+
+
 def run_gpu_models(session: Session, run_ids: Collection[int]) -> dict[int, str]:
     """run id -> the GPU model its measurements were taken on (runs without any: absent)."""
     if not run_ids:
         return {}
-    name = func.coalesce(*(ProblemResult.details[("measurement", "telemetry", key, "name")].as_string()
-                           for key in GPU_SNAPSHOT_KEYS))
     rows = session.execute(
-        select(ProblemResult.run_id, func.max(name)).where(ProblemResult.run_id.in_(list(run_ids)))
+        select(ProblemResult.run_id, func.max(gpu_name())).where(ProblemResult.run_id.in_(list(run_ids)))
         .group_by(ProblemResult.run_id)
     )
     return {run_id: model for run_id, model in rows if model}

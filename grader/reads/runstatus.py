@@ -3,7 +3,6 @@ worker is on, and the final state. Shared by the server-rendered page and its JS
 from __future__ import annotations
 
 import enum
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,8 +11,10 @@ from typing import Any
 from sqlalchemy import and_, exists, func, or_, select
 from sqlalchemy.orm import Session, aliased
 
-from grader.models import ACTIVE_STATES, FINAL_STATES, Run, RunState, Submission
+from grader.capacity import queue_eta, service_estimate
+from grader.models import ACTIVE_STATES, FINAL_STATES, Run, RunState, Submission, utcnow
 from grader.reads.gpu_info import gpu_notes
+from grader.reads.grade_times import grade_seconds
 from worker.rubric import RubricError, load_rubric
 
 STAGE_WORDS = {
@@ -57,40 +58,27 @@ class QueueEstimate:
     eta_s: float | None  # until the run is final; None without finished runs to learn from
 
 
-def recent_median_duration(session: Session, assignment_id: int, sample: int) -> float | None:
-    """Median seconds from claim to finish of the assignment's `sample` most recent graded runs
-    (scored, or built on workers without a GPU); failures end early and would skew it."""
-    rows = session.execute(
-        select(Run.started_at, Run.finished_at)
-        .join(Submission, Run.submission_id == Submission.id)
-        .where(Submission.assignment_id == assignment_id, Run.state.in_((RunState.scored, RunState.built)),
-               Run.started_at.is_not(None), Run.finished_at.is_not(None))
-        .order_by(Run.finished_at.desc())
-        .limit(sample)
-    ).all()
-    durations = [(finished - started).total_seconds() for started, finished in rows if started and finished]
-    return statistics.median(durations) if durations else None
-
-
-def eta_seconds(median_s: float, position: int, busy_workers: int) -> float:
-    """Rough time until a queued run is final. With `busy_workers` runs in progress, the runs
-    ahead are shared among that many workers, and the current ones are about half done;
-    with none busy, one worker is assumed and the queue drains one run at a time."""
-    if busy_workers <= 0:
-        return median_s * position
-    return median_s * (1.0 + (position - 1) / busy_workers + 0.5)
+def busy_remaining(session: Session, service_s: float) -> list[float]:
+    """For each run in progress, the seconds left of a `service_s` grade after its time so far."""
+    now = utcnow()
+    started = session.scalars(select(Run.started_at).where(Run.state.in_(ACTIVE_STATES)))
+    return [max(0.0, service_s - ((now - at).total_seconds() if at else 0.0)) for at in started]
 
 
 def queue_estimate(session: Session, run: Run, sample: int) -> QueueEstimate | None:
     """Position and ETA of a run in the broker's queue; None for any other run (a run not sent
-    has no place in the queue to promise)."""
+    has no place in the queue to promise). The ETA is the capacity model's (grader/capacity.py)
+    for the queue as it is now: the workers busy now (one when none is), each free when its run's
+    grade would end, and every grade the median of the assignment's `sample` recent ones."""
     if run.state != RunState.queued or run.enqueued_at is None:
         return None
     ahead = session.scalar(select(func.count(Run.id)).where(Run.state == RunState.queued, Run.id < run.id)) or 0
-    busy = session.scalar(select(func.count(Run.id)).where(Run.state.in_(ACTIVE_STATES))) or 0
-    median = recent_median_duration(session, run.submission.assignment_id, sample)
     position = int(ahead) + 1
-    return QueueEstimate(position, None if median is None else eta_seconds(median, position, int(busy)))
+    recent = grade_seconds(session, sample, run.submission.assignment_id)
+    if not recent:
+        return QueueEstimate(position, None)
+    service = service_estimate(recent)
+    return QueueEstimate(position, queue_eta(position, busy_remaining(session, service), service))
 
 
 def _problem_title(slug: str, problem_id: str, search: Sequence[Path]) -> str | None:

@@ -1,0 +1,63 @@
+"""How long grades take, measured: the capacity model's grade times (`grader capacity`) and the
+run page's queue ETA both read them here, so the two agree (grader/capacity.py).
+
+A grade's time is from its worker's claim to its end: what the run holds its worker for, and a
+GPU worker's GPU (one run at a time per GPU). Runs that took more than one attempt are left out:
+their span includes the wait between attempts. The GPU model is read from the measurements'
+telemetry (grader/reads/gpu_info.py).
+"""
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Collection
+
+from sqlalchemy import Select, exists, select
+from sqlalchemy.orm import Session
+
+from grader.models import ProblemResult, Run, RunState, Submission
+from grader.reads.gpu_info import gpu_name
+
+GRADED = (RunState.scored, RunState.built)  # failures end early and would skew the times
+STAGE_NAMES = ("unpack", "stage", "build", "reference", "run")  # worker.pipeline's records, in order
+
+
+def _recent(query: Select, sample: int, assignment_id: int | None, gpu_model: str | None,
+            states: Collection[RunState]) -> Select:
+    """`query` narrowed to the `sample` most recent single-attempt runs in `states` (of the
+    assignment and GPU model, when given), newest first."""
+    query = query.where(Run.state.in_(list(states)), Run.started_at.is_not(None), Run.finished_at.is_not(None),
+                        Run.attempts <= 1)
+    if assignment_id is not None:
+        query = query.join(Submission, Run.submission_id == Submission.id).where(Submission.assignment_id == assignment_id)
+    if gpu_model is not None:
+        query = query.where(exists().where(ProblemResult.run_id == Run.id, gpu_name() == gpu_model))
+    return query.order_by(Run.finished_at.desc(), Run.id.desc()).limit(sample)
+
+
+def grade_seconds(session: Session, sample: int, assignment_id: int | None = None, gpu_model: str | None = None,
+                  states: Collection[RunState] = GRADED) -> list[float]:
+    """Claim-to-end seconds of the `sample` most recent runs (newest first)."""
+    rows = session.execute(_recent(select(Run.started_at, Run.finished_at), sample, assignment_id, gpu_model, states))
+    return [(finished - started).total_seconds() for started, finished in rows]
+
+
+def stage_medians(session: Session, sample: int, assignment_id: int | None = None, gpu_model: str | None = None,
+                  states: Collection[RunState] = GRADED) -> dict[str, float]:
+    """The median seconds of each pipeline stage (worker.pipeline's record in `runs.stages`) over
+    the same runs as `grade_seconds`; a stage none of them ran is absent."""
+    columns = [Run.stages[(name, "seconds")].as_float() for name in STAGE_NAMES]
+    rows = session.execute(_recent(select(*columns), sample, assignment_id, gpu_model, states)).all()
+    medians = {}
+    for i, name in enumerate(STAGE_NAMES):
+        seconds = [row[i] for row in rows if row[i] is not None]
+        if seconds:
+            medians[name] = statistics.median(seconds)
+    return medians
+
+
+def graded_gpu_models(session: Session, sample: int, assignment_id: int | None = None) -> Counter[str]:
+    """GPU model -> how many of the `sample` most recent scored runs it graded."""
+    recent = _recent(select(Run.id), sample, assignment_id, None, (RunState.scored,)).subquery()
+    rows = session.execute(select(ProblemResult.run_id, gpu_name()).where(ProblemResult.run_id.in_(select(recent.c.id))))
+    return Counter(model for model in dict(rows.all()).values() if model)
