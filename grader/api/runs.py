@@ -5,9 +5,10 @@ from fastapi import APIRouter, HTTPException, status
 
 from grader.api.deps import DB, Caller, Context, require
 from grader.api.errors import ERRORS
-from grader.api.schemas import GradeOut, RunOut
+from grader.api.schemas import GpuTimeOut, GradeOut, RunOut
 from grader.auth.credentials import SCOPE_READ
 from grader.models import Run
+from grader.reads.gpu_phases import run_gpu_time
 from grader.reads.grade_reads import counted_of, run_grades
 
 router = APIRouter()
@@ -28,4 +29,6 @@ def read_run(run_id: int, ctx: Context, session: DB, caller: Caller) -> RunOut:
     grade = run_grades(session, [run], ctx.settings.course_zone).get(run.id)
     counted = counted_of(session, run.submission.assignment, run.submission.user_id, ctx.settings.course_zone)
     grade = counted.grade if grade is not None and counted.run_id == run.id else grade
-    return RunOut.of(run, stages=run.stages or {}, grade=GradeOut.of(grade) if grade else None)
+    phases = run_gpu_time(run) if caller.teaches(run.submission.assignment_id) else None
+    return RunOut.of(run, stages=run.stages or {}, grade=GradeOut.of(grade) if grade else None,
+                     gpu_time=GpuTimeOut.of(phases) if phases else None)

@@ -84,6 +84,25 @@ class GradeOut(FromRow):
     reason: str = Field(description="the grade in words")
 
 
+class GpuPhaseOut(FromRow):
+    phase: str
+    seconds: dict[str, float] = Field(description="problem id -> its seconds in this phase")
+    run_s: float | None = Field(description="the phase's share of the stage's wall time; null for a phase that "
+                                            "runs beside others (their shared total is a row of its own)")
+    note: str
+
+
+class GpuTimeOut(FromRow):
+    """Where the run's GPU-stage time went (grader/reads/gpu_phases.py): staff only."""
+
+    problems: list[str]
+    rows: list[GpuPhaseOut]
+    stage_s: float | None = Field(description="the whole GPU stage, wall seconds")
+    budget_s: float | None
+    loads: dict[str, float] = Field(description="part of the submission -> seconds its load probe took")
+    gpu_busy: dict[str, float] = Field(description="part of the stage -> the GPU's busy share (NVML)")
+
+
 class RunOut(FromRow):
     id: int
     submission_id: int
@@ -105,6 +124,9 @@ class RunOut(FromRow):
     progress: dict[str, Any] | None = Field(
         default=None, description='while active: {"stage"} or {"stage": "run", "problem", "index", "total"}')
     grade: GradeOut | None = Field(default=None, description="scored runs: the final grade (score is the raw score)")
+    gpu_time: GpuTimeOut | None = Field(default=None, description="staff of the course only: the GPU stage's time "
+                                                                  "per phase and problem; null for students and runs "
+                                                                  "without a GPU stage")
 
 
 class RunSummary(FromRow):

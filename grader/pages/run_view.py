@@ -24,6 +24,7 @@ from grader.course.membership import role_in
 from grader.models import ErrorClass, ProblemResult, Run, RunState, User
 from grader.pages import charts
 from grader.pages.common import page
+from grader.reads.gpu_phases import run_gpu_time
 from grader.reads.grade_reads import counted_of, run_grades
 from grader.reads.runstatus import run_status
 from worker.assignment import AssignmentError, Words, assignment_of
@@ -52,9 +53,10 @@ def render_run(request: Request, session: Session, user: User, run: Run, status_
     counted = counted_of(session, sub.assignment, sub.user_id, settings.course_zone)
     may_choose = (own is not None and user.id == sub.user_id and counted.run_id != run.id
                   and student_refusal(session, sub.assignment, user, run) is None)
+    role = role_in(session, user.id, run.submission.assignment_id)
     return page(request, "run.html", user, status_code, run=run, sub=sub, counted=counted,
                 may_choose=may_choose, status=run_status(session, run, settings.eta_recent_runs, settings.rubric_dirs),
-                may_grade=may(role_in(session, user.id, run.submission.assignment_id), Power.grade),
+                may_grade=may(role, Power.grade), gpu_time=run_gpu_time(run) if may(role, Power.view) else None,
                 grade=counted.grade if counted.run_id == run.id else own, own_grade=own,
                 zone=settings.course_zone, refused=refused,
                 problems=[problem_view(r.details or {}, r, rubric.problems.get(r.problem_id), rubric.words)

@@ -91,3 +91,12 @@ def test_executor_scores_a_run_and_the_api_shows_results_and_report(
     assert run["report"]["score"] == run["score"]
     assert [t["number"] for t in run["report"]["tests"]] == ["1.1", "1.2", "2.1", "2.2", "3"]
     assert run["toolchain"]["targets_calibrated"] is False
+    # Staff of the course read where the GPU stage's time went, from the stage's own record; its
+    # rows that take a share of the stage's wall time add up to it. The student does not.
+    gpu_time = client.get(f"/api/v1/runs/{run_id}", headers=auth(tokens["staff"])).json()["gpu_time"]
+    assert gpu_time["problems"] == ["1.1", "1.2", "2.1", "2.2", "3"] and gpu_time["stage_s"] > 0
+    assert {"child start", "timing", "Problem 3 timed steps"} <= {r["phase"] for r in gpu_time["rows"]}
+    assert set(gpu_time["loads"]) >= {"minitorch"}
+    shares = [r["run_s"] for r in gpu_time["rows"] if r["run_s"] is not None]
+    assert sum(shares) == pytest.approx(gpu_time["stage_s"], abs=0.6) and min(shares) >= 0
+    assert run["gpu_time"] is None

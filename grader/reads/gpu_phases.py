@@ -1,0 +1,141 @@
+"""Where a run's GPU-stage time went, per phase and problem, for staff (the run page and the API's
+run record); read from what the stage records in each problem's measurement telemetry, nothing
+recorded anew.
+
+What is read: a problem's `seconds` (phase -> wall seconds on the parent's clock: hw4's kernel
+problems record child start, checks through each path, kernel profile, timing warm-up and timing,
+worker/hw4/kernels.py), `gpu_busy` (the wall seconds and NVML busy share of a part of the stage:
+the kernel problems share one, Problem 3 has its own), `load` (each part's load probe) and `budget`
+(the whole stage's wall seconds and its budget), and Problem 3's own record, `problem3`
+(worker/hw4/problem3.py: its setup's end, its timing's end and its whole time, and each timed
+step's milliseconds). The kernel problems' checks, profiles and warm-ups run all at once, so
+their rows are not added up: their part of the stage is the kernel problems' wall time less
+their child starts and timings, which run one after another.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from grader.models import Run
+
+# A kernel problem's phases (its telemetry's `seconds`), in the order they run, in words;
+# whether each runs beside the others' (all problems at once) or one after another.
+PHASE_WORDS = {
+    "start": "child start",
+    "abi_cases": "checks through the C ABI",
+    "binding_cases": "checks through the binding",
+    "kernel_profile": "kernel profile",
+    "timing_warm": "timing warm-up",
+    "timing": "timing",
+}
+ONE_AFTER_ANOTHER = ("start", "timing")
+KERNELS = "kernel problems"  # the part of the stage whose problems share one `gpu_busy`
+
+
+@dataclass(frozen=True)
+class PhaseRow:
+    phase: str  # in words
+    seconds: dict[str, float]  # problem id -> its seconds in this phase
+    run_s: float | None  # its share of the stage's wall time; None: beside other rows (see the next total)
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class GpuTime:
+    problems: list[str]  # the table's columns, in the run's order
+    rows: list[PhaseRow]
+    stage_s: float | None  # the run's whole GPU stage, wall seconds
+    budget_s: float | None
+    loads: dict[str, float] = field(default_factory=dict)  # part -> seconds its load probe took
+    gpu_busy: dict[str, float] = field(default_factory=dict)  # part of the stage -> NVML busy share
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _kernel_rows(phases: dict[str, dict[str, float]], kernel_wall: float | None) -> list[PhaseRow]:
+    keys = [k for k in PHASE_WORDS if any(k in p for p in phases.values())]
+    keys += sorted({k for p in phases.values() for k in p} - set(keys))  # a phase this page does not know yet
+    rows, beside, sequential = [], [], 0.0
+    for key in keys:
+        seconds = {pid: s[key] for pid, s in phases.items() if key in s}
+        if key in ONE_AFTER_ANOTHER:
+            sequential += sum(seconds.values())
+            rows.append(PhaseRow(PHASE_WORDS[key], seconds, round(sum(seconds.values()), 1), "one after another"))
+        else:
+            beside.append(PhaseRow(PHASE_WORDS.get(key, key), seconds, None, "all problems at once"))
+    at_once = None if kernel_wall is None else round(max(0.0, kernel_wall - sequential), 1)
+    total = PhaseRow("checks, profiles and warm-ups of all problems, at once", {}, at_once,
+                     "the kernel problems' wall time less their child starts and timings")
+    return [*rows[:1], *beside, total, *rows[1:]] if beside else rows
+
+
+def _problem3_rows(pid: str, info: dict[str, Any]) -> list[PhaseRow]:
+    elapsed, setup = _number(info.get("elapsed_s")), _number(info.get("setup_s"))
+    if elapsed is None:
+        return []
+    if setup is None:  # it ended during its setup
+        return [PhaseRow("Problem 3 setup (building both models)", {pid: round(elapsed, 1)}, round(elapsed, 1))]
+    timing = _dict(info.get("timing"))
+    ended = _number(timing.get("timing_ended_s"))
+    steps_ms = [v for key in ("unfused_ms", "fused_ms") for v in timing.get(key) or [] if _number(v) is not None]
+    rows = [PhaseRow("Problem 3 setup (building both models)", {pid: round(setup, 1)}, round(setup, 1))]
+    if ended is None:  # it ended before its timing did
+        rows.append(PhaseRow("Problem 3 checked steps and what followed", {pid: round(elapsed - setup, 1)},
+                             round(elapsed - setup, 1)))
+        return rows
+    timed = sum(steps_ms) / 1000
+    rest = max(0.0, ended - setup - timed)
+    return [*rows,
+            PhaseRow("Problem 3 checked first steps, causality probe, timed pairs' inputs", {pid: round(rest, 1)},
+                     round(rest, 1)),
+            PhaseRow("Problem 3 timed steps", {pid: round(timed, 1)}, round(timed, 1),
+                     f"{len(steps_ms)} steps on the parent's clock"),
+            PhaseRow("Problem 3 verification of a timed step", {pid: round(elapsed - ended, 1)},
+                     round(elapsed - ended, 1))]
+
+
+def gpu_time(measurements: Mapping[str, dict[str, Any]]) -> GpuTime | None:
+    """The table for a run's measurements (problem id -> its stored measurement), or None when
+    none of them recorded where its time went (no GPU stage ran, or a stage that records none)."""
+    telemetry = {pid: _dict(m.get("telemetry")) for pid, m in measurements.items()}
+    phases = {pid: {k: float(v) for k, v in t["seconds"].items() if _number(v) is not None}
+              for pid, t in telemetry.items() if isinstance(t.get("seconds"), dict)}
+    problem3 = {pid: t["problem3"] for pid, t in telemetry.items() if isinstance(t.get("problem3"), dict)}
+    if not phases and not problem3:
+        return None
+    busy: dict[str, dict[str, Any]] = {}
+    for pid, t in telemetry.items():
+        if isinstance(t.get("gpu_busy"), dict):
+            busy[KERNELS if pid in phases else pid] = t["gpu_busy"]
+    kernel_wall = _number(busy.get(KERNELS, {}).get("seconds"))
+    rows = _kernel_rows(phases, kernel_wall) if phases else []
+    for pid, info in problem3.items():
+        rows += _problem3_rows(pid, info)
+    first = next(iter(telemetry.values()))
+    budget = _dict(first.get("budget"))
+    stage_s = _number(budget.get("stage_s"))
+    parts = [kernel_wall] + [_number(b.get("seconds")) for part, b in busy.items() if part != KERNELS]
+    if stage_s is not None and None not in parts:
+        rows.append(PhaseRow("other and idle: starting the load probes, the side children and Problem 3's child; waits between phases", {},
+                             round(max(0.0, stage_s - sum(p or 0.0 for p in parts)), 1),
+                             "the stage's wall time less the rows above"))
+    loads = _dict(first.get("load"))
+    return GpuTime(
+        problems=[pid for pid in measurements if pid in phases or pid in problem3],
+        rows=rows, stage_s=stage_s, budget_s=_number(budget.get("budget_s")),
+        loads={part: s for part, v in loads.items() if isinstance(v, dict) and (s := _number(v.get("seconds"))) is not None},
+        gpu_busy={part: f for part, b in busy.items() if (f := _number(b.get("busy_fraction"))) is not None},
+    )
+
+
+def run_gpu_time(run: Run) -> GpuTime | None:
+    """`gpu_time` of a run's stored results."""
+    return gpu_time({r.problem_id: (r.details or {}).get("measurement") or {} for r in run.results})
