@@ -141,15 +141,13 @@ def _set_git_base(prof: Browser, spec: str) -> str:
     return prof.client.post("/assignments/hw4/similarity/base", data={"csrf_token": prof.csrf(page), "git": spec}).text
 
 
-def _compute(prof: Browser) -> tuple[float, dict[str, Any]]:
-    """Starts a computation: (seconds the request took, the job's status right after)."""
+def _compute(prof: Browser) -> dict[str, Any]:
+    """Starts a computation: the job's status right after the request answered."""
     page = prof.client.get("/assignments/hw4/similarity").text
-    started = time.monotonic()
     response = prof.client.post("/assignments/hw4/similarity", data={"csrf_token": prof.csrf(page)},
                                 follow_redirects=False)
-    seconds = time.monotonic() - started
     assert response.status_code == 303 and response.headers["location"] == "/assignments/hw4/similarity"
-    return seconds, prof.client.get("/assignments/hw4/similarity/job.json").json()
+    return prof.client.get("/assignments/hw4/similarity/job.json").json()
 
 
 def _wait_final(prof: Browser, timeout: float = 240) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -176,9 +174,8 @@ def test_planted_copy_ranks_first_and_shows_side_by_side(own_settings: Settings,
     assert f"Base (the starter the students received): {starter_repo}." in prof.client.get(
         "/assignments/hw4/similarity").text
 
-    seconds, first = _compute(prof)
+    first = _compute(prof)
     assert first["state"] in ("queued", "running") and not first["final"]  # the request did not wait for it
-    assert seconds < 5
     following = prof.client.get("/assignments/hw4/similarity").text
     assert 'id="job"' in following and 'data-final="false"' in following and "/static/similarity.js" in following
     final, seen = _wait_final(prof)

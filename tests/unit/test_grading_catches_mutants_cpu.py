@@ -17,7 +17,6 @@ kernels only on their own problem.
 from __future__ import annotations
 
 import re
-import statistics
 import sys
 from pathlib import Path
 
@@ -30,7 +29,8 @@ from gpu_stage_support import KERNEL_PROBLEMS, base, describe, policy, run_stage
 from worker.mutants import Mutant, load_mutants, mutate_text  # noqa: E402
 from worker.rubric import load_rubric  # noqa: E402
 from worker.sandbox import SandboxPolicy  # noqa: E402
-from worker.scoring import RunScore, score_run  # noqa: E402
+from worker.scoring import DEFERRED_FLAG_SHARE, WITHHELD_WORDS, RunScore, score_run  # noqa: E402
+from worker.timing import waited_beyond_slack  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not cpu_standin.have_compiler(), reason="g++ is needed to build the CPU stand-in kernels")
 
@@ -84,13 +84,15 @@ def test_the_python_side_mutants_are_all_here() -> None:
 
 
 @pytest.mark.parametrize("mutant", GAMING_PYTHON_MUTANTS, ids=lambda m: m.id)
-def test_gaming_mutant_gains_no_speed(mutant: Mutant, base: Path, trusted: Path, policy: SandboxPolicy,
-                                      short_grading: dict, baseline: RunScore) -> None:
-    """A submission that defers its fused work into the read of the result keeps at most a
-    quarter of what the trick would have gained (or 1.3x), with a flag: on the stand-in, whose
-    fused op and read take tens of microseconds, the read slack leaves 12-16% of the gain in
-    repeated runs (on the H200 the same trick lost: BENCHMARKS.md, gaming); one that sleeps in its Python tensor ops (the composition slows, the fused op
-    hardly) is caught waiting off the CPU: its speed points are withheld for review."""
+def test_gaming_mutant_is_caught_by_its_guard(mutant: Mutant, base: Path, trusted: Path, policy: SandboxPolicy,
+                                              short_grading: dict, baseline: RunScore) -> None:
+    """Each Python gaming mutant trips the guard made for it, asserted on the evidence the guard
+    reads and on what it did with it, never on a speed figure (on a loaded machine the stand-in's
+    tens of microseconds are noise; the figures live in bench/gaming_standin.py and BENCHMARKS.md,
+    "Gaming on the CPU stand-in"). One that sleeps in its Python tensor ops spends its
+    composition's time off the CPU: its speed points are withheld for review and each trial's
+    composition time is cut to its CPU time. One that defers its fused work into the read of the
+    result has that read's extra cost added to the fused op's time, with a flag."""
     assert {m.id for m in GAMING_PYTHON_MUTANTS} == {"gaming_python_sleep_in_tensor_ops",
                                                      "gaming_deferred_softmax_forward"}
     files = mutate_text(trusted, mutant)
@@ -101,17 +103,21 @@ def test_gaming_mutant_gains_no_speed(mutant: Mutant, base: Path, trusted: Path,
         m, s, before = by_id[pid], score.problem(pid), baseline.problem(pid)
         assert m.status == "ok" and not m.failed_cases, describe(m)
         assert s.figure == "reference_ops" and before.figure == "reference_ops", (s.notes, before.notes)
-        shapes = m.telemetry["timing_shapes"]
-        untreated = statistics.mean(sh["raw"]["reference_ops"]["compute_ms"] / sh["raw"]["custom"]["compute_ms"]
-                                    for sh in shapes)  # the figure without the guards
-        gained, would_gain = s.speedup.speedup / before.speedup.speedup, untreated / before.speedup.speedup
-        assert would_gain > 2, (would_gain, s.notes)  # the trick is real (2.4-9.5x on the stand-in)
-        assert gained - 1 <= 0.25 * (would_gain - 1) or gained <= 1.3, (gained, would_gain, s.notes)
+        evidence, shapes = m.telemetry["timing_evidence"], m.telemetry["timing_shapes"]
         if mutant.id == "gaming_python_sleep_in_tensor_ops":
-            assert any("withheld until course staff review it" in f for f in s.flags), s.flags
+            # CPU time off the clock: the composition (2 ms asleep per tensor op) runs under a
+            # tenth of its wall time on a CPU, the fused op most of it
+            assert waited_beyond_slack(evidence["reference_ops_cpu_share"], evidence["custom_cpu_share"]), evidence
+            assert any(WITHHELD_WORDS in f for f in s.flags), s.flags
             assert s.speed_points == 0 and s.correctness_points == before.correctness_points, s.reasons
+            for shape in shapes:  # what scores is the composition's time less its waiting
+                assert shape["ms"]["reference_ops"] < shape["raw"]["reference_ops"]["compute_ms"], shape
         else:
+            # the read's extra cost: reading the fused op's result runs the softmax
+            assert evidence["deferred_share"] >= DEFERRED_FLAG_SHARE, evidence
             assert any("counted as the fused op's" in f for f in s.flags), s.flags
+            for shape in shapes:  # and it is added to the fused op's time, trial by trial
+                assert shape["ms"]["custom"] > shape["raw"]["custom"]["compute_ms"], shape
 
 
 def test_every_kernel_switch_is_graded_somewhere() -> None:
