@@ -1,4 +1,5 @@
-"""Project-wide pytest setup: the `gpu` marker skips cleanly on machines without a GPU.
+"""Project-wide pytest setup: the `gpu` marker skips cleanly on machines without a GPU, and a
+run whose tests need PostgreSQL or Redis stops at once, in one line, when they do not answer.
 
 Kept free of third-party imports so the GPU machine (which has no service packages)
 can collect the GPU suite.
@@ -7,8 +8,23 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
+import socket
+from urllib.parse import urlsplit
 
 import pytest
+
+# The PostgreSQL (an admin URL: its role creates and drops a database per session) and the Redis
+# the service, browser and hostile tests use (README, "Tests").
+PG_ADMIN_URL = os.environ.get("KG_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+REDIS_URL = os.environ.get("KG_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+# Per service: its URL, the variable that overrides it, its default port, the fixtures whose
+# tests need it (tests/service/conftest.py) and how to start it.
+BACKING = (
+    ("PostgreSQL", PG_ADMIN_URL, "KG_TEST_PG_URL", 5432, ("database_url", "empty_database"),
+     "`pg_ctlcluster <version> main start`; its role must have CREATEDB"),
+    ("Redis", REDIS_URL, "KG_TEST_REDIS_URL", 6379, ("settings_env",), "`redis-server --daemonize yes`"),
+)
 
 
 @functools.cache
@@ -54,12 +70,38 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="run only this part of the GPU suite (see tests/conftest.py GPU_PARTS)")
 
 
+def answers(url: str, default_port: int) -> bool:
+    """Whether something accepts a TCP connection at the URL's host and port."""
+    where = urlsplit(url)
+    try:
+        socket.create_connection((where.hostname or "127.0.0.1", where.port or default_port), timeout=3).close()
+    except OSError:
+        return False
+    return True
+
+
+def backing_services_down(items: list[pytest.Item]) -> str | None:
+    """One line naming each service some of `items` need that does not answer: what to start,
+    and the variable that points the tests elsewhere; None when all answer."""
+    down = []
+    for name, url, variable, port, fixtures, start in BACKING:
+        needing = sum(any(f in getattr(item, "fixturenames", ()) for f in fixtures) for item in items)
+        if needing and not answers(url, port):
+            where = urlsplit(url)
+            down.append(f"{name} is not answering at {where.hostname}:{where.port or port} ({needing} of the selected "
+                        f"tests need it): start it ({start}; `bash .ci/run` starts both) or set {variable} (now {url})")
+    return "; ".join(down) or None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     part = config.getoption("--gpu-part")
     if part is not None:
         keep = [item for item in items if "tests/gpu/" in item.nodeid and gpu_part(item.nodeid) == part]
         config.hook.pytest_deselected(items=[item for item in items if item not in keep])
         items[:] = keep
+    down = backing_services_down(items)
+    if down:
+        pytest.exit(down, returncode=pytest.ExitCode.USAGE_ERROR)
     if cuda_device_count() > 0:
         return
     skip = pytest.mark.skip(reason="no CUDA device on this machine")

@@ -1,7 +1,8 @@
 """Service tests: real PostgreSQL (a fresh database per session, schema from Alembic), real
 Redis as the Celery broker, real Celery worker processes, real nvcc.
 
-PostgreSQL and Redis are expected on 127.0.0.1 (KG_TEST_PG_URL / KG_TEST_REDIS_URL to change).
+PostgreSQL and Redis are expected on 127.0.0.1 (KG_TEST_PG_URL / KG_TEST_REDIS_URL to change;
+tests/conftest.py stops the run in one line when they do not answer).
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import psycopg
 import pytest
@@ -35,10 +37,9 @@ from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import Role, Run
 from grader.service import get_or_create_user
 from grader.settings import Settings
+from tests.conftest import PG_ADMIN_URL, REDIS_URL
 from worker.rubric import load_rubric
 
-PG_ADMIN_URL = os.environ.get("KG_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
-REDIS_URL = os.environ.get("KG_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 FINAL = {"built", "scored", "failed"}
 
@@ -47,8 +48,14 @@ FINAL = {"built", "scored", "failed"}
 def fresh_database(prefix: str) -> Iterator[str]:
     """The URL of a new, empty PostgreSQL database, dropped afterwards."""
     name = f"{prefix}_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+    except psycopg.Error as exc:
+        reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        pytest.exit(f"PostgreSQL at {PG_ADMIN_URL} (KG_TEST_PG_URL) cannot create the tests' database: {reason}; "
+                    f"its role needs CREATEDB (`ALTER ROLE {urlsplit(PG_ADMIN_URL).username} CREATEDB`) and a login the URL carries",
+                    returncode=pytest.ExitCode.USAGE_ERROR)
     base = PG_ADMIN_URL.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1)
     try:
         yield f"{base}/{name}"
