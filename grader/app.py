@@ -7,6 +7,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse, Response
 from fastapi.staticfiles import StaticFiles
+from fastapi_offline import FastAPIOffline
 from sqlalchemy import text
 from sqlalchemy.exc import DataError, OperationalError
 from starlette.middleware.sessions import SessionMiddleware
@@ -24,10 +25,15 @@ from grader.settings import Settings, get_settings
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     context = AppContext.from_settings(settings or get_settings())
-    app = FastAPI(
+    # /docs (Swagger UI) and /redoc load their scripts and styles from /static/docs, the files
+    # the fastapi-offline package ships, not from a CDN: they work offline and behind a firewall.
+    # (FastAPIOffline builds a FastAPI app with those two pages; everything else is FastAPI's.)
+    app = FastAPIOffline(
         title="kernelgrade",
         version="0.1.0",
         description="Autograder for GPU kernel homework. Authenticate with `Authorization: Bearer <token>`.",
+        static_url="/static/docs",
+        swagger_ui_parameters={"validatorUrl": None},  # no badge fetched from the validator's site
     )
     app.state.context = context
     # Middleware added last runs first: secure headers, then the session, then the forms' origin

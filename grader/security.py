@@ -2,8 +2,8 @@
 and forms accepted only from the service's own pages.
 
 Pages load scripts and styles from /static only (no inline code), so the Content Security
-Policy allows 'self' and nothing else; the OpenAPI explorers (/docs, /redoc) load their
-bundles from a CDN and keep FastAPI's defaults instead. HSTS is sent only when the service is
+Policy allows 'self' and nothing else; the OpenAPI explorers (/docs, /redoc) start with an
+inline script and get no policy (their files come from /static/docs, never from a CDN). HSTS is sent only when the service is
 deployed behind HTTPS (KG_SESSION_HTTPS_ONLY). API answers are never cached: they carry
 private grades and logs. A redirect never names the Host the request gave (an absolute
 Location to it becomes a path). The referrer policy is `same-origin`: no address of ours (a

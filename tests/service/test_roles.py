@@ -145,7 +145,7 @@ NOT_STAFF = {
     ("GET", "/forgot"): "public", ("POST", "/forgot"): "public", ("GET", "/reset/{token}"): "the link's holder",
     ("POST", "/reset/{token}"): "the link's holder", ("GET", "/docs"): "public",
     ("GET", "/docs/oauth2-redirect"): "public", ("GET", "/redoc"): "public", ("GET", "/openapi.json"): "public",
-    ("MOUNT", "/static"): "public", ("GET", "/api/v1/health"): "public",
+    ("MOUNT", "/static"): "public", ("MOUNT", "/static/docs"): "public", ("GET", "/api/v1/health"): "public",
     ("GET", "/settings/password"): "own account", ("POST", "/settings/password"): "own account",
     ("GET", "/settings/tokens"): "own account", ("POST", "/settings/tokens"): "own account",
     ("POST", "/settings/tokens/{token_id}/revoke"): "own account",
