@@ -86,12 +86,15 @@ def redis_commands(client: redis.Redis) -> int:
 
 
 @contextmanager
-def workers(count: int, env: dict[str, str], logs: Path) -> Iterator[None]:
+def workers(count: int, env: dict[str, str], logs: Path, gpus: int = 0) -> Iterator[None]:
+    """`count` `grader worker` processes, the i-th on GPU i (with `gpus`, GPU i mod `gpus`: several
+    workers share a GPU), until the block ends."""
     procs = []
     try:
         for i in range(count):
             log = logs / f"worker-{count}-{i}.log"
-            procs.append((subprocess.Popen([str(GRADER), "worker"], env={**env, "CUDA_VISIBLE_DEVICES": str(i)},
+            gpu = str(i % gpus if gpus else i)
+            procs.append((subprocess.Popen([str(GRADER), "worker"], env={**env, "CUDA_VISIBLE_DEVICES": gpu},
                                            stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True), log))
         deadline = time.monotonic() + 120
         while not all(" ready." in log.read_text(errors="replace") for _, log in procs):

@@ -4,11 +4,18 @@ bound (a load above 1), and ordered (more workers never wait longer)."""
 from __future__ import annotations
 
 import math
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from grader.capacity import HOUR, Course, Job, Planner, Shape, queue_eta, service_estimate, simulate
+from worker.assignment import StageConfig, assignment_of
+from worker.rubric import load_rubric
+from worker.sandbox import SandboxLimits, SandboxPolicy
+
+STANDIN = Path(__file__).resolve().parents[2] / "bench" / "capacity_standin"
 
 
 def jobs_at(arrivals: list[float], service: float, students: list[int] | None = None) -> list[Job]:
@@ -132,3 +139,18 @@ def test_queue_eta_is_the_simulation_of_the_queue_now() -> None:
     assert queue_eta(5, [50.0, 50.0], 100.0) == 350  # four ahead shared by two workers
     assert queue_eta(2, [10.0, 90.0], 100.0) == 190  # the first ahead takes the worker free at 10 s
     assert service_estimate([60.0, 120.0, 600.0]) == 120
+
+
+def test_the_benchs_stand_in_grade_holds_its_worker_for_the_uploads_seconds(tmp_path: Path) -> None:
+    # bench/capacity_check.py's assignment: a valid rubric and plug-in whose grade sleeps and passes
+    rubric = load_rubric("capacity-standin", search=[STANDIN])
+    assert rubric.kernels == () and [p.id for p in rubric.problems] == ["1"]
+    config = StageConfig(SandboxLimits(wall_s=60, cpu_s=60, memory_bytes=1 << 30, max_processes=8,
+                                       file_size_bytes=1 << 20), SandboxPolicy(user=None))
+    make_stage = assignment_of(rubric).make_stage
+    assert make_stage is not None
+    stage = make_stage(config, lambda _pid: None)
+    (tmp_path / "grade_seconds.txt").write_text("0.3\n")
+    started = time.monotonic()
+    [measured] = stage(rubric, tmp_path, tmp_path, tmp_path, ("1",))
+    assert time.monotonic() - started >= 0.3 and measured.status == "ok" and all(c.ok for c in measured.cases)
