@@ -12,7 +12,7 @@ broker, fair share, the claims and the workers, with a grade time the bench know
 machine, `--assignment hw4 --zip a.zip --zip b.zip ... --gpus 1` grades those uploads for real
 instead, the workers sharing the GPU(s) (worker i on GPU i mod --gpus).
 
-1. Warm-up: 4 x --workers uploads at once; their claim-to-result times are the "recent scored
+1. Warm-up: --warmup uploads at once (4 per worker); their claim-to-result times are the "recent scored
    runs" the model reads (grader.reads.grade_times), as `grader capacity` would.
 2. Burst: --students x --per-student uploads at times drawn from the deadline shape (--shape
    over --window seconds, grader.capacity.Shape), each student's runs under fair share.
@@ -142,6 +142,7 @@ def main() -> int:
     parser.add_argument("--window", type=float, default=60.0, help="seconds the burst spreads over")
     parser.add_argument("--shape", default="1,2,4")
     parser.add_argument("--grade", default="4:12", help="a grade's seconds, uniform in LOW:HIGH")
+    parser.add_argument("--warmup", type=int, default=None, help="warm-up uploads (default: 4 per worker)")
     parser.add_argument("--zip", type=Path, action="append", default=[],
                         help="grade these uploads instead of the stand-in (repeat; with --assignment)")
     parser.add_argument("--assignment", default=SLUG, help="the assignment the --zip uploads are for, e.g. hw4")
@@ -168,7 +169,8 @@ def main() -> int:
         with session_scope(make_session_factory(make_engine(settings))) as session:
             course_of_free_assignments(session, "bench", "Capacity bench")  # users join every course there is
             users = [get_or_create_user(session, f"cap{i:03d}", Role.student) for i in range(args.students)]
-            warmers = [get_or_create_user(session, f"warm{i:02d}", Role.student) for i in range(4 * args.workers)]
+            warm_count = args.warmup or 4 * args.workers
+            warmers = [get_or_create_user(session, f"warm{i:02d}", Role.student) for i in range(warm_count)]
             tokens = {u.username: issue_token(session, u, "bench") for u in [*users, *warmers]}
             assignment_id = get_assignment(session, args.assignment).id
         with TestClient(create_app(settings)) as client, workers(args.workers, env, Path(tmp), args.gpus):
