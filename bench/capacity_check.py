@@ -207,7 +207,7 @@ def main() -> int:
 
     grades = (f"Stand-in grade (bench/capacity_standin: holds its worker {low:g}-{high:g} s, uniform)." if standin else
               f"Real grades of {args.assignment} ({len(args.zip)} zips in turn), {args.workers} workers on {args.gpus} GPU(s).")
-    command = shlex.join(["python", "bench/capacity_check.py", *sys.argv[1:]])
+    command = shlex.join([".venv/bin/python", "bench/capacity_check.py", *sys.argv[1:]])
     lines = [
         f"### Capacity model vs a run with {args.workers} workers, {args.profile} profile ({date.today().isoformat()})",
         "",
