@@ -1,0 +1,59 @@
+"""The run page's GPU time by phase in Chromium: the course's staff open it at a phone's width
+(390 px) and a laptop's, the table scrolls inside its own box (never the page), and the page
+passes the accessibility checks open; the student's page has no such box."""
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from playwright.sync_api import Browser, expect
+from sqlalchemy.orm import Session, sessionmaker
+
+from grader.auth.credentials import set_password
+from grader.db import session_scope
+from grader.models import ProblemResult, Role, RunState, utcnow
+from grader.service import get_assignment, get_or_create_user, record_submission
+from grader.storage.blobstore import StoredBlob
+from tests.browser.a11y import check_page
+from tests.browser.test_layout import OVERFLOW_JS
+from tests.browser.test_pages import PASSWORD, log_in
+from tests.unit.test_gpu_phases import record
+
+
+@pytest.mark.parametrize("width", (390, 1280))
+def test_staff_open_the_gpu_time_and_the_student_has_none(
+    browser: Browser, base_url: str, sessions: sessionmaker[Session], width: int,
+) -> None:
+    tag = uuid.uuid4().hex[:6]
+    with session_scope(sessions) as session:
+        hw4 = get_assignment(session, "hw4")
+        student = get_or_create_user(session, f"gt-stu-{tag}", Role.student, [hw4.course])
+        prof = get_or_create_user(session, f"gt-prof-{tag}", Role.instructor, [hw4.course])
+        for user in (student, prof):
+            set_password(user, PASSWORD)
+        _sub, run = record_submission(session, student, hw4, "a.zip", StoredBlob(sha256="7b" * 32, size=1))
+        run.state, run.score, run.started_at, run.finished_at = RunState.scored, 50.0, utcnow(), utcnow()
+        for pid, measurement in record().items():
+            run.results.append(ProblemResult(problem_id=pid, title=pid, status="passed", points=10, max_points=10,
+                                             details={"measurement": measurement}))
+        session.flush()
+        run_id = run.id
+    viewport = {"width": width, "height": 844 if width < 600 else 800}
+
+    staff = browser.new_context(base_url=base_url, viewport=viewport)
+    page = log_in(staff, f"gt-prof-{tag}")
+    page.goto(f"/runs/{run_id}")
+    box = page.locator("#gpu-time")
+    box.locator("summary").click()
+    expect(box.get_by_role("row", name="timing (one after another) 9.0 11.0 10.0 30.0")).to_be_visible()
+    seen = page.evaluate(OVERFLOW_JS)
+    assert seen["page"] <= width, f"the run page at {width} px is {seen['page']} px wide: {seen['out']}"
+    check_page(page)
+    staff.close()
+
+    own = browser.new_context(base_url=base_url, viewport=viewport)
+    page = log_in(own, f"gt-stu-{tag}")
+    page.goto(f"/runs/{run_id}")
+    expect(page.locator("#breakdown")).to_be_visible()
+    expect(page.locator("#gpu-time")).to_have_count(0)
+    own.close()
