@@ -11,13 +11,12 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from grader.auth.credentials import set_password
 from grader.db import session_scope
-from grader.models import ProblemResult, Role, RunState, utcnow
-from grader.service import get_assignment, get_or_create_user, record_submission
-from grader.storage.blobstore import StoredBlob
+from grader.models import Role
+from grader.service import get_assignment, get_or_create_user
 from tests.browser.a11y import check_page
 from tests.browser.test_layout import OVERFLOW_JS
 from tests.browser.test_pages import PASSWORD, log_in
-from tests.unit.test_gpu_phases import record
+from tests.service.test_run_gpu_time import scored_run_with_phases
 
 
 @pytest.mark.parametrize("width", (390, 1280))
@@ -31,13 +30,7 @@ def test_staff_open_the_gpu_time_and_the_student_has_none(
         prof = get_or_create_user(session, f"gt-prof-{tag}", Role.instructor, [hw4.course])
         for user in (student, prof):
             set_password(user, PASSWORD)
-        _sub, run = record_submission(session, student, hw4, "a.zip", StoredBlob(sha256="7b" * 32, size=1))
-        run.state, run.score, run.started_at, run.finished_at = RunState.scored, 50.0, utcnow(), utcnow()
-        for pid, measurement in record().items():
-            run.results.append(ProblemResult(problem_id=pid, title=pid, status="passed", points=10, max_points=10,
-                                             details={"measurement": measurement}))
-        session.flush()
-        run_id = run.id
+        run_id = scored_run_with_phases(session, student)
     viewport = {"width": width, "height": 844 if width < 600 else 800}
 
     staff = browser.new_context(base_url=base_url, viewport=viewport)

@@ -9,13 +9,25 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from grader.auth.credentials import issue_token, set_password
 from grader.db import session_scope
-from grader.models import ProblemResult, Role, RunState, utcnow
+from grader.models import ProblemResult, Role, RunState, User, utcnow
 from grader.service import get_assignment, get_or_create_user, record_submission
 from grader.settings import Settings
 from grader.storage.blobstore import StoredBlob
 from tests.service.conftest import auth
 from tests.service.test_web_settings import PASSWORD, Browser
 from tests.unit.test_gpu_phases import record
+
+
+def scored_run_with_phases(session: Session, student: User) -> int:
+    """A scored hw4 run of `student` whose measurements recorded their phases (the unit test's record)."""
+    _sub, run = record_submission(session, student, get_assignment(session, "hw4"), "a.zip",
+                                  StoredBlob(sha256="9a" * 32, size=1))
+    run.state, run.score, run.started_at, run.finished_at = RunState.scored, 50.0, utcnow(), utcnow()
+    for pid, measurement in record().items():
+        run.results.append(ProblemResult(problem_id=pid, title=pid, status="passed", points=10, max_points=10,
+                                         details={"measurement": measurement}))
+    session.flush()
+    return run.id
 
 
 def test_staff_see_the_gpu_time_by_phase_and_the_student_does_not(
@@ -27,14 +39,7 @@ def test_staff_see_the_gpu_time_by_phase_and_the_student_does_not(
         prof = get_or_create_user(session, f"gprof-{tag}", Role.instructor)
         for user in (student, prof):
             set_password(user, PASSWORD)
-        _sub, run = record_submission(session, student, get_assignment(session, "hw4"), "a.zip",
-                                      StoredBlob(sha256="9a" * 32, size=1))
-        run.state, run.score, run.started_at, run.finished_at = RunState.scored, 50.0, utcnow(), utcnow()
-        for pid, measurement in record().items():
-            run.results.append(ProblemResult(problem_id=pid, title=pid, status="passed", points=10, max_points=10,
-                                             details={"measurement": measurement}))
-        session.flush()
-        run_id = run.id
+        run_id = scored_run_with_phases(session, student)
         tokens = {name: issue_token(session, user, "test") for name, user in (("student", student), ("prof", prof))}
 
     staff_page = Browser(settings, f"gprof-{tag}").client.get(f"/runs/{run_id}").text
