@@ -1,29 +1,46 @@
 # The two commands of README: `make dev` (set up + start the embedded service and grade the
 # reference kit) and `make test` (the whole test suite; GPU tests skip without a GPU).
+# `make dev` installs what the service needs; `make test` and `make check` add the test tools.
 VENV ?= .venv
+PORT ?= 8000
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+NVCC ?= $(or $(KG_NVCC),nvcc)
+SERVE := $(VENV)/.installed
+TOOLS := $(VENV)/.installed-test
+# pip's output goes to a log, shown only when it fails: the console keeps what matters
+PIP = $(PY) -m pip install --disable-pip-version-check >>$(VENV)/install.log 2>&1
+SHOW_LOG = { tail -n 40 $(VENV)/install.log; echo "pip failed: the whole log is $(VENV)/install.log"; exit 1; }
 
 .PHONY: dev test check gpu-suite starter
 
-$(STAMP): pyproject.toml
-	python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
-	touch $@
+# The service's packages and, meanwhile, the CUDA headers the assignments include where nvcc
+# lacks them (tools/cuda_headers.py: the nvidia wheels' headers alone).
+$(SERVE): pyproject.toml
+	@echo "setting up $(VENV): the service's packages (pip's log: $(VENV)/install.log)"
+	@python3 -m venv $(VENV)
+	@$(PY) tools/cuda_headers.py --nvcc $(NVCC) >$(VENV)/cuda-headers.log 2>&1 & headers=$$!; \
+	  $(PIP) -e . || $(SHOW_LOG); \
+	  wait $$headers; status=$$?; cat $(VENV)/cuda-headers.log; exit $$status
+	@touch $@
 
-dev: $(STAMP)
-	$(VENV)/bin/grader dev
+# The test tools (pyproject's `test` extra) on top.
+$(TOOLS): $(SERVE)
+	@echo "adding the test tools to $(VENV)"
+	@$(PIP) -e '.[test]' || $(SHOW_LOG)
+	@touch $@
 
-test: $(STAMP)
+dev: $(SERVE)
+	@$(VENV)/bin/grader dev --port $(PORT)
+
+test: $(TOOLS)
 	$(PY) -m pytest
 
 # Static checks (configured in pyproject.toml): ruff on the project, mypy (strict on worker/).
-check: $(STAMP)
+check: $(TOOLS)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-starter: $(STAMP)
+starter: $(SERVE)
 	$(VENV)/bin/grader starter build hw4 --out hw4-starter.zip
 
 # On a GPU machine (see README): the whole GPU suite and the speedup benchmark.

@@ -1,7 +1,6 @@
 """The `grader` command: server-side operations and the embedded development service."""
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import subprocess
@@ -120,6 +119,9 @@ def worker(
             typer.echo(mismatch, err=True)
             raise typer.Exit(2)
     os.execvp(sys.executable, [sys.executable, *_worker_argv(settings, concurrency, loglevel, similarity)])
+
+
+CELERY_ROOT_WARNING = "You're running the worker with superuser privileges"
 
 
 def _worker_argv(settings: Settings, concurrency: int, loglevel: str, similarity: bool) -> list[str]:
@@ -276,7 +278,13 @@ def dev(
     typer.echo(f"  log in as student / {passwords['student']}  or  instructor / {passwords['instructor']}")
     typer.echo(f"  student token:    {student}\n  instructor token: {staff}")
 
-    worker_proc = subprocess.Popen([sys.executable, *_worker_argv(settings, 1, "warning", similarity=True)], cwd=Path.cwd())
+    # The worker's banner and shutdown notes go to a log in the data dir, its warnings and errors
+    # to this console. Celery's warning about root is left out: as root the sandbox can run each
+    # child as KG_SANDBOX_USER, which is why one runs the worker so (README, Deploying).
+    worker_log = private_file(settings.data_dir / "worker.log").open("ab")
+    worker_proc = subprocess.Popen(
+        [sys.executable, "-W", f"ignore:{CELERY_ROOT_WARNING}", *_worker_argv(settings, 1, "warning", similarity=True)],
+        cwd=Path.cwd(), stdout=worker_log)
     stop = threading.Event()
     celery = make_celery(settings)
 
@@ -294,14 +302,27 @@ def dev(
         ).start()
     try:
         server.run()
+    except KeyboardInterrupt:
+        pass  # Ctrl-C: uvicorn has shut down, then passes the signal on; a stop, not an error
     finally:
         stop.set()
         worker_proc.terminate()
         worker_proc.wait(timeout=30)
+        worker_log.close()
+    typer.echo(f"kernelgrade stopped (the worker's log: {settings.data_dir / 'worker.log'})")
 
 
 def _demo_submission(server: object, base_url: str, token: str, rubric: Rubric, exit_after: bool) -> None:
-    """Zip the assignment's reference kit as a student would, upload it, and print the run when final."""
+    """Zip the assignment's reference kit as a student would, upload it, and print the run when
+    final (nothing, if the service stops first)."""
+    try:
+        _demo_run(server, base_url, token, rubric, exit_after)
+    except httpx.TransportError:
+        if not getattr(server, "should_exit", False):
+            raise
+
+
+def _demo_run(server: object, base_url: str, token: str, rubric: Rubric, exit_after: bool) -> None:
     while not getattr(server, "started", False):
         time.sleep(0.2)
     folder = assignment_of(rubric).zip_folder
@@ -310,15 +331,17 @@ def _demo_submission(server: object, base_url: str, token: str, rubric: Rubric, 
         headers = {"Authorization": f"Bearer {token}"}
         with httpx.Client(base_url=base_url, headers=headers, timeout=60) as client, archive.open("rb") as fh:
             created = client.post("/api/v1/submissions", files={"file": (archive.name, fh)}).json()
-            typer.echo(f"demo: uploaded the reference kit -> {json.dumps(created)}")
+            typer.echo(f"demo: the reference kit uploaded as `student`: run {created['run_id']} at "
+                       f"{base_url}/runs/{created['run_id']}")
             while True:
                 run = client.get(created["run_url"]).json()
                 if run["state"] in FINAL_STATES:
                     break
                 time.sleep(1)
-    summary = {k: run[k] for k in ("id", "state", "error_class", "message")}
-    summary["build_seconds"] = (run.get("toolchain") or {}).get("build_seconds")
-    typer.echo(f"demo: run {run['id']} is {run['state']}: {json.dumps(summary)}")
-    typer.echo(f"demo: full record at {base_url}{created['run_url']} (Authorization: Bearer <student token>)")
+    builds = (run.get("toolchain") or {}).get("build_seconds") or {}
+    built = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in builds.items())
+    why = f" ({run['error_class']}: {run['message']})" if run.get("error_class") else ""
+    typer.echo(f"demo: run {run['id']} is {run['state']}{why}{f' (nvcc: {built})' if built else ''}; "
+               f"its record: GET {created['run_url']} with the student token")
     if exit_after:
         server.should_exit = True  # type: ignore[attr-defined]

@@ -21,6 +21,7 @@ has none of the service's packages.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
@@ -125,12 +126,31 @@ def nvcc_version(nvcc: str) -> str | None:
     return (release or lines)[-1] if lines else None
 
 
-def cuda_include_dirs() -> tuple[str, ...]:
-    """Header folders of the pip-installed cuBLAS/cuRAND packages, when present.
+CUDA_HEADERS = ("cublas_v2.h", "curand_kernel.h")  # what the assignments include beyond the CUDA runtime
 
-    A bare CUDA toolkit may lack cublas_v2.h and curand_kernel.h, which the assignment's
-    headers include; the nvidia-cublas / nvidia-curand wheels ship them.
-    """
+
+@functools.cache
+def toolkit_has_cuda_headers(nvcc: str) -> bool:
+    """Whether `nvcc` finds CUDA_HEADERS by itself (its toolkit's include folder, or the
+    system's, where a distribution's packages put them): it preprocesses a file that includes
+    them. Asked once per nvcc and process (about a second)."""
+    if shutil.which(nvcc) is None and not Path(nvcc).is_file():
+        return False
+    with tempfile.TemporaryDirectory(prefix="kg-cuda-headers-") as folder:
+        source = Path(folder) / "headers.cu"
+        source.write_text("".join(f"#include <{header}>\n" for header in CUDA_HEADERS))
+        try:
+            done = subprocess.run([nvcc, "-E", "-x", "cu", str(source), "-o", os.devnull],
+                                  capture_output=True, timeout=120)
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+    return done.returncode == 0
+
+
+def wheel_include_dirs() -> tuple[str, ...]:
+    """Header folders of the nvidia-cublas / nvidia-curand wheels in this interpreter's
+    `nvidia` package: the wheels installed whole (pyproject's `cuda-headers` extra), or only
+    their headers, as tools/cuda_headers.py unpacks them for `make dev`."""
     try:
         import nvidia  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
@@ -138,10 +158,16 @@ def cuda_include_dirs() -> tuple[str, ...]:
     found: list[str] = []
     for base in getattr(nvidia, "__path__", []):
         for include in sorted(Path(base).glob("*/include")) + sorted(Path(base).glob("*/*/include")):
-            if (include / "cublas_v2.h").exists() or (include / "curand_kernel.h").exists():
-                if str(include) not in found:
-                    found.append(str(include))
+            if any((include / header).exists() for header in CUDA_HEADERS) and str(include) not in found:
+                found.append(str(include))
     return tuple(found)
+
+
+def cuda_include_dirs(nvcc: str = "nvcc") -> tuple[str, ...]:
+    """The include folders a build of the assignments needs beyond nvcc's own: none where
+    `nvcc` finds cublas_v2.h and curand_kernel.h by itself (the system's toolkit), else the
+    wheels' (a bare toolkit, as NVIDIA's runfile installs without its math libraries, lacks them)."""
+    return () if toolkit_has_cuda_headers(nvcc) else wheel_include_dirs()
 
 
 def build_inputs(root: Path, target: KernelTarget) -> list[str]:

@@ -38,7 +38,7 @@ def pipeline_config(settings: Settings, rubric: Rubric) -> PipelineConfig:
         toolchain=Toolchain(
             nvcc=settings.nvcc,
             flags=(*rubric.nvcc_flags, f"-arch={settings.cuda_arch}"),
-            include_dirs=cuda_include_dirs(),
+            include_dirs=cuda_include_dirs(settings.nvcc),
             timeout_s=settings.nvcc_timeout_s,
         ),
         build_cache_dir=settings.build_cache_dir,

@@ -20,6 +20,8 @@ from worker.build import (
     cache_key,
     cuda_include_dirs,
     nvcc_version,
+    toolkit_has_cuda_headers,
+    wheel_include_dirs,
 )
 
 NVCC = shutil.which("nvcc")
@@ -104,6 +106,25 @@ def test_cuda_include_dirs_are_existing_folders() -> None:
     assert isinstance(dirs, tuple)
     assert all(Path(d).is_dir() for d in dirs)
     assert len(set(dirs)) == len(dirs)
+
+
+def _nvcc_answering(folder: Path, status: int) -> str:
+    """An nvcc whose every call exits with `status` (0: it found the headers it was asked for)."""
+    folder.mkdir(parents=True)
+    (folder / "nvcc").write_text(f"#!/bin/sh\nexit {status}\n")
+    (folder / "nvcc").chmod(0o755)
+    return str(folder / "nvcc")
+
+
+def test_a_toolkit_with_the_cuda_headers_needs_no_include_folder(tmp_path: Path) -> None:
+    nvcc = _nvcc_answering(tmp_path / "full", 0)
+    assert toolkit_has_cuda_headers(nvcc) and cuda_include_dirs(nvcc) == ()
+
+
+def test_a_toolkit_without_them_gets_the_wheels_include_folders(tmp_path: Path) -> None:
+    nvcc = _nvcc_answering(tmp_path / "bare", 1)
+    assert not toolkit_has_cuda_headers(nvcc) and cuda_include_dirs(nvcc) == wheel_include_dirs()
+    assert not toolkit_has_cuda_headers(str(tmp_path / "no-nvcc-here"))
 
 
 class TestCacheKey:

@@ -248,6 +248,25 @@ def test_confined_builds_succeed_in_parallel_and_fill_a_cache_the_sandbox_cannot
     assert call_int(root / "build" / "zeta.so", "zeta_answer", tmp_path) == 42
 
 
+USES_CUDA_HEADERS = """#include <cublas_v2.h>
+#include <curand_kernel.h>
+extern "C" int uses_answer() { return CUBLAS_STATUS_SUCCESS == 0 && sizeof(curandState) > 0 ? 7 : 0; }
+"""
+
+
+@needs_nvcc
+def test_a_submission_build_finds_the_cuda_headers_the_assignment_includes(tmp_path: Path) -> None:
+    """cublas_v2.h and curand_kernel.h, in the build's sandbox, with the worker's toolchain: from
+    nvcc's own toolkit where it has them, else from the include folders cuda_include_dirs names
+    (the nvidia wheels' headers, which `make dev` unpacks where the toolkit lacks them)."""
+    root = write_tree(tmp_path / "sub", {"src/uses.cu": USES_CUDA_HEADERS})
+    toolchain = pipeline_config(Settings(nvcc=NVCC or "nvcc"), load_rubric("hw4")).toolchain
+    (result,) = build_kernels(root, [KernelTarget("uses", "src/uses.cu", "build/uses.so")], toolchain,
+                              confine=_confine(tmp_path / "job"))
+    assert result.ok, result.log
+    assert call_int(root / "build" / "uses.so", "uses_answer", tmp_path) == 7
+
+
 # ---------------------------------------------------------------- paths shown to the student
 
 
