@@ -1,0 +1,33 @@
+"""README's two commands as the Makefile runs them (`make -n`: printed, not run): `make dev`
+installs the service's packages and the CUDA headers and nothing of the test tools; `make test`
+and `make check` add the test tools; `make test` is pytest, printing the slowest tests."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+
+
+def planned(target: str, venv: Path) -> str:
+    return subprocess.run(["make", "-n", target, f"VENV={venv}"], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout
+
+
+def test_make_dev_installs_what_serving_needs_only(tmp_path: Path) -> None:
+    plan = planned("dev", tmp_path / "venv")
+    assert "pip install" in plan and " -e . " in plan and "tools/cuda_headers.py" in plan
+    assert "[test]" not in plan and "nvidia-cublas" not in plan
+    assert plan.rstrip().endswith("grader dev --port 8000")
+
+
+@pytest.mark.parametrize("target", ["test", "check"])
+def test_make_test_and_check_add_the_test_tools(tmp_path: Path, target: str) -> None:
+    plan = planned(target, tmp_path / "venv")
+    assert " -e . " in plan and "-e '.[test]'" in plan
+    if target == "test":
+        assert plan.rstrip().splitlines()[-1].endswith("-m pytest --durations=30")
