@@ -55,6 +55,7 @@ from sqlalchemy import select  # noqa: E402
 
 from grader.auth.credentials import issue_token  # noqa: E402
 from grader.cli import init_database  # noqa: E402
+from grader.course.courses import course_of_free_assignments  # noqa: E402
 from grader.db import make_engine, make_session_factory, session_scope  # noqa: E402
 from grader.models import Role, Run, Submission  # noqa: E402
 from grader.service import get_or_create_user  # noqa: E402
@@ -152,6 +153,7 @@ class Service:
 
     def _people(self, students: int) -> dict[str, str]:
         with session_scope(self.sessions) as session:
+            course_of_free_assignments(session, "rush", "Rush")  # new users join every course: this one
             tokens = {f"s{i:03d}": issue_token(session, get_or_create_user(session, f"s{i:03d}", Role.student), "rush")
                       for i in range(students)}
             tokens["staff"] = issue_token(session, get_or_create_user(session, "staff", Role.instructor), "rush")

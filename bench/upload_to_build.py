@@ -34,6 +34,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 from grader.app import create_app  # noqa: E402
 from grader.auth.credentials import issue_token  # noqa: E402
 from grader.cli import init_database  # noqa: E402
+from grader.course.courses import course_of_free_assignments  # noqa: E402
 from grader.db import make_engine, make_session_factory, session_scope  # noqa: E402
 from grader.models import Role  # noqa: E402
 from grader.service import get_or_create_user  # noqa: E402
@@ -82,6 +83,7 @@ def main() -> int:
         settings = Settings(data_dir=data)
         init_database(settings)
         with session_scope(make_session_factory(make_engine(settings))) as session:
+            course_of_free_assignments(session, "bench", "Bench")  # new users join every course: this one
             token = issue_token(session, get_or_create_user(session, "bench", Role.student), "bench")
         worker = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "grader.runs.celery_app", "worker", "-Q", settings.task_queue,

@@ -44,6 +44,7 @@ from benchmarks_md import current_commit, publish  # noqa: E402
 from grader.app import create_app  # noqa: E402
 from grader.auth.credentials import issue_token  # noqa: E402
 from grader.cli import init_database  # noqa: E402
+from grader.course.courses import course_of_free_assignments  # noqa: E402
 from grader.db import make_engine, make_session_factory, session_scope  # noqa: E402
 from grader.models import Role  # noqa: E402
 from grader.service import get_or_create_user  # noqa: E402
@@ -164,6 +165,7 @@ def main() -> int:
                             data_dir=data, task_queue=queue, gpu_grading="off", upload_rate_limit=0)
         init_database(settings)
         with session_scope(make_session_factory(make_engine(settings))) as session:
+            course_of_free_assignments(session, "bench", "Bench")  # new users join every course: this one
             tokens = [issue_token(session, get_or_create_user(session, f"student{i:03d}", Role.student), "bench")
                       for i in range(args.runs)]
         archive = zip_tree(load_rubric("hw4").starter_dir, Path(tmp) / "kit.zip").read_bytes()

@@ -108,3 +108,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _umask_restored() -> object:
+    """Each test starts with the umask the run started with: a `grader` command run in-process
+    (Typer's CliRunner) sets the service's 077 for the whole process (grader/datadir.py), which
+    would make a later test's files unreadable to the sandbox user."""
+    start = os.umask(0o022)
+    os.umask(start)
+    yield
+    os.umask(start)

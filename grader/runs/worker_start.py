@@ -2,10 +2,9 @@
 (`grader worker`, which execs Celery, `grader dev`'s worker, or `celery -A
 grader.runs.celery_app worker`), and how it stops taking them.
 
-- Its umask is 022 whatever it inherited (the `grader` command's 077, a systemd `UMask=0077`):
-  the sandbox launcher (worker/sandbox/launcher.py) builds each child's view, a fresh /etc and
-  the mount points of its allow-list, with this process's umask, and the sandbox user must be
-  able to read that view. The worker's own files in the data dir do not depend on it: they are
+- Its umask is 022 whatever it inherited (the `grader` command's 077, a systemd `UMask=0077`),
+  as files it hands to the sandbox user are expected to be (the sandbox launcher,
+  worker/sandbox/launcher.py, sets its own 022 for each child's fresh root besides). The worker's own files in the data dir do not depend on it: they are
   made owner-only explicitly (grader/datadir.py), the embedded broker's SQLite file included,
   here, before kombu opens it.
 - Its toolchain is checked (worker/toolchain.py). A worker that fails says why in one log line

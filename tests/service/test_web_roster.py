@@ -122,8 +122,8 @@ def test_page_imports_idempotently_with_line_errors(settings: Settings, sessions
     html, _ = _imported(prof, "", text=f"ann-{tag}@uni.edu,Ann Lee,C\n")
     assert "0 created, 1 updated, 0 unchanged, 0 line(s) with errors." in html
     assert _students(sessions, tag)[f"ann-{tag}@uni.edu"] == ("Ann Lee", "C", Role.student)
-    # The exports carry the roster's name: Canvas's Student column, the JSON's name and section.
-    assert f"Ann Lee,ann-{tag}@uni.edu," in prof.client.get("/gradebook.csv").text
+    # The exports carry the roster's name and section: Canvas's Student and Section, the JSON's name and section.
+    assert f"Ann Lee,,,ann-{tag}@uni.edu,C," in prof.client.get("/gradebook.csv").text  # Student, ID, SIS ids, Section
     row = next(r for r in prof.client.get("/gradebook.json").json()["rows"] if r["user"] == f"ann-{tag}@uni.edu")
     assert (row["name"], row["section"]) == ("Ann Lee", "C")
 
