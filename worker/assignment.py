@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
     from worker.affinity import TimingCpus
-    from worker.pipeline import GpuStage
+    from worker.measurements import ProblemMeasurement
     from worker.rubric import Rubric
     from worker.sandbox import SandboxLimits, SandboxPolicy
 
@@ -47,9 +47,14 @@ class StageConfig:
     budget_s: float | None = None
 
 
+# The GPU stage: (rubric, staged tree, reference tree, work dir, ids of the problems to run:
+# those whose kernels built) -> one measurement per problem run. The pipeline calls it after a
+# good build (names in quotes: their modules are not imported here).
+GpuStage = Callable[["Rubric", Path, Path, Path, tuple[str, ...]], "list[ProblemMeasurement]"]
+
 # (the stage's configuration, called with each problem id before that problem is measured)
-# -> the stage the pipeline runs after a good build (worker.pipeline.GpuStage).
-StageFactory = Callable[[StageConfig, Callable[[str], None]], "GpuStage"]
+# -> the stage the pipeline runs after a good build.
+StageFactory = Callable[[StageConfig, Callable[[str], None]], GpuStage]
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from worker.assignment import GpuStage
 from worker.build import (
     BuildResult,
     Confinement,
@@ -55,10 +56,6 @@ NO_GPU_STAGE_MESSAGE = (
     "Build succeeded. This worker has no GPU stage (no GPU, or GPU grading is off), "
     "so no score was given."
 )
-
-# The GPU stage: (rubric, staged tree, reference tree, work dir, ids of the problems to run:
-# those whose kernels built) -> one measurement per problem run.
-GpuStage = Callable[[Rubric, Path, Path, Path, tuple[str, ...]], list[ProblemMeasurement]]
 
 # A submission's nvcc when the config names no limits (grader.runs.engine_config takes them from the settings,
 # whose defaults these are).

@@ -7,9 +7,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from worker.assignment import Assignment, StageConfig
+from worker.assignment import Assignment, GpuStage, StageConfig
 from worker.measurements import CaseOutcome, ProblemMeasurement
-from worker.pipeline import GpuStage
 from worker.rubric import Rubric
 
 PROBLEM = "1"

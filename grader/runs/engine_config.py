@@ -14,9 +14,9 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from worker.affinity import choose_timing_cpus
-from worker.assignment import StageConfig, assignment_of
+from worker.assignment import GpuStage, StageConfig, assignment_of
 from worker.build import Toolchain, cuda_include_dirs
-from worker.pipeline import GpuStage, PipelineConfig
+from worker.pipeline import PipelineConfig
 from worker.rubric import Rubric
 from worker.sandbox import DockerOptions, SandboxLimits, SandboxPolicy
 from worker.telemetry import gpu_count

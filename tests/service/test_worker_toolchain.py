@@ -16,13 +16,24 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.app import create_app
+from grader.db import make_engine, make_session_factory
 from grader.models import RunState
 from grader.runs.celery_app import make_celery
 from grader.runs.reconcile import reconcile
 from grader.runs.worker_start import EXIT_BROKEN_TOOLCHAIN
 from grader.settings import Settings
 from tests.fixtures import cpu_standin
-from tests.service.conftest import REDIS_URL, WorkerProcess, make_zip, new_student, run_row, submit, wait_for_run
+from tests.service.conftest import (
+    REDIS_URL,
+    WorkerProcess,
+    fresh_database,
+    init_with_course,
+    make_zip,
+    new_student,
+    run_row,
+    submit,
+    wait_for_run,
+)
 
 # An nvcc that works for the worker's start check (which builds our probe in a folder named
 # kg-toolchain-check-*) and then fails on everything, as a toolkit removed or broken under a
@@ -41,11 +52,21 @@ exit 1
 
 
 @pytest.fixture
-def own_queue(settings_env: dict[str, str]) -> Iterator[dict[str, str]]:
-    """The session's worker settings on a queue of their own (the session's worker never sees it)."""
+def own_queue(settings_env: dict[str, str], tmp_path: Path) -> Iterator[dict[str, str]]:
+    """The session's worker settings on a queue and a database of their own: the session's worker
+    never sees the queue, and a reconcile pass here resends only this test's runs (on the shared
+    database it sent other tests' queued runs into this queue, and the worker took one of those)."""
     queue = f"{settings_env['KG_TASK_QUEUE']}-toolchain-{uuid.uuid4().hex[:6]}"
-    yield {**settings_env, "KG_TASK_QUEUE": queue}
+    with fresh_database("kg_toolchain") as url:
+        env = {**settings_env, "KG_TASK_QUEUE": queue, "KG_DATABASE_URL": url, "KG_DATA_DIR": str(tmp_path / "kgdata")}
+        init_with_course(Settings.from_variables(env))
+        yield env
     redis.Redis.from_url(REDIS_URL).delete(queue)
+
+
+@pytest.fixture
+def own_sessions(own_queue: dict[str, str]) -> sessionmaker[Session]:
+    return make_session_factory(make_engine(Settings.from_variables(own_queue)))
 
 
 def _refusals(worker: WorkerProcess, words: str) -> list[str]:
@@ -54,10 +75,10 @@ def _refusals(worker: WorkerProcess, words: str) -> list[str]:
 
 @pytest.mark.timeout(900)
 def test_a_worker_without_nvcc_refuses_and_the_queued_run_waits_for_a_good_worker(
-    own_queue: dict[str, str], sessions: sessionmaker[Session], kit_tree: Path, tmp_path: Path,
+    own_queue: dict[str, str], own_sessions: sessionmaker[Session], kit_tree: Path, tmp_path: Path,
 ) -> None:
     own = Settings.from_variables(own_queue)
-    student = new_student(sessions, "toolchain-wait")
+    student = new_student(own_sessions, "toolchain-wait")
     missing = tmp_path / "no-cuda" / "bin" / "nvcc"
     with TestClient(create_app(own)) as client:
         run_id = submit(client, student, make_zip(kit_tree, tmp_path / "kit.zip"))["run_id"]
@@ -66,7 +87,7 @@ def test_a_worker_without_nvcc_refuses_and_the_queued_run_waits_for_a_good_worke
         assert bad.proc is not None and bad.proc.wait(timeout=180) == EXIT_BROKEN_TOOLCHAIN, bad.log()
         (line,) = _refusals(bad, "refuses to take jobs")
         assert line.endswith(f"this worker refuses to take jobs: nvcc not found or not runnable: {missing} (KG_NVCC)")
-        waiting = run_row(sessions, run_id)
+        waiting = run_row(own_sessions, run_id)
         assert (waiting.state, waiting.attempts) == (RunState.queued, 0), "the refusing worker touched the run"
         assert redis.Redis.from_url(REDIS_URL).llen(own.task_queue) == 1, "the run's message is no longer queued"
         good = WorkerProcess(own_queue, tmp_path / "good-worker.log")
@@ -76,13 +97,13 @@ def test_a_worker_without_nvcc_refuses_and_the_queued_run_waits_for_a_good_worke
         finally:
             good.stop()
     assert run["state"] == "built" and run["error_class"] is None, run
-    assert run_row(sessions, run_id).attempts == 1
+    assert run_row(own_sessions, run_id).attempts == 1
     assert "toolchain checked: nvcc" in good.log_path.read_text(errors="replace")
 
 
 @pytest.mark.timeout(900)
 def test_a_toolchain_fault_during_a_build_is_an_infra_error_after_its_retries(
-    own_queue: dict[str, str], sessions: sessionmaker[Session], kit_tree: Path, tmp_path: Path,
+    own_queue: dict[str, str], own_sessions: sessionmaker[Session], kit_tree: Path, tmp_path: Path,
 ) -> None:
     folder = cpu_standin.sandbox_visible_dir("kg-broken-nvcc-")  # the build's sandbox must run it
     try:
@@ -91,7 +112,7 @@ def test_a_toolchain_fault_during_a_build_is_an_infra_error_after_its_retries(
         nvcc.chmod(0o755)
         env = {**own_queue, "KG_NVCC": str(nvcc), "KG_MAX_ATTEMPTS": "2"}
         own = Settings.from_variables(env)
-        student = new_student(sessions, "toolchain-fault")
+        student = new_student(own_sessions, "toolchain-fault")
         with TestClient(create_app(own)) as client:
             run_id = submit(client, student, make_zip(kit_tree, tmp_path / "kit.zip"))["run_id"]
             workers = []
@@ -107,14 +128,14 @@ def test_a_toolchain_fault_during_a_build_is_an_infra_error_after_its_retries(
                                          "own probe source does not build with this toolchain either: nvcc fatal"), \
                     worker.log()
                 if attempt == 1:
-                    released = run_row(sessions, run_id)
+                    released = run_row(own_sessions, run_id)
                     assert (released.state, released.attempts) == (RunState.queued, 1), released.message
-                    reconcile(own, sessions, make_celery(own))  # as the reconciler would, if the retry's message was lost
+                    reconcile(own, own_sessions, make_celery(own))  # as the reconciler would, if the retry's message was lost
             run = wait_for_run(client, run_id, student, timeout=60)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     assert run["state"] == "failed" and run["error_class"] == "infra_error", run
     assert "this is not a problem with your code" in run["message"], run["message"]
     assert "the grading machine's CUDA toolchain failed" in run["message"], run["message"]
-    assert run["score"] is None and run_row(sessions, run_id).attempts == 2
+    assert run["score"] is None and run_row(own_sessions, run_id).attempts == 2
     assert all(r["points"] == 0 for r in run["results"])

@@ -3,6 +3,7 @@ installs the service's packages and the CUDA headers and nothing of the test too
 and `make check` add the test tools; `make test` is pytest, printing the slowest tests."""
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -14,8 +15,11 @@ pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="make is no
 
 
 def planned(target: str, venv: Path) -> str:
-    return subprocess.run(["make", "-n", target, f"VENV={venv}"], cwd=ROOT, capture_output=True, text=True,
-                          check=True).stdout
+    # Under `make test` this runs as a sub-make: without the parent's MAKEFLAGS/MAKELEVEL and with
+    # --no-print-directory, its plan has no "Entering directory" lines around it.
+    env = {k: v for k, v in os.environ.items() if k not in {"MAKEFLAGS", "MFLAGS", "MAKELEVEL"}}
+    return subprocess.run(["make", "--no-print-directory", "-n", target, f"VENV={venv}"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, check=True).stdout
 
 
 def test_make_dev_installs_what_serving_needs_only(tmp_path: Path) -> None:

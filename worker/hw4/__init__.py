@@ -7,12 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from worker.assignment import Assignment, StageConfig, Words
-
-if TYPE_CHECKING:  # pragma: no cover
-    from worker.pipeline import GpuStage
+from worker.assignment import Assignment, GpuStage, StageConfig, Words
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 

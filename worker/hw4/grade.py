@@ -16,11 +16,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from worker.assignment import StageConfig
+from worker.assignment import GpuStage, StageConfig
 from worker.gpu.budget import Deadline
 from worker.gpu.client import ChildClient
 from worker.hw4 import kernels, problem3, speed
@@ -30,9 +30,6 @@ from worker.measurements import ProblemMeasurement
 from worker.rubric import REFERENCE_OPS_BUILT, Rubric
 from worker.sandbox import Sandbox
 from worker.telemetry import GpuBusySampler, gpu_snapshot
-
-if TYPE_CHECKING:  # pragma: no cover
-    from worker.pipeline import GpuStage
 
 KERNEL_PROBLEMS = ("1.1", "1.2", "2.1", "2.2")
 KERNEL_ARENA_BYTES = 512 * 1024 * 1024

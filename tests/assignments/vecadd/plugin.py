@@ -15,10 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from worker.assignment import Assignment, StageConfig, Words
+from worker.assignment import Assignment, GpuStage, StageConfig, Words
 from worker.checks import compare
 from worker.measurements import CaseOutcome, ProblemMeasurement
-from worker.pipeline import GpuStage
 from worker.rubric import Rubric
 from worker.sandbox import Sandbox
 
