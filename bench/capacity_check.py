@@ -58,10 +58,11 @@ from grader.auth.credentials import issue_token  # noqa: E402
 from grader.capacity import Course, Job, Planner, Shape, simulate  # noqa: E402
 from grader.cli import init_database  # noqa: E402
 from grader.course.courses import course_of_free_assignments  # noqa: E402
+from grader.course.membership import get_or_create_user  # noqa: E402
 from grader.db import make_engine, make_session_factory, session_scope  # noqa: E402
 from grader.models import Role, Run, RunState, Submission  # noqa: E402
 from grader.reads.grade_times import grade_seconds  # noqa: E402
-from grader.service import get_assignment, get_or_create_user  # noqa: E402
+from grader.service import get_assignment  # noqa: E402
 from grader.settings import Settings  # noqa: E402
 
 STANDIN = PROJECT_ROOT / "bench" / "capacity_standin"

@@ -39,11 +39,12 @@ from sqlalchemy import select, update  # noqa: E402
 from sqlalchemy.engine import make_url  # noqa: E402
 
 from grader.app import create_app  # noqa: E402
-from grader.auth.credentials import SCOPE_READ_ALL, issue_token, set_password  # noqa: E402
+from grader.auth.credentials import SCOPE_READ_ALL, issue_token  # noqa: E402
 from grader.cli import init_database  # noqa: E402
 from grader.course.membership import enroll  # noqa: E402
 from grader.db import make_engine, make_session_factory, session_scope  # noqa: E402
 from grader.models import CourseRole, ProblemResult, Role, Run, RunState, Submission, User, utcnow  # noqa: E402
+from grader.passwords import set_password  # noqa: E402
 from grader.service import get_assignment  # noqa: E402
 from grader.settings import Settings  # noqa: E402
 from worker.rubric import load_rubric  # noqa: E402

@@ -35,9 +35,9 @@ from grader.app import create_app  # noqa: E402
 from grader.auth.credentials import issue_token  # noqa: E402
 from grader.cli import init_database  # noqa: E402
 from grader.course.courses import course_of_free_assignments  # noqa: E402
+from grader.course.membership import get_or_create_user  # noqa: E402
 from grader.db import make_engine, make_session_factory, session_scope  # noqa: E402
 from grader.models import Role  # noqa: E402
-from grader.service import get_or_create_user  # noqa: E402
 from grader.settings import Settings  # noqa: E402
 from worker.rubric import load_rubric  # noqa: E402
 from worker.starter_kit import zip_tree  # noqa: E402
@@ -86,7 +86,7 @@ def main() -> int:
             course_of_free_assignments(session, "bench", "Bench")  # new users join every course: this one
             token = issue_token(session, get_or_create_user(session, "bench", Role.student), "bench")
         worker = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "grader.runs.celery_app", "worker", "-Q", settings.task_queue,
+            [sys.executable, "-m", "celery", "-A", "grader.celery_app", "worker", "-Q", settings.task_queue,
              "--concurrency", "1", "--loglevel", "warning", "--without-gossip", "--without-mingle"],
             cwd=PROJECT_ROOT, env=env,
         )

@@ -57,7 +57,7 @@ RUN pip install --no-cache-dir --no-deps -e .
 USER 10001:10001
 # Healthy while this worker answers a ping through the broker (it is up and consuming).
 HEALTHCHECK --interval=60s --timeout=20s --start-period=60s --retries=3 \
-    CMD ["sh", "-c", "celery -A grader.runs.celery_app inspect ping --timeout 10 --destination celery@$HOSTNAME"]
+    CMD ["sh", "-c", "celery -A grader.celery_app inspect ping --timeout 10 --destination celery@$HOSTNAME"]
 CMD ["grader", "worker"]
 
 FROM ${RUNTIME_IMAGE} AS sandbox

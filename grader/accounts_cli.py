@@ -23,12 +23,12 @@ from grader.course.courses import (
     find_course,
     free_assignments,
 )
-from grader.course.membership import courses_of, enroll, members_of, unenroll
+from grader.course.membership import courses_of, enroll, get_or_create_user, members_of, unenroll
 from grader.course.roster import import_roster
 from grader.datadir import write_private
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import Course, CourseRole, Role, User
-from grader.service import find_user, get_or_create_user
+from grader.service import find_user
 from grader.settings import get_settings
 
 course_app = typer.Typer(help="Courses: their assignments (members: `grader user enroll`).", no_args_is_help=True)

@@ -20,14 +20,15 @@ from sqlalchemy.orm import Session, sessionmaker
 from grader import accounts_cli, capacity_cli, client_cli, ops_cli
 from grader.auth.credentials import issue_token
 from grader.auth.sessions import change_password
+from grader.celery_app import make_celery
 from grader.course.courses import course_of_free_assignments
+from grader.course.membership import get_or_create_user
 from grader.datadir import private_dir, private_file, restrict_umask, tighten
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import Role
-from grader.runs.celery_app import make_celery
 from grader.runs.engine_config import gpu_available, gpu_stage_for, pipeline_config
 from grader.runs.reconcile import reconcile
-from grader.service import get_or_create_user, save_calibration, sync_assignments
+from grader.service import save_calibration, sync_assignments
 from grader.settings import Settings, get_settings
 from grader.storage.collector import collect
 from worker.assignment import assignment_of
@@ -127,7 +128,7 @@ CELERY_ROOT_WARNING = "You're running the worker with superuser privileges"
 def _worker_argv(settings: Settings, concurrency: int, loglevel: str, similarity: bool) -> list[str]:
     queues = [settings.task_queue, *([settings.similarity_queue] if similarity else [])]
     return [
-        "-m", "celery", "-A", "grader.runs.celery_app", "worker",
+        "-m", "celery", "-A", "grader.celery_app", "worker",
         "-Q", ",".join(queues), "--concurrency", str(concurrency), "--loglevel", loglevel,
         "--without-gossip", "--without-mingle",
     ]

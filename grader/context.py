@@ -7,8 +7,8 @@ from celery import Celery
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from grader.celery_app import make_celery
 from grader.db import make_engine, make_session_factory
-from grader.runs.celery_app import make_celery
 from grader.settings import Settings
 from grader.storage.blobstore import BlobStore
 

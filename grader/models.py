@@ -24,7 +24,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship, validates
 from sqlalchemy.types import TypeDecorator
 
-from grader.auth.roles import CourseRole, Role
+from grader.roles import CourseRole, Role
 from worker.states import ACTIVE_STATES, FINAL_STATES, ErrorClass, RunState
 
 __all__ = ["ACTIVE_STATES", "FINAL_STATES", "CourseRole", "ErrorClass", "Role", "RunState"]
@@ -205,7 +205,7 @@ class Assignment(Base):
     late_window_s: Mapped[int] = mapped_column(Integer, default=0)  # from due_at, grace included
     late_penalty_per_day: Mapped[float] = mapped_column(Float, default=0.0)
     score_policy: Mapped[str] = mapped_column(String(16), default="latest")  # latest | best
-    # Paused: new runs are stored and queued but not sent to the broker (grader.course.grading_control)
+    # Paused: new runs are stored and queued but not sent to the broker (grader.runs.grading_control)
     grading_paused: Mapped[bool] = mapped_column(Boolean, default=False)
     # A student may choose which of their own scored runs counts (grader.course.counted_choice); off by default
     students_choose_counted_run: Mapped[bool] = mapped_column(Boolean, default=False)
@@ -220,7 +220,7 @@ class Assignment(Base):
 
 class Enrollment(Base):
     """A user's part in one course, for every assignment it holds (grader.course.membership):
-    instructor, TA or student (grader.auth.roles: what each may do)."""
+    instructor, TA or student (grader.roles: what each may do)."""
 
     __tablename__ = "enrollments"
     __table_args__ = (UniqueConstraint("user_id", "course_id"),)

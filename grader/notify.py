@@ -17,10 +17,10 @@ from email.utils import formatdate, make_msgid
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.course.deadlines import LateStatus
+from grader.course.grade_reads import counted_of, run_grades
 from grader.course.membership import members_of
 from grader.db import session_scope
 from grader.models import RegradeRequest, Run, RunState
-from grader.reads.grade_reads import counted_of, run_grades
 from grader.settings import Settings, SmtpSettings
 
 log = logging.getLogger(__name__)

@@ -12,14 +12,14 @@ from zoneinfo import ZoneInfo
 import typer
 from sqlalchemy.orm import Session
 
+from grader.celery_app import make_celery
 from grader.course.assignment_settings import ScheduleChange, ScheduleError, extend_student, update_schedule
-from grader.course.grading_control import grading_state, resume, set_paused
 from grader.course.policies import late_policy
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.gradescope_pack import PackError, build_autograder_zip
 from grader.models import Assignment
-from grader.runs.celery_app import make_celery
 from grader.runs.engine_config import pipeline_config
+from grader.runs.grading_control import grading_state, resume, set_paused
 from grader.service import NotFound, get_assignment
 from grader.settings import get_settings
 from grader.storage.blobstore import BlobStore

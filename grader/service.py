@@ -10,8 +10,7 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from grader.course.membership import enroll_in_all
-from grader.models import Assignment, Course, GpuCalibration, Role, Run, Submission, User, login_key, utcnow
+from grader.models import Assignment, GpuCalibration, Run, Submission, User, login_key, utcnow
 from grader.storage.blobstore import StoredBlob
 from worker.rubric import load_rubric
 
@@ -125,22 +124,6 @@ def find_user(session: Session, username: str) -> User | None:
     key) keep their own logins."""
     exact = session.scalar(select(User).where(User.username == username))
     return exact or session.scalar(select(User).where(User.login_key == login_key(username)))
-
-
-def get_or_create_user(session: Session, username: str, role: Role,
-                       courses: Sequence[Course] | None = None) -> User:
-    """The user named `username` (an existing one keeps its role), enrolled in `courses` in
-    the part its role gives (grader.course.membership). None: a new user joins every course
-    there is (the one-course default), an existing one changes nothing."""
-    user = find_user(session, username)
-    if user is None:
-        user = User(username=username, role=role)
-        session.add(user)
-        session.flush()
-        if courses is None:
-            courses = session.scalars(select(Course)).all()
-    enroll_in_all(session, user, courses or ())
-    return user
 
 
 def record_submission(

@@ -1,5 +1,5 @@
 """assignments.grading_paused: an instructor's pause of an assignment's grading (its runs are
-stored and queued but not sent; grader.course.grading_control)
+stored and queued but not sent; grader.runs.grading_control)
 
 Revision ID: 0009
 Revises: 0008

@@ -1,5 +1,5 @@
 """courses: a course holds assignments and one roster and staff list; enrollments are per course,
-with the roles instructor, TA and student (grader/course/membership.py, grader/auth/roles.py)
+with the roles instructor, TA and student (grader/course/membership.py, grader/roles.py)
 
 Existing data keeps working: each assignment becomes a course of its own (the same slug and
 title), its staff that course's instructors and its students its students, so every grade,

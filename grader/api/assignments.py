@@ -13,11 +13,11 @@ from grader.api.errors import ERRORS
 from grader.api.gradebook import canvas_csv, detailed_csv, gradebook_out
 from grader.api.schemas import GradebookOut, RegradeAccepted, RegradeRequest
 from grader.auth.credentials import SCOPE_READ_ALL, SCOPE_REGRADE, Principal
-from grader.auth.roles import Power
 from grader.context import AppContext
 from grader.models import Submission
 from grader.reads.gradebook_reads import Gradebook, gradebook
 from grader.reads.submission_reads import regrade_targets
+from grader.roles import Power
 from grader.runs.fairshare import Admission
 from grader.service import record_regrade
 

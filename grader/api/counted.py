@@ -17,14 +17,14 @@ from grader.api.deps import DB, Caller, Context, member_assignment, refuse_unles
 from grader.api.errors import ERRORS, ApiError, ErrorBody
 from grader.api.schemas import GradeOut
 from grader.auth.credentials import SCOPE_READ, SCOPE_REGRADE, SCOPE_SUBMIT, Principal
-from grader.auth.roles import Power
 from grader.course import adjustments
 from grader.course.adjustments import MAX_TEXT, WorkflowError
 from grader.course.counted_choice import REFUSAL_TEXT, choose, clear, is_scored, student_refusal
+from grader.course.grade_reads import Counted, counted_for, run_grades
 from grader.models import Assignment, Submission, User
 from grader.notify import answer_messages, send_quietly
-from grader.reads.grade_reads import Counted, counted_for, run_grades
 from grader.reads.submission_reads import student_submissions
+from grader.roles import Power
 
 router = APIRouter()
 REFUSED = {**ERRORS, 409: {"model": ErrorBody, "description": "the run is not a scored run of that student"}}

@@ -9,9 +9,9 @@ from grader.api.assignments import PolicyParam, csv_response
 from grader.api.deps import DB, Caller, Context, refuse_unless
 from grader.api.errors import ERRORS
 from grader.api.gradebook import canvas_csv
-from grader.auth.roles import Power
 from grader.models import Course
 from grader.reads.gradebook_reads import course_gradebooks
+from grader.roles import Power
 
 router = APIRouter()
 

@@ -13,9 +13,9 @@ from grader.auth.audit import Via
 from grader.auth.client_address import request_address
 from grader.auth.credentials import SCOPE_OF_POWER, Principal
 from grader.auth.logins import TokenDoor
-from grader.auth.roles import Power, may, refusal
 from grader.context import AppContext
 from grader.models import Assignment, Submission
+from grader.roles import Power, may, refusal
 from grader.service import NotFound, get_assignment
 
 _bearer = HTTPBearer(auto_error=False, description="API token (kg_...) from `grader token create`")

@@ -7,9 +7,9 @@ from grader.api.deps import DB, Caller, Context, require
 from grader.api.errors import ERRORS
 from grader.api.schemas import GpuTimeOut, GradeOut, RunOut
 from grader.auth.credentials import SCOPE_READ
+from grader.course.grade_reads import counted_of, run_grades
 from grader.models import Run
 from grader.reads.gpu_phases import run_gpu_time
-from grader.reads.grade_reads import counted_of, run_grades
 
 router = APIRouter()
 

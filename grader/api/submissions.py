@@ -22,11 +22,11 @@ from grader.api.schemas import (
     SubmissionSummary,
 )
 from grader.auth.credentials import SCOPE_READ, SCOPE_READ_ALL, SCOPE_REGRADE, SCOPE_SUBMIT, Principal
-from grader.auth.roles import Power
 from grader.course import adjustments
 from grader.models import Submission
 from grader.notify import answer_messages, send_quietly
 from grader.reads import submission_reads
+from grader.roles import Power
 from grader.service import MAX_IDEMPOTENCY_KEY, find_user
 from grader.storage.uploads import UploadError, receive_upload
 

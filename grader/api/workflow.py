@@ -18,11 +18,11 @@ from grader.api.deps import DB, Caller, Context, refuse_unless, require, taught_
 from grader.api.errors import ERRORS, ApiError, ErrorBody
 from grader.api.schemas import AdjustmentOut, FromRow
 from grader.auth.credentials import SCOPE_READ, SCOPE_REGRADE, SCOPE_SUBMIT, Principal
-from grader.auth.roles import Power
 from grader.course import adjustments
 from grader.course.adjustments import MAX_TEXT, Show, WorkflowError
 from grader.models import RegradeRequest, Run, RunComment
 from grader.notify import answer_messages, request_messages, send_quietly
+from grader.roles import Power
 
 router = APIRouter()
 # Some text besides white space (the pattern says so in the schema too), at most MAX_TEXT long.

@@ -14,10 +14,11 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.auth.audit import Event, Via, record
-from grader.auth.credentials import Principal, authenticate, verify_password
+from grader.auth.credentials import Principal, authenticate
 from grader.auth.throttle import Block, Door, Throttle, account_key, address_key
 from grader.db import session_scope
 from grader.models import User, login_key
+from grader.passwords import verify_password
 from grader.service import find_user
 from grader.settings import ThrottleSettings
 

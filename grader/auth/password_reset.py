@@ -19,13 +19,14 @@ from sqlalchemy import ColumnElement, select, update
 from sqlalchemy.orm import Session
 
 from grader.auth.audit import Event, Via, record
-from grader.auth.credentials import check_new_password, hash_token
+from grader.auth.credentials import hash_token
 from grader.auth.logins import failed, find_login
-from grader.auth.roles import Power, may
 from grader.auth.sessions import change_password
 from grader.auth.throttle import Block, Door, Throttle, account_key, address_key
 from grader.course.membership import course_roles_of, staff_anywhere
 from grader.models import PasswordReset, User, utcnow
+from grader.passwords import check_new_password
+from grader.roles import Power, may
 
 RESET_PATH = "/reset/"
 

@@ -30,8 +30,8 @@ from fastapi import Request
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session, joinedload
 
-from grader.auth.credentials import MIN_PASSWORD_LENGTH, set_password
 from grader.models import User, WebSession, utcnow
+from grader.passwords import MIN_PASSWORD_LENGTH, set_password
 from grader.settings import Settings
 
 CSRF_FIELD = "csrf_token"

@@ -27,6 +27,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
+from grader.course.grade_reads import counted_of
 from grader.course.grades import ADJUST, MANUAL, points_text
 from grader.models import (
     FINAL_STATES,
@@ -39,7 +40,6 @@ from grader.models import (
     User,
     utcnow,
 )
-from grader.reads.grade_reads import counted_of
 from grader.service import record_regrade
 
 MAX_TEXT = 4000  # characters of a reason or a reply

@@ -1,5 +1,5 @@
 """Choosing which run counts for a student in an assignment, instead of the score policy's pick
-(a counted_runs row; grader.reads.grade_reads reads it): staff choose any scored run of a student (the
+(a counted_runs row; grader.course.grade_reads reads it): staff choose any scored run of a student (the
 staff history page); the student chooses one of their own scored runs (their history page) only
 where the assignment lets students choose (`students_choose_counted_run`, off by default) and
 staff have not chosen one. A student's choice counts only while the assignment allows it."""

@@ -1,7 +1,7 @@
 """The one final grade of a student in an assignment, and an assignment's deadlines as a
 student sees them (pure; no database). Every page, export, API body and notice that shows a
 grade reads it from here, so a late or adjusted grade is one grade, with its raw score, the
-points taken or given and why, wherever it is shown; grader.reads.grade_reads and
+points taken or given and why, wherever it is shown; grader.course.grade_reads and
 grader.reads.gradebook_reads feed it from the database.
 
 A run has its own grade (final_grade: its score less the late penalty). The student's grade in

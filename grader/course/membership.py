@@ -3,20 +3,21 @@ list per course, read for every assignment the course holds.
 
 A student of a course submits to its assignments and reads their own submissions there; its
 staff (instructors and TAs) read everyone's work in it, and what else each may do is the role's
-powers (grader.auth.roles). Nobody sees an assignment of a course they are not in, nor one in
+powers (grader.roles). Nobody sees an assignment of a course they are not in, nor one in
 no course: to them it reads as absent. The account's own role (User.role) says whether it may
 make courses and hold staff scopes on its tokens (grader.auth.credentials), and which part a
 new account takes by default (`course_role_for`).
 """
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from grader.auth.roles import STAFF
 from grader.models import Assignment, Course, CourseRole, Enrollment, Role, User
+from grader.roles import STAFF
+from grader.service import find_user
 
 
 def course_role_for(role: Role) -> CourseRole:
@@ -82,6 +83,22 @@ def enroll_in_all(session: Session, user: User, courses: Iterable[Course]) -> No
     """Enroll `user` in each of `courses` in the part their account role gives."""
     for course in courses:
         enroll(session, user, course, course_role_for(user.role))
+
+
+def get_or_create_user(session: Session, username: str, role: Role,
+                       courses: Sequence[Course] | None = None) -> User:
+    """The user named `username` (an existing one keeps its role), enrolled in `courses` in
+    the part its role gives (below). None: a new user joins every course
+    there is (the one-course default), an existing one changes nothing."""
+    user = find_user(session, username)
+    if user is None:
+        user = User(username=username, role=role)
+        session.add(user)
+        session.flush()
+        if courses is None:
+            courses = session.scalars(select(Course)).all()
+    enroll_in_all(session, user, courses or ())
+    return user
 
 
 def assignments_of(session: Session, user_id: int, roles: Collection[CourseRole] | None = None) -> list[Assignment]:

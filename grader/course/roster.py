@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from grader.auth.credentials import set_password
 from grader.course.membership import enroll, role_in_course
 from grader.models import Course, CourseRole, Role, User, login_key
+from grader.passwords import set_password
 
 EMAIL = re.compile(r"^[^@\s,;<>\"']+@[^@\s,;<>\"']+\.[^@\s,;<>\"'.]+$")
 LOGIN = re.compile(r"^[a-z0-9][a-z0-9._@+-]*$")

@@ -38,10 +38,10 @@ from celery import Celery
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from grader.celery_app import celery
 from grader.course.roster import RosterReport, derived_password, import_roster
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import Course, RosterJob, User, utcnow
-from grader.runs.celery_app import celery
 from grader.settings import Settings, get_settings
 
 TASK_ROSTER = "kernelgrade.roster_import"

@@ -14,11 +14,11 @@ from fastapi.responses import FileResponse, HTMLResponse, Response
 
 from grader.api.deps import get_context
 from grader.auth.credentials import browser_principal
-from grader.auth.roles import Power, may
 from grader.course.membership import role_in
 from grader.models import Run, Submission, User
 from grader.pages import highlight
 from grader.pages.common import Db, absent, logged_in, page
+from grader.roles import Power, may
 from grader.runs.engine_config import pipeline_config
 from grader.storage.submitted_zip import SHOWN_MAX_BYTES, Entry, Listing, Shown, list_zip, read_entry
 from worker.build_isolation import first_compiler_error

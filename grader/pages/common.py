@@ -1,7 +1,7 @@
 """What every page module shares: the templates (with the navigation the user's roles give),
 the request's database session, and the dependencies for who may see a page (the logged-in
 user; a POSTed form's user, CSRF token checked; the staff of the assignment or course in the
-path, by what they may do there: grader.auth.roles's powers).
+path, by what they may do there: grader.roles's powers).
 
 A dependency that refuses raises `PageDenied`; grader.app registers `page_denied` as its one
 handler, which answers the login page (303), a 403 page saying why (a refused form, or a role
@@ -24,12 +24,12 @@ from sqlalchemy.orm import Session, object_session
 from starlette.routing import BaseRoute, Match
 
 from grader.api.deps import get_context
-from grader.auth.roles import STAFF, Power, may, refusal
 from grader.auth.sessions import CSRF_FIELD, CsrfError, check_csrf, csrf_token, current_user
 from grader.course.adjustments import waiting
 from grader.course.membership import assignments_of, course_roles_of, role_in, role_in_course
 from grader.db import session_scope
 from grader.models import Assignment, Course, CourseRole, Role, Submission, User
+from grader.roles import STAFF, Power, may, refusal
 
 templates = Jinja2Templates(directory=str(Path(__file__).parent.parent / "templates"))
 

@@ -15,7 +15,6 @@ from starlette.datastructures import ImmutableMultiDict
 from grader.accepting import admit_committed
 from grader.api.deps import Context, get_context
 from grader.api.gradebook import canvas_csv, detailed_csv, gradebook_out
-from grader.auth.roles import Power
 from grader.auth.sessions import CSRF_FIELD
 from grader.course import adjustments
 from grader.course.membership import staff_anywhere
@@ -36,6 +35,7 @@ from grader.pages.common import (
     taught_slugs,
 )
 from grader.reads import gradebook_reads
+from grader.roles import Power
 from grader.service import record_regrade
 
 router = APIRouter(include_in_schema=False)

@@ -7,7 +7,7 @@ POST without its `confirm` field lands there and changes nothing.
 
 Someone outside the course gets the 404 page, its TAs and students a 403 page saying who may
 (grader.pages.common's Instructor and InstructorForm). Each page uses the same functions as the
-`grader` commands: grader.course.assignment_settings, grader.course.grading_control.
+`grader` commands: grader.course.assignment_settings, grader.runs.grading_control.
 """
 from __future__ import annotations
 
@@ -29,12 +29,12 @@ from grader.course.assignment_settings import (
     extensions_of,
     update_schedule,
 )
-from grader.course.grading_control import grading_state, resume, set_paused
 from grader.course.policies import SCORE_POLICIES, late_policy
 from grader.models import Assignment, User, utcnow
 from grader.pages.common import Db, Instructor, InstructorForm, page, see_other
 from grader.reads.service_metrics import health
 from grader.runs.engine_config import pipeline_config
+from grader.runs.grading_control import grading_state, resume, set_paused
 from grader.service import NotFound
 from grader.similarity.base import UPLOAD, describe_assignment_base, parse_git_spec, save_base
 from worker.rubric import load_rubric

@@ -22,15 +22,15 @@ from sqlalchemy.orm import Session
 
 from grader.accepting import admit_committed
 from grader.api.deps import Context, get_context
-from grader.auth.roles import Power
 from grader.course import adjustments
 from grader.course.adjustments import Show, WorkflowError
+from grader.course.grade_reads import run_grades
 from grader.course.membership import role_in
 from grader.models import RegradeRequest, Run, User
 from grader.notify import answer_messages, request_messages, send_quietly
 from grader.pages.common import Db, GraderForm, Sender, Staff, StaffOf, absent, acting_on, page, see_other
 from grader.pages.run_view import Refused, render_run
-from grader.reads.grade_reads import run_grades
+from grader.roles import Power
 
 router = APIRouter(include_in_schema=False)
 DONE = {"regrade": "re-graded", "adjust": "adjusted", "reject": "rejected"}  # the action -> the queue's notice

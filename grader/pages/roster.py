@@ -16,7 +16,6 @@ from grader.api.deps import Context
 from grader.auth.audit import Event, Via, record
 from grader.auth.client_address import request_address
 from grader.auth.password_reset import issue_reset, may_issue_reset, reset_link
-from grader.auth.roles import STAFF, WHO_MAY, Power
 from grader.auth.sessions import current_user
 from grader.course.courses import course_holding
 from grader.course.membership import courses_of
@@ -43,6 +42,7 @@ from grader.pages.common import (
     see_other,
     staff_course,
 )
+from grader.roles import STAFF, WHO_MAY, Power
 from grader.service import find_user
 
 router = APIRouter(include_in_schema=False)

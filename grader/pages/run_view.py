@@ -18,15 +18,15 @@ from markupsafe import Markup
 from sqlalchemy.orm import Session
 
 from grader.api.deps import get_context
-from grader.auth.roles import Power, may
 from grader.course.counted_choice import student_refusal
+from grader.course.grade_reads import counted_of, run_grades
 from grader.course.membership import role_in
 from grader.models import ErrorClass, ProblemResult, Run, RunState, User
 from grader.pages import charts
 from grader.pages.common import page
 from grader.reads.gpu_phases import run_gpu_time
-from grader.reads.grade_reads import counted_of, run_grades
 from grader.reads.runstatus import run_status
+from grader.roles import Power, may
 from worker.assignment import AssignmentError, Words, assignment_of
 from worker.build_isolation import first_compiler_error
 from worker.measurements import CaseOutcome

@@ -15,11 +15,11 @@ from grader.api.deps import get_context
 from grader.auth.credentials import browser_principal
 from grader.auth.sessions import current_user
 from grader.course.counted_choice import REFUSAL_TEXT, StudentRefusal, choose, clear, student_refusal
+from grader.course.grade_reads import counted_for, run_grades
 from grader.course.membership import roles_of
 from grader.models import Assignment, GradeAdjustment, Run, Submission, User
 from grader.pages.common import Db, Sender, Viewer, absent, logged_in, page, see_other
 from grader.pages.run_view import render_run
-from grader.reads.grade_reads import counted_for, run_grades
 from grader.reads.runstatus import run_status
 
 router = APIRouter(include_in_schema=False)

@@ -17,11 +17,11 @@ from grader.api.deps import get_context
 from grader.course import adjustments
 from grader.course.adjustments import WorkflowError
 from grader.course.counted_choice import choose, clear, is_scored
+from grader.course.grade_reads import counted_for, run_grades, set_aside_entries
 from grader.course.membership import role_in
 from grader.models import Assignment, Run, Submission, User
 from grader.notify import answer_messages, send_quietly
 from grader.pages.common import Db, GraderForm, Staff, StaffOf, absent, page, see_other
-from grader.reads.grade_reads import counted_for, run_grades, set_aside_entries
 from grader.reads.submission_reads import student_submissions
 
 router = APIRouter(include_in_schema=False)

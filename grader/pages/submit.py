@@ -21,11 +21,11 @@ from grader.auth.credentials import SCOPE_SUBMIT
 from grader.auth.logins import TokenDoor
 from grader.auth.sessions import CSRF_FIELD, CsrfError, check_csrf, current_user
 from grader.auth.throttle import Block, refusal_words
+from grader.course.grade_reads import upload_windows
 from grader.course.membership import assignments_of
 from grader.db import session_scope
 from grader.models import Assignment, GpuCalibration, User, utcnow
 from grader.pages.common import CSRF_MESSAGE, Db, PageDenied, nav_for, page, see_other
-from grader.reads.grade_reads import upload_windows
 from grader.storage.uploads import UploadError, receive_upload
 from worker.rubric import Problem, RubricError, load_rubric
 

@@ -17,11 +17,11 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from grader.course.deadlines import LateStatus
+from grader.course.grade_reads import Candidate, Pin, counted_pins, grade_entries
 from grader.course.grades import Grade, final_grade, student_grade
 from grader.course.policies import late_checker
 from grader.models import Assignment, Course, CourseRole, Enrollment, ProblemResult, Run, RunState, Submission, User
 from grader.reads.gpu_info import GpuNote, gpu_notes
-from grader.reads.grade_reads import Candidate, Pin, counted_pins, grade_entries
 from worker.rubric import RubricError, load_rubric
 
 Policy = Literal["latest", "best"]

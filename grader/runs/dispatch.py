@@ -24,9 +24,9 @@ from celery.canvas import Signature, chain
 from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
+from grader.celery_app import TASK_GRADE_RUN, TASK_PREBUILD, build_queue_of
 from grader.db import session_scope
 from grader.models import Run, utcnow
-from grader.runs.celery_app import TASK_GRADE_RUN, TASK_PREBUILD, build_queue_of
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

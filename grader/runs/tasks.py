@@ -17,10 +17,10 @@ import uuid
 
 from celery import Task
 
+from grader.celery_app import TASK_GRADE_RUN, TASK_PREBUILD, celery
 from grader.datadir import private_dir
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import Run, RunState
-from grader.runs.celery_app import TASK_GRADE_RUN, TASK_PREBUILD, celery
 from grader.runs.engine_config import pipeline_config
 from grader.runs.fairshare import release_after
 from grader.runs.lifecycle import Disposition, RunExecutor, worker_identity

@@ -1,6 +1,6 @@
 """What a Celery worker of this service does before it takes a job, however it was started
 (`grader worker`, which execs Celery, `grader dev`'s worker, or `celery -A
-grader.runs.celery_app worker`), and how it stops taking them.
+grader.celery_app worker`), and how it stops taking them.
 
 - Its umask is 022 whatever it inherited (the `grader` command's 077, a systemd `UMask=0077`),
   as files it hands to the sandbox user are expected to be (the sandbox launcher,

@@ -25,9 +25,9 @@ from celery import Celery
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from grader.celery_app import celery
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import Assignment, SimilarityJob, User, utcnow
-from grader.runs.celery_app import celery
 from grader.runs.engine_config import pipeline_config
 from grader.settings import Settings, get_settings
 from grader.similarity.base import assignment_base

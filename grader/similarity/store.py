@@ -1,7 +1,7 @@
 """A class's similarity report, computed once and kept (for the instructor's pages).
 
 `compute_report` is what `grader similarity` and the similarity job (grader.similarity.jobs)
-both run: every student's latest zip (grader.storage.submission_sources), compared with the base's
+both run: every student's latest zip (grader.similarity.sources), compared with the base's
 code left out (grader.similarity.compare; fingerprints cached under `KG_DATA_DIR/reports/fingerprints`).
 The job stores the result as JSON under `KG_DATA_DIR/reports/` (shared by every web process)
 with the sha256 of each zip compared and the base it used (its files beside the report), so
@@ -27,8 +27,8 @@ from grader.similarity.cache import PrintCache, Progress
 from grader.similarity.compare import Match, PairResult, Sources, compare_class
 from grader.similarity.prints import Fingerprinting
 from grader.similarity.report import report_json
+from grader.similarity.sources import ClassSources, blob_sources, class_sources
 from grader.storage.blobstore import BlobStore
-from grader.storage.submission_sources import ClassSources, blob_sources, class_sources
 from worker.rubric import Rubric
 from worker.unpack import UnpackLimits
 

@@ -14,20 +14,31 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import ExitStack, asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import anyio
 from python_multipart.multipart import MultipartParser, parse_options_header
 from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
-from grader.context import AppContext
 from grader.db import session_scope
 from grader.models import Submission
+from grader.settings import Settings
 from grader.storage.blobstore import BlobStore, BlobTooLarge, BlobWriter, StoredBlob
 
 log = logging.getLogger(__name__)
+
+
+class UploadPlace(Protocol):
+    """Where an upload goes: the blob store, the database that says whether a blob is referred
+    to, and the settings' size cap (the web app's grader.context.AppContext is one)."""
+
+    settings: Settings
+    sessions: sessionmaker[Session]
+    blobs: BlobStore
 
 MAX_FIELD_BYTES = 4096
 INSUFFICIENT_STORAGE = 507
@@ -173,7 +184,7 @@ class _PartCollector:
 @asynccontextmanager
 async def receive_upload(
     request: Request,
-    ctx: AppContext,
+    ctx: UploadPlace,
     file_field: str = "file",
     before_file: Callable[[dict[str, str]], None] | None = None,
 ) -> AsyncIterator[ReceivedUpload]:
@@ -230,13 +241,13 @@ def _store(held: ExitStack, store: BlobStore, writer: BlobWriter) -> StoredBlob:
     return writer.commit()
 
 
-async def _remove_after_failure(held: ExitStack, ctx: AppContext, sha256: str) -> None:
+async def _remove_after_failure(held: ExitStack, ctx: UploadPlace, sha256: str) -> None:
     held.close()  # the shared lock goes before the exclusive one is taken
     with anyio.CancelScope(shield=True):  # a cancelled request still cleans up
         await run_in_threadpool(remove_unless_recorded, ctx, sha256)
 
 
-def remove_unless_recorded(ctx: AppContext, sha256: str) -> None:
+def remove_unless_recorded(ctx: UploadPlace, sha256: str) -> None:
     """Remove the blob of a refused or failed upload unless a submission refers to it: the
     same bytes may have been uploaded before. An upload of the same bytes still between
     storing and committing holds the shared lock, so this waits for it and then sees its row;

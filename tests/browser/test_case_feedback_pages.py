@@ -11,10 +11,10 @@ from playwright.sync_api import Browser, BrowserContext, Page, expect
 from sqlalchemy.orm import Session, sessionmaker
 
 import grader.pages.run_view
-from grader.auth.credentials import set_password
+from grader.course.membership import get_or_create_user
 from grader.db import session_scope
 from grader.models import ErrorClass, Role, RunState
-from grader.service import get_or_create_user
+from grader.passwords import set_password
 from tests.browser.a11y import check_page
 from tests.browser.test_layout import OVERFLOW_JS
 from tests.fixtures.feedback_runs import scored_run, ungraded_run, withheld

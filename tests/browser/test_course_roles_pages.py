@@ -16,10 +16,11 @@ from playwright.sync_api import BrowserContext, expect
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.auth.credentials import set_password
+from grader.course.membership import get_or_create_user
 from grader.db import session_scope
 from grader.models import Assignment, Role, Run, RunState, Submission, utcnow
-from grader.service import get_or_create_user, record_submission
+from grader.passwords import set_password
+from grader.service import record_submission
 from grader.storage.blobstore import StoredBlob
 from tests.browser.a11y import check_page
 from tests.browser.test_pages import PASSWORD, log_in

@@ -12,10 +12,10 @@ from playwright.sync_api import BrowserContext, Page, Request, expect
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.auth.credentials import set_password
+from grader.course.membership import get_or_create_user
 from grader.db import session_scope
 from grader.models import ApiToken, Role, User
-from grader.service import get_or_create_user
+from grader.passwords import set_password
 
 PASSWORD = "correct horse battery"
 

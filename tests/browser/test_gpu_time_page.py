@@ -9,10 +9,11 @@ import pytest
 from playwright.sync_api import Browser, expect
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.auth.credentials import set_password
+from grader.course.membership import get_or_create_user
 from grader.db import session_scope
 from grader.models import Role
-from grader.service import get_assignment, get_or_create_user
+from grader.passwords import set_password
+from grader.service import get_assignment
 from tests.browser.a11y import check_page
 from tests.browser.test_layout import OVERFLOW_JS
 from tests.browser.test_pages import PASSWORD, log_in

@@ -19,13 +19,13 @@ from playwright.sync_api import Browser, BrowserContext, Page, expect
 from sqlalchemy import delete
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.auth.credentials import set_password
 from grader.course.deadlines import LatePolicy
+from grader.course.membership import get_or_create_user
 from grader.course.policies import set_schedule
 from grader.db import session_scope
 from grader.models import Assignment, Enrollment, ProblemResult, Role, Run, RunState, utcnow
 from grader.models import Course as CourseRow
-from grader.service import get_or_create_user
+from grader.passwords import set_password
 from tests.browser.a11y import check_page
 
 PASSWORD = "correct horse battery"

@@ -11,10 +11,11 @@ import pytest
 from playwright.sync_api import BrowserContext, expect
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.auth.credentials import set_password
+from grader.course.membership import get_or_create_user
 from grader.db import session_scope
 from grader.models import Role, Submission
-from grader.service import get_assignment, get_or_create_user
+from grader.passwords import set_password
+from grader.service import get_assignment
 from grader.settings import Settings
 from grader.storage.blobstore import BlobStore
 from tests.browser.a11y import check_page

@@ -17,10 +17,10 @@ import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.auth.credentials import set_password
+from grader.course.membership import get_or_create_user
 from grader.db import session_scope
 from grader.models import Role
-from grader.service import get_or_create_user
+from grader.passwords import set_password
 from tests.browser.a11y import check_page
 from tests.browser.test_embedded_default import EmbeddedService, free_port, log_in
 from tests.service.conftest import COURSE, WorkerProcess

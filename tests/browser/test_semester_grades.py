@@ -17,10 +17,10 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.auth.credentials import set_password
 from grader.course.membership import enroll
 from grader.db import session_scope
 from grader.models import Assignment, Course, CourseRole, Role, RunState, User, utcnow
+from grader.passwords import set_password
 from grader.service import record_submission
 from grader.storage.blobstore import StoredBlob
 from tests.browser.a11y import check_page

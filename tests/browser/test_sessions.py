@@ -14,10 +14,10 @@ from playwright.sync_api import BrowserContext, Page, expect
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.auth.credentials import set_password
+from grader.course.membership import get_or_create_user
 from grader.db import session_scope
 from grader.models import Role, Submission, User, WebSession, utcnow
-from grader.service import get_or_create_user
+from grader.passwords import set_password
 from tests.fixtures.zips import small_zip
 
 PASSWORD = "correct horse battery"

@@ -14,10 +14,11 @@ from playwright.sync_api import Browser, expect
 from sqlalchemy import delete
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.auth.credentials import set_password
+from grader.course.membership import get_or_create_user
 from grader.db import session_scope
 from grader.models import Role, Submission
-from grader.service import get_assignment, get_or_create_user
+from grader.passwords import set_password
+from grader.service import get_assignment
 from grader.settings import Settings
 from grader.similarity.store import report_path
 from grader.storage.blobstore import BlobStore

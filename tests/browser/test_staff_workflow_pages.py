@@ -14,11 +14,12 @@ import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.auth.credentials import set_password
+from grader.course.membership import get_or_create_user
 from grader.db import session_scope
 from grader.models import Assignment, Role, RunState, utcnow
 from grader.models import Course as CourseRow
-from grader.service import get_or_create_user, record_submission
+from grader.passwords import set_password
+from grader.service import record_submission
 from grader.storage.blobstore import StoredBlob
 from tests.browser.a11y import check_page
 

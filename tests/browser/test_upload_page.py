@@ -17,12 +17,13 @@ from playwright.sync_api import BrowserContext, expect
 from sqlalchemy import delete
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.auth.credentials import set_password
 from grader.course.deadlines import LatePolicy, duration_text
+from grader.course.membership import get_or_create_user
 from grader.course.policies import set_schedule
 from grader.db import session_scope
 from grader.models import Assignment, Course, GpuCalibration, Role, utcnow
-from grader.service import get_assignment, get_or_create_user
+from grader.passwords import set_password
+from grader.service import get_assignment
 from tests.browser.a11y import check_page
 from worker.rubric import load_rubric
 

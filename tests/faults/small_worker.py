@@ -26,7 +26,7 @@ import gpu_stage_support  # noqa: E402
 
 import grader.runs.engine_config  # noqa: E402
 import grader.runs.lifecycle  # noqa: E402
-from grader.runs.celery_app import celery  # noqa: E402
+from grader.celery_app import celery  # noqa: E402
 from worker.sandbox import SandboxPolicy  # noqa: E402
 
 

@@ -16,9 +16,10 @@ from sqlalchemy import func, select
 from grader.app import create_app
 from grader.auth.credentials import issue_token
 from grader.context import AppContext
+from grader.course.membership import get_or_create_user
 from grader.db import session_scope
 from grader.models import Role, Submission
-from grader.service import get_assignment, get_or_create_user, record_submission
+from grader.service import get_assignment, record_submission
 from grader.settings import Settings
 from grader.storage.uploads import remove_unless_recorded
 from tests.fixtures.zips import small_zip

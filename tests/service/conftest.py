@@ -33,9 +33,9 @@ from grader.app import create_app
 from grader.auth.credentials import issue_token
 from grader.cli import init_database
 from grader.course.courses import course_of_free_assignments
+from grader.course.membership import get_or_create_user
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import Role, Run
-from grader.service import get_or_create_user
 from grader.settings import Settings
 from tests.conftest import PG_ADMIN_URL, REDIS_URL
 from worker.rubric import load_rubric
@@ -177,7 +177,7 @@ class WorkerProcess:
     def start(self) -> None:
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "grader.runs.celery_app", "worker",
+            [sys.executable, "-m", "celery", "-A", "grader.celery_app", "worker",
              "-Q", f"{self.env['KG_TASK_QUEUE']},{self.env['KG_SIMILARITY_QUEUE']}",
              "--concurrency", "1", "--loglevel", "info", "--without-gossip", "--without-mingle",
              "--without-heartbeat"],

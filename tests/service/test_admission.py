@@ -16,10 +16,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from grader.app import create_app
 from grader.auth.credentials import issue_token
 from grader.course.deadlines import LatePolicy
+from grader.course.membership import get_or_create_user
 from grader.course.policies import set_schedule
 from grader.db import session_scope
 from grader.models import Role, Submission, utcnow
-from grader.service import get_or_create_user
 from grader.settings import Settings
 from tests.service.conftest import auth
 

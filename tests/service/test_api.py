@@ -11,9 +11,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from grader.app import create_app
 from grader.auth.credentials import issue_token
+from grader.course.membership import get_or_create_user
 from grader.db import session_scope
 from grader.models import Role, Run, Submission
-from grader.service import get_or_create_user
 from grader.settings import Settings
 from grader.storage.blobstore import BlobStore
 from tests.fixtures.zips import small_zip

@@ -25,9 +25,9 @@ from typer.testing import CliRunner
 from grader.app import create_app
 from grader.auth.credentials import issue_token
 from grader.cli import app as cli_app
+from grader.course.membership import get_or_create_user
 from grader.db import session_scope
 from grader.models import Assignment, Course, ErrorClass, ProblemResult, Role, Run, RunState, Submission, User, utcnow
-from grader.service import get_or_create_user
 from grader.settings import Settings
 from tests.fixtures.zips import small_zip
 from tests.service.conftest import REDIS_URL, auth, served

@@ -14,11 +14,12 @@ from typer.testing import CliRunner
 from grader.capacity import Course, Planner, Shape
 from grader.capacity_cli import span
 from grader.cli import app
+from grader.course.membership import get_or_create_user
 from grader.db import session_scope
 from grader.models import Assignment, ProblemResult, Role, RunState, utcnow
 from grader.models import Course as CourseRow
 from grader.reads.grade_times import grade_seconds, graded_gpu_models
-from grader.service import get_or_create_user, record_submission
+from grader.service import record_submission
 from grader.settings import Settings, get_settings
 from grader.storage.blobstore import StoredBlob
 

@@ -18,9 +18,9 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.auth.credentials import issue_token
+from grader.course.membership import get_or_create_user
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import Role, Submission, User
-from grader.service import get_or_create_user
 from grader.settings import Settings
 from tests.service.conftest import REDIS_URL, init_with_course, served
 

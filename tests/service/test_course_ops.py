@@ -15,10 +15,11 @@ from typer.testing import CliRunner
 
 from grader.cli import app
 from grader.course.deadlines import Extension, LatePolicy, LateStatus
+from grader.course.membership import get_or_create_user
 from grader.course.policies import grant_extension, late_policy, lateness, quota_decision, set_schedule
 from grader.db import session_scope
 from grader.models import CourseRole, Enrollment, ErrorClass, Role, RunState, Submission
-from grader.service import get_assignment, get_or_create_user, record_submission
+from grader.service import get_assignment, record_submission
 from grader.settings import Settings, get_settings
 from grader.storage.blobstore import BlobStore
 from worker.rubric import load_rubric

@@ -15,11 +15,12 @@ import redis
 from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
+from grader.celery_app import make_celery
+from grader.course.membership import get_or_create_user
 from grader.db import session_scope
 from grader.models import Role, Run, RunState, utcnow
-from grader.runs.celery_app import make_celery
 from grader.runs.fairshare import Admission, admit, dispatchable, release_next
-from grader.service import get_assignment, get_or_create_user, record_submission
+from grader.service import get_assignment, record_submission
 from grader.settings import Settings
 from grader.storage.blobstore import StoredBlob
 from tests.service.conftest import REDIS_URL

@@ -31,12 +31,13 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from grader.app import create_app
 from grader.auth.credentials import issue_token
+from grader.celery_app import make_celery
+from grader.course.membership import get_or_create_user
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import ProblemResult, Role, Run, RunState, Submission, utcnow
-from grader.runs.celery_app import make_celery
 from grader.runs.lifecycle import Disposition, RunExecutor
 from grader.runs.reconcile import reconcile
-from grader.service import get_assignment, get_or_create_user, record_submission
+from grader.service import get_assignment, record_submission
 from grader.settings import Settings
 from grader.storage.blobstore import BlobStore
 from tests.faults.services import PrivatePostgres, PrivateRedis

@@ -27,15 +27,17 @@ from sqlalchemy import event
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.auth.credentials import issue_token, set_password
+from grader.auth.credentials import issue_token
+from grader.celery_app import make_celery
+from grader.course.membership import get_or_create_user
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import Role, Run, RunState, utcnow
+from grader.passwords import set_password
 from grader.reads.runstatus import RESEND_TEXT, Waiting, waiting_reason
 from grader.runs import lifecycle
-from grader.runs.celery_app import make_celery
 from grader.runs.dispatch import held_runs, run_signature
 from grader.runs.lifecycle import Disposition, RunExecutor
-from grader.service import get_assignment, get_or_create_user, record_submission
+from grader.service import get_assignment, record_submission
 from grader.settings import Settings
 from grader.storage.blobstore import BlobStore, StoredBlob
 from tests.faults.services import PrivatePostgres, PrivateRedis

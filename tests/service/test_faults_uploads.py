@@ -28,12 +28,13 @@ from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
 from grader.app import create_app
-from grader.auth.credentials import issue_token, set_password
+from grader.auth.credentials import issue_token
 from grader.cli import app as grader_cli
-from grader.course.membership import enroll
+from grader.course.membership import enroll, get_or_create_user
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import CourseRole, Role, Run, RunState, Submission, User, utcnow
-from grader.service import get_assignment, get_or_create_user, record_submission
+from grader.passwords import set_password
+from grader.service import get_assignment, record_submission
 from grader.settings import Settings, get_settings
 from grader.storage.blobstore import BlobStore
 from grader.storage.collector import CollectReport, collect

@@ -16,9 +16,9 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.app import create_app
+from grader.course.membership import get_or_create_user
 from grader.db import session_scope
 from grader.models import PasswordReset, Role, User
-from grader.service import get_or_create_user
 from grader.settings import Settings, SmtpSettings
 from tests.service.test_notify_mail import PUBLIC_URL, SENDER, Mailbox, mailbox  # noqa: F401 (fixture)
 from tests.service.test_security import csrf_of

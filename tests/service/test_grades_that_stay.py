@@ -20,13 +20,15 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
-from grader.auth.credentials import issue_token, set_password
+from grader.auth.credentials import issue_token
 from grader.cli import app
+from grader.course.membership import get_or_create_user
 from grader.db import session_scope
 from grader.models import Assignment, Role, Run, RunState, utcnow
 from grader.models import Course as CourseRow
 from grader.notify import body, run_notice
-from grader.service import get_or_create_user, record_submission
+from grader.passwords import set_password
+from grader.service import record_submission
 from grader.settings import Settings, get_settings
 from grader.storage.blobstore import StoredBlob
 from tests.service.conftest import REDIS_URL, auth

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.app import create_app
-from grader.runs.celery_app import make_celery
+from grader.celery_app import make_celery
 from grader.runs.lifecycle import Disposition, RunExecutor
 from grader.runs.reconcile import reconcile
 from grader.settings import Settings

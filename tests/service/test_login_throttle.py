@@ -22,12 +22,13 @@ from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
 from grader.app import create_app
-from grader.auth.credentials import issue_token, set_password
+from grader.auth.credentials import issue_token
 from grader.cli import app as cli_app
 from grader.cli import init_database
+from grader.course.membership import get_or_create_user
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import AuditEvent, LoginThrottle, Role, User, utcnow
-from grader.service import get_or_create_user
+from grader.passwords import set_password
 from grader.settings import Settings, SmtpSettings, ThrottleSettings
 from tests.service.conftest import auth
 from tests.service.test_web_sessions import cli_env  # noqa: F401 (fixture)

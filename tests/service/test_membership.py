@@ -17,13 +17,14 @@ from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
 from grader.app import create_app
-from grader.auth.credentials import issue_token, set_password
+from grader.auth.credentials import issue_token
 from grader.cli import app as grader_cli
-from grader.course.membership import roles_of
+from grader.course.membership import get_or_create_user, roles_of
 from grader.course.policies import admission
 from grader.db import session_scope
 from grader.models import Assignment, Course, CourseRole, Role, Run, RunState, User, utcnow
-from grader.service import get_assignment, get_or_create_user, record_submission
+from grader.passwords import set_password
+from grader.service import get_assignment, record_submission
 from grader.settings import Settings, get_settings
 from grader.storage.blobstore import StoredBlob
 from tests.service.conftest import COURSE, WorkerProcess, auth

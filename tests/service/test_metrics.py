@@ -18,9 +18,9 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.app import create_app
-from grader.auth.credentials import set_password
 from grader.db import session_scope
 from grader.models import FINAL_STATES, Role, Run, RunState, Submission, User, utcnow
+from grader.passwords import set_password
 from grader.settings import Settings
 from tests.service.conftest import REDIS_URL, auth
 from tests.service.test_api_v1 import World

@@ -18,13 +18,15 @@ import redis
 from sqlalchemy import delete
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.auth.credentials import issue_token, set_password
+from grader.auth.credentials import issue_token
 from grader.course.deadlines import LatePolicy
+from grader.course.membership import get_or_create_user
 from grader.course.policies import set_schedule
 from grader.db import session_scope
 from grader.models import Assignment, Course, Enrollment, ProblemResult, Role, Run, RunState, utcnow
 from grader.notify import body, run_notice
-from grader.service import get_assignment, get_or_create_user
+from grader.passwords import set_password
+from grader.service import get_assignment
 from grader.settings import Settings
 from tests.service.conftest import REDIS_URL, auth
 from tests.service.test_web_ops import minimal_zip

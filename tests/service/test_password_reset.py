@@ -16,11 +16,12 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.app import create_app
-from grader.auth.credentials import set_password
 from grader.auth.password_reset import issue_reset
+from grader.course.membership import get_or_create_user
 from grader.db import session_scope
 from grader.models import Assignment, Course, PasswordReset, Role, User, utcnow
-from grader.service import get_assignment, get_or_create_user
+from grader.passwords import set_password
+from grader.service import get_assignment
 from grader.settings import Settings
 from tests.service.test_web_settings import PASSWORD, Browser
 

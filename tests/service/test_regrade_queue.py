@@ -16,11 +16,12 @@ import redis
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.auth.credentials import issue_token, set_password
-from grader.course.membership import enroll
+from grader.auth.credentials import issue_token
+from grader.course.membership import enroll, get_or_create_user
 from grader.db import session_scope
 from grader.models import Assignment, Course, CourseRole, RegradeRequest, Role, Run, RunState, utcnow
-from grader.service import get_or_create_user, record_submission
+from grader.passwords import set_password
+from grader.service import record_submission
 from grader.settings import Settings, SmtpSettings
 from grader.storage.blobstore import StoredBlob
 from tests.service.conftest import REDIS_URL, auth

@@ -1,4 +1,4 @@
-"""Who may use each staff route, by role in the course (grader.auth.roles): a table of every route
+"""Who may use each staff route, by role in the course (grader.roles): a table of every route
 the app serves (enumerated from it, so a new route without a rule here fails
 `test_every_route_has_a_rule`), and for each staff route the roles allowed. Each of a course's
 instructor, TA and student sends the route's request: an allowed role reaches the route's own
@@ -21,12 +21,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.app import create_app
-from grader.auth.credentials import STUDENT_SCOPES, issue_token, set_password
+from grader.auth.credentials import STUDENT_SCOPES, issue_token
 from grader.course.courses import create_course
-from grader.course.membership import enroll
+from grader.course.membership import enroll, get_or_create_user
 from grader.db import session_scope
 from grader.models import Assignment, CourseRole, ProblemResult, RegradeRequest, Role, RunState, utcnow
-from grader.service import get_or_create_user, record_submission
+from grader.passwords import set_password
+from grader.service import record_submission
 from grader.settings import Settings
 from grader.storage.blobstore import StoredBlob
 from tests.service.conftest import REDIS_URL, auth

@@ -20,12 +20,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.app import create_app
-from grader.auth.credentials import set_password
+from grader.course.membership import get_or_create_user
 from grader.course.roster import derived_password
 from grader.course.roster_jobs import RosterJobError, digest_of, take_passwords
 from grader.db import session_scope
 from grader.models import Role, RosterJob, User, utcnow
-from grader.service import get_assignment, get_or_create_user
+from grader.passwords import set_password
+from grader.service import get_assignment
 from grader.settings import Settings
 from tests.service.conftest import WorkerProcess
 from tests.service.test_roster_canvas import _canvas_export

@@ -13,10 +13,10 @@ import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 import grader.pages.run_view
-from grader.auth.credentials import set_password
+from grader.course.membership import get_or_create_user
 from grader.db import session_scope
 from grader.models import ErrorClass, Role, RunState
-from grader.service import get_or_create_user
+from grader.passwords import set_password
 from grader.settings import Settings
 from tests.fixtures.feedback_runs import scored_run, ungraded_run, withheld
 from tests.service.test_web_settings import PASSWORD, Browser

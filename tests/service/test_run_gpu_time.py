@@ -7,10 +7,12 @@ import uuid
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.auth.credentials import issue_token, set_password
+from grader.auth.credentials import issue_token
+from grader.course.membership import get_or_create_user
 from grader.db import session_scope
 from grader.models import ProblemResult, Role, RunState, User, utcnow
-from grader.service import get_assignment, get_or_create_user, record_submission
+from grader.passwords import set_password
+from grader.service import get_assignment, record_submission
 from grader.settings import Settings
 from grader.storage.blobstore import StoredBlob
 from tests.service.conftest import auth

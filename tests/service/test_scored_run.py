@@ -13,10 +13,11 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
 import grader.runs.engine_config
+from grader.course.membership import get_or_create_user
 from grader.db import session_scope
 from grader.models import Role
 from grader.runs.lifecycle import Disposition, RunExecutor
-from grader.service import get_assignment, get_or_create_user, record_submission
+from grader.service import get_assignment, record_submission
 from grader.settings import Settings
 from grader.storage.blobstore import BlobStore
 from tests.fixtures import cpu_standin

@@ -20,7 +20,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from starlette.routing import Mount
 
 from grader.app import create_app
-from grader.auth.credentials import issue_token, set_password
+from grader.auth.credentials import issue_token
+from grader.course.membership import get_or_create_user
 from grader.course.roster_jobs import KEY_COOKIE, KEY_PATH, digest_of
 from grader.db import session_scope
 from grader.models import (
@@ -45,9 +46,10 @@ from grader.models import (
     User,
     utcnow,
 )
+from grader.passwords import set_password
 from grader.ratelimit import SlidingWindow
 from grader.security import CONTENT_SECURITY_POLICY
-from grader.service import get_assignment, get_or_create_user, record_submission
+from grader.service import get_assignment, record_submission
 from grader.settings import Settings
 from grader.storage.blobstore import BlobStore
 from tests.fixtures.zips import small_zip

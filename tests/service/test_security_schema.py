@@ -14,9 +14,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from grader.app import create_app
 from grader.auth.credentials import issue_token
+from grader.course.membership import get_or_create_user
 from grader.db import session_scope
 from grader.models import Role
-from grader.service import get_assignment, get_or_create_user, record_submission
+from grader.service import get_assignment, record_submission
 from grader.settings import Settings
 from grader.storage.blobstore import BlobStore
 

@@ -18,11 +18,13 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.auth.credentials import issue_token, set_password
+from grader.auth.credentials import issue_token
+from grader.course.membership import get_or_create_user
 from grader.db import session_scope
 from grader.models import Assignment, GradeAdjustment, RegradeRequest, Role, Run, RunState, User, utcnow
 from grader.models import Course as CourseRow
-from grader.service import get_or_create_user, record_submission
+from grader.passwords import set_password
+from grader.service import record_submission
 from grader.settings import Settings
 from grader.storage.blobstore import StoredBlob
 from tests.service.conftest import REDIS_URL, auth

@@ -17,9 +17,9 @@ from typer.testing import CliRunner
 
 from grader.auth.credentials import issue_token
 from grader.cli import app
+from grader.course.membership import get_or_create_user
 from grader.db import session_scope
 from grader.models import Assignment, Role
-from grader.service import get_or_create_user
 from grader.settings import Settings, get_settings
 from tests.service.conftest import auth
 from tests.service.test_counted_run import Course, course_with_runs

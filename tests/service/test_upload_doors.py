@@ -17,10 +17,11 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.app import create_app
-from grader.auth.credentials import issue_token, set_password
+from grader.auth.credentials import issue_token
+from grader.course.membership import get_or_create_user
 from grader.db import session_scope
 from grader.models import Role, Submission, User
-from grader.service import get_or_create_user
+from grader.passwords import set_password
 from grader.settings import Settings
 from grader.storage.blobstore import BlobStore
 from tests.service.conftest import auth

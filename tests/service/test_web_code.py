@@ -17,10 +17,11 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.app import create_app
-from grader.auth.credentials import set_password
+from grader.course.membership import get_or_create_user
 from grader.db import session_scope
 from grader.models import Assignment, Course, ProblemResult, Role, RunState, utcnow
-from grader.service import get_assignment, get_or_create_user, record_submission
+from grader.passwords import set_password
+from grader.service import get_assignment, record_submission
 from grader.settings import Settings
 from grader.storage.blobstore import BlobStore
 from grader.storage.submitted_zip import SHOWN_MAX_BYTES

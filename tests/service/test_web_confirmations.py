@@ -15,7 +15,6 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.auth.credentials import set_password
 from grader.course.membership import enroll, role_in
 from grader.db import session_scope
 from grader.models import (
@@ -31,6 +30,7 @@ from grader.models import (
     utcnow,
 )
 from grader.models import Course as CourseRow
+from grader.passwords import set_password
 from grader.settings import Settings
 from tests.service.test_web_settings import PASSWORD, Browser
 

@@ -11,10 +11,10 @@ from fastapi.testclient import TestClient
 from httpx import Response
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.auth.credentials import set_password
+from grader.course.membership import get_or_create_user
 from grader.db import session_scope
 from grader.models import Role
-from grader.service import get_or_create_user
+from grader.passwords import set_password
 from grader.settings import Settings
 from tests.service.conftest import auth
 from tests.service.test_web_sessions import PASSWORD, login

@@ -12,10 +12,11 @@ import uuid
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.auth.credentials import set_password
+from grader.course.membership import get_or_create_user
 from grader.db import session_scope
 from grader.models import RegradeRequest, Role, Run
-from grader.service import get_assignment, get_or_create_user
+from grader.passwords import set_password
+from grader.service import get_assignment
 from grader.settings import Settings
 from tests.fixtures.feedback_runs import scored_run
 from tests.service.conftest import COURSE

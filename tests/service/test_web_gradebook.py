@@ -12,11 +12,12 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.auth.credentials import set_password
+from grader.course.membership import get_or_create_user
 from grader.db import session_scope
 from grader.models import Assignment, Course, ErrorClass, ProblemResult, Role, Run, RunState, Submission, User, utcnow
+from grader.passwords import set_password
 from grader.runs.lifecycle import Disposition, RunExecutor
-from grader.service import get_or_create_user, record_regrade
+from grader.service import record_regrade
 from grader.settings import Settings
 from grader.storage.blobstore import BlobStore
 from tests.service.test_web_confirmations import confirm_form

@@ -23,10 +23,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
 from grader.app import create_app
-from grader.auth.credentials import issue_token, set_password
+from grader.auth.credentials import issue_token
 from grader.cli import app as grader_cli
 from grader.course.deadlines import LateStatus
-from grader.course.membership import role_in
+from grader.course.membership import get_or_create_user, role_in
 from grader.course.policies import admission, late_policy, lateness
 from grader.db import session_scope
 from grader.models import (
@@ -44,8 +44,9 @@ from grader.models import (
     utcnow,
 )
 from grader.models import Course as CourseRow
+from grader.passwords import set_password
 from grader.runs.reconcile import forgotten_runs
-from grader.service import get_assignment, get_or_create_user
+from grader.service import get_assignment
 from grader.settings import Settings, get_settings
 from tests.service.conftest import REDIS_URL
 from tests.service.test_web_confirmations import confirmed

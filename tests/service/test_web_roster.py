@@ -17,12 +17,12 @@ from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
 from grader.app import create_app
-from grader.auth.credentials import set_password
 from grader.cli import app as cli_app
+from grader.course.membership import get_or_create_user
 from grader.course.roster import parse_roster
 from grader.db import session_scope
 from grader.models import Role, User
-from grader.service import get_or_create_user
+from grader.passwords import set_password
 from grader.settings import Settings, get_settings
 from tests.service.conftest import WorkerProcess
 from tests.service.test_web_settings import PASSWORD, Browser

@@ -15,13 +15,15 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.auth.credentials import issue_token, set_password
+from grader.auth.credentials import issue_token
 from grader.capacity import queue_eta
+from grader.course.membership import get_or_create_user
 from grader.db import session_scope
 from grader.models import Assignment, Course, Role, Run, RunState, utcnow
+from grader.passwords import set_password
 from grader.reads.runstatus import busy_remaining, describe_duration
 from grader.runs.lifecycle import Disposition, RunExecutor
-from grader.service import get_assignment, get_or_create_user, record_submission
+from grader.service import get_assignment, record_submission
 from grader.settings import Settings
 from grader.storage.blobstore import BlobStore, StoredBlob
 from tests.fixtures import cpu_standin

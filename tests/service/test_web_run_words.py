@@ -10,10 +10,12 @@ from urllib.parse import quote
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.auth.credentials import issue_token, set_password
+from grader.auth.credentials import issue_token
+from grader.course.membership import get_or_create_user
 from grader.db import session_scope
 from grader.models import Role, Run, RunState
-from grader.service import get_assignment, get_or_create_user, record_submission
+from grader.passwords import set_password
+from grader.service import get_assignment, record_submission
 from grader.settings import Settings
 from grader.storage.blobstore import StoredBlob
 from tests.fixtures.feedback_runs import scored_run

@@ -23,12 +23,12 @@ from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
 from grader.app import create_app
-from grader.auth.credentials import check_password, set_password
 from grader.auth.sessions import secret_key
 from grader.cli import app as cli_app
+from grader.course.membership import get_or_create_user
 from grader.db import session_scope
 from grader.models import Role, User, WebSession, utcnow
-from grader.service import get_or_create_user
+from grader.passwords import check_password, set_password
 from grader.settings import Settings, get_settings
 
 PASSWORD = "correct horse battery"

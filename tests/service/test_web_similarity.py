@@ -27,10 +27,11 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.app import create_app
-from grader.auth.credentials import set_password
+from grader.course.membership import get_or_create_user
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import Role, SimilarityJob, Submission
-from grader.service import get_assignment, get_or_create_user
+from grader.passwords import set_password
+from grader.service import get_assignment
 from grader.settings import Settings
 from grader.similarity.store import load_report, report_path
 from grader.storage.blobstore import BlobStore

@@ -16,9 +16,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.app import create_app
+from grader.celery_app import make_celery
 from grader.db import make_engine, make_session_factory
 from grader.models import RunState
-from grader.runs.celery_app import make_celery
 from grader.runs.reconcile import reconcile
 from grader.runs.worker_start import EXIT_BROKEN_TOOLCHAIN
 from grader.settings import Settings

@@ -7,9 +7,9 @@ import json
 from types import SimpleNamespace
 from typing import Any, cast
 
+from grader.celery_app import TASK_GRADE_RUN, TASK_PREBUILD, make_celery
 from grader.models import Run, RunState
 from grader.reads.runstatus import BEHIND_OWN_TEXT, RESEND_TEXT, QueueEstimate, Waiting, progress_text
-from grader.runs.celery_app import TASK_GRADE_RUN, TASK_PREBUILD, make_celery
 from grader.runs.dispatch import _run_of
 from grader.settings import Settings
 

@@ -11,7 +11,7 @@ Queues (names from grader.settings):
 - the similarity queue, `similarity_queue`: the service's CPU work off the run queue, similarity
   reports (grader.similarity.jobs) and roster imports (grader.course.roster_jobs, password hashing).
 
-Start a worker:  grader worker   (= celery -A grader.runs.celery_app worker -Q <KG_TASK_QUEUE> --concurrency 1)
+Start a worker:  grader worker   (= celery -A grader.celery_app worker -Q <KG_TASK_QUEUE> --concurrency 1)
 """
 from __future__ import annotations
 

@@ -10,8 +10,8 @@ from pathlib import Path
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from grader.auth.roles import STAFF
 from grader.models import Assignment, Enrollment, Submission, User
+from grader.roles import STAFF
 from grader.similarity.compare import Sources, tree_sources
 from grader.storage.blobstore import BlobStore
 from worker.rubric import Rubric
