@@ -1,5 +1,6 @@
-"""The Celery application. Configuration only: the tasks live in grader.runs.tasks, the work in
-worker.pipeline (which knows nothing of Celery).
+"""The Celery application, by a factory (`make_celery`). Configuration only: the tasks are shared
+tasks (bound to whichever app a process makes) in grader.runs.tasks, grader.similarity.jobs and
+grader.course.roster_jobs, the work in worker.pipeline (which knows nothing of Celery).
 
 Queues (names from grader.settings):
 - the run queue, `task_queue`: every grading task. With KG_GPU_MODEL set it is named after the
@@ -14,6 +15,8 @@ Queues (names from grader.settings):
 Start a worker:  grader worker   (= celery -A grader.celery_app worker -Q <KG_TASK_QUEUE> --concurrency 1)
 """
 from __future__ import annotations
+
+import functools
 
 from celery import Celery
 
@@ -64,4 +67,15 @@ def make_celery(settings: Settings) -> Celery:
     return app
 
 
-celery = make_celery(get_settings())
+
+@functools.cache
+def worker_app() -> Celery:
+    """The app of this process's settings (the environment's), built on first use: the one
+    `celery -A grader.celery_app` finds, as `celery`. Importing a task module builds none."""
+    return make_celery(get_settings())
+
+
+def __getattr__(name: str) -> Celery:
+    if name == "celery":  # what Celery's command line looks up in this module
+        return worker_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

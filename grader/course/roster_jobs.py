@@ -34,11 +34,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from celery import Celery
+from celery import Celery, shared_task
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.celery_app import celery
 from grader.course.roster import RosterReport, derived_password, import_roster
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import Course, RosterJob, User, utcnow
@@ -216,6 +215,6 @@ def _sessions() -> sessionmaker[Session]:
     return make_session_factory(make_engine(get_settings()))
 
 
-@celery.task(name=TASK_ROSTER)
+@shared_task(name=TASK_ROSTER)
 def roster_import_task(job_id: int, key: str) -> str:
     return run_job(_sessions(), job_id, key)  # what Celery logs: the state, never the key

@@ -15,9 +15,9 @@ import logging
 import shutil
 import uuid
 
-from celery import Task
+from celery import Task, shared_task
 
-from grader.celery_app import TASK_GRADE_RUN, TASK_PREBUILD, celery
+from grader.celery_app import TASK_GRADE_RUN, TASK_PREBUILD
 from grader.datadir import private_dir
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import Run, RunState
@@ -43,7 +43,7 @@ def executor() -> RunExecutor:
                        on_toolchain_fault=stop_taking_jobs)
 
 
-@celery.task(name=TASK_GRADE_RUN, bind=True, max_retries=None)
+@shared_task(name=TASK_GRADE_RUN, bind=True, max_retries=None)
 def grade_run(self: Task, run_id: int, claim: str | None = None) -> str:
     # An infrastructure fault releases the run and retries; RunExecutor caps the attempts. A
     # database error at the claim, or one that kept the executor from ending its claim, retries
@@ -61,11 +61,11 @@ def grade_run(self: Task, run_id: int, claim: str | None = None) -> str:
                     ex.settings.claim_retry_after_s)
         raise self.retry(kwargs={"claim": claim}, countdown=ex.settings.claim_retry_after_s)
     if disposition is Disposition.done:  # fair share: the student's next waiting run may go
-        release_after(celery, ex.sessions, run_id, ex.settings.task_queue)
+        release_after(self.app, ex.sessions, run_id, ex.settings.task_queue)
     return disposition.value
 
 
-@celery.task(name=TASK_PREBUILD)
+@shared_task(name=TASK_PREBUILD)
 def prebuild(run_id: int) -> str:
     """Fill the build cache for a queued run. Never raises: the chain must go on to grading."""
     ex = executor()

@@ -21,11 +21,10 @@ import time
 from dataclasses import dataclass
 from datetime import timedelta
 
-from celery import Celery
+from celery import Celery, shared_task
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.celery_app import celery
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import Assignment, SimilarityJob, User, utcnow
 from grader.runs.engine_config import pipeline_config
@@ -170,7 +169,7 @@ def fail_unfinished(sessions: sessionmaker[Session], job_id: int, reason: str) -
                         .values(state=FAILED, finished_at=utcnow(), error=reason))
 
 
-@celery.task(name=TASK_SIMILARITY)
+@shared_task(name=TASK_SIMILARITY)
 def similarity_task(job_id: int) -> str:
     settings, sessions, _blobs = _worker_state()
     limit = settings.task_soft_time_limit_s
