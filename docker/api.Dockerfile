@@ -18,12 +18,11 @@ RUN groupadd --system --gid 10001 kernelgrade \
     && chmod -R go-rwx /var/lib/kernelgrade
 
 WORKDIR /opt/kernelgrade
-# Dependencies first (cached while only the code changes); the CUDA header wheels are for nvcc
-# on workers and stay out of this image.
+# Dependencies first (cached while only the code changes): the runtime ones alone, no extras.
 COPY pyproject.toml README.md ./
 COPY docker/requirements.py docker/requirements.py
 RUN python3 -m venv /opt/venv \
-    && python3 docker/requirements.py --without nvidia-cublas --without nvidia-curand > /tmp/requirements.txt \
+    && python3 docker/requirements.py > /tmp/requirements.txt \
     && pip install --no-cache-dir -r /tmp/requirements.txt \
     && rm /tmp/requirements.txt
 COPY alembic.ini ./

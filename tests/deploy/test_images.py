@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -93,9 +94,12 @@ def test_copied_sources_exist_and_reach_the_build_context(dockerfile: Path) -> N
     assert _ignored("tests/unit/test_x.py", patterns) and _ignored(".venv/bin/python", patterns)
 
 
-def test_api_requirements_leave_out_the_cuda_header_wheels() -> None:
-    out = subprocess.run([sys.executable, str(ROOT / "docker" / "requirements.py"), "--without", "nvidia-cublas",
-                          "--without", "nvidia-curand"], capture_output=True, text=True, check=True).stdout.split("\n")
+def test_image_requirements_are_the_runtime_ones_without_extras() -> None:
+    out = subprocess.run([sys.executable, str(ROOT / "docker" / "requirements.py")], capture_output=True, text=True,
+                         check=True).stdout.split("\n")
     names = {re.split(r"[<>=;\[ ]", line)[0] for line in out if line}
     assert {"fastapi", "celery", "sqlalchemy", "psycopg", "nvidia-ml-py"} <= names
-    assert not names & {"nvidia-cublas", "nvidia-curand"}
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    extra_names = {re.split(r"[<>=;\[ ]", d)[0] for deps in extras.values() for d in deps}
+    assert {"nvidia-cublas", "nvidia-curand", "pytest"} <= extra_names, "the CUDA headers and test tools are extras"
+    assert not names & extra_names, "an image would install an optional extra"
