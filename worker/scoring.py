@@ -196,82 +196,88 @@ def timing_flags(spec: ProblemScoring, m: ProblemMeasurement, words: Words) -> l
     return flags
 
 
-def score_problem(
-    spec: ProblemScoring, measurement: ProblemMeasurement, *, target: float | None = None,
-    words: Words = GENERIC_WORDS,
-) -> ProblemScore:
-    """Points for one problem, its reasons in `words`. `target` (a per-GPU calibrated speedup)
-    overrides spec.target."""
-    m = measurement
-    pid = m.problem_id
-    target = spec.target if target is None else target
-    score = ProblemScore(
-        problem_id=pid,
-        points=0.0,
-        max_points=spec.max_points,
-        correctness_points=0.0,
-        speed_points=0.0,
-        status=m.status,
-        target=target,
-    )
+@dataclass(frozen=True)
+class _Tiers:
+    """A problem's cases in the two tiers that share its correctness points: the public
+    (course-like) ones carry correctness_points - hidden_points, the hidden ones hidden_points
+    in proportion to those passed. Without hidden cases (or hidden points) every case is public."""
 
+    public: list[CaseOutcome]
+    hidden: list[CaseOutcome]
+    public_share: float
+    hidden_share: float
+    what: str  # how the reasons name the public cases
+
+    @classmethod
+    def of(cls, spec: ProblemScoring, cases: list[CaseOutcome]) -> _Tiers:
+        split = spec.hidden_points > 0 and any(not c.public for c in cases)
+        hidden_share = spec.hidden_points if split else 0.0
+        return cls(public=[c for c in cases if c.public or not split],
+                   hidden=[c for c in cases if not c.public and split],
+                   public_share=spec.correctness_points - hidden_share, hidden_share=hidden_share,
+                   what="course-like cases" if split else "correctness cases")
+
+    @property
+    def public_passed(self) -> bool:
+        return bool(self.public) and all(c.ok for c in self.public)
+
+
+def _unscorable_reason(spec: ProblemScoring, m: ProblemMeasurement) -> str | None:
+    """Why the problem scores 0 before any case is looked at, if it does."""
     if m.status != "ok":
         detail = _log_quote(m)
-        score.reasons.append(
-            f"{pid}: {_STATUS_WORDS.get(m.status, m.status)}"
-            + (f": {detail}" if detail else "")
-            + f"; 0 of {_pts(spec.max_points)} points"
-        )
-        return score
+        return (f"{m.problem_id}: {_STATUS_WORDS.get(m.status, m.status)}" + (f": {detail}" if detail else "")
+                + f"; 0 of {_pts(spec.max_points)} points")
+    if not m.cases:
+        return f"{m.problem_id}: no correctness case was run; 0 of {_pts(spec.max_points)} points"
+    return None
 
-    # Correctness: the public (course-like) cases carry correctness_points - hidden_points,
-    # the hidden ones hidden_points in proportion to those passed.
-    cases = m.cases
-    failed = m.failed_cases
-    if not cases:
-        score.status = "failed"
-        score.reasons.append(
-            f"{pid}: no correctness case was run; 0 of {_pts(spec.max_points)} points"
-        )
-        return score
-    split = spec.hidden_points > 0 and any(not c.public for c in cases)
-    public = [c for c in cases if c.public or not split]  # without a split every case weighs alike
-    hidden = [c for c in cases if not c.public and split]
-    hidden_share = spec.hidden_points if split else 0.0
-    what = "course-like cases" if split else "correctness cases"
-    public_share = spec.correctness_points - hidden_share
-    public_failed = [c for c in public if not c.ok]
-    hidden_failed = [c for c in hidden if not c.ok]
-    public_passed = bool(public) and not public_failed
-    if public_passed:
-        public_points = public_share
-    elif spec.partial_correctness and public:
-        public_points = public_share * (len(public) - len(public_failed)) / len(public)
+
+def _score_correctness(spec: ProblemScoring, m: ProblemMeasurement, words: Words, score: ProblemScore) -> _Tiers:
+    """The correctness points and their reasons, into `score`; the tiers they came from."""
+    pid, tiers = m.problem_id, _Tiers.of(spec, m.cases)
+    public_failed = [c for c in tiers.public if not c.ok]
+    hidden_failed = [c for c in tiers.hidden if not c.ok]
+    if tiers.public_passed:
+        public_points = tiers.public_share
+    elif spec.partial_correctness and tiers.public:
+        public_points = tiers.public_share * (len(tiers.public) - len(public_failed)) / len(tiers.public)
     else:
         public_points = 0.0
-    hidden_points = hidden_share * (len(hidden) - len(hidden_failed)) / len(hidden) if hidden else 0.0
+    hidden_points = (tiers.hidden_share * (len(tiers.hidden) - len(hidden_failed)) / len(tiers.hidden)
+                     if tiers.hidden else 0.0)
     score.correctness_points = round(public_points + hidden_points, 2)
-    score.status = "passed" if not failed else "failed"
-    if public_failed or not public:
+    score.status = "failed" if m.failed_cases else "passed"
+    if public_failed or not tiers.public:
         score.reasons.append(
-            f"{pid}: {len(public_failed)} of {len(public)} {what} failed: "
-            f"{_pts(round(public_points, 2))} of {_pts(public_share)} points for them "
-            f"({_pts(round(public_share - public_points, 2))} lost)"
-        )
+            f"{pid}: {len(public_failed)} of {len(tiers.public)} {tiers.what} failed: "
+            f"{_pts(round(public_points, 2))} of {_pts(tiers.public_share)} points for them "
+            f"({_pts(round(tiers.public_share - public_points, 2))} lost)")
     if hidden_failed:
         score.reasons.append(
-            f"{pid}: {len(hidden_failed)} of {len(hidden)} hidden edge cases failed: "
-            f"{_pts(round(hidden_points, 2))} of {_pts(hidden_share)} points for them "
-            f"({_pts(round(hidden_share - hidden_points, 2))} lost); the course-like cases decide the rest"
-        )
-    if failed:
-        first = m.first_failure if m.first_failure is not None and not m.first_failure.ok else failed[0]
-        listed = [first] + [c for c in failed if c != first][: MAX_LISTED_FAILURES - 1]
-        score.reasons.extend(_case_line(c, m, spec, words) for c in listed)
-        if len(failed) > len(listed):
-            score.reasons.append(f"... and {len(failed) - len(listed)} more failed cases")
+            f"{pid}: {len(hidden_failed)} of {len(tiers.hidden)} hidden edge cases failed: "
+            f"{_pts(round(hidden_points, 2))} of {_pts(tiers.hidden_share)} points for them "
+            f"({_pts(round(tiers.hidden_share - hidden_points, 2))} lost); the course-like cases decide the rest")
+    score.reasons.extend(_failed_case_lines(spec, m, words))
+    return tiers
 
-    # Speed.
+
+def _failed_case_lines(spec: ProblemScoring, m: ProblemMeasurement, words: Words) -> list[str]:
+    """The first failure the stage met, then others up to MAX_LISTED_FAILURES, then a count."""
+    failed = m.failed_cases
+    if not failed:
+        return []
+    first = m.first_failure if m.first_failure is not None and not m.first_failure.ok else failed[0]
+    listed = [first] + [c for c in failed if c != first][: MAX_LISTED_FAILURES - 1]
+    lines = [_case_line(c, m, spec, words) for c in listed]
+    if len(failed) > len(listed):
+        lines.append(f"... and {len(failed) - len(listed)} more failed cases")
+    return lines
+
+
+def _note_timing(spec: ProblemScoring, m: ProblemMeasurement, words: Words, score: ProblemScore) -> None:
+    """The figure that scores, every figure measured, and the timing's flags, into `score`."""
+    pid = m.problem_id
     figure, which, fallback_flags = choose_figure(spec, m)
     score.figure, score.speedup = which, figure
     if m.kernel_ms is not None:
@@ -279,46 +285,60 @@ def score_problem(
     shapes = m.telemetry.get("timing_shapes") or []
     if m.telemetry.get("timed"):
         score.notes.append(f"{pid}: timed: {m.telemetry['timed']}")
+    over = f", mean over the course's {len(shapes)} shapes" if len(shapes) > 1 else ""
     for attr, label in _FIGURE_LABELS:
         r = getattr(m, attr)
         if r is not None:
-            over = f", mean over the course's {len(shapes)} shapes" if len(shapes) > 1 else ""
-            score.notes.append(
-                f"{pid}: speedup vs {label}: {_ratio_line(r)} "
-                f"({r.median_baseline_ms:.4g} ms / {r.median_custom_ms:.4g} ms{over}, {r.trials} trials)"
-            )
+            score.notes.append(f"{pid}: speedup vs {label}: {_ratio_line(r)} "
+                               f"({r.median_baseline_ms:.4g} ms / {r.median_custom_ms:.4g} ms{over}, {r.trials} trials)")
     for flag in fallback_flags + timing_flags(spec, m, words):
         score.flags.append(flag)
         score.notes.append(flag)
 
-    if spec.speed_points > 0:
-        target_text = f"target {_x(target)}" if target is not None else "no target"
-        if not public_passed:
-            score.reasons.append(
-                f"{pid}: no speed points unless every {what[:-1]} passes: "
-                f"0 of {_pts(spec.speed_points)} speed points"
-            )
-        elif figure is None:
-            why = m.telemetry.get("timing_skipped")  # the stage's reason for not timing, when it gave one
-            score.reasons.append(f"{pid}: speedup was not measured{f' ({why})' if why else ''}: "
-                                 f"0 of {_pts(spec.speed_points)} speed points")
-        elif waited_off_cpu(m):
-            score.reasons.append(f"{pid}: speed points withheld for review (see the flag): "
-                                 f"0 of {_pts(spec.speed_points)} speed points")
-        else:
-            frac = speed_fraction(figure.speedup, spec.speed_floor, target, spec.speed_scale)
-            score.speed_points = round(spec.speed_points * frac, 2)
-            line = (
-                f"{pid}: speedup {_ratio_line(figure)} ({words.figures[which or 'student']}) vs {target_text}: "
-                f"{_pts(score.speed_points)} of {_pts(spec.speed_points)} speed points"
-            )
-            if score.speed_points < spec.speed_points:
-                if figure.speedup <= spec.speed_floor:
-                    line += f" (no speed points at or below {_x(spec.speed_floor)})"
-                score.reasons.append(line)
-            else:
-                score.notes.insert(0, line)
 
+def _score_speed(spec: ProblemScoring, m: ProblemMeasurement, words: Words, score: ProblemScore,
+                 tiers: _Tiers) -> None:
+    """The speed points for score.speedup against score.target, and why any were lost, into `score`."""
+    pid, figure, out_of = m.problem_id, score.speedup, f"of {_pts(spec.speed_points)} speed points"
+    if not tiers.public_passed:
+        score.reasons.append(f"{pid}: no speed points unless every {tiers.what[:-1]} passes: 0 {out_of}")
+    elif figure is None:
+        why = m.telemetry.get("timing_skipped")  # the stage's reason for not timing, when it gave one
+        score.reasons.append(f"{pid}: speedup was not measured{f' ({why})' if why else ''}: 0 {out_of}")
+    elif waited_off_cpu(m):
+        score.reasons.append(f"{pid}: speed points withheld for review (see the flag): 0 {out_of}")
+    else:
+        frac = speed_fraction(figure.speedup, spec.speed_floor, score.target, spec.speed_scale)
+        score.speed_points = round(spec.speed_points * frac, 2)
+        target_text = f"target {_x(score.target)}" if score.target is not None else "no target"
+        line = (f"{pid}: speedup {_ratio_line(figure)} ({words.figures[score.figure or 'student']}) vs "
+                f"{target_text}: {_pts(score.speed_points)} {out_of}")
+        if score.speed_points >= spec.speed_points:
+            score.notes.insert(0, line)  # full marks: the line is information, not a reason
+            return
+        if figure.speedup <= spec.speed_floor:
+            line += f" (no speed points at or below {_x(spec.speed_floor)})"
+        score.reasons.append(line)
+
+
+def score_problem(
+    spec: ProblemScoring, measurement: ProblemMeasurement, *, target: float | None = None,
+    words: Words = GENERIC_WORDS,
+) -> ProblemScore:
+    """Points for one problem, its reasons in `words`. `target` (a per-GPU calibrated speedup)
+    overrides spec.target."""
+    m = measurement
+    score = ProblemScore(problem_id=m.problem_id, points=0.0, max_points=spec.max_points, correctness_points=0.0,
+                         speed_points=0.0, status=m.status, target=spec.target if target is None else target)
+    unscorable = _unscorable_reason(spec, m)
+    if unscorable is not None:
+        score.status = m.status if m.status != "ok" else "failed"
+        score.reasons.append(unscorable)
+        return score
+    tiers = _score_correctness(spec, m, words, score)
+    _note_timing(spec, m, words, score)
+    if spec.speed_points > 0:
+        _score_speed(spec, m, words, score, tiers)
     score.points = round(score.correctness_points + score.speed_points, 2)
     return score
 
