@@ -35,6 +35,7 @@ from worker.build import (
     nvcc_version,
 )
 from worker.build_isolation import (
+    Unusable,
     blocked_problems,
     blocked_summary,
     build_error_message,
@@ -48,7 +49,7 @@ from worker.report import gradescope_results
 from worker.rubric import PROJECT_ROOT, REFERENCE_OPS_BUILT, Rubric
 from worker.sandbox import Sandbox, SandboxLimits, SandboxPolicy
 from worker.scoring import score_run
-from worker.stage import stage_submission
+from worker.stage import Staged, stage_submission
 from worker.states import ErrorClass, RunState
 from worker.unpack import BadArchive, UnpackLimits, find_assignment_root, unpack_zip
 
@@ -184,32 +185,71 @@ def grade_submission(
     successful build ends `built`; with one, the run is measured and scored (against
     `targets`, per-GPU calibrated speedups, where given; else the rubric's)."""
     outcome = Outcome(state=RunState.building, toolchain=toolchain_info(config.toolchain))
-    limit = config.log_limit_bytes
-
     on_stage("unpack")
+    student_root = _unpack(archive, rubric, job_dir, config, outcome)
+    if student_root is None:
+        return outcome
+    on_stage("stage")
+    staged = _stage(student_root, rubric, job_dir, config, outcome)
+    on_stage("build")
+    built = _build(staged, rubric, job_dir, config, outcome)
+    if not built.gradable:
+        return _failed(outcome, rubric, ErrorClass.build_error, build_error_message(rubric, built.unusable),
+                       built.blocked)
+    if built.unusable:
+        _stand_in_for_unusable(staged.root, built.unusable, job_dir, config)
+    if gpu_stage is None:
+        return _built_without_gpu_stage(outcome, rubric, built)
+    on_stage("run")
+    return _measure_and_score(gpu_stage, staged.root, rubric, job_dir, config, outcome, built, targets)
+
+
+@dataclass(frozen=True)
+class _Built:
+    """What the build left gradable: the kernels that cannot be used, the problems they block
+    (problem id -> why it cannot be graded) and the problems left."""
+
+    unusable: list[Unusable]
+    blocked: dict[str, list[str]]
+    gradable: tuple[str, ...]
+
+
+def _timed_stage(outcome: Outcome, name: str, started: float, status: str, log: str) -> None:
+    outcome.stages[name] = StageRecord(status, time.monotonic() - started, log)
+
+
+def _unpack(archive: Path, rubric: Rubric, job_dir: Path, config: PipelineConfig, outcome: Outcome) -> Path | None:
+    """The submission's assignment folder, unpacked; None when the archive is refused (the
+    outcome then says why)."""
     started = time.monotonic()
     try:
         unpacked = unpack_zip(archive, job_dir / "upload", config.limits)
         student_root = find_assignment_root(job_dir / "upload", rubric.required_files)
     except BadArchive as exc:
-        outcome.stages["unpack"] = StageRecord("failed", time.monotonic() - started, str(exc))
-        return _failed(outcome, rubric, ErrorClass.bad_archive, str(exc))
+        _timed_stage(outcome, "unpack", started, "failed", str(exc))
+        _failed(outcome, rubric, ErrorClass.bad_archive, str(exc))
+        return None
     where = student_root.relative_to(job_dir / "upload").as_posix()
-    outcome.stages["unpack"] = StageRecord(
-        "ok", time.monotonic() - started,
-        f"{unpacked.files} files, {unpacked.total_bytes} bytes; assignment folder: {where}",
-    )
+    _timed_stage(outcome, "unpack", started, "ok",
+                 f"{unpacked.files} files, {unpacked.total_bytes} bytes; assignment folder: {where}")
+    return student_root
 
-    on_stage("stage")
+
+def _stage(student_root: Path, rubric: Rubric, job_dir: Path, config: PipelineConfig,
+           outcome: Outcome) -> Staged:
     started = time.monotonic()
     staged = stage_submission(student_root, rubric, job_dir / "staged")
     ignored = ", ".join(staged.ignored[:20]) + (" ..." if len(staged.ignored) > 20 else "")
     text = f"taken from the submission: {', '.join(staged.taken)}\nignored: {ignored or 'nothing'}"
     if staged.missing:
         text += f"\nmissing (never taken from the starter, so not built): {', '.join(staged.missing)}"
-    outcome.stages["stage"] = StageRecord("ok", time.monotonic() - started, _truncate(text, limit))
+    _timed_stage(outcome, "stage", started, "ok", _truncate(text, config.log_limit_bytes))
+    return staged
 
-    on_stage("build")
+
+def _build(staged: Staged, rubric: Rubric, job_dir: Path, config: PipelineConfig,
+           outcome: Outcome) -> _Built:
+    """Every kernel of the submission built, each nvcc in the build sandbox."""
     started = time.monotonic()
     confine = Confinement(Sandbox(config.build_limits, config.build_policy), job_dir / "build")
     results = build_kernels(
@@ -217,50 +257,54 @@ def grade_submission(
     )
     unusable = unusable_kernels(rubric, results, staged.missing)
     blocked = blocked_problems(rubric, unusable)
-    gradable = tuple(p.id for p in rubric.problems if p.id not in blocked)
     log = _build_log(results) + (isolation_log(rubric, unusable, blocked) if unusable else "")
-    outcome.stages["build"] = StageRecord(
-        "failed" if unusable else "ok", time.monotonic() - started, _truncate(log, limit)
-    )
+    _timed_stage(outcome, "build", started, "failed" if unusable else "ok", _truncate(log, config.log_limit_bytes))
     outcome.toolchain["build_seconds"] = {r.name: round(r.seconds, 2) for r in results}
     outcome.toolchain["build_cached"] = {r.name: r.cached for r in results}
-    if not gradable:
-        return _failed(outcome, rubric, ErrorClass.build_error, build_error_message(rubric, unusable), blocked)
-    if unusable:
-        stub = build_stub(config.toolchain, job_dir / "stub", config.build_cache_dir)
-        for u in unusable:
-            (staged.root / u.kernel.output).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(stub, staged.root / u.kernel.output)
+    return _Built(unusable, blocked, tuple(p.id for p in rubric.problems if p.id not in blocked))
 
-    if gpu_stage is None:
-        outcome.state = RunState.built
-        outcome.message = NO_GPU_STAGE_MESSAGE
-        if blocked:
-            outcome.message = (f"{blocked_summary(unusable, blocked)} This worker has no GPU stage (no GPU, "
-                               "or GPU grading is off), so no score was given.")
-        outcome.problems = [
-            ProblemOutcome(p.id, p.title, "not_run", 0.0, p.points,
-                           not_graded(blocked[p.id]) if p.id in blocked else "not graded: no GPU stage on this worker")
-            for p in rubric.problems
-        ]
-        return outcome
 
-    on_stage("run")
+def _stand_in_for_unusable(root: Path, unusable: list[Unusable], job_dir: Path, config: PipelineConfig) -> None:
+    """An empty library where each unusable one belongs (a student's code may load them all at import)."""
+    stub = build_stub(config.toolchain, job_dir / "stub", config.build_cache_dir)
+    for u in unusable:
+        (root / u.kernel.output).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(stub, root / u.kernel.output)
+
+
+def _built_without_gpu_stage(outcome: Outcome, rubric: Rubric, built: _Built) -> Outcome:
+    outcome.state = RunState.built
+    outcome.message = NO_GPU_STAGE_MESSAGE
+    if built.blocked:
+        outcome.message = (f"{blocked_summary(built.unusable, built.blocked)} This worker has no GPU stage (no GPU, "
+                           "or GPU grading is off), so no score was given.")
+    outcome.problems = [
+        ProblemOutcome(p.id, p.title, "not_run", 0.0, p.points,
+                       not_graded(built.blocked[p.id]) if p.id in built.blocked
+                       else "not graded: no GPU stage on this worker")
+        for p in rubric.problems
+    ]
+    return outcome
+
+
+def _measure_and_score(gpu_stage: GpuStage, root: Path, rubric: Rubric, job_dir: Path, config: PipelineConfig,
+                       outcome: Outcome, built: _Built, targets: dict[str, float] | None) -> Outcome:
+    """The reference kit built, the GPU stage run on the gradable problems, its measurements scored."""
     started = time.monotonic()
     reference = build_reference(rubric, config, job_dir / "reference")
-    outcome.stages["reference"] = StageRecord("ok", time.monotonic() - started, "reference kit built")
+    _timed_stage(outcome, "reference", started, "ok", "reference kit built")
     started = time.monotonic()
-    relative = submission_paths(job_dir, staged.root)
-    measured = gpu_stage(rubric.with_targets(targets), staged.root, reference, job_dir / "run", gradable)
+    relative = submission_paths(job_dir, root)
+    measured = gpu_stage(rubric.with_targets(targets), root, reference, job_dir / "run", built.gradable)
     # A problem left out never scores, whatever a GPU stage returns for it.
-    measurements = [_rewrite_strings(m, relative) for m in measured if m.problem_id in gradable]
-    run_log = "".join(f"{pid}: {not_graded(why)}\n" for pid, why in blocked.items()) + _run_log(measurements)
-    outcome.stages["run"] = StageRecord("ok", time.monotonic() - started, _truncate(run_log, limit))
+    measurements = [_rewrite_strings(m, relative) for m in measured if m.problem_id in built.gradable]
+    run_log = "".join(f"{pid}: {not_graded(why)}\n" for pid, why in built.blocked.items()) + _run_log(measurements)
+    _timed_stage(outcome, "run", started, "ok", _truncate(run_log, config.log_limit_bytes))
     outcome.toolchain["targets"] = targets or {p.id: p.reference_speedup for p in rubric.problems}
     outcome.toolchain["targets_calibrated"] = bool(targets)
-    scored = _scored(outcome, rubric, measurements, targets, blocked)
-    if blocked:
-        scored.message += " " + blocked_summary(unusable, blocked)
+    scored = _scored(outcome, rubric, measurements, targets, built.blocked)
+    if built.blocked:
+        scored.message += " " + blocked_summary(built.unusable, built.blocked)
     return scored
 
 
