@@ -17,7 +17,7 @@ from typing import Any
 
 from worker.measurements import ProblemMeasurement
 from worker.rubric import Rubric
-from worker.scoring import RunScore
+from worker.scoring import ProblemScore, RunScore
 
 VISIBILITIES = ("hidden", "after_due_date", "after_published", "visible")
 
@@ -45,6 +45,53 @@ def _test_output(lines_reasons: list[str], lines_notes: list[str], first_failure
     return "\n".join(parts) if parts else "All points earned."
 
 
+def _summary(rubric: Rubric, run_score: RunScore) -> str:
+    lines = [f"{rubric.title}: {run_score.total:g} / {run_score.max_total:g}"]
+    lines += [f"  {s.problem_id}: {s.points:g} / {s.max_points:g} ({s.status})" for s in run_score.problems]
+    return "\n".join(lines)
+
+
+def _first_failure(rubric: Rubric, s: ProblemScore, m: ProblemMeasurement | None) -> str | None:
+    """The failed problem's first failing case, as the student reads it."""
+    if m is None or s.status != "failed":
+        return None
+    case = m.first_failure if m.first_failure is not None else next(iter(m.failed_cases), None)
+    if case is None:
+        return None
+    problem = next(p for p in rubric.problems if p.id == s.problem_id)
+    return m.describe_case(case, hidden_details=problem.scoring.hidden_case_details)
+
+
+def _gradescope_test(rubric: Rubric, s: ProblemScore, m: ProblemMeasurement | None, visibility: str) -> dict[str, Any]:
+    """One problem as a Gradescope test, with our figures in its extra_data."""
+    extra: dict[str, Any] = {
+        "status": s.status,
+        "correctness_points": s.correctness_points,
+        "speed_points": s.speed_points,
+        "figure": s.figure,
+        "target": s.target,
+        "flags": list(s.flags),
+    }
+    if s.speedup is not None:
+        extra["speedup"] = s.speedup.to_dict()
+    if m is not None:
+        extra["cases"] = {"total": len(m.cases), "failed": len(m.failed_cases)}
+        if m.kernel_ms is not None:
+            extra["kernel_ms"] = m.kernel_ms
+    title = next((p.title for p in rubric.problems if p.id == s.problem_id), "")
+    return {
+        "name": f"{s.problem_id} {title}".strip(),
+        "number": s.problem_id,
+        "score": s.points,
+        "max_score": s.max_points,
+        "status": "passed" if s.status == "passed" else "failed",
+        "output": _test_output(s.reasons, s.notes, _first_failure(rubric, s, m)),
+        "output_format": "text",
+        "visibility": visibility,
+        "extra_data": extra,
+    }
+
+
 def gradescope_results(
     rubric: Rubric,
     run_score: RunScore,
@@ -60,55 +107,13 @@ def gradescope_results(
         if value not in VISIBILITIES:
             raise ValueError(f"{name} must be one of {VISIBILITIES}")
     by_m = _by_id(measurements)
-    titles = {p.id: p.title for p in rubric.problems}
-    tests = []
-    for s in run_score.problems:
-        m = by_m.get(s.problem_id)
-        first = None
-        if m is not None and s.status == "failed":
-            case = m.first_failure if m.first_failure is not None else next(iter(m.failed_cases), None)
-            if case is not None:
-                problem = next(p for p in rubric.problems if p.id == s.problem_id)
-                first = m.describe_case(case, hidden_details=problem.scoring.hidden_case_details)
-        extra: dict[str, Any] = {
-            "status": s.status,
-            "correctness_points": s.correctness_points,
-            "speed_points": s.speed_points,
-            "figure": s.figure,
-            "target": s.target,
-            "flags": list(s.flags),
-        }
-        if s.speedup is not None:
-            extra["speedup"] = s.speedup.to_dict()
-        if m is not None:
-            extra["cases"] = {"total": len(m.cases), "failed": len(m.failed_cases)}
-            if m.kernel_ms is not None:
-                extra["kernel_ms"] = m.kernel_ms
-        tests.append(
-            {
-                "name": f"{s.problem_id} {titles.get(s.problem_id, '')}".strip(),
-                "number": s.problem_id,
-                "score": s.points,
-                "max_score": s.max_points,
-                "status": "passed" if s.status == "passed" else "failed",
-                "output": _test_output(s.reasons, s.notes, first),
-                "output_format": "text",
-                "visibility": visibility,
-                "extra_data": extra,
-            }
-        )
-    summary = output
-    if summary is None:
-        lines = [f"{rubric.title}: {run_score.total:g} / {run_score.max_total:g}"]
-        lines += [f"  {s.problem_id}: {s.points:g} / {s.max_points:g} ({s.status})" for s in run_score.problems]
-        summary = "\n".join(lines)
     results: dict[str, Any] = {
         "score": run_score.total,
-        "output": summary,
+        "output": _summary(rubric, run_score) if output is None else output,
         "output_format": "text",
         "visibility": visibility,
         "stdout_visibility": stdout_visibility,
-        "tests": tests,
+        "tests": [_gradescope_test(rubric, s, by_m.get(s.problem_id), visibility) for s in run_score.problems],
     }
     if execution_time is not None:
         results["execution_time"] = int(round(float(execution_time)))
