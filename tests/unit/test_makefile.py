@@ -14,11 +14,11 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 
 
-def planned(target: str, venv: Path) -> str:
+def planned(target: str, venv: Path, *variables: str) -> str:
     # Under `make test` this runs as a sub-make: without the parent's MAKEFLAGS/MAKELEVEL and with
     # --no-print-directory, its plan has no "Entering directory" lines around it.
     env = {k: v for k, v in os.environ.items() if k not in {"MAKEFLAGS", "MFLAGS", "MAKELEVEL"}}
-    return subprocess.run(["make", "--no-print-directory", "-n", target, f"VENV={venv}"], cwd=ROOT, env=env,
+    return subprocess.run(["make", "--no-print-directory", "-n", target, f"VENV={venv}", *variables], cwd=ROOT, env=env,
                           capture_output=True, text=True, check=True).stdout
 
 
@@ -35,3 +35,8 @@ def test_make_test_and_check_add_the_test_tools(tmp_path: Path, target: str) -> 
     assert " -e . " in plan and "-e '.[test]'" in plan
     if target == "test":
         assert plan.rstrip().splitlines()[-1].endswith("-m pytest --durations=30")
+
+
+def test_make_test_spreads_the_files_over_workers_when_asked(tmp_path: Path) -> None:
+    plan = planned("test", tmp_path / "venv", "WORKERS=4")
+    assert plan.rstrip().splitlines()[-1].endswith("-m pytest -n 4 --dist loadfile --durations=30")
