@@ -17,7 +17,7 @@ from grader.models import Role, Run, Submission
 from grader.settings import Settings
 from grader.storage.blobstore import BlobStore
 from tests.fixtures.zips import small_zip
-from tests.service.conftest import auth, run_row
+from tests.service.conftest import auth, new_student, run_row
 
 
 def _post(client: TestClient, token: str | None, data: bytes, name: str = "hw.zip"):  # type: ignore[no-untyped-def]
@@ -45,10 +45,10 @@ def test_api_requires_a_valid_token(client: TestClient) -> None:
 
 
 def test_upload_is_stored_and_recorded_before_201(
-    client: TestClient, tokens: dict[str, str], settings: Settings, sessions: sessionmaker[Session]
+    client: TestClient, settings: Settings, sessions: sessionmaker[Session]
 ) -> None:
     data = small_zip(b"x" * 5000)
-    response = _post(client, tokens["alice"], data)
+    response = _post(client, new_student(sessions), data)  # sent at once: nothing of theirs in flight
     assert response.status_code == 201, response.text
     body = response.json()
     digest = hashlib.sha256(data).hexdigest()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import zipfile
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -17,11 +18,12 @@ from grader.cli import app
 from grader.course.deadlines import Extension, LatePolicy, LateStatus
 from grader.course.membership import get_or_create_user
 from grader.course.policies import grant_extension, late_policy, lateness, quota_decision, set_schedule
-from grader.db import session_scope
+from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import CourseRole, Enrollment, ErrorClass, Role, RunState, Submission
 from grader.service import get_assignment, record_submission
 from grader.settings import Settings, get_settings
 from grader.storage.blobstore import BlobStore
+from tests.service.conftest import fresh_database, init_with_course
 from worker.rubric import load_rubric
 from worker.starter_kit import starter_files
 
@@ -84,9 +86,21 @@ def _kit_zip(edit: str | None = None) -> bytes:
     return buf.getvalue()
 
 
-def test_similarity_command_reads_each_students_latest_zip(sessions: sessionmaker[Session], settings: Settings,
-                                                           settings_env: dict[str, str], tmp_path: Path,
+@pytest.fixture
+def own_class(settings_env: dict[str, str], tmp_path: Path) -> Iterator[dict[str, str]]:
+    """The session's settings on a database and data dir of their own: the similarity check drops
+    code that many students of the class hold as common knowledge, and on the shared database
+    other tests' students uploaded the same kit (so how many depended on which tests ran first)."""
+    with fresh_database("kg_similarity") as url:
+        env = {**settings_env, "KG_DATABASE_URL": url, "KG_DATA_DIR": str(tmp_path / "kgdata")}
+        init_with_course(Settings.from_variables(env))
+        yield env
+
+
+def test_similarity_command_reads_each_students_latest_zip(own_class: dict[str, str], tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = Settings.from_variables(own_class)
+    sessions = make_session_factory(make_engine(settings))
     store = BlobStore(settings.blob_dir)
     with session_scope(sessions) as session:
         assignment = get_assignment(session, "hw4")
@@ -102,7 +116,7 @@ def test_similarity_command_reads_each_students_latest_zip(sessions: sessionmake
                 session.add(Submission(user=user, assignment=assignment, original_filename="hw4.zip",
                                        size_bytes=blob.size, sha256=blob.sha256))
                 session.flush()
-    for key, value in settings_env.items():
+    for key, value in own_class.items():
         monkeypatch.setenv(key, value)
     get_settings.cache_clear()
     try:

@@ -103,8 +103,10 @@ def test_two_gpu_workers_on_one_model_queue_both_take_runs(
 
 
 def test_cpu_build_queue_hands_kernels_to_the_run_queue_through_the_build_cache(
-    settings: Settings, settings_env: dict[str, str], tokens: dict[str, str], kit_tree: Path, tmp_path: Path,
+    settings: Settings, settings_env: dict[str, str], sessions: sessionmaker[Session], kit_tree: Path,
+    tmp_path: Path,
 ) -> None:
+    student = new_student(sessions)  # nothing of theirs in flight: fair share sends the upload at once
     run_queue, build_queue = f"kg-test-run-{uuid.uuid4().hex[:8]}", f"kg-test-build-{uuid.uuid4().hex[:8]}"
     builder = _without_queue(settings_env, KG_TASK_QUEUE=build_queue, KG_BUILD_QUEUE=build_queue)
     gpu = _without_queue(settings_env, KG_TASK_QUEUE=run_queue, KG_BUILD_QUEUE=build_queue)
@@ -113,8 +115,8 @@ def test_cpu_build_queue_hands_kernels_to_the_run_queue_through_the_build_cache(
     try:
         with workers([builder, gpu], tmp_path) as (build_worker, gpu_worker), \
                 TestClient(create_app(own)) as client:
-            run_id = submit(client, tokens["bob"], _fresh_kit_zip(kit_tree, tmp_path / "fresh.zip"))["run_id"]
-            run = wait_for_run(client, run_id, tokens["bob"])
+            run_id = submit(client, student, _fresh_kit_zip(kit_tree, tmp_path / "fresh.zip"))["run_id"]
+            run = wait_for_run(client, run_id, student)
     finally:
         redis.Redis.from_url(REDIS_URL).delete(run_queue, build_queue)
     assert run["state"] == "built", run

@@ -17,7 +17,8 @@ pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="make is no
 def planned(target: str, venv: Path, *variables: str) -> str:
     # Under `make test` this runs as a sub-make: without the parent's MAKEFLAGS/MAKELEVEL and with
     # --no-print-directory, its plan has no "Entering directory" lines around it.
-    env = {k: v for k, v in os.environ.items() if k not in {"MAKEFLAGS", "MFLAGS", "MAKELEVEL"}}
+    # A variable given to the outer make (`make test WORKERS=4`) reaches this one's environment too.
+    env = {k: v for k, v in os.environ.items() if k not in {"MAKEFLAGS", "MFLAGS", "MAKELEVEL", "WORKERS"}}
     return subprocess.run(["make", "--no-print-directory", "-n", target, f"VENV={venv}", *variables], cwd=ROOT, env=env,
                           capture_output=True, text=True, check=True).stdout
 
