@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from worker.measurements import ProblemMeasurement
-from worker.rubric import Rubric
+from worker.rubric import Problem, Rubric
 from worker.scoring import ProblemScore, RunScore
 
 VISIBILITIES = ("hidden", "after_due_date", "after_published", "visible")
@@ -51,19 +51,19 @@ def _summary(rubric: Rubric, run_score: RunScore) -> str:
     return "\n".join(lines)
 
 
-def _first_failure(rubric: Rubric, s: ProblemScore, m: ProblemMeasurement | None) -> str | None:
+def _first_failure(problem: Problem | None, s: ProblemScore, m: ProblemMeasurement | None) -> str | None:
     """The failed problem's first failing case, as the student reads it."""
-    if m is None or s.status != "failed":
+    if problem is None or m is None or s.status != "failed":
         return None
     case = m.first_failure if m.first_failure is not None else next(iter(m.failed_cases), None)
     if case is None:
         return None
-    problem = next(p for p in rubric.problems if p.id == s.problem_id)
     return m.describe_case(case, hidden_details=problem.scoring.hidden_case_details)
 
 
-def _gradescope_test(rubric: Rubric, s: ProblemScore, m: ProblemMeasurement | None, visibility: str) -> dict[str, Any]:
-    """One problem as a Gradescope test, with our figures in its extra_data."""
+def _gradescope_test(problem: Problem | None, s: ProblemScore, m: ProblemMeasurement | None,
+                     visibility: str) -> dict[str, Any]:
+    """One problem (the rubric's, where it has it) as a Gradescope test, with our figures in its extra_data."""
     extra: dict[str, Any] = {
         "status": s.status,
         "correctness_points": s.correctness_points,
@@ -78,14 +78,13 @@ def _gradescope_test(rubric: Rubric, s: ProblemScore, m: ProblemMeasurement | No
         extra["cases"] = {"total": len(m.cases), "failed": len(m.failed_cases)}
         if m.kernel_ms is not None:
             extra["kernel_ms"] = m.kernel_ms
-    title = next((p.title for p in rubric.problems if p.id == s.problem_id), "")
     return {
-        "name": f"{s.problem_id} {title}".strip(),
+        "name": f"{s.problem_id} {problem.title if problem else ''}".strip(),
         "number": s.problem_id,
         "score": s.points,
         "max_score": s.max_points,
         "status": "passed" if s.status == "passed" else "failed",
-        "output": _test_output(s.reasons, s.notes, _first_failure(rubric, s, m)),
+        "output": _test_output(s.reasons, s.notes, _first_failure(problem, s, m)),
         "output_format": "text",
         "visibility": visibility,
         "extra_data": extra,
@@ -107,13 +106,15 @@ def gradescope_results(
         if value not in VISIBILITIES:
             raise ValueError(f"{name} must be one of {VISIBILITIES}")
     by_m = _by_id(measurements)
+    problems = {p.id: p for p in rubric.problems}
     results: dict[str, Any] = {
         "score": run_score.total,
         "output": _summary(rubric, run_score) if output is None else output,
         "output_format": "text",
         "visibility": visibility,
         "stdout_visibility": stdout_visibility,
-        "tests": [_gradescope_test(rubric, s, by_m.get(s.problem_id), visibility) for s in run_score.problems],
+        "tests": [_gradescope_test(problems.get(s.problem_id), s, by_m.get(s.problem_id), visibility)
+                  for s in run_score.problems],
     }
     if execution_time is not None:
         results["execution_time"] = int(round(float(execution_time)))
