@@ -113,6 +113,16 @@ def init_with_course(settings: Settings, course: str = COURSE) -> None:
         course_of_free_assignments(session, course, f"Tests: {course}")
 
 
+@contextmanager
+def own_database(settings_env: dict[str, str], data_dir: Path, prefix: str, **changes: str) -> Iterator[dict[str, str]]:
+    """The session's KG_* variables on a fresh database (with the tests' course) and data dir of
+    their own, changed by `changes`: for a test whose outcome other tests' rows would sway."""
+    with fresh_database(prefix) as url:
+        env = {**settings_env, "KG_DATABASE_URL": url, "KG_DATA_DIR": str(data_dir), **changes}
+        init_with_course(Settings.from_variables(env))
+        yield env
+
+
 @pytest.fixture(scope="session")
 def settings(settings_env: dict[str, str]) -> Settings:
     s = Settings.from_variables(settings_env)

@@ -23,7 +23,7 @@ from grader.models import CourseRole, Enrollment, ErrorClass, Role, RunState, Su
 from grader.service import get_assignment, record_submission
 from grader.settings import Settings, get_settings
 from grader.storage.blobstore import BlobStore
-from tests.service.conftest import fresh_database, init_with_course
+from tests.service.conftest import own_database
 from worker.rubric import load_rubric
 from worker.starter_kit import starter_files
 
@@ -91,9 +91,7 @@ def own_class(settings_env: dict[str, str], tmp_path: Path) -> Iterator[dict[str
     """The session's settings on a database and data dir of their own: the similarity check drops
     code that many students of the class hold as common knowledge, and on the shared database
     other tests' students uploaded the same kit (so how many depended on which tests ran first)."""
-    with fresh_database("kg_similarity") as url:
-        env = {**settings_env, "KG_DATABASE_URL": url, "KG_DATA_DIR": str(tmp_path / "kgdata")}
-        init_with_course(Settings.from_variables(env))
+    with own_database(settings_env, tmp_path / "kgdata", "kg_similarity") as env:
         yield env
 
 

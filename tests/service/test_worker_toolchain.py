@@ -26,10 +26,9 @@ from tests.fixtures import cpu_standin
 from tests.service.conftest import (
     REDIS_URL,
     WorkerProcess,
-    fresh_database,
-    init_with_course,
     make_zip,
     new_student,
+    own_database,
     run_row,
     submit,
     wait_for_run,
@@ -57,9 +56,7 @@ def own_queue(settings_env: dict[str, str], tmp_path: Path) -> Iterator[dict[str
     never sees the queue, and a reconcile pass here resends only this test's runs (on the shared
     database it sent other tests' queued runs into this queue, and the worker took one of those)."""
     queue = f"{settings_env['KG_TASK_QUEUE']}-toolchain-{uuid.uuid4().hex[:6]}"
-    with fresh_database("kg_toolchain") as url:
-        env = {**settings_env, "KG_TASK_QUEUE": queue, "KG_DATABASE_URL": url, "KG_DATA_DIR": str(tmp_path / "kgdata")}
-        init_with_course(Settings.from_variables(env))
+    with own_database(settings_env, tmp_path / "kgdata", "kg_toolchain", KG_TASK_QUEUE=queue) as env:
         yield env
     redis.Redis.from_url(REDIS_URL).delete(queue)
 
