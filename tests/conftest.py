@@ -50,7 +50,8 @@ def cuda_device_count() -> int:
 # compare with, estimated ~4 min). A pattern is a node id's start under tests/gpu/.
 GPU_PARTS: dict[int, tuple[str, ...]] = {
     1: ("test_grading_gpu.py::test_every_mutant_loses_points_on_its_problems",
-        "test_grading_gpu.py::test_cheats_gain_nothing"),
+        "test_grading_gpu.py::test_cheats_gain_nothing",
+        "test_grading_gpu.py::test_convention_mutants_keep_every_correctness_point"),
     2: ("test_hostile_gpu.py::",  # the kit after the hostile ones: one file, one session
         "test_grading_gpu.py::test_infinite_loop_kernel_times_out_and_grading_goes_on",
         "test_grading_gpu.py::test_reference_kit_end_to_end"),

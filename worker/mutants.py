@@ -9,6 +9,8 @@ starter/mutants/hw4.yaml):
         kind: correctness            # or: speed (values right, speed credit must be lost), or
                                      # gaming (values right, the scored speedup must not rise)
         must_fail: ["1.1"]           # problem ids of the rubric it must fail / lose speed on
+                                     # (kind: convention, values right under a reading the
+                                     # starter allows: must_pass, full correctness points)
         detect: abi                  # optional hint for the GPU test: how the failure shows
         edits:
           - file: src/softmax_kernel.cu
@@ -40,7 +42,7 @@ from worker.starter_kit import starter_files
 if TYPE_CHECKING:
     from worker.build import KernelTarget
 
-KINDS = frozenset({"correctness", "speed", "gaming"})
+KINDS = frozenset({"correctness", "speed", "gaming", "convention"})
 
 
 class MutantError(ValueError):
@@ -82,6 +84,7 @@ class Mutant:
     must_fail: tuple[str, ...]
     edits: tuple[Edit, ...]
     detect: str = "abi"
+    must_pass: tuple[str, ...] = ()  # kind "convention": problems it keeps full correctness on
 
     @property
     def files(self) -> tuple[str, ...]:
@@ -131,9 +134,12 @@ def parse_mutants(data: object, source: str = "<mutants>",
         if kind not in KINDS:
             raise MutantError(f"mutant {mid}: kind must be one of {sorted(KINDS)}, not {kind!r}")
         must_fail = tuple(str(p) for p in raw.get("must_fail") or ())
-        if not must_fail or (problem_ids is not None and not set(must_fail) <= problem_ids):
-            raise MutantError(f"mutant {mid}: must_fail must be a non-empty subset of "
-                              f"{sorted(problem_ids or ())}")
+        must_pass = tuple(str(p) for p in raw.get("must_pass") or ())
+        key, named, other = (("must_pass", must_pass, must_fail) if kind == "convention"
+                             else ("must_fail", must_fail, must_pass))
+        if other or not named or (problem_ids is not None and not set(named) <= problem_ids):
+            raise MutantError(f"mutant {mid}: a {kind} mutant names its problems in {key} alone, a "
+                              f"non-empty subset of {sorted(problem_ids or ())}")
         edits = tuple(_parse_edit(e, mid) for e in raw.get("edits") or ())
         if not edits:
             raise MutantError(f"mutant {mid}: no edits")
@@ -145,6 +151,7 @@ def parse_mutants(data: object, source: str = "<mutants>",
                 must_fail=must_fail,
                 edits=edits,
                 detect=str(raw.get("detect", "abi")),
+                must_pass=must_pass,
             )
         )
     return mutants

@@ -359,8 +359,8 @@ def test_cheats_gain_nothing(kit_root: Path, tmp_path: Path, work: Path) -> None
 @pytest.mark.timeout(1200)
 def test_every_mutant_loses_points_on_its_problems(kit_root: Path, tmp_path: Path, work: Path) -> None:
     # The gaming mutants lose nothing by design (values right): bench/gaming.py proves on real
-    # submissions that they gain nothing either.
-    mutants = [m for m in load_mutants("hw4") if m.kind != "gaming"]
+    # submissions that they gain nothing either; the convention mutants must lose nothing (below).
+    mutants = [m for m in load_mutants("hw4") if m.kind in ("correctness", "speed")]
     speed_problems = tuple(sorted({p for m in mutants if m.kind == "speed" for p in m.must_fail} - {"3"}))
     reference = reference_scores(kit_root, work, speed_problems)
     trees = build_all(mutants, kit_root, tmp_path / "trees")
@@ -375,3 +375,26 @@ def test_every_mutant_loses_points_on_its_problems(kit_root: Path, tmp_path: Pat
             if not (lost_correctness if mutant.kind == "correctness" else (lost_correctness or lost_speed)):
                 failures.append((mutant.id, pid, got.to_dict()))
     assert not failures, failures
+
+
+@pytest.mark.timeout(1200)
+def test_convention_mutants_keep_every_correctness_point(kit_root: Path, tmp_path: Path, work: Path) -> None:
+    """A kit that reads a launcher's arguments as the starter's comments allow but its own
+    launcher does not (kind "convention": LightSeq's `inp` as the LayerNorm output) keeps every
+    correctness point of its problems: the C ABI cases, wrong under the starter's reading,
+    pass under the open one and say so; the binding cases pass as they are."""
+    mutants = [m for m in load_mutants("hw4") if m.kind == "convention"]
+    assert mutants
+    trees = build_all(mutants, kit_root, tmp_path / "trees")
+    for mutant in mutants:
+        measurements, score = grade_tree(f"convention {mutant.id}", trees[mutant.id], kit_root, work / mutant.id,
+                                         stage_config(mutant.must_pass))
+        for pid in mutant.must_pass:
+            got = score.problem(pid)
+            measured = next(m for m in measurements if m.problem_id == pid)
+            assert measured.abi_cases and measured.binding_cases, (mutant.id, got.to_dict())
+            assert not measured.failed_cases, (mutant.id, [c.describe() for c in measured.failed_cases])
+            assert all(c.message.startswith("passed reading") for c in measured.abi_cases), (
+                mutant.id, [c.describe() for c in measured.abi_cases][:3])
+            correctness = next(p for p in RUBRIC.problems if p.id == pid).scoring.correctness_points
+            assert got.correctness_points == correctness, (mutant.id, got.to_dict())

@@ -89,6 +89,12 @@ def test_apply_copies_the_tree_without_build_junk(tmp_path: Path) -> None:
             {"id": "a", "kind": "speed", "must_fail": ["3"], "edits": [{"file": "f", "find": "x", "replace": "y"}]},
             {"id": "a", "kind": "speed", "must_fail": ["3"], "edits": [{"file": "f", "find": "x", "replace": "y"}]},
         ]},
+        # a convention mutant names the problems it must pass, and only those
+        {"mutants": [{"id": "a", "kind": "convention", "must_fail": ["3"], "edits": [{"file": "f", "find": "x", "replace": "y"}]}]},
+        {"mutants": [{"id": "a", "kind": "convention", "must_pass": ["3"], "must_fail": ["1.1"],
+                      "edits": [{"file": "f", "find": "x", "replace": "y"}]}]},
+        {"mutants": [{"id": "a", "kind": "speed", "must_pass": ["3"], "edits": [{"file": "f", "find": "x", "replace": "y"}]}]},
+        {"mutants": [{"id": "a", "kind": "convention", "must_pass": ["9"], "edits": [{"file": "f", "find": "x", "replace": "y"}]}]},
     ],
 )
 def test_malformed_sets_are_rejected(raw: dict) -> None:
@@ -103,7 +109,10 @@ def test_the_set_is_big_and_covers_every_problem() -> None:
     assert len(MUTANTS) >= 12
     covered = {p for m in MUTANTS for p in m.must_fail}
     assert covered == {"1.1", "1.2", "2.1", "2.2", "3"}
-    assert {m.kind for m in MUTANTS} == {"correctness", "speed", "gaming"}
+    assert {m.kind for m in MUTANTS} == {"correctness", "speed", "gaming", "convention"}
+    conventions = [m for m in MUTANTS if m.kind == "convention"]
+    assert all(m.must_pass and not m.must_fail for m in conventions)
+    assert {p for m in conventions for p in m.must_pass} == {"2.2"}  # the open reading of launch_layernorm_bw
 
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=[m.id for m in MUTANTS])

@@ -16,6 +16,7 @@ kernels only on their own problem.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 import sys
 from pathlib import Path
@@ -50,6 +51,9 @@ EXPECTED_PYTHON_MUTANTS = {"softmax_backward_swapped_tuple", "layernorm_backward
 
 # cpu_kernels.cpp switches that break a kernel's values, and the problem each must fail.
 BROKEN_KERNELS = {"BREAK_MASK": "1.1", "BREAK_LN_BW_GAMMA": "2.2"}
+# cpu_kernels.cpp switches that follow a reading of the launcher's arguments the starter's
+# comments allow, and the convention mutant whose Python side (the binding) goes with each.
+CONVENTION_KERNELS = {"LN_BW_READS_OUTPUT": "layernorm_bw_reads_output"}
 # Switches that hang or crash a kernel instead: graded (0 points, the rest goes on) by
 # tests/unit/test_gpu_stage_cpu.py; a library that cannot be loaded at all, by
 # tests/unit/test_gpu_stage_loading.py.
@@ -122,7 +126,28 @@ def test_gaming_mutant_is_caught_by_its_guard(mutant: Mutant, base: Path, truste
 
 def test_every_kernel_switch_is_graded_somewhere() -> None:
     switches = set(re.findall(r"^#ifdef\s+(\w+)", cpu_standin.CPU_KERNELS.read_text(), re.MULTILINE))
-    assert switches == set(BROKEN_KERNELS) | HANG_OR_CRASH
+    assert switches == set(BROKEN_KERNELS) | set(CONVENTION_KERNELS) | HANG_OR_CRASH
+
+
+@pytest.mark.parametrize("switch", sorted(CONVENTION_KERNELS))
+def test_open_convention_keeps_every_correctness_point(switch: str, base: Path, trusted: Path, policy: SandboxPolicy,
+                                                       short_grading: dict, baseline: RunScore) -> None:
+    """A launcher that reads its arguments as the starter's comments allow but its own launcher
+    does not (LightSeq's: `inp` is the LayerNorm output when betta is given), with the binding
+    that goes with it (the convention mutant's Python edits), keeps every correctness point:
+    each C ABI case, wrong under the starter's reading, passes under the open one and says so."""
+    mutant = next(m for m in load_mutants("hw4") if m.id == CONVENTION_KERNELS[switch])
+    python_side = dataclasses.replace(mutant, edits=tuple(e for e in mutant.edits if e.file.endswith(".py")))
+    by_id = run_stage(base, f"convention-{switch}", trusted, stage_config(policy, problems=mutant.must_pass),
+                      (switch,), files=mutate_text(trusted, python_side))
+    score = _score(by_id)
+    for pid in mutant.must_pass:
+        m, s, before = by_id[pid], score.problem(pid), baseline.problem(pid)
+        assert m.status == "ok" and not m.failed_cases, describe(m)
+        assert m.abi_cases and m.binding_cases, describe(m)
+        assert all(c.message.startswith("passed reading `inp` as the LayerNorm output") for c in m.abi_cases), (
+            [c.describe() for c in m.abi_cases])
+        assert s.correctness_points == before.correctness_points, s.reasons
 
 
 @pytest.mark.parametrize("mutant", PYTHON_MUTANTS, ids=lambda m: m.id)

@@ -14,11 +14,13 @@ from typing import Any
 
 import numpy as np
 
+from worker.checks import CheckResult
 from worker.gpu.channel import ArrayRef
 from worker.gpu.client import ChildClient, ChildFailure, StudentError
 from worker.hw4.abi import abi_output_names
 from worker.hw4.case_inputs import make_binding_inputs, make_inputs
 from worker.hw4.cases import MAX_SOFTMAX_LEN, Case
+from worker.hw4.conventions import open_readings
 from worker.hw4.references import binding_reference, reference, verify
 from worker.hw4.speed import TimingConfig, run_binding
 from worker.measurements import CaseOutcome, salient_lines
@@ -75,20 +77,41 @@ def crash_outcome(check: Check, failure: ChildFailure) -> CaseOutcome:
     return check_outcome(check, False, None, None, f"{words}: {failure.detail}" + (f" | {said}" if said else ""))
 
 
-def check_abi_case(client: ChildClient, check: Check, timeout: float) -> CaseOutcome:
-    case = check.case
-    arrays = make_inputs(case, check.rng())
-    expected = reference(case, arrays)
+def _call_abi(client: ChildClient, case: Case, arrays: dict[str, np.ndarray], expected: dict[str, np.ndarray],
+              timeout: float) -> CheckResult | str:
+    """One launcher call on `arrays` in the child, verified against `expected`; what the
+    submission raised instead, as text."""
     client.arena.reset()
     refs = client.arena.put_all(arrays)
     try:
         client.call({"op": "abi", "case": case_json(case), "arrays": refs}, timeout)
     except StudentError as exc:
-        return check_outcome(check, False, None, None, f"raised {exc.error}")
+        return f"raised {exc.error}"
     outputs = {name: client.arena.view(ArrayRef.from_json(refs[name])).copy() for name in abi_output_names(case)}
-    result = verify(case, outputs, expected)
-    where_text = f" in {result.output}" if result.output and not result.ok else ""
-    return check_outcome(check, result.ok, result.max_err, result.where, (result.message + where_text).strip())
+    return verify(case, outputs, expected)
+
+
+def check_abi_case(client: ChildClient, check: Check, timeout: float) -> CaseOutcome:
+    """The case under the starter's reading of the launcher's arguments; where its outputs are
+    wrong, again under each reading the starter leaves open (worker.hw4.conventions): it
+    passes if one holds, and says which."""
+    case = check.case
+    arrays = make_inputs(case, check.rng())
+    result = _call_abi(client, case, arrays, reference(case, arrays), timeout)
+    if isinstance(result, str):
+        return check_outcome(check, False, None, None, result)
+    if result.ok:
+        return check_outcome(check, True, result.max_err, result.where, result.message.strip())
+    also_wrong = []
+    for reading in open_readings(case.kind):
+        given, meant = reading.rewrite(arrays)
+        other = _call_abi(client, case, given, reference(case, meant), timeout)
+        if isinstance(other, CheckResult) and other.ok:
+            return check_outcome(check, True, other.max_err, None, f"passed reading {reading.name}")
+        also_wrong.append(f"also wrong reading {reading.name}")
+    where_text = f" in {result.output}" if result.output else ""
+    message = "; ".join([(result.message + where_text).strip(), *also_wrong])
+    return check_outcome(check, False, result.max_err, result.where, message.strip("; "))
 
 
 def check_binding_case(client: ChildClient, check: Check, timeout: float) -> CaseOutcome:
