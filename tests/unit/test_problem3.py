@@ -59,15 +59,19 @@ def _problem3_score(m):
     return score_problem(next(p for p in load_rubric("hw4").problems if p.id == "3").scoring, m)
 
 
-def _own_layernorm_edits(gamma: str = "ln{i}_gamma", beta: str = "ln{i}_beta", swap: bool = False):
+def _own_layernorm_edits(gamma: str = "ln{i}_gamma", beta: str = "ln{i}_beta", swap: bool = False,
+                         keep_modules: bool = False):
     """Kit edits giving the FUSED model LayerNorm parameters of its own, as many students
     wrote it: held by TransformerLayer / DecoderLM themselves (so named_parameters lists them
     before the submodules' and the position-k parameters of the two models differ), gammas
     defined before betas, betas initialised to one (the unfused LayerNorm1d's are zero, so
     only a copy makes the models agree). `swap` makes the fused path use beta as the scale
-    and gamma as the shift: a bug the pairing must not hide."""
+    and gamma as the shift: a bug the pairing must not hide. `keep_modules`: the fused model
+    also keeps the unfused LayerNorm1d modules, unused, and its own betas start at zero (as
+    LayerNorm1d's do), so its own parameters are extra ones that pair with nothing."""
     def params(names: list[str], indent: str) -> str:
-        return "".join(f"{indent}self.{n} = Parameter(ones((n_embd,), backend=backend))\n" for n in names)
+        fill = "zeros" if keep_modules and "beta" in names[-1] else "ones"
+        return "".join(f"{indent}self.{n} = Parameter({fill}((n_embd,), backend=backend))\n" for n in names)
 
     def use(attr: str, g: str, b: str, indent: str) -> str:
         scale, shift = (b, g) if swap else (g, b)
@@ -76,12 +80,18 @@ def _own_layernorm_edits(gamma: str = "ln{i}_gamma", beta: str = "ln{i}_beta", s
     g1, g2, b1, b2 = gamma.format(i=1), gamma.format(i=2), beta.format(i=1), beta.format(i=2)
     layer_old = ("        self.ln_1 = LayerNorm1d(n_embd, eps=ln_eps, backend=backend)\n"
                  "        self.ln_2 = LayerNorm1d(n_embd, eps=ln_eps, backend=backend)\n")
-    layer_new = ("        if use_fused_kernel:\n" + params([g1, g2, b1, b2], " " * 12)
-                 + use("ln_1", g1, b1, " " * 12) + use("ln_2", g2, b2, " " * 12)
-                 + "        else:\n" + layer_old.replace("        self.", "            self."))
     final_old = "        self.ln = LayerNorm1d(n_embd, eps=ln_eps, backend=backend)\n"
-    final_new = ("        if use_fused_kernel:\n" + params(["ln_gamma", "ln_beta"], " " * 12)
-                 + use("ln", "ln_gamma", "ln_beta", " " * 12) + "        else:\n    " + final_old)
+    if keep_modules:  # the modules first, then the fused path's own parameters over their names
+        layer_new = (layer_old + "        if use_fused_kernel:\n" + params([g1, g2], " " * 12) + params([b1, b2], " " * 12)
+                     + use("ln_1", g1, b1, " " * 12) + use("ln_2", g2, b2, " " * 12))
+        final_new = (final_old + "        if use_fused_kernel:\n" + params(["ln_gamma"], " " * 12)
+                     + params(["ln_beta"], " " * 12) + use("ln", "ln_gamma", "ln_beta", " " * 12))
+    else:
+        layer_new = ("        if use_fused_kernel:\n" + params([g1, g2, b1, b2], " " * 12)
+                     + use("ln_1", g1, b1, " " * 12) + use("ln_2", g2, b2, " " * 12)
+                     + "        else:\n" + layer_old.replace("        self.", "            self."))
+        final_new = ("        if use_fused_kernel:\n" + params(["ln_gamma", "ln_beta"], " " * 12)
+                     + use("ln", "ln_gamma", "ln_beta", " " * 12) + "        else:\n    " + final_old)
     holder = ("class _OwnLayerNorm:  # what the kit's _layer_norm reads: .weights and .bias\n"
               "    def __init__(self, weights, bias):\n"
               "        self.weights, self.bias = weights, bias\n\n\n"
@@ -129,6 +139,7 @@ def test_non_causal_fused_attention_fails_causality(tmp_path: Path) -> None:
     cases = _cases(m)
     assert not cases["p3-causal-fused"].ok
     assert cases["p3-causal-fused"].max_err > 1e-3
+    assert cases["p3-causal-fused"].message.startswith("the fused model's attention is not causal: position ")
     assert not cases["p3-fused-matches-unfused"].ok  # the unfused model is causal
     assert cases["p3-fused-ops-called"].ok
     assert not m.all_passed and m.first_failure is not None
@@ -217,6 +228,28 @@ def test_fused_branch_with_its_own_layernorm_parameters_passes(tmp_path: Path) -
     assert cases["p3-timed-fused-step-verified"].max_err < 1e-5
     setup = m.telemetry["problem3"]["setup"]
     assert setup["renamed_parameters"] == 4 * 4 + 2
+
+
+def test_fused_parameters_of_its_own_are_named_not_fatal(tmp_path: Path) -> None:
+    """A fused model that keeps the unfused LayerNorm1d modules, unused, and adds (and uses)
+    gamma and beta of its own: 18 parameters more than the unfused model (a real submission's
+    design). Every unfused parameter pairs with one the fused step uses, every check runs and
+    passes, and the gradient case names the fused parameters it did not compare."""
+    m = _measure(_kit_copy(tmp_path, _own_layernorm_edits(keep_modules=True)))
+    assert m.status == "ok", m.log_tail
+    cases = _cases(m)
+    assert set(cases) == ALL_CASES
+    assert all(c.ok for c in cases.values()), [c.describe() for c in m.failed_cases]
+    # the unfused LayerNorm parameters pair with the ones the fused step uses, its own; the
+    # LayerNorm1d modules it holds unused are what is left
+    setup = m.telemetry["problem3"]["setup"]
+    assert setup["renamed_parameters"] == 4 * 4 + 2
+    unused = setup["fused_only_parameters"]
+    assert len(unused) == 4 * 4 + 2 and ["t_layer_1.ln_1.weights", [16]] in unused and ["ln.bias", [16]] in unused
+    message = cases["p3-fused-grads-match"].message
+    assert "not compared: 18 parameter(s) of the fused model that pair with none" in message, message
+    assert _problem3_score(m).correctness_points == next(
+        p for p in load_rubric("hw4").problems if p.id == "3").scoring.correctness_points
 
 
 def test_own_layernorm_parameters_used_the_wrong_way_round_fail(tmp_path: Path) -> None:

@@ -34,7 +34,7 @@ import numpy as np
 
 from worker.gpu.channel import ArrayRef
 from worker.gpu.child import ChildState, handler
-from worker.hw4.parameter_roles import ParameterMappingError, map_parameters
+from worker.hw4.parameter_roles import ParameterMappingError, Shape, map_parameters
 
 FUSED_OPS = ("attn_softmax_fw", "attn_softmax_bw", "layernorm_fw", "layernorm_bw")
 MODELS = ("unfused", "fused")
@@ -164,16 +164,45 @@ def _shape(p: Any) -> tuple[int, ...]:
     return tuple(int(s) for s in p.value.shape)
 
 
-def pair_parameters(unfused: Any, fused: Any) -> list[tuple[str, Any, str, Any]]:
-    """(unfused name, parameter, fused name, parameter) for every parameter, in the unfused
-    model's named_parameters order, paired by role."""
-    src, dst = list(unfused.named_parameters()), list(fused.named_parameters())
+def _used_parameters(mt: Any, backend: Any, model: Any) -> set[str] | None:
+    """The names of the parameters that get a gradient from one tiny step of `model` (one
+    sequence of two tokens); None where that step raises (the checked steps will say so)."""
     try:
-        mapping = map_parameters([(n, _shape(p)) for n, p in src], [(n, _shape(p)) for n, p in dst])
+        tokens = make_tensor(mt, backend, np.zeros((1, 2), dtype=np.float32))
+        logits = model(idx=tokens)
+        logits.backward(make_tensor(mt, backend, np.ones(tuple(int(s) for s in logits.shape), dtype=np.float32)))
+        return {n for n, p in model.named_parameters() if getattr(p.value, "grad", None) is not None}
+    except Exception:
+        return None
+    finally:
+        _reset_grads(model)
+
+
+def pair_parameters(mt: Any, backend: Any, unfused: Any,
+                    fused: Any) -> tuple[list[tuple[str, Any, str, Any]], list[tuple[str, Shape]]]:
+    """(unfused name, parameter, fused name, parameter) for every unfused parameter, in the
+    unfused model's named_parameters order, paired by role; and the fused model's parameters
+    that pair with none, (name, shape): they keep the fused model's own values.
+
+    Where the fused model has parameters the unfused lacks, it may hold the unfused model's
+    modules without using them (its own gamma and beta instead): then the unfused parameters
+    pair with the fused ones its step uses, if all of them can."""
+    src, dst = list(unfused.named_parameters()), list(fused.named_parameters())
+    listed = [(n, _shape(p)) for n, p in src]
+    try:
+        mapping, fused_only = map_parameters(listed, [(n, _shape(p)) for n, p in dst])
     except ParameterMappingError as exc:
         raise SetupFailure("p3-parameters-pair", str(exc)) from exc
+    used = _used_parameters(mt, backend, fused) if fused_only else None
+    if used is not None and any(n not in used for n in mapping.values()):
+        try:
+            mapping, _ = map_parameters(listed, [(n, _shape(p)) for n, p in dst if n in used])
+        except ParameterMappingError:
+            pass  # the pairing by name stands; the gradient check names what got no gradient
+        paired = set(mapping.values())
+        fused_only = [(n, _shape(p)) for n, p in dst if n not in paired]
     by_name = dict(dst)
-    return [(n, p, mapping[n], by_name[mapping[n]]) for n, p in src]
+    return [(n, p, mapping[n], by_name[mapping[n]]) for n, p in src], fused_only
 
 
 def _copy_parameters(pairs: list[tuple[str, Any, str, Any]], mt: Any, backend: Any) -> int:
@@ -225,7 +254,7 @@ def p3_setup(state: ChildState, msg: dict[str, Any]) -> dict[str, Any]:
         for name in MODELS:
             _seed(mt, seed)  # the same draws for both: the copy below makes it exact regardless
             models[name] = build_model(mt, cfg, backend, name == "fused")
-        pairs = pair_parameters(models["unfused"], models["fused"])
+        pairs, fused_only = pair_parameters(mt, backend, models["unfused"], models["fused"])
     except SetupFailure as exc:
         return {"setup_failure": {"case_id": exc.case_id, "message": exc.message}, "fused_ops_found": wrapped}
     elements = _copy_parameters(pairs, mt, backend)
@@ -235,7 +264,8 @@ def p3_setup(state: ChildState, msg: dict[str, Any]) -> dict[str, Any]:
     state.memo["p3"] = {"mt": mt, "backend": backend, "models": models, "counts": counts, "ordered": ordered}
     return {"parameters": len(pairs), "parameter_elements": elements, "fused_ops_found": wrapped,
             "parameter_names": [u for u, _, _, _ in pairs], "fused_parameter_names": [f for _, _, f, _ in pairs],
-            "parameter_shapes": [list(_shape(up)) for _, up, _, _ in pairs]}
+            "parameter_shapes": [list(_shape(up)) for _, up, _, _ in pairs],
+            "fused_only_parameters": [[n, list(shape)] for n, shape in fused_only]}
 
 
 def _context(state: ChildState, msg: dict[str, Any]) -> tuple[Any, Any, Any, dict[str, int]]:

@@ -16,8 +16,11 @@ each applied only where it is unique:
    (a LayerNorm1d flattened into the layer that held it), repeated while it pairs more.
 
 A weight-kind parameter never pairs with a bias-kind one (rules 2 and 3 compare kinds, and a
-name that names both kinds has no kind). Anything left unpaired raises ParameterMappingError,
-whose message (shown to the student) names what was left on each side.
+name that names both kinds has no kind). A parameter of the unfused model left unpaired raises
+ParameterMappingError, whose message (shown to the student) names what was left on each side.
+Parameters only the fused model has (a fused design that adds its own LayerNorm gamma and
+beta beside the unfused modules, say) are returned, not fatal: they keep the fused model's
+own values, and Problem 3 names them where it compares gradients.
 
 Standard library only: this runs in the sandboxed child on a bare GPU machine.
 """
@@ -144,8 +147,9 @@ def _listing(params: list[tuple[str, Shape]]) -> str:
 
 
 def map_parameters(unfused: Sequence[tuple[str, Sequence[int]]],
-                   fused: Sequence[tuple[str, Sequence[int]]]) -> dict[str, str]:
-    """Unfused name -> fused name for every parameter of both models, in the unfused order.
+                   fused: Sequence[tuple[str, Sequence[int]]]) -> tuple[dict[str, str], list[tuple[str, Shape]]]:
+    """(unfused name -> fused name for every unfused parameter, in the unfused order; the
+    fused model's parameters left over, (name, shape) in its order).
 
     `unfused` / `fused`: (name, shape) as the models' named_parameters() list them."""
     shapes_u, shapes_f = _shapes(unfused, "unfused"), _shapes(fused, "fused")
@@ -156,7 +160,7 @@ def map_parameters(unfused: Sequence[tuple[str, Sequence[int]]],
         pairs[u] = f
         del left_u[u], left_f[f]
     pairs.update(_by_shape(left_u, left_f))
-    if left_u or left_f:
+    if left_u:
         ambiguous = [f"{u} could be any of {', '.join(c)}" for u in left_u
                      if len(c := _candidates(u, left_u[u], left_f)) > 1]
         raise ParameterMappingError(
@@ -170,4 +174,4 @@ def map_parameters(unfused: Sequence[tuple[str, Sequence[int]]],
             "only parameter of that shape and kind in the same module; name each fused parameter after the "
             "role it plays."
         )
-    return {u: pairs[u] for u in shapes_u}
+    return {u: pairs[u] for u in shapes_u}, list(left_f.items())
