@@ -11,10 +11,12 @@ The child pairs them one to one by role (worker.hw4.parameter_roles: same name a
 else the same module, LayerNorm and weight/gamma vs bias/beta kind, else the only parameter
 of that shape and kind in the same module; a weight never pairs with a bias), copies every
 unfused value into its counterpart, and writes the fused model's gradients in the unfused
-order, so every gradient comparison compares the same role. `p3-constructs` fails
-when a model cannot be built as the driver does (a DecoderLM without use_fused_kernel, or
-one whose construction raises) and `p3-parameters-pair` when the parameters cannot be
-paired; either is then the problem's only case, so it scores 0 with that message.
+order, so every gradient comparison compares the same role; the fused model's parameters
+that pair with none keep their values and are named in `p3-fused-grads-match`'s message.
+`p3-constructs` fails when a model cannot be built as the driver does (a DecoderLM without
+use_fused_kernel, or one whose construction raises) and `p3-parameters-pair` when an unfused
+parameter cannot be paired; either is then the problem's only case, so it scores 0 with
+that message.
 
 The cases (a) to (e), from the first steps, the causality probe, the op counts and the timed
 steps, each with its tolerance and why it holds: worker.hw4.problem3_compare.
