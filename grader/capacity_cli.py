@@ -98,31 +98,55 @@ def capacity(
     workers: a seeded simulation of the grading queue (fair share included) on the measured grade
     times of recent scored runs."""
     window_s, target_s = _seconds(window, "--window"), _seconds(target, "--target")
-    try:
-        course = Course(students, per_student, Shape.parse(shape, window_s) if shape else Shape.default(window_s))
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from exc
+    course = _course(students, per_student, shape, window_s)
     if workers < 1:
         raise typer.BadParameter("at least one worker", param_hint="--workers")
-    if grade_seconds_:
-        if any(not g > 0 for g in grade_seconds_):
-            raise typer.BadParameter("grade times are seconds > 0", param_hint="--grade-seconds")
-        times, source = list(grade_seconds_), "given on the command line"
-    else:
-        settings = get_settings()
-        with session_scope(make_session_factory(make_engine(settings))) as session:
-            times, source = _measured(session, assignment or settings.rubrics[0], recent, gpu_model)
+    times, source = _grade_times(grade_seconds_, assignment, recent, gpu_model)
     planner = Planner(course, times, seed, replications)
+    peak_load = _echo_demand(course, shape, window_s, times, source)
+    _echo_plan(planner, workers, target_s, peak_load)
+    typer.echo(f"Wait: upload to the grade's start; result: upload to the grade. Simulated over {replications} "
+               f"deadlines, seed {seed}; each grade's time drawn from the {len(times)} figure(s) above.")
+
+
+def _course(students: int, per_student: float, shape: str | None, window_s: float) -> Course:
+    try:
+        return Course(students, per_student, Shape.parse(shape, window_s) if shape else Shape.default(window_s))
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+
+
+def _grade_times(given: list[float] | None, assignment: str | None, recent: int,
+                 gpu_model: str | None) -> tuple[list[float], str]:
+    """The grade times to simulate and where they come from: --grade-seconds, else the database's."""
+    if given:
+        if any(not g > 0 for g in given):
+            raise typer.BadParameter("grade times are seconds > 0", param_hint="--grade-seconds")
+        return list(given), "given on the command line"
+    settings = get_settings()
+    with session_scope(make_session_factory(make_engine(settings))) as session:
+        return _measured(session, assignment or settings.rubrics[0], recent, gpu_model)
+
+
+def _echo_demand(course: Course, shape: str | None, window_s: float, times: list[float], source: str) -> float:
+    """Print the course's uploads, the grade times and the work they make; return the peak load
+    (GPUs' worth of grading arriving at the peak)."""
     mean = statistics.fmean(times)
     peak_per_hour = course.uploads * course.shape.peak_share_per_hour()
-    peak_load = peak_per_hour * mean / HOUR  # GPUs' worth of grading arriving at the peak
+    peak_load = peak_per_hour * mean / HOUR
     shape_words = f"relative rates {shape}" if shape else f"the rate doubling every {DOUBLING_H:g} h towards it"
-    typer.echo(f"Course: {students} students x {per_student:g} uploads = about {course.uploads:.0f} grades in the "
-               f"{span(window_s)} before the deadline ({shape_words}); at the peak {peak_per_hour:.0f} uploads an hour.")
+    typer.echo(f"Course: {course.students} students x {course.per_student:g} uploads = about {course.uploads:.0f} "
+               f"grades in the {span(window_s)} before the deadline ({shape_words}); at the peak {peak_per_hour:.0f} "
+               "uploads an hour.")
     typer.echo(f"Grade time: median {span(float(np.median(times)))}, p95 {span(float(np.percentile(times, 95)))}, "
                f"mean {mean:.0f} s ({source}).")
     typer.echo(f"Work: {course.uploads * mean / HOUR:.1f} GPU-hours; at the peak, {peak_load:.1f} GPUs' worth of "
                "grading arrives (a load above 1 per worker: the queue grows until the rate falls).")
+    return peak_load
+
+
+def _echo_plan(planner: Planner, workers: int, target_s: float, peak_load: float) -> None:
+    """Print the waits with today's workers and with the fewest that meet the target, if other."""
     needed = planner.workers_for(target_s)
     rows = [_row(planner.waits(workers), " (today)", peak_load)]
     if needed is not None and needed.workers != workers:
@@ -135,8 +159,6 @@ def capacity(
                    f"{span(floor.wait_p95)}, a student's next upload waiting for their previous run (fair share).")
     else:
         typer.echo(f"\nFor a p95 wait of at most {span(target_s)}: {needed.workers} GPU worker(s); today {workers}.")
-    typer.echo(f"Wait: upload to the grade's start; result: upload to the grade. Simulated over {replications} "
-               f"deadlines, seed {seed}; each grade's time drawn from the {len(times)} figure(s) above.")
 
 
 def register(app: typer.Typer) -> None:

@@ -9,7 +9,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, BinaryIO
 
 import httpx
 import typer
@@ -265,41 +265,17 @@ def dev(
     settings = get_settings()
     init_database(settings)
     sessions = make_session_factory(make_engine(settings))
-    passwords = {name: secrets.token_urlsafe(9) for name in ("student", "instructor")}  # new each start
-    with session_scope(sessions) as session:
-        course = course_of_free_assignments(session, DEV_COURSE, "Development course")
-        accounts = {name: get_or_create_user(session, name, role, [course])
-                    for name, role in (("student", Role.student), ("instructor", Role.instructor))}
-        for name, user in accounts.items():
-            change_password(session, user, passwords[name])
-        student = issue_token(session, accounts["student"], "dev")
-        staff = issue_token(session, accounts["instructor"], "dev")
-    typer.echo(f"kernelgrade (embedded) on http://{host}:{port}/  docs: http://{host}:{port}/docs")
-    typer.echo(f"  course {DEV_COURSE}, holding every assignment no other course holds")
-    typer.echo(f"  log in as student / {passwords['student']}  or  instructor / {passwords['instructor']}")
-    typer.echo(f"  student token:    {student}\n  instructor token: {staff}")
-
-    # The worker's banner and shutdown notes go to a log in the data dir, its warnings and errors
-    # to this console. Celery's warning about root is left out: as root the sandbox can run each
-    # child as KG_SANDBOX_USER, which is why one runs the worker so (README, Deploying).
-    worker_log = private_file(settings.data_dir / "worker.log").open("ab")
-    worker_proc = subprocess.Popen(
-        [sys.executable, "-W", f"ignore:{CELERY_ROOT_WARNING}", *_worker_argv(settings, 1, "warning", similarity=True)],
-        cwd=Path.cwd(), stdout=worker_log)
-    stop = threading.Event()
-    celery = make_celery(settings)
-
-    def reconcile_forever() -> None:
-        while not stop.wait(settings.reconcile_interval_s):
-            reconcile(settings, sessions, celery)
-
-    threading.Thread(target=reconcile_forever, daemon=True, name="reconciler").start()
+    passwords, tokens = _dev_accounts(sessions)
+    _echo_dev_logins(host, port, passwords, tokens)
+    worker_log, worker_proc = _start_dev_worker(settings)
+    stop = _start_reconciler(settings, sessions)
     server = uvicorn.Server(uvicorn.Config(create_app(settings), host=host, port=port, log_level="warning",
                                             proxy_headers=False))
     if demo:
         threading.Thread(
             target=_demo_submission, daemon=True,
-            args=(server, f"http://{host}:{port}", student, load_rubric(settings.rubrics[0], search=settings.rubric_dirs), exit_after_demo),
+            args=(server, f"http://{host}:{port}", tokens["student"],
+                  load_rubric(settings.rubrics[0], search=settings.rubric_dirs), exit_after_demo),
         ).start()
     try:
         server.run()
@@ -311,6 +287,53 @@ def dev(
         worker_proc.wait(timeout=30)
         worker_log.close()
     typer.echo(f"kernelgrade stopped (the worker's log: {settings.data_dir / 'worker.log'})")
+
+
+def _dev_accounts(sessions: sessionmaker[Session]) -> tuple[dict[str, str], dict[str, str]]:
+    """`student` and `instructor` in the dev course with new passwords (each start) and a token
+    each: (name -> password, name -> token)."""
+    passwords = {name: secrets.token_urlsafe(9) for name in ("student", "instructor")}
+    with session_scope(sessions) as session:
+        course = course_of_free_assignments(session, DEV_COURSE, "Development course")
+        accounts = {name: get_or_create_user(session, name, role, [course])
+                    for name, role in (("student", Role.student), ("instructor", Role.instructor))}
+        for name, user in accounts.items():
+            change_password(session, user, passwords[name])
+        tokens = {name: issue_token(session, user, "dev") for name, user in accounts.items()}
+    return passwords, tokens
+
+
+def _echo_dev_logins(host: str, port: int, passwords: dict[str, str], tokens: dict[str, str]) -> None:
+    typer.echo(f"kernelgrade (embedded) on http://{host}:{port}/  docs: http://{host}:{port}/docs")
+    typer.echo(f"  course {DEV_COURSE}, holding every assignment no other course holds")
+    typer.echo(f"  log in as student / {passwords['student']}  or  instructor / {passwords['instructor']}")
+    typer.echo(f"  student token:    {tokens['student']}\n  instructor token: {tokens['instructor']}")
+
+
+def _start_dev_worker(settings: Settings) -> tuple[BinaryIO, subprocess.Popen[bytes]]:
+    """The embedded worker's process and its open log (the caller closes it after the process).
+
+    The worker's banner and shutdown notes go to a log in the data dir, its warnings and errors
+    to this console. Celery's warning about root is left out: as root the sandbox can run each
+    child as KG_SANDBOX_USER, which is why one runs the worker so (README, Deploying)."""
+    worker_log = private_file(settings.data_dir / "worker.log").open("ab")
+    worker_proc = subprocess.Popen(
+        [sys.executable, "-W", f"ignore:{CELERY_ROOT_WARNING}", *_worker_argv(settings, 1, "warning", similarity=True)],
+        cwd=Path.cwd(), stdout=worker_log)
+    return worker_log, worker_proc
+
+
+def _start_reconciler(settings: Settings, sessions: sessionmaker[Session]) -> threading.Event:
+    """A daemon thread reconciling every KG_RECONCILE_INTERVAL_S until the returned event is set."""
+    stop = threading.Event()
+    celery = make_celery(settings)
+
+    def reconcile_forever() -> None:
+        while not stop.wait(settings.reconcile_interval_s):
+            reconcile(settings, sessions, celery)
+
+    threading.Thread(target=reconcile_forever, daemon=True, name="reconciler").start()
+    return stop
 
 
 def _demo_submission(server: object, base_url: str, token: str, rubric: Rubric, exit_after: bool) -> None:

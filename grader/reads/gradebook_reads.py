@@ -7,7 +7,7 @@ the assignment in one statement and the problem results of the chosen ones in on
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, tzinfo
 from pathlib import Path
@@ -16,7 +16,7 @@ from typing import Literal
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from grader.course.deadlines import LateStatus
+from grader.course.deadlines import Lateness, LateStatus
 from grader.course.grade_reads import Candidate, Pin, counted_pins, grade_entries
 from grader.course.grades import Grade, final_grade, student_grade
 from grader.course.policies import late_checker
@@ -119,6 +119,89 @@ def _problem_columns(session: Session, assignment: Assignment, run_ids: list[int
     return list(columns.values())
 
 
+def _submission_counts(session: Session, assignment: Assignment) -> dict[int, int]:
+    """user id -> how many submissions they uploaded to `assignment`."""
+    return dict(
+        session.execute(  # type: ignore[arg-type]
+            select(Submission.user_id, func.count(Submission.id))
+            .where(Submission.assignment_id == assignment.id)
+            .group_by(Submission.user_id)
+        ).all()
+    )
+
+
+def _gradebook_users(session: Session, assignment: Assignment, counts: dict[int, int]) -> Sequence[User]:
+    """The course's students plus anyone else who submitted (`counts`' users), ordered by login."""
+    students = select(Enrollment.user_id).where(Enrollment.course_id == assignment.course_id,
+                                                Enrollment.role == CourseRole.student)
+    return session.scalars(
+        select(User).where(User.id.in_(students) | User.id.in_(list(counts) or [-1])).order_by(User.username)
+    ).all()
+
+
+def _scored_candidates(session: Session, assignment: Assignment, lateness: Callable[[int, datetime], Lateness],
+                       tz: tzinfo) -> list[Candidate]:
+    """Every scored run of `assignment`, graded with its submission's lateness (reasons shown in `tz`)."""
+    scored_runs = (select(Submission.user_id, Run.submission_id, Run.id, Run.score, Run.finished_at,
+                          Submission.uploaded_at)
+                   .join(Run, Run.submission_id == Submission.id)
+                   .where(Submission.assignment_id == assignment.id, Run.state == RunState.scored,
+                          Run.score.is_not(None)))
+    scored: list[Candidate] = []
+    for user_id, submission_id, run_id, score, finished_at, uploaded_at in session.execute(scored_runs):
+        grade = final_grade(score or 0.0, assignment.total_points, lateness(user_id, uploaded_at).in_zone(tz))
+        scored.append(Candidate(user_id, submission_id, run_id, grade, finished_at))
+    return scored
+
+
+def _policy_picks(scored: list[Candidate]) -> tuple[dict[int, Candidate], dict[int, Candidate]]:
+    """user id -> the run each policy picks: ("latest" picks, "best" picks)."""
+    latest: dict[int, Candidate] = {}
+    best: dict[int, Candidate] = {}
+    for row in scored:
+        uid = row.user_id
+        if uid not in latest or row.key("latest") > latest[uid].key("latest"):
+            latest[uid] = row
+        if uid not in best or row.key("best") > best[uid].key("best"):
+            best[uid] = row
+    return latest, best
+
+
+def _problem_points(session: Session,
+                    run_ids: list[int]) -> tuple[dict[int, dict[str, float]], dict[int, dict[str, float]]]:
+    """run id -> problem id -> points, and run id -> problem id -> the speedup that scored (one statement)."""
+    points: dict[int, dict[str, float]] = defaultdict(dict)
+    speedups: dict[int, dict[str, float]] = defaultdict(dict)
+    if run_ids:
+        # The scoring speedup is read inside the JSON by the database, not the whole details.
+        for run_id, pid, pts, speedup in session.execute(
+            select(ProblemResult.run_id, ProblemResult.problem_id, ProblemResult.points,
+                   ProblemResult.details[("score", "speedup", "speedup")].as_float())
+            .where(ProblemResult.run_id.in_(run_ids))
+        ):
+            points[run_id][pid] = float(pts)
+            if speedup is not None:
+                speedups[run_id][pid] = float(speedup)
+    return points, speedups
+
+
+@dataclass(frozen=True)
+class _ChosenRuns:
+    """What the gradebook shows of the runs it chose beyond their grade, by run id."""
+
+    points: dict[int, dict[str, float]]
+    speedups: dict[int, dict[str, float]]
+    gpus: dict[int, GpuNote]
+
+    def scored(self, row: Candidate | None) -> ScoredRun | None:
+        """The gradebook's view of `row` (a fresh one each call, with its own dicts)."""
+        if row is None:
+            return None
+        return ScoredRun(run_id=row.run_id, submission_id=row.submission_id, grade=row.grade,
+                         finished_at=row.finished_at, problems=dict(self.points.get(row.run_id, {})),
+                         speedups=dict(self.speedups.get(row.run_id, {})), gpu=self.gpus.get(row.run_id))
+
+
 def gradebook(session: Session, assignment: Assignment, policy: str | None = None,
               tz: tzinfo = UTC, search: Sequence[Path] = ()) -> Gradebook:
     """One row per student (every student enrolled in the assignment, plus anyone else who
@@ -136,68 +219,24 @@ def gradebook(session: Session, assignment: Assignment, policy: str | None = Non
     policy = policy or assignment.score_policy
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {POLICIES}")
-    counts: dict[int, int] = dict(
-        session.execute(  # type: ignore[arg-type]
-            select(Submission.user_id, func.count(Submission.id))
-            .where(Submission.assignment_id == assignment.id)
-            .group_by(Submission.user_id)
-        ).all()
-    )
-    students = select(Enrollment.user_id).where(Enrollment.course_id == assignment.course_id,
-                                                Enrollment.role == CourseRole.student)
-    users = session.scalars(
-        select(User).where(User.id.in_(students) | User.id.in_(list(counts) or [-1])).order_by(User.username)
-    ).all()
+    counts = _submission_counts(session, assignment)
+    users = _gradebook_users(session, assignment, counts)
     lateness = late_checker(session, assignment)
-    scored_runs = (select(Submission.user_id, Run.submission_id, Run.id, Run.score, Run.finished_at,
-                          Submission.uploaded_at)
-                   .join(Run, Run.submission_id == Submission.id)
-                   .where(Submission.assignment_id == assignment.id, Run.state == RunState.scored,
-                          Run.score.is_not(None)))
     entries = grade_entries(session, assignment.id)
-    scored: list[Candidate] = []
-    for user_id, submission_id, run_id, score, finished_at, uploaded_at in session.execute(scored_runs):
-        grade = final_grade(score or 0.0, assignment.total_points, lateness(user_id, uploaded_at).in_zone(tz))
-        scored.append(Candidate(user_id, submission_id, run_id, grade, finished_at))
-    latest: dict[int, Candidate] = {}
-    best: dict[int, Candidate] = {}
-    for row in scored:
-        uid = row.user_id
-        if uid not in latest or row.key("latest") > latest[uid].key("latest"):
-            latest[uid] = row
-        if uid not in best or row.key("best") > best[uid].key("best"):
-            best[uid] = row
+    scored = _scored_candidates(session, assignment, lateness, tz)
+    latest, best = _policy_picks(scored)
     by_id = {row.run_id: row for row in scored}
     pins = {uid: pin for uid, pin in counted_pins(session, assignment.id).items() if pin.run_id in by_id}
     chosen_ids = sorted({r.run_id for r in latest.values()} | {r.run_id for r in best.values()}
                         | {pin.run_id for pin in pins.values()})
-    points: dict[int, dict[str, float]] = defaultdict(dict)
-    speedups: dict[int, dict[str, float]] = defaultdict(dict)
-    if chosen_ids:
-        # The scoring speedup is read inside the JSON by the database, not the whole details.
-        for run_id, pid, pts, speedup in session.execute(
-            select(ProblemResult.run_id, ProblemResult.problem_id, ProblemResult.points,
-                   ProblemResult.details[("score", "speedup", "speedup")].as_float())
-            .where(ProblemResult.run_id.in_(chosen_ids))
-        ):
-            points[run_id][pid] = float(pts)
-            if speedup is not None:
-                speedups[run_id][pid] = float(speedup)
+    points, speedups = _problem_points(session, chosen_ids)
     newest = _newest_runs(session, assignment)
-    gpus = gpu_notes(session, assignment.id, chosen_ids)
-
-    def as_scored(row: Candidate | None) -> ScoredRun | None:
-        if row is None:
-            return None
-        return ScoredRun(run_id=row.run_id, submission_id=row.submission_id, grade=row.grade,
-                         finished_at=row.finished_at, problems=dict(points.get(row.run_id, {})),
-                         speedups=dict(speedups.get(row.run_id, {})), gpu=gpus.get(row.run_id))
-
+    chosen = _ChosenRuns(points, speedups, gpu_notes(session, assignment.id, chosen_ids))
     rows = []
     for user in users:
-        lat, bst = as_scored(latest.get(user.id)), as_scored(best.get(user.id))
+        lat, bst = chosen.scored(latest.get(user.id)), chosen.scored(best.get(user.id))
         pin = pins.get(user.id)
-        graded = as_scored(by_id[pin.run_id]) if pin else lat if policy == "latest" else bst
+        graded = chosen.scored(by_id[pin.run_id]) if pin else lat if policy == "latest" else bst
         student = student_grade(graded.grade if graded else None, entries.get(user.id, ()), assignment.total_points,
                               assignment.extra_credit_points)
         rows.append(GradebookRow(user_id=user.id, username=user.username, submissions=counts.get(user.id, 0),
