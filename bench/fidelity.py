@@ -148,6 +148,7 @@ def outcome_record(outcome: Any, seconds: float, wanted: tuple[str, ...]) -> dic
 
 def run_grader(zips: list[Path], work: Path, store: ResultStore, args: argparse.Namespace, rubric: Rubric,
                config: Any, stage_config: Any, deadline: float | None) -> None:
+    from worker.assignment import StageProgress
     from worker.hw4.grade import run_gpu_stage
     from worker.pipeline import grade_submission
 
@@ -177,7 +178,7 @@ def run_grader(zips: list[Path], work: Path, store: ResultStore, args: argparse.
             chosen = stage_config
             if gradable:
                 chosen = replace(stage_config, problems=tuple(p for p in stage_config.problems if p in gradable[0]))
-            return run_gpu_stage(r, staged, reference, work_dir, chosen, problem_cb)
+            return run_gpu_stage(r, staged, reference, work_dir, chosen, StageProgress(problem=problem_cb))
 
         started = time.monotonic()
         try:

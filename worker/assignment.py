@@ -52,9 +52,27 @@ class StageConfig:
 # good build (names in quotes: their modules are not imported here).
 GpuStage = Callable[["Rubric", Path, Path, Path, tuple[str, ...]], "list[ProblemMeasurement]"]
 
-# (the stage's configuration, called with each problem id before that problem is measured)
-# -> the stage the pipeline runs after a good build.
-StageFactory = Callable[[StageConfig, Callable[[str], None]], GpuStage]
+
+
+def _ignore(*_args: object) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class StageProgress:
+    """What a stage tells the service while it runs (best-effort notes for the run page)."""
+
+    # a problem's measuring starts (its id)
+    problem: Callable[[str], None] = _ignore
+    # the correctness verdicts of these problems are known, and of them the ids in the set are
+    # still to be timed: the run page shows the verdicts while speed is measured. The
+    # measurements are the stage's own: read them during the call only.
+    checked: Callable[[list[ProblemMeasurement], frozenset[str]], None] = _ignore
+
+
+# (the stage's configuration, what it reports while it runs) -> the stage the pipeline runs
+# after a good build.
+StageFactory = Callable[[StageConfig, StageProgress], GpuStage]
 
 
 @dataclass(frozen=True)

@@ -4,10 +4,9 @@ submitted code, so it needs no sandbox; it is for bench/capacity_check.py alone.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from pathlib import Path
 
-from worker.assignment import Assignment, GpuStage, StageConfig
+from worker.assignment import Assignment, GpuStage, StageConfig, StageProgress
 from worker.measurements import CaseOutcome, ProblemMeasurement
 from worker.rubric import Rubric
 
@@ -15,10 +14,10 @@ PROBLEM = "1"
 LONGEST_S = 600.0
 
 
-def make_stage(config: StageConfig, on_problem: Callable[[str], None]) -> GpuStage:
+def make_stage(config: StageConfig, progress: StageProgress) -> GpuStage:
     def stage(rubric: Rubric, staged: Path, reference: Path, work_dir: Path,
               problems: tuple[str, ...]) -> list[ProblemMeasurement]:
-        on_problem(PROBLEM)
+        progress.problem(PROBLEM)
         seconds = min(LONGEST_S, max(0.0, float((staged / "grade_seconds.txt").read_text())))
         time.sleep(seconds)
         return [ProblemMeasurement(PROBLEM, abi_cases=[CaseOutcome("held", (), True, message=f"held {seconds:g} s")])]

@@ -122,7 +122,10 @@ class RunOut(FromRow):
     results: list[ProblemResultOut]
     report: dict[str, Any] | None = None  # Gradescope-format results.json once scored
     progress: dict[str, Any] | None = Field(
-        default=None, description='while active: {"stage"} or {"stage": "run", "problem", "index", "total"}')
+        default=None, description='while active: {"stage"} or {"stage": "run", "problem", "index", "total"}, '
+                                  'with "checked" once correctness verdicts are known while speed is measured: '
+                                  '[{"problem", "correct", "correctness_points", "correctness_max", '
+                                  '"speed": "being measured" | "not timed"}]')
     grade: GradeOut | None = Field(default=None, description="scored runs: the final grade (score is the raw score)")
     gpu_time: GpuTimeOut | None = Field(default=None, description="staff of the course only: the GPU stage's time "
                                                                   "per phase and problem; null for students and runs "

@@ -88,6 +88,22 @@ def _problem_title(slug: str, problem_id: str, search: Sequence[Path]) -> str | 
         return None
 
 
+def checked_lines(run: Run, search: Sequence[Path] = ()) -> list[str]:
+    """While a run is graded: one line per problem whose correctness verdict is already known
+    (grader.runs.progress), e.g. "1.1 Softmax forward: correct, 14 of 14 correctness points;
+    speed being measured"; [] otherwise."""
+    if run.state in FINAL_STATES:
+        return []
+    lines = []
+    for v in (run.progress or {}).get("checked") or []:
+        pid = str(v.get("problem"))
+        title = _problem_title(run.submission.assignment.slug, pid, search)
+        verdict = "correct" if v.get("correct") else "a correctness case failed"
+        lines.append(f"{pid}{' ' + title if title else ''}: {verdict}, {v.get('correctness_points'):g} of "
+                     f"{v.get('correctness_max'):g} correctness points; speed {v.get('speed')}")
+    return lines
+
+
 def describe_duration(seconds: float) -> str:
     if seconds < 90:
         return "under 2 minutes" if seconds >= 45 else "under a minute"
@@ -143,6 +159,7 @@ def run_status(session: Session, run: Run, eta_sample: int, search: Sequence[Pat
         "eta_s": round(queue.eta_s) if queue and queue.eta_s is not None else None,
         "progress": run.progress if active else None,
         "progress_text": progress_text(run, queue, waiting or Waiting.sent, search),
+        "checked": checked_lines(run, search),  # the two-step result: verdicts known while speed is measured
         "waiting": waiting.value if waiting else None,  # why a queued run has no position (or "sent")
         "gpu_model": gpu.model if gpu else None,  # from the run's telemetry; None: not run on a GPU
         "gpu_calibrated": gpu.calibrated if gpu else None,

@@ -9,12 +9,11 @@ when the import fails.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from worker.affinity import choose_timing_cpus
-from worker.assignment import GpuStage, StageConfig, assignment_of
+from worker.assignment import GpuStage, StageConfig, StageProgress, assignment_of
 from worker.build import Toolchain, cuda_include_dirs
 from worker.pipeline import PipelineConfig
 from worker.rubric import Rubric
@@ -96,12 +95,11 @@ def gpu_stage_config(settings: Settings) -> StageConfig:
     )
 
 
-def gpu_stage_for(settings: Settings, rubric: Rubric,
-                  on_problem: Callable[[str], None] = lambda _pid: None) -> GpuStage | None:
+def gpu_stage_for(settings: Settings, rubric: Rubric, progress: StageProgress = StageProgress()) -> GpuStage | None:
     """The assignment's stage when this worker can run it (a GPU stage needs GPU grading on),
-    else None (runs end `built`). `on_problem` is called with each problem id before that
-    problem is measured; the stage runs only the problems whose kernels built."""
+    else None (runs end `built`); it tells `progress` what it measures (grader.runs.progress)
+    and runs only the problems whose kernels built."""
     assignment = assignment_of(rubric)
     if assignment.make_stage is None or (assignment.stage_needs_gpu and not gpu_available(settings)):
         return None
-    return assignment.make_stage(gpu_stage_config(settings), on_problem)
+    return assignment.make_stage(gpu_stage_config(settings), progress)

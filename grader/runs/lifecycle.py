@@ -41,6 +41,7 @@ from grader.db import session_scope
 from grader.models import ACTIVE_STATES, ErrorClass, ProblemResult, Run, RunState, utcnow
 from grader.notify import notify_run_ended
 from grader.runs.engine_config import gpu_stage_for, pipeline_config
+from grader.runs.progress import ProgressNotes
 from grader.service import calibrated_targets_for
 from grader.settings import Settings
 from grader.storage.blobstore import BlobStore
@@ -214,26 +215,17 @@ class RunExecutor:
             except SQLAlchemyError:
                 log.warning("run %s: progress not recorded (database error); grading goes on", run_id, exc_info=True)
 
-        def on_stage(stage: str) -> None:
-            log.info("run %s: stage %s", run_id, stage)
-            if stage == "run":
-                record(state=RunState.running, progress={"stage": stage})
-            else:
-                record(progress={"stage": stage})
+        def write(progress: dict[str, object], running: bool) -> None:
+            log.info("run %s: %s", run_id, progress.get("problem") or progress.get("stage"))
+            record(progress=progress, **({"state": RunState.running} if running else {}))
 
-        order = [p.id for p in rubric.problems]
-
-        def on_problem(problem_id: str) -> None:
-            log.info("run %s: problem %s", run_id, problem_id)
-            index = order.index(problem_id) + 1 if problem_id in order else None
-            record(progress={"stage": "run", "problem": problem_id, "index": index, "total": len(order)})
-
-        gpu_stage = gpu_stage_for(self.settings, rubric, on_problem)
+        notes = ProgressNotes(rubric, write)
+        gpu_stage = gpu_stage_for(self.settings, rubric, notes.for_stage())
         targets = None
         if gpu_stage is not None:
             with session_scope(self.sessions) as session:
                 targets = calibrated_targets_for(session, slug, gpu_snapshot(self.settings.gpu_index).get("name"))
-        return grade_submission(archive, rubric, job_dir, config, on_stage, gpu_stage, targets)
+        return grade_submission(archive, rubric, job_dir, config, notes.stage, gpu_stage, targets)
 
     def _release(self, run_id: int, me: str) -> Disposition:
         """Give a run back to the queue after an infrastructure fault (no result recorded)."""

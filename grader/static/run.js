@@ -1,5 +1,5 @@
 // Follows a run (follow.js): polls its status every 2 s, shows the queue position and ETA, the stage or
-// the problem being graded, and reloads once when the run is final so the server renders
+// the problem being graded, the correctness verdicts known while speed is measured, and reloads once when the run is final so the server renders
 // the breakdown and logs. No framework.
 (function () {
   var box = document.getElementById("run-status");
@@ -7,6 +7,7 @@
   var state = document.getElementById("run-state");
   var progress = document.getElementById("run-progress");
   var message = document.getElementById("run-message");
+  var checked = document.getElementById("run-checked");
   var order = ["queued", "building", "running", "scored"];
   // The last step a final run completed: a built run stopped after building, a failed one
   // is only known to have left the queue.
@@ -27,6 +28,13 @@
     state.textContent = s.state;
     state.className = "state state-" + s.state;
     progress.textContent = s.progress_text || "";
+    var lines = s.checked || [];
+    checked.replaceChildren.apply(checked, lines.map(function (line) {
+      var item = document.createElement("li");
+      item.textContent = line;
+      return item;
+    }));
+    checked.hidden = lines.length === 0;
     message.textContent = s.message || "";
     mark(s.state, false);
   }, box);

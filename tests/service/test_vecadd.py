@@ -79,3 +79,27 @@ def test_vecadd_upload_is_scored_by_its_plugins_stage(
     else:  # worker.checks' message, in the assignment's words
         assert "elements of out out of tolerance" in result["message"], result
         assert "(vec_add called directly)" in result["message"], result
+
+
+def test_the_verdict_shows_while_speed_is_measured(
+    vecadd_client: TestClient, vecadd_worker: WorkerProcess, sessions: sessionmaker[Session], tmp_path: Path,
+) -> None:
+    """The two-step result: once the stage has its correctness verdict and only timing is
+    left (vecadd stands a 6 s wait in for a timing phase), the running run's progress already
+    carries the verdict and its correctness points, "speed being measured"; the final result
+    replaces it."""
+    student = new_student(sessions, "vecadd")
+    tag = f"// {uuid.uuid4().hex}\n"
+    source = (VECADD / "starter" / "src" / "vecadd.cu").read_text()
+    archive = make_zip(VECADD / "starter", tmp_path / "vecadd.zip",
+                       {"src/vecadd.cu": tag + source, "timing_seconds.txt": "6"})
+    created = _upload(vecadd_client, student, archive)
+    running = wait_for_run(vecadd_client, created["run_id"], student, timeout=180,
+                           until=lambda r: r["state"] in {"scored", "failed", "built"}
+                           or bool((r.get("progress") or {}).get("checked")))
+    assert running["state"] == "running", (running, vecadd_worker.log())
+    assert running["progress"]["checked"] == [{"problem": "1", "correct": True, "correctness_points": 10,
+                                               "correctness_max": 10, "speed": "being measured"}]
+    assert running["score"] is None
+    final = wait_for_run(vecadd_client, created["run_id"], student, timeout=120)
+    assert final["state"] == "scored" and final["score"] == 10 and final["progress"] is None, final

@@ -329,7 +329,7 @@ def captured(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, ...]]]
         limits=SandboxLimits(wall_s=1, cpu_s=1, memory_bytes=MiB, max_processes=1, file_size_bytes=MiB),
         policy=POLICY))
     monkeypatch.setattr(hw4_grade, "run_gpu_stage",
-                        lambda rubric, staged, ref, work, cfg, on_problem: seen.append(cfg.problems) or [])
+                        lambda rubric, staged, ref, work, cfg, progress: seen.append(cfg.problems) or [])
     yield seen
 
 

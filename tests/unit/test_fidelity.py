@@ -578,7 +578,7 @@ def test_run_grader_grades_through_the_pipeline_and_keeps_the_requested_problems
 
     asked: list[tuple[str, ...]] = []
 
-    def fake_stage(rubric, staged, reference, work_dir, config, on_problem=lambda _p: None):  # type: ignore[no-untyped-def]
+    def fake_stage(rubric, staged, reference, work_dir, config, progress=None):  # type: ignore[no-untyped-def]
         asked.append(config.problems)
         ok = RatioSummary(1.0, 0.1, 10.0, 9.5, 10.5, 12)
         return [ProblemMeasurement("1.1", abi_cases=[CaseOutcome("sfw-1", (2, 8, 4, 4), True)],

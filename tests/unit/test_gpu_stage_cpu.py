@@ -34,6 +34,7 @@ from gpu_stage_support import run_stage as _run  # noqa: E402
 from gpu_stage_support import sandbox_user as _sandbox_user  # noqa: E402
 from gpu_stage_support import stage_config as _config  # noqa: E402
 
+from worker.assignment import StageProgress  # noqa: E402
 from worker.build import Toolchain  # noqa: E402
 from worker.hw4.cases import load_cases  # noqa: E402
 from worker.hw4.grade import GpuStageConfig, run_gpu_stage  # noqa: E402
@@ -268,7 +269,7 @@ def test_checks_overlap_and_only_the_timed_child_runs(base: Path, trusted: Path,
     seen: dict[str, dict[str, str]] = {}
     measurements = run_gpu_stage(load_rubric("hw4"), submission, trusted, work,
                                  _config(policy, problems=KERNEL_PROBLEMS),
-                                 on_problem=lambda pid: seen.setdefault(pid, _kernel_children(work)))
+                                 StageProgress(problem=lambda pid: seen.setdefault(pid, _kernel_children(work))))
     assert all(m.status == "ok" and m.speedup_student is not None for m in measurements), [_describe(m) for m in measurements]
     profilers = {f"{pid}-profile" for pid in KERNEL_PROBLEMS}
     timers = [f"{pid}-timing" for pid in KERNEL_PROBLEMS]

@@ -5,18 +5,17 @@ Kept light: the stage's modules (numpy, the GPU client) are imported only when a
 """
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
-from worker.assignment import Assignment, GpuStage, StageConfig, Words
+from worker.assignment import Assignment, GpuStage, StageConfig, StageProgress, Words
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
-def make_stage(config: StageConfig, on_problem: Callable[[str], None]) -> GpuStage:
+def make_stage(config: StageConfig, progress: StageProgress) -> GpuStage:
     from worker.hw4.grade import stage_for
 
-    return stage_for(config, on_problem)
+    return stage_for(config, progress)
 
 
 ASSIGNMENT = Assignment(

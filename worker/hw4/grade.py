@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from worker.assignment import GpuStage, StageConfig
+from worker.assignment import GpuStage, StageConfig, StageProgress
 from worker.gpu.budget import Deadline
 from worker.gpu.client import ChildClient
 from worker.hw4 import kernels, problem3, speed
@@ -59,7 +59,7 @@ class GpuStageConfig(StageConfig):
         return cls(**{f.name: getattr(config, f.name) for f in fields(StageConfig)})
 
 
-def stage_for(config: StageConfig, on_problem: Callable[[str], None]) -> GpuStage:
+def stage_for(config: StageConfig, progress: StageProgress) -> GpuStage:
     """hw4's stage as the pipeline calls it (worker.assignment.StageFactory): it runs only the
     problems the pipeline passes it (those whose kernels built)."""
     own = GpuStageConfig.of(config)
@@ -67,7 +67,7 @@ def stage_for(config: StageConfig, on_problem: Callable[[str], None]) -> GpuStag
     def stage(rubric: Rubric, staged: Path, reference: Path, work_dir: Path,
               problems: tuple[str, ...]) -> list[ProblemMeasurement]:
         chosen = replace(own, problems=tuple(p for p in own.problems if p in problems))
-        return run_gpu_stage(rubric, staged, reference, work_dir, chosen, on_problem)
+        return run_gpu_stage(rubric, staged, reference, work_dir, chosen, progress)
 
     return stage
 
@@ -122,7 +122,7 @@ def run_gpu_stage(
     trusted_root: Path | None,
     work_dir: Path,
     config: GpuStageConfig,
-    on_problem: Callable[[str], None] = lambda _pid: None,
+    progress: StageProgress = StageProgress(),
 ) -> list[ProblemMeasurement]:
     """Measure the problems of hw4 that `config.problems` names (every one by default) for the
     built submission in `staged_root`."""
@@ -160,7 +160,7 @@ def run_gpu_stage(
                 measurements.extend(kernels.grade_kernel_problems(
                     kernel_problems,
                     lambda label: open_child(f"problem-{label}", staged_root, kernels.HANDLERS, KERNEL_ARENA_BYTES),
-                    sides, gate, rng, config.timing, telemetry, on_problem, config.timing_cpus,
+                    sides, gate, rng, config.timing, telemetry, progress, config.timing_cpus,
                 ))
         finally:
             for client in sides.clients.values():
@@ -169,7 +169,7 @@ def run_gpu_stage(
         for m in measurements:
             m.telemetry["gpu_busy"] = busy.summary()
         if "3" in config.problems:
-            on_problem("3")
+            progress.problem("3")
             gate.settle()  # no load probe runs beside the spawn below
             parts = (*_libraries(rubric, "3"), MINITORCH)
             blocked = gate.blocked(*parts)

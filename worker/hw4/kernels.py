@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from worker.affinity import TimingCpus, this_thread_on
+from worker.assignment import StageProgress
 from worker.gpu.client import ChildClient, ChildFailure, OutOfBudget, StudentError
 from worker.hw4.abi import library_of
 from worker.hw4.cases import Case
@@ -301,7 +302,7 @@ def grade_kernel_problems(
     rng: np.random.Generator,
     config: TimingConfig,
     telemetry: Callable[[], dict[str, Any]] = dict,
-    on_problem: Callable[[str], None] = lambda _pid: None,
+    progress: StageProgress = StageProgress(),
     cpus: TimingCpus | None = None,
 ) -> list[ProblemMeasurement]:
     """Every kernel problem (id, cases, thresholds, the libraries it needs), each in a fresh
@@ -341,7 +342,7 @@ def grade_kernel_problems(
                 problem.timer = open_student(f"{problem.problem_id}-timing")
         gate.start()
         if states:
-            on_problem(states[0].problem_id)
+            progress.problem(states[0].problem_id)
         with ThreadPoolExecutor(max_workers=max(1, 3 * len(states) + 1)) as pool:
             # beside the checks: profiles and the warming of the timing children (never a timing)
             aside = [pool.submit(profile_phase, problem, config) for problem in states]
@@ -366,6 +367,7 @@ def grade_kernel_problems(
             if logs:
                 problem.measurement.log_tail = "\n".join(logs)
         waiting = [p for p in states if ready_for_timing(p)]
+        progress.checked([p.measurement for p in states], frozenset(p.problem_id for p in waiting))
         for problem in states:
             _finish(problem)
             timer, problem.timer = problem.timer, None
@@ -385,7 +387,7 @@ def grade_kernel_problems(
                 _skip_timing(problem, spent)
                 _finish(problem)
                 continue
-            on_problem(problem.problem_id)
+            progress.problem(problem.problem_id)
             problem.client.resume()  # type: ignore[union-attr]
             problem.measurement.telemetry["timing_cpus"] = dataclasses.asdict(cpus) if cpus else None
             with _placed_for_timing(problem.client, sides, cpus):  # type: ignore[arg-type]

@@ -3,19 +3,21 @@
 After the generic pipeline has built the student's src/vecadd.cu, one sandboxed child
 (child.py, in a copy of the staged tree) calls vec_add on every case; this trusted parent
 checks each output against a float64 reference with worker.checks, the check every
-assignment shares.
+assignment shares. It times nothing; a zip holding `timing_seconds.txt` makes the stage wait
+that long (at most 60 s) after telling the service its verdict, as a timing phase would, so
+tests can watch the two-step result (grader.runs.progress).
 """
 from __future__ import annotations
 
 import os
 import shutil
 import sys
-from collections.abc import Callable
+import time
 from pathlib import Path
 
 import numpy as np
 
-from worker.assignment import Assignment, GpuStage, StageConfig, Words
+from worker.assignment import Assignment, GpuStage, StageConfig, StageProgress, Words
 from worker.checks import compare
 from worker.measurements import CaseOutcome, ProblemMeasurement
 from worker.rubric import Rubric
@@ -60,13 +62,18 @@ def measure(config: StageConfig, staged: Path, work_dir: Path) -> ProblemMeasure
     return ProblemMeasurement(PROBLEM, abi_cases=cases)
 
 
-def make_stage(config: StageConfig, on_problem: Callable[[str], None]) -> GpuStage:
+def make_stage(config: StageConfig, progress: StageProgress) -> GpuStage:
     def stage(rubric: Rubric, staged: Path, reference: Path, work_dir: Path,
               problems: tuple[str, ...]) -> list[ProblemMeasurement]:
         if PROBLEM not in problems:
             return []
-        on_problem(PROBLEM)
-        return [measure(config, staged, work_dir)]
+        progress.problem(PROBLEM)
+        measured = measure(config, staged, work_dir)
+        hold = staged / "timing_seconds.txt"
+        seconds = min(60.0, float(hold.read_text())) if hold.is_file() else 0.0
+        progress.checked([measured], frozenset({PROBLEM}) if seconds > 0 else frozenset())
+        time.sleep(seconds)
+        return [measured]
 
     return stage
 
