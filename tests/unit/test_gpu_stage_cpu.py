@@ -263,13 +263,22 @@ def test_checks_overlap_and_only_the_timed_child_runs(base: Path, trusted: Path,
     """All four children, their kernel-profile children and their timing children are up
     during the checks; when a problem's timing starts, the checking and profiling children are
     gone and every timing child still waiting for its turn is stopped (T), so nothing else of
-    the submission runs beside a timing."""
+    the submission runs beside a timing. The verdicts are reported once, between the two: every
+    problem checked, none timed yet, all four still to be timed (the two-step result)."""
     submission = cpu_standin.make_cpu_submission(base / "frozen" / "submission")
     work = base / "frozen" / "work"
     seen: dict[str, dict[str, str]] = {}
+    verdicts: list[tuple[list[tuple[str, bool, bool]], frozenset[str], int]] = []
+
+    def checked(ms: list, timed: frozenset[str]) -> None:
+        verdicts.append(([(m.problem_id, bool(m.cases) and not m.failed_cases, m.speedup_student is None) for m in ms],
+                         timed, len(seen)))
+
     measurements = run_gpu_stage(load_rubric("hw4"), submission, trusted, work,
                                  _config(policy, problems=KERNEL_PROBLEMS),
-                                 StageProgress(problem=lambda pid: seen.setdefault(pid, _kernel_children(work))))
+                                 StageProgress(problem=lambda pid: seen.setdefault(pid, _kernel_children(work)),
+                                               checked=checked))
+    assert verdicts == [([(pid, True, True) for pid in KERNEL_PROBLEMS], frozenset(KERNEL_PROBLEMS), 1)], verdicts
     assert all(m.status == "ok" and m.speedup_student is not None for m in measurements), [_describe(m) for m in measurements]
     profilers = {f"{pid}-profile" for pid in KERNEL_PROBLEMS}
     timers = [f"{pid}-timing" for pid in KERNEL_PROBLEMS]
