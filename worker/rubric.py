@@ -161,6 +161,9 @@ class Rubric:
     # The assignment's plug-in (worker.assignment): a module name (worker.hw4) or the absolute
     # path of a .py file (written relative to the rubric); None: no stage.
     plugin: str | None = None
+    # The file it was read from: a plug-in reads its own sections there (hw4's `cases:`), so a
+    # course's copy of an assignment kept outside rubrics/ is graded by its own file.
+    path: Path | None = None
 
     @property
     def total_points(self) -> float:
@@ -219,6 +222,7 @@ def _parse_rubric(path: Path, _mtime_ns: int) -> Rubric:
             title=data["title"],
             starter_dir=(path.parent / data["starter"]).resolve(),
             plugin=_plugin_entry(data.get("plugin"), path.parent),
+            path=path.resolve(),
             required_files=tuple(data["required_files"]),
             student_files=student_files,
             kernels=kernels,

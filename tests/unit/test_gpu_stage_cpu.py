@@ -323,3 +323,28 @@ def test_a_timing_child_that_fails_while_warmed_is_replaced(base: Path, trusted:
     assert m.status == "ok" and not m.failed_cases, _describe(m)
     assert _measured(m), (m.speedup_student, m.speedup_reference_ops, m.speedup_trusted)
     assert "timing_warm" in m.telemetry["seconds"] and m.telemetry["seconds"]["timing"] > 0
+
+
+def test_a_rubric_outside_rubrics_is_graded_by_its_own_cases(base: Path, trusted: Path, policy: SandboxPolicy,
+                                                            monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A course's copy of hw4's rubric kept in a folder of its own (KG_RUBRIC_DIRS) with a case
+    list of its own: the stage checks the cases of that file, not those of rubrics/hw4.yaml."""
+    import yaml
+    from small_timing import SMALL_TIMING_CASES
+
+    from worker.hw4 import speed
+
+    for pid, case in SMALL_TIMING_CASES.items():
+        monkeypatch.setitem(speed.TIMING_CASES, pid, [case])
+    data = yaml.safe_load(load_rubric("hw4").path.read_text())  # type: ignore[union-attr]
+    kept = data["cases"]["2.1"]
+    data["cases"]["2.1"] = {"kind": kept["kind"], "public": kept["public"][:1]}  # one case, and no hidden ones
+    data["starter"] = str(load_rubric("hw4").starter_dir)
+    (tmp_path / "hw4.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    own = load_rubric("hw4", tmp_path)
+    assert own.path == (tmp_path / "hw4.yaml").resolve()
+    [case] = load_cases(own.path)["2.1"]
+    submission = cpu_standin.make_cpu_submission(base / "own-rubric" / "submission")
+    [m] = run_gpu_stage(own, submission, trusted, base / "own-rubric" / "work", _config(policy, problems=("2.1",)))
+    assert [c.case_id for c in m.abi_cases] == [f"abi:{case.id}"], _describe(m)
+    assert len(load_cases("hw4")["2.1"]) > 1  # the project's own list is longer

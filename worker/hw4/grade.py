@@ -138,7 +138,7 @@ def run_gpu_stage(
         return ChildClient(sandbox, _fresh_copy(root, work_dir / label), handlers, arena, config.policy.gpu_index,
                            config.steady_memory, deadline)
 
-    cases = load_cases(rubric.slug)
+    cases = load_cases(rubric.path or rubric.slug)
     measurements: list[ProblemMeasurement] = []
     kernel_problems = []
     for pid in (p for p in KERNEL_PROBLEMS if p in config.problems):
