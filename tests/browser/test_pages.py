@@ -196,6 +196,19 @@ def test_run_page_follows_progress_without_reload(
         "Running problem 3 of 5: 2.1 LayerNorm forward (ker_layer_norm).")
     expect(page.locator('[data-step="running"]')).to_have_attribute("aria-current", "step")
     assert page.evaluate("window.kgNotReloaded === true")  # updated in place
+    expect(page.locator("#run-checked")).to_be_hidden()
+    # the two-step result: the kernel problems' verdicts while their speed is measured
+    checked = [{"problem": "1.1", "correct": True, "correctness_points": 14, "correctness_max": 14,
+                "speed": "being measured"},
+               {"problem": "2.2", "correct": False, "correctness_points": 3.5, "correctness_max": 14,
+                "speed": "not timed"}]
+    _set_run(sessions, run_id, progress={"stage": "run", "problem": "1.1", "index": 1, "total": 5, "checked": checked})
+    items = page.locator("#run-checked li")
+    expect(items).to_have_count(2)
+    expect(items.nth(0)).to_have_text(re.compile(r"^1\.1 .+: correct, 14 of 14 correctness points; speed being measured$"))
+    expect(items.nth(1)).to_have_text(re.compile(r"^2\.2 .+: a correctness case failed, 3\.5 of 14 correctness points; "
+                                                 r"speed not timed$"))
+    assert page.evaluate("window.kgNotReloaded === true")
     page.screenshot(path=str(screenshot_dir / "run-progress.png"))
     _set_run(sessions, run_id, state=RunState.failed, finished_at=utcnow(), progress=None,
              error_class=ErrorClass.timeout, message="Grading stopped: time limit.")
