@@ -216,10 +216,9 @@ class RunExecutor:
                 log.warning("run %s: progress not recorded (database error); grading goes on", run_id, exc_info=True)
 
         def write(progress: dict[str, object], running: bool) -> None:
-            log.info("run %s: %s", run_id, progress.get("problem") or progress.get("stage"))
             record(progress=progress, **({"state": RunState.running} if running else {}))
 
-        notes = ProgressNotes(rubric, write)
+        notes = ProgressNotes(rubric, write, lambda line: log.info("run %s: %s", run_id, line))
         gpu_stage = gpu_stage_for(self.settings, rubric, notes.for_stage())
         targets = None
         if gpu_stage is not None:

@@ -43,18 +43,22 @@ def checked_verdicts(rubric: Rubric, measurements: list[ProblemMeasurement], tim
 
 class ProgressNotes:
     """Builds Run.progress for one run and hands each new value to `write` (best-effort: the
-    caller's), `running=True` with the first note of the stage (the run becomes `running`)."""
+    caller's), `running=True` with the first note of the stage (the run becomes `running`);
+    `say` gets a line for the worker's log with each ("stage build", "problem 2.1")."""
 
-    def __init__(self, rubric: Rubric, write: Callable[[dict[str, Any], bool], None]) -> None:
-        self.rubric, self.write = rubric, write
+    def __init__(self, rubric: Rubric, write: Callable[[dict[str, Any], bool], None],
+                 say: Callable[[str], None] = lambda _line: None) -> None:
+        self.rubric, self.write, self.say = rubric, write, say
         self.order = [p.id for p in rubric.problems]
         self.checked: list[dict[str, Any]] = []
         self.last: dict[str, Any] = {"stage": "run"}  # the last note of the stage
 
     def stage(self, stage: str) -> None:
+        self.say(f"stage {stage}")
         self.write({"stage": stage}, stage == "run")
 
     def problem(self, problem_id: str) -> None:
+        self.say(f"problem {problem_id}")
         note: dict[str, Any] = {"stage": "run", "problem": problem_id,
                                 "index": self.order.index(problem_id) + 1 if problem_id in self.order else None,
                                 "total": len(self.order)}
@@ -65,6 +69,7 @@ class ProgressNotes:
 
     def verdicts(self, measurements: list[ProblemMeasurement], timed: frozenset[str]) -> None:
         self.checked = checked_verdicts(self.rubric, measurements, timed)
+        self.say(f"correctness verdicts of {len(self.checked)} problem(s), {len(timed)} to be timed")
         self.write({**self.last, "checked": self.checked}, False)
 
     def for_stage(self) -> StageProgress:

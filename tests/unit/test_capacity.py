@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from grader.capacity import HOUR, Course, Job, Planner, Shape, queue_eta, service_estimate, simulate
-from worker.assignment import StageConfig, assignment_of
+from worker.assignment import StageConfig, StageProgress, assignment_of
 from worker.rubric import load_rubric
 from worker.sandbox import SandboxLimits, SandboxPolicy
 
@@ -149,7 +149,7 @@ def test_the_benchs_stand_in_grade_holds_its_worker_for_the_uploads_seconds(tmp_
                                        file_size_bytes=1 << 20), SandboxPolicy(user=None))
     make_stage = assignment_of(rubric).make_stage
     assert make_stage is not None
-    stage = make_stage(config, lambda _pid: None)
+    stage = make_stage(config, StageProgress())
     (tmp_path / "grade_seconds.txt").write_text("0.3\n")
     started = time.monotonic()
     [measured] = stage(rubric, tmp_path, tmp_path, tmp_path, ("1",))

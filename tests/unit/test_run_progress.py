@@ -32,7 +32,8 @@ def test_verdicts_carry_the_correctness_points_scoring_gives() -> None:
 
 def test_notes_keep_the_verdicts_with_every_later_note() -> None:
     written: list[tuple[dict[str, Any], bool]] = []
-    notes = ProgressNotes(HW4, lambda note, running: written.append((note, running)))
+    said: list[str] = []
+    notes = ProgressNotes(HW4, lambda note, running: written.append((note, running)), said.append)
     notes.stage("build")
     notes.stage("run")
     progress = notes.for_stage()
@@ -44,6 +45,9 @@ def test_notes_keep_the_verdicts_with_every_later_note() -> None:
     assert written[2][0] == {"stage": "run", "problem": "1.1", "index": 1, "total": len(HW4.problems)}
     assert written[3][0] == {**written[2][0], "checked": checked_verdicts(HW4, _measurements(), frozenset({"1.1"}))}
     assert written[4][0] == written[3][0]
+    # the worker's log lines, as the service tests read them ("run N: stage unpack")
+    assert said == ["stage build", "stage run", "problem 1.1",
+                    "correctness verdicts of 2 problem(s), 1 to be timed", "problem 1.1"]
 
 
 def test_the_run_page_reads_one_line_per_verdict_while_the_run_is_active() -> None:
