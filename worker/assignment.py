@@ -53,7 +53,6 @@ class StageConfig:
 GpuStage = Callable[["Rubric", Path, Path, Path, tuple[str, ...]], "list[ProblemMeasurement]"]
 
 
-
 def _ignore(*_args: object) -> None:
     return None
 

@@ -33,7 +33,7 @@ def checked_verdicts(rubric: Rubric, measurements: list[ProblemMeasurement], tim
         score = score_problem(spec, m, words=words)
         verdicts.append({
             "problem": m.problem_id,
-            "correct": m.status == "ok" and not m.failed_cases,
+            "correct": m.status == "ok" and m.all_passed,
             "correctness_points": round(score.correctness_points, 2),
             "correctness_max": spec.correctness_points,
             "speed": BEING_MEASURED if m.problem_id in timed else NOT_TIMED,

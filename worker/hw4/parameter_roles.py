@@ -142,7 +142,8 @@ def _more(items: list[str], limit: int, sep: str = ", ") -> str:
     return sep.join(items[:limit]) + rest
 
 
-def _listing(params: list[tuple[str, Shape]]) -> str:
+def listing(params: Sequence[tuple[str, Sequence[int]]]) -> str:
+    """`name [shape]` for each, the first few and how many more; "none" for none."""
     return _more([f"{n} {list(s)}" for n, s in params], _LISTED) or "none"
 
 
@@ -166,8 +167,8 @@ def map_parameters(unfused: Sequence[tuple[str, Sequence[int]]],
         raise ParameterMappingError(
             "could not pair the parameters of DecoderLM(use_fused_kernel=False) one to one with those "
             "of DecoderLM(use_fused_kernel=True), so the two models cannot be given the same values. "
-            f"Unpaired in the unfused model: {_listing(list(left_u.items()))}. "
-            f"Unpaired in the fused model: {_listing(list(left_f.items()))}. "
+            f"Unpaired in the unfused model: {listing(list(left_u.items()))}. "
+            f"Unpaired in the fused model: {listing(list(left_f.items()))}. "
             + (f"Ambiguous: {_more(ambiguous, _AMBIGUOUS, '; ')}. " if ambiguous else "")
             + "Parameters pair by the same name and shape, else by role (the same module and LayerNorm, "
             "and weight/gamma/scale vs bias/beta/shift: ln_1.weights ~ ln1_gamma ~ ln_1_gamma), else as the "

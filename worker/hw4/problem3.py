@@ -49,6 +49,7 @@ import numpy as np
 
 from worker.gpu.channel import ALIGN
 from worker.gpu.client import ChildClient, ChildFailure, OutOfBudget, StudentError
+from worker.hw4.parameter_roles import listing
 from worker.hw4.problem3_compare import (
     CAUSAL_RTOL,
     MATCH_RTOL,
@@ -123,7 +124,7 @@ class _Session:
         self.names: list[str] = []
         self.shapes: list[list[int]] = []
         self.elements = 0
-        self.fused_only: list[str] = []  # the fused model's parameters that pair with none, "name [shape]"
+        self.fused_only: list[tuple[str, list[int]]] = []  # the fused model's parameters that pair with none
         self.phase = "setup"  # what was running, for a failure's message
 
     def elapsed(self) -> float:
@@ -221,8 +222,7 @@ def _checks(s: _Session) -> tuple[list[CaseOutcome], dict[str, Any]]:
     if s.fused_only:
         grads_case = replace(grads_case, message=f"{grads_case.message}; not compared: {len(s.fused_only)} "
                              "parameter(s) of the fused model that pair with none of the unfused model's "
-                             f"(unused by its step, or its own; they keep their values): "
-                             f"{', '.join(s.fused_only[:6])}{', ...' if len(s.fused_only) > 6 else ''}")
+                             f"(unused by its step, or its own; they keep their values): {listing(s.fused_only)}")
     cases.append(grads_case)
     s.info["losses"] = loss
     s.info["logit_scale"] = scale
@@ -323,7 +323,7 @@ def _measure_built(s: _Session, m: ProblemMeasurement, setup: dict[str, Any], th
     config = s.config
     s.names = _display_names(setup.get("parameter_names", []), setup.get("fused_parameter_names"))
     s.shapes = [[int(d) for d in sh] for sh in setup.get("parameter_shapes", [])]
-    s.fused_only = [f"{name} {list(shape)}" for name, shape in setup.get("fused_only_parameters", [])]
+    s.fused_only = [(str(name), [int(d) for d in shape]) for name, shape in setup.get("fused_only_parameters", [])]
     s.elements = int(sum(int(np.prod(sh, dtype=np.int64)) for sh in s.shapes))
     s.info["setup"] = {k: v for k, v in setup.items()
                        if k not in ("ok", "parameter_names", "fused_parameter_names", "parameter_shapes")}
