@@ -135,6 +135,8 @@ def outcome_record(outcome: Any, seconds: float, wanted: tuple[str, ...]) -> dic
             "flags": ((p.details or {}).get("score") or {}).get("flags", []),
             "timing": {k: m.telemetry.get(k) for k in ("timing_shapes", "timing_evidence", "timing_dropped", "seconds")}
             if m is not None else {},
+            # Problem 3: per model, the peak host and device memory of its steps (MiB)
+            "step_memory": (m.telemetry.get("problem3") or {}).get("memory") if m is not None else None,
             "log_tail": m.log_tail[-1500:] if m is not None and m.status != "ok" else "",
             # for diagnosis: every failed case (bounded) and the score's reasons
             "failed_cases": [c.describe() for c in m.failed_cases][:30] if m is not None else [],

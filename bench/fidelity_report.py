@@ -293,6 +293,16 @@ def _seconds_text(seconds: Any) -> str:
     return ", ".join(f"{k} {v:g} s" if isinstance(v, (int, float)) else f"{k} {v}" for k, v in seconds.items())
 
 
+def _memory_text(memory: Any) -> str:
+    """'unfused host 2310 MiB, device 1020 MiB; fused ...' from a Problem 3 record's step_memory."""
+    if not isinstance(memory, dict) or not memory:
+        return ""
+    def mib(value: Any) -> str:
+        return f"{value:.0f} MiB" if isinstance(value, (int, float)) else "-"
+    return "; ".join(f"{model} host {mib(f.get('host_peak_mib'))}, device {mib(f.get('device_used_peak_mib'))}"
+                     for model, f in sorted(memory.items()))
+
+
 def flag_lines(results: dict[str, Any]) -> list[str]:
     """A line per graded problem: its score's flags (if any) and the timing's phase seconds."""
     lines = []
@@ -302,7 +312,9 @@ def flag_lines(results: dict[str, Any]) -> list[str]:
                 continue
             flags = record.get("flags") or []
             seconds = _seconds_text((record.get("timing") or {}).get("seconds"))
-            lines.append(f"- {name} {pid}: flags {'; '.join(flags) if flags else 'none'}; timing seconds: {seconds}")
+            memory = _memory_text(record.get("step_memory"))
+            lines.append(f"- {name} {pid}: flags {'; '.join(flags) if flags else 'none'}; timing seconds: {seconds}"
+                         + (f"; peak memory per step: {memory}" if memory else ""))
     return lines
 
 

@@ -34,7 +34,8 @@ def test_course_config_within_budget(kit_root: Path, tmp_path: Path) -> None:
     for case in m.binding_cases:
         print(case.describe())
     print("speedup (unfused/fused step):", m.speedup_student.describe() if m.speedup_student else None)
-    print(json.dumps({k: info.get(k) for k in ("setup_s", "first_steps", "losses", "causality", "timing", "elapsed_s")},
+    print(json.dumps({k: info.get(k) for k in ("setup_s", "first_steps", "losses", "causality", "timing", "memory",
+                                         "elapsed_s")},
                      default=str, indent=1))
     assert m.status == "ok", m.log_tail
     assert m.all_passed, [c.describe() for c in m.failed_cases]
@@ -42,3 +43,6 @@ def test_course_config_within_budget(kit_root: Path, tmp_path: Path) -> None:
     s = m.speedup_student
     assert s is not None and s.trials >= config.min_pairs
     assert s.speedup > 1.0
+    for model in ("unfused", "fused"):  # each step's own peaks, the device's sampled in the checked steps
+        peak = info["memory"][model]
+        assert peak["host_peak_mib"] > 0 and peak["device_used_peak_mib"] > 0, info["memory"]

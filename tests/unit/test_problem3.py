@@ -129,7 +129,15 @@ def test_reference_passes_and_is_timed(tmp_path: Path) -> None:
     orders = [st["model"] for st in info["steps"] if st["pair"] < 2]
     assert orders == ["unfused", "fused", "fused", "unfused"]  # alternating which goes first
     assert m.telemetry["gpu_before"] == {"probe": "telemetry"}
-    print("reference:", s.describe(), info["timing"])
+    # every step reports its own peak host memory (the child resets the mark before it); a
+    # numpy model has no device, so its sampled device figure is None, not a guess
+    for model in ("unfused", "fused"):
+        first = info["first_steps"][model]["memory"]
+        assert first["host_reset"] is True and 20 < first["host_peak_mib"] < LIMITS.memory_bytes / MiB
+        assert first["device_used_peak_mib"] is None
+        assert info["memory"][model]["host_peak_mib"] >= first["host_peak_mib"]
+    assert all(st["memory"]["host_peak_mib"] > 0 and "device_used_peak_mib" not in st["memory"] for st in info["steps"])
+    print("reference:", s.describe(), info["timing"], info["memory"])
 
 
 def test_non_causal_fused_attention_fails_causality(tmp_path: Path) -> None:

@@ -12,8 +12,9 @@ what happened; the parent draws every input, keeps the clock and judges the resu
   the fused branch is the student's design, so names and order may differ). Gradients and
   the names reported are in the unfused model's order, the fused model's mapped to it. A
   model that cannot be built or paired is reported as `{"setup_failure": {case_id, message}}`.
-- `p3_step`   {model, tokens, grad, want_logits, logits_out, grads_out}: one forward +
-  backward(grad), optionally writing the logits and every parameter's gradient.
+- `p3_step`   {model, tokens, grad, want_logits, logits_out, grads_out, device_memory}: one
+  forward + backward(grad), optionally writing the logits and every parameter's gradient;
+  reports the step's peak host memory (and the device's, sampled, with device_memory).
 - `p3_logits` {model, tokens, out}: forward only (the parent's causality probe).
 
 The call counts are reported by code that shares a process with the student's, so they
@@ -34,6 +35,7 @@ import numpy as np
 
 from worker.gpu.channel import ArrayRef
 from worker.gpu.child import ChildState, handler
+from worker.gpu.step_memory import StepMemory
 from worker.hw4.parameter_roles import ParameterMappingError, Shape, map_parameters
 
 FUSED_OPS = ("attn_softmax_fw", "attn_softmax_bw", "layernorm_fw", "layernorm_bw")
@@ -353,17 +355,18 @@ def p3_step(state: ChildState, msg: dict[str, Any]) -> dict[str, Any]:
     reset before each step so that they never accumulate across steps."""
     _, _, model, _ = _context(state, msg)
     _reset_grads(model)
-    mt, backend, logits, counts = _forward(state, msg, "tokens")
-    grad_view = state.arena.view(ArrayRef.from_json(msg["grad"]))
-    if tuple(grad_view.shape) != tuple(int(s) for s in logits.shape):
-        raise ValueError(f"upstream gradient {list(grad_view.shape)} does not match logits {list(logits.shape)}")
-    logits.backward(make_tensor(mt, backend, grad_view))
-    with_grad = sum(1 for p in model.parameters() if getattr(p.value, "grad", None) is not None)
-    if msg.get("want_logits") and msg.get("logits_out") is not None:
-        _write(state, msg["logits_out"], logits)
-    if msg.get("grads_out") is not None:
-        _write_grads(state, msg["grads_out"], state.memo["p3"]["ordered"][msg["model"]])
-    return {"counts": dict(counts), "params_with_grad": with_grad}
+    with StepMemory(device=bool(msg.get("device_memory"))) as memory:
+        mt, backend, logits, counts = _forward(state, msg, "tokens")
+        grad_view = state.arena.view(ArrayRef.from_json(msg["grad"]))
+        if tuple(grad_view.shape) != tuple(int(s) for s in logits.shape):
+            raise ValueError(f"upstream gradient {list(grad_view.shape)} does not match logits {list(logits.shape)}")
+        logits.backward(make_tensor(mt, backend, grad_view))
+        with_grad = sum(1 for p in model.parameters() if getattr(p.value, "grad", None) is not None)
+        if msg.get("want_logits") and msg.get("logits_out") is not None:
+            _write(state, msg["logits_out"], logits)
+        if msg.get("grads_out") is not None:
+            _write_grads(state, msg["grads_out"], state.memo["p3"]["ordered"][msg["model"]])
+    return {"counts": dict(counts), "params_with_grad": with_grad, "memory": memory.figures()}
 
 
 @handler("p3_logits")

@@ -147,7 +147,7 @@ class _Session:
         return ref
 
     def step(self, model: str, tokens_ref: Any, grad_ref: Any, logits_ref: Any = None,
-             grads_ref: Any = None) -> tuple[dict[str, Any], float]:
+             grads_ref: Any = None, device_memory: bool = False) -> tuple[dict[str, Any], float]:
         if logits_ref is not None:
             self.arena.view(logits_ref)[...] = np.nan  # poisoned: an answer that writes nothing fails
         if grads_ref is not None:
@@ -155,7 +155,7 @@ class _Session:
         msg = {"op": "p3_step", "model": model, "tokens": tokens_ref.to_json(), "grad": grad_ref.to_json(),
                "want_logits": logits_ref is not None,
                "logits_out": None if logits_ref is None else logits_ref.to_json(),
-               "grads_out": None if grads_ref is None else grads_ref.to_json()}
+               "grads_out": None if grads_ref is None else grads_ref.to_json(), "device_memory": device_memory}
         return self.client.timed_call(msg, self.config.step_timeout_s)
 
     def logits(self, model: str, tokens: np.ndarray) -> np.ndarray:
@@ -183,11 +183,12 @@ def _checks(s: _Session) -> tuple[list[CaseOutcome], dict[str, Any]]:
     grads: dict[str, np.ndarray] = {}
     first: dict[str, dict[str, Any]] = {}
     for model in ("unfused", "fused"):
-        reply, seconds = s.step(model, t_ref, g_ref, l_ref, p_ref)
+        # untimed for the score: the device's memory is sampled here only
+        reply, seconds = s.step(model, t_ref, g_ref, l_ref, p_ref, device_memory=True)
         logits[model] = s.arena.view(l_ref).copy()
         grads[model] = s.arena.view(p_ref).copy()
         first[model] = {"seconds": seconds, "counts": reply.get("counts", {}),
-                        "params_with_grad": reply.get("params_with_grad")}
+                        "params_with_grad": reply.get("params_with_grad"), "memory": reply.get("memory")}
     s.info["first_steps"] = first
     cases: list[CaseOutcome] = []
 
@@ -283,7 +284,8 @@ def _time_pairs(s: _Session, rule: StoppingRule) -> tuple[RatioSummary | None, l
             times[model] = seconds * 1e3
             if model == "fused":
                 kept.append((seeds["fused"], s.arena.view(p_ref).copy()))
-            steps.append({"pair": i, "model": model, "ms": times[model], "counts": reply.get("counts", {})})
+            steps.append({"pair": i, "model": model, "ms": times[model], "counts": reply.get("counts", {}),
+                          "memory": reply.get("memory")})
         pair_s.append(time.monotonic() - started)
         unfused_ms.append(times["unfused"])
         fused_ms.append(times["fused"])
@@ -309,6 +311,20 @@ def _time_pairs(s: _Session, rule: StoppingRule) -> tuple[RatioSummary | None, l
     s.info["timing"]["verified_pair"] = k
     s.info["timing"]["over_budget"] = s.elapsed() > s.config.budget_s
     return summary, steps, case
+
+
+def peak_memory(steps: list[dict[str, Any]]) -> dict[str, dict[str, float | None]]:
+    """Per model, the largest of its steps' peaks (MiB): host_peak_mib (each step's own peak
+    where the child could reset the mark) and device_used_peak_mib (sampled, untimed steps)."""
+    peaks: dict[str, dict[str, float | None]] = {}
+    for step in steps:
+        figures = step.get("memory") or {}
+        model = peaks.setdefault(str(step.get("model")), {"host_peak_mib": None, "device_used_peak_mib": None})
+        for key in model:
+            value = figures.get(key)
+            if isinstance(value, (int, float)):
+                model[key] = max(float(value), model[key] or 0.0)
+    return peaks
 
 
 def _display_names(unfused: list[Any], fused: list[Any] | None) -> list[str]:
@@ -340,10 +356,12 @@ def _measure_built(s: _Session, m: ProblemMeasurement, setup: dict[str, Any], th
     cases, first = _checks(s)
     s.phase = "timed steps"
     summary, steps, verified = _time_pairs(s, config.stopping(thresholds))
-    all_steps = [{"model": mdl, "counts": first[mdl]["counts"]} for mdl in first] + steps
+    all_steps = [{"model": mdl, "counts": first[mdl]["counts"], "memory": first[mdl]["memory"]} for mdl in first]
+    all_steps += steps
     cases += count_cases(all_steps, list(setup.get("fused_ops_found", [])))
     cases.append(verified)
     s.info["steps"] = steps
+    s.info["memory"] = peak_memory(all_steps)
     m.binding_cases = cases
     m.speedup_student = summary
     m.first_failure = next((cs for cs in cases if not cs.ok), None)
