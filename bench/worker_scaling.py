@@ -55,6 +55,8 @@ from worker.starter_kit import zip_tree  # noqa: E402
 PG_ADMIN_URL = os.environ.get("KG_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("KG_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 GRADER = Path(sys.executable).with_name("grader")
+# the console script where the project is installed; else the CLI through this interpreter (a bare GPU machine)
+GRADER_COMMAND = [str(GRADER)] if GRADER.exists() else [sys.executable, "-c", "from grader.cli import app; app()"]
 FINAL = ("built", "scored", "failed")
 # GPU stage seconds per run on one H200 (BENCHMARKS.md, "Two-phase GPU stage"): the four
 # kernel problems (median of the two kernel-only re-grades) and the whole grade.
@@ -95,7 +97,7 @@ def workers(count: int, env: dict[str, str], logs: Path, gpus: int = 0) -> Itera
         for i in range(count):
             log = logs / f"worker-{count}-{i}.log"
             gpu = str(i % gpus if gpus else i)
-            procs.append((subprocess.Popen([str(GRADER), "worker"], env={**env, "CUDA_VISIBLE_DEVICES": gpu},
+            procs.append((subprocess.Popen([*GRADER_COMMAND, "worker"], env={**env, "CUDA_VISIBLE_DEVICES": gpu},
                                            stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True), log))
         deadline = time.monotonic() + 120
         while not all(" ready." in log.read_text(errors="replace") for _, log in procs):

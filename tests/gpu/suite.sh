@@ -2,7 +2,8 @@
 # The GPU suite on a bare GPU machine (see README, "GPU suite").
 #   bash tests/gpu/suite.sh [pytest args...]      default: every test under tests/gpu; one
 #                                                 device call holds one part: tests/gpu --gpu-part N
-#   bash tests/gpu/suite.sh --bench SCRIPT [args]  only the set-up, then that bench script
+#   bash tests/gpu/suite.sh --bench SCRIPT [args]  only the set-up (and the service's wheels from
+#                                                 .whl-svc/ where carried), then that bench script
 # Installs the carried wheels (.whl/, ignored by git) into /opt/kg-site, prints the GPU's
 # identity, runs the GPU tests, then the speedup benchmark when it exists and the fidelity bench
 # when .corpus/ was carried (KG_SKIP_BENCH=1: neither; KG_FIDELITY_ONLY=1: the fidelity bench only).
@@ -33,6 +34,13 @@ if ! python3 -c "import os; os.setgid(65534); os.setuid(65534); import sys; sys.
 fi
 if [ "${1:-}" = --bench ]; then
   shift
+  # The service's own packages (.whl-svc/, ignored by git: cp312 wheels of pyproject's
+  # dependencies) for the benches that start it, e.g. bench/capacity_check.py with real grades.
+  if compgen -G ".whl-svc/*.whl" >/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target /opt/kg-svc .whl-svc/*.whl || { echo "service wheel install failed"; exit 1; }
+    export PYTHONPATH=$PYTHONPATH:/opt/kg-svc
+  fi
   python3 "$@" 2>&1 | tee "$OUT/$(basename "$1" .py).txt"
   exit "${PIPESTATUS[0]}"
 fi
