@@ -26,16 +26,18 @@ from grader.course.membership import get_or_create_user
 from grader.datadir import private_dir, private_file, restrict_umask, tighten
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import Role
-from grader.runs.engine_config import gpu_available, gpu_stage_for, pipeline_config
+from grader.runs.engine_config import gpu_available, gpu_stage_config, gpu_stage_for, pipeline_config
 from grader.runs.reconcile import reconcile
 from grader.service import save_calibration, sync_assignments
 from grader.settings import Settings, get_settings
 from grader.storage.collector import collect
 from worker.assignment import assignment_of
-from worker.calibration import DEFAULT_MARGIN, calibrated_targets
+from worker.calibration import DEFAULT_MARGIN, calibrated_targets, reference_bandwidths
+from worker.gpu.copy_peak import measure_copy_peak
 from worker.measurements import ProblemMeasurement
 from worker.pipeline import build_reference, grade_submission
 from worker.rubric import Rubric, load_rubric
+from worker.sandbox import Sandbox
 from worker.starter_kit import write_starter_zip, zip_tree
 from worker.telemetry import gpu_model_mismatch, gpu_snapshot
 from worker.timing import RatioSummary
@@ -223,15 +225,30 @@ def calibrate(
         work = Path(tmp)
         work.chmod(0o711)  # the sandbox user must reach its job folders
         measurements = _measure_for_calibration(settings, rubric, chosen, work)
+        peak = _copy_peak(settings, work / "copy-peak")
     targets = calibrated_targets(rubric, measurements, margin)
     details = {"gpu": gpu, "source": [p.name for p in chosen] or "reference kit",
                "measured": [{"problem": m.problem_id, "speedup_reference_ops": _summary(m.speedup_reference_ops),
-                             "speedup_student": _summary(m.speedup_student)} for m in measurements]}
+                             "speedup_student": _summary(m.speedup_student)} for m in measurements],
+               "peak_copy": peak, "bandwidth": reference_bandwidths(measurements)}
     with session_scope(make_session_factory(make_engine(settings))) as session:
         save_calibration(session, rubric.slug, str(gpu.get("name")), targets, margin, details)
     for pid, target in sorted(targets.items()):
         typer.echo(f"{pid}: target {target:.2f}x (rubric {next(p.reference_speedup for p in rubric.problems if p.id == pid)}x)")
     typer.echo(f"stored for {gpu.get('name')}")
+
+
+def _copy_peak(settings: Settings, work: Path) -> dict:
+    """The GPU's peak copy bandwidth (worker.gpu.copy_peak) as stored with the calibration, or
+    why it could not be measured (the calibration stands without it)."""
+    stage = gpu_stage_config(settings)
+    try:
+        peak = measure_copy_peak(Sandbox(stage.limits, stage.policy), work, settings.gpu_index)
+    except Exception as exc:  # noqa: BLE001 - any failure only leaves the figure out
+        typer.echo(f"peak copy bandwidth not measured: {exc}", err=True)
+        return {"error": str(exc)[:500]}
+    typer.echo(f"peak copy bandwidth: {peak.gb_s:.0f} GB/s [{peak.low:.0f}, {peak.high:.0f}]")
+    return peak.to_dict()
 
 
 def _summary(r: RatioSummary | None) -> dict | None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable
 
-from worker.measurements import ProblemMeasurement
+from worker.measurements import BANDWIDTH_KEY, Bandwidth, ProblemMeasurement
 from worker.rubric import Rubric
 from worker.scoring import choose_figure
 
@@ -41,3 +41,14 @@ def calibrated_targets(rubric: Rubric, measurements: Iterable[ProblemMeasurement
         if figure is not None:
             figures.setdefault(m.problem_id, []).append(figure.speedup)
     return {pid: round(max(1.0, statistics.median(values) * margin), 3) for pid, values in figures.items()}
+
+
+def reference_bandwidths(measurements: Iterable[ProblemMeasurement]) -> dict[str, float]:
+    """Problem id -> the median achieved bandwidth (GB/s) of the calibration's fully correct
+    measurements that have one: the figure a student's kernel is shown beside."""
+    figures: dict[str, list[float]] = {}
+    for m in measurements:
+        record = m.telemetry.get(BANDWIDTH_KEY)
+        if m.status == "ok" and m.all_passed and isinstance(record, dict):
+            figures.setdefault(m.problem_id, []).append(Bandwidth.from_dict(record).gb_s)
+    return {pid: round(statistics.median(values), 1) for pid, values in figures.items()}

@@ -21,6 +21,34 @@ STATUSES = ("ok", "timeout", "crashed", "error", "not_run")
 # GPU records one; grader/reads/gpu_info.py reads the model from there.
 GPU_SNAPSHOT_KEYS = ("before", "gpu_before")
 
+
+@dataclass(frozen=True)
+class Bandwidth:
+    """A kernel's achieved memory bandwidth on one case: the traffic its operation needs (the
+    assignment's count) over the kernels' own GPU time. Kept in a measurement's telemetry at
+    BANDWIDTH_KEY; grader/reads/bandwidth.py sets it beside the GPU's measured peak."""
+
+    case: str
+    shape: tuple[int, ...]
+    bytes: int
+    kernel_ms: float
+
+    @property
+    def gb_s(self) -> float:
+        return self.bytes / (self.kernel_ms * 1e-3) / 1e9
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"case": self.case, "shape": list(self.shape), "bytes": self.bytes, "kernel_ms": self.kernel_ms,
+                "gb_s": round(self.gb_s, 1)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Bandwidth:
+        return cls(str(data["case"]), tuple(int(s) for s in data["shape"]), int(data["bytes"]),
+                   float(data["kernel_ms"]))
+
+
+BANDWIDTH_KEY = "bandwidth"
+
 # Lines of a dying child's output that say what went wrong (a CUDA error, an exception, a
 # failed assertion), as opposed to the boilerplate printed after them: PyCUDA's "context
 # stack was not empty" notice at exit buried "Reduce Error: an illegal memory access".

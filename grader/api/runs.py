@@ -5,10 +5,11 @@ from fastapi import APIRouter, HTTPException, status
 
 from grader.api.deps import DB, Caller, Context, require
 from grader.api.errors import ERRORS
-from grader.api.schemas import GpuTimeOut, GradeOut, RunOut
+from grader.api.schemas import BandwidthOut, GpuTimeOut, GradeOut, RunOut
 from grader.auth.credentials import SCOPE_READ
 from grader.course.grade_reads import counted_of, run_grades
 from grader.models import Run
+from grader.reads.bandwidth import run_bandwidth
 from grader.reads.gpu_phases import run_gpu_time
 
 router = APIRouter()
@@ -29,6 +30,9 @@ def read_run(run_id: int, ctx: Context, session: DB, caller: Caller) -> RunOut:
     grade = run_grades(session, [run], ctx.settings.course_zone).get(run.id)
     counted = counted_of(session, run.submission.assignment, run.submission.user_id, ctx.settings.course_zone)
     grade = counted.grade if grade is not None and counted.run_id == run.id else grade
-    phases = run_gpu_time(run) if caller.teaches(run.submission.assignment_id) else None
+    staff = caller.teaches(run.submission.assignment_id)
+    phases = run_gpu_time(run) if staff else None
+    bandwidth = run_bandwidth(session, run)
     return RunOut.of(run, stages=run.stages or {}, grade=GradeOut.of(grade) if grade else None,
-                     gpu_time=GpuTimeOut.of(phases) if phases else None)
+                     gpu_time=GpuTimeOut.of(phases) if phases else None,
+                     bandwidth=[BandwidthOut.of(p, staff) for p in bandwidth.problems] if bandwidth else [])

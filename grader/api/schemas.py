@@ -4,9 +4,12 @@ only what no row holds (links, counts, a picked run)."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 from pydantic import AliasPath, BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from grader.reads.bandwidth import ProblemBandwidth
 
 
 class _WithDerived:
@@ -103,6 +106,31 @@ class GpuTimeOut(FromRow):
     gpu_busy: dict[str, float] = Field(description="part of the stage -> the GPU's busy share (NVML)")
 
 
+class BandwidthOut(BaseModel):
+    """A profiled problem's achieved memory bandwidth (grader/reads/bandwidth.py)."""
+
+    problem_id: str
+    case: str = Field(description="the profiled case (the problem's largest timed shape)")
+    shape: list[int]
+    kernel_ms: float = Field(description="the kernels' own GPU time per call (CUPTI)")
+    bytes: int = Field(description="the traffic the operation needs: every array read or written once, "
+                                   "an in-place one both")
+    gb_s: float = Field(description="bytes / kernel time, in GB/s (1e9 bytes)")
+    percent_of_peak: float | None = Field(description="gb_s as a share of the GPU model's measured peak copy "
+                                                      "bandwidth; null: no peak measured for it (grader calibrate)")
+    reference_gb_s: float | None = Field(description="the calibration submissions' bandwidth on this problem")
+    above_peak: bool | None = Field(default=None, description="staff of the course only: above 100% of the peak, "
+                                                              "an anomaly to review; null for students")
+
+    @classmethod
+    def of(cls, p: ProblemBandwidth, staff: bool) -> BandwidthOut:
+        m = p.measured
+        percent = p.percent_of_peak
+        return cls(problem_id=p.problem_id, case=m.case, shape=list(m.shape), kernel_ms=m.kernel_ms, bytes=m.bytes,
+                   gb_s=round(m.gb_s, 1), percent_of_peak=None if percent is None else round(percent, 1),
+                   reference_gb_s=p.reference_gb_s, above_peak=p.above_peak if staff else None)
+
+
 class RunOut(FromRow):
     id: int
     submission_id: int
@@ -127,6 +155,8 @@ class RunOut(FromRow):
                                   '[{"problem", "correct", "correctness_points", "correctness_max", '
                                   '"speed": "being measured" | "not timed"}]')
     grade: GradeOut | None = Field(default=None, description="scored runs: the final grade (score is the raw score)")
+    bandwidth: list[BandwidthOut] = Field(default_factory=list, description="each profiled problem's achieved "
+                                          "memory bandwidth beside the GPU's peak and the reference's")
     gpu_time: GpuTimeOut | None = Field(default=None, description="staff of the course only: the GPU stage's time "
                                                                   "per phase and problem; null for students and runs "
                                                                   "without a GPU stage")

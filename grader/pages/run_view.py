@@ -24,6 +24,7 @@ from grader.course.membership import role_in
 from grader.models import ErrorClass, ProblemResult, Run, RunState, User
 from grader.pages import charts
 from grader.pages.common import page
+from grader.reads.bandwidth import run_bandwidth
 from grader.reads.gpu_phases import run_gpu_time
 from grader.reads.runstatus import run_status
 from grader.roles import Power, may
@@ -57,6 +58,7 @@ def render_run(request: Request, session: Session, user: User, run: Run, status_
     return page(request, "run.html", user, status_code, run=run, sub=sub, counted=counted,
                 may_choose=may_choose, status=run_status(session, run, settings.eta_recent_runs, settings.rubric_dirs),
                 may_grade=may(role, Power.grade), gpu_time=run_gpu_time(run) if may(role, Power.view) else None,
+                bandwidth=run_bandwidth(session, run), may_see_flags=may(role, Power.view),
                 grade=counted.grade if counted.run_id == run.id else own, own_grade=own,
                 zone=settings.course_zone, refused=refused,
                 problems=[problem_view(r.details or {}, r, rubric.problems.get(r.problem_id), rubric.words)

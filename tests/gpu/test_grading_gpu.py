@@ -20,14 +20,15 @@ import pytest
 
 from worker.build import Toolchain, build_kernels, cuda_include_dirs
 from worker.calibration import calibrated_targets
+from worker.gpu.copy_peak import measure_copy_peak
 from worker.hw4 import speed
 from worker.hw4.grade import GpuStageConfig, run_gpu_stage
 from worker.hw4.problem3 import Problem3Config
-from worker.measurements import ProblemMeasurement
+from worker.measurements import Bandwidth, ProblemMeasurement
 from worker.mutants import Mutant, apply_mutant, load_mutants, parse_mutants, touched_kernels
 from worker.pipeline import PipelineConfig, grade_submission
 from worker.rubric import load_rubric
-from worker.sandbox import SandboxLimits, SandboxPolicy
+from worker.sandbox import Sandbox, SandboxLimits, SandboxPolicy
 from worker.scoring import RunScore, choose_figure, score_run, waited_off_cpu
 from worker.starter_kit import zip_tree
 from worker.timing import spread
@@ -150,6 +151,17 @@ def test_reference_kit_end_to_end(kit_root: Path, tmp_path: Path, work: Path) ->
         if m.problem_id != "3":
             assert m.kernel_ms is not None and 0 < m.kernel_ms < m.speedup_student.median_custom_ms, (
                 m.problem_id, m.kernel_ms, m.telemetry.get("kernel_profile"))
+    # Every kernel problem's achieved bandwidth, set beside the GPU's peak copy bandwidth
+    # measured as `grader calibrate` measures it: a correct kit is below the peak, none is flagged.
+    peak = measure_copy_peak(Sandbox(LIMITS, POLICY), work / "copy-peak", POLICY.gpu_index)
+    bandwidths = {m.problem_id: Bandwidth.from_dict(m.telemetry["bandwidth"]) for m in collected if m.problem_id != "3"}
+    REPORT["peak_copy"] = peak.to_dict()
+    REPORT["bandwidth"] = {pid: {**b.to_dict(), "percent_of_peak": round(100 * b.gb_s / peak.gb_s, 1)}
+                           for pid, b in bandwidths.items()}
+    print(f"peak copy bandwidth {peak.to_dict()}; kit bandwidth {REPORT['bandwidth']}")
+    assert 100 < peak.gb_s < 20000 and peak.high / peak.low < 1.5, peak
+    assert sorted(bandwidths) == ["1.1", "1.2", "2.1", "2.2"]
+    assert all(0 < b.gb_s < peak.gb_s for b in bandwidths.values()), (peak, bandwidths)
     targets = calibrated_targets(RUBRIC, collected)
     calibrated = score_run(RUBRIC, collected, targets=targets)
     REPORT["reference_rubric_targets_total"] = score.total

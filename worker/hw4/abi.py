@@ -9,6 +9,7 @@ tests and trusted kits only. The launchers' signatures and limits: worker/hw4/CO
 from __future__ import annotations
 
 import ctypes
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,20 @@ def abi_shapes(case: Case) -> dict[str, tuple[int, ...]]:
     return {"out_grad": (rows, hidden), "inp": (rows, hidden), "gamma": (hidden,), "beta": (hidden,),
             "vars": (rows,), "means": (rows,),
             "gamma_grad": (hidden,), "betta_grad": (hidden,), "inp_grad": (rows, hidden)}
+
+
+# The arrays a launch function updates in place: read and written by the kernels.
+IN_PLACE = {"softmax_fw": ("inp",), "softmax_bw": ("out_grad",), "layernorm_fw": (), "layernorm_bw": ()}
+
+
+def traffic_bytes(case: Case) -> int:
+    """The device memory traffic the operation cannot avoid: every array of the call read or
+    written once (float32), an in-place one both. A kernel's bytes over its time is its
+    achieved bandwidth; softmax and LayerNorm are memory-bound, so that is the figure to set
+    beside the GPU's peak."""
+    elements = sum(math.prod(shape) for shape in abi_shapes(case).values())
+    elements += sum(math.prod(abi_shapes(case)[name]) for name in IN_PLACE[case.kind])
+    return 4 * elements
 
 
 _P = ctypes.c_void_p  # float* (host) and cudaStream_t

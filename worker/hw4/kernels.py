@@ -23,7 +23,7 @@ import numpy as np
 from worker.affinity import TimingCpus, this_thread_on
 from worker.assignment import StageProgress
 from worker.gpu.client import ChildClient, ChildFailure, OutOfBudget, StudentError
-from worker.hw4.abi import library_of
+from worker.hw4.abi import library_of, traffic_bytes
 from worker.hw4.cases import Case
 from worker.hw4.kernel_checks import Check, check_outcome, crash_outcome, measure_kernel_ms, plan_checks, run_check
 from worker.hw4.loading import MINITORCH, LoadGate
@@ -36,7 +36,7 @@ from worker.hw4.speed import (
     warm_sides,
     warm_student,
 )
-from worker.measurements import CaseOutcome, ProblemMeasurement
+from worker.measurements import BANDWIDTH_KEY, Bandwidth, CaseOutcome, ProblemMeasurement
 
 HANDLERS = ("worker.hw4.child_kernels",)
 
@@ -220,11 +220,14 @@ def profile_phase(problem: KernelProblem, config: TimingConfig) -> None:
         profiler.close()
         m.telemetry["kernel_profile"] = f"kernel GPU time not measured: {blocked}"
         return
+    largest = max(TIMING_CASES[problem.problem_id], key=lambda c: math.prod(c.shape))
     try:
         with problem.clock("kernel_profile"):
-            m.kernel_ms, m.telemetry["kernel_profile"] = measure_kernel_ms(
-                profiler, max(TIMING_CASES[problem.problem_id], key=lambda c: math.prod(c.shape)),
-                problem.profile_rng, config)
+            m.kernel_ms, m.telemetry["kernel_profile"] = measure_kernel_ms(profiler, largest, problem.profile_rng,
+                                                                           config)
+        if m.kernel_ms:
+            m.telemetry[BANDWIDTH_KEY] = Bandwidth(largest.id, largest.shape, traffic_bytes(largest),
+                                                   m.kernel_ms).to_dict()
     finally:
         problem.profiler = None
         profiler.close()
