@@ -135,6 +135,10 @@ def outcome_record(outcome: Any, seconds: float, wanted: tuple[str, ...]) -> dic
             "flags": ((p.details or {}).get("score") or {}).get("flags", []),
             "timing": {k: m.telemetry.get(k) for k in ("timing_shapes", "timing_evidence", "timing_dropped", "seconds")}
             if m is not None else {},
+            # where a timed call's time goes: the kernels' own GPU time (CUPTI, on the largest
+            # timed shape; its timed call is in "timing") and the bandwidth that makes
+            "kernel_ms": m.kernel_ms if m is not None else None,
+            "bandwidth": m.telemetry.get("bandwidth") if m is not None else None,
             # Problem 3: per model, the peak host and device memory of its steps (MiB)
             "step_memory": (m.telemetry.get("problem3") or {}).get("memory") if m is not None else None,
             "log_tail": m.log_tail[-1500:] if m is not None and m.status != "ok" else "",
