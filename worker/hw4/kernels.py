@@ -331,72 +331,10 @@ def grade_kernel_problems(
               for (pid, cases, thresholds, needs), seed in zip(problems, seeds)]
     for problem in states:
         problem.measurement.telemetry["seconds"] = problem.clock.seconds  # where its wall time went
-
-    def fresh_child(problem: KernelProblem) -> None:
-        # Only ever from this thread, with no other thread spawning: fork + exec is not thread-safe.
-        with problem.clock("start"):
-            problem.client = open_student(problem.problem_id)
-
     try:
-        for problem in states:
-            fresh_child(problem)
-            with problem.clock("start"):
-                problem.profiler = open_student(f"{problem.problem_id}-profile")
-                problem.timer = open_student(f"{problem.problem_id}-timing")
-        gate.start()
-        if states:
-            progress.problem(states[0].problem_id)
-        with ThreadPoolExecutor(max_workers=max(1, 3 * len(states) + 1)) as pool:
-            # beside the checks: profiles and the warming of the timing children (never a timing)
-            aside = [pool.submit(profile_phase, problem, config) for problem in states]
-            aside += [pool.submit(warm_phase, problem, config) for problem in states]
-            aside.append(pool.submit(_warm_sides, sides, gate, config.call_timeout_s))
-            rounds = states
-            while rounds:  # a crash ends its child: the problem's remaining checks get a fresh one
-                for done in [pool.submit(check_phase, problem, config) for problem in rounds]:
-                    done.result()
-                rounds = [p for p in states if needs_fresh_child(p)]
-                for done in aside if rounds else ():
-                    done.result()  # no other thread running while this thread spawns
-                if rounds:
-                    gate.settle()  # nor a load probe
-                for problem in rounds:
-                    fresh_child(problem)
-            for done in aside:
-                done.result()
-        gate.settle()  # no load probe runs beside the spawns below
-        for problem in states:  # a part that did not load, named with what its child printed
-            logs = [log for log in map(gate.log, dict.fromkeys(sum(problem.parts.values(), ()))) if log]
-            if logs:
-                problem.measurement.log_tail = "\n".join(logs)
-        waiting = [p for p in states if ready_for_timing(p)]
-        progress.checked([p.measurement for p in states], frozenset(p.problem_id for p in waiting))
-        for problem in states:
-            _finish(problem)
-            timer, problem.timer = problem.timer, None
-            if problem not in waiting:
-                if timer is not None:
-                    timer.close()
-            elif timer is not None:  # fresh: it ran no check (a hidden case may break a CUDA context)
-                problem.client = timer
-            else:
-                fresh_child(problem)
-        for problem in waiting:
-            problem.client.pause()  # type: ignore[union-attr]
-        for problem in waiting:
-            spent = gate.deadline.spent()  # an earlier timing may have used up the budget
-            if spent:
-                problem.client.resume()  # type: ignore[union-attr]
-                _skip_timing(problem, spent)
-                _finish(problem)
-                continue
-            progress.problem(problem.problem_id)
-            problem.client.resume()  # type: ignore[union-attr]
-            problem.measurement.telemetry["timing_cpus"] = dataclasses.asdict(cpus) if cpus else None
-            with _placed_for_timing(problem.client, sides, cpus):  # type: ignore[arg-type]
-                timing_phase(problem, sides, config)
-            _finish(problem)
-            problem.measurement.telemetry["after"] = telemetry()
+        _check_all(states, open_student, sides, gate, config, progress)
+        waiting = _hand_over_to_timing(states, open_student, gate, progress)
+        _time_each(waiting, sides, gate, config, telemetry, progress, cpus)
     finally:
         for problem in states:
             _finish(problem)
@@ -406,3 +344,87 @@ def grade_kernel_problems(
             problem.profiler = problem.timer = None
             problem.measurement.telemetry.setdefault("after", telemetry())
     return [p.measurement for p in states]
+
+
+def _fresh_child(problem: KernelProblem, open_student: ClientFactory) -> None:
+    # Only ever from the stage's thread, with no other thread spawning: fork + exec is not thread-safe.
+    with problem.clock("start"):
+        problem.client = open_student(problem.problem_id)
+
+
+def _check_all(states: list[KernelProblem], open_student: ClientFactory, sides: Sides, gate: LoadGate,
+               config: TimingConfig, progress: StageProgress) -> None:
+    """Phase 1: every problem's children spawned, then its checks, profile and timing child's
+    warm-up at once, a crashed check child replaced until its checks are done."""
+    for problem in states:
+        _fresh_child(problem, open_student)
+        with problem.clock("start"):
+            problem.profiler = open_student(f"{problem.problem_id}-profile")
+            problem.timer = open_student(f"{problem.problem_id}-timing")
+    gate.start()
+    if states:
+        progress.problem(states[0].problem_id)
+    with ThreadPoolExecutor(max_workers=max(1, 3 * len(states) + 1)) as pool:
+        # beside the checks: profiles and the warming of the timing children (never a timing)
+        aside = [pool.submit(profile_phase, problem, config) for problem in states]
+        aside += [pool.submit(warm_phase, problem, config) for problem in states]
+        aside.append(pool.submit(_warm_sides, sides, gate, config.call_timeout_s))
+        rounds = states
+        while rounds:  # a crash ends its child: the problem's remaining checks get a fresh one
+            for done in [pool.submit(check_phase, problem, config) for problem in rounds]:
+                done.result()
+            rounds = [p for p in states if needs_fresh_child(p)]
+            for done in aside if rounds else ():
+                done.result()  # no other thread running while this thread spawns
+            if rounds:
+                gate.settle()  # nor a load probe
+            for problem in rounds:
+                _fresh_child(problem, open_student)
+        for done in aside:
+            done.result()
+    gate.settle()  # no load probe runs beside the spawns that follow
+
+
+def _hand_over_to_timing(states: list[KernelProblem], open_student: ClientFactory, gate: LoadGate,
+                         progress: StageProgress) -> list[KernelProblem]:
+    """The verdicts known (said to `progress`), each problem to be timed gets its timing child
+    (fresh: it ran no check, and a hidden case may break a CUDA context), frozen until its turn;
+    the others' children close. Returns the problems to time."""
+    for problem in states:  # a part that did not load, named with what its child printed
+        logs = [log for log in map(gate.log, dict.fromkeys(sum(problem.parts.values(), ()))) if log]
+        if logs:
+            problem.measurement.log_tail = "\n".join(logs)
+    waiting = [p for p in states if ready_for_timing(p)]
+    progress.checked([p.measurement for p in states], frozenset(p.problem_id for p in waiting))
+    for problem in states:
+        _finish(problem)
+        timer, problem.timer = problem.timer, None
+        if problem not in waiting:
+            if timer is not None:
+                timer.close()
+        elif timer is not None:
+            problem.client = timer
+        else:
+            _fresh_child(problem, open_student)
+    for problem in waiting:
+        problem.client.pause()  # type: ignore[union-attr]
+    return waiting
+
+
+def _time_each(waiting: list[KernelProblem], sides: Sides, gate: LoadGate, config: TimingConfig,
+               telemetry: Callable[[], dict[str, Any]], progress: StageProgress, cpus: TimingCpus | None) -> None:
+    """Phase 2: each problem timed alone in its child, in turn, while the budget lasts."""
+    for problem in waiting:
+        spent = gate.deadline.spent()  # an earlier timing may have used up the budget
+        if spent:
+            problem.client.resume()  # type: ignore[union-attr]
+            _skip_timing(problem, spent)
+            _finish(problem)
+            continue
+        progress.problem(problem.problem_id)
+        problem.client.resume()  # type: ignore[union-attr]
+        problem.measurement.telemetry["timing_cpus"] = dataclasses.asdict(cpus) if cpus else None
+        with _placed_for_timing(problem.client, sides, cpus):  # type: ignore[arg-type]
+            timing_phase(problem, sides, config)
+        _finish(problem)
+        problem.measurement.telemetry["after"] = telemetry()
