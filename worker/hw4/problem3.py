@@ -171,13 +171,12 @@ class _Session:
 def _checks(s: _Session) -> tuple[list[CaseOutcome], dict[str, Any]]:
     """The checked first steps (also the warm-ups) and the causality probe."""
     c = s.config
-    shape = c.logits_shape
     s.arena.reset()
     tokens, grad = s.inputs(s.new_seed())
     targets = s.rng.integers(0, c.n_vocab, (c.batch, c.seq_len))
     t_ref, g_ref = s.arena.put(tokens), s.arena.put(grad)
     del grad
-    l_ref = s.arena.alloc(shape)
+    l_ref = s.arena.alloc(c.logits_shape)
     p_ref = s.grads_buffer()
     logits: dict[str, np.ndarray] = {}
     grads: dict[str, np.ndarray] = {}
@@ -190,18 +189,25 @@ def _checks(s: _Session) -> tuple[list[CaseOutcome], dict[str, Any]]:
         first[model] = {"seconds": seconds, "counts": reply.get("counts", {}),
                         "params_with_grad": reply.get("params_with_grad"), "memory": reply.get("memory")}
     s.info["first_steps"] = first
-    cases: list[CaseOutcome] = []
+    cases = _agreement_cases(s, logits, grads, targets)
+    del logits, grads
+    cases.append(_causality_case(s, tokens))
+    return cases, first
 
-    # (a) finite
+
+def _agreement_cases(s: _Session, logits: dict[str, np.ndarray], grads: dict[str, np.ndarray],
+                     targets: np.ndarray) -> list[CaseOutcome]:
+    """(a) finite logits, (b) the fused model computes what the unfused does: logits, loss and
+    every parameter's gradient."""
+    c = s.config
+    shape = c.logits_shape
     bad = {m: first_nonfinite(logits[m]) for m in logits}
     where = next((w for w in bad.values() if w is not None), None)
-    cases.append(CaseOutcome(
+    cases = [CaseOutcome(
         "p3-logits-finite", shape, where is None, where=where,
         message="logits of both models are finite" if where is None else
         "non-finite logits from the " + " and ".join(m for m, w in bad.items() if w is not None) + " model",
-    ))
-
-    # (b) fused == unfused: logits, losses, parameter gradients
+    )]
     ref = logits["unfused"]
     scale = max(1.0, float(np.max(np.abs(ref), where=np.isfinite(ref), initial=0.0)))
     tol = MATCH_RTOL * scale
@@ -228,9 +234,12 @@ def _checks(s: _Session) -> tuple[list[CaseOutcome], dict[str, Any]]:
     s.info["losses"] = loss
     s.info["logit_scale"] = scale
     s.info["max_logit_diff"] = err
-    del logits, grads
+    return cases
 
-    # (c) causality of the fused model
+
+def _causality_case(s: _Session, tokens: np.ndarray) -> CaseOutcome:
+    """(c) the fused model is causal: changing the last token moves no earlier position's logits."""
+    c = s.config
     pb = max(1, min(c.probe_batch, c.batch))
     probe = tokens[:pb].copy()
     changed = probe.copy()
@@ -238,21 +247,18 @@ def _checks(s: _Session) -> tuple[list[CaseOutcome], dict[str, Any]]:
     before = s.logits("fused", probe)
     after = s.logits("fused", changed)
     if c.seq_len < 2:
-        cases.append(CaseOutcome("p3-causal-fused", before.shape, True, message="sequence of 1: nothing to probe"))
-    else:
-        c_err, c_at = max_diff(after[:, :-1], before[:, :-1])
-        c_tol = CAUSAL_RTOL * scale
-        last_moved, _ = max_diff(after[:, -1], before[:, -1])
-        c_ok = bool(np.isfinite(c_err) and c_err <= c_tol and np.isfinite(before).all())
-        measured = (f"changing the last token moved earlier positions' logits by {c_err:.3g} "
-                    f"(tolerance {c_tol:.3g}); the last position's by {last_moved:.3g}")
-        if np.isfinite(c_err) and c_err > c_tol and len(c_at) > 1:
-            measured = (f"the fused model's attention is not causal: position {c_at[1]} sees a later token "
-                        f"(its logits moved when only token {c.seq_len - 1} changed); {measured}")
-        cases.append(CaseOutcome("p3-causal-fused", tuple(before.shape), c_ok, max_err=c_err, where=c_at,
-                                 message=measured))
-        s.info["causality"] = {"earlier_max_diff": c_err, "last_max_diff": last_moved, "probe_batch": pb}
-    return cases, first
+        return CaseOutcome("p3-causal-fused", before.shape, True, message="sequence of 1: nothing to probe")
+    c_err, c_at = max_diff(after[:, :-1], before[:, :-1])
+    c_tol = CAUSAL_RTOL * s.info["logit_scale"]
+    last_moved, _ = max_diff(after[:, -1], before[:, -1])
+    c_ok = bool(np.isfinite(c_err) and c_err <= c_tol and np.isfinite(before).all())
+    measured = (f"changing the last token moved earlier positions' logits by {c_err:.3g} "
+                f"(tolerance {c_tol:.3g}); the last position's by {last_moved:.3g}")
+    if np.isfinite(c_err) and c_err > c_tol and len(c_at) > 1:
+        measured = (f"the fused model's attention is not causal: position {c_at[1]} sees a later token "
+                    f"(its logits moved when only token {c.seq_len - 1} changed); {measured}")
+    s.info["causality"] = {"earlier_max_diff": c_err, "last_max_diff": last_moved, "probe_batch": pb}
+    return CaseOutcome("p3-causal-fused", tuple(before.shape), c_ok, max_err=c_err, where=c_at, message=measured)
 
 
 def _time_pairs(s: _Session, rule: StoppingRule) -> tuple[RatioSummary | None, list[dict[str, Any]], CaseOutcome]:
