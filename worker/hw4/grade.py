@@ -116,6 +116,20 @@ def _problem3(client: ChildClient, config: GpuStageConfig, deadline: Deadline, r
     return m3
 
 
+def _grade_problem3(rubric: Rubric, config: GpuStageConfig, gate: LoadGate, rng: np.random.Generator,
+                    telemetry: Callable[[], dict[str, Any]], open_child: Callable[[], ChildClient]) -> ProblemMeasurement:
+    """Problem 3 in a child of its own, or not run (no child) when a part it needs did not load."""
+    gate.settle()  # no load probe runs beside the spawn below
+    parts = (*_libraries(rubric, "3"), MINITORCH)
+    blocked = gate.blocked(*parts)
+    if blocked:
+        logs = [log for log in map(gate.log, parts) if log]
+        return ProblemMeasurement("3", status="not_run", log_tail="\n".join(logs) or blocked,
+                                  telemetry={"gpu_before": telemetry()})
+    with open_child() as client:
+        return _problem3(client, config, gate.deadline, rng, telemetry, _thresholds(rubric, "3"))
+
+
 def run_gpu_stage(
     rubric: Rubric,
     staged_root: Path,
@@ -170,17 +184,9 @@ def run_gpu_stage(
             m.telemetry["gpu_busy"] = busy.summary()
         if "3" in config.problems:
             progress.problem("3")
-            gate.settle()  # no load probe runs beside the spawn below
-            parts = (*_libraries(rubric, "3"), MINITORCH)
-            blocked = gate.blocked(*parts)
-            if blocked:  # nothing of it can run: no child
-                logs = [log for log in map(gate.log, parts) if log]
-                measurements.append(ProblemMeasurement("3", status="not_run", log_tail="\n".join(logs) or blocked,
-                                                       telemetry={"gpu_before": telemetry()}))
-            else:
-                with open_child("problem-3", staged_root, (problem3.HANDLERS,),
-                                problem3.arena_bytes(config.problem3)) as client:
-                    measurements.append(_problem3(client, config, deadline, rng, telemetry, _thresholds(rubric, "3")))
+            measurements.append(_grade_problem3(rubric, config, gate, rng, telemetry,
+                                                lambda: open_child("problem-3", staged_root, (problem3.HANDLERS,),
+                                                                   problem3.arena_bytes(config.problem3))))
         for m in measurements:  # the record of what loaded, and of the budget, once per run in every problem
             m.telemetry["load"] = gate.record()
             m.telemetry["budget"] = {"budget_s": config.budget_s, "stage_s": round(time.monotonic() - deadline.started, 1)}
