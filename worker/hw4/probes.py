@@ -10,6 +10,7 @@ numpy and minitorch are imported inside the probes only: this module stays light
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,18 @@ def probe_binding_grads(backend_name: str) -> dict[str, dict[str, Any]]:
     def t(arr: Any, grad: bool = False) -> Any:
         return mt.tensor_from_numpy(np.asarray(arr, dtype=np.float32), backend=backend, requires_grad=grad)
 
+    _probe_softmax(t, record)
+    _probe_layernorm(t, record)
+    return results
+
+
+Record = Callable[[str, bool, str], None]
+
+
+def _probe_softmax(t: Callable[..., Any], record: Record) -> None:
+    """1.1 and 1.2 through Tensor.attn_softmax and its backward."""
+    import numpy as np
+
     for batch, from_len, to_len, future in ((2, 9, 9, True), (2, 40, 100, False), (1, 33, 33, False)):
         rng = np.random.default_rng(1000 * batch + to_len)
         x = rng.standard_normal((batch, 4, from_len, to_len)).astype(np.float32) * 2
@@ -91,6 +104,12 @@ def probe_binding_grads(backend_name: str) -> dict[str, dict[str, Any]]:
                 record("1.2", *_close(inp.grad.to_numpy(), dx, 1e-2, 1e-3))
         except Exception as exc:
             record("1.2", False, f"backward: {type(exc).__name__}: {exc}")
+
+
+
+def _probe_layernorm(t: Callable[..., Any], record: Record) -> None:
+    """2.1 and 2.2 through Tensor.layernorm and its backward."""
+    import numpy as np
 
     for rows, hidden in ((7, 32), (64, 256), (5, 1024)):
         rng = np.random.default_rng(rows + hidden)
@@ -125,7 +144,6 @@ def probe_binding_grads(backend_name: str) -> dict[str, dict[str, Any]]:
                 record("2.2", ok, f"{name}.grad: {message}")
         except Exception as exc:
             record("2.2", False, f"backward: {type(exc).__name__}: {exc}")
-    return results
 
 
 def probe_fused_calls(backend_name: str) -> dict[str, Any]:
