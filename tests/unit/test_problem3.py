@@ -328,5 +328,7 @@ def test_hung_or_dying_fused_step_ends_the_problem(tmp_path: Path, body: str, ki
     config = dataclasses.replace(TINY, step_timeout_s=3.0)
     m = _measure(_kit_copy(tmp_path, ((old, new),)), config)
     assert m.status == kind
-    assert "first steps" in m.log_tail
+    # the unfused model's step ran; the fused model's is the one named
+    assert "first steps (fused model's step)" in m.log_tail
+    assert m.first_failure.case_id == "p3-first" and "fused model's step" in m.first_failure.message
     assert m.first_failure is not None and not m.first_failure.ok and m.speedup_student is None

@@ -182,6 +182,7 @@ def _checks(s: _Session) -> tuple[list[CaseOutcome], dict[str, Any]]:
     grads: dict[str, np.ndarray] = {}
     first: dict[str, dict[str, Any]] = {}
     for model in ("unfused", "fused"):
+        s.phase = f"first steps ({model} model's step)"  # a crash here names the model that crashed
         # untimed for the score: the device's memory is sampled here only
         reply, seconds = s.step(model, t_ref, g_ref, l_ref, p_ref, device_memory=True)
         logits[model] = s.arena.view(l_ref).copy()
@@ -191,6 +192,7 @@ def _checks(s: _Session) -> tuple[list[CaseOutcome], dict[str, Any]]:
     s.info["first_steps"] = first
     cases = _agreement_cases(s, logits, grads, targets)
     del logits, grads
+    s.phase = "first steps (causality probe of the fused model)"
     cases.append(_causality_case(s, tokens))
     return cases, first
 
@@ -358,7 +360,6 @@ def _measure_built(s: _Session, m: ProblemMeasurement, setup: dict[str, Any], th
     if needed + 16 * ALIGN > s.arena.size:
         raise StudentError(f"the DecoderLM's {s.elements} parameters do not fit the grader's buffers "
                            f"({s.arena.size} bytes); the course's model has {reference_parameter_elements(config)}", "")
-    s.phase = "first steps and causality probe"
     cases, first = _checks(s)
     s.phase = "timed steps"
     summary, steps, verified = _time_pairs(s, config.stopping(thresholds))
