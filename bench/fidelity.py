@@ -94,6 +94,14 @@ def _last_log_line(text: str) -> str:
     return lines[-1] if lines else ""
 
 
+def _problem3_time(info: dict[str, Any]) -> dict[str, Any] | None:
+    if not info:
+        return None
+    timing = info.get("timing") or {}
+    return {"setup_s": info.get("setup_s"), "elapsed_s": info.get("elapsed_s"), "pairs": timing.get("pairs"),
+            "stop": timing.get("stop"), "timing_ended_s": timing.get("timing_ended_s")}
+
+
 def outcome_record(outcome: Any, seconds: float, wanted: tuple[str, ...]) -> dict[str, Any]:
     """What the table and the JSON keep of a pipeline Outcome, for the problems `wanted`
     (the score lists the others as not run)."""
@@ -139,8 +147,10 @@ def outcome_record(outcome: Any, seconds: float, wanted: tuple[str, ...]) -> dic
             # timed shape; its timed call is in "timing") and the bandwidth that makes
             "kernel_ms": m.kernel_ms if m is not None else None,
             "bandwidth": m.telemetry.get("bandwidth") if m is not None else None,
-            # Problem 3: per model, the peak host and device memory of its steps (MiB)
+            # Problem 3: per model, the peak host and device memory of its steps (MiB), and where
+            # its time went (set-up, the whole problem, the timed pairs and why they stopped)
             "step_memory": (m.telemetry.get("problem3") or {}).get("memory") if m is not None else None,
+            "problem3_time": _problem3_time(m.telemetry.get("problem3") or {}) if m is not None else None,
             "log_tail": m.log_tail[-1500:] if m is not None and m.status != "ok" else "",
             # for diagnosis: every failed case (bounded) and the score's reasons
             "failed_cases": [c.describe() for c in m.failed_cases][:30] if m is not None else [],

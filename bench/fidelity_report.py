@@ -304,6 +304,20 @@ def _memory_text(memory: Any) -> str:
                      for model, f in sorted(memory.items()))
 
 
+def _problem3_text(time_record: Any) -> str:
+    """'; set-up 14 s, 8 timed pairs (settled), the problem 117 s' from a Problem 3 record."""
+    if not isinstance(time_record, dict):
+        return ""
+    parts = []
+    if isinstance(time_record.get("setup_s"), (int, float)):
+        parts.append(f"set-up {time_record['setup_s']:.0f} s")
+    if time_record.get("pairs") is not None:
+        parts.append(f"{time_record['pairs']} timed pairs ({time_record.get('stop')})")
+    if isinstance(time_record.get("elapsed_s"), (int, float)):
+        parts.append(f"the problem {time_record['elapsed_s']:.0f} s")
+    return "; " + ", ".join(parts) if parts else ""
+
+
 def _kernel_text(record: dict[str, Any]) -> str:
     """'; largest shape [..]: kernels 0.21 ms of a 2.9 ms timed call (7%), 2540 GB/s': the
     kernels' own GPU time beside the timed call's median on the same shape."""
@@ -331,7 +345,8 @@ def flag_lines(results: dict[str, Any]) -> list[str]:
             seconds = _seconds_text((record.get("timing") or {}).get("seconds"))
             memory = _memory_text(record.get("step_memory"))
             lines.append(f"- {name} {pid}: flags {'; '.join(flags) if flags else 'none'}; timing seconds: {seconds}"
-                         + (f"; peak memory per step: {memory}" if memory else "") + _kernel_text(record))
+                         + (f"; peak memory per step: {memory}" if memory else "") + _kernel_text(record)
+                         + _problem3_text(record.get("problem3_time")))
     return lines
 
 
