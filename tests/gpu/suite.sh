@@ -46,7 +46,7 @@ if [ "${1:-}" = --bench ]; then
 fi
 args=("$@")
 [ ${#args[@]} -eq 0 ] && args=(tests/gpu)
-python3 -m pytest -p no:cacheprovider -q -rA "${args[@]}" 2>&1 | tee "$OUT/pytest.log"
+python3 -m pytest -p no:cacheprovider -q -rA --durations=20 "${args[@]}" 2>&1 | tee "$OUT/pytest.log"
 status=${PIPESTATUS[0]}
 if [ "${KG_SKIP_BENCH:-0}" != 1 ]; then
   if [ "${KG_FIDELITY_ONLY:-0}" != 1 ] && [ -f bench/hw4_speedups.py ]; then
