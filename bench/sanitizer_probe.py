@@ -8,12 +8,15 @@ barrier (racecheck's case). Runs each plain and under its tool, first directly, 
 the sandbox as the GPU stage spawns its children (worker.sandbox: the sandbox user from
 KG_SANDBOX_USER, default nobody, the GPU, the network cut, the default-deny view with the
 sanitizer's folder added read-only), and prints each run's exit, wall seconds and the
-sanitizer's report lines that name an error, a kernel or a source line. Writes nothing else.
+sanitizer's report lines that name an error, a kernel or a source line; last, whether a socket
+handed to a program run under the tool, sandboxed, still reaches it (the GPU child's channel to
+its parent travels so). Writes nothing else.
 """
 from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -80,6 +83,25 @@ def run_sandboxed(argv: list[str], cwd: Path, read_only: tuple[str, ...]) -> tup
             child.output_tail(16384))
 
 
+def fd_passes_through(sanitizer: str, cwd: Path, read_only: tuple[str, ...]) -> str:
+    """Whether a program run under the tool, sandboxed, still writes to a socket its parent
+    handed down (the GPU child's channel to the parent travels so)."""
+    parent, child = socket.socketpair()
+    user = os.environ.get("KG_SANDBOX_USER", "nobody") or None
+    policy = SandboxPolicy(user=user, isolate_network=True, gpu_index=0, read_only=read_only)
+    program = f"import os; os.write({child.fileno()}, b'through')"
+    proc = Sandbox(LIMITS, policy).spawn([sanitizer, "--tool", "memcheck", sys.executable, "-c", program], cwd=cwd,
+                                         env={"PATH": os.defpath, "HOME": "/tmp"}, pass_fds=(child.fileno(),))
+    child.close()
+    parent.settimeout(60)
+    try:
+        got = parent.recv(64).decode(errors="replace")
+    except OSError as exc:
+        got = f"nothing ({exc})"
+    ended = proc.wait(LIMITS.wall_s)
+    return f"read {got!r}; ended {ended.reason} {ended.returncode}; output {telling(proc.output_tail(4000), 4)}"
+
+
 def main() -> int:
     sanitizer = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
     if not Path(sanitizer).exists():
@@ -115,6 +137,11 @@ def main() -> int:
                 print(f"sandboxed {label}: {ended}, {seconds:.2f} s")
                 for line in telling(out):
                     print(f"    {line}")
+        print("\n== the child's channel through the tool, sandboxed")
+        try:
+            print(fd_passes_through(sanitizer, work, (str(real.parent), str(real.parent.parent))))
+        except Exception as exc:  # noqa: BLE001 - a probe reports whatever stops it
+            print(f"could not start: {type(exc).__name__}: {exc}")
     return 0
 
 
