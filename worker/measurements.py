@@ -33,6 +33,15 @@ class Bandwidth:
     bytes: int
     kernel_ms: float
 
+    @classmethod
+    def of(cls, case: str, shape: tuple[int, ...], size: int, kernel_ms: float | None) -> Bandwidth | None:
+        """The figure, or None where the kernel time cannot make one (none, not positive, or
+        so small the figure is not a number: the child reports it, so it may be anything)."""
+        if kernel_ms is None or not math.isfinite(kernel_ms) or kernel_ms <= 0:
+            return None
+        made = cls(case, tuple(shape), int(size), float(kernel_ms))
+        return made if math.isfinite(made.gb_s) else None
+
     @property
     def gb_s(self) -> float:
         return self.bytes / (self.kernel_ms * 1e-3) / 1e9

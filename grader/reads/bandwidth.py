@@ -52,6 +52,16 @@ def _calibration(session: Session, assignment_id: int, model: str | None) -> dic
     return (row.details or {}) if row is not None else {}
 
 
+def _bandwidth(record: dict[str, Any]) -> Bandwidth | None:
+    """A stored record read back, None where it cannot make a figure (malformed, or a kernel
+    time that is not a positive number)."""
+    try:
+        stored = Bandwidth.from_dict(record)
+    except (KeyError, TypeError, ValueError):
+        return None
+    return Bandwidth.of(stored.case, stored.shape, stored.bytes, stored.kernel_ms)
+
+
 def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and value > 0 else None
 
@@ -62,8 +72,9 @@ def run_bandwidth(session: Session, run: Run) -> RunBandwidth | None:
     for result in sorted(run.results, key=lambda r: r.problem_id):
         telemetry = ((result.details or {}).get("measurement") or {}).get("telemetry") or {}
         record = telemetry.get(BANDWIDTH_KEY)
-        if isinstance(record, dict):
-            records.append((result.problem_id, Bandwidth.from_dict(record)))
+        measured = _bandwidth(record) if isinstance(record, dict) else None
+        if measured is not None:
+            records.append((result.problem_id, measured))
     if not records:
         return None
     model = run_gpu_models(session, [run.id]).get(run.id)

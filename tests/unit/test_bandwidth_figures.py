@@ -9,7 +9,7 @@ from worker.calibration import reference_bandwidths
 from worker.gpu.copy_peak import copy_rates
 from worker.hw4.abi import traffic_bytes
 from worker.hw4.cases import make_case
-from worker.measurements import CaseOutcome, ProblemMeasurement
+from worker.measurements import Bandwidth, CaseOutcome, ProblemMeasurement
 
 F32 = 4
 
@@ -47,3 +47,11 @@ def test_reference_figures_are_the_median_of_correct_profiled_measurements() -> 
                                   _measured("1.1", 9000, ok=False),  # wrong answers set no reference
                                   _measured("1.2", None)])  # not profiled
     assert found == {"1.1": 2600.0}
+
+
+@pytest.mark.parametrize("kernel_ms", [None, 0.0, -1.0, float("nan"), float("inf"), 1e-320])
+def test_no_figure_from_a_kernel_time_that_is_not_a_positive_number(kernel_ms: float | None) -> None:
+    # the profiling child runs the submission's code: whatever it reports must not become a
+    # figure that is not a number (nor one PostgreSQL's JSON refuses)
+    assert Bandwidth.of("c", (4,), 1 << 20, kernel_ms) is None
+    assert Bandwidth.of("c", (4,), 1 << 20, 0.5) is not None

@@ -225,9 +225,9 @@ def profile_phase(problem: KernelProblem, config: TimingConfig) -> None:
         with problem.clock("kernel_profile"):
             m.kernel_ms, m.telemetry["kernel_profile"] = measure_kernel_ms(profiler, largest, problem.profile_rng,
                                                                            config)
-        if m.kernel_ms:
-            m.telemetry[BANDWIDTH_KEY] = Bandwidth(largest.id, largest.shape, traffic_bytes(largest),
-                                                   m.kernel_ms).to_dict()
+        bandwidth = Bandwidth.of(largest.id, largest.shape, traffic_bytes(largest), m.kernel_ms)
+        if bandwidth is not None:
+            m.telemetry[BANDWIDTH_KEY] = bandwidth.to_dict()
     finally:
         problem.profiler = None
         profiler.close()
