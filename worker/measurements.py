@@ -87,6 +87,19 @@ def _enc_float(x: float | None) -> float | str | None:
     return x
 
 
+def _strict_json(value: Any) -> Any:
+    """`value` with every non-finite float, however deep, written as _enc_float writes it:
+    telemetry holds what children report (the submission's code runs there), and a NaN would
+    make the whole record unstorable (PostgreSQL's JSON has no NaN)."""
+    if isinstance(value, float):
+        return _enc_float(value)
+    if isinstance(value, dict):
+        return {k: _strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict_json(v) for v in value]
+    return value
+
+
 def _dec_float(x: Any) -> float | None:
     return None if x is None else float(x)  # float("nan") / float("inf") parse the strings
 
@@ -213,7 +226,7 @@ class ProblemMeasurement:
             "speedup_trusted": None if self.speedup_trusted is None else self.speedup_trusted.to_dict(),
             "kernel_ms": _enc_float(self.kernel_ms),
             "log_tail": self.log_tail,
-            "telemetry": dict(self.telemetry),
+            "telemetry": _strict_json(self.telemetry),
         }
 
     @classmethod

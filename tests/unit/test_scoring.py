@@ -295,6 +295,16 @@ def test_measurement_round_trips_through_json():
         ProblemMeasurement("1.1", status="bogus")
 
 
+def test_telemetry_a_child_filled_with_nan_or_inf_still_stores_as_strict_json():
+    # what a child reports goes into telemetry, and the submission's code runs in the child
+    m = measured(telemetry={"problem3": {"memory": {"fused": {"host_peak_mib": float("nan")}},
+                                         "steps": [{"ms": float("inf"), "counts": {"layernorm_fw": 3}}]}})
+    stored = json.loads(json.dumps(m.to_dict(), allow_nan=False))
+    problem3 = stored["telemetry"]["problem3"]
+    assert problem3["memory"]["fused"]["host_peak_mib"] == "nan" and problem3["steps"][0]["ms"] == "inf"
+    assert problem3["steps"][0]["counts"] == {"layernorm_fw": 3}  # the rest as it was
+
+
 def test_rubric_scoring_defaults_and_validation(tmp_path: Path):
     p11 = RUBRIC.problems[0].scoring
     assert (p11.correctness_points, p11.speed_points, p11.speed_floor, p11.target) == (14, 6, 1.0, 6.5)
