@@ -300,7 +300,10 @@ def _memory_text(memory: Any) -> str:
         return ""
     def mib(value: Any) -> str:
         return f"{value:.0f} MiB" if isinstance(value, (int, float)) else "-"
-    return "; ".join(f"{model} host {mib(f.get('host_peak_mib'))}, device {mib(f.get('device_used_peak_mib'))}"
+    def growth(f: dict[str, Any]) -> str:
+        first_last = f.get("host_first_last_mib")
+        return f" (first step {mib(first_last[0])}, last {mib(first_last[1])})" if first_last else ""
+    return "; ".join(f"{model} host {mib(f.get('host_peak_mib'))}{growth(f)}, device {mib(f.get('device_used_peak_mib'))}"
                      for model, f in sorted(memory.items()))
 
 

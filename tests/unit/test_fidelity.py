@@ -792,14 +792,16 @@ def test_flag_lines_say_where_a_timed_call_and_problem_3_spend_their_time() -> N
                            timing={"timing_shapes": [{"shape": [1, 8, 64, 64], "ms": {"custom": 1.0}},
                                                      {"shape": [1, 8, 430, 460], "ms": {"custom": 3.2}}]})
     problems["3"] = {"graded": True, "flags": [], "timing": {},
-                     "step_memory": {"fused": {"host_peak_mib": 6059.0, "device_used_peak_mib": 1446.4},
+                     "step_memory": {"fused": {"host_peak_mib": 6059.0, "device_used_peak_mib": 1446.4,
+                                               "host_first_last_mib": [5800.0, 6059.0]},
                                      "unfused": {"host_peak_mib": 6593.1, "device_used_peak_mib": 1444.4}},
                      "problem3_time": {"setup_s": 14.2, "elapsed_s": 117.0, "pairs": 8, "stop": "settled"}}
     flags = report.flag_lines(results)
     kernel = next(line for line in flags if line.startswith("- alice 1.1:"))
     assert "largest shape [1, 8, 430, 460]: kernels 0.008 ms of a 3.2 ms timed call (0%), 1583 GB/s" in kernel
     three = next(line for line in flags if line.startswith("- alice 3:"))
-    assert "peak memory per step: fused host 6059 MiB, device 1446 MiB; unfused host 6593 MiB, device 1444 MiB" in three
+    assert ("peak memory per step: fused host 6059 MiB (first step 5800 MiB, last 6059 MiB), device 1446 MiB; "
+            "unfused host 6593 MiB, device 1444 MiB") in three
     assert three.endswith("; set-up 14 s, 8 timed pairs (settled), the problem 117 s")
 
 

@@ -136,6 +136,10 @@ def test_reference_passes_and_is_timed(tmp_path: Path) -> None:
         assert first["host_reset"] is True and 20 < first["host_peak_mib"] < LIMITS.memory_bytes / MiB
         assert first["device_used_peak_mib"] is None
         assert info["memory"][model]["host_peak_mib"] >= first["host_peak_mib"]
+        first_step, last_step = info["memory"][model]["host_first_last_mib"]
+        assert first_step == first["host_peak_mib"]
+        timed = [st["memory"]["host_peak_mib"] for st in info["steps"] if st["model"] == model]
+        assert last_step == timed[-1]
     assert all(st["memory"]["host_peak_mib"] > 0 and "device_used_peak_mib" not in st["memory"] for st in info["steps"])
     print("reference:", s.describe(), info["timing"], info["memory"])
 

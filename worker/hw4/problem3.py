@@ -40,6 +40,7 @@ into a tensor, writing the gradients back: ~1% of a course-config step).
 """
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
@@ -321,17 +322,25 @@ def _time_pairs(s: _Session, rule: StoppingRule) -> tuple[RatioSummary | None, l
     return summary, steps, case
 
 
-def peak_memory(steps: list[dict[str, Any]]) -> dict[str, dict[str, float | None]]:
+def peak_memory(steps: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per model, the largest of its steps' peaks (MiB): host_peak_mib (each step's own peak
-    where the child could reset the mark) and device_used_peak_mib (sampled, untimed steps)."""
-    peaks: dict[str, dict[str, float | None]] = {}
+    where the child could reset the mark) and device_used_peak_mib (sampled, untimed steps);
+    and host_first_last_mib, its first and last step's host peaks: memory that grows from step
+    to step (a graph or buffers kept across steps) shows as a last far above the first."""
+    peaks: dict[str, dict[str, Any]] = {}
+    hosts: dict[str, list[float]] = {}
     for step in steps:
         figures = step.get("memory") or {}
-        model = peaks.setdefault(str(step.get("model")), {"host_peak_mib": None, "device_used_peak_mib": None})
-        for key in model:
+        name = str(step.get("model"))
+        model = peaks.setdefault(name, {"host_peak_mib": None, "device_used_peak_mib": None})
+        for key in ("host_peak_mib", "device_used_peak_mib"):
             value = figures.get(key)
-            if isinstance(value, (int, float)):
+            if isinstance(value, (int, float)) and math.isfinite(value):
                 model[key] = max(float(value), model[key] or 0.0)
+                if key == "host_peak_mib":
+                    hosts.setdefault(name, []).append(float(value))
+    for name, values in hosts.items():
+        peaks[name]["host_first_last_mib"] = [values[0], values[-1]]
     return peaks
 
 
