@@ -127,10 +127,14 @@ def needs_more_trials(summary: RatioSummary, thresholds: Sequence[float], max_re
     """True when the grader should measure again (it does so up to a cap).
 
     Either the interval straddles a scoring threshold (the score could fall on either side
-    of it), or it is wider than `max_relative_width` x speedup.
+    of it), or it is wider than `max_relative_width` x speedup. An interval wholly at or past
+    the highest threshold, or wholly at or below the lowest, has settled the points (all of
+    them, or none): its width no longer matters, and more trials would only cost GPU time.
     """
     if any(summary.low < t < summary.high for t in thresholds):
         return True
+    if thresholds and (summary.low >= max(thresholds) or summary.high <= min(thresholds)):
+        return False
     return summary.high - summary.low > max_relative_width * summary.speedup
 
 

@@ -101,6 +101,10 @@ def test_straddling_and_width_logic():
     assert not needs_more_trials(s, [], 0.06)
     # A threshold exactly on an end is not straddled.
     assert not needs_more_trials(s, [3.9, 4.1], 0.10)
+    # Wholly past every threshold (or below every one), the points are settled however wide.
+    assert not needs_more_trials(s, [1.0, 3.9], 0.04)
+    assert not needs_more_trials(s, [4.1, 6.5], 0.04)
+    assert needs_more_trials(s, [1.0, 4.05], 0.04)
 
 
 def test_spread():

@@ -26,15 +26,26 @@ def test_never_fewer_than_min_trials_nor_more_than_max() -> None:
 
 
 def test_a_threshold_inside_the_interval_or_a_wide_interval_keeps_measuring() -> None:
-    rule = StoppingRule(min_trials=3, max_trials=12, max_relative_width=0.10, thresholds=(1.0, 1.1))
-    assert rule.verdict(3, figure(1.12, 1.08, 1.15)) is None  # 1.1 inside
-    assert rule.verdict(3, figure(1.5, 1.3, 1.7)) is None  # 27% wide
+    rule = StoppingRule(min_trials=3, max_trials=12, max_relative_width=0.10, thresholds=(1.0, 2.0))
+    assert rule.verdict(3, figure(1.98, 1.9, 2.05)) is None  # 2.0 inside
+    assert rule.verdict(3, figure(1.5, 1.3, 1.7)) is None  # 27% wide, between floor and target
     assert rule.verdict(3, figure(1.5, 1.45, 1.55)) == "settled"
     assert rule.verdict(3, None) is None  # no figure yet
 
 
+def test_an_interval_past_every_threshold_has_settled_the_points_however_wide() -> None:
+    rule = StoppingRule(min_trials=3, max_trials=12, max_relative_width=0.10, thresholds=(1.0, 1.1))
+    assert rule.verdict(3, figure(1.5, 1.3, 1.7)) == "settled"  # all speed points, 27% wide
+    assert rule.verdict(3, figure(0.7, 0.5, 0.95)) == "settled"  # none of them
+    assert rule.verdict(3, figure(1.3, 1.1, 1.5)) == "settled"  # at the target is past it
+    assert rule.verdict(3, figure(1.2, 1.05, 1.4)) is None  # the target inside
+    assert rule.verdict(2, figure(1.5, 1.3, 1.7)) is None  # still min_trials first
+    no_thresholds = StoppingRule(min_trials=3, max_trials=12, max_relative_width=0.10)
+    assert no_thresholds.verdict(3, figure(1.5, 1.3, 1.7)) is None  # only the width decides
+
+
 def test_the_budget_stops_only_after_min_trials() -> None:
-    rule = StoppingRule(min_trials=3, max_trials=12, max_relative_width=0.10, thresholds=(1.0, 1.1), budget_s=180.0)
+    rule = StoppingRule(min_trials=3, max_trials=12, max_relative_width=0.10, thresholds=(1.0, 2.0), budget_s=180.0)
     wide = figure(1.5, 1.3, 1.7)
     assert rule.verdict(2, wide, elapsed_s=400.0, next_trial_s=40.0) is None
     assert rule.verdict(3, wide, elapsed_s=150.0, next_trial_s=40.0) == "budget"
