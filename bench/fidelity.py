@@ -98,8 +98,11 @@ def _problem3_time(info: dict[str, Any]) -> dict[str, Any] | None:
     if not info:
         return None
     timing = info.get("timing") or {}
+    first = info.get("first_steps") or {}
     return {"setup_s": info.get("setup_s"), "elapsed_s": info.get("elapsed_s"), "pairs": timing.get("pairs"),
-            "stop": timing.get("stop"), "timing_ended_s": timing.get("timing_ended_s")}
+            "stop": timing.get("stop"), "timing_ended_s": timing.get("timing_ended_s"),
+            "checked_step_s": {model: f.get("seconds") for model, f in first.items()},
+            "unfused_ms": timing.get("unfused_ms"), "fused_ms": timing.get("fused_ms")}
 
 
 def outcome_record(outcome: Any, seconds: float, wanted: tuple[str, ...]) -> dict[str, Any]:

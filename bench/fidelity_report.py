@@ -308,14 +308,21 @@ def _memory_text(memory: Any) -> str:
 
 
 def _problem3_text(time_record: Any) -> str:
-    """'; set-up 14 s, 8 timed pairs (settled), the problem 117 s' from a Problem 3 record."""
+    """'; set-up 14 s, checked steps unfused 9.1 s fused 8.2 s, 8 timed pairs (settled) unfused
+    [..] ms fused [..] ms, the problem 117 s' from a Problem 3 record."""
     if not isinstance(time_record, dict):
         return ""
     parts = []
     if isinstance(time_record.get("setup_s"), (int, float)):
         parts.append(f"set-up {time_record['setup_s']:.0f} s")
+    checked = time_record.get("checked_step_s") or {}
+    if checked:
+        parts.append("checked steps " + " ".join(f"{model} {s:.1f} s" for model, s in checked.items()
+                                                  if isinstance(s, (int, float))))
     if time_record.get("pairs") is not None:
-        parts.append(f"{time_record['pairs']} timed pairs ({time_record.get('stop')})")
+        steps = " ".join(f"{model} [{', '.join(f'{ms:.0f}' for ms in time_record[f'{model}_ms'])}] ms"
+                         for model in ("unfused", "fused") if time_record.get(f"{model}_ms"))
+        parts.append(f"{time_record['pairs']} timed pairs ({time_record.get('stop')}) {steps}".rstrip())
     if isinstance(time_record.get("elapsed_s"), (int, float)):
         parts.append(f"the problem {time_record['elapsed_s']:.0f} s")
     return "; " + ", ".join(parts) if parts else ""

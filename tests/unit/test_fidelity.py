@@ -795,14 +795,21 @@ def test_flag_lines_say_where_a_timed_call_and_problem_3_spend_their_time() -> N
                      "step_memory": {"fused": {"host_peak_mib": 6059.0, "device_used_peak_mib": 1446.4,
                                                "host_first_last_mib": [5800.0, 6059.0]},
                                      "unfused": {"host_peak_mib": 6593.1, "device_used_peak_mib": 1444.4}},
-                     "problem3_time": {"setup_s": 14.2, "elapsed_s": 117.0, "pairs": 8, "stop": "settled"}}
+                     "problem3_time": {"setup_s": 14.2, "elapsed_s": 117.0, "pairs": 3, "stop": "settled",
+                                       "checked_step_s": {"unfused": 9.14, "fused": 8.2},
+                                       "unfused_ms": [14100.0, 13900.4, 14000.0],
+                                       "fused_ms": [11000.0, 10900.0, 11100.0]}}
     flags = report.flag_lines(results)
     kernel = next(line for line in flags if line.startswith("- alice 1.1:"))
     assert "largest shape [1, 8, 430, 460]: kernels 0.008 ms of a 3.2 ms timed call (0%), 1583 GB/s" in kernel
     three = next(line for line in flags if line.startswith("- alice 3:"))
     assert ("peak memory per step: fused host 6059 MiB (first step 5800 MiB, last 6059 MiB), device 1446 MiB; "
             "unfused host 6593 MiB, device 1444 MiB") in three
-    assert three.endswith("; set-up 14 s, 8 timed pairs (settled), the problem 117 s")
+    assert three.endswith("; set-up 14 s, checked steps unfused 9.1 s fused 8.2 s, 3 timed pairs (settled) "
+                          "unfused [14100, 13900, 14000] ms fused [11000, 10900, 11100] ms, the problem 117 s")
+    del problems["3"]["problem3_time"]["unfused_ms"], problems["3"]["problem3_time"]["checked_step_s"]
+    three = next(line for line in report.flag_lines(results) if line.startswith("- alice 3:"))
+    assert three.endswith("; set-up 14 s, 3 timed pairs (settled) fused [11000, 10900, 11100] ms, the problem 117 s")
 
 
 def test_render_writes_the_speed_table_and_old_results_still_render(tmp_path: Path,
