@@ -175,6 +175,12 @@ class Settings(BaseSettings):
     # on an H200 (BENCHMARKS.md), an honest slow one up to ~250 s (Problem 3's own budget is
     # 180 s); past it, what is left is settled as not run and the run is still scored.
     gpu_budget_s: float = Field(default=300.0, gt=0)
+    # CUDA's compute-sanitizer on a kernel problem's smallest failed case (worker/sanitizer.py):
+    # "auto" (on PATH, beside nvcc, in $CUDA_HOME/bin), "off", or the tool's path; its findings
+    # are shown beside the lost points and never change them. sanitizer_cap_s bounds a run's
+    # whole use of it (within what is left of the GPU budget); a correct submission never runs it.
+    sanitizer: str = "auto"
+    sanitizer_cap_s: float = Field(default=120.0, gt=0)
 
     # Worker
     task_soft_time_limit_s: int = 1500

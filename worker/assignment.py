@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from worker.measurements import ProblemMeasurement
     from worker.rubric import Rubric
     from worker.sandbox import SandboxLimits, SandboxPolicy
+    from worker.sanitizer import SanitizerConfig
 
 PLUGIN_OBJECT = "ASSIGNMENT"  # the name a plug-in module gives its Assignment
 
@@ -45,6 +46,8 @@ class StageConfig:
     # The most wall time the whole stage of one run may hold its GPU (KG_GPU_BUDGET_S); past it,
     # what is left is settled as not run, saying so (worker.gpu.budget). None: no budget.
     budget_s: float | None = None
+    # CUDA's compute-sanitizer on a failed case (KG_SANITIZER, KG_SANITIZER_CAP_S): None, off.
+    sanitizer: SanitizerConfig | None = None
 
 
 # The GPU stage: (rubric, staged tree, reference tree, work dir, ids of the problems to run:

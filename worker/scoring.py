@@ -16,7 +16,8 @@ Rules (per problem, from its `scoring:` section, worker.rubric.ProblemScoring):
   or on its own (`student`). The reference kit's figure is information only.
 - Every lost point has a reason a student can read, in the assignment's own words
   (worker.assignment.Words); flags for staff (evidence of a gamed timing, from the stage's
-  telemetry) are also shown to the student as notes.
+  telemetry) are also shown to the student as notes; what CUDA's compute-sanitizer found in a
+  failed case (the telemetry's `sanitizer`) follows the reasons, and never changes a point.
 
 Standard library + numpy only (through worker.timing): importable on a bare GPU machine.
 """
@@ -30,6 +31,7 @@ from typing import Any
 from worker.assignment import Words, assignment_of
 from worker.measurements import CaseOutcome, ProblemMeasurement, salient_lines
 from worker.rubric import ProblemScoring, Rubric
+from worker.sanitizer import MAX_SHOWN, TOOL, Finding
 from worker.timing import RatioSummary, waited_beyond_slack
 
 GENERIC_WORDS = Words()  # score_problem's words when the caller gives none (score_run gives the assignment's)
@@ -321,6 +323,30 @@ def _score_speed(spec: ProblemScoring, m: ProblemMeasurement, words: Words, scor
         score.reasons.append(line)
 
 
+def sanitizer_lines(m: ProblemMeasurement) -> tuple[list[str], list[str]]:
+    """(reasons, notes) from the stage's compute-sanitizer session on a failed case (its
+    telemetry's `sanitizer`, worker.sanitizer): its first findings beside the lost points, or
+    a note that it found nothing. Never points."""
+    record = m.telemetry.get("sanitizer")
+    if not isinstance(record, dict):
+        return [], []
+    findings = [Finding.from_dict(f) for f in record.get("findings") or [] if isinstance(f, dict)]
+    if findings:
+        return [f"{m.problem_id}: {f.text()}" for f in findings[:MAX_SHOWN]], []
+    tools = [t for t in record.get("tools") or [] if isinstance(t, str)]
+    if tools and not record.get("note"):
+        return [], [f"{m.problem_id}: {TOOL} ({', '.join(tools)}) found no memory error or race when it ran "
+                    f"the failed case {record.get('case')} again"]
+    return [], []
+
+
+def _with_sanitizer(m: ProblemMeasurement, score: ProblemScore) -> ProblemScore:
+    reasons, notes = sanitizer_lines(m)
+    score.reasons.extend(reasons)
+    score.notes.extend(notes)
+    return score
+
+
 def score_problem(
     spec: ProblemScoring, measurement: ProblemMeasurement, *, target: float | None = None,
     words: Words = GENERIC_WORDS,
@@ -334,13 +360,13 @@ def score_problem(
     if unscorable is not None:
         score.status = m.status if m.status != "ok" else "failed"
         score.reasons.append(unscorable)
-        return score
+        return _with_sanitizer(m, score)
     tiers = _score_correctness(spec, m, words, score)
     _note_timing(spec, m, words, score)
     if spec.speed_points > 0:
         _score_speed(spec, m, words, score, tiers)
     score.points = round(score.correctness_points + score.speed_points, 2)
-    return score
+    return _with_sanitizer(m, score)
 
 
 def score_run(

@@ -6,7 +6,8 @@ What is read: a problem's `seconds` (phase -> wall seconds on the parent's clock
 problems record child start, checks through each path, kernel profile, timing warm-up and timing,
 worker/hw4/kernels.py), `gpu_busy` (the wall seconds and NVML busy share of a part of the stage:
 the kernel problems share one, Problem 3 has its own), `load` (each part's load probe) and `budget`
-(the whole stage's wall seconds and its budget), and Problem 3's own record, `problem3`
+(the whole stage's wall seconds and its budget), a failed problem's `sanitizer` (its
+compute-sanitizer session's seconds), and Problem 3's own record, `problem3`
 (worker/hw4/problem3.py: its setup's end, its timing's end and its whole time, and each timed
 step's milliseconds). The kernel problems' checks, profiles and warm-ups run all at once, so
 their rows are not added up: their part of the stage is the kernel problems' wall time less
@@ -31,6 +32,7 @@ PHASE_WORDS = {
     "timing": "timing",
 }
 ONE_AFTER_ANOTHER = ("start", "timing")
+SANITIZER = "compute-sanitizer on a failed case"
 KERNELS = "kernel problems"  # the part of the stage whose problems share one `gpu_busy`
 
 
@@ -102,6 +104,16 @@ def _problem3_rows(pid: str, info: dict[str, Any]) -> list[PhaseRow]:
                      round(elapsed - ended, 1))]
 
 
+def _sanitizer_row(telemetry: dict[str, dict[str, Any]]) -> PhaseRow | None:
+    """The compute-sanitizer's sessions on failed cases (worker/hw4/sanitize.py), one problem
+    after another once everything that scores is done; None when none ran."""
+    seconds = {pid: s for pid, t in telemetry.items()
+               if (s := _number(_dict(t.get("sanitizer")).get("seconds"))) is not None and s > 0}
+    if not seconds:
+        return None
+    return PhaseRow(SANITIZER, seconds, round(sum(seconds.values()), 1), "one after another, last")
+
+
 def gpu_time(measurements: Mapping[str, dict[str, Any]]) -> GpuTime | None:
     """The table for a run's measurements (problem id -> its stored measurement), or None when
     none of them recorded where its time went (no GPU stage ran, or a stage that records none)."""
@@ -119,10 +131,13 @@ def gpu_time(measurements: Mapping[str, dict[str, Any]]) -> GpuTime | None:
     rows = _kernel_rows(phases, kernel_wall) if phases else []
     for pid, info in problem3.items():
         rows += _problem3_rows(pid, info)
+    sanitized = _sanitizer_row(telemetry)
+    rows += [sanitized] if sanitized else []
     first = next(iter(telemetry.values()))
     budget = _dict(first.get("budget"))
     stage_s = _number(budget.get("stage_s"))
     parts = [kernel_wall] + [_number(b.get("seconds")) for part, b in busy.items() if part != KERNELS]
+    parts += [sanitized.run_s] if sanitized else []
     if stage_s is not None and None not in parts:
         rows.append(PhaseRow("other and idle: starting the load probes, the side children and Problem 3's child; waits between phases", {},
                              round(max(0.0, stage_s - sum(p or 0.0 for p in parts)), 1),

@@ -1,6 +1,6 @@
 """The settings turned into the engine's configuration: the pipeline's (unpack limits, nvcc,
 build cache and the build's sandbox) and the assignment's stage's (sandbox limits and policy,
-seed, timing CPUs, GPU time budget), and the stage a worker runs, if any (the rubric's plug-in makes it:
+seed, timing CPUs, GPU time budget, compute-sanitizer), and the stage a worker runs, if any (the rubric's plug-in makes it:
 worker.assignment).
 
 Free of the database and of pydantic (Settings is only a type here): bench/production_config.py
@@ -18,6 +18,7 @@ from worker.build import Toolchain, cuda_include_dirs
 from worker.pipeline import PipelineConfig
 from worker.rubric import Rubric
 from worker.sandbox import DockerOptions, SandboxLimits, SandboxPolicy
+from worker.sanitizer import sanitizer_config
 from worker.telemetry import gpu_count
 from worker.unpack import UnpackLimits
 
@@ -92,6 +93,7 @@ def gpu_stage_config(settings: Settings) -> StageConfig:
         seed=settings.grading_seed,
         timing_cpus=choose_timing_cpus(settings.timing_cpus, settings.gpu_index),
         budget_s=settings.gpu_budget_s,
+        sanitizer=sanitizer_config(settings.sanitizer, settings.sanitizer_cap_s, settings.nvcc),
     )
 
 

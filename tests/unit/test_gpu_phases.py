@@ -73,3 +73,18 @@ def test_no_table_without_a_recorded_phase() -> None:
     assert gpu_time({}) is None
     assert gpu_time({"1": {"status": "ok", "telemetry": {"before": {"name": "NVIDIA H200"}}}}) is None  # no phases
     assert gpu_time({"1": {"status": "ok"}, "2": {"telemetry": None}}) is None  # a built run, a stage of another kind
+
+
+def test_the_sanitizer_sessions_are_a_row_of_their_own_after_the_rest() -> None:
+    """A failed problem's compute-sanitizer session (worker/hw4/sanitize.py, after Problem 3)
+    is its own row, taken out of "other and idle"; a run without one has no such row."""
+    assert not any("sanitizer" in r.phase for r in gpu_time(record()).rows)  # type: ignore[union-attr]
+    runs = record()
+    runs["2.1"]["telemetry"]["sanitizer"] = {"tool": "memcheck", "seconds": 4.0, "findings": []}
+    table = gpu_time(runs)
+    assert table is not None
+    row = table.rows[-2]
+    assert row.phase == "compute-sanitizer on a failed case" and row.seconds == {"2.1": 4.0} and row.run_s == 4.0
+    other = table.rows[-1]
+    assert other.phase.startswith("other") and other.run_s == 6.0  # 10 s less the sanitizer's 4
+    assert sum(r.run_s for r in table.rows if r.run_s is not None) == pytest.approx(table.stage_s)

@@ -10,7 +10,8 @@ import os
 import socket
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +101,16 @@ def cpu_used(before: float | None, after: float | None) -> float | None:
     return after - before
 
 
+def wrapped(sandbox: Sandbox, wrapper: Sequence[str]) -> Sandbox:
+    """The sandbox a child runs in under `wrapper` (a program that runs the child, such as
+    CUDA's compute-sanitizer): the same limits and policy, its view widened by the folder of
+    the wrapper's real executable and the one above it, read-only (the namespaced process
+    backend binds nothing else: worker.sandbox.view)."""
+    real = Path(os.path.realpath(wrapper[0]))
+    folders = tuple(dict.fromkeys((*sandbox.policy.read_only, str(real.parent), str(real.parent.parent))))
+    return Sandbox(sandbox.limits, replace(sandbox.policy, read_only=folders))
+
+
 class ChildClient:
     def __init__(
         self,
@@ -110,8 +121,12 @@ class ChildClient:
         gpu_index: int | None = None,
         steady_memory: bool = True,
         deadline: Deadline | None = None,
+        wrapper: Sequence[str] = (),
     ) -> None:
+        """`wrapper`: an argv prefix the child runs under (its program reads the child's argv
+        after its own, and passes the channel's descriptor on), in a sandbox that can read it."""
         self.deadline = deadline  # every call waits at most what is left of it
+        self.cwd = cwd
         self.arena = Arena(cwd / ARENA_NAME, arena_bytes, create=True)
         parent_sock, child_sock = socket.socketpair()
         # -P: the submission's folder (the cwd) is not on sys.path while the child imports its
@@ -121,6 +136,8 @@ class ChildClient:
                 "--arena", str(cwd / ARENA_NAME), "--arena-size", str(arena_bytes)]
         for module in handlers:
             argv += ["--handlers", module]
+        if wrapper:
+            sandbox, argv = wrapped(sandbox, wrapper), [*wrapper, *argv]
         self.process: SandboxChild = sandbox.spawn(
             argv, cwd=cwd, env=child_env(gpu_index, cwd, steady_memory), pass_fds=(child_sock.fileno(),)
         )
@@ -181,11 +198,12 @@ class ChildClient:
         """Keep the child (all its threads) on these cores, for stable timings."""
         self.process.pin(cpus)
 
-    def close(self) -> None:
+    def close(self, wait_s: float = 10.0) -> None:
+        """End the child: its channel closed, `wait_s` for it to exit by itself, then killed."""
         try:
             self.channel.close()
             if self.process.alive:
-                self.process.wait(timeout=10)
+                self.process.wait(timeout=wait_s)
         finally:
             if self.process.alive:
                 self.process.kill()

@@ -6,14 +6,16 @@ basic-ops library is ours (the rubric's `reference_ops`) and one on our referenc
 (worker.hw4.speed). First, a probe child per part of the submission (each library, the
 minitorch package) loads it, so a part that hangs or crashes at load is found once and what
 needs it is settled at once (worker.hw4.loading); the whole stage keeps to the run's GPU time
-budget (`StageConfig.budget_s`, worker.gpu.budget). Nothing here judges points:
+budget (`StageConfig.budget_s`, worker.gpu.budget). Last, a kernel problem with a failed C ABI
+case has its smallest one run again under CUDA's compute-sanitizer (worker.hw4.sanitize,
+`StageConfig.sanitizer`). Nothing here judges points:
 worker.scoring does that from the measurements.
 """
 from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -23,8 +25,9 @@ import numpy as np
 from worker.assignment import GpuStage, StageConfig, StageProgress
 from worker.gpu.budget import Deadline
 from worker.gpu.client import ChildClient
-from worker.hw4 import kernels, problem3, speed
+from worker.hw4 import kernels, problem3, sanitize, speed
 from worker.hw4.cases import load_cases
+from worker.hw4.kernel_checks import Check
 from worker.hw4.loading import MINITORCH, PROBE_ARENA_BYTES, LoadGate
 from worker.measurements import ProblemMeasurement
 from worker.rubric import REFERENCE_OPS_BUILT, Rubric
@@ -152,6 +155,10 @@ def run_gpu_stage(
         return ChildClient(sandbox, _fresh_copy(root, work_dir / label), handlers, arena, config.policy.gpu_index,
                            config.steady_memory, deadline)
 
+    def open_wrapped(label: str, wrapper: Sequence[str], cap: Deadline) -> ChildClient:
+        return ChildClient(sandbox, _fresh_copy(staged_root, work_dir / label), kernels.HANDLERS, KERNEL_ARENA_BYTES,
+                           config.policy.gpu_index, config.steady_memory, cap, wrapper=wrapper)
+
     cases = load_cases(rubric.path or rubric.slug)
     measurements: list[ProblemMeasurement] = []
     kernel_problems = []
@@ -159,6 +166,7 @@ def run_gpu_stage(
         kernel_problems.append((pid, cases[pid], _thresholds(rubric, pid), _libraries(rubric, pid)))
     gate = LoadGate(deadline, config.load_timeout_s, cuda=config.policy.gpu_index is not None)
     sides = speed.Sides({})
+    failed_abi: dict[str, list[Check]] = {}
     try:
         gate.open([*(k.output for k in rubric.kernels), MINITORCH],
                   lambda label: open_child(label, staged_root, kernels.HANDLERS, PROBE_ARENA_BYTES))
@@ -174,7 +182,7 @@ def run_gpu_stage(
                 measurements.extend(kernels.grade_kernel_problems(
                     kernel_problems,
                     lambda label: open_child(f"problem-{label}", staged_root, kernels.HANDLERS, KERNEL_ARENA_BYTES),
-                    sides, gate, rng, config.timing, telemetry, progress, config.timing_cpus,
+                    sides, gate, rng, config.timing, telemetry, progress, config.timing_cpus, failed_abi,
                 ))
         finally:
             for client in sides.clients.values():
@@ -187,6 +195,9 @@ def run_gpu_stage(
             measurements.append(_grade_problem3(rubric, config, gate, rng, telemetry,
                                                 lambda: open_child("problem-3", staged_root, (problem3.HANDLERS,),
                                                                    problem3.arena_bytes(config.problem3))))
+        # last, so that it cannot take time from anything that scores
+        sanitize.sanitize_failed(failed_abi, measurements, config.sanitizer, open_wrapped, deadline,
+                                 config.policy.gpu_index is not None, config.timing.call_timeout_s)
         for m in measurements:  # the record of what loaded, and of the budget, once per run in every problem
             m.telemetry["load"] = gate.record()
             m.telemetry["budget"] = {"budget_s": config.budget_s, "stage_s": round(time.monotonic() - deadline.started, 1)}

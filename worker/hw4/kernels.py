@@ -42,6 +42,7 @@ HANDLERS = ("worker.hw4.child_kernels",)
 
 
 ClientFactory = Callable[[str], ChildClient]  # label -> a fresh sandboxed child
+NOT_RUN = "not run:"  # how the message of a check that did not run begins
 
 
 def paths_parts(kind: str, needs: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
@@ -92,21 +93,25 @@ class KernelProblem:
     timer: ChildClient | None = None  # a third, fresh one for the timing, warmed during the checks
     # checks that killed ("crashed") or hung ("timeout") the child, per path
     failures: dict[tuple[str, str], int] = field(default_factory=dict)
+    # C ABI checks that ran and failed (wrong, raised, crashed or hung): worker.hw4.sanitize's
+    failed_abi: list[Check] = field(default_factory=list)
 
     def why_not(self, path: str) -> str | None:
         """Why the checks of `path` are not run (a part it needs does not load, the run's
         budget is used up, or the path used up its fresh children), or None."""
         blocked = self.gate.blocked(*self.parts[path])
         if blocked:
-            return f"not run: {blocked}"
+            return f"{NOT_RUN} {blocked}"
         crashes, hangs = self.failures.get((path, "crashed"), 0), self.failures.get((path, "timeout"), 0)
         if crashes >= MAX_CRASHES or hangs >= MAX_HANGS:
-            return f"not run: the code crashed on {crashes} and hung on {hangs} earlier cases of this path"
+            return f"{NOT_RUN} the code crashed on {crashes} and hung on {hangs} earlier cases of this path"
         return None
 
     def record(self, outcome: CaseOutcome, check: Check) -> None:
         cases = self.measurement.abi_cases if check.path == "abi" else self.measurement.binding_cases
         cases.append(outcome)
+        if check.path == "abi" and not outcome.ok and not outcome.message.startswith(NOT_RUN):
+            self.failed_abi.append(check)
 
     @property
     def public_passed(self) -> bool:
@@ -165,7 +170,7 @@ def check_phase(problem: KernelProblem, config: TimingConfig) -> None:
             try:
                 outcome = run_check(problem.client, check, config.call_timeout_s)
             except OutOfBudget as exc:
-                outcome = check_outcome(check, False, None, None, f"not run: {exc.detail}")
+                outcome = check_outcome(check, False, None, None, f"{NOT_RUN} {exc.detail}")
                 _close_client(problem)
             except ChildFailure as exc:
                 outcome = crash_outcome(check, exc)
@@ -307,6 +312,7 @@ def grade_kernel_problems(
     telemetry: Callable[[], dict[str, Any]] = dict,
     progress: StageProgress = StageProgress(),
     cpus: TimingCpus | None = None,
+    failed_abi: dict[str, list[Check]] | None = None,
 ) -> list[ProblemMeasurement]:
     """Every kernel problem (id, cases, thresholds, the libraries it needs), each in a fresh
     child of its own.
@@ -322,7 +328,8 @@ def grade_kernel_problems(
     child (up to MAX_CRASHES / MAX_HANGS per path). Phase 2 times, each in its timing child, the
     problems whose public cases all passed, one after another, the other children frozen
     meanwhile, so no code of this submission runs beside a timing; with `cpus`, on the same
-    two cores every grade."""
+    two cores every grade. `failed_abi` receives each problem's failed C ABI checks (those
+    that ran), for worker.hw4.sanitize."""
     seeds = rng.integers(2**63 - 1, size=(len(problems), 3))
     states = [KernelProblem(pid, plan_checks(cases, np.random.default_rng(int(seed[2]))), gate,
                             paths_parts(cases[0].kind, needs), thresholds,
@@ -343,6 +350,8 @@ def grade_kernel_problems(
                     child.close()
             problem.profiler = problem.timer = None
             problem.measurement.telemetry.setdefault("after", telemetry())
+    if failed_abi is not None:
+        failed_abi.update({p.problem_id: list(p.failed_abi) for p in states if p.failed_abi})
     return [p.measurement for p in states]
 
 
