@@ -1,0 +1,184 @@
+"""worker/sanitizer.py's reading of compute-sanitizer reports, on the report lines the tool
+printed on the H200 (compute-sanitizer 2025.3.1, CUDA 13.0: bench/sanitizer_probe.py), a report
+of several findings, the tool's own messages, and finding the tool from the setting."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from worker.sanitizer import (
+    LOG_NAME,
+    Finding,
+    find_sanitizer,
+    kernel_name,
+    not_instrumented,
+    parse_report,
+    read_log,
+    relative_source,
+    sanitizer_config,
+    tool_messages,
+    wrapper_argv,
+)
+
+MEMCHECK = """========= COMPUTE-SANITIZER
+sync: unspecified launch failure
+========= Invalid __global__ write of size 4 bytes
+=========     at write_past_end(float *, int)+0xc0 in oob.cu:4
+=========     by thread (0,0,0) in block (1,0,0)
+=========     and is 1 bytes after the nearest allocation at 0x7f26f4800000 of size 1024 bytes
+=========
+========= Program hit cudaErrorLaunchFailure (error 719) due to "unspecified launch failure" on CUDA API call to cudaDeviceSynchronize.
+=========
+========= ERROR SUMMARY: 2 errors
+"""
+RACECHECK = """========= COMPUTE-SANITIZER
+sync: no error
+========= Error: Race reported between Write access at shift_left(float *)+0xd0 in race.cu:5
+=========     and Read access at shift_left(float *)+0x100 in race.cu:6 [1024 hazards]
+=========
+========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)
+"""
+NOT_INSTRUMENTED = """========= COMPUTE-SANITIZER
+========= Error: Target application terminated before first instrumented API call
+"""
+# A student's kernel in the submission's tree, built elsewhere: paths as the build saw them,
+# reads and writes by several threads, the program's own output in between.
+SEVERAL = """========= COMPUTE-SANITIZER
+========= Invalid __global__ read of size 16 bytes
+=========     at (anonymous namespace)::ker_layer_norm(float *, float *, float *, const float *, const float *, const float *, int)+0x1a0 in /srv/jobs/run-9/build/layernorm_kernel/src/layernorm_kernel.cu:51
+=========     by thread (33,0,0) in block (0,0,0)
+=========     and is 512 bytes after the nearest allocation at 0x7f0000000000 of size 1536 bytes
+=========
+printf from the student's kernel
+========= Invalid __global__ read of size 16 bytes
+=========     at (anonymous namespace)::ker_layer_norm(float *, float *, float *, const float *, const float *, const float *, int)+0x1a0 in /srv/jobs/run-9/build/layernorm_kernel/src/layernorm_kernel.cu:51
+=========     by thread (34,0,0) in block (0,0,0)
+=========
+========= Invalid __shared__ write of size 4 bytes
+=========     at void ker_attn_softmax<32, 4>(float *, const float *, int, int, bool)+0x80 in /elsewhere/src/includes/block_reduce.h:40
+=========     by thread (5,0,0) in block (2,1,0)
+=========     Address 0x400 is out of bounds
+=========
+========= Warning: Race reported between Read access at ker_attn_softmax_bw(float *, const float *, int)+0x10 in /x/src/softmax_kernel.cu:200
+=========     and Write access at ker_attn_softmax_bw(float *, const float *, int)+0x20 in /x/src/softmax_kernel.cu:204 [8 hazards]
+=========
+========= ERROR SUMMARY: 4 errors
+"""
+
+
+def test_a_memcheck_report_names_the_access_the_kernel_the_line_and_the_thread() -> None:
+    findings = parse_report("memcheck", MEMCHECK)
+    assert findings[0] == Finding("memcheck", "Invalid __global__ write of size 4 bytes", "write_past_end", "oob.cu", 4,
+                                  "(0,0,0)", "(1,0,0)", "1 bytes after the nearest allocation of size 1024 bytes")
+    assert findings[0].text() == ("compute-sanitizer memcheck: Invalid __global__ write of size 4 bytes in write_past_end "
+                                  "at oob.cu:4, thread (0,0,0) block (1,0,0) (1 bytes after the nearest allocation "
+                                  "of size 1024 bytes)")
+    # the CUDA API error the access caused comes after it, with no kernel; the summary is no finding
+    assert len(findings) == 2 and findings[1].kernel == "" and findings[1].kind.startswith("Program hit cudaError")
+
+
+def test_a_racecheck_report_names_both_accesses() -> None:
+    [race] = parse_report("racecheck", RACECHECK)
+    assert (race.kind, race.kernel, race.file, race.line) == ("race between write and read", "shift_left", "race.cu", 5)
+    assert race.detail == "the read at race.cu:6, 1024 hazards" and race.thread == ""
+    assert race.text() == ("compute-sanitizer racecheck: race between write and read in shift_left at race.cu:5 "
+                           "(the read at race.cu:6, 1024 hazards)")
+    assert tool_messages(RACECHECK) == []  # a race is a finding, not the tool speaking of itself
+
+
+def test_a_program_that_made_no_cuda_call_has_no_findings_and_is_no_fault() -> None:
+    """The tool exits 255 with this line when the program ends before any CUDA call."""
+    assert parse_report("memcheck", NOT_INSTRUMENTED) == []
+    assert not_instrumented(NOT_INSTRUMENTED) and not not_instrumented(MEMCHECK)
+    assert tool_messages(NOT_INSTRUMENTED) == ["Error: Target application terminated before first instrumented API call"]
+
+
+def test_several_findings_in_order_with_their_paths_in_the_submissions_tree(tmp_path: Path) -> None:
+    (tmp_path / "src" / "includes").mkdir(parents=True)
+    for name in ("src/layernorm_kernel.cu", "src/includes/block_reduce.h", "src/softmax_kernel.cu"):
+        (tmp_path / name).write_text("")
+    findings = [f.in_tree(tmp_path) for f in parse_report("memcheck", SEVERAL)]
+    assert [(f.kind, f.kernel, f.file, f.line, f.thread, f.block) for f in findings] == [
+        ("Invalid __global__ read of size 16 bytes", "ker_layer_norm", "src/layernorm_kernel.cu", 51, "(33,0,0)", "(0,0,0)"),
+        ("Invalid __global__ read of size 16 bytes", "ker_layer_norm", "src/layernorm_kernel.cu", 51, "(34,0,0)", "(0,0,0)"),
+        ("Invalid __shared__ write of size 4 bytes", "ker_attn_softmax<32, 4>", "src/includes/block_reduce.h", 40,
+         "(5,0,0)", "(2,1,0)"),
+        ("race between read and write (warning)", "ker_attn_softmax_bw", "src/softmax_kernel.cu", 200, "", ""),
+    ]
+    assert findings[2].detail == "Address 0x400 is out of bounds"
+    assert findings[3].detail == "the write at src/softmax_kernel.cu:204, 8 hazards"  # no host path shown
+    assert "/srv/" not in " ".join(f.text() for f in findings)
+
+
+def test_a_finding_survives_the_telemetry_round_trip() -> None:
+    for finding in parse_report("memcheck", SEVERAL):
+        assert Finding.from_dict(finding.to_dict()) == finding
+
+
+@pytest.mark.parametrize(("reported", "name"), [
+    ("write_past_end(float *, int)", "write_past_end"),
+    ("(anonymous namespace)::ker(float *, const float *)", "ker"),
+    ("void ker_attn_softmax<(int)32, (int)4>(float *, int)", "ker_attn_softmax<(int)32, (int)4>"),
+    ("kg::ker_f(float (*)[4], int)", "kg::ker_f"),
+])
+def test_a_kernels_name_loses_its_parameters(reported: str, name: str) -> None:
+    assert kernel_name(reported) == name
+
+
+def test_the_older_location_format_reads_too() -> None:
+    old = "========= Invalid __global__ write of size 4\n=========     at 0x70 in /a/src/k.cu:9:ker(float*)\n" \
+          "=========     by thread (1,0,0) in block (0,0,0)\n"
+    [finding] = parse_report("memcheck", old)
+    assert (finding.kernel, finding.file, finding.line) == ("ker", "/a/src/k.cu", 9)
+
+
+def test_a_source_outside_the_tree_is_named_by_its_file_name(tmp_path: Path) -> None:
+    assert relative_source("/usr/local/cuda/include/cub/x.cuh", tmp_path) == "x.cuh"
+    assert relative_source("oob.cu", tmp_path) == "oob.cu"
+
+
+def test_the_wrapper_keeps_the_programs_exit_status_and_instruments_it_alone(tmp_path: Path) -> None:
+    argv = wrapper_argv(str(tmp_path / "compute-sanitizer"), "memcheck")
+    assert argv[0] == os.path.realpath(tmp_path / "compute-sanitizer")
+    assert argv[argv.index("--tool") + 1] == "memcheck" and argv[argv.index("--log-file") + 1] == LOG_NAME
+    assert argv[argv.index("--target-processes") + 1] == "application-only" and "--error-exitcode" not in argv
+    with pytest.raises(ValueError):
+        wrapper_argv("x", "cachecheck")
+
+
+def test_the_setting_finds_the_tool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tool = tmp_path / "cuda" / "bin" / "compute-sanitizer"
+    tool.parent.mkdir(parents=True)
+    tool.write_text("#!/bin/sh\n")
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    assert find_sanitizer("off") is None and sanitizer_config("off", 120.0) is None
+    assert find_sanitizer("auto") is None  # nowhere to be found: the config says so, a run notes it
+    assert sanitizer_config("auto", 60.0) == sanitizer_config("auto", 60.0) and sanitizer_config("auto", 60.0).executable is None  # type: ignore[union-attr]
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "cuda"))
+    assert find_sanitizer("auto") == tool
+    assert find_sanitizer(str(tool)) == tool and find_sanitizer(str(tmp_path / "nope")) is None
+    monkeypatch.setenv("PATH", str(tool.parent))
+    monkeypatch.delenv("CUDA_HOME")
+    assert sanitizer_config("auto", 60.0).executable == str(tool)  # type: ignore[union-attr]
+
+
+def test_the_log_is_read_without_following_what_the_submission_put_there(tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text("========= Invalid __global__ write of size 4 bytes\n")
+    (tmp_path / "job").mkdir()
+    log = tmp_path / "job" / LOG_NAME
+    log.symlink_to(secret)
+    assert read_log(log) == ""
+    log.unlink()
+    os.link(secret, log)
+    assert read_log(log) == ""  # a hard link to a file elsewhere
+    log.unlink()
+    os.mkfifo(log)
+    assert read_log(log) == ""  # a FIFO would block an ordinary read
+    log.unlink()
+    log.write_text(MEMCHECK)
+    assert read_log(log) == MEMCHECK and read_log(tmp_path / "job" / "missing") == ""
