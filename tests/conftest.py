@@ -55,7 +55,8 @@ GPU_PARTS: dict[int, tuple[str, ...]] = {
     2: ("test_hostile_gpu.py::",  # the kit after the hostile ones: one file, one session
         "test_grading_gpu.py::test_infinite_loop_kernel_times_out_and_grading_goes_on",
         "test_grading_gpu.py::test_reference_kit_end_to_end"),
-    3: ("test_load_failures_gpu.py::",),  # the correct grade they are compared with: one session
+    3: ("test_load_failures_gpu.py::",  # the correct grade they are compared with: one session
+        "test_sanitizer_gpu.py::"),
 }
 GPU_REST = 4
 

@@ -35,9 +35,11 @@ TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
 LOG_NAME = ".kg-sanitizer.log"  # in the wrapped child's folder, relative to its cwd
 LOG_READ_BYTES = 256 * 1024
 PRINT_LIMIT = 10  # errors the tool prints per session; the feedback shows fewer (MAX_SHOWN)
-MAX_SHOWN = 3
+MAX_SHOWN = 3  # findings a student's feedback shows per problem
+MAX_KEPT = PRINT_LIMIT  # findings a measurement's telemetry keeps (for staff)
 DEFAULT_CAP_S = 120.0
 PREFIX = "========="
+DEFAULT_TOOLKIT = Path("/usr/local/cuda")  # where NVIDIA's installers put the toolkit
 
 # A top-level line that is the tool speaking of itself, not a finding in the program.
 _NOT_FINDINGS = ("ERROR SUMMARY", "RACECHECK SUMMARY", "LEAK SUMMARY", "COMPUTE-SANITIZER", "Error:", "Warning:",
@@ -109,8 +111,8 @@ class Finding:
 
 def find_sanitizer(setting: str, nvcc: str = "nvcc") -> Path | None:
     """The tool's executable for a setting: "off" none; "auto" `compute-sanitizer` on PATH,
-    else beside nvcc, else in $CUDA_HOME/bin; anything else is its path (None if it is not an
-    executable file)."""
+    else beside nvcc, else in $CUDA_HOME/bin, else in /usr/local/cuda/bin; anything else is
+    its path (None if it is not an executable file)."""
     if setting == "off":
         return None
     if setting != "auto":
@@ -125,6 +127,7 @@ def find_sanitizer(setting: str, nvcc: str = "nvcc") -> Path | None:
         candidates.append(Path(os.path.realpath(compiler)).parent / TOOL)
     if os.environ.get("CUDA_HOME"):
         candidates.append(Path(os.environ["CUDA_HOME"]) / "bin" / TOOL)
+    candidates.append(DEFAULT_TOOLKIT / "bin" / TOOL)
     return next((c for c in candidates if c.is_file() and os.access(c, os.X_OK)), None)
 
 
@@ -253,6 +256,19 @@ def parse_report(tool: str, text: str) -> list[Finding]:
         elif not head.startswith(_NOT_FINDINGS) and any(ln.startswith("at ") for ln in lines):
             findings.append(_access_finding(tool, head, lines))
     return sorted(findings, key=lambda f: not f.kernel)
+
+
+def distinct(findings: list[Finding]) -> list[Finding]:
+    """The first finding of each kind of error at each place (many threads of one kernel make
+    the same bad access: the feedback names it once)."""
+    seen: set[tuple[str, str, str, str, int | None]] = set()
+    kept = []
+    for f in findings:
+        key = (f.tool, f.kind, f.kernel, f.file, f.line)
+        if key not in seen:
+            seen.add(key)
+            kept.append(f)
+    return kept
 
 
 def tool_messages(text: str) -> list[str]:

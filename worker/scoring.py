@@ -31,7 +31,7 @@ from typing import Any
 from worker.assignment import Words, assignment_of
 from worker.measurements import CaseOutcome, ProblemMeasurement, salient_lines
 from worker.rubric import ProblemScoring, Rubric
-from worker.sanitizer import MAX_SHOWN, TOOL, Finding
+from worker.sanitizer import MAX_SHOWN, TOOL, Finding, distinct
 from worker.timing import RatioSummary, waited_beyond_slack
 
 GENERIC_WORDS = Words()  # score_problem's words when the caller gives none (score_run gives the assignment's)
@@ -330,7 +330,7 @@ def sanitizer_lines(m: ProblemMeasurement) -> tuple[list[str], list[str]]:
     record = m.telemetry.get("sanitizer")
     if not isinstance(record, dict):
         return [], []
-    findings = [Finding.from_dict(f) for f in record.get("findings") or [] if isinstance(f, dict)]
+    findings = distinct([Finding.from_dict(f) for f in record.get("findings") or [] if isinstance(f, dict)])
     if findings:
         return [f"{m.problem_id}: {f.text()}" for f in findings[:MAX_SHOWN]], []
     tools = [t for t in record.get("tools") or [] if isinstance(t, str)]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from worker import sanitizer
 from worker.sanitizer import (
     LOG_NAME,
     Finding,
@@ -155,6 +156,7 @@ def test_the_setting_finds_the_tool(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     tool.chmod(0o755)
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.setattr(sanitizer, "DEFAULT_TOOLKIT", tmp_path / "no-toolkit")  # a machine's own /usr/local/cuda
     assert find_sanitizer("off") is None and sanitizer_config("off", 120.0) is None
     assert find_sanitizer("auto") is None  # nowhere to be found: the config says so, a run notes it
     assert sanitizer_config("auto", 60.0) == sanitizer_config("auto", 60.0) and sanitizer_config("auto", 60.0).executable is None  # type: ignore[union-attr]
@@ -182,3 +184,24 @@ def test_the_log_is_read_without_following_what_the_submission_put_there(tmp_pat
     log.unlink()
     log.write_text(MEMCHECK)
     assert read_log(log) == MEMCHECK and read_log(tmp_path / "job" / "missing") == ""
+
+
+def test_the_feedback_names_each_bad_access_once_and_at_most_three(tmp_path: Path) -> None:
+    """worker.scoring's lines: the first finding of each place, at most MAX_SHOWN; the
+    telemetry keeps them all."""
+    from worker.measurements import ProblemMeasurement
+    from worker.scoring import sanitizer_lines
+
+    findings = [f.to_dict() for f in parse_report("memcheck", SEVERAL)]
+    m = ProblemMeasurement("2.1", telemetry={"sanitizer": {"tool": "memcheck", "tools": ["memcheck"], "case": "abi:x",
+                                                          "findings": findings, "note": "", "seconds": 1.0}})
+    reasons, notes = sanitizer_lines(m)
+    assert notes == [] and len(reasons) == 3
+    assert reasons[0].startswith("2.1: compute-sanitizer memcheck: Invalid __global__ read of size 16 bytes in "
+                                 "ker_layer_norm at /srv/jobs/run-9/build/layernorm_kernel/src/layernorm_kernel.cu:51, "
+                                 "thread (33,0,0) block (0,0,0)")  # as stored: the stage stores paths in the tree
+    assert "ker_attn_softmax<32, 4>" in reasons[1] and "race between read and write" in reasons[2]
+    assert sanitizer_lines(ProblemMeasurement("2.1")) == ([], [])
+    m.telemetry["sanitizer"].update(findings=[], note="skipped: compute-sanitizer was not found (KG_SANITIZER=auto)",
+                                    tools=[])
+    assert sanitizer_lines(m) == ([], [])  # a tool that did not run is for staff (telemetry) only

@@ -27,7 +27,7 @@ from worker.measurements import ProblemMeasurement
 from worker.sandbox import SandboxError
 from worker.sanitizer import (
     LOG_NAME,
-    MAX_SHOWN,
+    MAX_KEPT,
     TOOL,
     Finding,
     SanitizerConfig,
@@ -125,7 +125,7 @@ def session(problem_id: str, check: Check, config: SanitizerConfig, open_wrapped
         findings, note = run_tool(tool, f"sanitizer-{problem_id}-{tool}", check, config.executable, open_wrapped,
                                   cap, cuda, timeout)
         record["tools"].append(tool)
-        record.update(tool=tool, findings=[f.to_dict() for f in findings[:MAX_SHOWN]], note=note)
+        record.update(tool=tool, findings=[f.to_dict() for f in findings[:MAX_KEPT]], note=note)
         if findings or note:
             break
     record["seconds"] = round(time.monotonic() - started, 2)
