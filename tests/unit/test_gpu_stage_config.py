@@ -20,3 +20,18 @@ def test_the_gpu_budget_reaches_the_stage() -> None:
     assert gpu_stage_config(Settings(_env_file=None)).budget_s == 300.0  # type: ignore[call-arg]
     settings = Settings.from_variables({"KG_GPU_BUDGET_S": "240"})
     assert gpu_stage_config(settings).budget_s == 240.0
+
+
+def test_the_sanitizer_setting_reaches_the_stage(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """KG_SANITIZER (auto | off | a path) and KG_SANITIZER_CAP_S reach StageConfig.sanitizer
+    (worker/sanitizer.py): off is none at all; a path that is no tool is kept as missing, which
+    a run with a failed case notes."""
+    assert gpu_stage_config(Settings.from_variables({"KG_SANITIZER": "off"})).sanitizer is None
+    tool = tmp_path / "compute-sanitizer"
+    tool.write_text("#!/bin/sh\n")
+    tool.chmod(0o755)
+    found = gpu_stage_config(Settings.from_variables({"KG_SANITIZER": str(tool), "KG_SANITIZER_CAP_S": "30"})).sanitizer
+    assert found is not None and found.executable == str(tool) and found.cap_s == 30.0
+    missing = gpu_stage_config(Settings.from_variables({"KG_SANITIZER": str(tmp_path / "nope")})).sanitizer
+    assert missing is not None and missing.executable is None and missing.cap_s == 120.0
+    assert Settings(_env_file=None).sanitizer == "auto"  # type: ignore[call-arg]

@@ -133,6 +133,19 @@ def _grade_problem3(rubric: Rubric, config: GpuStageConfig, gate: LoadGate, rng:
         return _problem3(client, config, gate.deadline, rng, telemetry, _thresholds(rubric, "3"))
 
 
+def _open_sides(rubric: Rubric, staged_root: Path, trusted_root: Path | None, work_dir: Path,
+                open_child: Callable[..., ChildClient]) -> speed.Sides:
+    """The timing's side children (our kit's, the submission's on our basic ops), where there
+    is a trusted tree (none: no kernel problem to time)."""
+    sides = speed.Sides({})
+    if trusted_root is not None:
+        sides.clients["kit"] = open_child("trusted", trusted_root, kernels.HANDLERS, KERNEL_ARENA_BYTES)
+        sides.clients["reference_ops"] = _reference_ops_child(rubric, staged_root, trusted_root, work_dir, open_child)
+    if sides.client("reference_ops") is None:
+        sides.drop("reference_ops", "no library of reference basic ops was available")
+    return sides
+
+
 def run_gpu_stage(
     rubric: Rubric,
     staged_root: Path,
@@ -165,17 +178,11 @@ def run_gpu_stage(
     for pid in (p for p in KERNEL_PROBLEMS if p in config.problems):
         kernel_problems.append((pid, cases[pid], _thresholds(rubric, pid), _libraries(rubric, pid)))
     gate = LoadGate(deadline, config.load_timeout_s, cuda=config.policy.gpu_index is not None)
-    sides = speed.Sides({})
     failed_abi: dict[str, list[Check]] = {}
     try:
         gate.open([*(k.output for k in rubric.kernels), MINITORCH],
                   lambda label: open_child(label, staged_root, kernels.HANDLERS, PROBE_ARENA_BYTES))
-        if kernel_problems and trusted_root is not None:
-            sides.clients["kit"] = open_child("trusted", trusted_root, kernels.HANDLERS, KERNEL_ARENA_BYTES)
-            sides.clients["reference_ops"] = _reference_ops_child(rubric, staged_root, trusted_root, work_dir,
-                                                                  open_child)
-        if sides.client("reference_ops") is None:
-            sides.drop("reference_ops", "no library of reference basic ops was available")
+        sides = _open_sides(rubric, staged_root, trusted_root if kernel_problems else None, work_dir, open_child)
         # GPU utilisation is recorded per part of the stage: the kernel problems share one figure.
         try:
             with GpuBusySampler(gpu) as busy:
