@@ -43,6 +43,6 @@ def test_course_config_within_budget(kit_root: Path, tmp_path: Path) -> None:
     s = m.speedup_student
     assert s is not None and s.trials >= config.min_pairs
     assert s.speedup > 1.0
-    for model in ("unfused", "fused"):  # each step's own peaks; the device's sampled in the untimed steps
+    for model in ("unfused", "fused"):  # each step's own peaks, the device's sampled in the checked steps
         peak = info["memory"][model]
         assert peak["host_peak_mib"] > 0 and peak["device_used_peak_mib"] > 0, info["memory"]

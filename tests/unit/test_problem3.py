@@ -136,42 +136,12 @@ def test_reference_passes_and_is_timed(tmp_path: Path) -> None:
         assert first["host_reset"] is True and 20 < first["host_peak_mib"] < LIMITS.memory_bytes / MiB
         assert first["device_used_peak_mib"] is None
         assert info["memory"][model]["host_peak_mib"] >= first["host_peak_mib"]
-        # first and last of the steps on the timed batch: the timed ones, then the verification
         first_step, last_step = info["memory"][model]["host_first_last_mib"]
+        assert first_step == first["host_peak_mib"]
         timed = [st["memory"]["host_peak_mib"] for st in info["steps"] if st["model"] == model]
-        if model == "unfused":
-            timed.append(info["verification_step"]["memory"]["host_peak_mib"])
-        assert (first_step, last_step) == (timed[0], timed[-1])
+        assert last_step == timed[-1]
     assert all(st["memory"]["host_peak_mib"] > 0 and "device_used_peak_mib" not in st["memory"] for st in info["steps"])
-    # the verification step samples the device on the timed batch (None: a numpy model has none)
-    assert info["verification_step"]["memory"]["device_used_peak_mib"] is None
     print("reference:", s.describe(), info["timing"], info["memory"])
-
-
-SMALL_CHECKS = dataclasses.replace(TINY, batch=4, check_batch=2)
-
-
-def test_checks_run_on_the_smaller_batch_and_timing_on_the_course_one(tmp_path: Path) -> None:
-    m = _measure(_kit_copy(tmp_path), SMALL_CHECKS)
-    assert m.status == "ok", m.log_tail
-    cases = _cases(m)
-    assert all(c.ok for c in cases.values()), [c.describe() for c in m.failed_cases]
-    assert cases["p3-fused-matches-unfused"].shape == (2, 8, 50)
-    assert cases["p3-loss-match"].shape == (2, 8)
-    assert m.speedup_student is not None and m.speedup_student.trials >= SMALL_CHECKS.min_pairs
-
-
-def test_a_model_right_only_on_the_checked_batch_fails_the_timed_steps_verification(tmp_path: Path) -> None:
-    # Fused LayerNorm outputs doubled once a batch has more sequences than the checks use.
-    edit = ("        return out.view(*x.shape)\n",
-            "        return (out * (2.0 if x.shape[0] > 2 else 1.0)).view(*x.shape)\n")
-    m = _measure(_kit_copy(tmp_path, (edit,)), SMALL_CHECKS)
-    assert m.status == "ok", m.log_tail
-    cases = _cases(m)
-    assert cases["p3-fused-matches-unfused"].ok and cases["p3-fused-grads-match"].ok  # batch 2: right
-    assert not cases["p3-timed-fused-step-verified"].ok  # batch 4: caught
-    assert m.first_failure is cases["p3-timed-fused-step-verified"]
-    assert _problem3_score(m).points == 0
 
 
 def test_non_causal_fused_attention_fails_causality(tmp_path: Path) -> None:

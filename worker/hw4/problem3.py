@@ -84,10 +84,6 @@ class Problem3Config:
     step_timeout_s: float = 120.0  # one forward+backward step
     setup_timeout_s: float = 300.0  # imports (torch, pycuda) and building two models
     probe_batch: int = 4           # sequences in the causality probe
-    # Sequences in the checked first steps (fused against unfused on the same inputs): a smaller
-    # batch than the timed one, as the course's batch costs about a timed step's GPU time per
-    # model. The course's batch is still checked: a timed fused step is verified afterwards.
-    check_batch: int = 16
 
     def child_config(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in ("n_vocab", "n_embd", "n_head", "n_positions", "batch", "seq_len",
@@ -100,10 +96,6 @@ class Problem3Config:
     @property
     def logits_shape(self) -> tuple[int, int, int]:
         return (self.batch, self.seq_len, self.n_vocab)
-
-    @property
-    def checked_batch(self) -> int:
-        return max(1, min(self.check_batch, self.batch))
 
 
 def reference_parameter_elements(config: Problem3Config) -> int:
@@ -139,15 +131,13 @@ class _Session:
     def elapsed(self) -> float:
         return time.monotonic() - self.started
 
-    def inputs(self, seed: Any, batch: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Token ids and an upstream gradient of `batch` sequences (default: the timed batch),
-        reproducible from `seed` (the parent's secret)."""
+    def inputs(self, seed: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Token ids and an upstream gradient, reproducible from `seed` (the parent's secret)."""
         c = self.config
-        b = c.batch if batch is None else batch
         gen = np.random.default_rng(seed)
-        tokens = gen.integers(0, c.n_vocab, (b, c.seq_len), dtype=np.int64).astype(np.int32)
+        tokens = gen.integers(0, c.n_vocab, (c.batch, c.seq_len), dtype=np.int64).astype(np.int32)
         # A cross-entropy gradient's scale (1 / tokens); its values do not matter for timing.
-        grad = gen.standard_normal((b, c.seq_len, c.n_vocab), dtype=np.float32) / np.float32(b * c.seq_len)
+        grad = gen.standard_normal(c.logits_shape, dtype=np.float32) / np.float32(c.batch * c.seq_len)
         return tokens, grad
 
     def new_seed(self) -> int:
@@ -180,15 +170,14 @@ class _Session:
 
 
 def _checks(s: _Session) -> tuple[list[CaseOutcome], dict[str, Any]]:
-    """The checked first steps (also the warm-ups), on `checked_batch` sequences, and the
-    causality probe."""
+    """The checked first steps (also the warm-ups) and the causality probe."""
     c = s.config
     s.arena.reset()
-    tokens, grad = s.inputs(s.new_seed(), c.checked_batch)
-    targets = s.rng.integers(0, c.n_vocab, tokens.shape)
+    tokens, grad = s.inputs(s.new_seed())
+    targets = s.rng.integers(0, c.n_vocab, (c.batch, c.seq_len))
     t_ref, g_ref = s.arena.put(tokens), s.arena.put(grad)
-    l_ref = s.arena.alloc(grad.shape)
     del grad
+    l_ref = s.arena.alloc(c.logits_shape)
     p_ref = s.grads_buffer()
     logits: dict[str, np.ndarray] = {}
     grads: dict[str, np.ndarray] = {}
@@ -213,7 +202,8 @@ def _agreement_cases(s: _Session, logits: dict[str, np.ndarray], grads: dict[str
                      targets: np.ndarray) -> list[CaseOutcome]:
     """(a) finite logits, (b) the fused model computes what the unfused does: logits, loss and
     every parameter's gradient."""
-    shape = logits["unfused"].shape
+    c = s.config
+    shape = c.logits_shape
     bad = {m: first_nonfinite(logits[m]) for m in logits}
     where = next((w for w in bad.values() if w is not None), None)
     cases = [CaseOutcome(
@@ -234,7 +224,7 @@ def _agreement_cases(s: _Session, logits: dict[str, np.ndarray], grads: dict[str
     loss_diff = abs(loss["fused"] - loss["unfused"])
     loss_ok = bool(np.isfinite(loss_diff) and loss_diff <= 2 * tol)
     cases.append(CaseOutcome(
-        "p3-loss-match", targets.shape, loss_ok, max_err=loss_diff,
+        "p3-loss-match", (c.batch, c.seq_len), loss_ok, max_err=loss_diff,
         message=f"first-step cross-entropy (float64): unfused {loss['unfused']:.6g}, fused {loss['fused']:.6g} "
                 f"(tolerance {2 * tol:.3g})",
     ))
@@ -253,7 +243,7 @@ def _agreement_cases(s: _Session, logits: dict[str, np.ndarray], grads: dict[str
 def _causality_case(s: _Session, tokens: np.ndarray) -> CaseOutcome:
     """(c) the fused model is causal: changing the last token moves no earlier position's logits."""
     c = s.config
-    pb = max(1, min(c.probe_batch, len(tokens)))
+    pb = max(1, min(c.probe_batch, c.batch))
     probe = tokens[:pb].copy()
     changed = probe.copy()
     changed[:, -1] = (probe[:, -1] + s.rng.integers(1, c.n_vocab, pb)) % c.n_vocab
@@ -324,10 +314,7 @@ def _time_pairs(s: _Session, rule: StoppingRule) -> tuple[RatioSummary | None, l
     t_ref, g_ref = s.arena.put(tokens), s.arena.put(grad)
     del grad
     p_ref = s.grads_buffer()
-    # Untimed, on the course's batch: the device's memory is sampled here (the checked steps'
-    # batch is smaller), and its counts join the unfused model's.
-    reply, _ = s.step("unfused", t_ref, g_ref, grads_ref=p_ref, device_memory=True)
-    s.info["verification_step"] = {"model": "unfused", "counts": reply.get("counts", {}), "memory": reply.get("memory")}
+    s.step("unfused", t_ref, g_ref, grads_ref=p_ref)
     case = grad_case("p3-timed-fused-step-verified", fused_grads, s.arena.view(p_ref).copy(), s.names, s.shapes,
                      f"timed fused step (pair {k})")
     s.info["timing"]["verified_pair"] = k
@@ -335,15 +322,14 @@ def _time_pairs(s: _Session, rule: StoppingRule) -> tuple[RatioSummary | None, l
     return summary, steps, case
 
 
-def peak_memory(checked: list[dict[str, Any]], timed: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def peak_memory(steps: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per model, the largest of its steps' peaks (MiB): host_peak_mib (each step's own peak
     where the child could reset the mark) and device_used_peak_mib (sampled, untimed steps);
-    and host_first_last_mib, its first and last step's host peaks on the timed batch (the
-    `timed` steps, in order; the `checked` ones are smaller): memory that grows from step to
-    step (a graph or buffers kept across steps) shows as a last far above the first."""
+    and host_first_last_mib, its first and last step's host peaks: memory that grows from step
+    to step (a graph or buffers kept across steps) shows as a last far above the first."""
     peaks: dict[str, dict[str, Any]] = {}
     hosts: dict[str, list[float]] = {}
-    for step, on_timed_batch in [*((st, False) for st in checked), *((st, True) for st in timed)]:
+    for step in steps:
         figures = step.get("memory") or {}
         name = str(step.get("model"))
         model = peaks.setdefault(name, {"host_peak_mib": None, "device_used_peak_mib": None})
@@ -351,7 +337,7 @@ def peak_memory(checked: list[dict[str, Any]], timed: list[dict[str, Any]]) -> d
             value = figures.get(key)
             if isinstance(value, (int, float)) and math.isfinite(value):
                 model[key] = max(float(value), model[key] or 0.0)
-                if key == "host_peak_mib" and on_timed_batch:
+                if key == "host_peak_mib":
                     hosts.setdefault(name, []).append(float(value))
     for name, values in hosts.items():
         peaks[name]["host_first_last_mib"] = [values[0], values[-1]]
@@ -386,12 +372,12 @@ def _measure_built(s: _Session, m: ProblemMeasurement, setup: dict[str, Any], th
     cases, first = _checks(s)
     s.phase = "timed steps"
     summary, steps, verified = _time_pairs(s, config.stopping(thresholds))
-    checked = [{"model": mdl, "counts": first[mdl]["counts"], "memory": first[mdl]["memory"]} for mdl in first]
-    timed = [*steps, s.info["verification_step"]]
-    cases += count_cases([*checked, *timed], list(setup.get("fused_ops_found", [])))
+    all_steps = [{"model": mdl, "counts": first[mdl]["counts"], "memory": first[mdl]["memory"]} for mdl in first]
+    all_steps += steps
+    cases += count_cases(all_steps, list(setup.get("fused_ops_found", [])))
     cases.append(verified)
     s.info["steps"] = steps
-    s.info["memory"] = peak_memory(checked, timed)
+    s.info["memory"] = peak_memory(all_steps)
     m.binding_cases = cases
     m.speedup_student = summary
     m.first_failure = next((cs for cs in cases if not cs.ok), None)
