@@ -176,7 +176,7 @@ def kernel_name(function: str) -> str:
             if depth == 0:
                 text = text[:i]
                 break
-    text = text.replace("(anonymous namespace)::", "")
+    text = text.replace("(anonymous namespace)::", "").replace("<unnamed>::", "")
     return text[len("void "):] if text.startswith("void ") else text
 
 
@@ -293,7 +293,23 @@ def relative_source(path: str, root: Path) -> str:
             continue
         if (root / tail).is_file():
             return tail.as_posix()
-    return Path(path).name
+    return _only_file_named(Path(path).name, root) or Path(path).name
+
+
+def _only_file_named(name: str, root: Path, most_entries: int = 5000) -> str | None:
+    """The one file called `name` under `root` (relative), or None when there are none or
+    several. The tool prints a file name alone; links are not followed and the walk stops
+    after `most_entries` (the tree is the submission's)."""
+    found: list[str] = []
+    seen = 0
+    for folder, dirs, files in os.walk(root, followlinks=False):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        seen += len(dirs) + len(files)
+        if name in files:
+            found.append((Path(folder) / name).relative_to(root).as_posix())
+        if len(found) > 1 or seen > most_entries:
+            return None
+    return found[0] if found else None
 
 
 def read_log(path: Path, limit: int = LOG_READ_BYTES) -> str:

@@ -123,6 +123,9 @@ def test_a_finding_survives_the_telemetry_round_trip() -> None:
     ("(anonymous namespace)::ker(float *, const float *)", "ker"),
     ("void ker_attn_softmax<(int)32, (int)4>(float *, int)", "ker_attn_softmax<(int)32, (int)4>"),
     ("kg::ker_f(float (*)[4], int)", "kg::ker_f"),
+    # as the H200's compute-sanitizer 2025.3 prints a kernel of an anonymous namespace
+    ("<unnamed>::ker_layer_norm(float4 *, const float4 *)", "ker_layer_norm"),
+    ("<unnamed>::ker_attn_softmax<(int)64, (int)2>(float *, int)", "ker_attn_softmax<(int)64, (int)2>"),
 ])
 def test_a_kernels_name_loses_its_parameters(reported: str, name: str) -> None:
     assert kernel_name(reported) == name
@@ -138,6 +141,20 @@ def test_the_older_location_format_reads_too() -> None:
 def test_a_source_outside_the_tree_is_named_by_its_file_name(tmp_path: Path) -> None:
     assert relative_source("/usr/local/cuda/include/cub/x.cuh", tmp_path) == "x.cuh"
     assert relative_source("oob.cu", tmp_path) == "oob.cu"
+
+
+def test_a_file_name_alone_is_found_in_the_tree_when_only_one_file_has_it(tmp_path: Path) -> None:
+    # The tool prints "at ker_layer_norm(...)+0x3c0 in layernorm_kernel.cu:51": the name alone.
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "layernorm_kernel.cu").write_text("// kernel\n")
+    assert relative_source("layernorm_kernel.cu", tmp_path) == "src/layernorm_kernel.cu"
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "layernorm_kernel.cu").write_text("// a copy\n")
+    assert relative_source("layernorm_kernel.cu", tmp_path) == "layernorm_kernel.cu"  # which one: unknown
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "softmax_kernel.cu").write_text("")
+    (tmp_path / "src" / "linked").symlink_to(tmp_path / "elsewhere")
+    assert relative_source("softmax_kernel.cu", tmp_path) == "elsewhere/softmax_kernel.cu"  # not through the link
 
 
 def test_the_wrapper_keeps_the_programs_exit_status_and_instruments_it_alone(tmp_path: Path) -> None:

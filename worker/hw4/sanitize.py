@@ -101,6 +101,8 @@ def run_tool(tool: str, label: str, check: Check, executable: str, open_wrapped:
     _end(client, cap)
     text = read_log(client.cwd / LOG_NAME) + "\n" + client.process.output_tail(16384)
     findings = [f.in_tree(client.cwd) for f in parse_report(tool, text)]
+    # The student's own lines first (a race may show first inside a library's header).
+    findings.sort(key=lambda f: not (f.file and (client.cwd / f.file).is_file()))
     if findings or not_instrumented(text) or not trouble:
         return findings, ""
     said = "; ".join(tool_messages(text)[:2])
