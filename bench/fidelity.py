@@ -158,6 +158,8 @@ def outcome_record(outcome: Any, seconds: float, wanted: tuple[str, ...]) -> dic
             # for diagnosis: every failed case (bounded) and the score's reasons
             "failed_cases": [c.describe() for c in m.failed_cases][:30] if m is not None else [],
             "reasons": ((p.details or {}).get("score") or {}).get("reasons", []),
+            # compute-sanitizer on a failed case (worker/hw4/sanitize.py): tools, findings, seconds
+            "sanitizer": m.telemetry.get("sanitizer") if m is not None else None,
         }
     return {"state": outcome.state.value, "error_class": outcome.error_class.value if outcome.error_class else None,
             "message": outcome.message, "score": outcome.score, "seconds": round(seconds, 1),
