@@ -52,7 +52,9 @@ _BY = re.compile(r"^by thread (?P<thread>\(\d+,\d+,\d+\)) in block (?P<block>\(\
 _RACE = re.compile(r"^(?P<level>Error|Warning): Race reported between (?P<first>\w+) access at (?P<at>.+)$")
 _RACE_AND = re.compile(r"^and (?P<second>\w+) access at (?P<at>.+?)(?: \[(?P<count>\d+) hazards?\])?$")
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
-_SOURCE_AT = re.compile(r"(/\S+):(\d+)")  # an absolute source path and line inside a detail
+# A source file and line inside a detail: an absolute path, or a file name alone (as the
+# H200's tool prints the other access of a race: "the write at softmax_kernel.cu:110").
+_SOURCE_AT = re.compile(r"(/\S+|[\w.+-]+\.(?:cu|cuh|h|hpp|cpp|cc|c)):(\d+)")
 
 
 @dataclass(frozen=True)

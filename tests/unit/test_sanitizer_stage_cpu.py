@@ -70,7 +70,7 @@ RACECHECK = """========= COMPUTE-SANITIZER
 =========     and Write access at void cub::Copy(float *)+0x20 in /usr/local/cuda/include/cub/uninitialized_copy.cuh:60 [576 hazards]
 =========
 ========= Error: Race reported between Write access at ker_attn_softmax(float *)+0xd0 in /build/elsewhere/src/softmax_kernel.cu:77
-=========     and Read access at ker_attn_softmax(float *)+0x100 in /build/elsewhere/src/softmax_kernel.cu:80 [256 hazards]
+=========     and Read access at ker_attn_softmax(float *)+0x100 in softmax_kernel.cu:80 [256 hazards]
 =========
 ========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)
 """
