@@ -260,6 +260,14 @@ def parse_report(tool: str, text: str) -> list[Finding]:
     return sorted(findings, key=lambda f: not f.kernel)
 
 
+def shown(record: Any) -> list[Finding]:
+    """The findings a student is shown from a problem's telemetry `sanitizer` record: each bad
+    access once, at most MAX_SHOWN (the reasons' lines and the run page's links)."""
+    if not isinstance(record, dict):
+        return []
+    return distinct([Finding.from_dict(f) for f in record.get("findings") or [] if isinstance(f, dict)])[:MAX_SHOWN]
+
+
 def distinct(findings: list[Finding]) -> list[Finding]:
     """The first finding of each kind of error at each place (many threads of one kernel make
     the same bad access: the feedback names it once)."""

@@ -31,7 +31,7 @@ from typing import Any
 from worker.assignment import Words, assignment_of
 from worker.measurements import CaseOutcome, ProblemMeasurement, salient_lines
 from worker.rubric import ProblemScoring, Rubric
-from worker.sanitizer import MAX_SHOWN, TOOL, Finding, distinct
+from worker.sanitizer import TOOL, shown
 from worker.timing import RatioSummary, waited_beyond_slack
 
 GENERIC_WORDS = Words()  # score_problem's words when the caller gives none (score_run gives the assignment's)
@@ -330,9 +330,9 @@ def sanitizer_lines(m: ProblemMeasurement) -> tuple[list[str], list[str]]:
     record = m.telemetry.get("sanitizer")
     if not isinstance(record, dict):
         return [], []
-    findings = distinct([Finding.from_dict(f) for f in record.get("findings") or [] if isinstance(f, dict)])
+    findings = shown(record)
     if findings:
-        return [f"{m.problem_id}: {f.text()}" for f in findings[:MAX_SHOWN]], []
+        return [f"{m.problem_id}: {f.text()}" for f in findings], []
     tools = [t for t in record.get("tools") or [] if isinstance(t, str)]
     if tools and not record.get("note"):
         return [], [f"{m.problem_id}: {TOOL} ({', '.join(tools)}) found no memory error or race when it ran "

@@ -32,6 +32,7 @@ from worker.assignment import AssignmentError, Words, assignment_of
 from worker.build_isolation import first_compiler_error
 from worker.measurements import CaseOutcome
 from worker.rubric import Problem, RubricError, load_rubric
+from worker.sanitizer import shown
 
 
 @dataclass(frozen=True)
@@ -211,6 +212,14 @@ def _speed_chart(score: dict[str, Any], floor: float | None) -> Markup | None:
                                 score.get("target"), floor)
 
 
+def sanitizer_links(measurement: dict[str, Any]) -> list[dict[str, Any]]:
+    """The source lines compute-sanitizer named in a failed case (the findings the reasons
+    show), each to be linked into the code view at that line: file, line and what happened."""
+    record = (measurement.get("telemetry") or {}).get("sanitizer")
+    return [{"file": f.file, "line": f.line, "what": f"{f.tool}: {f.kind}" + (f" in {f.kernel}" if f.kernel else "")}
+            for f in shown(record) if f.file and f.line is not None]
+
+
 def problem_view(details: dict[str, Any], result: ProblemResult, problem: Problem | None = None,
                  words: Words | None = None) -> dict[str, Any]:
     words = words or Words()
@@ -233,4 +242,5 @@ def problem_view(details: dict[str, Any], result: ProblemResult, problem: Proble
         "speed": _speed_line(score, words.figures),
         "chart": _speed_chart(score, problem.scoring.speed_floor if problem else None),
         "reasons": reasons, "notes": score.get("notes") or [],
+        "sanitizer": sanitizer_links(measurement),
     }

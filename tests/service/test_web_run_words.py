@@ -1,6 +1,6 @@
 """How pages name things, through the real app on PostgreSQL: the run page's first error names
 the source file and line the compiler names (linked into the code view at that line), not only
-the log's line; every page says "submission N" or "run N", never a bare or #-number."""
+the log's line, and a compute-sanitizer finding links its line there too; every page says "submission N" or "run N", never a bare or #-number."""
 from __future__ import annotations
 
 import html
@@ -18,9 +18,10 @@ from grader.passwords import set_password
 from grader.service import get_assignment, record_submission
 from grader.settings import Settings
 from grader.storage.blobstore import StoredBlob
-from tests.fixtures.feedback_runs import scored_run
+from tests.fixtures.feedback_runs import measurements, record_scored, scored_run
 from tests.fixtures.zips import small_zip
 from tests.service.test_web_settings import PASSWORD, Browser
+from worker.rubric import load_rubric
 
 BUILD_LOG = ("== combine (failed, 2.1 s)\n$ nvcc --shared -o minitorch/cuda_kernels/combine.so src/combine.cu\n"
              "src/combine.cu(226): error: explicit type is missing (\"int\" assumed)\n"
@@ -102,3 +103,40 @@ def test_every_page_says_which_id_is_a_submission_and_which_a_run(settings: Sett
     assert f"Re-grade submission {sub_id} (a new run)" in _visible(pages["staff run"])
     assert f"Re-grade submission {sub_id} (graded)" in _visible(pages["gradebook"])
     assert re.search(r"Submission \d+ : the zip you uploaded", re.sub(r"\s+", " ", _visible(pages["upload result"])))
+
+
+def test_a_sanitizer_finding_links_the_students_line_in_the_code_view(settings: Settings,
+                                                                      sessions: sessionmaker[Session]) -> None:
+    student, _prof = _people(sessions)
+    measured = measurements()
+    # As the H200 recorded hambone53's 2.2 (a dgamma write past its buffer), twice by two threads,
+    # and a CUDA API error that names no line.
+    write = {"tool": "memcheck", "kind": "Invalid __global__ write of size 4 bytes",
+             "kernel": "ker_ln_bw_dgamma_dbetta<float>", "file": "src/layernorm_kernel.cu", "line": 249,
+             "thread": "(0,4,0)", "block": "(0,0,0)", "detail": "1 bytes after the nearest allocation of size 16 bytes"}
+    api = {"tool": "memcheck", "kind": "Program hit cudaErrorLaunchFailure (error 719) on cudaMemcpy",
+           "kernel": "", "file": "", "line": None, "thread": "", "block": "", "detail": ""}
+    measured[3].telemetry["sanitizer"] = {"case": "abi:lnbw-r1h4", "tool": "memcheck", "tools": ["memcheck"],
+                                          "seconds": 1.7, "findings": [write, {**write, "thread": "(0,5,0)"}, api],
+                                          "note": ""}
+    with session_scope(sessions) as session:
+        sub, run = record_submission(session, get_or_create_user(session, student, Role.student),
+                                     get_assignment(session, "hw4"), "sanitized.zip", StoredBlob("cd" * 32, 10))
+        record_scored(run, load_rubric("hw4"), measured)
+        session.flush()
+        sub_id, run_id = sub.id, run.id
+    page = Browser(settings, student).client.get(f"/runs/{run_id}").text
+    lines = re.search(r'<p class="sanitizer-lines">(.*?)</p>', page, re.S)
+    assert lines, page[-3000:]
+    assert lines[1].count("<a ") == 1  # the same bad access by two threads: one link; the API error: none
+    assert (f'<a href="/submissions/{sub_id}/code?file=src/layernorm_kernel.cu#L249"><code>src/layernorm_kernel.cu'
+            f'</code>, line 249</a>') in lines[1]
+    words = re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", "", lines[1])))
+    assert words == ("compute-sanitizer points at src/layernorm_kernel.cu, line 249 (memcheck: Invalid __global__ "
+                     "write of size 4 bytes in ker_ln_bw_dgamma_dbetta<float>)")
+    # the reasons name it in words too, and the API error after it
+    assert "2.2: compute-sanitizer memcheck: Invalid __global__ write of size 4 bytes in ker_ln_bw_dgamma_dbetta" \
+           "&lt;float&gt; at src/layernorm_kernel.cu:249" in page
+    assert "2.2: compute-sanitizer memcheck: Program hit cudaErrorLaunchFailure" in page
+    # a problem without a session has no such line
+    assert page.count('class="sanitizer-lines"') == 1
