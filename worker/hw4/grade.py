@@ -164,13 +164,13 @@ def run_gpu_stage(
     def telemetry() -> dict[str, Any]:
         return gpu_snapshot(gpu)
 
-    def open_child(label: str, root: Path, handlers: tuple[str, ...], arena: int) -> ChildClient:
+    def open_child(label: str, root: Path, handlers: tuple[str, ...], arena: int, within: Deadline = deadline,
+                   wrapper: Sequence[str] = ()) -> ChildClient:
         return ChildClient(sandbox, _fresh_copy(root, work_dir / label), handlers, arena, config.policy.gpu_index,
-                           config.steady_memory, deadline)
+                           config.steady_memory, within, wrapper=wrapper)
 
     def open_wrapped(label: str, wrapper: Sequence[str], cap: Deadline) -> ChildClient:
-        return ChildClient(sandbox, _fresh_copy(staged_root, work_dir / label), kernels.HANDLERS, KERNEL_ARENA_BYTES,
-                           config.policy.gpu_index, config.steady_memory, cap, wrapper=wrapper)
+        return open_child(label, staged_root, kernels.HANDLERS, KERNEL_ARENA_BYTES, cap, wrapper)
 
     cases = load_cases(rubric.path or rubric.slug)
     measurements: list[ProblemMeasurement] = []
