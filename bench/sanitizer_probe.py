@@ -2,9 +2,10 @@
 
     bash tests/gpu/suite.sh --bench bench/sanitizer_probe.py      (GPU machine)
 
-Builds two small programs with nvcc -lineinfo: one kernel writes one element past its buffer
+Builds four small programs with nvcc -lineinfo: one kernel writes one element past its buffer
 (memcheck's case), one reads shared memory that a thread of another warp writes without a
-barrier (racecheck's case). Runs each plain and under its tool, first directly, then inside
+barrier (racecheck's), one has a barrier that part of its block never reaches (synccheck's),
+one reads global memory that nothing wrote (initcheck's). Runs each plain and under its tool, first directly, then inside
 the sandbox as the GPU stage spawns its children (worker.sandbox: the sandbox user from
 KG_SANDBOX_USER, default nobody, the GPU, the network cut, the default-deny view with the
 sanitizer's folder added read-only), and prints each run's exit, wall seconds and the
@@ -53,6 +54,37 @@ int main() {
   float* d = nullptr;
   cudaMalloc(&d, 256 * sizeof(float));
   shift_left<<<1, 256>>>(d);
+  printf("sync: %s\\n", cudaGetErrorString(cudaDeviceSynchronize()));
+  return 0;
+}
+"""),
+    "barrier": ("synccheck", """#include <cstdio>
+__global__ void half_barrier(float* out) {
+  __shared__ float s[64];
+  int t = threadIdx.x;
+  s[t] = t;
+  if (t < 48) __syncthreads();  // line 6: a barrier that a part of the block never reaches
+  out[t] = s[63 - t];
+}
+int main() {
+  float* d = nullptr;
+  cudaMalloc(&d, 64 * sizeof(float));
+  half_barrier<<<1, 64>>>(d);
+  printf("sync: %s\\n", cudaGetErrorString(cudaDeviceSynchronize()));
+  return 0;
+}
+"""),
+    "uninit": ("initcheck", """#include <cstdio>
+__global__ void add_into(float* out, const float* in) {
+  int t = threadIdx.x;
+  out[t] += in[t];  // line 4: out was allocated, never written
+}
+int main() {
+  float *out = nullptr, *in = nullptr;
+  cudaMalloc(&out, 64 * sizeof(float));
+  cudaMalloc(&in, 64 * sizeof(float));
+  cudaMemset(in, 0, 64 * sizeof(float));
+  add_into<<<1, 64>>>(out, in);
   printf("sync: %s\\n", cudaGetErrorString(cudaDeviceSynchronize()));
   return 0;
 }

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 TOOL = "compute-sanitizer"
+# The order a session runs them in, each only while the ones before it found nothing.
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
 LOG_NAME = ".kg-sanitizer.log"  # in the wrapped child's folder, relative to its cwd
 LOG_READ_BYTES = 256 * 1024

@@ -335,8 +335,8 @@ def sanitizer_lines(m: ProblemMeasurement) -> tuple[list[str], list[str]]:
         return [f"{m.problem_id}: {f.text()}" for f in findings], []
     tools = [t for t in record.get("tools") or [] if isinstance(t, str)]
     if tools and not record.get("note"):
-        return [], [f"{m.problem_id}: {TOOL} ({', '.join(tools)}) found no memory error or race when it ran "
-                    f"the failed case {record.get('case')} again"]
+        return [], [f"{m.problem_id}: {TOOL} ({', '.join(tools)}) found no bad access, race, barrier misuse or "
+                    f"uninitialized read when it ran the failed case {record.get('case')} again"]
     return [], []
 
 

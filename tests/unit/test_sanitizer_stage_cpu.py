@@ -6,8 +6,8 @@ worker.gpu.child, whose channel to the parent passes through it), then writes th
 beside it for the tool asked into the log file the stage named, as the real tool does at exit.
 
 What is proven: a problem whose C ABI case failed (a wrong value) or crashed gets exactly one
-session on its smallest failed case, memcheck first and racecheck only when memcheck found
-nothing; the findings land in its telemetry with the submission's own paths and in its reasons;
+session on its smallest failed case, memcheck first and each next tool (racecheck, synccheck,
+initcheck) only while the ones before found nothing; the findings land in its telemetry with the submission's own paths and in its reasons;
 a problem that passed gets none; a tool that is missing or runs past its cap leaves a note, and
 the points are those of a run without the tool.
 """
@@ -26,7 +26,7 @@ from gpu_stage_support import base, policy, run_stage, short_cases, stage_config
 
 from worker.rubric import load_rubric  # noqa: E402
 from worker.sandbox import SandboxPolicy  # noqa: E402
-from worker.sanitizer import SanitizerConfig  # noqa: E402
+from worker.sanitizer import TOOLS, SanitizerConfig  # noqa: E402
 from worker.scoring import RunScore, score_run  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not cpu_standin.have_compiler(), reason="g++ is needed to build the CPU stand-in kernels")
@@ -73,6 +73,14 @@ RACECHECK = """========= COMPUTE-SANITIZER
 =========     and Read access at ker_attn_softmax(float *)+0x100 in softmax_kernel.cu:80 [256 hazards]
 =========
 ========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)
+"""
+# initcheck's form: a read of global memory that nothing wrote.
+INITCHECK = """========= COMPUTE-SANITIZER
+========= Uninitialized __global__ memory read of size 4 bytes
+=========     at ker_attn_softmax(float *, const float *, int, int, bool)+0x1a0 in /build/elsewhere/src/softmax_kernel.cu:63
+=========     by thread (3,0,0) in block (0,0,0)
+=========
+========= ERROR SUMMARY: 1 error
 """
 
 
@@ -169,12 +177,26 @@ def test_racecheck_runs_only_when_memcheck_found_nothing(base: Path, trusted: Pa
 
 def test_a_tool_that_finds_nothing_says_so_in_a_note(base: Path, trusted: Path, policy: SandboxPolicy,
                                                      short_cases: dict) -> None:
-    tool = fake_tool(base / "fake-cuda-nothing", {"memcheck": NOTHING, "racecheck": NOTHING})
+    tool = fake_tool(base / "fake-cuda-nothing", dict.fromkeys(TOOLS, NOTHING))
     by_id, score = graded(base, trusted, policy, "nothing", SanitizerConfig("auto", tool, 120.0))
     record = by_id["1.1"].telemetry["sanitizer"]
-    assert record["tools"] == ["memcheck", "racecheck"] and record["findings"] == [] and record["note"] == ""
-    assert any("compute-sanitizer (memcheck, racecheck) found no memory error or race" in n
-               for n in score.problem("1.1").notes), score.problem("1.1").notes
+    assert record["tools"] == list(TOOLS) and record["findings"] == [] and record["note"] == ""
+    assert any("compute-sanitizer (memcheck, racecheck, synccheck, initcheck) found no bad access, race, barrier "
+               "misuse or uninitialized read" in n for n in score.problem("1.1").notes), score.problem("1.1").notes
+
+
+def test_initcheck_runs_last_and_names_a_read_of_memory_never_written(base: Path, trusted: Path, policy: SandboxPolicy,
+                                                                     short_cases: dict) -> None:
+    tool = fake_tool(base / "fake-cuda-init", {"memcheck": NOTHING, "racecheck": NOTHING, "synccheck": NOTHING,
+                                               "initcheck": INITCHECK})
+    by_id, score = graded(base, trusted, policy, "initcheck", SanitizerConfig("auto", tool, 120.0))
+    record = by_id["1.1"].telemetry["sanitizer"]
+    assert record["tools"] == list(TOOLS) and record["tool"] == "initcheck", record
+    [finding] = record["findings"]
+    assert (finding["kind"], finding["kernel"], finding["file"], finding["line"]) == (
+        "Uninitialized __global__ memory read of size 4 bytes", "ker_attn_softmax", "src/softmax_kernel.cu", 63)
+    assert ("1.1: compute-sanitizer initcheck: Uninitialized __global__ memory read of size 4 bytes in "
+            "ker_attn_softmax at src/softmax_kernel.cu:63, thread (3,0,0) block (0,0,0)") in score.problem("1.1").reasons
 
 
 def test_a_missing_tool_is_a_note_and_the_same_points(base: Path, trusted: Path, policy: SandboxPolicy,

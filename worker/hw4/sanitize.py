@@ -1,12 +1,13 @@
 """hw4's compute-sanitizer pass (issue 33): a kernel problem whose C ABI case failed or crashed
 gets that problem's smallest failed C ABI case run once more, in a fresh child of the stage's
-sandbox wrapped in CUDA's compute-sanitizer (worker/sanitizer.py): memcheck first, racecheck
-when memcheck found nothing. What the tool reports (the kernel, the line of the student's
+sandbox wrapped in CUDA's compute-sanitizer (worker/sanitizer.py): memcheck first, then
+racecheck, synccheck and initcheck in turn while none has found anything (a bad access, a race
+on shared memory, a barrier not every thread reaches, a read of global memory never written). What the tool reports (the kernel, the line of the student's
 source, the access, the thread) goes into the problem's telemetry, `sanitizer`, and from there
 beside its lost points (worker.scoring); it never changes them.
 
 Bounded: it runs after everything that scores (the kernel problems' checks and timings,
-Problem 3), at most one session (two tools) per failed problem, all of a run's sessions within
+Problem 3), at most one session (up to four tools) per failed problem, all of a run's sessions within
 the sanitizer's cap and what is left of the run's GPU budget; a problem with no failed C ABI
 case, so every correct submission, runs none. A tool that is missing, cannot start, or runs
 out of time is noted in the telemetry, never a failure.
@@ -29,6 +30,7 @@ from worker.sanitizer import (
     LOG_NAME,
     MAX_KEPT,
     TOOL,
+    TOOLS,
     Finding,
     SanitizerConfig,
     not_instrumented,
@@ -38,7 +40,6 @@ from worker.sanitizer import (
     wrapper_argv,
 )
 
-TOOLS = ("memcheck", "racecheck")  # in this order; the second only when the first found nothing
 TELEMETRY_KEY = "sanitizer"
 # label, the wrapper's argv, the deadline of its calls -> a fresh child of the submission's tree
 WrappedFactory = Callable[[str, Sequence[str], Deadline], ChildClient]
@@ -111,8 +112,8 @@ def run_tool(tool: str, label: str, check: Check, executable: str, open_wrapped:
 
 def session(problem_id: str, check: Check, config: SanitizerConfig, open_wrapped: WrappedFactory, cap: Deadline,
             cuda: bool, timeout: float) -> dict[str, Any]:
-    """The problem's one session: memcheck, then racecheck if memcheck found nothing; what
-    the telemetry keeps of it."""
+    """The problem's one session: the tools in turn (worker.sanitizer.TOOLS' order) until one
+    finds something or cannot do its work; what the telemetry keeps of it."""
     record: dict[str, Any] = {"case": check.id, "tool": None, "tools": [], "seconds": 0.0, "findings": [],
                               "note": ""}
     if config.executable is None:
