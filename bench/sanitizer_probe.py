@@ -90,7 +90,7 @@ int main() {
 }
 """),
 }
-TELLING = ("error", "invalid", "hazard", "at ", "by thread", "address", "summary", ".cu:", "sync:")
+TELLING = ("error", "invalid", "uninitialized", "hazard", "at ", "by thread", "address", "summary", ".cu:", "sync:")
 LIMITS = SandboxLimits(wall_s=120, cpu_s=120, memory_bytes=8 << 30, max_processes=64, file_size_bytes=1 << 30)
 
 

@@ -53,6 +53,7 @@ _BY = re.compile(r"^by thread (?P<thread>\(\d+,\d+,\d+\)) in block (?P<block>\(\
 _RACE = re.compile(r"^(?P<level>Error|Warning): Race reported between (?P<first>\w+) access at (?P<at>.+)$")
 _RACE_AND = re.compile(r"^and (?P<second>\w+) access at (?P<at>.+?)(?: \[(?P<count>\d+) hazards?\])?$")
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+_LEADING_ADDRESS = re.compile(r"^Address 0x[0-9a-fA-F]+\s*")  # initcheck: "Address 0x7f32a2800000" alone
 # A source file and line inside a detail: an absolute path, or a file name alone (as the
 # H200's tool prints the other access of a race: "the write at softmax_kernel.cu:110").
 _SOURCE_AT = re.compile(r"(/\S+|[\w.+-]+\.(?:cu|cuh|h|hpp|cpp|cc|c)):(\d+)")
@@ -194,7 +195,7 @@ def _location(text: str) -> tuple[str, str, int | None] | None:
 
 def _access_finding(tool: str, head: str, lines: list[str]) -> Finding:
     """A finding of memcheck, initcheck or synccheck: its head, where, by which thread."""
-    finding = Finding(tool, head)
+    finding = Finding(tool, head.rstrip("."))  # synccheck: "Barrier error detected. Divergent thread(s) in warp."
     details = []
     for text in lines:
         where = _location(text) if text.startswith("at ") else None
@@ -204,7 +205,10 @@ def _access_finding(tool: str, head: str, lines: list[str]) -> Finding:
         elif by is not None:
             finding = replace(finding, thread=by.group("thread"), block=by.group("block"))
         elif text.startswith(("and ", "Address ")):
-            details.append(_ADDRESS.sub("", text.removeprefix("and ").removeprefix("is ")))
+            # an address means nothing to a student: what is said of it may ("is out of bounds")
+            said = _LEADING_ADDRESS.sub("", text.removeprefix("and ")).removeprefix("is ")
+            if said := _ADDRESS.sub("", said).strip():
+                details.append(said)
     return replace(finding, detail="; ".join(details))
 
 
