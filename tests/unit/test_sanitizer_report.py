@@ -124,6 +124,13 @@ def test_an_initcheck_report_names_the_read_without_its_address() -> None:
                            "add_into at uninit.cu:4, thread (0,0,0) block (0,0,0)")
 
 
+def test_a_kernels_own_assert_is_left_to_the_programs_output() -> None:
+    # the H200's memcheck on the starter's `assert(false && "Not Implemented")` stubs
+    report = ("========= COMPUTE-SANITIZER\n========= Warp assert\n=========     at __assertfail+0x30\n"
+              "=========     by thread (0,0,0) in block (0,0,0)\n=========\n" + INITCHECK.split("\n", 1)[1])
+    assert [f.kind for f in parse_report("memcheck", report)] == ["Uninitialized __global__ memory read of size 4 bytes"]
+
+
 def test_a_program_that_made_no_cuda_call_has_no_findings_and_is_no_fault() -> None:
     """The tool exits 255 with this line when the program ends before any CUDA call."""
     assert parse_report("memcheck", NOT_INSTRUMENTED) == []
