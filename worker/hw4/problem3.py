@@ -33,7 +33,8 @@ at least min_pairs (the budget may then be exceeded; telemetry says so), at most
 in between once the interval holds neither the speed floor nor the target and is at most
 max_relative_width wide, or when the next pair and the verification step (estimated from the
 previous pairs) would not fit in the budget. One timed fused step, chosen afterwards where the
-child cannot foresee it, is verified. speedup_student = median unfused step / median fused step.
+child cannot foresee it, is verified. A model that already failed a check on its first steps is
+not timed at all (as a kernel problem whose public case failed): its points are settled. speedup_student = median unfused step / median fused step.
 A step is forward + backward without an optimizer update (see child_problem3.p3_step); the
 timed call also carries a fixed cost both models pay alike (copying the upstream gradient
 into a tensor, writing the gradients back: ~1% of a course-config step).
@@ -370,12 +371,20 @@ def _measure_built(s: _Session, m: ProblemMeasurement, setup: dict[str, Any], th
         raise StudentError(f"the DecoderLM's {s.elements} parameters do not fit the grader's buffers "
                            f"({s.arena.size} bytes); the course's model has {reference_parameter_elements(config)}", "")
     cases, first = _checks(s)
-    s.phase = "timed steps"
-    summary, steps, verified = _time_pairs(s, config.stopping(thresholds))
     all_steps = [{"model": mdl, "counts": first[mdl]["counts"], "memory": first[mdl]["memory"]} for mdl in first]
+    defined = list(setup.get("fused_ops_found", []))
+    failed = next((c for c in cases + count_cases(all_steps, defined) if not c.ok), None)
+    summary: RatioSummary | None = None
+    steps: list[dict[str, Any]] = []
+    verified: list[CaseOutcome] = []
+    if failed is None:
+        s.phase = "timed steps"
+        summary, steps, case = _time_pairs(s, config.stopping(thresholds))
+        verified.append(case)
+    else:  # settled: more steps cannot pass a failed check, and speed points need every check passed
+        m.telemetry["timing_skipped"] = f"the check {failed.case_id} failed on the first steps"
     all_steps += steps
-    cases += count_cases(all_steps, list(setup.get("fused_ops_found", [])))
-    cases.append(verified)
+    cases += count_cases(all_steps, defined) + verified
     s.info["steps"] = steps
     s.info["memory"] = peak_memory(all_steps)
     m.binding_cases = cases
