@@ -115,6 +115,9 @@ class CaseOutcome:
     where: tuple[int, ...] | None = None
     message: str = ""
     public: bool = True
+    # False: the case never ran (a part it needs did not load, the budget ran out, its path
+    # crashed too often); it counts as failed, and `message` says why it did not run
+    ran: bool = True
 
     def describe(self) -> str:
         """`failed case sfw-b3h8f33t33-fut: max error 0.42 at [1, 2, 5, 7]`. A hidden case whose
@@ -140,6 +143,7 @@ class CaseOutcome:
             "where": None if self.where is None else list(self.where),
             "message": self.message,
             "public": self.public,
+            "ran": self.ran,
         }
 
     @classmethod
@@ -153,6 +157,7 @@ class CaseOutcome:
             where=None if where is None else tuple(int(w) for w in where),
             message=str(data.get("message", "")),
             public=bool(data.get("public", True)),
+            ran=bool(data.get("ran", True)),
         )
 
 

@@ -287,9 +287,13 @@ def test_measurement_round_trips_through_json():
     m = measured(bad=1, kernel_ms=0.0123, telemetry={"gpu": "H200", "sm_clock_mhz": 1980})
     m.first_failure = m.binding_cases[0]
     m.abi_cases[1] = CaseOutcome("nan", (1,), False, float("nan"), None, "NaN in output")
+    m.abi_cases[2] = CaseOutcome("skipped", (1,), False, message="not run: the budget ran out", ran=False)
     text = json.dumps(m.to_dict(), allow_nan=False)
     back = ProblemMeasurement.from_dict(json.loads(text))
-    assert back.to_dict() == m.to_dict()
+    assert back.to_dict() == m.to_dict() and not back.abi_cases[2].ran and back.abi_cases[1].ran
+    stored = m.abi_cases[2].to_dict()
+    del stored["ran"]  # a measurement stored before `ran` existed: every case it has ran
+    assert CaseOutcome.from_dict(stored).ran
     assert score_problem(SPEC, back).reasons == score_problem(SPEC, m).reasons
     with pytest.raises(ValueError):
         ProblemMeasurement("1.1", status="bogus")

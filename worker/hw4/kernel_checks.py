@@ -70,6 +70,11 @@ def check_outcome(check: Check, ok: bool, max_err: float | None, where: tuple[in
                        where=where, message=message, public=check.case.public)
 
 
+def not_run_outcome(check: Check, why: str) -> CaseOutcome:
+    """A check that did not run, and why: failed, as the scoring counts it (`ran` False)."""
+    return dataclasses.replace(check_outcome(check, False, None, None, f"not run: {why}"), ran=False)
+
+
 def crash_outcome(check: Check, failure: ChildFailure) -> CaseOutcome:
     """A crash or hang of the submission's code, attributed to the check that caused it."""
     said = " | ".join(salient_lines(failure.tail))

@@ -25,7 +25,7 @@ from worker.assignment import StageProgress
 from worker.gpu.client import ChildClient, ChildFailure, OutOfBudget, StudentError
 from worker.hw4.abi import library_of, traffic_bytes
 from worker.hw4.cases import Case
-from worker.hw4.kernel_checks import Check, check_outcome, crash_outcome, measure_kernel_ms, plan_checks, run_check
+from worker.hw4.kernel_checks import Check, crash_outcome, measure_kernel_ms, not_run_outcome, plan_checks, run_check
 from worker.hw4.loading import MINITORCH, LoadGate
 from worker.hw4.speed import (
     TIMING_CASES,
@@ -42,7 +42,6 @@ HANDLERS = ("worker.hw4.child_kernels",)
 
 
 ClientFactory = Callable[[str], ChildClient]  # label -> a fresh sandboxed child
-NOT_RUN = "not run:"  # how the message of a check that did not run begins
 
 
 def paths_parts(kind: str, needs: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
@@ -101,16 +100,16 @@ class KernelProblem:
         budget is used up, or the path used up its fresh children), or None."""
         blocked = self.gate.blocked(*self.parts[path])
         if blocked:
-            return f"{NOT_RUN} {blocked}"
+            return blocked
         crashes, hangs = self.failures.get((path, "crashed"), 0), self.failures.get((path, "timeout"), 0)
         if crashes >= MAX_CRASHES or hangs >= MAX_HANGS:
-            return f"{NOT_RUN} the code crashed on {crashes} and hung on {hangs} earlier cases of this path"
+            return f"the code crashed on {crashes} and hung on {hangs} earlier cases of this path"
         return None
 
     def record(self, outcome: CaseOutcome, check: Check) -> None:
         cases = self.measurement.abi_cases if check.path == "abi" else self.measurement.binding_cases
         cases.append(outcome)
-        if check.path == "abi" and not outcome.ok and not outcome.message.startswith(NOT_RUN):
+        if check.path == "abi" and not outcome.ok and outcome.ran:
             self.failed_abi.append(check)
 
     @property
@@ -164,13 +163,13 @@ def check_phase(problem: KernelProblem, config: TimingConfig) -> None:
         check = problem.checks.pop(0)
         why = problem.why_not(check.path)
         if why:
-            problem.record(check_outcome(check, False, None, None, why), check)
+            problem.record(not_run_outcome(check, why), check)
             continue
         with problem.clock(f"{check.path}_cases"):
             try:
                 outcome = run_check(problem.client, check, config.call_timeout_s)
             except OutOfBudget as exc:
-                outcome = check_outcome(check, False, None, None, f"{NOT_RUN} {exc.detail}")
+                outcome = not_run_outcome(check, exc.detail)
                 _close_client(problem)
             except ChildFailure as exc:
                 outcome = crash_outcome(check, exc)
@@ -187,7 +186,7 @@ def needs_fresh_child(problem: KernelProblem) -> bool:
         why = problem.why_not(check.path)
         if why:
             problem.checks.remove(check)
-            problem.record(check_outcome(check, False, None, None, why), check)
+            problem.record(not_run_outcome(check, why), check)
     return problem.client is None and bool(problem.checks)
 
 
