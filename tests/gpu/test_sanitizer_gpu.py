@@ -4,6 +4,8 @@ sandbox, wrapping the real child, through run_gpu_stage.
 - layernorm_fw_row_from_thread_index (starter/mutants/hw4.yaml): threads read rows far past
   the end of the input; memcheck names ker_layer_norm and the line of the statistics loop's
   read in the mutated src/layernorm_kernel.cu;
+- layernorm_fw_output_row_from_thread_index: threads write outputs far past the end of
+  ln_res; memcheck names ker_layer_norm and the line of the output's write;
 - softmax_fw_no_syncthreads: memcheck finds nothing, racecheck names the race on the shared
   row max or sum in ker_attn_softmax, at one of their lines;
 - the reference kit (every case passes): no session at all, no sanitizer seconds.
@@ -71,6 +73,20 @@ def test_memcheck_names_the_read_past_the_end_of_a_layernorm_row(kit_root: Path,
     assert any(r.startswith("2.1: compute-sanitizer memcheck: Invalid __global__ read") and
                f"ker_layer_norm at src/layernorm_kernel.cu:{read}" in r for r in reasons), reasons
     assert m.telemetry["seconds"].get("sanitizer") is None and record["seconds"] > 0
+
+
+@needs_tool
+@pytest.mark.timeout(600)
+def test_memcheck_names_the_write_past_the_end_of_the_layernorm_output(kit_root: Path, tmp_path: Path,
+                                                                       work: Path) -> None:  # noqa: F811
+    m, source, reasons = _graded("layernorm_fw_output_row_from_thread_index", "2.1", kit_root, tmp_path, work)
+    record = m.telemetry["sanitizer"]
+    assert record["tools"] == ["memcheck"] and record["note"] == "", record
+    write = min(_lines(source, "y4[i] = kg::f4_fma("))  # the output loop of ker_layer_norm
+    found = [f for f in record["findings"] if f["kernel"] == "ker_layer_norm"]
+    assert any(f["line"] == write and f["kind"].startswith("Invalid __global__ write") for f in found), (write, record)
+    assert any(r.startswith("2.1: compute-sanitizer memcheck: Invalid __global__ write") and
+               f"ker_layer_norm at src/layernorm_kernel.cu:{write}" in r for r in reasons), reasons
 
 
 @needs_tool
