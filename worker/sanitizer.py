@@ -256,6 +256,12 @@ def _blocks(text: str) -> list[tuple[str, list[str]]]:
     return blocks
 
 
+def stopped_at_assert(text: str) -> bool:
+    """Whether the report shows a kernel stopped at its own assert() (`_device_assert`)."""
+    return any(_device_assert(_access_finding("", head, lines)) for head, lines in _blocks(text)
+               if any(ln.startswith("at ") for ln in lines))
+
+
 def parse_report(tool: str, text: str) -> list[Finding]:
     """The findings of a report, in its order, those that name a kernel first (a CUDA API
     error that follows an invalid access comes after it). Pure."""

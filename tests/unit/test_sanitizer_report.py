@@ -20,6 +20,7 @@ from worker.sanitizer import (
     read_log,
     relative_source,
     sanitizer_config,
+    stopped_at_assert,
     tool_messages,
     wrapper_argv,
 )
@@ -129,6 +130,7 @@ def test_a_kernels_own_assert_is_left_to_the_programs_output() -> None:
     report = ("========= COMPUTE-SANITIZER\n========= Warp assert\n=========     at __assertfail+0x30\n"
               "=========     by thread (0,0,0) in block (0,0,0)\n=========\n" + INITCHECK.split("\n", 1)[1])
     assert [f.kind for f in parse_report("memcheck", report)] == ["Uninitialized __global__ memory read of size 4 bytes"]
+    assert stopped_at_assert(report) and not stopped_at_assert(INITCHECK) and not stopped_at_assert(MEMCHECK)
 
 
 def test_a_program_that_made_no_cuda_call_has_no_findings_and_is_no_fault() -> None:

@@ -199,6 +199,19 @@ def test_initcheck_runs_last_and_names_a_read_of_memory_never_written(base: Path
             "ker_attn_softmax at src/softmax_kernel.cu:63, thread (3,0,0) block (0,0,0)") in score.problem("1.1").reasons
 
 
+def test_a_kernel_stopped_at_its_own_assert_ends_the_session_with_a_note(base: Path, trusted: Path, policy: SandboxPolicy,
+                                                                          short_cases: dict) -> None:
+    assert_report = ("========= COMPUTE-SANITIZER\n========= Warp assert\n=========     at __assertfail+0x30\n"
+                     "=========     by thread (0,0,0) in block (0,0,0)\n========= ERROR SUMMARY: 1 error\n")
+    tool = fake_tool(base / "fake-cuda-assert", {"memcheck": assert_report, "racecheck": RACECHECK})
+    by_id, score = graded(base, trusted, policy, "assert", SanitizerConfig("auto", tool, 120.0))
+    record = by_id["1.1"].telemetry["sanitizer"]
+    assert record["tools"] == ["memcheck"] and record["findings"] == [], record
+    assert "stopped at its own assert()" in record["note"], record
+    problem = score.problem("1.1")
+    assert not any("compute-sanitizer" in line for line in problem.reasons + problem.notes), problem
+
+
 def test_a_missing_tool_is_a_note_and_the_same_points(base: Path, trusted: Path, policy: SandboxPolicy,
                                                       short_cases: dict, without_tool: tuple[dict, RunScore]) -> None:
     by_id, score = graded(base, trusted, policy, "missing", SanitizerConfig("auto", None, 120.0))

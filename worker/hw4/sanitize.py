@@ -36,6 +36,7 @@ from worker.sanitizer import (
     not_instrumented,
     parse_report,
     read_log,
+    stopped_at_assert,
     tool_messages,
     wrapper_argv,
 )
@@ -104,6 +105,8 @@ def run_tool(tool: str, label: str, check: Check, executable: str, open_wrapped:
     findings = [f.in_tree(client.cwd) for f in parse_report(tool, text)]
     # The student's own lines first (a race may show first inside a library's header).
     findings.sort(key=lambda f: not (f.file and (client.cwd / f.file).is_file()))
+    if not findings and stopped_at_assert(text):  # the other tools would stop there too
+        return [], f"{TOOL} {tool}: the kernel stopped at its own assert(); the failed case quotes its message"
     if findings or not_instrumented(text) or not trouble:
         return findings, ""
     said = "; ".join(tool_messages(text)[:2])
