@@ -58,35 +58,30 @@ def _lines(text: str, *needles: str) -> set[int]:
     return {n for n, line in enumerate(text.splitlines(), 1) if any(w in line for w in needles)}
 
 
+# mutant, the line of ker_layer_norm it makes go out of bounds, the access
+OUT_OF_BOUNDS = [
+    ("layernorm_fw_row_from_thread_index", "const float4 v = x4[i];", "read"),  # the statistics loop
+    ("layernorm_fw_output_row_from_thread_index", "y4[i] = kg::f4_fma(", "write"),  # the output loop
+]
+
+
 @needs_tool
 @pytest.mark.timeout(600)
-def test_memcheck_names_the_read_past_the_end_of_a_layernorm_row(kit_root: Path, tmp_path: Path,
-                                                                 work: Path) -> None:  # noqa: F811
-    m, source, reasons = _graded("layernorm_fw_row_from_thread_index", "2.1", kit_root, tmp_path, work)
+@pytest.mark.parametrize(("mutant_id", "statement", "access"), OUT_OF_BOUNDS, ids=[m for m, _, _ in OUT_OF_BOUNDS])
+def test_memcheck_names_the_access_past_the_end_of_a_layernorm_buffer(mutant_id: str, statement: str, access: str,
+                                                                       kit_root: Path, tmp_path: Path,
+                                                                       work: Path) -> None:  # noqa: F811
+    m, source, reasons = _graded(mutant_id, "2.1", kit_root, tmp_path, work)
     record = m.telemetry["sanitizer"]
     assert record["tools"] == ["memcheck"] and record["note"] == "", record
     assert record["case"] == min((c for c in m.abi_cases if not c.ok), key=lambda c: c.shape[0] * c.shape[1]).case_id
-    read = min(_lines(source, "const float4 v = x4[i];"))  # the statistics loop of ker_layer_norm
+    line = min(_lines(source, statement))
     found = [f for f in record["findings"] if f["kernel"] == "ker_layer_norm"]
     assert found and all(f["file"] == "src/layernorm_kernel.cu" for f in found), record
-    assert any(f["line"] == read and f["kind"].startswith("Invalid __global__ read") for f in found), (read, record)
-    assert any(r.startswith("2.1: compute-sanitizer memcheck: Invalid __global__ read") and
-               f"ker_layer_norm at src/layernorm_kernel.cu:{read}" in r for r in reasons), reasons
+    assert any(f["line"] == line and f["kind"].startswith(f"Invalid __global__ {access}") for f in found), (line, record)
+    assert any(r.startswith(f"2.1: compute-sanitizer memcheck: Invalid __global__ {access}") and
+               f"ker_layer_norm at src/layernorm_kernel.cu:{line}" in r for r in reasons), reasons
     assert m.telemetry["seconds"].get("sanitizer") is None and record["seconds"] > 0
-
-
-@needs_tool
-@pytest.mark.timeout(600)
-def test_memcheck_names_the_write_past_the_end_of_the_layernorm_output(kit_root: Path, tmp_path: Path,
-                                                                       work: Path) -> None:  # noqa: F811
-    m, source, reasons = _graded("layernorm_fw_output_row_from_thread_index", "2.1", kit_root, tmp_path, work)
-    record = m.telemetry["sanitizer"]
-    assert record["tools"] == ["memcheck"] and record["note"] == "", record
-    write = min(_lines(source, "y4[i] = kg::f4_fma("))  # the output loop of ker_layer_norm
-    found = [f for f in record["findings"] if f["kernel"] == "ker_layer_norm"]
-    assert any(f["line"] == write and f["kind"].startswith("Invalid __global__ write") for f in found), (write, record)
-    assert any(r.startswith("2.1: compute-sanitizer memcheck: Invalid __global__ write") and
-               f"ker_layer_norm at src/layernorm_kernel.cu:{write}" in r for r in reasons), reasons
 
 
 @needs_tool
