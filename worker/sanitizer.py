@@ -88,6 +88,13 @@ class Finding:
             text += f" at {self.file}" + (f":{self.line}" if self.line is not None else "")
         return text
 
+    @property
+    def device_assert(self) -> bool:
+        """A kernel's own assert() ("Warp assert ... in __assertfail", as the starter's TODO
+        stubs fail): the program's output names it with its file and line, and the failed case
+        quotes that; the tool names only the runtime's assert function, so it adds nothing."""
+        return "assert" in self.kind.lower() and self.kernel in ("", "__assertfail")
+
     def text(self) -> str:
         """`compute-sanitizer memcheck: Invalid __global__ write of size 4 bytes in ker at
         src/k.cu:42, thread (0,0,0) block (1,0,0)`, for students."""
@@ -234,13 +241,6 @@ def _race_finding(tool: str, head: str, lines: list[str]) -> Finding | None:
     return Finding(tool, kind, first[0], first[1], first[2], detail=detail)
 
 
-def _device_assert(finding: Finding) -> bool:
-    """A kernel's own assert() ("Warp assert ... in __assertfail", as the starter's TODO stubs
-    fail): the program's output names it with its file and line, and the failed case quotes
-    that; the tool names only the runtime's assert function, so it adds nothing."""
-    return "assert" in finding.kind.lower() and finding.kernel in ("", "__assertfail")
-
-
 def _blocks(text: str) -> list[tuple[str, list[str]]]:
     """Every top-level report line with the indented lines under it."""
     blocks: list[tuple[str, list[str]]] = []
@@ -256,15 +256,10 @@ def _blocks(text: str) -> list[tuple[str, list[str]]]:
     return blocks
 
 
-def stopped_at_assert(text: str) -> bool:
-    """Whether the report shows a kernel stopped at its own assert() (`_device_assert`)."""
-    return any(_device_assert(_access_finding("", head, lines)) for head, lines in _blocks(text)
-               if any(ln.startswith("at ") for ln in lines))
-
-
 def parse_report(tool: str, text: str) -> list[Finding]:
     """The findings of a report, in its order, those that name a kernel first (a CUDA API
-    error that follows an invalid access comes after it). Pure."""
+    error that follows an invalid access comes after it); a kernel's own assert() among them,
+    marked `device_assert`. Pure."""
     findings: list[Finding] = []
     for head, lines in _blocks(text):
         if "Race reported between" in head:
@@ -274,9 +269,7 @@ def parse_report(tool: str, text: str) -> list[Finding]:
         elif head.startswith("Program hit "):
             findings.append(Finding(tool, head.rstrip(".")))
         elif not head.startswith(_NOT_FINDINGS) and any(ln.startswith("at ") for ln in lines):
-            finding = _access_finding(tool, head, lines)
-            if not _device_assert(finding):
-                findings.append(finding)
+            findings.append(_access_finding(tool, head, lines))
     return sorted(findings, key=lambda f: not f.kernel)
 
 

@@ -20,7 +20,6 @@ from worker.sanitizer import (
     read_log,
     relative_source,
     sanitizer_config,
-    stopped_at_assert,
     tool_messages,
     wrapper_argv,
 )
@@ -125,12 +124,13 @@ def test_an_initcheck_report_names_the_read_without_its_address() -> None:
                            "add_into at uninit.cu:4, thread (0,0,0) block (0,0,0)")
 
 
-def test_a_kernels_own_assert_is_left_to_the_programs_output() -> None:
+def test_a_kernels_own_assert_is_told_from_the_findings() -> None:
     # the H200's memcheck on the starter's `assert(false && "Not Implemented")` stubs
     report = ("========= COMPUTE-SANITIZER\n========= Warp assert\n=========     at __assertfail+0x30\n"
               "=========     by thread (0,0,0) in block (0,0,0)\n=========\n" + INITCHECK.split("\n", 1)[1])
-    assert [f.kind for f in parse_report("memcheck", report)] == ["Uninitialized __global__ memory read of size 4 bytes"]
-    assert stopped_at_assert(report) and not stopped_at_assert(INITCHECK) and not stopped_at_assert(MEMCHECK)
+    assert [(f.kind, f.device_assert) for f in parse_report("memcheck", report)] == [
+        ("Warp assert", True), ("Uninitialized __global__ memory read of size 4 bytes", False)]
+    assert not any(f.device_assert for f in parse_report("memcheck", MEMCHECK) + parse_report("initcheck", INITCHECK))
 
 
 def test_a_program_that_made_no_cuda_call_has_no_findings_and_is_no_fault() -> None:

@@ -34,7 +34,8 @@ in between once the interval holds neither the speed floor nor the target and is
 max_relative_width wide, or when the next pair and the verification step (estimated from the
 previous pairs) would not fit in the budget. One timed fused step, chosen afterwards where the
 child cannot foresee it, is verified. A model that already failed a check on its first steps is
-not timed at all (as a kernel problem whose public case failed): its points are settled. speedup_student = median unfused step / median fused step.
+not timed at all (as a kernel problem whose public case failed): its points are settled.
+speedup_student = median unfused step / median fused step.
 A step is forward + backward without an optimizer update (see child_problem3.p3_step); the
 timed call also carries a fixed cost both models pay alike (copying the upstream gradient
 into a tensor, writing the gradients back: ~1% of a course-config step).
@@ -373,7 +374,8 @@ def _measure_built(s: _Session, m: ProblemMeasurement, setup: dict[str, Any], th
     cases, first = _checks(s)
     all_steps = [{"model": mdl, "counts": first[mdl]["counts"], "memory": first[mdl]["memory"]} for mdl in first]
     defined = list(setup.get("fused_ops_found", []))
-    failed = next((c for c in cases + count_cases(all_steps, defined) if not c.ok), None)
+    counted = count_cases(all_steps, defined)
+    failed = next((c for c in cases + counted if not c.ok), None)
     summary: RatioSummary | None = None
     steps: list[dict[str, Any]] = []
     verified: list[CaseOutcome] = []
@@ -381,10 +383,11 @@ def _measure_built(s: _Session, m: ProblemMeasurement, setup: dict[str, Any], th
         s.phase = "timed steps"
         summary, steps, case = _time_pairs(s, config.stopping(thresholds))
         verified.append(case)
+        all_steps += steps
+        counted = count_cases(all_steps, defined)  # the timed steps may not call what the first did
     else:  # settled: more steps cannot pass a failed check, and speed points need every check passed
         m.telemetry["timing_skipped"] = f"the check {failed.case_id} failed on the first steps"
-    all_steps += steps
-    cases += count_cases(all_steps, defined) + verified
+    cases += counted + verified
     s.info["steps"] = steps
     s.info["memory"] = peak_memory(all_steps)
     m.binding_cases = cases

@@ -2,13 +2,14 @@
 gets that problem's smallest failed C ABI case run once more, in a fresh child of the stage's
 sandbox wrapped in CUDA's compute-sanitizer (worker/sanitizer.py): memcheck first, then
 racecheck, synccheck and initcheck in turn while none has found anything (a bad access, a race
-on shared memory, a barrier not every thread reaches, a read of global memory never written). What the tool reports (the kernel, the line of the student's
-source, the access, the thread) goes into the problem's telemetry, `sanitizer`, and from there
+on shared memory, a barrier not every thread reaches, a read of global memory never written).
+What the tool reports (the kernel, the line of the student's source, the access, the thread)
+goes into the problem's telemetry, `sanitizer`, and from there
 beside its lost points (worker.scoring); it never changes them.
 
 Bounded: it runs after everything that scores (the kernel problems' checks and timings,
-Problem 3), at most one session (up to four tools) per failed problem, all of a run's sessions within
-the sanitizer's cap and what is left of the run's GPU budget; a problem with no failed C ABI
+Problem 3), at most one session (up to four tools) per failed problem, all of a run's sessions
+within the sanitizer's cap and what is left of the run's GPU budget; a problem with no failed C ABI
 case, so every correct submission, runs none. A tool that is missing, cannot start, or runs
 out of time is noted in the telemetry, never a failure.
 """
@@ -36,7 +37,6 @@ from worker.sanitizer import (
     not_instrumented,
     parse_report,
     read_log,
-    stopped_at_assert,
     tool_messages,
     wrapper_argv,
 )
@@ -102,10 +102,11 @@ def run_tool(tool: str, label: str, check: Check, executable: str, open_wrapped:
     trouble = _drive(client, check, cuda, timeout)
     _end(client, cap)
     text = read_log(client.cwd / LOG_NAME) + "\n" + client.process.output_tail(16384)
-    findings = [f.in_tree(client.cwd) for f in parse_report(tool, text)]
+    reported = parse_report(tool, text)
+    findings = [f.in_tree(client.cwd) for f in reported if not f.device_assert]
     # The student's own lines first (a race may show first inside a library's header).
     findings.sort(key=lambda f: not (f.file and (client.cwd / f.file).is_file()))
-    if not findings and stopped_at_assert(text):  # the other tools would stop there too
+    if not findings and any(f.device_assert for f in reported):  # the other tools would stop there too
         return [], f"{TOOL} {tool}: the kernel stopped at its own assert(); the failed case quotes its message"
     if findings or not_instrumented(text) or not trouble:
         return findings, ""
