@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 
 from celery import Celery
+from kombu import Connection
 
 from grader.settings import Settings, get_settings
 
@@ -66,6 +67,20 @@ def make_celery(settings: Settings) -> Celery:
         app.conf.broker_transport_options = {"visibility_timeout": settings.task_time_limit_s + 300}
     return app
 
+
+
+def service_queues(settings: Settings) -> list[str]:
+    return [settings.task_queue, settings.similarity_queue, *([settings.build.queue] if settings.build.queue else [])]
+
+
+def declare_queues(settings: Settings) -> None:
+    """Create the service's queues in the broker before any worker or web process uses it. The
+    embedded (SQLite) transport creates a queue's row on first use with no lock between processes:
+    two workers starting together could both insert it, and one died of the unique constraint."""
+    with Connection(settings.resolved_broker_url) as connection:
+        channel = connection.default_channel
+        for name in service_queues(settings):
+            channel.queue_declare(queue=name)
 
 
 @functools.cache

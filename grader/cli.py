@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from grader import accounts_cli, capacity_cli, client_cli, ops_cli
 from grader.auth.credentials import issue_token
 from grader.auth.sessions import change_password
-from grader.celery_app import make_celery
+from grader.celery_app import declare_queues, make_celery
 from grader.course.courses import course_of_free_assignments
 from grader.course.membership import get_or_create_user
 from grader.datadir import private_dir, private_file, restrict_umask, tighten
@@ -71,14 +71,16 @@ def _alembic_config(settings: Settings) -> AlembicConfig:
 
 
 def init_database(settings: Settings) -> list[Path]:
-    """Apply migrations and load assignments from the rubric files. First the data dir is made
-    owner-only (grader/datadir.py), what an older version left open included; the paths that
-    were open are returned."""
+    """Apply migrations, load assignments from the rubric files and, for the embedded broker,
+    create its queues. First the data dir is made owner-only (grader/datadir.py), what an older
+    version left open included; the paths that were open are returned."""
     private_dir(settings.data_dir)
     if not settings.broker_url:  # the embedded broker's SQLite file, 0600 before kombu opens it
         private_file(settings.embedded_broker_path)
     opened = tighten(settings.data_dir, within_only=(settings.jobs_dir,))
     alembic_command.upgrade(_alembic_config(settings), "head")
+    if not settings.broker_url:
+        declare_queues(settings)
     with session_scope(make_session_factory(make_engine(settings))) as session:
         sync_assignments(session, settings.rubrics, settings.rubric_dirs)
     return opened
