@@ -68,18 +68,14 @@ def make_celery(settings: Settings) -> Celery:
     return app
 
 
-
-def service_queues(settings: Settings) -> list[str]:
-    return [settings.task_queue, settings.similarity_queue, *([settings.build.queue] if settings.build.queue else [])]
-
-
 def declare_queues(settings: Settings) -> None:
     """Create the service's queues in the broker before any worker or web process uses it. The
     embedded (SQLite) transport creates a queue's row on first use with no lock between processes:
     two workers starting together could both insert it, and one died of the unique constraint."""
+    names = [settings.task_queue, settings.similarity_queue, *([settings.build.queue] if settings.build.queue else [])]
     with Connection(settings.resolved_broker_url) as connection:
         channel = connection.default_channel
-        for name in service_queues(settings):
+        for name in names:
             channel.queue_declare(queue=name)
 
 
