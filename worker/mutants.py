@@ -157,9 +157,10 @@ def parse_mutants(data: object, source: str = "<mutants>",
     return mutants
 
 
-def load_mutants(slug: str) -> list[Mutant]:
-    """The mutant set of the assignment `slug`, checked against its rubric's problems."""
-    rubric = load_rubric(slug)
+def load_mutants(slug: str, *, search: Iterable[Path] = ()) -> list[Mutant]:
+    """The mutant set of the assignment `slug` (its rubric found as worker.rubric.load_rubric
+    finds it, `search` folders after rubrics/), checked against its rubric's problems."""
+    rubric = load_rubric(slug, search=search)
     path = assignment_of(rubric).mutants_file
     if path is None or not path.is_file():
         raise MutantError(f"no mutant set for {slug!r}: {path or 'its plug-in names none'}")

@@ -25,9 +25,9 @@ from gpu_stage_support import describe as _describe  # noqa: E402
 from gpu_stage_support import measured as _measured  # noqa: E402
 from gpu_stage_support import stage_config as _config  # noqa: E402
 
-from worker.gpu.client import ChildFailure, StudentError  # noqa: E402
+from worker.gpu.client import ChildFailure, StageInfraError, StudentError  # noqa: E402
 from worker.hw4.grade import GpuStageConfig, run_gpu_stage  # noqa: E402
-from worker.hw4.loading import MINITORCH, StageInfraError, failure_words  # noqa: E402
+from worker.hw4.loading import MINITORCH, failure_words  # noqa: E402
 from worker.measurements import ProblemMeasurement  # noqa: E402
 from worker.rubric import load_rubric  # noqa: E402
 from worker.sandbox import SandboxExit, SandboxPolicy  # noqa: E402

@@ -1,6 +1,6 @@
 """The sandboxed child: runs requested operations on the submission's code, nothing else.
 
-    python -m worker.gpu.child --fd N --arena PATH --arena-size BYTES --handlers MODULE
+    python -m worker.gpu.child --fd N --arena PATH --arena-size BYTES --handlers MODULE_OR_FILE
 
 Started by the trusted parent inside the sandbox with cwd = a copy of the staged submission
 (so the student's MiniTorch finds its .so files by their relative paths). It answers each
@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import importlib
+import importlib.util
 import os
 import socket
 import sys
@@ -71,6 +72,19 @@ def _ready(state: ChildState, msg: dict[str, Any]) -> dict[str, Any]:
     return {"python": sys.version.split()[0]}
 
 
+def import_operations(name: str) -> None:
+    """Import an assignment's operations, which register their handlers: a module name
+    (worker.hw4.child_kernels), or a .py file (an assignment kept beside its rubric copies its
+    operations into the child's tree: the sandbox shows only the project's worker/ package)."""
+    if not name.endswith(".py"):
+        importlib.import_module(name)
+        return
+    spec = importlib.util.spec_from_file_location(f"kg_operations_{Path(name).stem}", name)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"no Python file {name}")
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))
+
+
 def serve(channel: Channel, state: ChildState) -> None:
     while True:
         try:
@@ -99,8 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arena-size", type=int, required=True)
     parser.add_argument("--handlers", action="append", default=[])
     args = parser.parse_args(argv)
-    for module in args.handlers:
-        importlib.import_module(module)  # registers its handlers
+    for name in args.handlers:
+        import_operations(name)
     # Run as `python -m worker.gpu.child`, this file is __main__: a second copy of the module,
     # while the handler modules registered into the imported worker.gpu.child's table.
     HANDLERS.update(importlib.import_module("worker.gpu.child").HANDLERS)

@@ -54,6 +54,13 @@ class OutOfBudget(ChildFailure):
         super().__init__("budget", deadline.words(), tail)
 
 
+class StageInfraError(RuntimeError):
+    """Our side of a sandboxed child did not come up (no GPU in the sandbox, a broken
+    interpreter): an infrastructure fault, which the run's lifecycle retries, never the
+    submission's grade. Every stage asks `ready` of its children before the submission's code
+    runs there (worker.gpu.child)."""
+
+
 @dataclass
 class StudentError(Exception):
     """The submission's code raised while serving a request (the child lives on)."""

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from worker.gpu.budget import Deadline
-from worker.gpu.client import ChildClient, ChildFailure, OutOfBudget, StudentError
+from worker.gpu.client import ChildClient, ChildFailure, OutOfBudget, StageInfraError, StudentError
 from worker.measurements import salient_lines
 
 MINITORCH = "minitorch"  # the submission's package with its CUDA backend; any other part is a library's path
@@ -36,11 +36,6 @@ READY_TIMEOUT_S = 60.0  # our own start in a child: interpreter, numpy, a CUDA c
 PROBE_ARENA_BYTES = 1 << 16  # a probe passes no arrays
 
 ProbeFactory = Callable[[str], ChildClient]  # a label -> a fresh sandboxed child with worker.hw4.child_kernels
-
-
-class StageInfraError(RuntimeError):
-    """Our side of a sandboxed child did not come up (no GPU in the sandbox, a broken
-    interpreter): an infrastructure fault, never the submission's grade."""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,187 @@
+"""reduce's plug-in (reduce.yaml names this module): a GPU stage built only from the engine's
+generic parts, so that an assignment other than hw4 is graded on a GPU with no edit to them.
+
+One sandboxed child (worker.gpu.client, with gpu_child.py's operations) holds every case's
+input on the GPU. Correctness: reduce_sum of the student's library on each case, checked here
+against a float64 sum (worker.checks). Speed, once every case passed: reduce_sum against
+reduce_sum_naive of our own kit on the largest case, in the trials every assignment shares
+(worker.trials: warm-up, calls sized per request, rotated order, the stopping rule), on this
+parent's clock, every timed sum checked; the ratio is the measurement's `speedup_reference_ops`,
+which the rubric's speed figure scores.
+"""
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from worker.assignment import Assignment, GpuStage, StageConfig, StageProgress, Words
+from worker.checks import compare
+from worker.gpu.budget import Deadline
+from worker.gpu.client import ChildClient, ChildFailure, OutOfBudget, StageInfraError, StudentError
+from worker.measurements import GPU_SNAPSHOT_KEYS, CaseOutcome, ProblemMeasurement, salient_lines
+from worker.rubric import Rubric
+from worker.sandbox import Sandbox
+from worker.telemetry import gpu_snapshot
+from worker.timing import RatioSummary, ratio_summary
+from worker.trials import StoppingRule, calls_per_request, rotated
+
+PROBLEM = "1"
+# The child's operations, copied into its tree (the sandbox shows nothing of this folder, whose
+# starter/ is our solution) and imported there from that file (worker.gpu.child).
+CHILD_OPERATIONS = Path(__file__).with_name("gpu_child.py")
+OPERATIONS_IN_TREE = "kg_reduce_operations.py"
+REFERENCE_LIBRARY = "kg_reference/reduce.so"  # our kit's library in the child's tree: reduce_sum_naive comes from it
+VARIANTS = ("naive", "student")  # the timed pair: baseline first in trial 0, then rotated
+
+
+@dataclass(frozen=True)
+class Case:
+    case_id: str
+    n: int
+    public: bool
+
+
+CASES = (Case("n1", 1, True), Case("n31", 31, True), Case("n4097", 4097, True),
+         Case("n1048579", 2**20 + 3, False), Case("n16777216", 2**24, False))
+TIMED = CASES[-1]
+ARENA_BYTES = 4 * sum(c.n for c in CASES) + 4096 * len(CASES)
+# Each value is a nonzero multiple of 1/8 in [-4, 4]: the partial sums of any order stay exact
+# in float32 far beyond these lengths, so one element dropped is always an error, and the
+# tolerance (relative to the sum of magnitudes) only has to absorb a rare rounding.
+RELATIVE_TOLERANCE = 1e-6
+READY_TIMEOUT_S = 60.0
+CALL_TIMEOUT_S = 30.0
+REQUEST_MS = 20.0  # one timed request lasts about this long (its round trip a small part of it)
+MAX_CALLS = 2000
+MIN_TRIALS, MAX_TRIALS, MAX_RELATIVE_WIDTH = 5, 30, 0.10
+
+
+def make_inputs(seed: int | None) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {c.case_id: (rng.integers(1, 33, c.n) * rng.choice((-1, 1), c.n) / 8).astype(np.float32) for c in CASES}
+
+
+def check_sum(got: float, values: np.ndarray, shape: tuple[int, ...]) -> tuple[bool, float, str]:
+    """(ok, error, message) of one reduction's result against the float64 sum."""
+    expected = np.array([values.astype(np.float64).sum()])
+    atol = RELATIVE_TOLERANCE * float(np.abs(values).sum(dtype=np.float64))
+    result = compare({"sum": (np.array([got]), expected)}, atol, 0.0, shape)
+    return result.ok, result.max_err, result.message
+
+
+def _sum_of(reply: dict[str, object]) -> float:
+    return float(reply["sum"])  # type: ignore[arg-type]  # a number, or "nan"/"inf" written as text
+
+
+def run_checks(child: ChildClient, inputs: dict[str, np.ndarray]) -> list[CaseOutcome]:
+    outcomes = []
+    for case in CASES:
+        shape = (case.n,)
+        try:
+            got = _sum_of(child.call({"op": "sum", "variant": "student", "case": case.case_id, "calls": 1},
+                                     CALL_TIMEOUT_S))
+        except StudentError as exc:  # a CUDA error in the kernel, say: the case fails with it
+            outcomes.append(CaseOutcome(case.case_id, shape, False, message=exc.error, public=case.public))
+            continue
+        ok, error, message = check_sum(got, inputs[case.case_id], shape)
+        outcomes.append(CaseOutcome(case.case_id, shape, ok, error, None if ok else (0,), message, case.public))
+    return outcomes
+
+
+class WrongTimedSum(Exception):
+    """A sum returned during timing was wrong: the figure cannot stand."""
+
+
+def time_against_naive(child: ChildClient, values: np.ndarray, rule: StoppingRule) -> tuple[RatioSummary, dict[str, object]]:
+    """The speedup of reduce_sum over reduce_sum_naive on TIMED's input, and how it was measured."""
+    warm_ms = {}
+    for variant in VARIANTS:  # the first call loads; the second sizes the requests
+        for _ in range(2):
+            _, seconds = child.timed_call({"op": "sum", "variant": variant, "case": TIMED.case_id, "calls": 1},
+                                          CALL_TIMEOUT_S)
+        warm_ms[variant] = seconds * 1e3
+    calls = {v: calls_per_request(warm_ms[v], REQUEST_MS, MAX_CALLS) for v in VARIANTS}
+    times: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    started, trial, stop, summary = time.monotonic(), 0, None, None
+    while stop is None:
+        trial_started = time.monotonic()
+        for variant in rotated(VARIANTS, trial):
+            reply, seconds = child.timed_call(
+                {"op": "sum", "variant": variant, "case": TIMED.case_id, "calls": calls[variant]}, CALL_TIMEOUT_S)
+            ok, _, message = check_sum(_sum_of(reply), values, (TIMED.n,))
+            if not ok:
+                raise WrongTimedSum(f"a timed {variant} sum was wrong: {message}")
+            times[variant].append(seconds * 1e3 / calls[variant])
+        trial += 1
+        summary = ratio_summary(times["naive"], times["student"])
+        now = time.monotonic()
+        stop = rule.verdict(trial, summary, now - started, now - trial_started)
+    assert summary is not None
+    return summary, {"trials": trial, "stopped": stop, "calls_per_request": calls,
+                     "median_ms": {v: float(np.median(t)) for v, t in times.items()}}
+
+
+def _stopped(failure: ChildFailure) -> str:
+    return "not_run" if isinstance(failure, OutOfBudget) else ("timeout" if failure.kind == "timeout" else "crashed")
+
+
+def measure(rubric: Rubric, config: StageConfig, staged: Path, reference: Path, work_dir: Path,
+            progress: StageProgress) -> ProblemMeasurement:
+    tree = work_dir / f"problem-{PROBLEM}"
+    shutil.copytree(staged, tree)
+    (tree / REFERENCE_LIBRARY).parent.mkdir()
+    shutil.copyfile(reference / "lib" / "reduce.so", tree / REFERENCE_LIBRARY)
+    shutil.copyfile(CHILD_OPERATIONS, tree / OPERATIONS_IN_TREE)
+    inputs = make_inputs(config.seed)
+    gpu = config.policy.gpu_index or 0
+    telemetry: dict[str, object] = {GPU_SNAPSHOT_KEYS[0]: gpu_snapshot(gpu)}
+    spec = next(p for p in rubric.problems if p.id == PROBLEM).scoring
+    rule = StoppingRule(MIN_TRIALS, MAX_TRIALS, MAX_RELATIVE_WIDTH, spec.thresholds(), config.budget_s)
+    measured = ProblemMeasurement(PROBLEM, telemetry=telemetry)
+    with ChildClient(Sandbox(config.limits, config.policy), tree, (str(tree / OPERATIONS_IN_TREE),), ARENA_BYTES,
+                     config.policy.gpu_index, deadline=Deadline(config.budget_s)) as child:
+        try:  # our side, before the submission's library is loaded (on the first `sum`)
+            child.call({"op": "ready", "cuda": True}, READY_TIMEOUT_S)
+            for case in CASES:
+                child.call({"op": "put", "case": case.case_id, "input": child.arena.put(inputs[case.case_id]).to_json()},
+                           READY_TIMEOUT_S)
+        except (ChildFailure, StudentError) as exc:
+            said = salient_lines(exc.tail if isinstance(exc, ChildFailure) else exc.trace)
+            raise StageInfraError(f"the reduce stage's child did not start: {exc}: {' | '.join(said)}") from exc
+        try:
+            measured.abi_cases = run_checks(child, inputs)
+            timed = measured.all_passed  # the rubric has no hidden points: a failed case forfeits speed
+            progress.checked([measured], frozenset({PROBLEM}) if timed else frozenset())
+            if timed:
+                measured.speedup_reference_ops, telemetry["timing"] = time_against_naive(child, inputs[TIMED.case_id], rule)
+        except ChildFailure as failure:
+            measured.status, measured.log_tail = _stopped(failure), f"{failure.detail}\n{failure.tail}"
+        except (StudentError, WrongTimedSum) as exc:
+            measured.status, measured.log_tail = "error", str(exc)
+    return measured
+
+
+def make_stage(config: StageConfig, progress: StageProgress) -> GpuStage:
+    def stage(rubric: Rubric, staged: Path, reference: Path, work_dir: Path,
+              problems: tuple[str, ...]) -> list[ProblemMeasurement]:
+        if PROBLEM not in problems:
+            return []
+        progress.problem(PROBLEM)
+        return [measure(rubric, config, staged, reference, work_dir, progress)]
+
+    return stage
+
+
+ASSIGNMENT = Assignment(
+    zip_folder="reduce",
+    make_stage=make_stage,
+    mutants_file=Path(__file__).with_name("mutants.yaml"),
+    words=Words(case_routes=("reduce_sum called directly", "your code"),
+                figures={"reference_ops": "your reduce_sum vs the starter's reduce_sum_naive",
+                         "student": "your reduce_sum vs the starter's reduce_sum_naive"}),
+    calibration_warning="our reference kit's reduce_sum, which is no student's code",
+)
