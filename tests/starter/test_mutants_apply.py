@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from worker.build import Toolchain, build_kernels, cuda_include_dirs
+from worker.build import BuildResult, Toolchain, build_kernels, cuda_include_dirs
 from worker.mutants import (
     Edit,
     Mutant,
@@ -134,18 +135,31 @@ def test_mutant_applies_and_changes_only_its_files(mutant: Mutant, tmp_path: Pat
 CUDA_MUTANTS = [m for m in MUTANTS if any(not f.endswith(".py") for f in m.files)]
 
 
-@pytest.mark.parametrize("mutant", CUDA_MUTANTS, ids=[m.id for m in CUDA_MUTANTS])
-def test_mutant_cuda_compiles(mutant: Mutant, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def cuda_builds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[BuildResult]]:
+    """Every CUDA mutant applied and its touched kernels built, all at once, one nvcc per core
+    (a build keeps one core busy: built one test at a time, they took 6 minutes of a 2-core
+    machine's suite). Mutant id -> its kernels' build results."""
     nvcc = _nvcc()
     if nvcc is None:
         pytest.skip("nvcc not found (set KG_NVCC or put nvcc on PATH): cannot compile mutants")
-    root = apply_mutant(RUBRIC.starter_dir, mutant, tmp_path / "llmsys_hw4")
-    targets = touched_kernels(mutant, RUBRIC.kernels, root)
-    assert targets, f"{mutant.id}: touches CUDA files but no kernel source includes them"
     toolchain = Toolchain(nvcc=nvcc, flags=(*RUBRIC.nvcc_flags, CHECK_ARCH), include_dirs=cuda_include_dirs())
     cache = os.environ.get("KG_BUILD_CACHE")
-    results = build_kernels(root, targets, toolchain, cache_dir=Path(cache) if cache else None)
-    failed = [r for r in results if not r.ok]
+    base = tmp_path_factory.mktemp("cuda-mutants")
+
+    def build(mutant: Mutant) -> list[BuildResult]:
+        root = apply_mutant(RUBRIC.starter_dir, mutant, base / mutant.id / "llmsys_hw4")
+        targets = touched_kernels(mutant, RUBRIC.kernels, root)
+        assert targets, f"{mutant.id}: touches CUDA files but no kernel source includes them"
+        return build_kernels(root, targets, toolchain, cache_dir=Path(cache) if cache else None)
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        return dict(zip((m.id for m in CUDA_MUTANTS), pool.map(build, CUDA_MUTANTS)))
+
+
+@pytest.mark.parametrize("mutant", CUDA_MUTANTS, ids=[m.id for m in CUDA_MUTANTS])
+def test_mutant_cuda_compiles(mutant: Mutant, cuda_builds: dict[str, list[BuildResult]]) -> None:
+    failed = [r for r in cuda_builds[mutant.id] if not r.ok]
     assert not failed, f"{mutant.id} does not compile:\n" + "\n".join(f"--- {r.name}\n{r.log}" for r in failed)
 
 
