@@ -1,8 +1,8 @@
-"""The reduce stage's child operations: the plug-in copies this file into the child's tree (a
-copy of the student's built tree) and worker.gpu.child imports it there, in the sandbox. The
-inputs are kept on the GPU; reduce_sum of the student's lib/reduce.so, or reduce_sum_naive of
-our kit's copy (kg_reference/reduce.so), is called on them. Device memory comes from torch;
-the parent holds the clock and checks every sum."""
+"""The reduce stage's child operations: the plug-in copies this file into each child's tree and
+worker.gpu.child imports it there, in the sandbox. The inputs are kept on the GPU; reduce_sum of
+the student's lib/reduce.so (in a copy of the student's built tree), or reduce_sum_naive of our
+kit's copy (kg_reference/reduce.so, in a child of its own), is called on them. Device memory
+comes from torch; the parent holds the clock and checks every sum."""
 from __future__ import annotations
 
 import ctypes

@@ -1,18 +1,19 @@
 """reduce's plug-in (reduce.yaml names this module): a GPU stage built only from the engine's
 generic parts, so that an assignment other than hw4 is graded on a GPU with no edit to them.
 
-One sandboxed child (worker.gpu.client, with gpu_child.py's operations) holds every case's
-input on the GPU. Correctness: reduce_sum of the student's library on each case, checked here
-against a float64 sum (worker.checks). Speed, once every case passed: reduce_sum against
-reduce_sum_naive of our own kit on the largest case, in the trials every assignment shares
-(worker.trials: warm-up, calls sized per request, rotated order, the stopping rule), on this
-parent's clock, every timed sum checked; the ratio is the measurement's `speedup_reference_ops`,
-which the rubric's speed figure scores.
+A sandboxed child (worker.gpu.client, with gpu_child.py's operations) holds every case's input
+on the GPU. Correctness: reduce_sum of the student's library on each case, checked here against
+a float64 sum (worker.checks). Speed, once every case passed: reduce_sum against
+reduce_sum_naive of our own kit, in a second child, on the largest case, in the trials every
+assignment shares (worker.trials: warm-up, calls sized per request, rotated order, the stopping
+rule), on this parent's clock, every timed sum checked; the ratio is the measurement's
+`speedup_reference_ops`, which the rubric's speed figure scores.
 """
 from __future__ import annotations
 
 import shutil
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,7 +35,7 @@ PROBLEM = "1"
 # starter/ is our solution) and imported there from that file (worker.gpu.child).
 CHILD_OPERATIONS = Path(__file__).with_name("gpu_child.py")
 OPERATIONS_IN_TREE = "kg_reduce_operations.py"
-REFERENCE_LIBRARY = "kg_reference/reduce.so"  # our kit's library in the child's tree: reduce_sum_naive comes from it
+REFERENCE_LIBRARY = "kg_reference/reduce.so"  # our kit's library in the naive child's tree: reduce_sum_naive comes from it
 VARIANTS = ("naive", "student")  # the timed pair: baseline first in trial 0, then rotated
 
 
@@ -96,13 +97,26 @@ class WrongTimedSum(Exception):
     """A sum returned during timing was wrong: the figure cannot stand."""
 
 
-def time_against_naive(child: ChildClient, values: np.ndarray, rule: StoppingRule) -> tuple[RatioSummary, dict[str, object]]:
+def _timed_sum(children: dict[str, ChildClient], variant: str, calls: int) -> tuple[float, float]:
+    """(the last sum, seconds on this parent's clock) of `calls` reductions by `variant`. Our
+    naive child failing (the budget aside) is an infrastructure fault, never the student's."""
+    message = {"op": "sum", "variant": variant, "case": TIMED.case_id, "calls": calls}
+    try:
+        reply, seconds = children[variant].timed_call(message, CALL_TIMEOUT_S)
+    except (ChildFailure, StudentError) as exc:
+        if variant == "student" or isinstance(exc, OutOfBudget):
+            raise
+        raise StageInfraError(f"our naive reduction failed while timed: {exc}") from exc
+    return _sum_of(reply), seconds
+
+
+def time_against_naive(children: dict[str, ChildClient], values: np.ndarray,
+                       rule: StoppingRule) -> tuple[RatioSummary, dict[str, object]]:
     """The speedup of reduce_sum over reduce_sum_naive on TIMED's input, and how it was measured."""
     warm_ms = {}
     for variant in VARIANTS:  # the first call loads; the second sizes the requests
         for _ in range(2):
-            _, seconds = child.timed_call({"op": "sum", "variant": variant, "case": TIMED.case_id, "calls": 1},
-                                          CALL_TIMEOUT_S)
+            _, seconds = _timed_sum(children, variant, 1)
         warm_ms[variant] = seconds * 1e3
     calls = {v: calls_per_request(warm_ms[v], REQUEST_MS, MAX_CALLS) for v in VARIANTS}
     times: dict[str, list[float]] = {v: [] for v in VARIANTS}
@@ -110,9 +124,8 @@ def time_against_naive(child: ChildClient, values: np.ndarray, rule: StoppingRul
     while stop is None:
         trial_started = time.monotonic()
         for variant in rotated(VARIANTS, trial):
-            reply, seconds = child.timed_call(
-                {"op": "sum", "variant": variant, "case": TIMED.case_id, "calls": calls[variant]}, CALL_TIMEOUT_S)
-            ok, _, message = check_sum(_sum_of(reply), values, (TIMED.n,))
+            got, seconds = _timed_sum(children, variant, calls[variant])
+            ok, _, message = check_sum(got, values, (TIMED.n,))
             if not ok:
                 raise WrongTimedSum(f"a timed {variant} sum was wrong: {message}")
             times[variant].append(seconds * 1e3 / calls[variant])
@@ -129,35 +142,47 @@ def _stopped(failure: ChildFailure) -> str:
     return "not_run" if isinstance(failure, OutOfBudget) else ("timeout" if failure.kind == "timeout" else "crashed")
 
 
+def start_child(tree: Path, config: StageConfig, deadline: Deadline, inputs: dict[str, np.ndarray]) -> ChildClient:
+    """A sandboxed child in `tree` (our operations copied in), its CUDA up and `inputs` on its
+    GPU: all our side, before any library of the tree is loaded (on its first `sum`)."""
+    shutil.copyfile(CHILD_OPERATIONS, tree / OPERATIONS_IN_TREE)
+    child = ChildClient(Sandbox(config.limits, config.policy), tree, (str(tree / OPERATIONS_IN_TREE),),
+                        ARENA_BYTES, config.policy.gpu_index, deadline=deadline)
+    try:
+        child.call({"op": "ready", "cuda": True}, READY_TIMEOUT_S)
+        for case_id, values in inputs.items():
+            child.call({"op": "put", "case": case_id, "input": child.arena.put(values).to_json()}, READY_TIMEOUT_S)
+    except (ChildFailure, StudentError) as exc:
+        child.close()
+        said = salient_lines(exc.tail if isinstance(exc, ChildFailure) else exc.trace)
+        raise StageInfraError(f"a child of the reduce stage did not start: {exc}: {' | '.join(said)}") from exc
+    return child
+
+
 def measure(rubric: Rubric, config: StageConfig, staged: Path, reference: Path, work_dir: Path,
             progress: StageProgress) -> ProblemMeasurement:
-    tree = work_dir / f"problem-{PROBLEM}"
-    shutil.copytree(staged, tree)
-    (tree / REFERENCE_LIBRARY).parent.mkdir()
-    shutil.copyfile(reference / "lib" / "reduce.so", tree / REFERENCE_LIBRARY)
-    shutil.copyfile(CHILD_OPERATIONS, tree / OPERATIONS_IN_TREE)
+    """The student's library in one child, our naive one in another (the student's code never
+    shares a process with the baseline it is timed against, so it cannot slow it)."""
+    student_tree, naive_tree = work_dir / f"problem-{PROBLEM}", work_dir / f"problem-{PROBLEM}-naive"
+    shutil.copytree(staged, student_tree)
+    (naive_tree / REFERENCE_LIBRARY).parent.mkdir(parents=True)
+    shutil.copyfile(reference / "lib" / "reduce.so", naive_tree / REFERENCE_LIBRARY)
     inputs = make_inputs(config.seed)
-    gpu = config.policy.gpu_index or 0
-    telemetry: dict[str, object] = {GPU_SNAPSHOT_KEYS[0]: gpu_snapshot(gpu)}
+    telemetry: dict[str, object] = {GPU_SNAPSHOT_KEYS[0]: gpu_snapshot(config.policy.gpu_index or 0)}
     spec = next(p for p in rubric.problems if p.id == PROBLEM).scoring
     rule = StoppingRule(MIN_TRIALS, MAX_TRIALS, MAX_RELATIVE_WIDTH, spec.thresholds(), config.budget_s)
-    measured = ProblemMeasurement(PROBLEM, telemetry=telemetry)
-    with ChildClient(Sandbox(config.limits, config.policy), tree, (str(tree / OPERATIONS_IN_TREE),), ARENA_BYTES,
-                     config.policy.gpu_index, deadline=Deadline(config.budget_s)) as child:
-        try:  # our side, before the submission's library is loaded (on the first `sum`)
-            child.call({"op": "ready", "cuda": True}, READY_TIMEOUT_S)
-            for case in CASES:
-                child.call({"op": "put", "case": case.case_id, "input": child.arena.put(inputs[case.case_id]).to_json()},
-                           READY_TIMEOUT_S)
-        except (ChildFailure, StudentError) as exc:
-            said = salient_lines(exc.tail if isinstance(exc, ChildFailure) else exc.trace)
-            raise StageInfraError(f"the reduce stage's child did not start: {exc}: {' | '.join(said)}") from exc
+    measured, deadline = ProblemMeasurement(PROBLEM, telemetry=telemetry), Deadline(config.budget_s)
+    with ExitStack() as children:
+        student = children.enter_context(start_child(student_tree, config, deadline, inputs))
         try:
-            measured.abi_cases = run_checks(child, inputs)
+            measured.abi_cases = run_checks(student, inputs)
             timed = measured.all_passed  # the rubric has no hidden points: a failed case forfeits speed
             progress.checked([measured], frozenset({PROBLEM}) if timed else frozenset())
             if timed:
-                measured.speedup_reference_ops, telemetry["timing"] = time_against_naive(child, inputs[TIMED.case_id], rule)
+                naive = children.enter_context(
+                    start_child(naive_tree, config, deadline, {TIMED.case_id: inputs[TIMED.case_id]}))
+                measured.speedup_reference_ops, telemetry["timing"] = time_against_naive(
+                    {"student": student, "naive": naive}, inputs[TIMED.case_id], rule)
         except ChildFailure as failure:
             measured.status, measured.log_tail = _stopped(failure), f"{failure.detail}\n{failure.tail}"
         except (StudentError, WrongTimedSum) as exc:
