@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from worker.assignment import Assignment, GpuStage, StageConfig, StageProgress, Words
-from worker.checks import compare
+from worker.checks import CheckResult, compare
 from worker.gpu.budget import Deadline
 from worker.gpu.client import ChildClient, ChildFailure, OutOfBudget, StageInfraError, StudentError
 from worker.measurements import GPU_SNAPSHOT_KEYS, CaseOutcome, ProblemMeasurement, salient_lines
@@ -66,12 +66,11 @@ def make_inputs(seed: int | None) -> dict[str, np.ndarray]:
     return {c.case_id: (rng.integers(1, 33, c.n) * rng.choice((-1, 1), c.n) / 8).astype(np.float32) for c in CASES}
 
 
-def check_sum(got: float, values: np.ndarray, shape: tuple[int, ...]) -> tuple[bool, float, str]:
-    """(ok, error, message) of one reduction's result against the float64 sum."""
+def check_sum(got: float, values: np.ndarray, shape: tuple[int, ...]) -> CheckResult:
+    """One reduction's result against the float64 sum (worker.checks' verdict and message)."""
     expected = np.array([values.astype(np.float64).sum()])
     atol = RELATIVE_TOLERANCE * float(np.abs(values).sum(dtype=np.float64))
-    result = compare({"sum": (np.array([got]), expected)}, atol, 0.0, shape)
-    return result.ok, result.max_err, result.message
+    return compare({"sum": (np.array([got]), expected)}, atol, 0.0, shape)
 
 
 def _sum_of(reply: dict[str, object]) -> float:
@@ -88,8 +87,9 @@ def run_checks(child: ChildClient, inputs: dict[str, np.ndarray]) -> list[CaseOu
         except StudentError as exc:  # a CUDA error in the kernel, say: the case fails with it
             outcomes.append(CaseOutcome(case.case_id, shape, False, message=exc.error, public=case.public))
             continue
-        ok, error, message = check_sum(got, inputs[case.case_id], shape)
-        outcomes.append(CaseOutcome(case.case_id, shape, ok, error, None if ok else (0,), message, case.public))
+        result = check_sum(got, inputs[case.case_id], shape)
+        outcomes.append(CaseOutcome(case.case_id, shape, result.ok, result.max_err, result.where, result.message,
+                                    case.public))
     return outcomes
 
 
@@ -125,9 +125,9 @@ def time_against_naive(children: dict[str, ChildClient], values: np.ndarray,
         trial_started = time.monotonic()
         for variant in rotated(VARIANTS, trial):
             got, seconds = _timed_sum(children, variant, calls[variant])
-            ok, _, message = check_sum(got, values, (TIMED.n,))
-            if not ok:
-                raise WrongTimedSum(f"a timed {variant} sum was wrong: {message}")
+            result = check_sum(got, values, (TIMED.n,))
+            if not result.ok:
+                raise WrongTimedSum(f"a timed {variant} sum was wrong: {result.message}")
             times[variant].append(seconds * 1e3 / calls[variant])
         trial += 1
         summary = ratio_summary(times["naive"], times["student"])
