@@ -123,7 +123,7 @@ def user_add(
         user = get_or_create_user(session, username, role, chosen)
         if secret is not None:
             try:
-                change_password(session, user, secret, settings.password_min_length)
+                change_password(session, user, secret, settings.argon2, settings.password_min_length)
             except ValueError as exc:
                 typer.echo(str(exc), err=True)
                 raise typer.Exit(1) from exc
@@ -276,7 +276,7 @@ def roster_import(
     settings = get_settings()
     with session_scope(make_session_factory(make_engine(settings))) as session:
         report = import_roster(session, text, course_or_exit(session, course) if course
-                               else _default_course(session, settings.rubrics[0]))
+                               else _default_course(session, settings.rubrics[0]), settings.argon2)
     if out is not None:
         write_private(out, report.passwords_csv())  # first passwords: 0600 from the first byte
     elif report.created:

@@ -29,7 +29,7 @@ from grader.models import Role
 from grader.runs.engine_config import gpu_available, gpu_stage_config, gpu_stage_for, pipeline_config
 from grader.runs.reconcile import reconcile
 from grader.service import save_calibration, sync_assignments
-from grader.settings import Settings, get_settings
+from grader.settings import Argon2Settings, Settings, get_settings
 from grader.storage.collector import collect
 from worker.assignment import assignment_of
 from worker.calibration import DEFAULT_MARGIN, calibrated_targets, reference_bandwidths
@@ -284,7 +284,7 @@ def dev(
     settings = get_settings()
     init_database(settings)
     sessions = make_session_factory(make_engine(settings))
-    passwords, tokens = _dev_accounts(sessions)
+    passwords, tokens = _dev_accounts(sessions, settings.argon2)
     _echo_dev_logins(host, port, passwords, tokens)
     worker_log, worker_proc = _start_dev_worker(settings)
     stop = _start_reconciler(settings, sessions)
@@ -308,7 +308,7 @@ def dev(
     typer.echo(f"kernelgrade stopped (the worker's log: {settings.data_dir / 'worker.log'})")
 
 
-def _dev_accounts(sessions: sessionmaker[Session]) -> tuple[dict[str, str], dict[str, str]]:
+def _dev_accounts(sessions: sessionmaker[Session], cost: Argon2Settings) -> tuple[dict[str, str], dict[str, str]]:
     """`student` and `instructor` in the dev course with new passwords (each start) and a token
     each: (name -> password, name -> token)."""
     passwords = {name: secrets.token_urlsafe(9) for name in ("student", "instructor")}
@@ -317,7 +317,7 @@ def _dev_accounts(sessions: sessionmaker[Session]) -> tuple[dict[str, str], dict
         accounts = {name: get_or_create_user(session, name, role, [course])
                     for name, role in (("student", Role.student), ("instructor", Role.instructor))}
         for name, user in accounts.items():
-            change_password(session, user, passwords[name])
+            change_password(session, user, passwords[name], cost)
         tokens = {name: issue_token(session, user, "dev") for name, user in accounts.items()}
     return passwords, tokens
 

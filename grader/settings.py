@@ -124,8 +124,28 @@ class ThrottleSettings(BaseModel):
     forget_s: float = Field(default=3600.0, gt=0)
 
 
+class Argon2Settings(BaseModel):
+    """The cost of each new password hash (grader/passwords.py), KG_ARGON2_*: Argon2id through
+    argon2-cffi, by default RFC 9106's low-memory profile (3 passes over 64 MiB, 4 lanes). A hash
+    records its own cost, so a change applies to new hashes; an older one is redone at its
+    owner's next login. Lower only where no real password is kept (a test suite)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    time_cost: int = Field(default=3, ge=1)
+    memory_kib: int = Field(default=64 * 1024, ge=8)
+    parallelism: int = Field(default=4, ge=1)
+
+    @model_validator(mode="after")
+    def _memory_for_every_lane(self) -> Argon2Settings:
+        if self.memory_kib < 8 * self.parallelism:
+            raise ValueError(f"KG_ARGON2_MEMORY_KIB={self.memory_kib} is too little: Argon2 needs 8 KiB per lane, "
+                             f"{8 * self.parallelism} for KG_ARGON2_PARALLELISM={self.parallelism}")
+        return self
+
+
 class Settings(BaseSettings):
-    # The groups (build, sandbox, unpack, smtp, throttle) keep their flat names: KG_BUILD_JOBS is
+    # The groups (build, sandbox, unpack, smtp, throttle, argon2) keep their flat names: KG_BUILD_JOBS is
     # build.jobs, KG_UNPACK_MAX_FILES is unpack.max_files, and one such variable changes only its
     # own field. So no other field's name may start with a group's name and "_".
     model_config = SettingsConfigDict(env_prefix="KG_", env_file=".env", extra="ignore",
@@ -212,6 +232,8 @@ class Settings(BaseSettings):
     password_min_length: int = Field(default=8, ge=8)  # passwords chosen on the web page or `grader user add`
     # A password reset link (grader/auth/password_reset.py) works once, for this long after it is issued
     password_reset_max_age_s: int = Field(default=24 * 3600, ge=60)
+    # The cost of a password hash (Argon2Settings)
+    argon2: Argon2Settings = Argon2Settings()
 
     # Roster import (CSV of students): the largest file the page accepts
     roster_max_bytes: int = 1 * MiB
@@ -264,7 +286,7 @@ class Settings(BaseSettings):
 
     @classmethod
     def groups(cls) -> dict[str, type[BaseModel]]:
-        """The grouped fields (build, sandbox, unpack, smtp, throttle) and their models."""
+        """The grouped fields (build, sandbox, unpack, smtp, throttle, argon2) and their models."""
         return {name: type(field.default) for name, field in cls.model_fields.items()
                 if isinstance(field.default, BaseModel)}
 

@@ -20,7 +20,7 @@ from grader.db import session_scope
 from grader.models import User, login_key
 from grader.passwords import verify_password
 from grader.service import find_user
-from grader.settings import ThrottleSettings
+from grader.settings import Argon2Settings, ThrottleSettings
 
 
 def find_login(session: Session, typed: str) -> User | None:
@@ -47,7 +47,8 @@ class Attempt:
     checked: bool
 
 
-def attempt_login(session: Session, throttle: Throttle, typed: str, password: str, address: str) -> Attempt:
+def attempt_login(session: Session, throttle: Throttle, cost: Argon2Settings, typed: str, password: str,
+                  address: str) -> Attempt:
     """Check `password` for the account `typed` names, unless the account or the address is
     blocked; count a failure, forget the account's on success, and record the events (the
     caller commits)."""
@@ -58,7 +59,7 @@ def attempt_login(session: Session, throttle: Throttle, typed: str, password: st
     block = throttle.blocked(session, keys)
     if block is not None:
         return Attempt(None, block, checked=False)
-    user = verify_password(target, password)
+    user = verify_password(target, password, cost)
     if user is not None:
         throttle.succeeded(session, account)
         record(session, Event.login, Via.web, user=user, address=address)
@@ -68,7 +69,8 @@ def attempt_login(session: Session, throttle: Throttle, typed: str, password: st
     return Attempt(None, started, checked=True)
 
 
-def confirm_password(session: Session, throttle: Throttle, user: User, password: str, address: str) -> Attempt:
+def confirm_password(session: Session, throttle: Throttle, cost: Argon2Settings, user: User, password: str,
+                     address: str) -> Attempt:
     """The current password a logged-in user gives to change it: a failure counts as a failed
     login of their account (a borrowed session cannot be used to guess it), and a blocked
     account is refused unchecked."""
@@ -77,7 +79,7 @@ def confirm_password(session: Session, throttle: Throttle, user: User, password:
     block = throttle.blocked(session, [account])
     if block is not None:
         return Attempt(None, block, checked=False)
-    if verify_password(user, password) is not None:
+    if verify_password(user, password, cost) is not None:
         return Attempt(user, None, checked=True)
     return Attempt(None, failed(session, throttle, Event.login_failed, Via.web, [account], target=user,
                                 typed=user.username, address=address), checked=True)

@@ -27,6 +27,7 @@ from grader.course.membership import course_roles_of, staff_anywhere
 from grader.models import PasswordReset, User, utcnow
 from grader.passwords import check_new_password
 from grader.roles import Power, may
+from grader.settings import Argon2Settings
 
 RESET_PATH = "/reset/"
 
@@ -115,7 +116,7 @@ def live_reset(session: Session, token: str) -> PasswordReset | None:
     return session.scalar(select(PasswordReset).where(*_live(token, utcnow())))
 
 
-def redeem_reset(session: Session, token: str, password: str, min_length: int) -> User | None:
+def redeem_reset(session: Session, token: str, password: str, cost: Argon2Settings, min_length: int) -> User | None:
     """Set the password of the user the live token names, using the token up; None (nothing
     changed) when the token is unknown, used or expired; ValueError when the password is too
     short (the link stays usable). The single use holds under concurrent requests: the
@@ -132,7 +133,7 @@ def redeem_reset(session: Session, token: str, password: str, min_length: int) -
         return None
     user = session.get(User, used)
     assert user is not None  # the row's foreign key cascades
-    change_password(session, user, password, min_length)
+    change_password(session, user, password, cost, min_length)
     session.execute(update(PasswordReset).where(PasswordReset.user_id == user.id, PasswordReset.used_at.is_(None))
                     .values(used_at=now))
     return user

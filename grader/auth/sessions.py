@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session, joinedload
 
 from grader.models import User, WebSession, utcnow
 from grader.passwords import MIN_PASSWORD_LENGTH, set_password
-from grader.settings import Settings
+from grader.settings import Argon2Settings, Settings
 
 CSRF_FIELD = "csrf_token"
 SESSION_COOKIE = "kg_session"
@@ -121,9 +121,10 @@ def revoke_user_sessions(db: Session, user_id: int) -> int:
     return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
 
-def change_password(db: Session, user: User, password: str, min_length: int = MIN_PASSWORD_LENGTH) -> None:
-    """Set the password (ValueError when too short) and end every session of the user."""
-    set_password(user, password, min_length)
+def change_password(db: Session, user: User, password: str, cost: Argon2Settings,
+                    min_length: int = MIN_PASSWORD_LENGTH) -> None:
+    """Set the password, hashed at `cost` (ValueError when too short), and end every session of the user."""
+    set_password(user, password, cost, min_length)
     revoke_user_sessions(db, user.id)
 
 

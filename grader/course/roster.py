@@ -30,6 +30,7 @@ from sqlalchemy.orm import Session
 from grader.course.membership import enroll, role_in_course
 from grader.models import Course, CourseRole, Role, User, login_key
 from grader.passwords import set_password
+from grader.settings import Argon2Settings
 
 EMAIL = re.compile(r"^[^@\s,;<>\"']+@[^@\s,;<>\"']+\.[^@\s,;<>\"'.]+$")
 LOGIN = re.compile(r"^[a-z0-9][a-z0-9._@+-]*$")
@@ -225,11 +226,11 @@ def derived_password(key: bytes, login: str) -> str:
 Progress = Callable[[int, int, RosterReport], None]  # (lines applied, lines to apply, the report so far)
 
 
-def import_roster(session: Session, text: str, course: Course,
+def import_roster(session: Session, text: str, course: Course, cost: Argon2Settings,
                   password: Callable[[str], str] = first_password, progress: Progress | None = None) -> RosterReport:
     """Create or update one student per valid line, enrolled in `course` (the caller commits;
     `progress`, called after each line, may commit too). A new account's first password is
-    `password(login)`."""
+    `password(login)`, hashed at `cost`."""
     lines, errors = parse_roster(text)
     report = RosterReport(errors=errors)
     # An existing account is found as grader.service.find_user finds it: its exact login, else
@@ -244,7 +245,7 @@ def import_roster(session: Session, text: str, course: Course,
             user = User(username=line.login, role=Role.student, full_name=line.name, section=line.section,
                         email=line.email)
             first = password(line.login)
-            set_password(user, first)
+            set_password(user, first, cost)
             session.add(user)
             session.flush()
             enroll(session, user, course, CourseRole.student)

@@ -41,7 +41,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from grader.course.roster import RosterReport, derived_password, import_roster
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import Course, RosterJob, User, utcnow
-from grader.settings import Settings, get_settings
+from grader.settings import Argon2Settings, Settings, get_settings
 
 TASK_ROSTER = "kernelgrade.roster_import"
 QUEUED, RUNNING, DONE, FAILED = "queued", "running", "done", "failed"
@@ -172,8 +172,8 @@ def job_result(report: RosterReport) -> dict[str, Any]:
             "updated": report.updated, "errors": [[e.line, e.message] for e in errors]}
 
 
-def run_job(sessions: sessionmaker[Session], job_id: int, key: str) -> str:
-    """Claims and runs job `job_id`; its final state (or why it was not run)."""
+def run_job(sessions: sessionmaker[Session], cost: Argon2Settings, job_id: int, key: str) -> str:
+    """Claims and runs job `job_id`, hashing first passwords at `cost`; its final state (or why it was not run)."""
     with session_scope(sessions) as session:
         claimed = session.execute(update(RosterJob).where(RosterJob.id == job_id, RosterJob.state == QUEUED)
                                   .values(state=RUNNING, started_at=utcnow())).rowcount  # type: ignore[attr-defined]
@@ -196,7 +196,7 @@ def run_job(sessions: sessionmaker[Session], job_id: int, key: str) -> str:
                     job.lines_done, job.lines_total, job.result = done, total, job_result(report)
                     session.commit()  # the students so far, with the progress that counts them
 
-            report = import_roster(session, job.roster or "", course,
+            report = import_roster(session, job.roster or "", course, cost,
                                    password=lambda login: derived_password(secret, login), progress=progress)
             job.lines_done, job.result = job.lines_total, job_result(report)
             job.state, job.finished_at, job.roster = DONE, utcnow(), None
@@ -217,4 +217,4 @@ def _sessions() -> sessionmaker[Session]:
 
 @shared_task(name=TASK_ROSTER)
 def roster_import_task(job_id: int, key: str) -> str:
-    return run_job(_sessions(), job_id, key)  # what Celery logs: the state, never the key
+    return run_job(_sessions(), get_settings().argon2, job_id, key)  # what Celery logs: the state, never the key

@@ -43,7 +43,8 @@ def _apply_password_form(request: Request, session: Session, user: User, form: A
     new one) and goes on; or answers the form again saying why it refused and changed nothing. A
     wrong current password counts as a failed login (grader.auth.logins.confirm_password)."""
     current, new, again = (str(form.get(name, "")) for name in ("current", "new", "again"))
-    confirmed = confirm_password(session, Throttle(settings.throttle), user, current, request_address(request))
+    confirmed = confirm_password(session, Throttle(settings.throttle), settings.argon2, user, current,
+                                 request_address(request))
     if confirmed.block is not None:
         response = _password_page(request, user, status.HTTP_429_TOO_MANY_REQUESTS,
                                   error=("Your current password is not right. " if confirmed.checked else "")
@@ -59,7 +60,7 @@ def _apply_password_form(request: Request, session: Session, user: User, form: A
         error = "The new password is your current one."
     else:
         try:
-            change_password(session, user, new, settings.password_min_length)
+            change_password(session, user, new, settings.argon2, settings.password_min_length)
         except ValueError as exc:
             error = f"{str(exc).capitalize()}."
     if error is not None:

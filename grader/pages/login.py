@@ -43,8 +43,8 @@ async def login(request: Request, ctx: Context, session: Db) -> Response:
     form = await request.form()
     username = str(form.get("username", "")).strip()
     back = safe_next(form.get("next"))
-    attempt = attempt_login(session, Throttle(ctx.settings.throttle), username, str(form.get("password", "")),
-                            request_address(request))
+    attempt = attempt_login(session, Throttle(ctx.settings.throttle), ctx.settings.argon2, username,
+                            str(form.get("password", "")), request_address(request))
     if attempt.user is None:
         return _answer(request, "login.html", attempt.block, ctx.settings, status.HTTP_401_UNAUTHORIZED,
                        error="Wrong username or password." if attempt.checked else None,
@@ -136,7 +136,7 @@ async def reset_password(request: Request, token: str, ctx: Context, session: Db
     if new != again:
         return _reset_page(request, token, status.HTTP_400_BAD_REQUEST, error="The two new passwords differ.")
     try:
-        user = redeem_reset(session, token, new, ctx.settings.password_min_length)
+        user = redeem_reset(session, token, new, ctx.settings.argon2, ctx.settings.password_min_length)
     except ValueError as exc:
         return _reset_page(request, token, status.HTTP_400_BAD_REQUEST, error=f"{str(exc).capitalize()}.")
     if user is None:

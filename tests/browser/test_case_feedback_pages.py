@@ -18,6 +18,7 @@ from grader.passwords import set_password
 from tests.browser.a11y import check_page
 from tests.browser.test_layout import OVERFLOW_JS
 from tests.fixtures.feedback_runs import scored_run, ungraded_run, withheld
+from tests.fixtures.passwords import SUITE_ARGON2
 from worker.rubric import load_rubric
 
 PASSWORD = "feedback horse battery"
@@ -27,7 +28,7 @@ PASSWORD = "feedback horse battery"
 def student(sessions: sessionmaker[Session]) -> str:
     name = f"bfeed-{uuid.uuid4().hex[:6]}"
     with session_scope(sessions) as session:
-        set_password(get_or_create_user(session, name, Role.student), PASSWORD)
+        set_password(get_or_create_user(session, name, Role.student), PASSWORD, SUITE_ARGON2)
     return name
 
 

@@ -23,6 +23,7 @@ from grader.storage.blobstore import BlobStore
 from tests.browser.a11y import check_page
 from tests.browser.test_layout import WIDTHS, _assert_no_page_scroll
 from tests.browser.test_pages import PASSWORD, log_in
+from tests.fixtures.passwords import SUITE_ARGON2
 from tests.unit.hostile_zips import make_zip
 
 TAG = uuid.uuid4().hex[:6]
@@ -47,8 +48,8 @@ def submitted(sessions: sessionmaker[Session], settings: Settings) -> dict[str, 
     with session_scope(sessions) as session:
         hw4 = get_assignment(session, "hw4")
         student = get_or_create_user(session, STUDENT, Role.student, [hw4.course])
-        set_password(student, PASSWORD)
-        set_password(get_or_create_user(session, STAFF, Role.instructor, [hw4.course]), PASSWORD)
+        set_password(student, PASSWORD, SUITE_ARGON2)
+        set_password(get_or_create_user(session, STAFF, Role.instructor, [hw4.course]), PASSWORD, SUITE_ARGON2)
         sub, run = record_submission(session, student, hw4, FILENAME, blob)
         run.state, run.finished_at, run.message = RunState.built, utcnow(), "Built; not run on a GPU."
         session.flush()

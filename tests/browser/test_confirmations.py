@@ -16,6 +16,7 @@ from grader.models import Assignment, Course, Role, Run, RunState, Submission, u
 from grader.passwords import set_password
 from tests.browser.a11y import check_page
 from tests.browser.test_pages import PASSWORD, log_in
+from tests.fixtures.passwords import SUITE_ARGON2
 
 SLUG = "confirm-course"
 PROF = "cfb-prof"
@@ -31,7 +32,7 @@ def newest(sessions: sessionmaker[Session]) -> dict[str, int]:
         assignment = Assignment(slug=SLUG, title="Confirmation course", course=Course(slug=SLUG, title="Confirmation course"), total_points=100)
         session.add(assignment)
         session.flush()
-        set_password(get_or_create_user(session, PROF, Role.instructor, [assignment.course]), PASSWORD)
+        set_password(get_or_create_user(session, PROF, Role.instructor, [assignment.course]), PASSWORD, SUITE_ARGON2)
         for name, section in SECTIONS.items():
             user = get_or_create_user(session, name, Role.student, [assignment.course])
             user.section = section

@@ -20,6 +20,7 @@ from grader.service import record_submission
 from grader.storage.blobstore import StoredBlob
 from tests.browser.a11y import check_page
 from tests.browser.test_pages import PASSWORD, log_in
+from tests.fixtures.passwords import SUITE_ARGON2
 
 
 @dataclass
@@ -43,7 +44,7 @@ def two_scored_runs(sessions: sessionmaker[Session], prefix: str) -> Course:
         prof = get_or_create_user(session, f"{prefix}-prof-{tag}", Role.instructor, [assignment.course])
         student = get_or_create_user(session, f"{prefix}-stu-{tag}", Role.student, [assignment.course])
         for user in (prof, student):
-            set_password(user, PASSWORD)
+            set_password(user, PASSWORD, SUITE_ARGON2)
         runs = []
         for i, score in enumerate((90.0, 60.0)):
             blob = StoredBlob(sha256=f"{prefix}{i}".encode().hex().ljust(64, "0")[:64], size=10)

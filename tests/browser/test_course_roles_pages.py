@@ -24,6 +24,7 @@ from grader.service import record_submission
 from grader.storage.blobstore import StoredBlob
 from tests.browser.a11y import check_page
 from tests.browser.test_pages import PASSWORD, log_in
+from tests.fixtures.passwords import SUITE_ARGON2
 
 
 @dataclass
@@ -48,7 +49,7 @@ def semester(sessions: sessionmaker[Session]) -> Iterator[Semester]:
             session.add(Assignment(slug=slug, title=f"Kernels {slug[-8:]}", total_points=100, grading_paused=True))
         for key, name in names.items():
             set_password(get_or_create_user(session, name, Role.instructor if key == "prof" else Role.student, []),
-                         PASSWORD)
+                         PASSWORD, SUITE_ARGON2)
     yield Semester(f"sem-{tag}", slugs, names["prof"], names["ta"], (names["ann"], names["bob"]))
 
 

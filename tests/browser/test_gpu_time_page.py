@@ -17,6 +17,7 @@ from grader.service import get_assignment
 from tests.browser.a11y import check_page
 from tests.browser.test_layout import OVERFLOW_JS
 from tests.browser.test_pages import PASSWORD, log_in
+from tests.fixtures.passwords import SUITE_ARGON2
 from tests.service.test_run_gpu_time import scored_run_with_phases
 
 
@@ -30,7 +31,7 @@ def test_staff_open_the_gpu_time_and_the_student_has_none(
         student = get_or_create_user(session, f"gt-stu-{tag}", Role.student, [hw4.course])
         prof = get_or_create_user(session, f"gt-prof-{tag}", Role.instructor, [hw4.course])
         for user in (student, prof):
-            set_password(user, PASSWORD)
+            set_password(user, PASSWORD, SUITE_ARGON2)
         run_id = scored_run_with_phases(session, student)
     viewport = {"width": width, "height": 844 if width < 600 else 800}
 

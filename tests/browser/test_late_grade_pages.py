@@ -27,6 +27,7 @@ from grader.models import Assignment, Enrollment, ProblemResult, Role, Run, RunS
 from grader.models import Course as CourseRow
 from grader.passwords import set_password
 from tests.browser.a11y import check_page
+from tests.fixtures.passwords import SUITE_ARGON2
 
 PASSWORD = "correct horse battery"
 RAW = (20.0, 20.0, 20.0, 20.0, 16.75)  # 96.75; due 1 d 2 h ago, 1 h grace: 2 started days, 20% off
@@ -53,7 +54,7 @@ def course(sessions: sessionmaker[Session]) -> Iterator[Course]:
         prof = get_or_create_user(session, f"lateb-prof-{tag}", Role.instructor)
         student = get_or_create_user(session, f"lateb-stu-{tag}", Role.student)
         for user in (prof, student):
-            set_password(user, PASSWORD)
+            set_password(user, PASSWORD, SUITE_ARGON2)
         # Only in this course, so the upload form offers (and closes) this assignment alone.
         session.execute(delete(Enrollment).where(Enrollment.user_id == student.id,
                                                  Enrollment.course_id != assignment.course_id))

@@ -25,6 +25,7 @@ from grader.settings import Settings
 from grader.storage.blobstore import BlobStore
 from tests.browser.a11y import check_page
 from tests.browser.test_pages import PASSWORD, _scored_run, log_in
+from tests.fixtures.passwords import SUITE_ARGON2
 from tests.service.conftest import COURSE, WorkerProcess
 from worker.starter_kit import ZIP_TOP_FOLDER, zip_tree
 
@@ -55,12 +56,12 @@ def runs(sessions: sessionmaker[Session], settings: Settings, tmp_path_factory: 
     blob = BlobStore(settings.blob_dir).put_bytes(archive.read_bytes())
     with session_scope(sessions) as session:
         hw4 = get_assignment(session, "hw4")
-        set_password(get_or_create_user(session, STAFF, Role.instructor, [hw4.course]), PASSWORD)
+        set_password(get_or_create_user(session, STAFF, Role.instructor, [hw4.course]), PASSWORD, SUITE_ARGON2)
         _sub, other = record_submission(session, get_or_create_user(session, OTHER, Role.student, [hw4.course]), hw4,
                                         archive.name, blob)
         other.state, other.finished_at = RunState.built, utcnow()
         student = get_or_create_user(session, STUDENT, Role.student, [hw4.course])
-        set_password(student, PASSWORD)
+        set_password(student, PASSWORD, SUITE_ARGON2)
         student.full_name, student.section = "Maximiliana Konstantinopoulou-Wojciechowska", "Section B (Thursday lab)"
         issue_token(session, student, "a laptop token with a long descriptive name")
         _sub, built = record_submission(session, student, hw4, "my_final_submission_for_hw4_really_final_v3.zip", blob)

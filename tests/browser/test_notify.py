@@ -23,6 +23,7 @@ from grader.service import get_assignment, record_submission
 from grader.settings import Settings
 from grader.storage.blobstore import BlobStore
 from tests.browser.a11y import check_page
+from tests.fixtures.passwords import SUITE_ARGON2
 
 PASSWORD = "correct horse battery"
 SPY = """(() => {
@@ -45,7 +46,7 @@ SPY = """(() => {
 def student(sessions: sessionmaker[Session]) -> str:
     login = f"nina-{uuid.uuid4().hex[:6]}"
     with session_scope(sessions) as session:
-        set_password(get_or_create_user(session, login, Role.student), PASSWORD)
+        set_password(get_or_create_user(session, login, Role.student), PASSWORD, SUITE_ARGON2)
     return login
 
 

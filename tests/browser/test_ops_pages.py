@@ -20,6 +20,7 @@ from grader.settings import Settings
 from grader.storage.blobstore import BlobStore
 from tests.browser.a11y import check_page
 from tests.browser.test_pages import PASSWORD, log_in
+from tests.fixtures.passwords import SUITE_ARGON2
 from tests.service.conftest import COURSE, WorkerProcess
 from worker.rubric import load_rubric
 from worker.starter_kit import zip_tree
@@ -35,7 +36,7 @@ def course(sessions: sessionmaker[Session], settings: Settings, tmp_path_factory
     archive = zip_tree(load_rubric("hw4").starter_dir, tmp_path_factory.mktemp("ops") / "llmsys_hw4.zip")
     blob = BlobStore(settings.blob_dir).put_bytes(archive.read_bytes())
     with session_scope(sessions) as session:
-        set_password(get_or_create_user(session, "ops-prof", Role.instructor), PASSWORD)
+        set_password(get_or_create_user(session, "ops-prof", Role.instructor), PASSWORD, SUITE_ARGON2)
         for name in STUDENTS:
             user = get_or_create_user(session, name, Role.student)
             session.add(Submission(user=user, assignment=get_assignment(session, "hw4"),

@@ -22,6 +22,7 @@ from grader.service import get_assignment, record_submission
 from grader.storage.blobstore import StoredBlob
 from tests.browser.a11y import check_page
 from tests.fixtures.feedback_runs import record_scored
+from tests.fixtures.passwords import SUITE_ARGON2
 from tests.fixtures.zips import small_zip
 from tests.unit.hostile_zips import tar_gz
 from worker.measurements import CaseOutcome, ProblemMeasurement
@@ -41,7 +42,7 @@ def users(sessions: sessionmaker[Session]) -> None:
     with session_scope(sessions) as session:
         hw4 = get_assignment(session, "hw4")
         for name, role in USERS.items():
-            set_password(get_or_create_user(session, name, role, [hw4.course]), PASSWORD)
+            set_password(get_or_create_user(session, name, role, [hw4.course]), PASSWORD, SUITE_ARGON2)
 
 
 def log_in(context: BrowserContext, username: str, password: str = PASSWORD) -> Page:
@@ -463,7 +464,8 @@ def test_instructor_imports_a_roster(context: BrowserContext, worker: Any, scree
 def test_password_change_logs_out_the_other_browsers(browser: Browser, base_url: str,
                                                      sessions: sessionmaker[Session], screenshot_dir: Path) -> None:
     with session_scope(sessions) as session:
-        set_password(get_or_create_user(session, "cara", Role.student, [get_assignment(session, "hw4").course]), PASSWORD)
+        set_password(get_or_create_user(session, "cara", Role.student, [get_assignment(session, "hw4").course]),
+                     PASSWORD, SUITE_ARGON2)
     laptop, phone = (browser.new_context(base_url=base_url, viewport={"width": 1100, "height": 800})
                      for _ in range(2))
     try:

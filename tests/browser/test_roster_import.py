@@ -23,6 +23,7 @@ from grader.models import Role
 from grader.passwords import set_password
 from tests.browser.a11y import check_page
 from tests.browser.test_embedded_default import EmbeddedService, free_port, log_in
+from tests.fixtures.passwords import SUITE_ARGON2
 from tests.service.conftest import COURSE, WorkerProcess
 from tests.service.test_roster_canvas import _canvas_export
 
@@ -43,7 +44,7 @@ def test_a_canvas_roster_imports_in_the_background_and_its_passwords_download_on
     tag = uuid.uuid4().hex[:6]
     login = f"bprof-{tag}"
     with session_scope(sessions) as session:
-        set_password(get_or_create_user(session, login, Role.instructor), PASSWORD)
+        set_password(get_or_create_user(session, login, Role.instructor), PASSWORD, SUITE_ARGON2)
     page = context.new_page()
     page.goto("/login?next=/roster")
     page.get_by_label("Username").fill(login)

@@ -24,6 +24,7 @@ from grader.passwords import set_password
 from grader.service import record_submission
 from grader.storage.blobstore import StoredBlob
 from tests.browser.a11y import check_page
+from tests.fixtures.passwords import SUITE_ARGON2
 
 PASSWORD = "correct horse battery"
 
@@ -52,7 +53,7 @@ def semester(sessions: sessionmaker[Session]) -> Iterator[Semester]:
             session.add(user)
             session.flush()
             enroll(session, user, course, part)
-            set_password(user, PASSWORD)
+            set_password(user, PASSWORD, SUITE_ARGON2)
             people[who] = user.username
         student = session.query(User).filter_by(username=people["stu"]).one()
         student.full_name, student.section = "Okafor, Ada", "Lecture 1"

@@ -18,6 +18,7 @@ from grader.course.membership import get_or_create_user
 from grader.db import session_scope
 from grader.models import Role, Submission, User, WebSession, utcnow
 from grader.passwords import set_password
+from tests.fixtures.passwords import SUITE_ARGON2
 from tests.fixtures.zips import small_zip
 
 PASSWORD = "correct horse battery"
@@ -27,7 +28,7 @@ PASSWORD = "correct horse battery"
 def student(sessions: sessionmaker[Session]) -> str:
     name = f"deadline-{uuid.uuid4().hex[:8]}"
     with session_scope(sessions) as session:
-        set_password(get_or_create_user(session, name, Role.student), PASSWORD)
+        set_password(get_or_create_user(session, name, Role.student), PASSWORD, SUITE_ARGON2)
     return name
 
 

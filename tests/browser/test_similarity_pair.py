@@ -23,6 +23,7 @@ from grader.settings import Settings
 from grader.similarity.store import report_path
 from grader.storage.blobstore import BlobStore
 from tests.browser.test_pages import PASSWORD, log_in
+from tests.fixtures.passwords import SUITE_ARGON2
 from tests.service.conftest import WorkerProcess
 from worker.rubric import load_rubric
 from worker.starter_kit import zip_tree
@@ -63,7 +64,7 @@ def wide_pair(sessions: sessionmaker[Session], settings: Settings, tmp_path_fact
     archive = zip_tree(tree, work / "llmsys_hw4.zip")
     blob = BlobStore(settings.blob_dir).put_bytes(archive.read_bytes())
     with session_scope(sessions) as session:
-        set_password(get_or_create_user(session, "wide-prof", Role.instructor), PASSWORD)
+        set_password(get_or_create_user(session, "wide-prof", Role.instructor), PASSWORD, SUITE_ARGON2)
         for name in STUDENTS:
             session.add(Submission(user=get_or_create_user(session, name, Role.student),
                                    assignment=get_assignment(session, "hw4"), original_filename=archive.name,

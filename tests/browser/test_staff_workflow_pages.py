@@ -22,6 +22,7 @@ from grader.passwords import set_password
 from grader.service import record_submission
 from grader.storage.blobstore import StoredBlob
 from tests.browser.a11y import check_page
+from tests.fixtures.passwords import SUITE_ARGON2
 
 PASSWORD = "correct horse battery"
 
@@ -43,7 +44,7 @@ def course(sessions: sessionmaker[Session]) -> Iterator[Course]:
         prof = get_or_create_user(session, f"flowb-prof-{tag}", Role.instructor)
         student = get_or_create_user(session, f"flowb-stu-{tag}", Role.student)
         for user in (prof, student):
-            set_password(user, PASSWORD)
+            set_password(user, PASSWORD, SUITE_ARGON2)
         names = prof.username, student.username
     yield Course(f"flowb-{tag}", *names)
 

@@ -25,6 +25,7 @@ from grader.models import Assignment, Course, GpuCalibration, Role, utcnow
 from grader.passwords import set_password
 from grader.service import get_assignment
 from tests.browser.a11y import check_page
+from tests.fixtures.passwords import SUITE_ARGON2
 from worker.rubric import load_rubric
 
 PASSWORD = "correct horse battery"
@@ -46,7 +47,7 @@ def test_the_rubric_and_targets_are_shown_before_uploading(context: BrowserConte
                                                            calibrated_gpu: str) -> None:
     name = f"rubric-{uuid.uuid4().hex[:8]}"
     with session_scope(sessions) as session:
-        set_password(get_or_create_user(session, name, Role.student), PASSWORD)
+        set_password(get_or_create_user(session, name, Role.student), PASSWORD, SUITE_ARGON2)
     page = context.new_page()
     page.goto("/login")
     page.get_by_label("Username").fill(name)
@@ -83,7 +84,8 @@ def _own_assignment(sessions: sessionmaker[Session], prefix: str, policy: LatePo
         session.flush()
         if policy is not None:
             set_schedule(session, slug, policy, "latest")
-        set_password(get_or_create_user(session, name, Role.student, [get_assignment(session, slug).course]), PASSWORD)
+        set_password(get_or_create_user(session, name, Role.student, [get_assignment(session, slug).course]),
+                     PASSWORD, SUITE_ARGON2)
     return slug, name
 
 

@@ -19,6 +19,7 @@ from grader.passwords import set_password
 from grader.service import record_submission
 from grader.settings import Settings
 from grader.storage.blobstore import StoredBlob
+from tests.fixtures.passwords import SUITE_ARGON2
 from tests.service.conftest import auth
 from tests.service.test_web_settings import PASSWORD, Browser
 
@@ -36,7 +37,7 @@ def test_a_course_csv_has_canvas_columns_and_every_assignment(settings: Settings
         for who, part in (("ta", CourseRole.ta), ("ann", CourseRole.student), ("bob", CourseRole.student)):
             user = get_or_create_user(session, f"{who}-{tag}", Role.student, [])
             enroll(session, user, course, part)
-            set_password(user, PASSWORD)
+            set_password(user, PASSWORD, SUITE_ARGON2)
             people[who] = user
         people["ann"].full_name, people["ann"].section = "Lee, Ann", "A"
         for user, assignment, score in ((people["ann"], kernels, 41.5), (people["ann"], model, 90),

@@ -22,6 +22,7 @@ from grader.passwords import set_password
 from grader.service import record_submission
 from grader.settings import Settings
 from grader.storage.blobstore import StoredBlob
+from tests.fixtures.passwords import SUITE_ARGON2
 from tests.service.conftest import auth
 from tests.service.test_web_settings import PASSWORD, Browser
 
@@ -54,7 +55,7 @@ def course_with_runs(sessions: sessionmaker[Session], prefix: str) -> Course:
         people = [get_or_create_user(session, f"{prefix}-{who}-{tag}", role, [assignment.course])
                   for who, role in (("prof", Role.instructor), ("stu", Role.student), ("oth", Role.student))]
         for user in people:
-            set_password(user, PASSWORD)
+            set_password(user, PASSWORD, SUITE_ARGON2)
         prof, student, other = people
         runs = []
         for i, (who, score) in enumerate(((student, SCORES[0]), (student, SCORES[1]), (other, 70.0))):

@@ -41,6 +41,7 @@ from grader.service import get_assignment, record_submission
 from grader.settings import Settings
 from grader.storage.blobstore import BlobStore, StoredBlob
 from tests.faults.services import PrivatePostgres, PrivateRedis
+from tests.fixtures.passwords import SUITE_ARGON2
 from tests.service.conftest import (
     PROJECT_ROOT,
     REDIS_URL,
@@ -285,7 +286,7 @@ def test_the_run_page_promises_no_eta_for_a_run_waiting_to_be_resent(
     name = f"resend-{uuid.uuid4().hex[:6]}"
     with session_scope(sessions) as session:
         user = get_or_create_user(session, name, Role.student)
-        set_password(user, PASSWORD)
+        set_password(user, PASSWORD, SUITE_ARGON2)
         token = issue_token(session, user, "t")
     private_redis.stop()  # the broker is down at upload: the run cannot be sent
     with rig.client() as client:

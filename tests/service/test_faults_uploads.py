@@ -40,6 +40,7 @@ from grader.storage.blobstore import BlobStore
 from grader.storage.collector import CollectReport, collect
 from tests.faults.services import PrivatePostgres
 from tests.fixtures import cpu_standin
+from tests.fixtures.passwords import SUITE_ARGON2
 from tests.service.conftest import REDIS_URL, auth, init_with_course, new_student, run_row, wait_for_run
 from tests.service.test_faults import graded_once, make_rig, standin_zip, unique  # noqa: F401 (a fixture)
 from tests.service.test_faults import post as fault_post
@@ -309,7 +310,7 @@ def test_the_logged_in_form_answers_a_resend_with_the_earlier_upload(settings: S
                                                                      sessions: sessionmaker[Session]) -> None:
     name = f"web-{uuid.uuid4().hex[:8]}"
     with session_scope(sessions) as session:
-        set_password(get_or_create_user(session, name, Role.student), PASSWORD)
+        set_password(get_or_create_user(session, name, Role.student), PASSWORD, SUITE_ARGON2)
     data = fresh_zip("logged-in form")
     with TestClient(create_app(settings)) as client:
         login(settings, name, client)
@@ -331,7 +332,7 @@ def test_database_error_after_a_regrades_commit_still_leads_to_its_run(faulty: F
     staff = f"staff-{uuid.uuid4().hex[:8]}"
     with session_scope(faulty.sessions) as session:
         user = get_or_create_user(session, staff, Role.instructor)
-        set_password(user, PASSWORD)
+        set_password(user, PASSWORD, SUITE_ARGON2)
         enroll(session, user, get_assignment(session, "hw4").course, CourseRole.instructor)
     with TestClient(create_app(faulty.settings)) as client:
         upload = post(client, token, fresh_zip("to be re-graded"))

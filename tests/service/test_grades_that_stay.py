@@ -31,6 +31,7 @@ from grader.passwords import set_password
 from grader.service import record_submission
 from grader.settings import Settings, get_settings
 from grader.storage.blobstore import StoredBlob
+from tests.fixtures.passwords import SUITE_ARGON2
 from tests.service.conftest import REDIS_URL, auth
 from tests.service.test_staff_workflow import post_form, text_of
 from tests.service.test_web_settings import PASSWORD, Browser
@@ -48,7 +49,7 @@ class Klass:
         """A new student of the assignment (and every other: the one-course default)."""
         with session_scope(sessions) as session:
             user = get_or_create_user(session, f"{name}-{self.tag}-{uuid.uuid4().hex[:4]}", Role.student)
-            set_password(user, PASSWORD)
+            set_password(user, PASSWORD, SUITE_ARGON2)
             return user.username
 
 
@@ -60,7 +61,7 @@ def klass(settings: Settings, sessions: sessionmaker[Session]) -> Iterator[Klass
         session.add(Assignment(slug=slug, title=title, total_points=100, course=CourseRow(slug=slug, title=title)))
         session.flush()
         prof = get_or_create_user(session, f"stayprof-{tag}", Role.instructor)
-        set_password(prof, PASSWORD)
+        set_password(prof, PASSWORD, SUITE_ARGON2)
     own = settings.model_copy(update={"task_queue": f"kg-stay-{tag}"})
     yield Klass(slug, title, prof.username, own, tag)
     redis.Redis.from_url(REDIS_URL).delete(own.task_queue)

@@ -30,6 +30,7 @@ from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import AuditEvent, LoginThrottle, Role, User, utcnow
 from grader.passwords import set_password
 from grader.settings import Settings, SmtpSettings, ThrottleSettings
+from tests.fixtures.passwords import SUITE_ARGON2
 from tests.service.conftest import auth
 from tests.service.test_web_sessions import cli_env  # noqa: F401 (fixture)
 
@@ -84,7 +85,7 @@ def account(sessions: sessionmaker[Session]) -> tuple[str, int]:
     login = f"thr-{uuid.uuid4().hex[:8]}"
     with session_scope(sessions) as session:
         user = get_or_create_user(session, login, Role.student)
-        set_password(user, PASSWORD)
+        set_password(user, PASSWORD, SUITE_ARGON2)
         session.flush()
         return login, user.id
 
@@ -175,7 +176,7 @@ def test_the_throttle_holds_on_the_embedded_sqlite_database(tmp_path: Path) -> N
     init_database(embedded)
     with session_scope(make_session_factory(make_engine(embedded))) as session:
         user = get_or_create_user(session, "Embedded", Role.student)
-        set_password(user, PASSWORD)
+        set_password(user, PASSWORD, SUITE_ARGON2)
         session.flush()
         key = f"login:account:{user.id}"
     client = browser(embedded)

@@ -27,6 +27,7 @@ from grader.passwords import set_password
 from grader.service import get_assignment, record_submission
 from grader.settings import Settings, get_settings
 from grader.storage.blobstore import StoredBlob
+from tests.fixtures.passwords import SUITE_ARGON2
 from tests.service.conftest import COURSE, WorkerProcess, auth
 from tests.service.test_web_settings import PASSWORD, Browser
 
@@ -66,7 +67,7 @@ def world(sessions: sessionmaker[Session]) -> World:
         tokens = {}
         for key, (role, assignment) in placed.items():
             users[key] = get_or_create_user(session, logins[key], role, [assignment.course])
-            set_password(users[key], PASSWORD)
+            set_password(users[key], PASSWORD, SUITE_ARGON2)
             tokens[key] = issue_token(session, users[key], "membership")
         a_sub, _ = record_submission(session, users["stu_a"], a, "a.zip", blob)
         b_sub, b_run = record_submission(session, users["stu_b"], b, "b.zip", blob)
@@ -207,7 +208,8 @@ def test_enrollment_and_reset_link_from_the_command_line(settings: Settings, set
     `grader user reset-link` prints a link that opens the reset form."""
     ta = f"mem-ta-{uuid.uuid4().hex[:6]}"
     with session_scope(sessions) as session:
-        set_password(get_or_create_user(session, ta, Role.student, [get_assignment(session, world.b).course]), PASSWORD)
+        set_password(get_or_create_user(session, ta, Role.student, [get_assignment(session, world.b).course]),
+                     PASSWORD, SUITE_ARGON2)
     for key, value in settings_env.items():
         monkeypatch.setenv(key, value)
     get_settings.cache_clear()

@@ -22,6 +22,7 @@ from grader.db import session_scope
 from grader.models import FINAL_STATES, Role, Run, RunState, Submission, User, utcnow
 from grader.passwords import set_password
 from grader.settings import Settings
+from tests.fixtures.passwords import SUITE_ARGON2
 from tests.service.conftest import REDIS_URL, auth
 from tests.service.test_api_v1 import World
 from tests.service.test_web_settings import PASSWORD, Browser
@@ -122,7 +123,7 @@ def test_the_grading_controls_page_shows_the_same_figures(settings: Settings, se
     worlds.append(world)
     world.user("stu"), world.user("prof", Role.instructor)
     with session_scope(sessions) as session:
-        set_password(session.query(User).filter_by(username=f"prof-{world.tag}").one(), PASSWORD)
+        set_password(session.query(User).filter_by(username=f"prof-{world.tag}").one(), PASSWORD, SUITE_ARGON2)
     prof = Browser(settings, f"prof-{world.tag}")
     page = prof.client.get(f"/assignments/{world.slug}/grading").text
     assert 'id="health-oldest">Nothing of this assignment is queued.' in page and 'id="health-stale"' not in page

@@ -28,6 +28,7 @@ from grader.notify import body, run_notice
 from grader.passwords import set_password
 from grader.service import get_assignment
 from grader.settings import Settings
+from tests.fixtures.passwords import SUITE_ARGON2
 from tests.service.conftest import REDIS_URL, auth
 from tests.service.test_web_ops import minimal_zip
 from tests.service.test_web_settings import PASSWORD, Browser
@@ -56,7 +57,7 @@ def late_course(settings: Settings, sessions: sessionmaker[Session]) -> Iterator
         prof = get_or_create_user(session, f"late-prof-{tag}", Role.instructor)
         student = get_or_create_user(session, f"late-stu-{tag}", Role.student)
         for user in (prof, student):
-            set_password(user, PASSWORD)
+            set_password(user, PASSWORD, SUITE_ARGON2)
         names = prof.username, student.username
     own = settings.model_copy(update={"task_queue": f"kg-late-{tag}", "course_timezone": ZONE})
     yield LateCourse(slug, *names, own)

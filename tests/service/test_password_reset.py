@@ -23,6 +23,7 @@ from grader.models import Assignment, Course, PasswordReset, Role, User, utcnow
 from grader.passwords import set_password
 from grader.service import get_assignment
 from grader.settings import Settings
+from tests.fixtures.passwords import SUITE_ARGON2
 from tests.service.test_web_settings import PASSWORD, Browser
 
 NEW_PASSWORD = "a brand new passphrase"
@@ -48,7 +49,7 @@ def people(sessions: sessionmaker[Session]) -> People:
         session.flush()
         for login, role, assignment in ((found.student, Role.student, hw4), (found.outsider, Role.student, other),
                                         (found.prof, Role.instructor, hw4), (found.colleague, Role.instructor, hw4)):
-            set_password(get_or_create_user(session, login, role, [assignment.course]), PASSWORD)
+            set_password(get_or_create_user(session, login, role, [assignment.course]), PASSWORD, SUITE_ARGON2)
     return found
 
 

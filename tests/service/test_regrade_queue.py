@@ -24,6 +24,7 @@ from grader.passwords import set_password
 from grader.service import record_submission
 from grader.settings import Settings, SmtpSettings
 from grader.storage.blobstore import StoredBlob
+from tests.fixtures.passwords import SUITE_ARGON2
 from tests.service.conftest import REDIS_URL, auth
 from tests.service.test_notify_mail import PUBLIC_URL, Mailbox, _free_port, mail_env, mailbox  # noqa: F401
 from tests.service.test_staff_workflow import post_form, text_of
@@ -55,7 +56,7 @@ def klass(mail_env: dict[str, str], settings: Settings, sessions: sessionmaker[S
                                 ("stu", Role.student, CourseRole.student)):
             user = get_or_create_user(session, f"q{who}-{tag}", role, [])
             enroll(session, user, course, part)  # the TA grades (answers requests) and changes no policy
-            set_password(user, PASSWORD)
+            set_password(user, PASSWORD, SUITE_ARGON2)
             user.email, user.full_name = f"{user.username}@example.edu", f"{who.title()} {tag}"
             logins.append(user.username)
     own = Settings.from_variables({**mail_env, "KG_TASK_QUEUE": f"kg-queue-{tag}"})

@@ -30,6 +30,7 @@ from grader.passwords import set_password
 from grader.service import record_submission
 from grader.settings import Settings
 from grader.storage.blobstore import StoredBlob
+from tests.fixtures.passwords import SUITE_ARGON2
 from tests.service.conftest import REDIS_URL, auth
 from tests.service.test_security import app_routes
 from tests.service.test_web_settings import PASSWORD, Browser
@@ -92,7 +93,7 @@ def world(settings: Settings, sessions: sessionmaker[Session]) -> Iterator[World
                                           [course]) for role, login in logins.items()}
         enroll(session, users["ta"], course, CourseRole.ta)
         for user in users.values():
-            set_password(user, PASSWORD)
+            set_password(user, PASSWORD, SUITE_ARGON2)
         tokens = {role: issue_token(session, user, "roles") for role, user in users.items()}
         tokens["narrow"] = issue_token(session, users["instructor"], "narrow", STUDENT_SCOPES)
         sub, run = record_submission(session, users["student"], assignment, "s.zip", StoredBlob("9" * 64, 10))
@@ -306,7 +307,7 @@ def test_staff_of_a_course_without_assignments_land_on_the_course_list(settings:
         course = create_course(session, f"empty-{tag}", "Empty")
         ta = get_or_create_user(session, f"empty-ta-{tag}", Role.student, [])
         enroll(session, ta, course, CourseRole.ta)
-        set_password(ta, PASSWORD)
+        set_password(ta, PASSWORD, SUITE_ARGON2)
     browser = Browser(settings, f"empty-ta-{tag}")
     landed = browser.client.get("/", follow_redirects=True)
     assert landed.url.path == "/courses" and f'href="/courses/empty-{tag}"' in landed.text

@@ -18,6 +18,7 @@ from grader.models import User
 from grader.reads.gradebook_reads import gradebook
 from grader.service import get_assignment
 from grader.settings import Settings
+from tests.fixtures.passwords import SUITE_ARGON2
 
 
 def _canvas_export(tag: str, students: int) -> str:
@@ -39,7 +40,7 @@ def test_a_300_line_canvas_export_round_trips_through_the_gradebook_csv(
     text = _canvas_export(tag, 297)
     assert len(text.splitlines()) == 300
     with session_scope(sessions) as session:
-        report = import_roster(session, text, get_assignment(session, "hw4").course)
+        report = import_roster(session, text, get_assignment(session, "hw4").course, SUITE_ARGON2)
         assert report.summary() == "297 created, 0 updated, 0 unchanged, 1 line(s) with errors"
         assert [str(e) for e in report.errors] == ["line 300: the SIS Login ID is empty"]
     with session_scope(sessions) as session:
@@ -49,7 +50,7 @@ def test_a_300_line_canvas_export_round_trips_through_the_gradebook_csv(
         assert (plain.full_name, plain.section, plain.email) == ("Student001, Given", "Lecture 2", None)
         assert (address.full_name, address.email) == ("Student000, Given", f"s000{tag}@andrew.example.edu")
     with session_scope(sessions) as session:
-        again = import_roster(session, text, get_assignment(session, "hw4").course)
+        again = import_roster(session, text, get_assignment(session, "hw4").course, SUITE_ARGON2)
         assert again.summary() == "0 created, 0 updated, 297 unchanged, 1 line(s) with errors"
         exported = csv.DictReader(io.StringIO(canvas_csv([gradebook(session, get_assignment(session, "hw4"))])))
         logins = {row["SIS Login ID"]: row["Student"] for row in exported if tag in row["SIS Login ID"]}

@@ -28,6 +28,7 @@ from grader.models import Role, RosterJob, User, utcnow
 from grader.passwords import set_password
 from grader.service import get_assignment
 from grader.settings import Settings
+from tests.fixtures.passwords import SUITE_ARGON2
 from tests.service.conftest import WorkerProcess
 from tests.service.test_roster_canvas import _canvas_export
 from tests.service.test_web_settings import PASSWORD, Browser
@@ -36,7 +37,7 @@ from tests.service.test_web_settings import PASSWORD, Browser
 def _prof(settings: Settings, sessions: sessionmaker[Session]) -> str:
     name = f"jprof-{uuid.uuid4().hex[:6]}"
     with session_scope(sessions) as session:
-        set_password(get_or_create_user(session, name, Role.instructor), PASSWORD)
+        set_password(get_or_create_user(session, name, Role.instructor), PASSWORD, SUITE_ARGON2)
     return name
 
 
@@ -139,7 +140,7 @@ def test_the_status_is_refused_to_students_and_answers_401_after_the_session(
         settings: Settings, sessions: sessionmaker[Session]) -> None:
     student = f"jstu-{uuid.uuid4().hex[:6]}"
     with session_scope(sessions) as session:
-        set_password(get_or_create_user(session, student, Role.student), PASSWORD)
+        set_password(get_or_create_user(session, student, Role.student), PASSWORD, SUITE_ARGON2)
     assert Browser(settings, student).client.get("/roster/job.json").status_code == 403
     anonymous = TestClient(create_app(settings)).get("/roster/job.json", follow_redirects=False)
     assert anonymous.status_code == 401 and anonymous.json() == {"detail": "log in"}  # follow.js says so on the page

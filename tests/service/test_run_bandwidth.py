@@ -16,6 +16,7 @@ from grader.passwords import set_password
 from grader.service import get_assignment, record_submission, save_calibration
 from grader.settings import Settings
 from grader.storage.blobstore import StoredBlob
+from tests.fixtures.passwords import SUITE_ARGON2
 from tests.service.conftest import auth
 from tests.service.test_web_settings import PASSWORD, Browser
 
@@ -51,7 +52,7 @@ def test_bandwidth_beside_the_calibrated_peak_and_reference_with_the_anomaly_for
         student = get_or_create_user(session, f"bstu-{tag}", Role.student)
         prof = get_or_create_user(session, f"bprof-{tag}", Role.instructor)
         for user in (student, prof):
-            set_password(user, PASSWORD)
+            set_password(user, PASSWORD, SUITE_ARGON2)
         run_id = scored_run(session, student, gpu)
         uncalibrated_id = scored_run(session, student, f"{gpu} (not calibrated)")
         save_calibration(session, "hw4", gpu, {"1.1": 5.0}, 0.85,

@@ -19,6 +19,7 @@ from grader.models import ErrorClass, Role, RunState
 from grader.passwords import set_password
 from grader.settings import Settings
 from tests.fixtures.feedback_runs import scored_run, ungraded_run, withheld
+from tests.fixtures.passwords import SUITE_ARGON2
 from tests.service.test_web_settings import PASSWORD, Browser
 from worker.rubric import load_rubric
 
@@ -27,7 +28,7 @@ from worker.rubric import load_rubric
 def student(sessions: sessionmaker[Session], settings: Settings) -> tuple[str, Browser]:
     name = f"feed-{uuid.uuid4().hex[:6]}"
     with session_scope(sessions) as session:
-        set_password(get_or_create_user(session, name, Role.student), PASSWORD)
+        set_password(get_or_create_user(session, name, Role.student), PASSWORD, SUITE_ARGON2)
     return name, Browser(settings, name)
 
 

@@ -15,6 +15,7 @@ from grader.passwords import set_password
 from grader.service import get_assignment, record_submission
 from grader.settings import Settings
 from grader.storage.blobstore import StoredBlob
+from tests.fixtures.passwords import SUITE_ARGON2
 from tests.service.conftest import auth
 from tests.service.test_web_settings import PASSWORD, Browser
 from tests.unit.test_gpu_phases import record
@@ -40,7 +41,7 @@ def test_staff_see_the_gpu_time_by_phase_and_the_student_does_not(
         student = get_or_create_user(session, f"gstu-{tag}", Role.student)
         prof = get_or_create_user(session, f"gprof-{tag}", Role.instructor)
         for user in (student, prof):
-            set_password(user, PASSWORD)
+            set_password(user, PASSWORD, SUITE_ARGON2)
         run_id = scored_run_with_phases(session, student)
         tokens = {name: issue_token(session, user, "test") for name, user in (("student", student), ("prof", prof))}
 

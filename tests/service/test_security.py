@@ -52,6 +52,7 @@ from grader.security import CONTENT_SECURITY_POLICY
 from grader.service import get_assignment, record_submission
 from grader.settings import Settings
 from grader.storage.blobstore import BlobStore
+from tests.fixtures.passwords import SUITE_ARGON2
 from tests.fixtures.zips import small_zip
 from tests.service.conftest import COURSE, auth
 
@@ -133,7 +134,7 @@ def world(settings: Settings, sessions: sessionmaker[Session]) -> Iterator[World
         b = get_or_create_user(session, b_name, Role.student)
         staff = get_or_create_user(session, staff_name, Role.instructor)
         for user in (a, b, staff):
-            set_password(user, PASSWORD)
+            set_password(user, PASSWORD, SUITE_ARGON2)
         a_token = issue_token(session, a, "a-token")
         staff_token = issue_token(session, staff, "staff-token")
         b_token = issue_token(session, b, f"token-{marker}")

@@ -27,6 +27,7 @@ from grader.passwords import set_password
 from grader.service import record_submission
 from grader.settings import Settings
 from grader.storage.blobstore import StoredBlob
+from tests.fixtures.passwords import SUITE_ARGON2
 from tests.service.conftest import REDIS_URL, auth
 from tests.service.test_web_settings import PASSWORD, Browser
 
@@ -52,7 +53,7 @@ def course(settings: Settings, sessions: sessionmaker[Session]) -> Iterator[Cour
         users = [get_or_create_user(session, f"flow-{who}-{tag}", role)
                  for who, role in (("prof", Role.instructor), ("stu", Role.student), ("oth", Role.student))]
         for user in users:
-            set_password(user, PASSWORD)
+            set_password(user, PASSWORD, SUITE_ARGON2)
         names = [u.username for u in users]
     own = settings.model_copy(update={"task_queue": f"kg-flow-{tag}"})
     yield Course(slug, *names, own)

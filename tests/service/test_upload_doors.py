@@ -24,6 +24,7 @@ from grader.models import Role, Submission, User
 from grader.passwords import set_password
 from grader.settings import Settings
 from grader.storage.blobstore import BlobStore
+from tests.fixtures.passwords import SUITE_ARGON2
 from tests.service.conftest import auth
 from tests.service.test_security import PASSWORD, csrf_of, login
 from worker.rubric import load_rubric
@@ -76,7 +77,7 @@ def test_bad_input_is_refused_alike_through_every_door(settings: Settings, sessi
     name = f"doors-{uuid.uuid4().hex[:8]}"
     with session_scope(sessions) as session:
         user = get_or_create_user(session, name, Role.student)
-        set_password(user, PASSWORD)
+        set_password(user, PASSWORD, SUITE_ARGON2)
         token = issue_token(session, user, "doors")
     data = make(name)
     assert zipfile.is_zipfile(io.BytesIO(data)) == (code == "empty_zip")

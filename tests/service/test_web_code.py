@@ -25,6 +25,7 @@ from grader.service import get_assignment, record_submission
 from grader.settings import Settings
 from grader.storage.blobstore import BlobStore
 from grader.storage.submitted_zip import SHOWN_MAX_BYTES
+from tests.fixtures.passwords import SUITE_ARGON2
 from tests.service.test_web_settings import PASSWORD, Browser
 from tests.unit.hostile_zips import assignment_entries, make_zip, tar_gz
 
@@ -75,7 +76,7 @@ def world(settings: Settings, sessions: sessionmaker[Session]) -> World:
         users = {}
         for key, (role, where) in parts.items():
             users[key] = get_or_create_user(session, logins[key], role, [a.course for a in where])
-            set_password(users[key], PASSWORD)
+            set_password(users[key], PASSWORD, SUITE_ARGON2)
         for key, data, name in (("good", GOOD, "my hw4 \"final\".zip"), ("hostile", HOSTILE, "hostile.zip"),
                                 ("huge", HUGE, "huge.zip"), ("tar", tar_gz(), "renamed.zip")):
             sub, _run = record_submission(session, users["owner"], hw4, name, blobs.put_bytes(data))

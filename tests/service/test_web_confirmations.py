@@ -32,6 +32,7 @@ from grader.models import (
 from grader.models import Course as CourseRow
 from grader.passwords import set_password
 from grader.settings import Settings
+from tests.fixtures.passwords import SUITE_ARGON2
 from tests.service.test_web_settings import PASSWORD, Browser
 
 CONFIRM_FORM = re.compile(r'<form method="post" action="([^"]+)" id="confirm-form">(.*?)</form>', re.S)
@@ -89,7 +90,7 @@ def course(sessions: sessionmaker[Session]) -> Course:
         session.add(assignment)
         session.flush()
         staff = User(username=f"{tag}-prof", role=Role.instructor)
-        set_password(staff, PASSWORD)
+        set_password(staff, PASSWORD, SUITE_ARGON2)
         session.add(staff)
         session.flush()
         enroll(session, staff, assignment.course, CourseRole.instructor)

@@ -16,6 +16,7 @@ from grader.db import session_scope
 from grader.models import Role
 from grader.passwords import set_password
 from grader.settings import Settings
+from tests.fixtures.passwords import SUITE_ARGON2
 from tests.service.conftest import auth
 from tests.service.test_web_sessions import PASSWORD, login
 
@@ -46,7 +47,7 @@ def test_a_staff_member_gets_the_invalid_request_page(settings: Settings, sessio
     number that is not one is an invalid request."""
     name = f"errstaff-{uuid.uuid4().hex[:8]}"
     with session_scope(sessions) as session:
-        set_password(get_or_create_user(session, name, Role.instructor), PASSWORD)
+        set_password(get_or_create_user(session, name, Role.instructor), PASSWORD, SUITE_ARGON2)
     invalid = login(settings, name).get("/assignments/hw4/similarity?page=first", headers=BROWSER)
     _html_page(invalid, 422, "Request not understood", "The request was not understood (page: ")
 
@@ -55,7 +56,7 @@ def test_a_logged_in_browser_keeps_its_navigation_on_the_error_page(
         settings: Settings, sessions: sessionmaker[Session]) -> None:
     name = f"errpage-{uuid.uuid4().hex[:8]}"
     with session_scope(sessions) as session:
-        set_password(get_or_create_user(session, name, Role.student), PASSWORD)
+        set_password(get_or_create_user(session, name, Role.student), PASSWORD, SUITE_ARGON2)
     browser = login(settings, name)
     page = _html_page(browser.get("/runs/abc", headers=BROWSER), 404, "Not found", "/runs/abc")
     assert f"{name} (student)" in page and 'action="/logout"' in page

@@ -19,6 +19,7 @@ from grader.passwords import set_password
 from grader.service import get_assignment
 from grader.settings import Settings
 from tests.fixtures.feedback_runs import scored_run
+from tests.fixtures.passwords import SUITE_ARGON2
 from tests.service.conftest import COURSE
 from tests.service.test_web_settings import PASSWORD, Browser
 
@@ -32,7 +33,7 @@ def people(sessions: sessionmaker[Session]) -> dict[str, str]:
     with session_scope(sessions) as session:
         hw4 = get_assignment(session, "hw4")
         for key, role in (("student", Role.student), ("prof", Role.instructor)):
-            set_password(get_or_create_user(session, names[key], role, [hw4.course]), PASSWORD)
+            set_password(get_or_create_user(session, names[key], role, [hw4.course]), PASSWORD, SUITE_ARGON2)
     return names
 
 

@@ -20,6 +20,7 @@ from grader.runs.lifecycle import Disposition, RunExecutor
 from grader.service import record_regrade
 from grader.settings import Settings
 from grader.storage.blobstore import BlobStore
+from tests.fixtures.passwords import SUITE_ARGON2
 from tests.service.test_web_confirmations import confirm_form
 from tests.service.test_web_settings import PASSWORD, Browser
 
@@ -61,8 +62,8 @@ def klass(sessions: sessionmaker[Session]) -> Class:
             user = get_or_create_user(session, f"{tag}-{short}", Role.student)
             user.full_name, user.section = name, section
             users[short] = user
-        set_password(get_or_create_user(session, f"{tag}-prof", Role.instructor), PASSWORD)
-        set_password(users["ann"], PASSWORD)
+        set_password(get_or_create_user(session, f"{tag}-prof", Role.instructor), PASSWORD, SUITE_ARGON2)
+        set_password(users["ann"], PASSWORD, SUITE_ARGON2)
         subs["ann"] = _scored(session, users["ann"], assignment, 80, 7.0).id
         subs["bob"] = _scored(session, users["bob"], assignment, 35, 2.0).id
         failed = Submission(user=users["cyd"], assignment=assignment, original_filename="x.zip", size_bytes=1,

@@ -18,6 +18,7 @@ from grader.passwords import set_password
 from grader.service import get_assignment, record_submission
 from grader.settings import Settings
 from grader.storage.blobstore import StoredBlob
+from tests.fixtures.passwords import SUITE_ARGON2
 from tests.service.conftest import auth
 from tests.service.test_web_settings import PASSWORD, Browser
 
@@ -39,7 +40,7 @@ def world(sessions: sessionmaker[Session]) -> World:
     with session_scope(sessions) as session:
         for key, login in logins.items():
             user = get_or_create_user(session, login, roles[key])
-            set_password(user, PASSWORD)
+            set_password(user, PASSWORD, SUITE_ARGON2)
             tokens[key] = issue_token(session, user, "iso")
         owner = get_or_create_user(session, logins["owner"], Role.student)
         sub, run = record_submission(session, owner, get_assignment(session, "hw4"), "mine.zip",

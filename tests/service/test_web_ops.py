@@ -48,6 +48,7 @@ from grader.passwords import set_password
 from grader.runs.reconcile import forgotten_runs
 from grader.service import get_assignment
 from grader.settings import Settings, get_settings
+from tests.fixtures.passwords import SUITE_ARGON2
 from tests.service.conftest import REDIS_URL
 from tests.service.test_web_confirmations import confirmed
 from tests.service.test_web_settings import PASSWORD, Browser
@@ -71,7 +72,7 @@ def course(settings: Settings, sessions: sessionmaker[Session]) -> Iterator[Cour
         prof = get_or_create_user(session, f"ops-prof-{tag}", Role.instructor)
         students = [get_or_create_user(session, f"ops-stu{i}-{tag}", Role.student) for i in range(4)]
         for user in (prof, *students):
-            set_password(user, PASSWORD)
+            set_password(user, PASSWORD, SUITE_ARGON2)
         names = [s.username for s in students]
     own = settings.model_copy(update={"task_queue": f"kg-ops-{tag}"})
     yield Course(slug, prof.username, names, own)
@@ -233,7 +234,7 @@ def test_members_page_makes_a_ta_and_takes_them_out(course: Course, prof: Browse
     ta = f"ops-ta-{uuid.uuid4().hex[:6]}"
     with session_scope(sessions) as session:
         account = get_or_create_user(session, ta, Role.student)  # joins every course as a student
-        set_password(account, PASSWORD)
+        set_password(account, PASSWORD, SUITE_ARGON2)
         account.full_name, account.section = "Tess Assistant", "B"  # as the roster import sets them
     ta_browser = Browser(course.settings, ta)
     gradebook, settings_page = f"/gradebook?assignment={course.slug}", f"/assignments/{course.slug}/settings"

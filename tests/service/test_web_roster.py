@@ -24,6 +24,7 @@ from grader.db import session_scope
 from grader.models import Role, User
 from grader.passwords import set_password
 from grader.settings import Settings, get_settings
+from tests.fixtures.passwords import SUITE_ARGON2
 from tests.service.conftest import WorkerProcess
 from tests.service.test_web_settings import PASSWORD, Browser
 
@@ -60,8 +61,8 @@ def tag() -> str:
 @pytest.fixture(scope="module")
 def prof(settings: Settings, sessions: sessionmaker[Session], tag: str) -> Browser:
     with session_scope(sessions) as session:
-        set_password(get_or_create_user(session, f"rprof-{tag}", Role.instructor), PASSWORD)
-        set_password(get_or_create_user(session, f"rstu-{tag}", Role.student), PASSWORD)
+        set_password(get_or_create_user(session, f"rprof-{tag}", Role.instructor), PASSWORD, SUITE_ARGON2)
+        set_password(get_or_create_user(session, f"rstu-{tag}", Role.student), PASSWORD, SUITE_ARGON2)
         get_or_create_user(session, f"staff-{tag}@uni.edu", Role.instructor)
     return Browser(settings, f"rprof-{tag}")
 

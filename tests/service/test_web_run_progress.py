@@ -27,6 +27,7 @@ from grader.service import get_assignment, record_submission
 from grader.settings import Settings
 from grader.storage.blobstore import BlobStore, StoredBlob
 from tests.fixtures import cpu_standin
+from tests.fixtures.passwords import SUITE_ARGON2
 from tests.service.conftest import auth
 from tests.service.test_scored_run import small_stage, work  # noqa: F401  (fixtures)
 from tests.service.test_web_settings import PASSWORD, Browser
@@ -41,7 +42,7 @@ def test_describe_duration() -> None:
 def student_name(sessions: sessionmaker[Session]) -> str:
     name = f"prog-{uuid.uuid4().hex[:6]}"
     with session_scope(sessions) as session:
-        set_password(get_or_create_user(session, name, Role.student), PASSWORD)
+        set_password(get_or_create_user(session, name, Role.student), PASSWORD, SUITE_ARGON2)
     return name
 
 

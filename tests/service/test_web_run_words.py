@@ -19,6 +19,7 @@ from grader.service import get_assignment, record_submission
 from grader.settings import Settings
 from grader.storage.blobstore import StoredBlob
 from tests.fixtures.feedback_runs import measurements, record_scored, scored_run
+from tests.fixtures.passwords import SUITE_ARGON2
 from tests.fixtures.zips import small_zip
 from tests.service.test_web_settings import PASSWORD, Browser
 from worker.rubric import load_rubric
@@ -34,8 +35,8 @@ def _people(sessions: sessionmaker[Session]) -> tuple[str, str]:
     student, prof = f"words-stu-{tag}", f"words-prof-{tag}"
     with session_scope(sessions) as session:
         hw4 = get_assignment(session, "hw4")
-        set_password(get_or_create_user(session, student, Role.student, [hw4.course]), PASSWORD)
-        set_password(get_or_create_user(session, prof, Role.instructor, [hw4.course]), PASSWORD)
+        set_password(get_or_create_user(session, student, Role.student, [hw4.course]), PASSWORD, SUITE_ARGON2)
+        set_password(get_or_create_user(session, prof, Role.instructor, [hw4.course]), PASSWORD, SUITE_ARGON2)
     return student, prof
 
 

@@ -30,6 +30,7 @@ from grader.db import session_scope
 from grader.models import Role, User, WebSession, utcnow
 from grader.passwords import check_password, set_password
 from grader.settings import Settings, get_settings
+from tests.fixtures.passwords import SUITE_ARGON2
 
 PASSWORD = "correct horse battery"
 NEW_PASSWORD = "a new and longer passphrase"
@@ -64,7 +65,7 @@ def cookie_payload(client: TestClient) -> dict[str, object]:
 def username(sessions: sessionmaker[Session]) -> str:
     name = f"sess-{uuid.uuid4().hex[:8]}"
     with session_scope(sessions) as session:
-        set_password(get_or_create_user(session, name, Role.student), PASSWORD)
+        set_password(get_or_create_user(session, name, Role.student), PASSWORD, SUITE_ARGON2)
     return name
 
 
@@ -152,7 +153,7 @@ def test_login_is_case_insensitive_by_login_or_email(settings: Settings, session
     with session_scope(sessions) as session:
         user = get_or_create_user(session, name, Role.student)
         user.email = email
-        set_password(user, PASSWORD)
+        set_password(user, PASSWORD, SUITE_ARGON2)
         # the same login typed otherwise names the same account: no second account is made
         assert get_or_create_user(session, name.upper(), Role.student).id == user.id
     for typed in (name, name.lower(), name.upper(), f"  {name.swapcase()} ", email.lower(), email.upper()):
@@ -168,7 +169,7 @@ def test_an_email_two_accounts_share_names_neither(settings: Settings, sessions:
         for name in (f"one-{tag}", f"two-{tag}"):
             user = get_or_create_user(session, name, Role.student)
             user.email = shared
-            set_password(user, PASSWORD)
+            set_password(user, PASSWORD, SUITE_ARGON2)
     client = TestClient(create_app(settings))
     answer = client.post("/login", data={"csrf_token": csrf_of(client.get("/login").text), "username": shared,
                                          "password": PASSWORD}, follow_redirects=False)
@@ -190,8 +191,8 @@ def test_logins_migration_0018_left_apart_keep_their_exact_names(
         session.add(second)
         session.flush()
         second.login_key = None
-        set_password(first, PASSWORD)
-        set_password(second, NEW_PASSWORD)
+        set_password(first, PASSWORD, SUITE_ARGON2)
+        set_password(second, NEW_PASSWORD, SUITE_ARGON2)
     assert logged_in(login(settings, upper, PASSWORD))
     assert logged_in(login(settings, lower, NEW_PASSWORD))
     client = TestClient(create_app(settings))
@@ -290,7 +291,7 @@ def test_password_change_refusals(settings: Settings, sessions: sessionmaker[Ses
     assert code == 400 and message in html
     assert logged_in(client)
     with session_scope(sessions) as session:
-        assert check_password(session, username, PASSWORD) is not None
+        assert check_password(session, username, PASSWORD, SUITE_ARGON2) is not None
 
 
 def test_minimum_length_comes_from_the_settings(settings: Settings, username: str) -> None:
@@ -314,8 +315,8 @@ def test_password_change_ends_the_other_sessions_and_rotates_this_one(
     live = [r for r in rows_of(sessions, username) if r.revoked_at is None]
     assert len(live) == 1
     with session_scope(sessions) as session:
-        assert check_password(session, username, PASSWORD) is None
-        assert check_password(session, username, NEW_PASSWORD) is not None
+        assert check_password(session, username, PASSWORD, SUITE_ARGON2) is None
+        assert check_password(session, username, NEW_PASSWORD, SUITE_ARGON2) is not None
     login(settings, username, NEW_PASSWORD)
 
 
@@ -323,7 +324,7 @@ def test_the_form_changes_only_its_sessions_user(settings: Settings, sessions: s
                                                  username: str) -> None:
     other = f"other-{username}"
     with session_scope(sessions) as session:
-        set_password(get_or_create_user(session, other, Role.student), PASSWORD)
+        set_password(get_or_create_user(session, other, Role.student), PASSWORD, SUITE_ARGON2)
     theirs = login(settings, other)
     client = login(settings, username)
     response = client.post("/settings/password", data={
@@ -331,8 +332,8 @@ def test_the_form_changes_only_its_sessions_user(settings: Settings, sessions: s
         "current": PASSWORD, "new": NEW_PASSWORD, "again": NEW_PASSWORD}, follow_redirects=False)
     assert response.status_code == 303
     with session_scope(sessions) as session:
-        assert check_password(session, other, PASSWORD) is not None
-        assert check_password(session, username, NEW_PASSWORD) is not None
+        assert check_password(session, other, PASSWORD, SUITE_ARGON2) is not None
+        assert check_password(session, username, NEW_PASSWORD, SUITE_ARGON2) is not None
     assert logged_in(theirs)
 
 
@@ -353,7 +354,7 @@ def test_instructor_ends_every_session_of_a_user(cli_env: None, settings: Settin
     browsers = [login(settings, username) for _ in range(3)]
     bystander_name = f"by-{username}"
     with session_scope(sessions) as session:
-        set_password(get_or_create_user(session, bystander_name, Role.student), PASSWORD)
+        set_password(get_or_create_user(session, bystander_name, Role.student), PASSWORD, SUITE_ARGON2)
     bystander = login(settings, bystander_name)
     result = CliRunner().invoke(cli_app, ["user", "logout-all", username])
     assert result.exit_code == 0, result.output
@@ -364,3 +365,14 @@ def test_instructor_ends_every_session_of_a_user(cli_env: None, settings: Settin
     missing = CliRunner().invoke(cli_app, ["user", "logout-all", f"nobody-{username}"])
     assert missing.exit_code == 2 and "no user" in missing.stderr
 
+
+
+def test_a_login_redoes_a_hash_made_at_another_cost(settings: Settings, sessions: sessionmaker[Session],
+                                                    username: str) -> None:
+    """The hash cost is the app's setting (KG_ARGON2_*): a password hashed at an older cost is
+    hashed again at the app's at its owner's next login, and the login goes through."""
+    dearer = SUITE_ARGON2.model_copy(update={"time_cost": SUITE_ARGON2.time_cost + 1})
+    assert logged_in(login(settings.model_copy(update={"argon2": dearer}), username))
+    with session_scope(sessions) as session:
+        stored = session.scalars(select(User.password_hash).where(User.username == username)).one()
+    assert stored is not None and f"t={dearer.time_cost}," in stored

@@ -20,6 +20,7 @@ from grader.passwords import set_password
 from grader.service import get_assignment, record_submission
 from grader.settings import Settings
 from grader.storage.blobstore import StoredBlob
+from tests.fixtures.passwords import SUITE_ARGON2
 from tests.service.conftest import auth
 from worker.rubric import load_rubric
 
@@ -54,7 +55,7 @@ def people(sessions: sessionmaker[Session]) -> dict[str, str]:
     roles = {"student": Role.student, "other": Role.student, "prof": Role.instructor}
     with session_scope(sessions) as session:
         for key, name in names.items():
-            set_password(get_or_create_user(session, name, roles[key]), PASSWORD)
+            set_password(get_or_create_user(session, name, roles[key]), PASSWORD, SUITE_ARGON2)
         # One scored run for the student, so the export has a filled row.
         student = get_or_create_user(session, names["student"], Role.student)
         blob = StoredBlob(sha256="ab" * 32, size=10)

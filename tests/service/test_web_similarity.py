@@ -35,6 +35,7 @@ from grader.service import get_assignment
 from grader.settings import Settings
 from grader.similarity.store import load_report, report_path
 from grader.storage.blobstore import BlobStore
+from tests.fixtures.passwords import SUITE_ARGON2
 from tests.service.conftest import PG_ADMIN_URL, WorkerProcess, init_with_course
 from tests.service.test_web_settings import PASSWORD, Browser
 from tests.unit.similarity_class import generate_class
@@ -93,10 +94,10 @@ def sessions_own(own_settings: Settings, tmp_path_factory: pytest.TempPathFactor
     sessions = make_session_factory(make_engine(own_settings))
     with session_scope(sessions) as session:
         assignment = get_assignment(session, "hw4")
-        set_password(get_or_create_user(session, "sim-prof", Role.instructor), PASSWORD)
+        set_password(get_or_create_user(session, "sim-prof", Role.instructor), PASSWORD, SUITE_ARGON2)
         for name, student in students.items():
             user = get_or_create_user(session, name, Role.student)
-            set_password(user, PASSWORD)
+            set_password(user, PASSWORD, SUITE_ARGON2)
             blob = blobs.put_bytes(_zip(work / "starter", student.files, work / name))
             session.add(Submission(user=user, assignment=assignment, original_filename="hw4.zip",
                                    size_bytes=blob.size, sha256=blob.sha256))

@@ -1,5 +1,5 @@
 """The settings' groups: build and sandbox, two of one type (grader.settings.ChildSettings),
-unpack and smtp. Each field keeps the KG_* name it had as a flat setting (smtp.from_ is still
+unpack, smtp, throttle and argon2. Each field keeps the KG_* name it had as a flat setting (smtp.from_ is still
 KG_SMTP_FROM): a deployment's variables still land."""
 from __future__ import annotations
 
@@ -49,6 +49,9 @@ VARIABLES = {
     "KG_THROTTLE_BACKOFF_S": ("throttle", "backoff_s", "0.5", 0.5),
     "KG_THROTTLE_LOCK_S": ("throttle", "lock_s", "60", 60.0),
     "KG_THROTTLE_FORGET_S": ("throttle", "forget_s", "7200", 7200.0),
+    "KG_ARGON2_TIME_COST": ("argon2", "time_cost", "2", 2),
+    "KG_ARGON2_MEMORY_KIB": ("argon2", "memory_kib", "131072", 131072),
+    "KG_ARGON2_PARALLELISM": ("argon2", "parallelism", "2", 2),
 }
 # Set under every variable tried: KG_SMTP_HOST alone is refused (mail needs a sender).
 BASE = {"KG_SMTP_FROM": "base@example.edu"}
@@ -56,14 +59,15 @@ BASE = {"KG_SMTP_FROM": "base@example.edu"}
 
 def test_every_field_of_the_groups_has_its_variable_here() -> None:
     groups = Settings.groups()
-    assert set(groups) == {"build", "sandbox", "unpack", "smtp", "throttle"}
+    assert set(groups) == {"build", "sandbox", "unpack", "smtp", "throttle", "argon2"}
     assert groups["build"] is BuildSettings and groups["sandbox"] is SandboxSettings
     named = {(group, field) for group, field, _, _ in VARIABLES.values()}
     assert named == {(group, f) for group, model in groups.items() for f in model.model_fields}
     assert set(ChildSettings.model_fields) <= set(BuildSettings.model_fields) & set(SandboxSettings.model_fields)
     assert set(VARIABLES) <= Settings.variable_names()
     assert {"KG_DATA_DIR", "KG_NVCC_TIMEOUT_S"} <= Settings.variable_names()
-    assert not {"KG_BUILD", "KG_SANDBOX", "KG_UNPACK", "KG_SMTP", "KG_SMTP_FROM_", "KG_THROTTLE"} & Settings.variable_names()
+    assert not {"KG_BUILD", "KG_SANDBOX", "KG_UNPACK", "KG_SMTP", "KG_SMTP_FROM_", "KG_THROTTLE",
+                "KG_ARGON2"} & Settings.variable_names()
 
 
 def test_no_other_field_is_named_as_a_groups_field() -> None:
@@ -101,7 +105,7 @@ def test_variables_in_a_mapping_are_read_as_the_environment_is() -> None:
     assert mail.smtp.port == 587 and mail.unpack.max_files == 12 and mail.unpack.max_depth == 24
 
 
-@pytest.mark.parametrize("group", ["build", "sandbox", "unpack", "smtp"])
+@pytest.mark.parametrize("group", ["build", "sandbox", "unpack", "smtp", "throttle", "argon2"])
 def test_the_groups_are_read_only(group: str) -> None:
     field = next(iter(Settings.groups()[group].model_fields))
     with pytest.raises(ValueError, match="frozen"):
