@@ -4,9 +4,11 @@ account is keyed on the SIS Login ID, with the Student name and Section; the lin
 and the gradebook's Canvas CSV names the same SIS Login IDs, so the grades go back to Canvas."""
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import uuid
+from collections.abc import Iterator
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
@@ -14,11 +16,26 @@ from sqlalchemy.orm import Session, sessionmaker
 from grader.api.gradebook import canvas_csv
 from grader.course.roster import import_roster
 from grader.db import session_scope
-from grader.models import User
+from grader.models import Role, User
 from grader.reads.gradebook_reads import gradebook
 from grader.service import get_assignment
 from grader.settings import Settings
 from tests.fixtures.passwords import SUITE_ARGON2
+
+
+@contextlib.contextmanager
+def held_login(sessions: sessionmaker[Session], login: str) -> Iterator[None]:
+    """While the block runs, an uncommitted account named `login` in a transaction of its own:
+    a background import's insert of that login waits on it (the unique index), so the import is
+    seen part-way however fast the machine is; the rollback at the end lets it go on."""
+    held = sessions()
+    try:
+        held.add(User(username=login, role=Role.student))
+        held.flush()
+        yield
+    finally:
+        held.rollback()
+        held.close()
 
 
 def _canvas_export(tag: str, students: int) -> str:

@@ -11,6 +11,7 @@ import io
 import secrets
 import time
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -30,7 +31,7 @@ from grader.service import get_assignment
 from grader.settings import Settings
 from tests.fixtures.passwords import SUITE_ARGON2
 from tests.service.conftest import WorkerProcess
-from tests.service.test_roster_canvas import _canvas_export
+from tests.service.test_roster_canvas import _canvas_export, held_login
 from tests.service.test_web_settings import PASSWORD, Browser
 
 
@@ -41,26 +42,22 @@ def _prof(settings: Settings, sessions: sessionmaker[Session]) -> str:
     return name
 
 
-def _start(browser: Browser, text: str) -> float:
-    """Posts the roster; the seconds the answer took."""
-    started = time.monotonic()
+def _start(browser: Browser, text: str) -> None:
+    """Posts the roster."""
     response = browser.client.post("/roster", data={"csrf_token": browser.page_csrf("/roster"), "confirm": "import"},
                                    files={"file": ("roster.csv", text.encode(), "text/csv")}, follow_redirects=False)
     assert response.status_code == 303 and response.headers["location"] == "/roster", response.text
-    return time.monotonic() - started
 
 
-def _follow(browser: Browser, worker: WorkerProcess,
-            timeout: float = 240) -> tuple[dict[str, Any], list[tuple[int, int]]]:
-    """The job's final status and the progress seen on the way."""
-    seen: list[tuple[int, int]] = []
+def _follow(browser: Browser, worker: WorkerProcess, until: Callable[[dict[str, Any]], bool] = lambda s: s["final"],
+            timeout: float = 240) -> dict[str, Any]:
+    """The job's status once `until` holds (by default: once it is final)."""
     deadline = time.monotonic() + timeout
     while True:
         status = browser.client.get("/roster/job.json").json()
-        seen.append((status["lines_done"], status["lines_total"]))
-        if status["final"]:
-            return status, seen
-        assert time.monotonic() < deadline, f"the import is not final after {timeout} s: {status}\n{worker.log()}"
+        if until(status):
+            return status
+        assert time.monotonic() < deadline, f"no such status after {timeout} s: {status}\n{worker.log()}"
         time.sleep(0.3)
 
 
@@ -76,11 +73,14 @@ def test_a_300_line_canvas_roster_is_imported_in_the_background_and_its_password
     assert len(text.splitlines()) == 300
     name = _prof(settings, sessions)
     prof = Browser(settings, name)
-    assert _start(prof, text) < 5  # the import itself takes about a minute
-    status, seen = _follow(prof, worker)
+    with held_login(sessions, f"s151{tag}"):  # the import waits at student 151, its 152nd line
+        _start(prof, text)  # answered while the import waits: it is not done in the request
+        part = _follow(prof, worker, until=lambda s: s["lines_done"] > 0)
+        assert part["state"] == "running" and not part["final"], part
+        assert 0 < part["lines_done"] <= 151 < part["lines_total"] == 297, part  # progress seen on the way
+    status = _follow(prof, worker)
     assert status["state"] == "done", status
     assert status["lines_done"] == status["lines_total"] == 297  # Canvas's test student is a line error
-    assert any(0 < done < total for done, total in seen), seen  # progress was seen on the way
     page = prof.client.get("/roster").text
     assert "297 created, 0 updated, 0 unchanged, 1 line(s) with errors." in page
     assert "Line 300: the SIS Login ID is empty" in page
@@ -121,11 +121,12 @@ def test_a_second_import_waits_for_the_first_and_its_download(
         settings: Settings, sessions: sessionmaker[Session], worker: WorkerProcess) -> None:
     tag = uuid.uuid4().hex[:6]
     prof = Browser(settings, _prof(settings, sessions))
-    _start(prof, "".join(f"w{n}-{tag}@uni.edu,W {n}\n" for n in range(20)))  # a few seconds of hashing
-    response = prof.client.post("/roster", data={"csrf_token": prof.page_csrf("/roster"), "confirm": "import",
-                                                 "text": f"w-new-{tag}@uni.edu,W New\n"})
-    assert response.status_code == 409 and "is still" in response.text and "wait for it to end" in response.text
-    status, _ = _follow(prof, worker)
+    with held_login(sessions, f"w5-{tag}@uni.edu"):  # the first import waits there
+        _start(prof, "".join(f"w{n}-{tag}@uni.edu,W {n}\n" for n in range(20)))
+        response = prof.client.post("/roster", data={"csrf_token": prof.page_csrf("/roster"), "confirm": "import",
+                                                     "text": f"w-new-{tag}@uni.edu,W New\n"})
+        assert response.status_code == 409 and "is still" in response.text and "wait for it to end" in response.text
+    status = _follow(prof, worker)
     assert status["state"] == "done"
     refused = prof.client.post("/roster", data={"csrf_token": prof.page_csrf("/roster"), "confirm": "import",
                                                 "text": f"w-new-{tag}@uni.edu,W New\n"})
@@ -133,7 +134,7 @@ def test_a_second_import_waits_for_the_first_and_its_download(
     assert f"Download the first passwords of import {status['id']} first" in refused.text
     assert _download(prof, status["id"]).status_code == 200
     _start(prof, f"w-new-{tag}@uni.edu,W New\n")
-    assert _follow(prof, worker)[0]["id"] > status["id"]
+    assert _follow(prof, worker)["id"] > status["id"]
 
 
 def test_the_status_is_refused_to_students_and_answers_401_after_the_session(
