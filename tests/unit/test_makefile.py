@@ -1,6 +1,7 @@
 """README's two commands as the Makefile runs them (`make -n`: printed, not run): `make dev`
 installs the service's packages and the CUDA headers and nothing of the test tools; `make test`
-and `make check` add the test tools; `make test` is pytest, printing the slowest tests."""
+and `make check` add the test tools; `make test` is pytest over two processes (WORKERS), printing
+the slowest tests."""
 from __future__ import annotations
 
 import os
@@ -34,10 +35,12 @@ def test_make_dev_installs_what_serving_needs_only(tmp_path: Path) -> None:
 def test_make_test_and_check_add_the_test_tools(tmp_path: Path, target: str) -> None:
     plan = planned(target, tmp_path / "venv")
     assert " -e . " in plan and "-e '.[test]'" in plan
-    if target == "test":
-        assert plan.rstrip().splitlines()[-1].endswith("-m pytest --durations=30")
+    if target == "test":  # the files spread over two processes unless told otherwise
+        assert plan.rstrip().splitlines()[-1].endswith("-m pytest -n 2 --dist loadfile --durations=30")
 
 
-def test_make_test_spreads_the_files_over_workers_when_asked(tmp_path: Path) -> None:
-    plan = planned("test", tmp_path / "venv", "WORKERS=4")
-    assert plan.rstrip().splitlines()[-1].endswith("-m pytest -n 4 --dist loadfile --durations=30")
+@pytest.mark.parametrize(("workers", "command"), [("4", "-m pytest -n 4 --dist loadfile --durations=30"),
+                                                  ("1", "-m pytest --durations=30")])
+def test_make_test_takes_the_number_of_processes(tmp_path: Path, workers: str, command: str) -> None:
+    plan = planned("test", tmp_path / "venv", f"WORKERS={workers}")
+    assert plan.rstrip().splitlines()[-1].endswith(command)
