@@ -33,7 +33,7 @@ the bare GPU machine).
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -157,6 +157,58 @@ def _positive_int(name: str, value: Any) -> int:
     return value
 
 
+def _check_softmax_fw(p: dict[str, Any]) -> None:
+    for k in ("batch", "nhead", "from_len", "to_len"):
+        _positive_int(k, p[k])
+    if not isinstance(p["mask_future"], bool):
+        raise CaseError(f"mask_future must be a bool, not {p['mask_future']!r}")
+    if p["mask"] not in MASK_KINDS:
+        raise CaseError(f"mask must be one of {MASK_KINDS}, not {p['mask']!r}")
+    if p["to_len"] > MAX_SOFTMAX_LEN["softmax_fw"]:
+        raise CaseError(f"to_len {p['to_len']} > {MAX_SOFTMAX_LEN['softmax_fw']}")
+
+
+def _check_softmax_bw(p: dict[str, Any]) -> None:
+    """Also fills in `rows` from batch, nhead and from_len when those are given instead."""
+    _positive_int("softmax_len", p["softmax_len"])
+    if p["softmax_len"] > MAX_SOFTMAX_LEN["softmax_bw"]:
+        raise CaseError(f"softmax_len {p['softmax_len']} > {MAX_SOFTMAX_LEN['softmax_bw']}")
+    dims = [p["batch"], p["nhead"], p["from_len"]]
+    if any(d is not None for d in dims):
+        if any(d is None for d in dims):
+            raise CaseError("softmax_bw: give batch, nhead and from_len together")
+        for k in ("batch", "nhead", "from_len"):
+            _positive_int(k, p[k])
+        product = p["batch"] * p["nhead"] * p["from_len"]
+        if p["rows"] is None:
+            p["rows"] = product
+        elif p["rows"] != product:
+            raise CaseError(f"softmax_bw: rows {p['rows']} != batch*nhead*from_len {product}")
+    if p["rows"] is None:
+        raise CaseError("softmax_bw: give rows or batch, nhead and from_len")
+    _positive_int("rows", p["rows"])
+    if p["rows"] % SOFTMAX_BW_ROW_MULTIPLE:
+        raise CaseError(f"softmax_bw: rows {p['rows']} is not a multiple of {SOFTMAX_BW_ROW_MULTIPLE}")
+
+
+def _check_layernorm(p: dict[str, Any]) -> None:
+    _positive_int("rows", p["rows"])
+    _positive_int("hidden", p["hidden"])
+    if p["hidden"] % 4:
+        raise CaseError(f"hidden {p['hidden']} is not a multiple of 4 (float4 loads)")
+    if p["hidden"] > MAX_LN_HIDDEN:
+        raise CaseError(f"hidden {p['hidden']} > {MAX_LN_HIDDEN}")
+    if p["scale"] < MIN_LN_SCALE:
+        raise CaseError(f"scale {p['scale']:g} < {MIN_LN_SCALE:g}: the open eps convention would decide")
+
+
+# Each kind's own checks of its (defaults-filled) parameters; the layernorm kinds share theirs.
+_KIND_CHECKS: dict[str, Callable[[dict[str, Any]], None]] = {
+    "softmax_fw": _check_softmax_fw, "softmax_bw": _check_softmax_bw,
+    "layernorm_fw": _check_layernorm, "layernorm_bw": _check_layernorm,
+}
+
+
 def make_case(kind: str, *, public: bool = False, id: str | None = None, problem: str | None = None,
               **params: Any) -> Case:
     """A validated Case from its parameters (defaults filled in, id generated unless given)."""
@@ -176,44 +228,7 @@ def make_case(kind: str, *, public: bool = False, id: str | None = None, problem
         raise CaseError(f"scale must be positive, not {p['scale']!r}")
     if "offset" in p:
         p["offset"] = float(p["offset"])
-    if kind == "softmax_fw":
-        for k in ("batch", "nhead", "from_len", "to_len"):
-            _positive_int(k, p[k])
-        if not isinstance(p["mask_future"], bool):
-            raise CaseError(f"mask_future must be a bool, not {p['mask_future']!r}")
-        if p["mask"] not in MASK_KINDS:
-            raise CaseError(f"mask must be one of {MASK_KINDS}, not {p['mask']!r}")
-        if p["to_len"] > MAX_SOFTMAX_LEN[kind]:
-            raise CaseError(f"to_len {p['to_len']} > {MAX_SOFTMAX_LEN[kind]}")
-    elif kind == "softmax_bw":
-        _positive_int("softmax_len", p["softmax_len"])
-        if p["softmax_len"] > MAX_SOFTMAX_LEN[kind]:
-            raise CaseError(f"softmax_len {p['softmax_len']} > {MAX_SOFTMAX_LEN[kind]}")
-        dims = [p["batch"], p["nhead"], p["from_len"]]
-        if any(d is not None for d in dims):
-            if any(d is None for d in dims):
-                raise CaseError("softmax_bw: give batch, nhead and from_len together")
-            for k in ("batch", "nhead", "from_len"):
-                _positive_int(k, p[k])
-            product = p["batch"] * p["nhead"] * p["from_len"]
-            if p["rows"] is None:
-                p["rows"] = product
-            elif p["rows"] != product:
-                raise CaseError(f"softmax_bw: rows {p['rows']} != batch*nhead*from_len {product}")
-        if p["rows"] is None:
-            raise CaseError("softmax_bw: give rows or batch, nhead and from_len")
-        _positive_int("rows", p["rows"])
-        if p["rows"] % SOFTMAX_BW_ROW_MULTIPLE:
-            raise CaseError(f"softmax_bw: rows {p['rows']} is not a multiple of {SOFTMAX_BW_ROW_MULTIPLE}")
-    else:
-        _positive_int("rows", p["rows"])
-        _positive_int("hidden", p["hidden"])
-        if p["hidden"] % 4:
-            raise CaseError(f"hidden {p['hidden']} is not a multiple of 4 (float4 loads)")
-        if p["hidden"] > MAX_LN_HIDDEN:
-            raise CaseError(f"hidden {p['hidden']} > {MAX_LN_HIDDEN}")
-        if p["scale"] < MIN_LN_SCALE:
-            raise CaseError(f"scale {p['scale']:g} < {MIN_LN_SCALE:g}: the open eps convention would decide")
+    _KIND_CHECKS[kind](p)
     if problem is None:
         problem = {v: k for k, v in PROBLEM_KIND.items()}[kind]
     elif PROBLEM_KIND.get(problem) != kind:

@@ -17,6 +17,7 @@ import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -133,6 +134,21 @@ def _grade_problem3(rubric: Rubric, config: GpuStageConfig, gate: LoadGate, rng:
         return _problem3(client, config, gate.deadline, rng, telemetry, _thresholds(rubric, "3"))
 
 
+def _kernel_problems(rubric: Rubric, problems: tuple[str, ...]) -> list[kernels.KernelSpec]:
+    """The kernel problems to run of `problems`: each with its cases, the speedups where its
+    points change and the libraries it loads."""
+    cases = load_cases(rubric.path or rubric.slug)
+    return [(pid, cases[pid], _thresholds(rubric, pid), _libraries(rubric, pid))
+            for pid in KERNEL_PROBLEMS if pid in problems]
+
+
+def _record_run(measurements: list[ProblemMeasurement], gate: LoadGate, budget_s: float | None, deadline: Deadline) -> None:
+    """The record of what loaded and of the budget, once per run, in every problem's telemetry."""
+    for m in measurements:
+        m.telemetry["load"] = gate.record()
+        m.telemetry["budget"] = {"budget_s": budget_s, "stage_s": round(time.monotonic() - deadline.started, 1)}
+
+
 def _open_sides(rubric: Rubric, staged_root: Path, trusted_root: Path | None, work_dir: Path,
                 open_child: Callable[..., ChildClient]) -> speed.Sides:
     """The timing's side children (our kit's, the submission's on our basic ops), where there
@@ -160,9 +176,7 @@ def run_gpu_stage(
     sandbox = Sandbox(config.limits, config.policy)
     rng = np.random.default_rng(config.seed)
     gpu = config.policy.gpu_index or 0
-
-    def telemetry() -> dict[str, Any]:
-        return gpu_snapshot(gpu)
+    telemetry = partial(gpu_snapshot, gpu)
 
     def open_child(label: str, root: Path, handlers: tuple[str, ...], arena: int, within: Deadline = deadline,
                    wrapper: Sequence[str] = ()) -> ChildClient:
@@ -172,11 +186,8 @@ def run_gpu_stage(
     def open_wrapped(label: str, wrapper: Sequence[str], cap: Deadline) -> ChildClient:
         return open_child(label, staged_root, kernels.HANDLERS, KERNEL_ARENA_BYTES, cap, wrapper)
 
-    cases = load_cases(rubric.path or rubric.slug)
     measurements: list[ProblemMeasurement] = []
-    kernel_problems = []
-    for pid in (p for p in KERNEL_PROBLEMS if p in config.problems):
-        kernel_problems.append((pid, cases[pid], _thresholds(rubric, pid), _libraries(rubric, pid)))
+    kernel_problems = _kernel_problems(rubric, config.problems)
     gate = LoadGate(deadline, config.load_timeout_s, cuda=config.policy.gpu_index is not None)
     failed_abi: dict[str, list[Check]] = {}
     try:
@@ -192,9 +203,7 @@ def run_gpu_stage(
                     sides, gate, rng, config.timing, telemetry, progress, config.timing_cpus, failed_abi,
                 ))
         finally:
-            for client in sides.clients.values():
-                if client is not None:
-                    client.close()
+            sides.close()
         for m in measurements:
             m.telemetry["gpu_busy"] = busy.summary()
         if "3" in config.problems:
@@ -205,9 +214,7 @@ def run_gpu_stage(
         # last, so that it cannot take time from anything that scores
         sanitize.sanitize_failed(failed_abi, measurements, config.sanitizer, open_wrapped, deadline,
                                  config.policy.gpu_index is not None, config.timing.call_timeout_s)
-        for m in measurements:  # the record of what loaded, and of the budget, once per run in every problem
-            m.telemetry["load"] = gate.record()
-            m.telemetry["budget"] = {"budget_s": config.budget_s, "stage_s": round(time.monotonic() - deadline.started, 1)}
+        _record_run(measurements, gate, config.budget_s, deadline)
     finally:
         gate.close()
     return measurements

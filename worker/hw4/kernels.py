@@ -39,6 +39,9 @@ from worker.hw4.speed import (
 from worker.measurements import BANDWIDTH_KEY, Bandwidth, CaseOutcome, ProblemMeasurement
 
 HANDLERS = ("worker.hw4.child_kernels",)
+# A kernel problem to run: its id, its cases, the speedups where its points change, the
+# built libraries it loads.
+KernelSpec = tuple[str, list[Case], tuple[float, ...], tuple[str, ...]]
 
 
 ClientFactory = Callable[[str], ChildClient]  # label -> a fresh sandboxed child
@@ -302,7 +305,7 @@ def _warm_sides(sides: Sides, gate: LoadGate, timeout: float) -> None:
 
 
 def grade_kernel_problems(
-    problems: list[tuple[str, list[Case], tuple[float, ...], tuple[str, ...]]],
+    problems: list[KernelSpec],
     open_student: ClientFactory,
     sides: Sides,
     gate: LoadGate,

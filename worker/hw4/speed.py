@@ -147,6 +147,12 @@ class Sides:
         if client is not None:
             client.close()  # never reused after a failure (the reference_ops one runs student code)
 
+    def close(self) -> None:
+        """Every side child still open closed (the end of the kernel problems)."""
+        for client in self.clients.values():
+            if client is not None:
+                client.close()
+
     def run(self, name: str, case: Case, sets: list[dict[str, np.ndarray]], timeout: float) -> BindingRun | None:
         """The side's composition on `sets`, or None once it is dropped (its failure says why)."""
         client = self.client(name)
