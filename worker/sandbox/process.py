@@ -291,6 +291,7 @@ class SandboxedProcess(WatchedChild):
                                "(its folder, /tmp and the like together)")
         violation, vdetail = self._tripped()
         cpu_spent = self._max_cpu_s >= self.limits.cpu_s - 0.5
-        self._result = replace(classify(returncode, self.limits, violation, vdetail, leftovers, cpu_spent),
-                               isolation=self.isolation, refused=self._refused)
+        ended = classify(returncode, self.limits, violation, vdetail, leftovers, cpu_spent)
+        refused = f"; the sandbox refused {', '.join(self._refused)}" if self._refused else ""
+        self._result = replace(ended, detail=ended.detail + refused, isolation=self.isolation, refused=self._refused)
         return self._result
