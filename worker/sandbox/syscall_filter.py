@@ -92,7 +92,8 @@ AF_PACKET, SOCK_RAW, SOCK_TYPE_MASK = 17, 3, 0xF
 
 # Classic BPF, as the kernel's filter.h spells it.
 LD_W_ABS, ALU_AND_K = 0x20, 0x54
-JEQ, JGE, JSET = 0x15, 0x35, 0x45
+JA, JEQ, JGE, JSET = 0x05, 0x15, 0x35, 0x45
+SEARCH_LEAF = 4  # numbers compared one by one at the end of the search
 RET_K = 0x06
 RET_ALLOW, RET_ERRNO, RET_USER_NOTIF = 0x7FFF0000, 0x00050000, 0x7FC00000
 NR_AT, ARCH_AT, ARG0_AT, ARG1_AT = 0, 4, 16, 24  # offsets in struct seccomp_data (low words, little-endian)
@@ -109,10 +110,10 @@ class _Program:
     """A straight-line BPF program whose jumps name labels; jumps only go forward."""
 
     def __init__(self) -> None:
-        self.code: list[tuple[int, int | str, int | str, int]] = []
+        self.code: list[tuple[int, int | str, int | str, int | str]] = []
         self.labels: dict[str, int] = {}
 
-    def op(self, code: int, k: int, jt: int | str = 0, jf: int | str = 0) -> None:
+    def op(self, code: int, k: int | str, jt: int | str = 0, jf: int | str = 0) -> None:
         self.code.append((code, jt, jf, k))
 
     def label(self, name: str) -> None:
@@ -124,8 +125,25 @@ class _Program:
             offsets = [self.labels[j] - at - 1 if isinstance(j, str) else j for j in (jt, jf)]
             if not all(0 <= o <= 255 for o in offsets):
                 raise ValueError(f"BPF jump out of range at {at}")
-            out += struct.pack("=HBBI", code, offsets[0], offsets[1], k)
+            out += struct.pack("=HBBI", code, offsets[0], offsets[1],
+                               self.labels[k] - at - 1 if isinstance(k, str) else k)
         return bytes(out)
+
+
+def _search(p: _Program, targets: list[tuple[int, str]], path: str = "n") -> None:
+    """Jump to the label of the syscall number in the accumulator, by binary search over
+    `targets` (sorted); to ALLOW when it is none of them. Every call pays a few comparisons,
+    not one per refused number: the GPU stage's timed calls make many syscalls."""
+    if len(targets) <= SEARCH_LEAF:
+        for number, label in targets:
+            p.op(JEQ, number, label, 0)
+        p.op(JA, ALLOW)
+        return
+    middle = len(targets) // 2
+    p.op(JGE, targets[middle][0], f"{path}r", 0)
+    _search(p, targets[:middle], f"{path}l")
+    p.label(f"{path}r")
+    _search(p, targets[middle:], f"{path}r")
 
 
 def filter_program(notify: bool, arch: str | None = None) -> bytes:
@@ -140,11 +158,9 @@ def filter_program(notify: bool, arch: str | None = None) -> bytes:
     p.op(LD_W_ABS, NR_AT)
     if target.x32_bit:
         p.op(JGE, target.x32_bit, FOREIGN, 0)
-    for number in sorted(refused_calls(arch)):
-        p.op(JEQ, number, DENY, 0)
-    p.op(JEQ, numbers["clone3"], NO_SYSCALL, 0)
-    p.op(JEQ, numbers["socket"], "socket", 0)
-    p.op(JEQ, numbers["clone"], 0, ALLOW)
+    special = {numbers["clone3"]: NO_SYSCALL, numbers["socket"]: "socket", numbers["clone"]: "clone"}
+    _search(p, sorted({**{n: DENY for n in refused_calls(arch)}, **special}.items()))
+    p.label("clone")
     p.op(LD_W_ABS, ARG0_AT)  # clone's flags
     p.op(JSET, CLONE_NEW_FLAGS, DENY, ALLOW)
     p.label("socket")
