@@ -7,8 +7,9 @@ root, read a file of the host for it.
 any link: with openat2(2) (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS) where
 the kernel has it, else one component at a time with O_NOFOLLOW, each folder opened from the
 one before. Every component is opened with O_PATH, so nothing is opened for reading until the
-file is known to be a plain one: a link, a folder, a FIFO, a socket or a device is refused, and
-so is a plain file with more than one name (a hard link can name a file outside the folder).
+file is known to be a plain one (that very inode is then reopened through /proc/self/fd): a
+link, a folder, a FIFO, a socket or a device is refused, and so is a plain file with more than
+one name (a hard link can name a file outside the folder).
 Refusals raise `JobFileError` naming the path and why, in a sentence a student can act on.
 
 Read after the job has ended where the stage allows: the checks are made on the file opened,
@@ -61,13 +62,28 @@ def read_job_file(folder: Path, rel: str, max_bytes: int, cut: bool = False) -> 
         data_fd = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_CLOEXEC)  # the very inode checked
     finally:
         os.close(fd)
-    with os.fdopen(data_fd, "rb") as f:
-        data = f.read(max_bytes + 1)
+    try:
+        data = _read_at_most(data_fd, max_bytes + 1)
+    finally:
+        os.close(data_fd)
     if len(data) > max_bytes:
         if not cut:
             raise JobFileError(rel, f"it holds more than {max_bytes} bytes, the most read back; write less")
         data = data[:max_bytes]
     return data
+
+
+def _read_at_most(fd: int, limit: int) -> bytes:
+    """Up to `limit` bytes of `fd`, in chunks: memory follows the file's size, not the cap."""
+    chunks: list[bytes] = []
+    total = 0
+    while total < limit:
+        chunk = os.read(fd, min(1 << 20, limit - total))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+    return b"".join(chunks)
 
 
 def is_job_file(folder: Path, rel: str) -> bool:
@@ -84,6 +100,8 @@ def _open_checked(folder: Path, rel: str) -> int:
     parts = PurePosixPath(rel).parts
     if not parts or parts[0] == "/" or ".." in parts:
         raise JobFileError(rel, "the path leads outside the job's folder")
+    if "\0" in rel:
+        raise JobFileError(rel.replace("\0", "\\0"), "the path holds a NUL character")
     root = os.open(folder, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         fd = _openat2(root, rel)

@@ -131,6 +131,12 @@ def test_a_path_leaving_the_folder_is_refused_before_any_lookup(job: Path, resol
     assert refused.reason == "the path leads outside the job's folder" and resolver == []
 
 
+def test_a_path_with_a_nul_is_refused(job: Path, resolver: list[str]) -> None:
+    """openat2 would stop at the NUL and read `out/result.bin`; the walk would raise ValueError."""
+    refused = _refused(job, "out/result.bin\0.txt")
+    assert (refused.rel, refused.reason) == ("out/result.bin\\0.txt", "the path holds a NUL character")
+
+
 def test_a_missing_file_says_so(job: Path, resolver: list[str]) -> None:
     for rel in ("none.bin", "no/such/folder.bin"):
         with pytest.raises(JobFileMissing) as missing:
@@ -145,3 +151,4 @@ def test_a_file_over_the_cap_is_refused_or_cut(job: Path, resolver: list[str]) -
     assert refused.reason == "it holds more than 99 bytes, the most read back; write less"
     assert read_job_file(job, "log.txt", 100) == b"x" * 100
     assert read_job_file(job, "log.txt", 10, cut=True) == b"x" * 10
+    assert read_job_file(job, "log.txt", 1 << 40) == b"x" * 100  # a cap as large as a job's disk costs nothing
