@@ -326,6 +326,9 @@ class Submission(Base):
     runs: Mapped[list[Run]] = relationship(back_populates="submission", order_by="Run.id")
 
 
+REDUCED_ISOLATION = "reduced_isolation"  # Run.toolchain's key: what the worker's sandbox lacked, in words
+
+
 class Run(Base):
     __tablename__ = "runs"
     __table_args__ = (Index("ix_runs_state", "state"),)
@@ -346,6 +349,7 @@ class Run(Base):
     heartbeat_at: Mapped[datetime | None]
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     worker_host: Mapped[str | None] = mapped_column(String(256))
+    # nvcc, its flags, Python, the host; and REDUCED_ISOLATION where the worker's sandbox lacked something
     toolchain: Mapped[dict[str, Any] | None]
     stages: Mapped[dict[str, Any] | None]  # stage name -> {status, seconds, log}
     report: Mapped[dict[str, Any] | None]  # Gradescope-format results.json of a scored run
