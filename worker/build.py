@@ -25,7 +25,6 @@ import functools
 import hashlib
 import os
 import shutil
-import stat
 import subprocess
 import tempfile
 import threading
@@ -34,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from worker.job_files import JobFileError, JobFileMissing, read_job_file
 from worker.sandbox import Sandbox, SandboxError, usable_by
 
 HEADER_SUFFIXES = (".h", ".cuh", ".hpp", ".inl")
@@ -224,23 +224,6 @@ def _search_path(nvcc: str) -> str:
     return os.pathsep.join([*folders, os.environ.get("PATH", os.defpath)])
 
 
-def _read_back(folder: Path, rel: str, limit: int) -> bytes | None:
-    """Up to `limit` bytes of the plain file `rel` that a confined build left in `folder`, or
-    None when there is none. The folder was the sandbox's to change: nothing reached through
-    a link is read, and nothing that would block (a FIFO)."""
-    path = folder / rel
-    if not Path(os.path.realpath(path)).is_relative_to(folder):
-        return None
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            return None
-        return f.read(limit)
-
-
 def _run_confined(root: Path, target: KernelTarget, command: list[str], toolchain: Toolchain,
                   confine: Confinement) -> _Ran:
     """nvcc in the sandbox, in a fresh folder holding a copy of the target's inputs; on success
@@ -257,7 +240,10 @@ def _run_confined(root: Path, target: KernelTarget, command: list[str], toolchai
     with _SPAWN_LOCK:
         process = confine.sandbox.spawn(argv, cwd=folder, env=env)
     ended = process.wait()
-    raw = _read_back(folder, LOG_NAME, LOG_READ_LIMIT + 1) or b""
+    try:
+        raw = read_job_file(folder, LOG_NAME, LOG_READ_LIMIT + 1, cut=True)
+    except JobFileError:  # no log, or nothing the parent may read
+        raw = b""
     log = raw[:LOG_READ_LIMIT].decode(errors="replace") + process.output_tail()
     if len(raw) > LOG_READ_LIMIT:
         log += f"\n[build log cut at {LOG_READ_LIMIT} bytes]\n"
@@ -266,9 +252,12 @@ def _run_confined(root: Path, target: KernelTarget, command: list[str], toolchai
         over = confine.sandbox.limits.wall_s if ended.reason == "timeout" else None
         return _relative(log, folder) + f"\nerror: the build was stopped: {why} ({ended.detail})\n", None, over
     if ended.returncode == 0:
-        library = _read_back(folder, target.output, confine.sandbox.limits.file_size_bytes)
-        if library is None:
+        try:
+            library = read_job_file(folder, target.output, confine.sandbox.limits.file_size_bytes)
+        except JobFileMissing:
             log += f"\nerror: nvcc left no library at {target.output}\n"
+        except JobFileError as exc:
+            log += f"\nerror: {exc}\n"
         else:
             (root / target.output).write_bytes(library)
     return _relative(log, folder), ended.returncode, None
