@@ -119,6 +119,7 @@ class SandboxedProcess(WatchedChild):
         self._ids = ids
         self._namespaced = namespaced  # (what the launcher started, the real job folder)
         self._refused: tuple[str, ...] = ()  # what the syscall filter refused (namespaced)
+        self._dropped = ""  # what the job wrote that was not carried back (links, devices, ...), in words
         self._group = group
         self._scratch_full = False
         self.uid: int | None = ids[0] if ids else None
@@ -221,7 +222,8 @@ class SandboxedProcess(WatchedChild):
         room = os.fstatvfs(upper)
         self._scratch_full = room.f_bavail * room.f_frsize < SCRATCH_FULL_BYTES or room.f_favail == 0
         try:
-            merge_back(upper, cwd, self._ids)
+            dropped = merge_back(upper, cwd, self._ids)
+            self._dropped = ", ".join(kind + (f" x{n}" if n > 1 else "") for kind, n in sorted(dropped.items()))
         except OSError as exc:
             self._merge_error = SandboxError(f"could not carry the job's files back into {cwd}: {exc}")
 
@@ -293,5 +295,7 @@ class SandboxedProcess(WatchedChild):
         cpu_spent = self._max_cpu_s >= self.limits.cpu_s - 0.5
         ended = classify(returncode, self.limits, violation, vdetail, leftovers, cpu_spent)
         refused = f"; the sandbox refused {', '.join(self._refused)}" if self._refused else ""
-        self._result = replace(ended, detail=ended.detail + refused, isolation=self.isolation, refused=self._refused)
+        dropped = f"; not carried back from its folder: {self._dropped}" if self._dropped else ""
+        self._result = replace(ended, detail=ended.detail + refused + dropped, isolation=self.isolation,
+                               refused=self._refused)
         return self._result
