@@ -12,8 +12,10 @@ Either way nvcc is given paths relative to the submission root, so logs name fil
 student knows them (`src/softmax_kernel.cu(12): error ...`).
 
 A fault of the toolchain is never the student's: nvcc missing or not runnable, or a submission
-build that failed where our own probe source (PROBE_SOURCE) fails too, in the same sandbox with
-the same flags, raises ToolchainFault, an infrastructure fault (the run is retried elsewhere).
+build that failed where our own probe source (PROBE_SOURCE, including every system header the
+assignment's kit includes: a toolchain without cuBLAS's headers fails it) fails too, in the same
+sandbox with the same flags, raises ToolchainFault, an infrastructure fault (the run is retried
+elsewhere).
 The probe decides, not the log's words: a submission can print anything, even "nvcc fatal".
 
 Pure standard library on purpose: the GPU test suite imports this module on a machine that
@@ -24,6 +26,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -75,6 +78,9 @@ class Toolchain:
     flags: tuple[str, ...]
     include_dirs: tuple[str, ...] = ()
     timeout_s: float = 300.0  # a trusted build's; a confined one has its sandbox's wall time, the per-file budget
+    # Headers of the system the assignment's kit includes (system_includes): our probe source
+    # includes them too, so a toolchain that lacks one fails the probe, not the student
+    probe_includes: tuple[str, ...] = ()
 
     def command(self, source: Path, output: Path) -> list[str]:
         includes = [f"-I{d}" for d in self.include_dirs]
@@ -360,6 +366,20 @@ def build_kernels(
     return results
 
 
+INCLUDE_LINE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.MULTILINE)
+
+
+@functools.cache
+def system_includes(kit: Path) -> tuple[str, ...]:
+    """The headers the kit's sources include that are none of its own files (cuBLAS's, CUB's,
+    the C++ library's, ...): any toolchain that builds the kit has them."""
+    files = [p for p in kit.rglob("*") if p.is_file()]
+    own = {p.relative_to(kit).as_posix() for p in files}
+    included = {name for p in files if p.suffix in (".cu", ".cpp", *HEADER_SUFFIXES)
+                for name in INCLUDE_LINE.findall(p.read_text(errors="replace"))}
+    return tuple(sorted(name for name in included if not any(o == name or o.endswith("/" + name) for o in own)))
+
+
 PROBE_SOURCE = """// kernelgrade's toolchain probe: if this does not build, the toolchain is at fault
 __global__ void kg_probe(float* x) { x[threadIdx.x] *= 2.0f; }
 extern "C" void kg_probe_launch(float* x) { kg_probe<<<1, 32>>>(x); }
@@ -368,15 +388,16 @@ PROBE = KernelTarget("toolchain-probe", "src/kg_toolchain_probe.cu", "kg_toolcha
 
 
 def probe_toolchain(toolchain: Toolchain, folder: Path, confine: Confinement | None = None) -> str | None:
-    """Build PROBE_SOURCE with `toolchain` in the fresh folder `folder` (sandboxed like a
-    submission with `confine`, already set up by build_kernels), uncached: None when it built,
+    """Build PROBE_SOURCE, after an #include of each of `toolchain.probe_includes`, with
+    `toolchain` in the fresh folder `folder` (sandboxed like a submission with `confine`,
+    already set up by build_kernels), uncached: None when it built,
     else the line of its log that says why (nvcc's first error or fatal line, else its last)."""
     version = nvcc_version(toolchain.nvcc)
     if version is None:
         return f"nvcc not found or not runnable: {toolchain.nvcc}"
     folder = folder.resolve()
     (folder / PROBE.source).parent.mkdir(parents=True, exist_ok=True)
-    (folder / PROBE.source).write_text(PROBE_SOURCE)
+    (folder / PROBE.source).write_text("".join(f"#include <{h}>\n" for h in toolchain.probe_includes) + PROBE_SOURCE)
     result = _build_one(folder, PROBE, toolchain, version, None, confine)
     if result.ok:
         return None

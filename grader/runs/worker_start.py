@@ -28,6 +28,8 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from celery.signals import celeryd_after_setup, worker_init
@@ -36,6 +38,7 @@ from grader.datadir import private_dir, private_file
 from grader.runs.engine_config import build_policy, gpu_available, gpu_stage_config, pipeline_config
 from grader.settings import Settings, get_settings
 from worker.build import ToolchainFault
+from worker.pipeline import prove_kit_builds
 from worker.rubric import load_rubric
 from worker.sandbox.canary import prove_sandbox
 from worker.sandbox.view import PROJECT_ROOT
@@ -52,11 +55,19 @@ _shortfall: tuple[str, ...] | None = None  # what the sandbox lacks, once proven
 
 def toolchain_check(settings: Settings) -> str:
     """The toolchain check of a worker with these settings (every assignment it grades; its GPU,
-    when it grades on one): what was found. Raises ToolchainFault."""
-    toolchains = [pipeline_config(settings, load_rubric(slug, search=settings.rubric_dirs)).toolchain
-                  for slug in settings.rubrics]
+    when it grades on one), then each assignment's reference kit built in the build's sandbox
+    (from the build cache once it has been): what was found. Raises ToolchainFault."""
+    rubrics = [load_rubric(slug, search=settings.rubric_dirs) for slug in settings.rubrics]
+    configs = [pipeline_config(settings, rubric) for rubric in rubrics]
     gpu = gpu_compute_capability(settings.gpu_index) if gpu_available(settings) else None
-    return check_toolchain(toolchains, settings.cuda_arch, gpu)
+    found = check_toolchain([config.toolchain for config in configs], settings.cuda_arch, gpu)
+    with tempfile.TemporaryDirectory(prefix="kg-toolchain-check-kits-", dir=private_dir(settings.jobs_dir)) as tmp:
+        for rubric, config in zip(rubrics, configs):
+            try:
+                prove_kit_builds(rubric, config, Path(tmp) / rubric.slug)
+            except ToolchainFault as exc:
+                raise ToolchainFault(f"{rubric.slug}: {exc} (README, Deploying: the CUDA headers)") from None
+    return f"{found}; every assignment's reference kit builds in the sandbox"
 
 
 def sandbox_shortfall(settings: Settings) -> tuple[str, ...]:
