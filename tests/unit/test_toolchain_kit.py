@@ -17,8 +17,15 @@ from grader.runs.worker_start import toolchain_check
 from grader.settings import Settings
 from tests.fixtures import cpu_standin
 from tests.unit.test_sandbox import IS_ROOT
-from worker.build import Confinement, KernelTarget, Toolchain, ToolchainFault, build_kernels, system_includes, \
-    toolkit_has_cuda_headers
+from worker.build import (
+    Confinement,
+    KernelTarget,
+    Toolchain,
+    ToolchainFault,
+    build_kernels,
+    system_includes,
+    toolkit_has_cuda_headers,
+)
 from worker.rubric import load_rubric
 from worker.sandbox import Sandbox, SandboxLimits, SandboxPolicy
 from worker.toolchain import check_toolchain
