@@ -103,9 +103,9 @@ def plan_roster(session: Session, lines: list[RosterLine], course: Course) -> li
     account = _accounts(session, lines)
     users = {ln.line: account(ln.login) for ln in lines}
     entries = entries_of(session, course.id, [u.id for u in users.values() if u is not None])
-    canvas_ids = dict(session.execute(select(Enrollment.canvas_user_id, User.username)
-                                      .join(User, User.id == Enrollment.user_id)
-                                      .where(Enrollment.course_id == course.id, Enrollment.canvas_user_id.is_not(None))))
+    canvas_ids = {canvas_id: login for canvas_id, login in session.execute(
+        select(Enrollment.canvas_user_id, User.username).join(User, User.id == Enrollment.user_id)
+        .where(Enrollment.course_id == course.id, Enrollment.canvas_user_id.is_not(None)))}
     plans = []
     for line in lines:
         user = users[line.line]

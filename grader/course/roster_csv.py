@@ -192,7 +192,8 @@ def parse_roster(text: str) -> tuple[list[RosterLine], list[LineError]]:
             line, label = header.line(number, cells), header.login_label
         elif len(cells) in (2, 3):
             login = cells[0].lower()
-            line, label = RosterLine(number, login, cells[1], cells[2] if len(cells) == 3 else None, login), None
+            section = cells[2] if len(cells) == 3 else ""
+            line, label = RosterLine(number, login, cells[1], section or None, login), None
         else:
             errors.append(LineError(number, f"expected 2 or 3 columns (email,name[,section]), found {len(cells)}"))
             continue
