@@ -149,3 +149,15 @@ def test_an_import_in_b_changes_nothing_a_shows_nor_the_account(
     link = mailbox[0].wait_for(f"{student}@uni.example")
     assert "/reset/" in link.get_content()
     assert not [to for to, _ in mailbox[0].received if any("evil.example" in r for r in to)]
+
+
+def test_a_canvas_id_another_member_holds_is_refused_and_changes_nothing(
+        sessions: sessionmaker[Session], courses: TwoCourses) -> None:
+    other = f"bo-{courses.tag}"
+    with session_scope(sessions) as session:
+        course = session.scalars(select(Course).where(Course.slug == courses.a)).one()
+        report = import_roster(session, f"login,name,ID\n{other},Bo Li,501\n{other}x,Cy,502\n", course, SUITE_ARGON2)
+        assert report.summary() == "1 created, 0 updated, 0 unchanged, 1 line(s) with errors"
+        assert [str(e) for e in report.errors] == [
+            f"line 2: Canvas ID 501 is {courses.student}'s in {courses.a}; {other} not changed"]
+        assert session.scalars(select(User).where(User.username == other)).first() is None
