@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from grader.course.courses import CourseError, add_assignment, create_course, free_assignments
 from grader.course.membership import courses_of, enroll, members_of, unenroll
+from grader.course.roster_entries import entries_of, entry_of, shown_name
 from grader.models import Course, CourseRole, Role, Submission, User
 from grader.pages.common import (
     CourseInstructor,
@@ -102,8 +103,11 @@ def _members_page(request: Request, session: Session, staff: CourseOf, status_co
                   **values: Any) -> HTMLResponse:
     values.setdefault("error", None)
     values.setdefault("kept", {})  # the form's fields as sent, when refused
+    members = members_of(session, staff.course)
+    entries = entries_of(session, staff.course.id)
+    roster = {user.id: (shown_name(entries.get(user.id), user), entries[user.id].section) for user, _ in members}
     return page(request, "course_members.html", staff.user, status_code, course=staff.course,
-                members=members_of(session, staff.course), parts=list(CourseRole),
+                members=members, roster=roster, parts=list(CourseRole),
                 saved=request.query_params.get("saved"), **values)
 
 
@@ -160,7 +164,9 @@ def member_remove_confirm(request: Request, username: str, session: Db, staff: C
     target, part = member
     uploads = session.scalar(select(func.count(Submission.id)).where(
         Submission.user_id == target.id, Submission.assignment_id.in_([a.id for a in course.assignments]))) or 0
-    who = ", ".join(x for x in (target.full_name, f"section {target.section}" if target.section else "") if x)
+    entry = entry_of(session, target.id, course.id)
+    section = entry.section if entry else None
+    who = ", ".join(x for x in (shown_name(entry, target), f"section {section}" if section else "") if x)
     return page(request, "confirm.html", staff.user, title="Remove a member",
                 question=f"Remove {target.username} ({part.label}{', ' + who if who else ''}) from {course.slug}?",
                 details=[f"They will no longer see {course.slug}'s assignments or upload to them"
