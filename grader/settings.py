@@ -10,6 +10,7 @@ import functools
 import ipaddress
 import json
 import re
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -17,9 +18,27 @@ from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, DotEnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 MiB = 1024 * 1024
+
+
+class ExposedSecretFile(ValueError):
+    """A file that holds the service's secrets (the `.env`, the session key) which other users of
+    the host may read or change: the service refuses to start on it."""
+
+
+def refuse_exposed(path: Path) -> None:
+    """ExposedSecretFile, in one line naming the file and the chmod that fixes it, when `path`
+    exists and its group or others may read or write it."""
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        return
+    if mode & 0o066:
+        where = path.resolve()
+        raise ExposedSecretFile(f"refusing to start: {where} holds secrets and other users of this host can read or "
+                                f"change it (mode {mode:04o}); run chmod 600 {where} and start again")
 
 
 class ChildSettings(BaseModel):
@@ -283,6 +302,20 @@ class Settings(BaseSettings):
     # (worker.assignment). Nothing global: every service call that loads a rubric by slug passes
     # these to worker.rubric.load_rubric(slug, search=...).
     rubric_dirs: list[Path] = Field(default_factory=list)
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+                                   env_settings: PydanticBaseSettingsSource,
+                                   dotenv_settings: PydanticBaseSettingsSource,
+                                   file_secret_settings: PydanticBaseSettingsSource,
+                                   ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """The sources pydantic-settings reads, in its order; a `.env` others can read is refused
+        before a line of it is read (ExposedSecretFile)."""
+        if isinstance(dotenv_settings, DotEnvSettingsSource):
+            files = dotenv_settings.env_file
+            for name in [files] if isinstance(files, str | Path) else files or []:
+                refuse_exposed(Path(name))
+        return init_settings, env_settings, dotenv_settings, file_secret_settings
 
     @classmethod
     def groups(cls) -> dict[str, type[BaseModel]]:
