@@ -21,6 +21,7 @@ from grader.course import adjustments
 from grader.course.adjustments import MAX_TEXT, WorkflowError
 from grader.course.counted_choice import REFUSAL_TEXT, choose, clear, is_scored, student_refusal
 from grader.course.grade_reads import Counted, counted_for, run_grades
+from grader.ids import RowId
 from grader.models import Assignment, Submission, User
 from grader.notify import answer_messages, send_quietly
 from grader.reads.submission_reads import student_submissions
@@ -33,7 +34,7 @@ GRADE = "/assignments/{slug}/students/{login}/grade"
 
 
 class CountedRunIn(BaseModel):
-    run_id: int = Field(description="a scored run of the student in this assignment")
+    run_id: RowId = Field(description="a scored run of the student in this assignment")
     reason: Annotated[str, StringConstraints(strip_whitespace=True, max_length=MAX_TEXT)] | None = Field(
         None, description="why (staff only; shown on the staff's history page and in the gradebook)")
 

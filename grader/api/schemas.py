@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any, Literal, Self
 
 from pydantic import AliasPath, BaseModel, ConfigDict, Field
 
+from grader.ids import RowId
+
 if TYPE_CHECKING:
     from grader.reads.bandwidth import ProblemBandwidth
 
@@ -258,7 +260,7 @@ class GradebookOut(FromRow):
 
 
 class RegradeRequest(BaseModel):
-    submissions: list[int] | Literal["all", "latest"] = Field(
+    submissions: list[RowId] | Literal["all", "latest"] = Field(
         description='submission ids, "all" (every submission of the assignment) or '
         '"latest" (each student\'s newest submission)',
         examples=[[12, 15], "all"],

@@ -229,7 +229,7 @@ def grading_controls(request: Request, session: Db, staff: Instructor) -> Respon
     now = utcnow()
     figures = health(session, [staff.assignment.id], now, timedelta(seconds=settings.heartbeat_timeout_s))
     return page(request, "ops_grading.html", staff.user, assignment=staff.assignment,
-                state=grading_state(session, staff.assignment), sent=int(sent) if sent.isdigit() else None,
+                state=grading_state(session, staff.assignment), sent=int(sent) if sent.isascii() and sent.isdigit() else None,
                 zone=settings.course_zone, health=figures[staff.assignment.id], heartbeat_s=settings.heartbeat_timeout_s)
 
 
