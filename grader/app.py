@@ -14,6 +14,7 @@ from starlette.middleware.sessions import SessionMiddleware
 
 from grader import api, pages
 from grader.api.errors import error_response, install_error_handlers
+from grader.api.text_rules import install_text_rules
 from grader.auth.sessions import SESSION_COOKIE, secret_key
 from grader.context import AppContext
 from grader.control_chars import ControlCharacters
@@ -57,6 +58,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.mount("/static", StaticFiles(directory=Path(__file__).parent / "static"), name="static")
     app.include_router(api.router)
     install_error_handlers(app)  # {"error": {code, message}} on /api/ paths
+    install_text_rules(app)  # the rule on control characters, in the OpenAPI description
     install_error_pages(app)  # HTML error pages for browsers elsewhere; after the API's handlers, which it wraps
     app.add_exception_handler(DataError, _out_of_range)
     app.add_exception_handler(OperationalError, _database_down)

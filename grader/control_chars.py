@@ -6,7 +6,7 @@ What is checked:
 - the address: its path and every name and value of its query string hold no control character
   at all, tab and line breaks included (none of them is ever multi-line);
 - the body's text: every field of a form (urlencoded or multipart; a file's name too, never its
-  bytes) and every string of a JSON body, keys included, holds none but tab, line feed and
+  bytes) and every string value of a JSON body holds none but tab, line feed and
   carriage return (a text area is multi-line, and browsers send its line breaks as CR LF).
 A control character is one of Unicode's category Cc: U+0000-U+001F and U+007F-U+009F.
 
@@ -61,15 +61,14 @@ def address_refusal(scope: Scope) -> str | None:
 
 
 def _json_strings(value: Any, where: str = "") -> Iterator[tuple[str, str]]:
-    """(where, text) of every string in a parsed JSON document, keys included."""
+    """(where, text) of every string value in a parsed JSON document."""
     if isinstance(value, str):
         yield where or "the body", value
     elif isinstance(value, list):
         for index, item in enumerate(value):
             yield from _json_strings(item, f"{where}[{index}]")
-    elif isinstance(value, dict):
+    elif isinstance(value, dict):  # its keys are names: one the route does not know is ignored
         for key, item in value.items():
-            yield f"a field name of {where or 'the body'}", key
             yield from _json_strings(item, f"{where}.{key}" if where else key)
 
 

@@ -24,6 +24,13 @@ class _WithDerived:
         return self._derived[name] if name in self._derived else getattr(self._row, name)
 
 
+class RequestBody(BaseModel):
+    """A request's JSON body: a field it does not name is refused (422 `validation_error`), so
+    that a misspelt field is never silently ignored and the description says what is taken."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
 class FromRow(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
@@ -259,7 +266,7 @@ class GradebookOut(FromRow):
     rows: list[GradebookRowOut]
 
 
-class RegradeRequest(BaseModel):
+class RegradeRequest(RequestBody):
     submissions: list[RowId] | Literal["all", "latest"] = Field(
         description='submission ids, "all" (every submission of the assignment) or '
         '"latest" (each student\'s newest submission)',

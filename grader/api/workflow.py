@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from grader.accepting import admit_committed
 from grader.api.deps import DB, Caller, Context, refuse_unless, require, taught_assignment
 from grader.api.errors import ERRORS, ApiError, ErrorBody
-from grader.api.schemas import AdjustmentOut, FromRow
+from grader.api.schemas import AdjustmentOut, FromRow, RequestBody
 from grader.auth.credentials import SCOPE_READ, SCOPE_REGRADE, SCOPE_SUBMIT, Principal
 from grader.course import adjustments
 from grader.course.adjustments import MAX_TEXT, Show, WorkflowError
@@ -34,16 +34,16 @@ REFUSED = {**ERRORS, 409: {"model": ErrorBody, "description": "the workflow refu
 # ---- bodies --------------------------------------------------------------------------------
 
 
-class RegradeAsk(BaseModel):
+class RegradeAsk(RequestBody):
     reason: Text = Field(description="why the run should be looked at again; shown to the course staff")
 
 
-class RegradeByRegrading(BaseModel):
+class RegradeByRegrading(RequestBody):
     action: Literal["regrade"] = Field(description="accept by grading the submission again (a new run)")
     reply: str = Field("", max_length=MAX_TEXT, description="shown to the student (optional)")
 
 
-class RegradeByAdjusting(BaseModel):
+class RegradeByAdjusting(RequestBody):
     action: Literal["adjust"] = Field(description="accept by adding `points` to the student's grade in the "
                                                          "assignment (it stays whichever run counts)")
     reply: Text = Field(description="the adjustment's reason, shown to the student")
@@ -59,7 +59,7 @@ class RegradeByAdjusting(BaseModel):
         return points
 
 
-class RegradeRejected(BaseModel):
+class RegradeRejected(RequestBody):
     action: Literal["reject"] = Field(description="refuse the request")
     reply: Text = Field(description="why, shown to the student")
 
@@ -68,7 +68,7 @@ class RegradeRejected(BaseModel):
 RegradeDecision = Annotated[RegradeByRegrading | RegradeByAdjusting | RegradeRejected, Field(discriminator="action")]
 
 
-class CommentIn(BaseModel):
+class CommentIn(RequestBody):
     body: Text = Field(description="the comment, shown on the run page")
 
 
