@@ -153,6 +153,18 @@ class LoginThrottle(Base):
     blocked_until: Mapped[datetime | None]
 
 
+class UploadHit(Base):
+    """One upload attempt the rate limit counts (grader.ratelimit): its sender (`user:ID` or
+    `address:IP`) and when; kept for one window, shared by every web process."""
+
+    __tablename__ = "upload_hits"
+    __table_args__ = (Index("ix_upload_hits_sender_at", "sender", "at"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    sender: Mapped[str] = mapped_column(String(300))
+    at: Mapped[datetime]
+
+
 class AuditEvent(Base):
     """One security event (grader.auth.audit): logins, failures, locks, unlocks, reset links.
     `actor_id` is who acted when it is not the account's own holder (staff issuing a link; None
@@ -214,6 +226,8 @@ class Assignment(Base):
     similarity_base: Mapped[str | None] = mapped_column(String(512))
     # Points a grade may reach above total_points through the staff's entries (extra credit; 0: none)
     extra_credit_points: Mapped[float] = mapped_column(Float, default=0.0)
+    # The bytes each student may keep in it (grader.course.storage); None: KG_STORAGE_QUOTA_BYTES
+    storage_quota_bytes: Mapped[int | None] = mapped_column(BigInteger)
 
     course: Mapped[Course | None] = relationship(back_populates="assignments")
 

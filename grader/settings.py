@@ -271,9 +271,13 @@ class Settings(BaseSettings):
     throttle: ThrottleSettings = ThrottleSettings()
 
     # Uploads per student (grader/ratelimit.py): at most upload_rate_limit in any window of
-    # upload_rate_window_s seconds, counted per user in each web process; 0 turns it off.
+    # upload_rate_window_s seconds, counted per user in the database (every web process shares
+    # the counts); 0 turns it off.
     upload_rate_limit: int = 30
     upload_rate_window_s: float = 300.0
+    # The bytes each student may keep in one assignment (grader/course/storage.py: each distinct
+    # upload once; staff exempt; 0: no quota); an assignment's settings page may set its own
+    storage_quota_bytes: int = Field(default=200 * MiB, ge=0)
     # A re-send of the same bytes by the same student to the same assignment within this many
     # seconds answers with the earlier submission instead of a new one (grader/service.py; 0: off)
     upload_dedup_window_s: float = Field(default=120.0, ge=0)

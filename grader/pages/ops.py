@@ -30,6 +30,7 @@ from grader.course.assignment_settings import (
     update_schedule,
 )
 from grader.course.policies import SCORE_POLICIES, late_policy
+from grader.course.storage import MiB, mib, parse_quota_mib
 from grader.models import Assignment, User, utcnow
 from grader.pages.common import Db, Instructor, InstructorForm, page, see_other
 from grader.reads.service_metrics import health
@@ -89,6 +90,14 @@ def _settings_page(request: Request, session: Session, user: User, assignment: A
     values.setdefault("extension", {})  # the extension form's fields as sent, when refused
     values.setdefault("base_error", None)
     values.setdefault("base_git", "")
+    values.setdefault("storage_error", None)
+    values.setdefault("storage_mib", "" if assignment.storage_quota_bytes is None
+                      else f"{assignment.storage_quota_bytes / MiB:g}")
+    default = get_context(request).settings.storage_quota_bytes
+    quota = default if assignment.storage_quota_bytes is None else assignment.storage_quota_bytes
+    values.setdefault("storage_default", mib(default) if default else "no quota")
+    values.setdefault("storage_now", (f"{mib(quota)} per student" if quota else "no quota")
+                      + (" (the service's default)" if assignment.storage_quota_bytes is None else ""))
     due = late_policy(assignment).due_at
     extensions = [{"user": ext_user, "extra": _duration_text(timedelta(seconds=row.extra_s)), "reason": row.reason,
                    "due": _instant_text(due + timedelta(seconds=row.extra_s), zone) if due else None}
@@ -180,6 +189,19 @@ async def extension_remove(request: Request, slug: str, username: str, session: 
     except NotFound:
         pass  # already gone with its user: nothing to remove
     return see_other(f"/assignments/{slug}/settings?saved=extension#extensions")
+
+
+@router.post("/assignments/{slug}/storage", response_class=HTMLResponse)
+async def storage_save(request: Request, slug: str, session: Db, staff: InstructorForm) -> Response:
+    """The bytes each student may keep in the assignment (grader.course.storage): MiB, 0 for no
+    quota, empty for the service's default."""
+    typed = str((await request.form()).get("quota_mib", "")).strip()
+    try:
+        staff.assignment.storage_quota_bytes = parse_quota_mib(typed)
+    except ValueError as exc:
+        return _settings_page(request, session, staff.user, staff.assignment, status.HTTP_400_BAD_REQUEST,
+                              storage_error=str(exc), storage_mib=typed)
+    return see_other(f"/assignments/{slug}/settings?saved=storage#storage")
 
 
 @router.post("/assignments/{slug}/similarity/base", response_class=HTMLResponse)

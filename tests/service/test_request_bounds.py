@@ -91,7 +91,8 @@ def test_every_integer_path_id_out_of_range_is_not_found(sqlite_site: Site) -> N
     names = {"slug": "hw4", "course": "llmsys", "username": sqlite_site.student, "login": sqlite_site.student}
     for method, path, ints in routes:
         for value in OUT_OF_RANGE:
-            url = re.sub(r"\{(\w+)\}", lambda m: value if m.group(1) in ints else names.get(m.group(1), "x"), path)
+            url = re.sub(r"\{(\w+)\}", lambda m, v=value, i=ints: v if m.group(1) in i else names.get(m.group(1), "x"),
+                         path)
             for headers in [auth(sqlite_site.prof_token)] if url.startswith("/api/") else [{}, HTML]:
                 answer = browser.client.request(method, url, headers=headers,
                                                 data={"csrf_token": token} if method == "POST" else None)
