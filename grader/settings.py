@@ -17,7 +17,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, DotEnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 MiB = 1024 * 1024
@@ -183,6 +183,16 @@ class Settings(BaseSettings):
     # (grader/course/roster_jobs.py) are computed by a worker consuming it, kept off the run queue so
     # they neither wait behind runs nor hold a GPU worker.
     similarity_queue: str = "similarity"
+    # A similarity base fetched from a git repository (grader/similarity/fetch.py): only https URLs
+    # to these hosts (a JSON list, e.g. ["github.com"]; empty: none, staff upload the starter's
+    # zip), never to an address of the service's own machine or network unless that network is
+    # listed (a course's own git server on the campus network); a clone is stopped past the time
+    # and size caps. ca_file: the certificate authorities trusted instead of the system's (a campus CA).
+    similarity_base_hosts: list[str] = Field(default_factory=list)
+    similarity_base_private_networks: list[str] = Field(default_factory=list)
+    similarity_base_ca_file: str = ""
+    similarity_base_timeout_s: float = Field(default=120.0, gt=0)
+    similarity_base_max_bytes: int = Field(default=200 * MiB, gt=0)
 
     # Uploads
     max_upload_bytes: int = 50 * MiB
@@ -369,20 +379,20 @@ class Settings(BaseSettings):
                              "https://grader.example.edu (scheme and host, an optional path)")
         return value.strip().rstrip("/")
 
-    @field_validator("trusted_proxies", mode="before")
+    @field_validator("trusted_proxies", "similarity_base_hosts", "similarity_base_private_networks", mode="before")
     @classmethod
     def _json_list(cls, value: Any) -> Any:
         """A JSON list given as text (Settings.from_variables reads variables as text)."""
         return json.loads(value) if isinstance(value, str) and value.strip() else value or []
 
-    @field_validator("trusted_proxies")
+    @field_validator("trusted_proxies", "similarity_base_private_networks")
     @classmethod
-    def _networks(cls, value: list[str]) -> list[str]:
+    def _networks(cls, value: list[str], info: ValidationInfo) -> list[str]:
         for entry in value:
             try:
                 ipaddress.ip_network(entry, strict=False)
             except ValueError:
-                raise ValueError(f"KG_TRUSTED_PROXIES: {entry!r} is not an address or CIDR block "
+                raise ValueError(f"KG_{(info.field_name or '').upper()}: {entry!r} is not an address or CIDR block "
                                  "(e.g. [\"10.0.0.5\", \"172.16.0.0/12\"])") from None
         return value
 

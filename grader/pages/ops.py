@@ -37,8 +37,9 @@ from grader.reads.service_metrics import health
 from grader.runs.engine_config import pipeline_config
 from grader.runs.grading_control import grading_state, resume, set_paused
 from grader.service import NotFound
-from grader.similarity.base import UPLOAD, describe_assignment_base, parse_git_spec, save_base
-from worker.rubric import load_rubric
+from grader.similarity.base import UPLOAD, describe_assignment_base, fetch_refusal, parse_git_spec, save_base
+from grader.similarity.fetch import FetchRules, check_repository
+from worker.rubric import RubricError, load_rubric
 from worker.unpack import BadArchive
 
 router = APIRouter(include_in_schema=False)
@@ -108,7 +109,19 @@ def _settings_page(request: Request, session: Session, user: User, assignment: A
                 similarity_base=describe_assignment_base(assignment.similarity_base, assignment.slug,
                                                          get_context(request).settings.rubric_dirs,
                                                          get_context(request).settings.data_dir),
+                base_refused=_base_refusal(request, assignment),
+                base_hosts=", ".join(get_context(request).settings.similarity_base_hosts),
                 base_message=request.query_params.get("base"), **values)
+
+
+def _base_refusal(request: Request, assignment: Assignment) -> str | None:
+    """Why the git base the assignment names (its own, else its rubric's) cannot be fetched here."""
+    settings = get_context(request).settings
+    try:
+        default = load_rubric(assignment.slug, search=settings.rubric_dirs).similarity_base
+    except RubricError:
+        default = None
+    return fetch_refusal(assignment.similarity_base, default, FetchRules.of(settings))
 
 
 @router.get("/assignments/{slug}/settings", response_class=HTMLResponse)
@@ -222,8 +235,8 @@ async def similarity_base(request: Request, slug: str, ctx: Context, session: Db
         return see_other(done + quote("The base is the rubric's default again; compute the report again."))
     if git:
         try:
-            parse_git_spec(git)
-        except BadArchive as exc:
+            await run_in_threadpool(check_repository, parse_git_spec(git)[0], FetchRules.of(ctx.settings))
+        except BadArchive as exc:  # BaseRefused too: says why it may not be fetched
             return refused(str(exc))
         assignment.similarity_base = git
         return see_other(done + quote(f"The base is {git}; compute the report again."))
