@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -145,8 +146,10 @@ def clone_checked(checked: Checked, rules: FetchRules, dest: Path) -> None:
                                stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
     why = _watch(process, dest, rules)
     if why is not None:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        shutil.rmtree(dest, ignore_errors=True)
         raise BaseRefused(f"{url}: {why}")
     if process.returncode != 0:
         raise BadArchive(f"git clone {url}: {(process.stderr.read() if process.stderr else '').strip()}")
@@ -155,13 +158,15 @@ def clone_checked(checked: Checked, rules: FetchRules, dest: Path) -> None:
 def _watch(process: subprocess.Popen[str], dest: Path, rules: FetchRules) -> str | None:
     """Why `process` must be stopped (past the time or size cap), or None once it has ended."""
     deadline = time.monotonic() + rules.timeout_s
-    while process.poll() is None:
-        if _size(dest) > rules.max_bytes:
+    while True:
+        ended = process.poll() is not None
+        if _size(dest) > rules.max_bytes:  # measured once more after the end: a fast clone ends between looks
             return f"the repository is larger than the {rules.max_bytes // (1024 * 1024)} MiB a base may take"
+        if ended:
+            return None
         if time.monotonic() > deadline:
             return f"no complete answer in {rules.timeout_s:g} s"
         time.sleep(WATCH_EVERY_S)
-    return None
 
 
 def _size(folder: Path) -> int:
