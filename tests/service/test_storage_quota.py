@@ -7,10 +7,7 @@ settings page."""
 from __future__ import annotations
 
 import hashlib
-import io
-import os
 import uuid
-import zipfile
 
 import pytest
 from fastapi.testclient import TestClient
@@ -27,19 +24,12 @@ from grader.service import get_assignment
 from grader.settings import Settings
 from grader.storage.blobstore import BlobStore
 from tests.fixtures.passwords import SUITE_ARGON2
+from tests.fixtures.zips import random_zip
 from tests.service.conftest import auth
 from tests.service.test_web_settings import PASSWORD, Browser
 
 KiB = 1024
 QUOTA = 1024 * KiB
-
-
-def random_zip(size: int) -> bytes:
-    """A zip of `size` random (incompressible) bytes: an upload of its own each time."""
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as archive:
-        archive.writestr("llmsys_hw4/blob.bin", os.urandom(size))
-    return buf.getvalue()
 
 
 @pytest.fixture
