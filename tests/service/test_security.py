@@ -353,7 +353,8 @@ def _course_create(w: World) -> None:
 def _hw4_row(w: World) -> tuple:
     with session_scope(w.sessions) as session:
         row = session.scalars(select(Assignment).where(Assignment.slug == "hw4")).one()
-        return row.due_at, row.late_window_s, row.score_policy, row.grading_paused, row.course_id
+        return (row.due_at, row.late_window_s, row.score_policy, row.grading_paused, row.course_id,
+                row.storage_quota_bytes)
 
 
 def _enrollments(w: World) -> list[tuple]:
@@ -637,6 +638,7 @@ ROUTES: dict[tuple[str, str], Check] = {
     ("POST", "/assignments/{slug}/grading"): _ops_post_denied("/assignments/hw4/grading", {"action": "pause"}),
     ("POST", "/assignments/{slug}/similarity"): _ops_post_denied("/assignments/hw4/similarity", {}),
     ("POST", "/assignments/{slug}/similarity/base"): _ops_post_denied("/assignments/hw4/similarity/base", {}),
+    ("POST", "/assignments/{slug}/storage"): _ops_post_denied("/assignments/hw4/storage", {"quota_mib": "1"}),
     ("POST", "/runs/{run_id}/regrade-request"): _regrade_request_of_b,
     ("POST", "/runs/{run_id}/adjustments"): _adjust_b,
     ("POST", "/runs/{run_id}/comments"): _comment_on_b,
