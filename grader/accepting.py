@@ -5,7 +5,7 @@ a run whose rows are committed, with what the student is told.
 `accept_upload` runs inside `receive_upload`'s `async with` (the blob is stored; a refusal
 raised here removes it again): the same checks for every door, in this order: the file is
 a zip (its magic bytes), the assignment exists, the upload repeats an earlier one (answered
-with that one, not checked again), else the course's admission (schedule, quota); then the
+with that one, not checked again), else the course's admission (schedule, quota, the student's storage); then the
 rows are committed and the run is sent. A door only turns its input and its caller into the
 arguments, and the `AcceptedUpload` or the `UploadError` into its answer."""
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 from sqlalchemy.exc import SQLAlchemyError
 
 from grader.context import AppContext
-from grader.course.policies import admission
+from grader.course.policies import admission, storage_refusal
 from grader.db import session_scope
 from grader.models import Run, RunState, Submission, User, utcnow
 from grader.runs.fairshare import Admission, admit
@@ -117,7 +117,8 @@ def accept_upload(ctx: AppContext, user_id: int, upload: ReceivedUpload, key: st
         assert user is not None, "the door authenticated an existing user"
 
         def check_admission() -> None:  # a refused upload records nothing; receive_upload removes the blob
-            refusal = admission(session, ctx.settings, user, assignment, utcnow())
+            refusal = admission(session, ctx.settings, user, assignment, utcnow()) or storage_refusal(
+                session, ctx.settings, user, assignment, upload.blob.sha256, upload.blob.size)
             if refusal is not None:
                 raise UploadError(refusal.status_code, refusal.message, refusal.code, refusal.retry_after_s)
 

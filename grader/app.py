@@ -14,11 +14,13 @@ from starlette.middleware.sessions import SessionMiddleware
 
 from grader import api, pages
 from grader.api.errors import error_response, install_error_handlers
+from grader.api.text_rules import install_text_rules
 from grader.auth.sessions import SESSION_COOKIE, secret_key
 from grader.context import AppContext
+from grader.control_chars import ControlCharacters
 from grader.pages.common import PageDenied, error_page, page_denied
 from grader.pages.errors import install_error_pages, not_found_page, wants_page
-from grader.ratelimit import UploadRateLimit
+from grader.ratelimit import UPLOAD_ROUTES, UploadRateLimit
 from grader.security import SameOriginForms, SecureHeaders
 from grader.settings import Settings, get_settings
 
@@ -38,7 +40,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.context = context
     # Middleware added last runs first: secure headers, then the session, then the forms' origin
     # check (its 403 page reads the session), then the per-student upload limit (it reads the
-    # session to know the student).
+    # session to know the student), then the refusal of control characters in what is sent.
+    app.add_middleware(ControlCharacters, refusal=_control_character, streamed=UPLOAD_ROUTES)
     app.add_middleware(UploadRateLimit, sessions=context.sessions, limit=context.settings.upload_rate_limit,
                        window_s=context.settings.upload_rate_window_s)
     app.add_middleware(SameOriginForms, public_url=context.settings.public_url, refusal=_foreign_form)
@@ -55,6 +58,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.mount("/static", StaticFiles(directory=Path(__file__).parent / "static"), name="static")
     app.include_router(api.router)
     install_error_handlers(app)  # {"error": {code, message}} on /api/ paths
+    install_text_rules(app)  # the rule on control characters, in the OpenAPI description
     install_error_pages(app)  # HTML error pages for browsers elsewhere; after the API's handlers, which it wraps
     app.add_exception_handler(DataError, _out_of_range)
     app.add_exception_handler(OperationalError, _database_down)
@@ -75,6 +79,15 @@ def _foreign_form(request: Request, sent: str, expected: str) -> Response:
     return error_page(request, 403, "Form refused",
                       f"This form was sent from {source}, not from a page of this service ({expected}), so nothing "
                       f"was done. If you meant to send it, open {expected} and send it from there.")
+
+
+def _control_character(request: Request, why: str) -> Response:
+    """The 422 answer to a request holding a control character (grader.control_chars)."""
+    if request.url.path.startswith("/api/"):
+        return error_response(422, why, "control_character")
+    if wants_page(request):
+        return error_page(request, 422, "Request not understood", f"{why} Nothing was changed.")
+    return PlainTextResponse(why, status_code=422)
 
 
 def _out_of_range(request: Request, exc: Exception) -> Response:

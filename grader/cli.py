@@ -29,7 +29,7 @@ from grader.models import Role
 from grader.runs.engine_config import gpu_available, gpu_stage_config, gpu_stage_for, pipeline_config
 from grader.runs.reconcile import reconcile
 from grader.service import save_calibration, sync_assignments
-from grader.settings import Argon2Settings, Settings, get_settings
+from grader.settings import Argon2Settings, ExposedSecretFile, Settings, get_settings, refuse_exposed
 from grader.storage.collector import collect
 from worker.assignment import assignment_of
 from worker.calibration import DEFAULT_MARGIN, calibrated_targets, reference_bandwidths
@@ -60,6 +60,19 @@ def _every_command() -> None:
     # Every process the `grader` command starts (serve, worker through exec, reconcile, dev and
     # its worker, migrate, the CLI) creates its files for its own user only (grader/datadir.py).
     restrict_umask()
+    _refuse_exposed_secrets()
+
+
+def _refuse_exposed_secrets() -> None:
+    """Stop, in one line, when the `.env` or the session key file is open to other users
+    (grader.settings.refuse_exposed). Other settings errors are left to the command that reads them."""
+    try:
+        refuse_exposed(get_settings().data_dir / "secret_key")
+    except ExposedSecretFile as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(1) from None
+    except ValueError:  # an invalid setting: the command says which when it reads them
+        pass
 
 
 def _alembic_config(settings: Settings) -> AlembicConfig:

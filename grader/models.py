@@ -156,6 +156,18 @@ class LoginThrottle(Base):
     blocked_until: Mapped[datetime | None]
 
 
+class UploadHit(Base):
+    """One upload attempt the rate limit counts (grader.ratelimit): its sender (`user:ID` or
+    `address:IP`) and when; kept for one window, shared by every web process."""
+
+    __tablename__ = "upload_hits"
+    __table_args__ = (Index("ix_upload_hits_sender_at", "sender", "at"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    sender: Mapped[str] = mapped_column(String(300))
+    at: Mapped[datetime]
+
+
 class AuditEvent(Base):
     """One security event (grader.auth.audit): logins, failures, locks, unlocks, reset links.
     `actor_id` is who acted when it is not the account's own holder (staff issuing a link; None
@@ -220,6 +232,8 @@ class Assignment(Base):
     # The assignment's id in Canvas (digits): the Canvas CSV titles its column `<title> (<id>)`,
     # which Canvas matches to that assignment (grader.api.gradebook.canvas_csv); None: the title alone
     canvas_assignment_id: Mapped[str | None] = mapped_column(String(32))
+    # The bytes each student may keep in it (grader.course.storage); None: KG_STORAGE_QUOTA_BYTES
+    storage_quota_bytes: Mapped[int | None] = mapped_column(BigInteger)
 
     course: Mapped[Course | None] = relationship(back_populates="assignments")
 

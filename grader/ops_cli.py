@@ -98,6 +98,7 @@ def similarity(
     by function (the starter's code ignored), and write the ranked pairs with their matching regions."""
     # imported here: copydetect loads matplotlib, which no other command needs
     from grader.similarity.base import assignment_base, clone_dir, given_base
+    from grader.similarity.fetch import FetchRules
     from grader.similarity.report import report_json, report_pages
     from grader.similarity.store import compute_report, fingerprint_dir
 
@@ -109,8 +110,9 @@ def similarity(
     with session_scope(make_session_factory(make_engine(settings))) as session:
         setting = assignment_or_exit(session, assignment).similarity_base
         try:
-            starter = (given_base(base, rubric, limits, clone_dir(settings.data_dir)) if base
-                       else assignment_base(settings.data_dir, rubric, limits, setting))
+            rules = FetchRules.of(settings)
+            starter = (given_base(base, rubric, limits, rules, clone_dir(settings.data_dir)) if base
+                       else assignment_base(settings.data_dir, rubric, limits, setting, rules))
         except BadArchive as exc:
             typer.echo(f"the base cannot be read: {exc}", err=True)
             raise typer.Exit(1) from exc

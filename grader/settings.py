@@ -10,16 +10,35 @@ import functools
 import ipaddress
 import json
 import re
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic_settings import BaseSettings, DotEnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 MiB = 1024 * 1024
+
+
+class ExposedSecretFile(ValueError):
+    """A file that holds the service's secrets (the `.env`, the session key) which other users of
+    the host may read or change: the service refuses to start on it."""
+
+
+def refuse_exposed(path: Path) -> None:
+    """ExposedSecretFile, in one line naming the file and the chmod that fixes it, when `path`
+    exists and its group or others may read or write it."""
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        return
+    if mode & 0o066:
+        where = path.resolve()
+        raise ExposedSecretFile(f"refusing to start: {where} holds secrets and other users of this host can read or "
+                                f"change it (mode {mode:04o}); run chmod 600 {where} and start again")
 
 
 class ChildSettings(BaseModel):
@@ -167,6 +186,16 @@ class Settings(BaseSettings):
     # (grader/course/roster_jobs.py) are computed by a worker consuming it, kept off the run queue so
     # they neither wait behind runs nor hold a GPU worker.
     similarity_queue: str = "similarity"
+    # A similarity base fetched from a git repository (grader/similarity/fetch.py): only https URLs
+    # to these hosts (a JSON list, e.g. ["github.com"]; empty: none, staff upload the starter's
+    # zip), never to an address of the service's own machine or network unless that network is
+    # listed (a course's own git server on the campus network); a clone is stopped past the time
+    # and size caps. ca_file: the certificate authorities trusted instead of the system's (a campus CA).
+    similarity_base_hosts: list[str] = Field(default_factory=list)
+    similarity_base_private_networks: list[str] = Field(default_factory=list)
+    similarity_base_ca_file: str = ""
+    similarity_base_timeout_s: float = Field(default=120.0, gt=0)
+    similarity_base_max_bytes: int = Field(default=200 * MiB, gt=0)
 
     # Uploads
     max_upload_bytes: int = 50 * MiB
@@ -255,9 +284,13 @@ class Settings(BaseSettings):
     throttle: ThrottleSettings = ThrottleSettings()
 
     # Uploads per student (grader/ratelimit.py): at most upload_rate_limit in any window of
-    # upload_rate_window_s seconds, counted per user in each web process; 0 turns it off.
+    # upload_rate_window_s seconds, counted per user in the database (every web process shares
+    # the counts); 0 turns it off.
     upload_rate_limit: int = 30
     upload_rate_window_s: float = 300.0
+    # The bytes each student may keep in one assignment (grader/course/storage.py: each distinct
+    # upload once; staff exempt; 0: no quota); an assignment's settings page may set its own
+    storage_quota_bytes: int = Field(default=200 * MiB, ge=0)
     # A re-send of the same bytes by the same student to the same assignment within this many
     # seconds answers with the earlier submission instead of a new one (grader/service.py; 0: off)
     upload_dedup_window_s: float = Field(default=120.0, ge=0)
@@ -286,6 +319,20 @@ class Settings(BaseSettings):
     # (worker.assignment). Nothing global: every service call that loads a rubric by slug passes
     # these to worker.rubric.load_rubric(slug, search=...).
     rubric_dirs: list[Path] = Field(default_factory=list)
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+                                   env_settings: PydanticBaseSettingsSource,
+                                   dotenv_settings: PydanticBaseSettingsSource,
+                                   file_secret_settings: PydanticBaseSettingsSource,
+                                   ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """The sources pydantic-settings reads, in its order; a `.env` others can read is refused
+        before a line of it is read (ExposedSecretFile)."""
+        if isinstance(dotenv_settings, DotEnvSettingsSource):
+            files = dotenv_settings.env_file
+            for name in [files] if isinstance(files, str | Path) else files or []:
+                refuse_exposed(Path(name))
+        return init_settings, env_settings, dotenv_settings, file_secret_settings
 
     @classmethod
     def groups(cls) -> dict[str, type[BaseModel]]:
@@ -335,20 +382,20 @@ class Settings(BaseSettings):
                              "https://grader.example.edu (scheme and host, an optional path)")
         return value.strip().rstrip("/")
 
-    @field_validator("trusted_proxies", mode="before")
+    @field_validator("trusted_proxies", "similarity_base_hosts", "similarity_base_private_networks", mode="before")
     @classmethod
     def _json_list(cls, value: Any) -> Any:
         """A JSON list given as text (Settings.from_variables reads variables as text)."""
         return json.loads(value) if isinstance(value, str) and value.strip() else value or []
 
-    @field_validator("trusted_proxies")
+    @field_validator("trusted_proxies", "similarity_base_private_networks")
     @classmethod
-    def _networks(cls, value: list[str]) -> list[str]:
+    def _networks(cls, value: list[str], info: ValidationInfo) -> list[str]:
         for entry in value:
             try:
                 ipaddress.ip_network(entry, strict=False)
             except ValueError:
-                raise ValueError(f"KG_TRUSTED_PROXIES: {entry!r} is not an address or CIDR block "
+                raise ValueError(f"KG_{(info.field_name or '').upper()}: {entry!r} is not an address or CIDR block "
                                  "(e.g. [\"10.0.0.5\", \"172.16.0.0/12\"])") from None
         return value
 

@@ -15,12 +15,13 @@ from sqlalchemy.orm import Session
 
 from grader.api.deps import DB, Caller, Context, member_assignment, refuse_unless, require
 from grader.api.errors import ERRORS, ApiError, ErrorBody
-from grader.api.schemas import GradeOut
+from grader.api.schemas import GradeOut, RequestBody
 from grader.auth.credentials import SCOPE_READ, SCOPE_REGRADE, SCOPE_SUBMIT, Principal
 from grader.course import adjustments
 from grader.course.adjustments import MAX_TEXT, WorkflowError
 from grader.course.counted_choice import REFUSAL_TEXT, choose, clear, is_scored, student_refusal
 from grader.course.grade_reads import Counted, counted_for, run_grades
+from grader.ids import RowId
 from grader.models import Assignment, Submission, User
 from grader.notify import answer_messages, send_quietly
 from grader.reads.submission_reads import student_submissions
@@ -32,8 +33,8 @@ PATH = "/assignments/{slug}/students/{login}/counted-run"
 GRADE = "/assignments/{slug}/students/{login}/grade"
 
 
-class CountedRunIn(BaseModel):
-    run_id: int = Field(description="a scored run of the student in this assignment")
+class CountedRunIn(RequestBody):
+    run_id: RowId = Field(description="a scored run of the student in this assignment")
     reason: Annotated[str, StringConstraints(strip_whitespace=True, max_length=MAX_TEXT)] | None = Field(
         None, description="why (staff only; shown on the staff's history page and in the gradebook)")
 
@@ -123,7 +124,7 @@ def clear_counted(slug: str, login: str, ctx: Context, session: DB, caller: Call
 # ---- the student's grade -------------------------------------------------------------------
 
 
-class GradeEntryIn(BaseModel):
+class GradeEntryIn(RequestBody):
     kind: Literal["adjust", "manual", "take_back"] = Field(
         description="adjust: add `points` (negative: take off); manual: the grade is `points`, whatever the run; "
                     "take_back: the manual grade taken back (no points)")

@@ -12,6 +12,8 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from grader.ids import ID_OUT_OF_RANGE
+
 log = logging.getLogger(__name__)
 
 ERROR_CODES = {
@@ -64,6 +66,16 @@ def error_response(status_code: int, message: str, code: str | None = None,
     return JSONResponse({"error": error}, status_code=status_code, headers=headers)
 
 
+def names_no_row(exc: RequestValidationError) -> str | None:
+    """Why the request names no row, when one of its ids is out of range (grader.ids.RowId): it
+    is answered 404 like an id that is not there; None otherwise."""
+    for error in exc.errors():
+        if error.get("type") == ID_OUT_OF_RANGE:
+            where = ".".join(str(part) for part in error.get("loc", ())[1:])
+            return f"not found: {where} {error.get('msg', '')}"
+    return None
+
+
 def _is_api(request: Request) -> bool:
     return request.url.path.startswith("/api/")
 
@@ -80,6 +92,11 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def on_validation(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
+        unknown = names_no_row(exc)
+        if unknown is not None:
+            if _is_api(request):
+                return error_response(404, unknown)
+            return JSONResponse({"detail": unknown}, status_code=404)
         if not _is_api(request):
             return await request_validation_exception_handler(request, exc)
         details = [

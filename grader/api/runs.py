@@ -8,6 +8,7 @@ from grader.api.errors import ERRORS
 from grader.api.schemas import BandwidthOut, GpuTimeOut, GradeOut, RunOut
 from grader.auth.credentials import SCOPE_READ
 from grader.course.grade_reads import counted_of, run_grades
+from grader.ids import RowId
 from grader.models import Run
 from grader.reads.bandwidth import run_bandwidth
 from grader.reads.gpu_phases import run_gpu_time
@@ -21,7 +22,7 @@ router = APIRouter()
     responses=ERRORS,
     summary="One run: state, logs, toolchain, per-problem results and the report",
 )
-def read_run(run_id: int, ctx: Context, session: DB, caller: Caller) -> RunOut:
+def read_run(run_id: RowId, ctx: Context, session: DB, caller: Caller) -> RunOut:
     require(caller, SCOPE_READ)
     run = session.get(Run, run_id)
     if run is None or not caller.can_read_submission(run.submission):

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any, Literal, Self
 
 from pydantic import AliasPath, BaseModel, ConfigDict, Field
 
+from grader.ids import RowId
+
 if TYPE_CHECKING:
     from grader.reads.bandwidth import ProblemBandwidth
 
@@ -20,6 +22,13 @@ class _WithDerived:
 
     def __getattr__(self, name: str) -> Any:
         return self._derived[name] if name in self._derived else getattr(self._row, name)
+
+
+class RequestBody(BaseModel):
+    """A request's JSON body: a field it does not name is refused (422 `validation_error`), so
+    that a misspelt field is never silently ignored and the description says what is taken."""
+
+    model_config = ConfigDict(extra="forbid")
 
 
 class FromRow(BaseModel):
@@ -258,8 +267,8 @@ class GradebookOut(FromRow):
     rows: list[GradebookRowOut]
 
 
-class RegradeRequest(BaseModel):
-    submissions: list[int] | Literal["all", "latest"] = Field(
+class RegradeRequest(RequestBody):
+    submissions: list[RowId] | Literal["all", "latest"] = Field(
         description='submission ids, "all" (every submission of the assignment) or '
         '"latest" (each student\'s newest submission)',
         examples=[[12, 15], "all"],

@@ -23,6 +23,7 @@ from grader.api.schemas import (
 )
 from grader.auth.credentials import SCOPE_READ, SCOPE_READ_ALL, SCOPE_REGRADE, SCOPE_SUBMIT, Principal
 from grader.course import adjustments
+from grader.ids import RowId
 from grader.models import Submission
 from grader.notify import answer_messages, send_quietly
 from grader.reads import submission_reads
@@ -132,7 +133,7 @@ def _summary(sub: Submission) -> SubmissionSummary:
     responses=ERRORS,
     summary="One submission and its runs (history)",
 )
-def read_submission(submission_id: int, session: DB, caller: Caller) -> SubmissionOut:
+def read_submission(submission_id: RowId, session: DB, caller: Caller) -> SubmissionOut:
     return SubmissionOut.of(readable_submission(session, caller, submission_id))
 
 
@@ -142,7 +143,7 @@ def read_submission(submission_id: int, session: DB, caller: Caller) -> Submissi
     responses=ERRORS,
     summary="The runs of one submission, oldest first, with per-problem points",
 )
-def list_submission_runs(submission_id: int, session: DB, caller: Caller) -> SubmissionRuns:
+def list_submission_runs(submission_id: RowId, session: DB, caller: Caller) -> SubmissionRuns:
     require(caller, SCOPE_READ)
     sub = readable_submission(session, caller, submission_id)
     items = [RunListItem.of(r, problems={res.problem_id: res.points for res in r.results}, url=run_url(r.id))
@@ -157,7 +158,7 @@ def list_submission_runs(submission_id: int, session: DB, caller: Caller) -> Sub
     responses=ERRORS,
     summary="Grade the same upload again as a new run (history is kept)",
 )
-def regrade_submission(submission_id: int, ctx: Context, session: DB, caller: Caller,
+def regrade_submission(submission_id: RowId, ctx: Context, session: DB, caller: Caller,
                        background: BackgroundTasks) -> Accepted:
     """The new run answers the open regrade requests of the submission's runs (their students are
     mailed where mail is set up)."""

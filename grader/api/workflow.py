@@ -16,10 +16,11 @@ from sqlalchemy.orm import Session
 from grader.accepting import admit_committed
 from grader.api.deps import DB, Caller, Context, refuse_unless, require, taught_assignment
 from grader.api.errors import ERRORS, ApiError, ErrorBody
-from grader.api.schemas import AdjustmentOut, FromRow
+from grader.api.schemas import AdjustmentOut, FromRow, RequestBody
 from grader.auth.credentials import SCOPE_READ, SCOPE_REGRADE, SCOPE_SUBMIT, Principal
 from grader.course import adjustments
 from grader.course.adjustments import MAX_TEXT, Show, WorkflowError
+from grader.ids import RowId
 from grader.models import RegradeRequest, Run, RunComment
 from grader.notify import answer_messages, request_messages, send_quietly
 from grader.roles import Power
@@ -33,16 +34,16 @@ REFUSED = {**ERRORS, 409: {"model": ErrorBody, "description": "the workflow refu
 # ---- bodies --------------------------------------------------------------------------------
 
 
-class RegradeAsk(BaseModel):
+class RegradeAsk(RequestBody):
     reason: Text = Field(description="why the run should be looked at again; shown to the course staff")
 
 
-class RegradeByRegrading(BaseModel):
+class RegradeByRegrading(RequestBody):
     action: Literal["regrade"] = Field(description="accept by grading the submission again (a new run)")
     reply: str = Field("", max_length=MAX_TEXT, description="shown to the student (optional)")
 
 
-class RegradeByAdjusting(BaseModel):
+class RegradeByAdjusting(RequestBody):
     action: Literal["adjust"] = Field(description="accept by adding `points` to the student's grade in the "
                                                          "assignment (it stays whichever run counts)")
     reply: Text = Field(description="the adjustment's reason, shown to the student")
@@ -58,7 +59,7 @@ class RegradeByAdjusting(BaseModel):
         return points
 
 
-class RegradeRejected(BaseModel):
+class RegradeRejected(RequestBody):
     action: Literal["reject"] = Field(description="refuse the request")
     reply: Text = Field(description="why, shown to the student")
 
@@ -67,7 +68,7 @@ class RegradeRejected(BaseModel):
 RegradeDecision = Annotated[RegradeByRegrading | RegradeByAdjusting | RegradeRejected, Field(discriminator="action")]
 
 
-class CommentIn(BaseModel):
+class CommentIn(RequestBody):
     body: Text = Field(description="the comment, shown on the run page")
 
 
@@ -130,7 +131,7 @@ def _refused(session: Session, exc: WorkflowError) -> ApiError:
 
 @router.get("/runs/{run_id}/regrade-requests", response_model=RegradeRequestList, responses=ERRORS,
             summary="A run's regrade requests with the staff's answers, oldest first")
-def list_run_requests(run_id: int, session: DB, caller: Caller) -> RegradeRequestList:
+def list_run_requests(run_id: RowId, session: DB, caller: Caller) -> RegradeRequestList:
     run = _readable_run(session, caller, run_id)
     return RegradeRequestList(items=[RegradeRequestOut.of_row(r) for r in run.regrade_requests])
 
@@ -138,7 +139,7 @@ def list_run_requests(run_id: int, session: DB, caller: Caller) -> RegradeReques
 @router.post("/runs/{run_id}/regrade-requests", status_code=status.HTTP_201_CREATED,
              response_model=RegradeRequestOut, responses=REFUSED,
              summary="Ask the staff to look at one's own finished run again (one open request per run)")
-def create_request(run_id: int, body: RegradeAsk, ctx: Context, session: DB, caller: Caller,
+def create_request(run_id: RowId, body: RegradeAsk, ctx: Context, session: DB, caller: Caller,
                    background: BackgroundTasks) -> RegradeRequestOut:
     run = _readable_run(session, caller, run_id)
     require(caller, SCOPE_SUBMIT)
@@ -166,7 +167,7 @@ def list_assignment_requests(slug: str, session: DB, caller: Caller, show: Annot
 
 @router.post("/regrade-requests/{request_id}/decision", response_model=RegradeRequestOut, responses=REFUSED,
              summary="Answer an open regrade request (staff): re-grade, adjust the grade, or reject with a reply")
-def decide_request(request_id: int, body: RegradeDecision, ctx: Context, session: DB, caller: Caller,
+def decide_request(request_id: RowId, body: RegradeDecision, ctx: Context, session: DB, caller: Caller,
                    background: BackgroundTasks) -> RegradeRequestOut:
     asked = session.get(RegradeRequest, request_id)
     if asked is None or not caller.can_read_submission(asked.run.submission):
@@ -199,13 +200,13 @@ def decide_request(request_id: int, body: RegradeDecision, ctx: Context, session
 
 @router.get("/runs/{run_id}/comments", response_model=CommentList, responses=ERRORS,
             summary="The comments on a run by its student and the staff, oldest first")
-def list_comments(run_id: int, session: DB, caller: Caller) -> CommentList:
+def list_comments(run_id: RowId, session: DB, caller: Caller) -> CommentList:
     return CommentList(items=[CommentOut.of(c) for c in _readable_run(session, caller, run_id).comments])
 
 
 @router.post("/runs/{run_id}/comments", status_code=status.HTTP_201_CREATED, response_model=CommentOut,
              responses=ERRORS, summary="Comment on one's own run, or as staff on a run of a taught assignment")
-def create_comment(run_id: int, body: CommentIn, session: DB, caller: Caller) -> CommentOut:
+def create_comment(run_id: RowId, body: CommentIn, session: DB, caller: Caller) -> CommentOut:
     run = _readable_run(session, caller, run_id)
     require(caller, SCOPE_SUBMIT)
     row: RunComment = adjustments.comment(session, run, caller.user, body.body)

@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session, joinedload
 
 from grader.models import User, WebSession, utcnow
 from grader.passwords import MIN_PASSWORD_LENGTH, set_password
-from grader.settings import Argon2Settings, Settings
+from grader.settings import Argon2Settings, Settings, refuse_exposed
 
 CSRF_FIELD = "csrf_token"
 SESSION_COOKIE = "kg_session"
@@ -46,7 +46,8 @@ class CsrfError(Exception):
 
 
 def secret_key(settings: Settings) -> str:
-    """KG_SECRET_KEY, or a random key created once under the data folder (embedded default)."""
+    """KG_SECRET_KEY, or a random key created once under the data folder (embedded default); one
+    that other users of the host can read is refused (ExposedSecretFile)."""
     if settings.secret_key:
         return settings.secret_key
     path = Path(settings.data_dir) / "secret_key"
@@ -54,6 +55,7 @@ def secret_key(settings: Settings) -> str:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
+        refuse_exposed(path)
         return path.read_text().strip()
     with os.fdopen(fd, "w") as fh:
         key = secrets.token_urlsafe(48)

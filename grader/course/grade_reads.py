@@ -16,7 +16,9 @@ from sqlalchemy.orm import Session, selectinload
 
 from grader.course.deadlines import Lateness
 from grader.course.grades import MANUAL, Adjustment, Deadlines, Grade, final_grade, student_grade
-from grader.course.policies import Refusal, admission, late_checker, lateness
+from grader.course.membership import role_in
+from grader.course.policies import Refusal, admission, late_checker, lateness, storage_use
+from grader.course.storage import StorageUse
 from grader.models import Assignment, CountedRun, GradeAdjustment, Run, RunState, Submission, User
 from grader.settings import Settings
 
@@ -76,13 +78,21 @@ class UploadWindow:
 
     deadlines: Deadlines
     refusal: Refusal | None
+    storage: StorageUse | None  # what the student keeps there against their quota; None: staff
 
 
 def upload_windows(session: Session, settings: Settings, user: User, assignments: list[Assignment],
                    now: datetime) -> dict[str, UploadWindow]:
     """slug -> the upload window of each of `assignments` for `user` at `now`."""
     return {a.slug: UploadWindow(Deadlines(lateness(session, a, user.id, now, settings)),
-                                 admission(session, settings, user, a, now)) for a in assignments}
+                                 admission(session, settings, user, a, now),
+                                 None if _is_staff(session, user, a) else storage_use(session, settings, user.id, a))
+            for a in assignments}
+
+
+def _is_staff(session: Session, user: User, assignment: Assignment) -> bool:
+    role = role_in(session, user.id, assignment.id)
+    return role is not None and role.is_staff
 
 
 @dataclass(frozen=True)

@@ -10,12 +10,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import or_, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from grader.course.deadlines import Extension, Lateness, LatePolicy, LateStatus, evaluate
 from grader.course.membership import role_in
 from grader.course.quotas import QuotaDecision, QuotaPolicy, check
+from grader.course.storage import StorageUse
 from grader.models import Assignment, ErrorClass, Role, Run, Submission, User
 from grader.models import Extension as ExtensionRow
 from grader.service import get_assignment
@@ -107,6 +108,30 @@ class Refusal:
     code: str
     message: str
     retry_after_s: int | None = None
+
+
+def storage_use(session: Session, settings: Settings, user_id: int, assignment: Assignment) -> StorageUse:
+    """What the student keeps in the assignment (each distinct upload once: grader.course.storage)
+    against the assignment's limit, or the service's."""
+    distinct = (select(func.max(Submission.size_bytes).label("size"))
+                .where(Submission.user_id == user_id, Submission.assignment_id == assignment.id)
+                .group_by(Submission.sha256).subquery())
+    used = session.scalar(select(func.coalesce(func.sum(distinct.c.size), 0))) or 0
+    limit = assignment.storage_quota_bytes
+    return StorageUse(int(used), settings.storage_quota_bytes if limit is None else limit)
+
+
+def storage_refusal(session: Session, settings: Settings, user: User, assignment: Assignment, sha256: str,
+                    size: int) -> Refusal | None:
+    """413 when a student's upload of `size` bytes (`sha256`) would pass what they may keep in the
+    assignment; None for staff and for bytes the student keeps there already."""
+    role = role_in(session, user.id, assignment.id)
+    if role is None or role.is_staff:
+        return None
+    kept = session.scalar(select(Submission.id).where(Submission.user_id == user.id, Submission.sha256 == sha256,
+                                                      Submission.assignment_id == assignment.id).limit(1))
+    why = storage_use(session, settings, user.id, assignment).refusal(size, kept is not None)
+    return Refusal(413, "storage_quota_exceeded", why) if why else None
 
 
 def admission(session: Session, settings: Settings, user: User, assignment: Assignment, now: datetime) -> Refusal | None:

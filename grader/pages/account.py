@@ -14,6 +14,7 @@ from grader.auth.credentials import STUDENT_SCOPES, issue_token, scopes_for
 from grader.auth.logins import confirm_password
 from grader.auth.sessions import change_password, log_in
 from grader.auth.throttle import Throttle, refusal_words
+from grader.ids import RowId
 from grader.models import ApiToken, User, utcnow
 from grader.pages.common import Db, Sender, Viewer, absent, page, see_other
 from grader.settings import Settings
@@ -132,7 +133,7 @@ async def create_token(request: Request, session: Db, user: Sender) -> Response:
 
 
 @router.post("/settings/tokens/{token_id}/revoke")
-def revoke_token(token_id: int, session: Db, user: Sender) -> Response:
+def revoke_token(token_id: RowId, session: Db, user: Sender) -> Response:
     token = session.get(ApiToken, token_id)
     # Someone else's token reads as absent, whatever the caller's role.
     if token is None or token.user_id != user.id:

@@ -15,6 +15,7 @@ from fastapi.responses import FileResponse, HTMLResponse, Response
 from grader.api.deps import get_context
 from grader.auth.credentials import browser_principal
 from grader.course.membership import role_in
+from grader.ids import RowId
 from grader.models import Run, Submission, User
 from grader.pages import highlight
 from grader.pages.common import Db, absent, logged_in, page
@@ -27,7 +28,7 @@ from worker.rubric import Rubric, RubricError, load_rubric
 router = APIRouter(include_in_schema=False)
 
 
-def _shown_submission(request: Request, submission_id: int, session: Db) -> tuple[User, Submission]:
+def _shown_submission(request: Request, submission_id: RowId, session: Db) -> tuple[User, Submission]:
     """The logged-in user and a submission they may read (an id that is not one is the 404
     page before anyone is asked to log in, as on the run page)."""
     user = logged_in(request, session)

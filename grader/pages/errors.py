@@ -19,6 +19,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from grader.api.errors import names_no_row
 from grader.pages.common import error_page as titled_error_page
 from grader.pages.common import page_around
 
@@ -52,9 +53,10 @@ def _http_message(request: Request, exc: StarletteHTTPException) -> str:
 
 
 def _invalid_answer(request: Request, exc: RequestValidationError) -> HTMLResponse:
-    """An address whose id is not one names nothing (404); other fields say what is wrong (422)."""
+    """An address whose id is not one, or any id out of range, names nothing (404); other fields say
+    what is wrong (422)."""
     errors = exc.errors()
-    if any(e.get("loc", ())[:1] == ("path",) for e in errors):
+    if names_no_row(exc) is not None or any(e.get("loc", ())[:1] == ("path",) for e in errors):
         return not_found_page(request)
     fields = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ())[1:])}: {e.get('msg', '')}" for e in errors)
     return error_page(request, status.HTTP_422_UNPROCESSABLE_CONTENT, f"The request was not understood ({fields}).")

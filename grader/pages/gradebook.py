@@ -18,6 +18,7 @@ from grader.api.gradebook import canvas_csv, detailed_csv, gradebook_out
 from grader.auth.sessions import CSRF_FIELD
 from grader.course import adjustments
 from grader.course.membership import staff_anywhere
+from grader.ids import RowId, parse_row_id
 from grader.models import Assignment, Submission, User
 from grader.notify import answer_messages, send_quietly
 from grader.pages import gradebook_view
@@ -87,7 +88,7 @@ def _gradebook_page(request: Request, session: Session, user: User, params: Mapp
                 histogram=gradebook_view.score_histogram(book, rows),
                 distributions=gradebook_view.speedup_distributions(book, rows),
                 uncalibrated=gradebook_view.uncalibrated_models(book.rows),
-                queued=int(queued) if queued.isdigit() else None,
+                queued=int(queued) if queued.isascii() and queued.isdigit() else None,
                 newest=gradebook_view.newest_submissions(session, assignment), row_regrades=gradebook_view.row_regrades,
                 open_requests=adjustments.open_requests(session, assignment), zone=get_context(request).settings.course_zone,
                 course=assignment.course,
@@ -100,7 +101,7 @@ def _bulk_plan(request: Request, session: Session, user: User,
     page saying why nothing would."""
     assignment, book = _asked_gradebook(request, session, user, params, Power.grade)
     which = str(params.get("which", "selected"))
-    ticked = [int(v) for v in params.getlist("submission") if v.isascii() and v.isdigit()]
+    ticked = [named for named in map(parse_row_id, params.getlist("submission")) if named is not None]
     if which == "selected" and not ticked:
         return _gradebook_page(request, session, user, params, status.HTTP_400_BAD_REQUEST,
                                "Nothing selected. Tick at least one student's row to re-grade the selected "
@@ -198,7 +199,7 @@ def gradebook_json_export(request: Request, session: Db, user: Viewer) -> Respon
 
 
 @router.post("/submissions/{submission_id}/regrade")
-def regrade(submission_id: int, background: BackgroundTasks, ctx: Context, session: Db, user: Sender) -> Response:
+def regrade(submission_id: RowId, background: BackgroundTasks, ctx: Context, session: Db, user: Sender) -> Response:
     """A new run of one submission; it answers the open regrade requests of the submission's runs."""
     sub = acting_on(session, user, session.get(Submission, submission_id), Power.grade, f"submission {submission_id}")
     run = adjustments.regrade(session, sub, user)

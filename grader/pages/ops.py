@@ -30,14 +30,16 @@ from grader.course.assignment_settings import (
     update_schedule,
 )
 from grader.course.policies import SCORE_POLICIES, late_policy
+from grader.course.storage import MiB, mib, parse_quota_mib
 from grader.models import Assignment, User, utcnow
 from grader.pages.common import Db, Instructor, InstructorForm, page, see_other
 from grader.reads.service_metrics import health
 from grader.runs.engine_config import pipeline_config
 from grader.runs.grading_control import grading_state, resume, set_paused
 from grader.service import NotFound
-from grader.similarity.base import UPLOAD, describe_assignment_base, parse_git_spec, save_base
-from worker.rubric import load_rubric
+from grader.similarity.base import UPLOAD, describe_assignment_base, fetch_refusal, parse_git_spec, save_base
+from grader.similarity.fetch import FetchRules, check_repository
+from worker.rubric import RubricError, load_rubric
 from worker.unpack import BadArchive
 
 router = APIRouter(include_in_schema=False)
@@ -90,6 +92,14 @@ def _settings_page(request: Request, session: Session, user: User, assignment: A
     values.setdefault("extension", {})  # the extension form's fields as sent, when refused
     values.setdefault("base_error", None)
     values.setdefault("base_git", "")
+    values.setdefault("storage_error", None)
+    values.setdefault("storage_mib", "" if assignment.storage_quota_bytes is None
+                      else f"{assignment.storage_quota_bytes / MiB:g}")
+    default = get_context(request).settings.storage_quota_bytes
+    quota = default if assignment.storage_quota_bytes is None else assignment.storage_quota_bytes
+    values.setdefault("storage_default", mib(default) if default else "no quota")
+    values.setdefault("storage_now", (f"{mib(quota)} per student" if quota else "no quota")
+                      + (" (the service's default)" if assignment.storage_quota_bytes is None else ""))
     due = late_policy(assignment).due_at
     extensions = [{"user": ext_user, "extra": _duration_text(timedelta(seconds=row.extra_s)), "reason": row.reason,
                    "due": _instant_text(due + timedelta(seconds=row.extra_s), zone) if due else None}
@@ -100,7 +110,19 @@ def _settings_page(request: Request, session: Session, user: User, assignment: A
                 similarity_base=describe_assignment_base(assignment.similarity_base, assignment.slug,
                                                          get_context(request).settings.rubric_dirs,
                                                          get_context(request).settings.data_dir),
+                base_refused=_base_refusal(request, assignment),
+                base_hosts=", ".join(get_context(request).settings.similarity_base_hosts),
                 base_message=request.query_params.get("base"), **values)
+
+
+def _base_refusal(request: Request, assignment: Assignment) -> str | None:
+    """Why the git base the assignment names (its own, else its rubric's) cannot be fetched here."""
+    settings = get_context(request).settings
+    try:
+        default = load_rubric(assignment.slug, search=settings.rubric_dirs).similarity_base
+    except RubricError:
+        default = None
+    return fetch_refusal(assignment.similarity_base, default, FetchRules.of(settings))
 
 
 @router.get("/assignments/{slug}/settings", response_class=HTMLResponse)
@@ -183,6 +205,19 @@ async def extension_remove(request: Request, slug: str, username: str, session: 
     return see_other(f"/assignments/{slug}/settings?saved=extension#extensions")
 
 
+@router.post("/assignments/{slug}/storage", response_class=HTMLResponse)
+async def storage_save(request: Request, slug: str, session: Db, staff: InstructorForm) -> Response:
+    """The bytes each student may keep in the assignment (grader.course.storage): MiB, 0 for no
+    quota, empty for the service's default."""
+    typed = str((await request.form()).get("quota_mib", "")).strip()
+    try:
+        staff.assignment.storage_quota_bytes = parse_quota_mib(typed)
+    except ValueError as exc:
+        return _settings_page(request, session, staff.user, staff.assignment, status.HTTP_400_BAD_REQUEST,
+                              storage_error=str(exc), storage_mib=typed)
+    return see_other(f"/assignments/{slug}/settings?saved=storage#storage")
+
+
 @router.post("/assignments/{slug}/similarity/base", response_class=HTMLResponse)
 async def similarity_base(request: Request, slug: str, ctx: Context, session: Db, staff: InstructorForm) -> Response:
     """Set the starter the assignment's students received (the similarity check's base): a zip,
@@ -201,8 +236,8 @@ async def similarity_base(request: Request, slug: str, ctx: Context, session: Db
         return see_other(done + quote("The base is the rubric's default again; compute the report again."))
     if git:
         try:
-            parse_git_spec(git)
-        except BadArchive as exc:
+            await run_in_threadpool(check_repository, parse_git_spec(git)[0], FetchRules.of(ctx.settings))
+        except BadArchive as exc:  # BaseRefused too: says why it may not be fetched
             return refused(str(exc))
         assignment.similarity_base = git
         return see_other(done + quote(f"The base is {git}; compute the report again."))
@@ -230,7 +265,7 @@ def grading_controls(request: Request, session: Db, staff: Instructor) -> Respon
     now = utcnow()
     figures = health(session, [staff.assignment.id], now, timedelta(seconds=settings.heartbeat_timeout_s))
     return page(request, "ops_grading.html", staff.user, assignment=staff.assignment,
-                state=grading_state(session, staff.assignment), sent=int(sent) if sent.isdigit() else None,
+                state=grading_state(session, staff.assignment), sent=int(sent) if sent.isascii() and sent.isdigit() else None,
                 zone=settings.course_zone, health=figures[staff.assignment.id], heartbeat_s=settings.heartbeat_timeout_s)
 
 

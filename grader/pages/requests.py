@@ -26,6 +26,7 @@ from grader.course import adjustments
 from grader.course.adjustments import Show, WorkflowError
 from grader.course.grade_reads import run_grades
 from grader.course.membership import role_in
+from grader.ids import RowId
 from grader.models import RegradeRequest, Run, User
 from grader.notify import answer_messages, request_messages, send_quietly
 from grader.pages.common import Db, GraderForm, Sender, Staff, StaffOf, absent, acting_on, page, see_other
@@ -55,7 +56,7 @@ async def _refused_on_run(request: Request, session: Session, user: User, run: R
 
 
 @router.post("/runs/{run_id}/regrade-request")
-async def ask_regrade(request: Request, background: BackgroundTasks, run_id: int, session: Db,
+async def ask_regrade(request: Request, background: BackgroundTasks, run_id: RowId, session: Db,
                       user: Sender) -> Response:
     """The run's own student asks for a regrade, saying why; the staff are mailed."""
     run = session.get(Run, run_id)
@@ -71,7 +72,7 @@ async def ask_regrade(request: Request, background: BackgroundTasks, run_id: int
 
 
 @router.post("/runs/{run_id}/adjustments")
-async def adjust_run(request: Request, background: BackgroundTasks, run_id: int, session: Db,
+async def adjust_run(request: Request, background: BackgroundTasks, run_id: RowId, session: Db,
                      user: Sender) -> Response:
     """Staff of the run's course adjust its grade, with a reason; it answers the run's open
     request, whose student is mailed."""
@@ -88,7 +89,7 @@ async def adjust_run(request: Request, background: BackgroundTasks, run_id: int,
 
 
 @router.post("/runs/{run_id}/comments")
-async def comment_run(request: Request, run_id: int, session: Db, user: Sender) -> Response:
+async def comment_run(request: Request, run_id: RowId, session: Db, user: Sender) -> Response:
     """The run's student, or staff of its course, comment on the run."""
     run = session.get(Run, run_id)
     if run is None:
@@ -122,7 +123,7 @@ def queue(request: Request, session: Db, staff: Staff) -> Response:
 
 
 @router.post("/assignments/{slug}/regrade-requests/{request_id}")
-async def decide(request: Request, background: BackgroundTasks, request_id: int, ctx: Context, session: Db,
+async def decide(request: Request, background: BackgroundTasks, request_id: RowId, ctx: Context, session: Db,
                  staff: GraderForm) -> Response:
     """Accept a request by re-grading (a new run) or by an adjustment, or reject it with a reply;
     the student is mailed the answer."""

@@ -29,6 +29,7 @@ from grader.course.roster_jobs import (
     take_passwords,
     view,
 )
+from grader.ids import RowId, parse_row_id
 from grader.models import Course, CourseRole, RosterJob, User
 from grader.pages.common import (
     Db,
@@ -124,7 +125,7 @@ def _held_keys(request: Request) -> set[int]:
     """The jobs whose key this browser holds (its key cookies)."""
     prefix = KEY_COOKIE.format("")
     ids = (name.removeprefix(prefix) for name in request.cookies if name.startswith(prefix))
-    return {int(i) for i in ids if i.isdigit()}
+    return {named for named in map(parse_row_id, ids) if named is not None}
 
 
 def _plural(count: int, word: str) -> str:
@@ -219,7 +220,7 @@ async def roster_import(request: Request, ctx: Context, session: Db, user: Sende
 
 
 @router.post("/roster/imports/{job_id}/passwords.csv")
-async def roster_passwords(request: Request, job_id: int, session: Db, user: Sender) -> Response:
+async def roster_passwords(request: Request, job_id: RowId, session: Db, user: Sender) -> Response:
     """The import's first passwords as login,password CSV, once; the key's cookie is deleted with
     it. A refusal (taken already, another browser, not done) is the roster page with the reason."""
     job = session.get(RosterJob, job_id)

@@ -17,6 +17,7 @@ from grader.auth.sessions import current_user
 from grader.course.counted_choice import REFUSAL_TEXT, StudentRefusal, choose, clear, student_refusal
 from grader.course.grade_reads import counted_for, run_grades
 from grader.course.membership import roles_of
+from grader.ids import RowId, parse_row_id
 from grader.models import Assignment, GradeAdjustment, Run, Submission, User
 from grader.pages.common import Db, Sender, Viewer, absent, logged_in, page, see_other
 from grader.pages.run_view import render_run
@@ -71,7 +72,8 @@ async def choose_counted(request: Request, session: Db, user: Sender) -> Respons
     have not chosen; a refusal goes back to the history with why."""
     form = await request.form()
     run_id = str(form.get("run_id", ""))
-    run = _readable_run(session, user, int(run_id)) if run_id.isdigit() else None
+    named = parse_row_id(run_id)
+    run = _readable_run(session, user, named) if named is not None else None
     if run is None or run.submission.user_id != user.id:
         raise absent(f"run {run_id} of yours")
     assignment = run.submission.assignment
@@ -107,7 +109,7 @@ def _readable_run(session: Session, user: User, run_id: int) -> Run | None:
     return run
 
 
-def _shown_run(request: Request, run_id: int, session: Db) -> tuple[User, Run]:
+def _shown_run(request: Request, run_id: RowId, session: Db) -> tuple[User, Run]:
     """The logged-in user and their readable run. It calls `logged_in` itself rather than
     depending on it, so that an id that is not one (/runs/abc) is refused as such (the 404
     page) before anyone is asked to log in: FastAPI skips a dependency whose fields fail."""
@@ -125,7 +127,7 @@ def run_page(request: Request, session: Db, shown: Annotated[tuple[User, Run], D
 
 
 @router.get("/runs/{run_id}/status")
-def run_status_json(request: Request, run_id: int, session: Db) -> JSONResponse:
+def run_status_json(request: Request, run_id: RowId, session: Db) -> JSONResponse:
     """The run page's poll: JSON, so a logged-out poller gets 401 (the page says so), not a redirect."""
     user = current_user(request, session)
     if user is None:

@@ -19,6 +19,7 @@ from grader.course.adjustments import WorkflowError
 from grader.course.counted_choice import choose, clear, is_scored
 from grader.course.grade_reads import counted_for, run_grades, set_aside_entries
 from grader.course.roster_entries import entry_of, shown_name
+from grader.ids import parse_row_id
 from grader.models import Assignment, Run, Submission, User
 from grader.notify import answer_messages, send_quietly
 from grader.pages.common import Db, GraderForm, Staff, StaffOf, absent, page, see_other
@@ -87,7 +88,8 @@ async def pin_counted(request: Request, username: str, session: Db, staff: Grade
     form = await request.form()
     here = f"/assignments/{assignment.slug}/students/{student.username}"
     run_id = str(form.get("run_id", ""))
-    run = session.get(Run, int(run_id)) if run_id.isdigit() else None
+    named = parse_row_id(run_id)
+    run = session.get(Run, named) if named is not None else None
     if run is None or run.submission not in subs or not is_scored(run):
         return see_other(f"{here}?error=unscored#counted")
     choose(session, assignment, student.id, run, staff.user, str(form.get("reason", "")).strip() or None)

@@ -4,13 +4,14 @@ never counts.
 Where it comes from, first found wins:
 - the assignment's setting (`Assignment.similarity_base`, the settings page): `upload`, the zip
   staff gave (kept at `KG_DATA_DIR/reports/similarity-base-<slug>.zip`), or a git ref
-  `git:<repository>@<ref>`;
+  `git:<repository>@<ref>`, fetched only as grader.similarity.fetch allows (https, a listed
+  host, a public address, a time and a size cap; never a folder of this machine);
 - the rubric's default (`similarity: base:` in rubrics/<slug>.yaml, a git ref);
 - our kit's stripped starter (grader.similarity.starter_sources), the fallback, also when the
   rubric's default cannot be fetched (the report says so).
 A setting staff chose that cannot be read is an error, never silently replaced. A git
-repository that is not a folder here is cloned once under `KG_DATA_DIR/reports/starters/`.
-`grader similarity --base` names one directly (a zip, a folder or a git ref).
+repository is cloned once under `KG_DATA_DIR/reports/starters/`. `grader similarity --base`
+names one directly (a git ref, or, the operator's own command, a zip or a folder of this machine).
 
 A base is named exactly (`Base.label`): the zip staff gave by its file name and sha256, a git
 ref by the commit it resolved to, and every base by how many files it holds and a digest of
@@ -21,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Sequence
@@ -29,6 +31,7 @@ from pathlib import Path
 
 from grader.datadir import private_dir, tighten, write_private
 from grader.similarity.compare import Sources, starter_sources, tree_sources
+from grader.similarity.fetch import FetchRules, check_host, fetch_clone
 from worker.rubric import Rubric, RubricError, load_rubric
 from worker.unpack import BadArchive, UnpackLimits, find_assignment_root, unpack_zip
 
@@ -103,25 +106,32 @@ def parse_git_spec(spec: str) -> tuple[str, str]:
     return repository, ref
 
 
-def git_zip(spec: str, dest: Path, clones: Path | None = None) -> str:
-    """`git:<repository>@<ref>` archived as a zip at `dest`; the commit `ref` names. A repository
-    that is no folder here is cloned (bare) under `clones` first, or into a temporary folder
-    without one."""
+def git_zip(spec: str, dest: Path, rules: FetchRules, clones: Path | None = None) -> str:
+    """`git:<repository>@<ref>` archived as a zip at `dest`; the commit `ref` names. The
+    repository is fetched (bare) under `clones` first, or into a temporary folder without one,
+    only as grader.similarity.fetch allows: never a folder of this machine."""
     repository, ref = parse_git_spec(spec)
     with tempfile.TemporaryDirectory(prefix="kg-clone-") as tmp:
-        local = repository if Path(repository).is_dir() else _clone(repository, clones or Path(tmp))
+        local = _clone(repository, rules, clones or Path(tmp))
         commit = _git(["-C", local, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
                       f"git rev-parse {ref} of {repository}")
         _git(["-C", local, "archive", "--format=zip", "-o", str(dest), commit], f"git archive {ref} of {repository}")
     return commit
 
 
-def _clone(repository: str, clones: Path) -> str:
+def _clone(repository: str, rules: FetchRules, clones: Path) -> str:
+    """The bare clone of `repository` under `clones`, fetched once. One kept from before is used
+    only while its URL still passes the rules (the operator may have taken its host off the list)."""
+    check_host(repository, rules)
     target = clones / (hashlib.sha256(repository.encode()).hexdigest()[:16] + ".git")
     if not target.is_dir():
         private_dir(clones)
         partial = Path(tempfile.mkdtemp(dir=clones, prefix=".clone-"))
-        _git(["clone", "--bare", "--quiet", repository, str(partial)], f"git clone {repository}")
+        try:
+            fetch_clone(repository, rules, partial)
+        except BadArchive:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise
         tighten(partial)  # git's files follow the umask (a worker's is 022): the data dir's are owner-only
         os.replace(partial, target)
     return str(target)
@@ -138,13 +148,14 @@ def _git(args: list[str], what: str) -> str:
     return done.stdout.strip()
 
 
-def given_base(spec: str, rubric: Rubric, limits: UnpackLimits, clones: Path | None = None,
+def given_base(spec: str, rubric: Rubric, limits: UnpackLimits, rules: FetchRules, clones: Path | None = None,
                words: str | None = None) -> Base:
-    """A base named directly: a zip, a starter folder or a git ref (`words`: how the report
+    """A base named directly: a git ref (fetched as `rules` allow), or for the operator's
+    `grader similarity --base` a zip or a starter folder of this machine (`words`: how the report
     says it, by default the spec itself)."""
     if spec.startswith("git:"):
         with tempfile.TemporaryDirectory(prefix="kg-base-") as tmp:
-            commit = git_zip(spec, Path(tmp) / "base.zip", clones)
+            commit = git_zip(spec, Path(tmp) / "base.zip", rules, clones)
             return named(words or spec, zip_sources(Path(tmp) / "base.zip", rubric, limits), f"commit {commit}")
     path = Path(spec)
     if path.is_dir():
@@ -198,9 +209,25 @@ def describe_assignment_base(setting: str | None, slug: str, search: Sequence[Pa
     return f"{words} ({origin})" if origin else words
 
 
-def assignment_base(data_dir: Path, rubric: Rubric, limits: UnpackLimits, setting: str | None) -> Base:
+def fetch_refusal(setting: str | None, rubric_default: str | None, rules: FetchRules) -> str | None:
+    """Why the git base an assignment's setting (else its rubric's default) names may not be
+    fetched, as far as is known without a connection (the URL and its host); None when it may,
+    or when the base is no git ref."""
+    spec = setting if setting and setting != UPLOAD else (None if setting else rubric_default)
+    if not spec or not spec.startswith("git:"):
+        return None
+    try:
+        check_host(parse_git_spec(spec)[0], rules)
+    except BadArchive as exc:
+        return str(exc)
+    return None
+
+
+def assignment_base(data_dir: Path, rubric: Rubric, limits: UnpackLimits, setting: str | None,
+                    rules: FetchRules) -> Base:
     """The base `setting` (the assignment's `similarity_base`) names, with what it is in words;
-    BadArchive when a base staff set cannot be read."""
+    BadArchive when a base staff set cannot be read (or is no git ref: staff never name a path of
+    this machine)."""
     label = describe_setting(setting, rubric.similarity_base)
     if setting == UPLOAD:
         stored = base_path(data_dir, rubric.slug)
@@ -208,10 +235,11 @@ def assignment_base(data_dir: Path, rubric: Rubric, limits: UnpackLimits, settin
             raise BadArchive("the starter zip staff gave is no longer kept: upload it again")
         return named(label, zip_sources(stored, rubric, limits), upload_origin(data_dir, rubric.slug))
     if setting:
-        return given_base(setting, rubric, limits, clone_dir(data_dir), label)
+        parse_git_spec(setting)
+        return given_base(setting, rubric, limits, rules, clone_dir(data_dir), label)
     if rubric.similarity_base:
         try:
-            return given_base(rubric.similarity_base, rubric, limits, clone_dir(data_dir), label)
+            return given_base(rubric.similarity_base, rubric, limits, rules, clone_dir(data_dir), label)
         except BadArchive as exc:
             return named(f"our kit's stripped starter: the rubric's default {rubric.similarity_base} could not be "
                          f"read ({exc})", starter_sources(rubric), received=False)

@@ -30,6 +30,7 @@ from grader.models import Assignment, SimilarityJob, User, utcnow
 from grader.runs.engine_config import pipeline_config
 from grader.settings import Settings, get_settings
 from grader.similarity.base import assignment_base
+from grader.similarity.fetch import FetchRules
 from grader.similarity.store import compute_report, fingerprint_dir, report_path, save_report
 from grader.storage.blobstore import BlobStore
 from worker.rubric import load_rubric
@@ -114,7 +115,7 @@ def run_job(settings: Settings, sessions: sessionmaker[Session], blobs: BlobStor
     try:
         rubric = load_rubric(slug, search=settings.rubric_dirs)
         limits = pipeline_config(settings, rubric).limits
-        base = assignment_base(settings.data_dir, rubric, limits, setting)
+        base = assignment_base(settings.data_dir, rubric, limits, setting, FetchRules.of(settings))
         _record(sessions, job_id, base=base.label[:512])  # its column's size
         with session_scope(sessions) as session:
             report, _sources = compute_report(session, blobs, rubric, limits, base, fingerprint_dir(settings.data_dir),

@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
+from grader.control_chars import refusal
 from grader.db import session_scope
 from grader.models import Submission
 from grader.settings import Settings
@@ -148,6 +149,7 @@ class _PartCollector:
             if self.before_file is not None:
                 self.before_file(self.fields)  # e.g. authenticate from fields sent before the file
             self.filename = filename.decode("utf-8", "replace") if filename else ""
+            _refuse_control(f"The file's name (“{self.filename}”)", self.filename)
             self.writer = self.store.writer(self.max_bytes)
 
     def on_part_data(self, data: bytes, start: int, end: int) -> None:
@@ -167,6 +169,7 @@ class _PartCollector:
             self.file_complete = True
         else:
             self.fields[self._name] = self._value.decode("utf-8", "replace")
+            _refuse_control(f"The field “{self._name}”", self._name + self.fields[self._name])
 
     def checked_file(self) -> BlobWriter:
         """The file part, still in its temp file, once the whole body is parsed."""
@@ -179,6 +182,14 @@ class _PartCollector:
     def discard(self) -> None:
         if self.writer is not None:
             self.writer.discard()
+
+
+def _refuse_control(where: str, text: str) -> None:
+    """UploadError 422 when `text` (a one-line field of the upload form) holds a control
+    character (grader.control_chars, which checks every other route's body)."""
+    why = refusal(where, text, multi_line=False)
+    if why is not None:
+        raise UploadError(422, why, "control_character")
 
 
 @asynccontextmanager

@@ -3,11 +3,8 @@ problem's points, its speed floor and target from the rubric, and the targets ca
 GPU model where staff stored some."""
 from __future__ import annotations
 
-import io
-import os
 import re
 import uuid
-import zipfile
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from urllib.parse import urlsplit
@@ -26,6 +23,7 @@ from grader.passwords import set_password
 from grader.service import get_assignment
 from tests.browser.a11y import check_page
 from tests.fixtures.passwords import SUITE_ARGON2
+from tests.fixtures.zips import random_zip
 from worker.rubric import load_rubric
 
 PASSWORD = "correct horse battery"
@@ -135,14 +133,6 @@ RECORD_PROGRESS = """(() => {
 })()"""
 
 
-def _random_zip(size: int) -> bytes:
-    """A stored (uncompressed) zip of `size` random bytes: it cannot be made smaller on the way."""
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as zf:
-        zf.writestr("llmsys_hw4/src/softmax_kernel.cu", os.urandom(size))
-    return buf.getvalue()
-
-
 @pytest.fixture
 def paused(sessions: sessionmaker[Session]) -> tuple[str, str]:
     return _own_assignment(sessions, "prog")
@@ -174,7 +164,7 @@ def test_an_upload_shows_its_progress_and_a_refusal_keeps_the_file(context: Brow
     cdp.send("Network.emulateNetworkConditions", {"offline": False, "latency": 0, "downloadThroughput": -1,
                                                   "uploadThroughput": 1024 * 1024})
     picker.set_input_files({"name": "big.zip", "mimeType": "application/zip",
-                            "buffer": _random_zip(3 * 512 * 1024)})
+                            "buffer": random_zip(3 * 512 * 1024)})
     page.get_by_role("button", name="Upload and grade").click()
     page.wait_for_url(re.compile(r"/runs/\d+$"))
     seen = page.evaluate("() => JSON.parse(sessionStorage.getItem('seen') || '[]')")

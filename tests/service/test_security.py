@@ -12,10 +12,11 @@ import re
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import func, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.routing import Mount
 
@@ -43,11 +44,12 @@ from grader.models import (
     RunComment,
     RunState,
     Submission,
+    UploadHit,
     User,
     utcnow,
 )
 from grader.passwords import set_password
-from grader.ratelimit import SlidingWindow
+from grader.ratelimit import SharedWindow
 from grader.security import CONTENT_SECURITY_POLICY
 from grader.service import get_assignment, record_submission
 from grader.settings import Settings
@@ -351,7 +353,8 @@ def _course_create(w: World) -> None:
 def _hw4_row(w: World) -> tuple:
     with session_scope(w.sessions) as session:
         row = session.scalars(select(Assignment).where(Assignment.slug == "hw4")).one()
-        return row.due_at, row.late_window_s, row.score_policy, row.grading_paused, row.course_id
+        return (row.due_at, row.late_window_s, row.score_policy, row.grading_paused, row.course_id,
+                row.storage_quota_bytes)
 
 
 def _enrollments(w: World) -> list[tuple]:
@@ -635,6 +638,7 @@ ROUTES: dict[tuple[str, str], Check] = {
     ("POST", "/assignments/{slug}/grading"): _ops_post_denied("/assignments/hw4/grading", {"action": "pause"}),
     ("POST", "/assignments/{slug}/similarity"): _ops_post_denied("/assignments/hw4/similarity", {}),
     ("POST", "/assignments/{slug}/similarity/base"): _ops_post_denied("/assignments/hw4/similarity/base", {}),
+    ("POST", "/assignments/{slug}/storage"): _ops_post_denied("/assignments/hw4/storage", {"quota_mib": "1"}),
     ("POST", "/runs/{run_id}/regrade-request"): _regrade_request_of_b,
     ("POST", "/runs/{run_id}/adjustments"): _adjust_b,
     ("POST", "/runs/{run_id}/comments"): _comment_on_b,
@@ -763,18 +767,40 @@ def test_pages_have_no_inline_code_the_policy_would_block(world: World) -> None:
 # ---- upload rate limit ---------------------------------------------------------------------
 
 
-def test_sliding_window_counts_and_forgets() -> None:
-    now = [0.0]
-    window = SlidingWindow(limit=2, window_s=10, clock=lambda: now[0])
-    assert window.hit("a") is None and window.hit("a") is None
-    assert window.hit("a") == pytest.approx(10) and window.hit("b") is None
-    now[0] = 9.5
-    assert window.hit("a") == pytest.approx(0.5)
-    now[0] = 10.0
-    assert window.hit("a") is None
+def _forget_upload_hits(world: World) -> None:
+    """The limit is counted in the database: each test starts from no hits."""
+    with session_scope(world.sessions) as session:
+        session.execute(delete(UploadHit))
+
+
+def test_the_shared_window_counts_and_forgets(world: World) -> None:
+    start = utcnow()
+    now = [start]
+    window = SharedWindow(world.sessions, limit=2, window_s=10, clock=lambda: now[0])
+    sender = f"user:{uuid.uuid4().hex}"
+    assert window.hit(sender) is None and window.hit(sender) is None
+    assert window.hit(sender) == pytest.approx(10) and window.hit(sender + "-other") is None
+    now[0] = start + timedelta(seconds=9.5)
+    assert window.hit(sender) == pytest.approx(0.5)
+    now[0] = start + timedelta(seconds=10)
+    assert window.hit(sender) is None
+    assert world.count(UploadHit, UploadHit.sender == sender) == 1  # the expired hits are gone
+
+
+def test_two_web_processes_share_one_limit(world: World) -> None:
+    """Two apps (as two web processes would be) on one database: the third upload is refused
+    whichever process it reaches (each used to allow the limit of its own)."""
+    _forget_upload_hits(world)
+    limited = world.settings.model_copy(update={"upload_rate_limit": 2, "upload_rate_window_s": 600})
+    with TestClient(create_app(limited)) as first, TestClient(create_app(limited)) as second:
+        codes = [client.post("/api/v1/submissions", headers=auth(world.a_token),
+                             files={"file": ("a.zip", small_zip(f"shared {i}".encode()))}).status_code
+                 for i, client in enumerate((first, second, first, second))]
+    assert codes == [201, 201, 429, 429]
 
 
 def test_uploads_are_rate_limited_per_student(world: World) -> None:
+    _forget_upload_hits(world)
     limited = world.settings.model_copy(update={"upload_rate_limit": 3, "upload_rate_window_s": 600})
     with TestClient(create_app(limited)) as client:
         codes = [client.post("/api/v1/submissions", headers=auth(world.a_token),
@@ -791,6 +817,7 @@ def test_uploads_are_rate_limited_per_student(world: World) -> None:
 
 
 def test_the_web_form_shares_the_students_limit(world: World) -> None:
+    _forget_upload_hits(world)
     limited = world.settings.model_copy(update={"upload_rate_limit": 1, "upload_rate_window_s": 600})
     with TestClient(create_app(limited)) as client:
         assert client.post("/api/v1/submissions", headers=auth(world.a_token),

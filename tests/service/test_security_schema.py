@@ -1,7 +1,10 @@
 """Schemathesis against the app's own OpenAPI spec, in process (ASGI), bounded: a handful of
 generated requests per operation, as a student token and as staff. Every answer must be no
 server error and must conform to the spec (status code, content type, body schema), and the
-data of a third student must never come back to the student."""
+data of a third student must never come back to the student. Then requests the spec calls
+invalid (ids out of range, control characters in text, fields no body names, ...; schemathesis'
+negative mode): never a server error, always refused with a 4xx (issue 54: ids past 2^63 and a
+NUL in a text were 500s)."""
 from __future__ import annotations
 
 import uuid
@@ -9,7 +12,10 @@ import uuid
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
-from schemathesis.specs.openapi.checks import positive_data_acceptance
+from hypothesis.errors import Unsatisfiable
+from schemathesis import GenerationMode
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.app import create_app
@@ -68,3 +74,22 @@ def test_api_conforms_to_its_spec(api_schema: schemathesis.BaseSchema) -> None: 
     assert len(operations) >= 9
     for operation in operations:
         _run_operation(operation)
+
+
+@pytest.mark.timeout(300)
+def test_invalid_requests_are_refused_never_a_server_error(api_schema: schemathesis.BaseSchema) -> None:  # type: ignore[name-defined]
+    fuzzed = 0
+    for operation in [result.ok() for result in api_schema.get_all_operations()]:
+
+        @given(case=operation.as_strategy(GenerationMode.NEGATIVE))  # type: ignore[attr-defined]
+        @settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+        def run(case: schemathesis.Case) -> None:  # type: ignore[name-defined]
+            case.call_and_validate(headers={"Authorization": f"Bearer {TOKENS['staff']}"},
+                                   checks=[not_a_server_error, negative_data_rejection])
+
+        try:
+            run()
+        except Unsatisfiable:  # nothing of it can be made invalid (no parameter, no body)
+            continue
+        fuzzed += 1
+    assert fuzzed >= 12

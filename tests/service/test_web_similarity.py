@@ -35,6 +35,7 @@ from grader.service import get_assignment
 from grader.settings import Settings
 from grader.similarity.store import load_report, report_path
 from grader.storage.blobstore import BlobStore
+from tests.fixtures.https_git import GitServer, https_git_server, publish
 from tests.fixtures.passwords import SUITE_ARGON2
 from tests.service.conftest import PG_ADMIN_URL, WorkerProcess, init_with_course
 from tests.service.test_web_settings import PASSWORD, Browser
@@ -46,21 +47,23 @@ PLANTED = ("s07", "s23")
 
 
 @pytest.fixture(scope="module")
-def own_settings(settings: Settings, settings_env: dict[str, str],
-                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
+def own_settings(settings: Settings, settings_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory,
+                 starter_served: tuple[GitServer, str]) -> Iterator[Settings]:
     """Settings of a database, data folder and similarity queue of this module's own, and a real
-    worker process consuming that queue with them."""
+    worker process consuming that queue with them; both may fetch the starter's repository."""
     name = f"kg_test_sim_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     base = PG_ADMIN_URL.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1)
     data_dir = tmp_path_factory.mktemp("simdata")
     queue = f"{settings.similarity_queue}-{name}"
-    own = settings.model_copy(update={"database_url": f"{base}/{name}", "data_dir": data_dir,
-                                      "similarity_queue": queue})
+    fetching = starter_served[0].variables()
+    own = Settings.from_variables({**settings_env, **fetching}).model_copy(update={
+        "database_url": f"{base}/{name}", "data_dir": data_dir, "similarity_queue": queue})
     init_with_course(own)
-    worker = WorkerProcess({**settings_env, "KG_DATABASE_URL": own.database_url, "KG_DATA_DIR": str(data_dir),
-                            "KG_TASK_QUEUE": f"{queue}-runs", "KG_SIMILARITY_QUEUE": queue},
+    worker = WorkerProcess({**settings_env, **fetching, "KG_DATABASE_URL": own.database_url,
+                            "KG_DATA_DIR": str(data_dir), "KG_TASK_QUEUE": f"{queue}-runs",
+                            "KG_SIMILARITY_QUEUE": queue},
                            tmp_path_factory.mktemp("simworker") / "worker.log")
     worker.start()
     yield own
@@ -125,17 +128,27 @@ def test_students_get_no_similarity_page_and_cannot_compute(own_settings: Settin
 
 
 @pytest.fixture(scope="module")
-def starter_repo(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """`git:<repository>@<commit>` of a local repository holding the student starter the class
-    was generated from (as a course's starter repository would)."""
-    repo = tmp_path_factory.mktemp("starter-repo") / "llmsys_hw4"
+def starter_served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[GitServer, str]]:
+    """A repository holding the student starter the class was generated from (as a course's
+    starter repository would), served over HTTPS (tests/fixtures/https_git.py), and its
+    `git:<url>@<commit>`."""
+    work = tmp_path_factory.mktemp("starter-repo")
+    repo = work / "llmsys_hw4"
     render_starter(load_rubric("hw4").starter_dir, repo)
     git = ["git", "-C", str(repo), "-c", "user.name=Staff", "-c", "user.email=staff@example.org"]
     subprocess.run([*git, "init", "-q"], check=True)
     subprocess.run([*git, "add", "-A"], check=True)
     subprocess.run([*git, "commit", "-q", "-m", "starter"], check=True)
     commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], check=True, capture_output=True, text=True)
-    return f"git:{repo}@{commit.stdout.strip()}"
+    (work / "srv").mkdir()
+    publish(repo, work / "srv", "llmsys_hw4.git")
+    with https_git_server(work / "srv", work) as server:
+        yield server, f"git:{server.url('llmsys_hw4.git')}@{commit.stdout.strip()}"
+
+
+@pytest.fixture(scope="module")
+def starter_repo(starter_served: tuple[GitServer, str]) -> str:
+    return starter_served[1]
 
 
 def _set_git_base(prof: Browser, spec: str) -> str:
@@ -260,6 +273,12 @@ def test_staff_set_the_base_on_the_settings_page(own_settings: Settings, session
     refused = prof.client.post("/assignments/hw4/similarity/base", data={"csrf_token": prof.csrf(page)},
                                files={"starter": ("starter.zip", b"not a zip", "application/zip")})
     assert "Not kept" in refused.text
+    for spec, why in ((f"git:{tmp_path}@main", "is not an https:// URL"),
+                      ("git:http://127.0.0.1:6379/x@main", "is not an https:// URL"),
+                      ("git:https://github.com/llmsystem/llmsys_hw4@e2162e7",
+                       "github.com is not a host bases may be fetched from")):
+        refused_page = _set_git_base(prof, spec)
+        assert "Not kept: " in refused_page and why in refused_page, spec
     refused_git = _set_git_base(prof, "git:no-ref-here")
     assert "Not kept: a git base is git:&lt;repository&gt;@&lt;ref&gt;" in refused_git
     assert 'name="git" aria-describedby="h-base-git" value="git:no-ref-here" aria-invalid="true"' in refused_git
