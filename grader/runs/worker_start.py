@@ -7,18 +7,20 @@ grader.celery_app worker`), and how it stops taking them.
   worker/sandbox/launcher.py, sets its own 022 for each child's fresh root besides). The worker's own files in the data dir do not depend on it: they are
   made owner-only explicitly (grader/datadir.py), the embedded broker's SQLite file included,
   here, before kombu opens it.
-- Its toolchain is checked (worker/toolchain.py). A worker that fails says why in one log line
-  and exits with EXIT_BROKEN_TOOLCHAIN before it consumes anything, so every queued run stays in
-  the broker for a good worker. *Why exit rather than stay up idle:* a process that is up but
-  takes nothing looks healthy to every supervisor (docker, systemd) and to an operator glancing
-  at it; one that exits non-zero is seen at once, and its supervisor's restarts try again once
-  the toolchain is fixed.
 - Its sandbox is proven (worker/sandbox/canary.py): a canary child, started as a build's and,
   on a GPU worker, as the GPU stage's, must find its own namespaces, the syscall filter, the
   control group caps and none of the service's files. A sandbox that lacks any of it makes the
   worker exit with EXIT_BROKEN_SANDBOX, saying what is missing, unless reduced isolation was
   asked for (KG_SANDBOX_REQUIRE_NAMESPACES=false): then it takes jobs, and every run it records
   says "reduced isolation: ..." (Run.toolchain, shown to staff on the run and ops pages).
+  First, since the toolchain's check builds in the sandbox.
+- Its toolchain is checked (worker/toolchain.py), and each assignment's reference kit built in
+  the build's sandbox (worker.pipeline.prove_kit_builds). A worker that fails says why in one log line
+  and exits with EXIT_BROKEN_TOOLCHAIN before it consumes anything, so every queued run stays in
+  the broker for a good worker. *Why exit rather than stay up idle:* a process that is up but
+  takes nothing looks healthy to every supervisor (docker, systemd) and to an operator glancing
+  at it; one that exits non-zero is seen at once, and its supervisor's restarts try again once
+  the toolchain is fixed.
 - A worker whose toolchain fails later, during a build (worker.build.ToolchainFault), stops
   taking jobs the same way (`stop_taking_jobs`): the run was released for another worker, and
   a broken worker left consuming would take each run in turn and use up its attempts.
@@ -40,6 +42,7 @@ from grader.settings import Settings, get_settings
 from worker.build import ToolchainFault
 from worker.pipeline import prove_kit_builds
 from worker.rubric import load_rubric
+from worker.sandbox import SandboxError
 from worker.sandbox.canary import prove_sandbox
 from worker.sandbox.view import PROJECT_ROOT
 from worker.telemetry import gpu_compute_capability
@@ -67,6 +70,9 @@ def toolchain_check(settings: Settings) -> str:
                 prove_kit_builds(rubric, config, Path(tmp) / rubric.slug)
             except ToolchainFault as exc:
                 raise ToolchainFault(f"{rubric.slug}: {exc} (README, Deploying: the CUDA headers)") from None
+            except SandboxError as exc:
+                raise ToolchainFault(f"{rubric.slug}: the reference kit could not be built in the build's sandbox: "
+                                     f"{exc}") from None
     return f"{found}; every assignment's reference kit builds in the sandbox"
 
 
@@ -105,15 +111,14 @@ def _prepare(**_: Any) -> None:
 @celeryd_after_setup.connect
 def _check_before_consuming(**_: Any) -> None:
     """After Celery's logging is set up (worker_init comes before it) and before its pool and
-    consumer start: a SystemExit here stops the worker with that status."""
-    try:
-        found = toolchain_check(get_settings())
-    except ToolchainFault as exc:
-        log.critical("this worker refuses to take jobs: %s", exc)
-        raise SystemExit(EXIT_BROKEN_TOOLCHAIN) from None
-    log.info("toolchain checked: %s", found)
+    consumer start: a SystemExit here stops the worker with that status. The sandbox first (the
+    kit's build runs in it), then the toolchain. Celery logs and forgets any other exception of
+    a signal handler, so a check that breaks refuses as well: it proved nothing."""
     settings = get_settings()
-    missing = sandbox_shortfall(settings)
+    try:
+        missing = sandbox_shortfall(settings)
+    except Exception as exc:
+        missing = (f"the canary could not be run ({type(exc).__name__}: {exc})",)
     if missing and settings.sandbox.require_namespaces:
         log.critical("this worker refuses to take jobs: its sandbox falls short: %s (KG_SANDBOX_REQUIRE_NAMESPACES="
                      "false takes jobs with this reduced isolation, shown on every run)", "; ".join(missing))
@@ -123,6 +128,13 @@ def _check_before_consuming(**_: Any) -> None:
                     "; ".join(missing))
     else:
         log.info("sandbox proven: namespaces, syscall filter, control group caps and view hold")
+    try:
+        found = toolchain_check(settings)
+    except Exception as exc:
+        log.critical("this worker refuses to take jobs: %s", exc if isinstance(exc, ToolchainFault) else
+                     f"its toolchain check failed ({type(exc).__name__}: {exc})")
+        raise SystemExit(EXIT_BROKEN_TOOLCHAIN) from None
+    log.info("toolchain checked: %s", found)
 
 
 def stop_taking_jobs(why: str) -> None:

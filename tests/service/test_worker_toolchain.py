@@ -110,8 +110,14 @@ def test_a_toolchain_fault_during_a_build_is_an_infra_error_after_its_retries(
         env = {**own_queue, "KG_NVCC": str(nvcc), "KG_MAX_ATTEMPTS": "2"}
         own = Settings.from_variables(env)
         student = new_student(own_sessions, "toolchain-fault")
+        # Sources of its own: the worker's start check built the kit's (this nvcc "builds" there),
+        # and the build cache would hand those to an unchanged kit
+        tree = tmp_path / "tree"
+        shutil.copytree(kit_tree, tree)
+        with (tree / "src" / "softmax_kernel.cu").open("a") as source:
+            source.write("\n// changed\n")
         with TestClient(create_app(own)) as client:
-            run_id = submit(client, student, make_zip(kit_tree, tmp_path / "kit.zip"))["run_id"]
+            run_id = submit(client, student, make_zip(tree, tmp_path / "kit.zip"))["run_id"]
             workers = []
             for attempt in (1, 2):
                 worker = WorkerProcess(env, tmp_path / f"worker-{attempt}.log")

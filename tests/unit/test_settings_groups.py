@@ -3,6 +3,8 @@ unpack, smtp, throttle and argon2. Each field keeps the KG_* name it had as a fl
 KG_SMTP_FROM): a deployment's variables still land."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from grader.settings import BuildSettings, ChildSettings, SandboxSettings, Settings
@@ -17,6 +19,7 @@ VARIABLES = {
     "KG_BUILD_MAX_PROCESSES": ("build", "max_processes", "5", 5),
     "KG_BUILD_FILE_SIZE_BYTES": ("build", "file_size_bytes", "4096", 4096),
     "KG_BUILD_DOCKER_IMAGE": ("build", "docker_image", "nvcc:12", "nvcc:12"),
+    "KG_BUILD_CACHE_DIR": ("build", "cache_dir", "/srv/cache", Path("/srv/cache")),
     "KG_SANDBOX_USER": ("sandbox", "user", "kg-run", "kg-run"),
     "KG_SANDBOX_ISOLATE_NETWORK": ("sandbox", "isolate_network", "false", False),
     "KG_SANDBOX_WALL_S": ("sandbox", "wall_s", "60", 60.0),
