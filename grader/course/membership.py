@@ -39,6 +39,12 @@ def course_roles_of(session: Session, user_id: int) -> dict[int, CourseRole]:
     return {course_id: role for course_id, role in rows}
 
 
+def courses_besides(session: Session, user_id: int, course_id: int) -> list[int]:
+    """The ids of the courses the user is enrolled in other than `course_id`."""
+    return list(session.scalars(select(Enrollment.course_id).where(Enrollment.user_id == user_id,
+                                                                   Enrollment.course_id != course_id)))
+
+
 def staff_anywhere(session: Session, user_id: int) -> bool:
     """Whether the user is an instructor or TA of some course."""
     return session.scalar(select(Enrollment.id).where(Enrollment.user_id == user_id,
@@ -88,8 +94,10 @@ def enroll_in_all(session: Session, user: User, courses: Iterable[Course]) -> No
 def get_or_create_user(session: Session, username: str, role: Role,
                        courses: Sequence[Course] | None = None) -> User:
     """The user named `username` (an existing one keeps its role), enrolled in `courses` in
-    the part its role gives (below). None: a new user joins every course
-    there is (the one-course default), an existing one changes nothing."""
+    the part its role gives (below). None: a new user joins every course there is, an existing
+    one changes nothing; for scripts of a one-course service and the tests (`grader user add`
+    always names its courses: with several, enrolling by omission made one course's staff
+    another's)."""
     user = find_user(session, username)
     if user is None:
         user = User(username=username, role=role)

@@ -10,8 +10,8 @@ idempotently. Two forms are read:
 
 A new account gets a first password, returned once so the instructor can hand it out (random,
 or derived from a key the caller keeps: the web page's background import, grader.course.roster_jobs);
-an existing student keeps theirs, gets the roster's name, section and email, and is enrolled
-in the course too. Every line that cannot be imported is reported with its line number
+an existing student keeps theirs and is enrolled in the course too; the roster's name, section
+and email replace the account's only while nobody has used it and no other course holds it. Every line that cannot be imported is reported with its line number
 and why; the other lines are imported (running the corrected file again is safe)."""
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from grader.course.membership import enroll, role_in_course
+from grader.course.membership import courses_besides, enroll, role_in_course
 from grader.models import Course, CourseRole, Role, User, login_key
 from grader.passwords import set_password
 from grader.settings import Argon2Settings
@@ -256,10 +256,12 @@ def import_roster(session: Session, text: str, course: Course, cost: Argon2Setti
             report.errors.append(LineError(line.line, f"{line.login} is a {role.label} of {course.slug}; not changed"))
         else:
             newly_enrolled = enroll(session, user, course, CourseRole.student)
-            # A roster without an address keeps the one the student has
+            # A roster without an address keeps the one the student has; an account its person
+            # used, or that another course holds, is theirs: enrolled only (grader.auth.ownership)
             email = line.email or user.email
-            if (user.full_name, user.section, user.email) == (line.name, line.section, email) and not newly_enrolled:
-                report.unchanged.append(line.login)
+            theirs = user.first_login_at is not None or bool(courses_besides(session, user.id, course.id))
+            if theirs or (user.full_name, user.section, user.email) == (line.name, line.section, email):
+                (report.updated if newly_enrolled else report.unchanged).append(line.login)
             else:
                 user.full_name, user.section, user.email = line.name, line.section, email
                 report.updated.append(line.login)

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from grader.pages import (
     account,
+    accounts,
     code,
     courses,
+    first_logins,
     gradebook,
     login,
     ops,
@@ -19,5 +21,6 @@ from grader.pages import (
     submit,
 )
 
-routers = [login.router, submit.router, runs.router, gradebook.router, roster.router, account.router, courses.router,
-           ops.router, similarity.router, requests.router, code.router, student.router]
+routers = [login.router, submit.router, runs.router, gradebook.router, roster.router, account.router, accounts.router,
+           courses.router, first_logins.router, ops.router, similarity.router, requests.router, code.router,
+           student.router]

@@ -15,6 +15,10 @@ from fastapi.responses import HTMLResponse, Response
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from grader.auth.audit import Via
+from grader.auth.client_address import request_address
+from grader.auth.first_logins import mails_links
+from grader.auth.ownership import record_enrollment, refusals
 from grader.course.courses import CourseError, add_assignment, create_course, free_assignments
 from grader.course.membership import courses_of, enroll, members_of, unenroll
 from grader.models import Course, CourseRole, Role, Submission, User
@@ -98,24 +102,33 @@ async def assignment_add(request: Request, session: Db, staff: CourseInstructorF
 # ---- members -------------------------------------------------------------------------------
 
 
-def _members_page(request: Request, session: Session, staff: CourseOf, status_code: int = 200,
-                  **values: Any) -> HTMLResponse:
+def members_page(request: Request, session: Session, staff: CourseOf, status_code: int = 200,
+                 **values: Any) -> HTMLResponse:
+    """The members page; an account the instructor still sets up (never used, in no course of
+    another's: grader.auth.ownership) offers its e-mail and a first-login link."""
     values.setdefault("error", None)
     values.setdefault("kept", {})  # the form's fields as sent, when refused
+    values.setdefault("link", None)  # a first-login link just issued, shown once
+    members = members_of(session, staff.course)
+    settings = get_context(request).settings
+    unused = [user for user, _ in members if user.first_login_at is None]
+    set_up = {uid for uid, why in refusals(session, staff.user, unused).items() if why is None}
     return page(request, "course_members.html", staff.user, status_code, course=staff.course,
-                members=members_of(session, staff.course), parts=list(CourseRole),
+                members=members, parts=list(CourseRole), set_up=set_up, zone=settings.course_zone,
+                unused=len(unused), by_mail=sum(1 for u in unused if u.id in set_up and u.email)
+                if mails_links(settings) else 0,
                 saved=request.query_params.get("saved"), **values)
 
 
 @router.get("/courses/{course}/members", response_class=HTMLResponse)
 def members_list(request: Request, session: Db, staff: CourseInstructor) -> Response:
-    return _members_page(request, session, staff)
+    return members_page(request, session, staff)
 
 
 def _own_part_refused(request: Request, session: Session, staff: CourseOf) -> HTMLResponse:
     """Nobody changes or ends their own part here, so a course always keeps the instructor
     who could undo a change."""
-    return _members_page(request, session, staff, status.HTTP_400_BAD_REQUEST,
+    return members_page(request, session, staff, status.HTTP_400_BAD_REQUEST,
                          error="You cannot change your own part; ask another instructor of this course.")
 
 
@@ -128,16 +141,17 @@ async def member_save(request: Request, session: Db, staff: CourseInstructorForm
     try:
         part = CourseRole(str(form.get("part", "")))
     except ValueError:
-        return _members_page(request, session, staff, status.HTTP_400_BAD_REQUEST, kept=kept,
+        return members_page(request, session, staff, status.HTTP_400_BAD_REQUEST, kept=kept,
                              error="Choose whether they join as an instructor, a TA or a student.")
     target = find_user(session, username)
     if target is None:
-        return _members_page(request, session, staff, status.HTTP_400_BAD_REQUEST, kept=kept,
+        return members_page(request, session, staff, status.HTTP_400_BAD_REQUEST, kept=kept,
                              error=f"No account “{username}”: create accounts with the roster import "
                                    "(Roster page) or with the command grader user add.")
     if target.id == staff.user.id:
         return _own_part_refused(request, session, staff)
-    enroll(session, target, staff.course, part)
+    if enroll(session, target, staff.course, part):  # the enrollment alone: nothing of the account changes
+        record_enrollment(session, staff.user, target, staff.course, part, Via.web, request_address(request))
     return see_other(f"/courses/{staff.course.slug}/members?saved={quote(username)}")
 
 
