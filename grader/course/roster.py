@@ -10,8 +10,9 @@ idempotently. Two forms are read:
 
 A new account gets a first password, returned once so the instructor can hand it out (random,
 or derived from a key the caller keeps: the web page's background import, grader.course.roster_jobs);
-an existing student keeps theirs and is enrolled in the course too; the roster's name, section
-and email replace the account's only while nobody has used it and no other course holds it. Every line that cannot be imported is reported with its line number
+an existing student keeps theirs and is enrolled in the course too, and gets the roster's name
+and section, and its email while nobody has used the account (an account another course
+holds too is only enrolled: grader.auth.ownership). Every line that cannot be imported is reported with its line number
 and why; the other lines are imported (running the corrected file again is safe)."""
 from __future__ import annotations
 
@@ -256,14 +257,15 @@ def import_roster(session: Session, text: str, course: Course, cost: Argon2Setti
             report.errors.append(LineError(line.line, f"{line.login} is a {role.label} of {course.slug}; not changed"))
         else:
             newly_enrolled = enroll(session, user, course, CourseRole.student)
-            # A roster without an address keeps the one the student has; an account its person
-            # used, or that another course holds, is theirs: enrolled only (grader.auth.ownership)
-            email = line.email or user.email
-            theirs = user.first_login_at is not None or bool(courses_besides(session, user.id, course.id))
-            if theirs or (user.full_name, user.section, user.email) == (line.name, line.section, email):
-                (report.updated if newly_enrolled else report.unchanged).append(line.login)
+            # An account another course holds is only enrolled; the e-mail is its person's once they
+            # used the account (grader.auth.ownership); a roster without an address keeps theirs
+            fields = (line.name, line.section, (line.email if user.first_login_at is None else None) or user.email)
+            if courses_besides(session, user.id, course.id):
+                fields = (user.full_name, user.section, user.email)
+            if (user.full_name, user.section, user.email) == fields and not newly_enrolled:
+                report.unchanged.append(line.login)
             else:
-                user.full_name, user.section, user.email = line.name, line.section, email
+                user.full_name, user.section, user.email = fields
                 report.updated.append(line.login)
         if progress is not None:
             session.flush()

@@ -157,8 +157,8 @@ def _confirm_page(request: Request, session: Session, user: User, course: Course
     details = [f"{_plural(new, 'new account')}: each gets a first password, which you download once as a CSV "
                "when the import is done (from this browser only)." if new else "No new account is created.",
                f"{_plural(students - new, 'student')} already ha{'s' if students - new == 1 else 've'} an account: "
-               "they keep their password and are enrolled; the file's name, section and e-mail replace the "
-               "account's only where nobody has used it and no other course holds it." if students > new else "",
+               "they keep their password and get the file's name and section (and e-mail, while nobody has used "
+               "the account); one that another course holds too is only enrolled." if students > new else "",
                f"{_plural(staff, 'line')} name{'s' if staff == 1 else ''} staff accounts: left unchanged." if staff else "",
                f"{_plural(len(errors), 'line')} cannot be imported and {'is' if len(errors) == 1 else 'are'} "
                f"skipped: {'; '.join(skipped)}." if errors else "",
