@@ -115,8 +115,8 @@ def members_page(request: Request, session: Session, staff: CourseOf, status_cod
     set_up = {uid for uid, why in refusals(session, staff.user, unused).items() if why is None}
     return page(request, "course_members.html", staff.user, status_code, course=staff.course,
                 members=members, parts=list(CourseRole), set_up=set_up, zone=settings.course_zone,
-                unused=len(unused), by_mail=sum(1 for u in unused if u.id in set_up and u.email)
-                if mails_links(settings) else 0,
+                unused=len(unused), mail_on=mails_links(settings),
+                by_mail=sum(1 for u in unused if u.id in set_up and u.email),
                 saved=request.query_params.get("saved"), **values)
 
 
