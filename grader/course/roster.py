@@ -259,7 +259,8 @@ def import_roster(session: Session, text: str, course: Course, cost: Argon2Setti
             newly_enrolled = enroll(session, user, course, CourseRole.student)
             # An account another course holds is only enrolled; the e-mail is its person's once they
             # used the account (grader.auth.ownership); a roster without an address keeps theirs
-            fields = (line.name, line.section, (line.email if user.first_login_at is None else None) or user.email)
+            fields: tuple[str | None, str | None, str | None] = (
+                line.name, line.section, (line.email if user.first_login_at is None else None) or user.email)
             if courses_besides(session, user.id, course.id):
                 fields = (user.full_name, user.section, user.email)
             if (user.full_name, user.section, user.email) == fields and not newly_enrolled:

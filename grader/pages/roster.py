@@ -225,12 +225,13 @@ async def roster_reset_link(request: Request, ctx: Context, session: Db, user: S
     form = await request.form()
     username = str(form.get("username", "")).strip()
     target = find_user(session, username)
-    why = refusal(session, user, target) if target is not None else not_in_your_courses(username)
+    why = not_in_your_courses(username) if target is None else refusal(session, user, target)
     if why is not None:
         refused(session, user, target, "issue a first-login link", why.words, Via.web, request_address(request),
                 login=username)
         return _roster_page(request, session, user, status.HTTP_404_NOT_FOUND if why.absent else
                             status.HTTP_403_FORBIDDEN, reset_username=username, error=why.words)
+    assert target is not None  # an unknown login was refused above
     # Built on KG_PUBLIC_URL, never on the request's Host header (which the sender controls);
     # without it, the path, and the page says how to set it
     link = issue_first_login(session, user, target, ctx.settings, "shown on the roster page", request_address(request))

@@ -24,7 +24,7 @@ from grader.app import create_app
 from grader.course.courses import create_course
 from grader.course.membership import enroll, get_or_create_user
 from grader.db import session_scope
-from grader.models import AuditEvent, Assignment, CourseRole, ErrorClass, Role, Run, RunState, User, utcnow
+from grader.models import Assignment, AuditEvent, CourseRole, ErrorClass, Role, RunState, User, utcnow
 from grader.notify import notify_run_ended
 from grader.passwords import set_password
 from grader.service import record_submission
