@@ -30,8 +30,9 @@ from grader.course.roster import import_roster
 from grader.db import session_scope
 from grader.models import AuditEvent, Course, CourseRole, PasswordReset, Role, User
 from grader.passwords import set_password
-from grader.settings import Settings, get_settings
+from grader.settings import Settings
 from tests.fixtures.passwords import SUITE_ARGON2
+from tests.service.test_capacity_cli import cli  # noqa: F401 (fixture)
 from tests.service.test_web_settings import PASSWORD, Browser
 
 LINK = re.compile(r'<code id="reset-link">(/reset/[^<]+)</code>')  # a path: no KG_PUBLIC_URL here
@@ -263,15 +264,6 @@ def test_a_site_administrator_changes_anyones_e_mail_and_gives_a_link(semester: 
     # the rules' controls: an instructor of every course of A's never-used student may give them a link
     code, _, link = _first_login_link(semester.browser("prof_a"), semester.people["a_new"])
     assert code == 200 and link is not None
-
-
-@pytest.fixture
-def cli(settings_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[CliRunner]:
-    for key, value in settings_env.items():
-        monkeypatch.setenv(key, value)
-    get_settings.cache_clear()
-    yield CliRunner()
-    get_settings.cache_clear()
 
 
 def test_user_add_without_a_course_enrolls_nowhere_when_there_are_several(
