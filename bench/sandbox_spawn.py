@@ -1,5 +1,6 @@
 """What a sandboxed child costs to start, side by side: this tree's sandbox against an earlier
-tree's (e.g. the view before the default-deny one) and against bubblewrap with the same allow-list.
+tree's (e.g. the view before the default-deny one) and against bubblewrap with the same allow-list,
+the same namespaces (IPC and cgroup included) and this tree's syscall filter.
 
 Each round starts one child of every kind, in rotating order, each a Python that imports
 numpy (what every GPU-stage child does first) and exits; the figure is the wall time from
@@ -28,6 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAM = os.environ.get("KG_SPAWN_PROGRAM", "import numpy")
+SECCOMP_FD = 9  # where bubblewrap reads the syscall filter's program (--seccomp)
 ONE_SPAWN = """
 import json, shutil, sys, time, tempfile
 from pathlib import Path
@@ -60,8 +62,9 @@ def bwrap_argv(bwrap: str, job: Path, python_path: str, python: str) -> list[str
     from worker.sandbox.view import view_for  # noqa: PLC0415 - the tree under test
 
     view = view_for([python], {"PYTHONPATH": python_path}, job, ("nobody", 65534, 65534), gpu=False)
-    argv = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-ipc", "--die-with-parent",
-            "--new-session", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/run"]
+    argv = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-ipc", "--unshare-cgroup-try",
+            "--die-with-parent", "--new-session", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+            "--tmpfs", "/run", "--seccomp", str(SECCOMP_FD)]
     for path in view.binds:
         argv += ["--ro-bind", path, path]
     for path, target in view.links.items():
@@ -72,14 +75,27 @@ def bwrap_argv(bwrap: str, job: Path, python_path: str, python: str) -> list[str
 
 
 def bwrap_times(bwrap: str, count: int, python_path: str, python: str) -> list[float]:
+    """bubblewrap given this tree's syscall filter (plain EPERM: bwrap has no supervisor to
+    count refusals) on SECCOMP_FD, as our launcher gives it to a job."""
+    sys.path.insert(0, str(ROOT))
+    from worker.sandbox.syscall_filter import filter_program  # noqa: PLC0415 - the tree under test
+
+    program = filter_program(notify=False)
     times = []
     for _ in range(count):
         job = Path(tempfile.mkdtemp(prefix="kg-spawn-bwrap-"))
+        read, write = os.pipe()
+        os.write(write, program)
+        os.close(write)
+        os.dup2(read, SECCOMP_FD)
+        os.close(read)
         try:
             started = time.perf_counter()
-            subprocess.run(bwrap_argv(bwrap, job, python_path, python), check=True, capture_output=True)
+            subprocess.run(bwrap_argv(bwrap, job, python_path, python), check=True, capture_output=True,
+                           pass_fds=(SECCOMP_FD,))
             times.append(time.perf_counter() - started)
         finally:
+            os.close(SECCOMP_FD)
             shutil.rmtree(job, ignore_errors=True)
     return times
 

@@ -324,17 +324,17 @@ def token_create(
 @roster_app.command("import")
 def roster_import(
     file: Annotated[Path, typer.Argument(help="CSV: email,name[,section] per line, or a header row naming the "
-                                              "columns (a Canvas gradebook export: Student, SIS Login ID, "
-                                              "Section; or username/login, name, email, section)",
+                                              "columns (a Canvas gradebook export: Student, ID, SIS User ID, "
+                                              "SIS Login ID, Section; or username/login, name, email, section)",
                                          exists=True, dir_okay=False)],
     out: Annotated[Path | None, typer.Option(help="write the new accounts' first passwords here (CSV, mode 600) "
                                                   "instead of printing them")] = None,
     course: Annotated[str | None, typer.Option(help="enroll the students in this course (default: the course "
                                                     "of KG_RUBRICS' first assignment)")] = None,
 ) -> None:
-    """Create (or update) student accounts from a roster CSV, enrolled in one course. New
-    accounts' first passwords are printed once as a login,password CSV; exits 1 when a line
-    could not be imported."""
+    """Create (or update) student accounts from a roster CSV, enrolled in one course (the file's
+    names, sections, addresses and Canvas ids kept for that course only). New accounts' first
+    passwords are printed once as a login,password CSV; exits 1 when a line could not be imported."""
     try:
         text = file.read_text(encoding="utf-8")
     except UnicodeDecodeError:

@@ -72,9 +72,12 @@ class User(Base):
     username: Mapped[str] = mapped_column(String(128), unique=True)
     role: Mapped[Role] = mapped_column(_enum(Role))
     password_hash: Mapped[str | None] = mapped_column(String(256))  # Argon2id; None: no web login
-    full_name: Mapped[str | None] = mapped_column(String(256))  # from the roster
-    section: Mapped[str | None] = mapped_column(String(64))  # from the roster
-    email: Mapped[str | None] = mapped_column(String(256))  # run notices and staff mail go here (grader.notify)
+    # The person's own display name and e-mail address: set when the account is made (by the
+    # roster import that makes it, or the CLI), never by a later import. /forgot mails reset links
+    # to this address only; a course's pages and notices read the enrollment's own copy first
+    # (grader.course.roster_entries), which is what that course's roster says.
+    full_name: Mapped[str | None] = mapped_column(String(256))
+    email: Mapped[str | None] = mapped_column(String(256))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     # Who may change the login, password and e-mail of an account: grader.auth.ownership.
     # A site administrator may change anyone's; made by `grader user admin` only.
@@ -227,22 +230,34 @@ class Assignment(Base):
     similarity_base: Mapped[str | None] = mapped_column(String(512))
     # Points a grade may reach above total_points through the staff's entries (extra credit; 0: none)
     extra_credit_points: Mapped[float] = mapped_column(Float, default=0.0)
+    # The assignment's id in Canvas (digits): the Canvas CSV titles its column `<title> (<id>)`,
+    # which Canvas matches to that assignment (grader.api.gradebook.canvas_csv); None: the title alone
+    canvas_assignment_id: Mapped[str | None] = mapped_column(String(32))
 
     course: Mapped[Course | None] = relationship(back_populates="assignments")
 
 
 class Enrollment(Base):
     """A user's part in one course, for every assignment it holds (grader.course.membership):
-    instructor, TA or student (grader.roles: what each may do)."""
+    instructor, TA or student (grader.roles: what each may do), and what the course's roster
+    says of them (grader.course.roster, read through grader.course.roster_entries): kept per
+    course, so one course's import never changes what another shows. None: the roster gave none."""
 
     __tablename__ = "enrollments"
-    __table_args__ = (UniqueConstraint("user_id", "course_id"),)
+    __table_args__ = (UniqueConstraint("user_id", "course_id"),
+                      Index("uq_enrollments_course_canvas_user", "course_id", "canvas_user_id", unique=True))
 
     id: Mapped[int] = mapped_column(primary_key=True)
     course_id: Mapped[int] = mapped_column(ForeignKey("courses.id", ondelete="CASCADE"), index=True)
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
     role: Mapped[CourseRole] = mapped_column(_enum(CourseRole))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    full_name: Mapped[str | None] = mapped_column(String(256))  # as the roster gives it
+    section: Mapped[str | None] = mapped_column(String(64))
+    email: Mapped[str | None] = mapped_column(String(256))  # where this course's notices go (grader.notify)
+    canvas_user_id: Mapped[str | None] = mapped_column(String(32))  # Canvas's `ID` (digits)
+    sis_user_id: Mapped[str | None] = mapped_column(String(256))  # Canvas's `SIS User ID`
+    sis_login_id: Mapped[str | None] = mapped_column(String(256))  # Canvas's `SIS Login ID`, in its own case
 
 
 class Extension(Base):
@@ -339,6 +354,9 @@ class Submission(Base):
     runs: Mapped[list[Run]] = relationship(back_populates="submission", order_by="Run.id")
 
 
+REDUCED_ISOLATION = "reduced_isolation"  # Run.toolchain's key: what the worker's sandbox lacked, in words
+
+
 class Run(Base):
     __tablename__ = "runs"
     __table_args__ = (Index("ix_runs_state", "state"),)
@@ -359,6 +377,7 @@ class Run(Base):
     heartbeat_at: Mapped[datetime | None]
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     worker_host: Mapped[str | None] = mapped_column(String(256))
+    # nvcc, its flags, Python, the host; and REDUCED_ISOLATION where the worker's sandbox lacked something
     toolchain: Mapped[dict[str, Any] | None]
     stages: Mapped[dict[str, Any] | None]  # stage name -> {status, seconds, log}
     report: Mapped[dict[str, Any] | None]  # Gradescope-format results.json of a scored run

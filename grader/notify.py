@@ -1,14 +1,15 @@
 """Run notices by e-mail: when a run ends, its student gets the grade (or why the run was not
 graded) and a link to the run page, where a mail server is configured (KG_SMTP_HOST) and the
-account has an address (users.email). The worker sends it right after it records the outcome;
-a notice that cannot be built or sent is logged, and the run is untouched. A run that failed
-on the grading side (infra_error) also tells the course's staff (failure_messages), once per
-KG_STAFF_MAIL_QUIET_S. Also the reset links people ask for on /forgot (reset_message,
-send_reset_link), the first-login links an instructor re-issues (first_login_message), and the
-regrade queue's mail: a new request to the assignment's staff, an answer to its student
-(request_messages, answer_messages; the web door sends them after it answered, send_quietly).
-Staff mail goes to each instructor and TA of the course with an address who has not turned it
-off on their account page (users.staff_mail)."""
+student has an address: the one their course's roster gave (the enrollment's), else their
+account's own (grader.course.roster_entries.notice_address). The worker sends it right after it
+records the outcome; a notice that cannot be built or sent is logged, and the run is untouched.
+A run that failed on the grading side (infra_error) also tells the course's staff
+(failure_messages), once per KG_STAFF_MAIL_QUIET_S. Also the reset links people ask for on
+/forgot (reset_message, send_reset_link), the first-login links an instructor re-issues
+(first_login_message), and the regrade queue's mail: a new request to the assignment's staff,
+an answer to its student (request_messages, answer_messages; the web door sends them after it
+answered, send_quietly). Staff mail goes to each instructor and TA of the course whose account
+has an address and who has not turned it off on their account page (users.staff_mail)."""
 from __future__ import annotations
 
 import logging
@@ -20,11 +21,12 @@ from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session, object_session, sessionmaker
 
 from grader.course.deadlines import LateStatus
 from grader.course.grade_reads import counted_of, run_grades
 from grader.course.membership import members_of
+from grader.course.roster_entries import entry_of, notice_address, shown_name
 from grader.db import session_scope
 from grader.models import Assignment, Course, ErrorClass, RegradeRequest, Run, RunState, Submission, User
 from grader.settings import Settings, SmtpSettings
@@ -65,10 +67,13 @@ def _points(value: float) -> str:
 
 
 def run_notice(session: Session, run: Run, settings: Settings) -> RunNotice | None:
-    """The notice for `run`'s student; None when their account has no e-mail address."""
+    """The notice for `run`'s student; None when neither their course's roster nor their account
+    gives an e-mail address."""
     submission = run.submission
     user, assignment = submission.user, submission.assignment
-    if not user.email:
+    entry = entry_of(session, user.id, assignment.course_id)
+    to = notice_address(entry, user)
+    if not to:
         return None
     grade = run_grades(session, [run], settings.course_zone).get(run.id)
     path = f"/runs/{run.id}"
@@ -79,7 +84,7 @@ def run_notice(session: Session, run: Run, settings: Settings) -> RunNotice | No
         standing = (f"Your grade in {assignment.slug}: {_points(counted.grade.final)} / "
                     f"{_points(assignment.total_points)}{other}. {counted.grade.reason}")
     return RunNotice(
-        to=user.email, student=user.full_name or user.username, run_id=run.id,
+        to=to, student=shown_name(entry, user) or user.username, run_id=run.id,
         slug=assignment.slug, title=assignment.title, state=run.state,
         grade=grade.final if grade else None, raw_score=grade.raw if grade and grade.penalty else None,
         total_points=assignment.total_points,
@@ -192,7 +197,7 @@ def notify_run_ended(settings: Settings, sessions: sessionmaker[Session], run_id
             staff = failure_messages(session, settings, run) if run is not None else []
         send_quietly(settings.smtp, staff)
         if notice is None:
-            log.info("run %s: no e-mail notice (the student's account has no address)", run_id)
+            log.info("run %s: no e-mail notice (no address from the course roster nor the account)", run_id)
             return
         send(settings.smtp, compose(notice, settings.smtp.from_))
         log.info("run %s: e-mail notice sent to %s", run_id, notice.to)
@@ -254,7 +259,8 @@ def request_messages(session: Session, settings: Settings, request: RegradeReque
     staff = staff_to_mail(session, assignment.course)
     slug = assignment.slug
     link = _link(settings, f"/assignments/{slug}/regrade-requests#request-{request.id}")
-    who = f"{student.full_name} ({student.username})" if student.full_name else student.username
+    name = shown_name(entry_of(session, student.id, assignment.course_id), student)
+    who = f"{name} ({student.username})" if name else student.username
     text = _signed([f"{who} asks for a regrade of run {run.id} of {slug}:", "", *_quoted(request.reason), "",
                     f"Answer it in the regrade queue: {_where(link)}"])
     return [_message(settings.smtp.from_, member.email, f"Regrade request on run {run.id} of {slug} by "
@@ -262,14 +268,16 @@ def request_messages(session: Session, settings: Settings, request: RegradeReque
 
 
 def answer_messages(settings: Settings, requests: list[RegradeRequest]) -> list[EmailMessage]:
-    """The staff's answer to each of `requests`, to its student where their account has an
-    address (none without mail configured)."""
+    """The staff's answer to each of `requests`, to its student where their course's roster or
+    their account gives an address (none without mail configured)."""
     if not settings.smtp.host:
         return []
     messages = []
     for request in requests:
-        student, run = request.student, request.run
-        if not student.email:
+        student, run, session = request.student, request.run, object_session(request)
+        entry = entry_of(session, student.id, run.submission.assignment.course_id) if session is not None else None
+        to = notice_address(entry, student)
+        if not to:
             continue
         slug = run.submission.assignment.slug
         made = [f"The grade was adjusted by {request.adjustment.points:+g} points."] if request.adjustment else []
@@ -277,11 +285,11 @@ def answer_messages(settings: Settings, requests: list[RegradeRequest]) -> list[
             made = [f"The submission is graded again as run {request.regrade_run.id}: "
                     f"{_where(_link(settings, f'/runs/{request.regrade_run.id}'))}"]
         by = request.decided_by.username if request.decided_by else "the course staff"
-        text = _signed([f"Hello {student.full_name or student.username},", "",
+        text = _signed([f"Hello {shown_name(entry, student) or student.username},", "",
                         f"Your regrade request on run {run.id} of {slug} was {request.state} by {by}.", "",
                         "Their reply:", *_quoted(request.reply or "(no reply)"), *([""] + made if made else []), "",
                         f"The run page: {_where(_link(settings, f'/runs/{run.id}'))}"])
-        messages.append(_message(settings.smtp.from_, student.email,
+        messages.append(_message(settings.smtp.from_, to,
                                  f"Your regrade request on run {run.id} of {slug}: {request.state}", text))
     return messages
 

@@ -40,10 +40,14 @@ def schedule(
         help="whether students may choose which of their scored runs counts")] = None,
     extra_credit: Annotated[str | None, typer.Option(
         help="points a grade may reach above the total through staff adjustments and manual grades (0: none)")] = None,
+    canvas_id: Annotated[str | None, typer.Option(
+        help="the assignment's id in Canvas (the number in its Canvas address), which titles its column in the "
+             "Canvas CSV; \"\" for none")] = None,
 ) -> None:
     """Show an assignment's schedule and late policy, or change the parts given."""
     settings = get_settings()
-    change = ScheduleChange(release, due, grace, late_window, penalty_per_day, policy, students_choose, extra_credit)
+    change = ScheduleChange(release, due, grace, late_window, penalty_per_day, policy, students_choose, extra_credit,
+                            canvas_id)
     with session_scope(make_session_factory(make_engine(settings))) as session:
         assignment_or_exit(session, assignment)
         try:
@@ -61,7 +65,8 @@ def schedule(
                    f"grace {updated.grace}, late window {updated.late_window}, "
                    f"{updated.penalty_per_day:.0%} per started day after the grace, score policy {row.score_policy}, "
                    f"students {'choose' if row.students_choose_counted_run else 'do not choose'} which run counts, "
-                   f"extra credit up to {row.extra_credit_points:g} points")
+                   f"extra credit up to {row.extra_credit_points:g} points, "
+                   f"Canvas id {row.canvas_assignment_id or 'none'}")
 
 
 def extend(

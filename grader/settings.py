@@ -49,6 +49,9 @@ class BuildSettings(ChildSettings):
     # whole build (every kernel, `jobs` at once) takes 18-26 s, so 90 s leaves more than 3x for a
     # loaded worker, and a compile-time bomb frees its build slot after 90 s, not 300.
     file_timeout_s: float = 90.0
+    # Where built libraries are kept by content hash (worker/build.py): default data_dir/build-cache.
+    # Shared by every worker that builds (a prebuild's CPU worker and the GPU worker after it).
+    cache_dir: Path | None = None
 
 
 class SandboxSettings(ChildSettings):
@@ -397,7 +400,7 @@ class Settings(BaseSettings):
 
     @property
     def build_cache_dir(self) -> Path:
-        return self.data_dir / "build-cache"
+        return self.build.cache_dir or self.data_dir / "build-cache"
 
 
 @functools.cache

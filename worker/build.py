@@ -12,8 +12,10 @@ Either way nvcc is given paths relative to the submission root, so logs name fil
 student knows them (`src/softmax_kernel.cu(12): error ...`).
 
 A fault of the toolchain is never the student's: nvcc missing or not runnable, or a submission
-build that failed where our own probe source (PROBE_SOURCE) fails too, in the same sandbox with
-the same flags, raises ToolchainFault, an infrastructure fault (the run is retried elsewhere).
+build that failed where our own probe source (PROBE_SOURCE, including every system header the
+assignment's kit includes: a toolchain without cuBLAS's headers fails it) fails too, in the same
+sandbox with the same flags, raises ToolchainFault, an infrastructure fault (the run is retried
+elsewhere).
 The probe decides, not the log's words: a submission can print anything, even "nvcc fatal".
 
 Pure standard library on purpose: the GPU test suite imports this module on a machine that
@@ -24,8 +26,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import re
 import shutil
-import stat
 import subprocess
 import tempfile
 import threading
@@ -34,6 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from worker.job_files import JobFileError, JobFileMissing, read_job_file
 from worker.sandbox import Sandbox, SandboxError, usable_by
 
 HEADER_SUFFIXES = (".h", ".cuh", ".hpp", ".inl")
@@ -75,6 +78,9 @@ class Toolchain:
     flags: tuple[str, ...]
     include_dirs: tuple[str, ...] = ()
     timeout_s: float = 300.0  # a trusted build's; a confined one has its sandbox's wall time, the per-file budget
+    # Headers of the system the assignment's kit includes (system_includes): our probe source
+    # includes them too, so a toolchain that lacks one fails the probe, not the student
+    probe_includes: tuple[str, ...] = ()
 
     def command(self, source: Path, output: Path) -> list[str]:
         includes = [f"-I{d}" for d in self.include_dirs]
@@ -224,23 +230,6 @@ def _search_path(nvcc: str) -> str:
     return os.pathsep.join([*folders, os.environ.get("PATH", os.defpath)])
 
 
-def _read_back(folder: Path, rel: str, limit: int) -> bytes | None:
-    """Up to `limit` bytes of the plain file `rel` that a confined build left in `folder`, or
-    None when there is none. The folder was the sandbox's to change: nothing reached through
-    a link is read, and nothing that would block (a FIFO)."""
-    path = folder / rel
-    if not Path(os.path.realpath(path)).is_relative_to(folder):
-        return None
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            return None
-        return f.read(limit)
-
-
 def _run_confined(root: Path, target: KernelTarget, command: list[str], toolchain: Toolchain,
                   confine: Confinement) -> _Ran:
     """nvcc in the sandbox, in a fresh folder holding a copy of the target's inputs; on success
@@ -257,7 +246,10 @@ def _run_confined(root: Path, target: KernelTarget, command: list[str], toolchai
     with _SPAWN_LOCK:
         process = confine.sandbox.spawn(argv, cwd=folder, env=env)
     ended = process.wait()
-    raw = _read_back(folder, LOG_NAME, LOG_READ_LIMIT + 1) or b""
+    try:
+        raw = read_job_file(folder, LOG_NAME, LOG_READ_LIMIT + 1, cut=True)
+    except JobFileError:  # no log, or nothing the parent may read
+        raw = b""
     log = raw[:LOG_READ_LIMIT].decode(errors="replace") + process.output_tail()
     if len(raw) > LOG_READ_LIMIT:
         log += f"\n[build log cut at {LOG_READ_LIMIT} bytes]\n"
@@ -266,9 +258,12 @@ def _run_confined(root: Path, target: KernelTarget, command: list[str], toolchai
         over = confine.sandbox.limits.wall_s if ended.reason == "timeout" else None
         return _relative(log, folder) + f"\nerror: the build was stopped: {why} ({ended.detail})\n", None, over
     if ended.returncode == 0:
-        library = _read_back(folder, target.output, confine.sandbox.limits.file_size_bytes)
-        if library is None:
+        try:
+            library = read_job_file(folder, target.output, confine.sandbox.limits.file_size_bytes)
+        except JobFileMissing:
             log += f"\nerror: nvcc left no library at {target.output}\n"
+        except JobFileError as exc:
+            log += f"\nerror: {exc}\n"
         else:
             (root / target.output).write_bytes(library)
     return _relative(log, folder), ended.returncode, None
@@ -371,6 +366,20 @@ def build_kernels(
     return results
 
 
+INCLUDE_LINE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.MULTILINE)
+
+
+@functools.cache
+def system_includes(kit: Path) -> tuple[str, ...]:
+    """The headers the kit's sources include that are none of its own files (cuBLAS's, CUB's,
+    the C++ library's, ...): any toolchain that builds the kit has them."""
+    files = [p for p in kit.rglob("*") if p.is_file()]
+    own = {p.relative_to(kit).as_posix() for p in files}
+    included = {name for p in files if p.suffix in (".cu", ".cpp", *HEADER_SUFFIXES)
+                for name in INCLUDE_LINE.findall(p.read_text(errors="replace"))}
+    return tuple(sorted(name for name in included if not any(o == name or o.endswith("/" + name) for o in own)))
+
+
 PROBE_SOURCE = """// kernelgrade's toolchain probe: if this does not build, the toolchain is at fault
 __global__ void kg_probe(float* x) { x[threadIdx.x] *= 2.0f; }
 extern "C" void kg_probe_launch(float* x) { kg_probe<<<1, 32>>>(x); }
@@ -379,15 +388,16 @@ PROBE = KernelTarget("toolchain-probe", "src/kg_toolchain_probe.cu", "kg_toolcha
 
 
 def probe_toolchain(toolchain: Toolchain, folder: Path, confine: Confinement | None = None) -> str | None:
-    """Build PROBE_SOURCE with `toolchain` in the fresh folder `folder` (sandboxed like a
-    submission with `confine`, already set up by build_kernels), uncached: None when it built,
+    """Build PROBE_SOURCE, after an #include of each of `toolchain.probe_includes`, with
+    `toolchain` in the fresh folder `folder` (sandboxed like a submission with `confine`,
+    already set up by build_kernels), uncached: None when it built,
     else the line of its log that says why (nvcc's first error or fatal line, else its last)."""
     version = nvcc_version(toolchain.nvcc)
     if version is None:
         return f"nvcc not found or not runnable: {toolchain.nvcc}"
     folder = folder.resolve()
     (folder / PROBE.source).parent.mkdir(parents=True, exist_ok=True)
-    (folder / PROBE.source).write_text(PROBE_SOURCE)
+    (folder / PROBE.source).write_text("".join(f"#include <{h}>\n" for h in toolchain.probe_includes) + PROBE_SOURCE)
     result = _build_one(folder, PROBE, toolchain, version, None, confine)
     if result.ok:
         return None

@@ -20,6 +20,9 @@ STATUSES = ("ok", "timeout", "crashed", "error", "not_run")
 # `gpu_before` for a problem whose telemetry has phases of its own. Every stage that runs on a
 # GPU records one; grader/reads/gpu_info.py reads the model from there.
 GPU_SNAPSHOT_KEYS = ("before", "gpu_before")
+# Where a measurement's telemetry lists what the sandbox's syscall filter refused the
+# submission's code in the problem's child (SandboxExit.refused); the scorer notes it.
+SANDBOX_REFUSED_KEY = "sandbox_refused"
 
 
 @dataclass(frozen=True)

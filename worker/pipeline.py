@@ -156,20 +156,31 @@ def not_run_problems(rubric: Rubric, message: str) -> list[ProblemOutcome]:
     return [ProblemOutcome(p.id, p.title, "not_run", 0.0, p.points, message) for p in rubric.problems]
 
 
-def build_reference(rubric: Rubric, config: PipelineConfig, dest: Path) -> Path:
+def build_reference(rubric: Rubric, config: PipelineConfig, dest: Path, confine: Confinement | None = None) -> Path:
     """Our reference kit, built like a submission (cached), for the trusted baseline; with the
-    rubric's `reference_ops` library built beside it (at REFERENCE_OPS_BUILT)."""
+    rubric's `reference_ops` library built beside it (at REFERENCE_OPS_BUILT). With `confine`,
+    in the build's sandbox, as a submission's (the worker's start check: prove_kit_builds)."""
     shutil.copytree(rubric.starter_dir, dest, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
     targets = list(rubric.kernels)
     if rubric.reference_ops is not None:
         source = Path("src") / f"kg_{rubric.reference_ops.name}.cu"
         shutil.copyfile(PROJECT_ROOT / rubric.reference_ops.source, dest / source)
         targets.append(KernelTarget(rubric.reference_ops.name, source.as_posix(), REFERENCE_OPS_BUILT))
-    results = build_kernels(dest, targets, config.toolchain, config.build_cache_dir, config.build_jobs)
+    results = build_kernels(dest, targets, config.toolchain, config.build_cache_dir, config.build_jobs, confine)
     failed = [r for r in results if not r.ok]
     if failed:  # our own kit: never the student's fault
         raise ToolchainFault(f"the reference kit did not build: {failed[0].name}: {first_error_line(failed[0].log)}")
     return dest
+
+
+def prove_kit_builds(rubric: Rubric, config: PipelineConfig, folder: Path) -> None:
+    """Build the assignment's reference kit in the fresh `folder` as a submission's kernels are
+    built (the build's sandbox, the build cache): a worker checks this before its first job, so
+    a toolchain that cannot build the assignment (a header missing, the sandbox's view short of
+    the toolkit) refuses jobs instead of failing every submission. Raises ToolchainFault."""
+    if rubric.kernels:
+        confine = Confinement(Sandbox(config.build_limits, config.build_policy), folder / "build")
+        build_reference(rubric, config, folder / "kit", confine)
 
 
 def grade_submission(

@@ -25,10 +25,11 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import stat
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
+
+from worker.job_files import JobFileError, is_job_file, read_job_file
 
 TOOL = "compute-sanitizer"
 # The order a session runs them in, each only while the ones before it found nothing.
@@ -314,7 +315,7 @@ def relative_source(path: str, root: Path) -> str:
         tail = Path(*parts[start:])
         if tail.is_absolute():
             continue
-        if (root / tail).is_file():
+        if is_job_file(root, tail.as_posix()):
             return tail.as_posix()
     return _only_file_named(Path(path).name, root) or Path(path).name
 
@@ -335,17 +336,11 @@ def _only_file_named(name: str, root: Path, most_entries: int = 5000) -> str | N
     return found[0] if found else None
 
 
-def read_log(path: Path, limit: int = LOG_READ_BYTES) -> str:
-    """The report the tool wrote into the child's folder, read safely: the folder is the
-    submission's, so a link, a FIFO or a hard link there is refused (""), never followed."""
+def read_log(folder: Path, limit: int = LOG_READ_BYTES) -> str:
+    """The report the tool wrote into the child's `folder` (its head, up to `limit` bytes), read
+    through worker/job_files.py: the folder is the submission's, so a link, a FIFO or a hard
+    link there gives "", never what it points at."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
+        return read_job_file(folder, LOG_NAME, limit, cut=True).decode(errors="replace")
+    except JobFileError:
         return ""
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
-            return ""
-        return os.read(fd, limit).decode(errors="replace")
-    finally:
-        os.close(fd)

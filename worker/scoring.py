@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from worker.assignment import Words, assignment_of
-from worker.measurements import CaseOutcome, ProblemMeasurement, salient_lines
+from worker.measurements import SANDBOX_REFUSED_KEY, CaseOutcome, ProblemMeasurement, salient_lines
 from worker.rubric import ProblemScoring, Rubric
 from worker.sanitizer import TOOL, shown
 from worker.timing import RatioSummary, waited_beyond_slack
@@ -340,10 +340,15 @@ def sanitizer_lines(m: ProblemMeasurement) -> tuple[list[str], list[str]]:
     return [], []
 
 
-def _with_sanitizer(m: ProblemMeasurement, score: ProblemScore) -> ProblemScore:
+def _with_stage_notes(m: ProblemMeasurement, score: ProblemScore) -> ProblemScore:
+    """The sanitizer's lines, and what the sandbox refused the submission's code (never points)."""
     reasons, notes = sanitizer_lines(m)
     score.reasons.extend(reasons)
     score.notes.extend(notes)
+    refused = m.telemetry.get(SANDBOX_REFUSED_KEY) or []
+    if refused:
+        score.notes.append(f"{m.problem_id}: the sandbox refused system calls the submission made (each failed "
+                           f"with EPERM): {', '.join(map(str, refused))}")
     return score
 
 
@@ -360,13 +365,13 @@ def score_problem(
     if unscorable is not None:
         score.status = m.status if m.status != "ok" else "failed"
         score.reasons.append(unscorable)
-        return _with_sanitizer(m, score)
+        return _with_stage_notes(m, score)
     tiers = _score_correctness(spec, m, words, score)
     _note_timing(spec, m, words, score)
     if spec.speed_points > 0:
         _score_speed(spec, m, words, score, tiers)
     score.points = round(score.correctness_points + score.speed_points, 2)
-    return _with_sanitizer(m, score)
+    return _with_stage_notes(m, score)
 
 
 def score_run(

@@ -60,7 +60,7 @@ def check_toolchain(toolchains: list[Toolchain], arch: str, gpu: tuple[int, int]
             failure = probe_toolchain(toolchain, Path(tmp) / f"probe-{i}")
             if failure is not None:
                 raise ToolchainFault(f"nvcc ({version}) cannot build for {arch} (KG_CUDA_ARCH) with the assignment's "
-                                     f"flags: {failure}")
+                                     f"flags and the headers its kit includes: {failure}")
         found = f"{nvcc} ({version}) builds for {arch}"
         if gpu is None:
             return found

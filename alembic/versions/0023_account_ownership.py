@@ -15,7 +15,7 @@ link. No account becomes an administrator: the operator names them (docs/deploy.
 Downgrading drops the three columns.
 
 Revision ID: 0023
-Revises: 0020
+Revises: 0021
 Create Date: 2026-12-06
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0023"
-down_revision = "0020"
+down_revision = "0021"
 branch_labels = None
 depends_on = None
 

@@ -1,7 +1,17 @@
 """An assignment's gradebook as the API exports it (GradebookOut) and as two CSVs: the one
 Canvas imports unchanged (canvas_csv: one column per assignment, for a course's assignments
 together) and the detailed one (detailed_csv: how each grade was made). The instructor's web
-page offers the same downloads."""
+page offers the same downloads.
+
+Canvas's gradebook import, which canvas_csv writes for (its rules as Canvas's own importer,
+app/models/gradebook_importer.rb in instructure/canvas-lms, reads them; the instructors' guides
+say the same, e.g. Ohio State's "Import CSV File for Carmen Grades" and VCU's "Gradebook Action
+Menu"): a header row whose first columns are Student and ID, then SIS User ID and SIS Login ID,
+then Section as the last student column; every further column is an assignment, matched by
+the id in a title that ends in " (<digits>)", else by its exact title, else created as a new
+assignment; a row whose first cell says Points Possible gives the points; each student row is
+matched by ID (Canvas's user id), else SIS User ID, else SIS Login ID (compared as written, case
+included), else the name. A blank grade changes nothing."""
 from __future__ import annotations
 
 import csv
@@ -9,6 +19,7 @@ import io
 from collections.abc import Sequence
 
 from grader.api.schemas import GradebookOut, GradebookRowOut, GradeOut
+from grader.course.roster_csv import looks_like_formula
 from grader.reads.gradebook_reads import Gradebook, GradebookRow
 
 # Canvas's gradebook export starts so, and its import reads a file of the same shape: these
@@ -30,7 +41,7 @@ def gradebook_out(book: Gradebook) -> GradebookOut:
 
 def _csv_cell(value: object) -> object:
     # A cell a spreadsheet would read as a formula is quoted as text.
-    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+    if isinstance(value, str) and looks_like_formula(value):
         return "'" + value
     return value
 
@@ -39,16 +50,24 @@ def _fmt(points: float | None) -> str:
     return "" if points is None else f"{points:g}"
 
 
+def canvas_column(book: Gradebook) -> str:
+    """An assignment's column title: `<title> (<Canvas id>)` where staff set its Canvas id (Canvas
+    then grades that assignment whatever its title there), else its title (Canvas matches it by
+    title, or makes a new assignment)."""
+    return f"{book.title} ({book.canvas_id})" if book.canvas_id else book.title
+
+
 def canvas_csv(books: Sequence[Gradebook]) -> str:
-    """The gradebooks of `books` (a course's assignments, in order) as Canvas imports them:
-    Student (the roster's name, else the login), ID and SIS User ID (blank: Canvas then matches
-    the row on the SIS Login ID, our login), SIS Login ID, Section, then one column per
-    assignment, named by its title, holding the final grade (after a late penalty and the
-    staff's adjustments); the Points Possible line gives each assignment's points. A student
-    of any of the gradebooks has one row; a blank grade leaves Canvas's unchanged."""
+    """The gradebooks of `books` (a course's assignments, in order) as Canvas imports them (the
+    module's docstring): Student (the course roster's name, else the login), ID, SIS User ID and
+    SIS Login ID as the course's roster gave them (Canvas's own, the login in its own case; the
+    login where the roster gave none), Section, then one column per assignment (canvas_column)
+    holding the final grade (after a late penalty and the staff's adjustments); the Points
+    Possible line gives each assignment's points. A student of any of the gradebooks has one
+    row; a blank grade leaves Canvas's unchanged."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow([*CANVAS_COLUMNS, *(_csv_cell(book.title) for book in books)])
+    writer.writerow([*CANVAS_COLUMNS, *(_csv_cell(canvas_column(book)) for book in books)])
     writer.writerow([POINTS_POSSIBLE, "", "", "", "", *(_fmt(book.total_points) for book in books)])
     students: dict[int, GradebookRow] = {}
     for book in books:
@@ -56,14 +75,15 @@ def canvas_csv(books: Sequence[Gradebook]) -> str:
             students.setdefault(row.user_id, row)
     totals = [{row.user_id: row.total for row in book.rows} for book in books]
     for user_id, row in sorted(students.items(), key=lambda item: item[1].username):
-        writer.writerow([_csv_cell(row.full_name or row.username), "", "", _csv_cell(row.username),
+        writer.writerow([_csv_cell(row.full_name or row.username), row.canvas_user_id or "",
+                         _csv_cell(row.sis_user_id or ""), _csv_cell(row.sis_login_id or row.username),
                          _csv_cell(row.section or ""), *(_fmt(total.get(user_id)) for total in totals)])
     return out.getvalue()
 
 
 def detailed_csv(book: Gradebook) -> str:
     """How each grade of one assignment was made, for the staff's records (not for Canvas):
-    Student (the roster's name where there is one) and SIS Login ID (the login), the final
+    Student (the roster's name where there is one) and SIS Login ID (as canvas_csv), the final
     grade (after a late penalty and the staff's adjustments); the raw total, the penalty, the
     lateness, the adjustments (their sum and their reasons) and the per-problem points (raw,
     before the penalty) follow, each labelled so."""
@@ -82,7 +102,7 @@ def detailed_csv(book: Gradebook) -> str:
                  _fmt(final.adjusted), _csv_cell("; ".join(f"{a.reason} ({a.what})" for a in final.adjustments)),
                  final.reason] if final else [""] * 8
         writer.writerow(
-            [_csv_cell(row.full_name or row.username), _csv_cell(row.username)] + grade
+            [_csv_cell(row.full_name or row.username), _csv_cell(row.sis_login_id or row.username)] + grade
             + [_fmt(graded.problems.get(p.problem_id)) if graded else "" for p in book.problems]
         )
     return out.getvalue()

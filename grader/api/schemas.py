@@ -232,8 +232,9 @@ class ScoredRunOut(FromRow):
 
 class GradebookRowOut(FromRow):
     user: str = Field(validation_alias="username")
-    name: str | None = Field(default=None, validation_alias="full_name", description="from the roster")
-    section: str | None = Field(default=None, description="from the roster")
+    name: str | None = Field(default=None, validation_alias="full_name",
+                             description="as the course's roster gives it, else the account's display name")
+    section: str | None = Field(default=None, description="from the course's roster")
     submissions: int
     total: float | None = Field(description="the student's grade: the run that counts (staff's choice, else the "
                                 "policy's pick) with the staff's entries; null: no scored run and no manual grade")

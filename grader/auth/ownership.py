@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session
 
 from grader.auth.audit import Event, Via, record
 from grader.course.membership import course_roles_of
-from grader.course.roster import EMAIL, MAX_EMAIL
+from grader.course.roster_csv import EMAIL, MAX_EMAIL
 from grader.models import Course, CourseRole, Enrollment, Role, User
 
 ADMIN_ONLY = "Only a site administrator sees or changes another person's account; yours is at /settings/account."

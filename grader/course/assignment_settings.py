@@ -56,6 +56,19 @@ def parse_extra_credit(text: str) -> float:
     return points
 
 
+# The assignment's number in Canvas, alone or in its Canvas address (…/assignments/<id>)
+_CANVAS_ASSIGNMENT = re.compile(r"^\s*(?:\S*/assignments/)?(\d{1,32})/?\s*$")
+
+
+def parse_canvas_id(text: str) -> str:
+    """An assignment's Canvas id: its number (`88123`), or its Canvas address, whose number it takes."""
+    match = _CANVAS_ASSIGNMENT.match(text)
+    if match is None:
+        raise ValueError(f"“{text}” is not a Canvas assignment id: give the number at the end of the assignment's "
+                         "Canvas address (…/assignments/88123), or leave it empty")
+    return match.group(1)
+
+
 def parse_penalty(text: str) -> float:
     """A share of the score per started day: `0.1` or `10%` (the range is LatePolicy's rule)."""
     cleaned = text.strip()
@@ -79,6 +92,7 @@ class ScheduleChange:
     score_policy: str | None = None
     students_choose: bool | None = None  # whether students may choose which of their runs counts
     extra_credit: str | None = None  # points a grade may reach above the total through the staff's entries
+    canvas_id: str | None = None  # the assignment's id in Canvas, for the Canvas CSV's column title
 
 
 class ScheduleError(ValueError):
@@ -116,8 +130,9 @@ def _field(errors: dict[str, str], name: str, text: str | None, parse: Callable[
 
 def update_schedule(session: Session, slug: str, change: ScheduleChange, zone: str) -> Assignment:
     """Apply `change` to the assignment's schedule, score policy, whether students choose
-    which of their runs counts (grader.course.counted_choice) and its extra credit (how far above
-    its points the staff's entries may take a grade: grader.course.grades), all or nothing.
+    which of their runs counts (grader.course.counted_choice), its extra credit (how far above
+    its points the staff's entries may take a grade: grader.course.grades) and its Canvas id
+    (grader.api.gradebook.canvas_column), all or nothing.
     ScheduleError names every field that is wrong; NotFound: no such assignment."""
     row = get_assignment(session, slug)
     current = late_policy(row)
@@ -128,6 +143,7 @@ def update_schedule(session: Session, slug: str, change: ScheduleChange, zone: s
     window = _field(errors, "late_window", change.late_window, parse_duration, current.late_window, timedelta(0))
     penalty = _field(errors, "penalty_per_day", change.penalty_per_day, parse_penalty, current.penalty_per_day, 0.0)
     extra = _field(errors, "extra_credit", change.extra_credit, parse_extra_credit, row.extra_credit_points, 0.0)
+    canvas_id = _field(errors, "canvas_id", change.canvas_id, parse_canvas_id, row.canvas_assignment_id, None)
     score_policy = change.score_policy or row.score_policy
     if score_policy not in SCORE_POLICIES:
         errors["score_policy"] = f"The score policy is one of: {', '.join(SCORE_POLICIES)}."
@@ -140,7 +156,7 @@ def update_schedule(session: Session, slug: str, change: ScheduleChange, zone: s
     row = set_schedule(session, slug, policy, score_policy)
     if change.students_choose is not None:
         row.students_choose_counted_run = change.students_choose
-    row.extra_credit_points = extra
+    row.extra_credit_points, row.canvas_assignment_id = extra, canvas_id
     session.flush()
     return row
 

@@ -39,12 +39,6 @@ def course_roles_of(session: Session, user_id: int) -> dict[int, CourseRole]:
     return {course_id: role for course_id, role in rows}
 
 
-def courses_besides(session: Session, user_id: int, course_id: int) -> list[int]:
-    """The ids of the courses the user is enrolled in other than `course_id`."""
-    return list(session.scalars(select(Enrollment.course_id).where(Enrollment.user_id == user_id,
-                                                                   Enrollment.course_id != course_id)))
-
-
 def staff_anywhere(session: Session, user_id: int) -> bool:
     """Whether the user is an instructor or TA of some course."""
     return session.scalar(select(Enrollment.id).where(Enrollment.user_id == user_id,

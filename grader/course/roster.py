@@ -1,25 +1,26 @@
-"""Roster import: a CSV of students becomes student accounts enrolled in one course,
-idempotently. Two forms are read:
+"""Roster import: a roster CSV (read by grader.course.roster_csv) becomes student accounts
+enrolled in one course, idempotently.
 
-- `email,name[,section]` per line (an optional `email,name,section` first line): the email,
-  lower-cased, is the login;
-- a header row naming the columns, in any order, others ignored: a Canvas gradebook export
-  (Student, ID, SIS User ID, SIS Login ID, Section, then its assignments) or a generic one
-  (username or login, name, email, section). The login column is the login (Canvas's SIS Login
-  ID, which the gradebook's CSV export also writes), or the email where there is none.
+What the roster says of a student (the name as it gives it, section, e-mail for the course's
+notices, Canvas's ID, SIS User ID and SIS Login ID) is kept on their enrollment in that course
+(grader.course.roster_entries), never on the account: an import in one course never changes
+what another course shows, nor the account's login, password or own e-mail address. An address,
+Canvas ID or SIS id that the file does not give keeps the value the enrollment has.
 
 A new account gets a first password, returned once so the instructor can hand it out (random,
-or derived from a key the caller keeps: the web page's background import, grader.course.roster_jobs);
-an existing student keeps theirs and is enrolled in the course too, and gets the roster's name
-and section, and its email while nobody has used the account (an account another course
-holds too is only enrolled: grader.auth.ownership). Every line that cannot be imported is reported with its line number
-and why; the other lines are imported (running the corrected file again is safe)."""
+or derived from a key the caller keeps: the web page's background import, grader.course.roster_jobs),
+and the roster's name and address as its own display name and address. An existing student keeps
+theirs and is enrolled in the course too. An account that is not a student's, a member of the
+course's staff, and a line whose Canvas ID another member of the course holds are left unchanged.
+Every line that cannot be imported is reported with its line number and why; the other lines are
+imported (running the corrected file again is safe). `preview_roster` says all of this before
+anything is changed, for the confirmation page.
+"""
 from __future__ import annotations
 
 import csv
 import hmac
 import io
-import re
 import secrets
 import string
 from collections.abc import Callable
@@ -28,48 +29,18 @@ from dataclasses import dataclass, field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from grader.course.membership import courses_besides, enroll, role_in_course
-from grader.models import Course, CourseRole, Role, User, login_key
+from grader.course.membership import enroll
+from grader.course.roster_csv import LineError, RosterLine, formula_warnings, parse_roster
+from grader.course.roster_entries import entries_of, entry_of
+from grader.models import Course, CourseRole, Enrollment, Role, User, login_key
 from grader.passwords import set_password
 from grader.settings import Argon2Settings
-
-EMAIL = re.compile(r"^[^@\s,;<>\"']+@[^@\s,;<>\"']+\.[^@\s,;<>\"'.]+$")
-LOGIN = re.compile(r"^[a-z0-9][a-z0-9._@+-]*$")
-MAX_LOGIN, MAX_EMAIL, MAX_NAME, MAX_SECTION = 128, 256, 256, 64  # the users table's column sizes
-# A header row's column names (compared lower-cased, spaces collapsed), per field
-COLUMNS = {
-    "login": ("sis login id", "login id", "login", "username"),
-    "name": ("student", "name", "full name", "student name"),
-    "email": ("email", "e-mail", "email address"),
-    "section": ("section", "sections"),
-}
-KNOWN_IGNORED = ("id", "sis user id")  # Canvas's own ids: a header, but not read
-LEGACY_HEADER = ("email", "name")  # `email,name[,section]`, the form without a header's mapping
-CANVAS_POINTS_ROW = "points possible"  # the line under a Canvas export's header
-
-
-@dataclass(frozen=True)
-class RosterLine:
-    line: int
-    email: str | None  # None: the roster gives no address
-    name: str
-    section: str | None
-    login: str
-
-
-@dataclass(frozen=True)
-class LineError:
-    line: int
-    message: str
-
-    def __str__(self) -> str:
-        return f"line {self.line}: {self.message}"
 
 
 @dataclass
 class RosterReport:
     created: list[tuple[str, str]] = field(default_factory=list)  # (login, first password)
-    updated: list[str] = field(default_factory=list)  # name, section, email or enrollment changed
+    updated: list[str] = field(default_factory=list)  # enrolled, or the course's roster fields changed
     unchanged: list[str] = field(default_factory=list)
     errors: list[LineError] = field(default_factory=list)
 
@@ -86,115 +57,95 @@ class RosterReport:
                 f"{len(self.errors)} line(s) with errors")
 
 
-def _column_name(cell: str) -> str:
-    return " ".join(cell.lower().split())
+@dataclass(frozen=True)
+class Planned:
+    """What the import does with one valid line: the account it names (None: a new one), its
+    enrollment in the course (None: not enrolled yet), or why it changes nothing."""
+
+    line: RosterLine
+    user: User | None
+    entry: Enrollment | None
+    refused: str | None = None
+
+    def values(self) -> dict[str, str | None]:
+        """The enrollment's roster fields after the import: the name and section the file gives,
+        and its address and ids where it gives them (else those the enrollment has)."""
+        line, entry = self.line, self.entry
+
+        def given_or_kept(name: str, given: str | None) -> str | None:
+            return given if given is not None or entry is None else getattr(entry, name)
+
+        return {"full_name": line.name, "section": line.section, "email": given_or_kept("email", line.email),
+                "canvas_user_id": given_or_kept("canvas_user_id", line.canvas_id),
+                "sis_user_id": given_or_kept("sis_user_id", line.sis_user_id),
+                "sis_login_id": given_or_kept("sis_login_id", line.sis_login_id)}
+
+    def changes(self) -> dict[str, tuple[str | None, str | None]]:
+        """Field -> (now, after) for each roster field of an existing enrollment the import changes."""
+        if self.entry is None:
+            return {}
+        return {name: (getattr(self.entry, name), value) for name, value in self.values().items()
+                if getattr(self.entry, name) != value}
+
+
+def _accounts(session: Session, lines: list[RosterLine]) -> Callable[[str], User | None]:
+    """The existing account of a login, found as grader.service.find_user finds it: its exact
+    login, else case-insensitively (login_key); two statements for the whole file."""
+    logins = [ln.login for ln in lines]
+    exact = {u.username: u for u in session.scalars(select(User).where(User.username.in_(logins)))}
+    keyed = {u.login_key: u for u in session.scalars(
+        select(User).where(User.login_key.in_([login_key(login) for login in logins])))}
+    return lambda login: exact.get(login) or keyed.get(login_key(login))
+
+
+def plan_roster(session: Session, lines: list[RosterLine], course: Course) -> list[Planned]:
+    """What importing `lines` into `course` does with each, read from the database as it is."""
+    account = _accounts(session, lines)
+    users = {ln.line: account(ln.login) for ln in lines}
+    entries = entries_of(session, course.id, [u.id for u in users.values() if u is not None])
+    canvas_ids = {canvas_id: login for canvas_id, login in session.execute(
+        select(Enrollment.canvas_user_id, User.username).join(User, User.id == Enrollment.user_id)
+        .where(Enrollment.course_id == course.id, Enrollment.canvas_user_id.is_not(None)))}
+    plans = []
+    for line in lines:
+        user = users[line.line]
+        entry = entries.get(user.id) if user is not None else None
+        holder = canvas_ids.get(line.canvas_id) if line.canvas_id else None
+        refused = None
+        if user is not None and user.role is not Role.student:
+            refused = f"{line.login} is an existing {user.role.value} account; not changed"
+        elif entry is not None and entry.role.is_staff:
+            refused = f"{line.login} is a {entry.role.label} of {course.slug}; not changed"
+        elif holder is not None and (user is None or holder != user.username):
+            refused = f"Canvas ID {line.canvas_id} is {holder}'s in {course.slug}; {line.login} not changed"
+        plans.append(Planned(line, user, entry, refused))
+    return plans
 
 
 @dataclass(frozen=True)
-class Header:
-    """Where each field is in a header row's columns (None: not there), and the login column's
-    name as the file writes it (None: no login column, the email is the login)."""
+class RosterPreview:
+    """What an import would do, for the confirmation page: the lines it imports, how many make
+    a new account, what it changes of the enrolled students' roster fields, the lines it skips
+    and why, and the cells a spreadsheet would take for formulas."""
 
-    login: int | None
-    name: int
-    email: int | None
-    section: int | None
-    login_label: str | None
-
-    @staticmethod
-    def read(cells: list[str]) -> Header | str | None:
-        """The header these cells name; None when they are no header (a student's line); the
-        reason in words when they are one that lacks a column a roster needs."""
-        names = [_column_name(c) for c in cells]
-        known = {n for aliases in COLUMNS.values() for n in aliases} | set(KNOWN_IGNORED)
-        if not known.intersection(names):
-            return None
-        where = {key: next((i for i, n in enumerate(names) if n in aliases), None) for key, aliases in COLUMNS.items()}
-        login, name, email = where["login"], where["name"], where["email"]
-        if name is None or (login is None and email is None):
-            found = ", ".join(f"“{c}”" for c in cells if c) or "none"
-            return (f"the header row names the columns {found}; a roster needs a login column (SIS Login ID, "
-                    "login or username) or an email column, and a name column (Student or name); "
-                    "section and email are optional, other columns are ignored")
-        return Header(login, name, email, where["section"], cells[login] if login is not None else None)
-
-    def fields(self, cells: list[str]) -> tuple[str, str | None, str, str]:
-        """(login, email or None, name, section) of one line, lower-casing login and email."""
-        def cell(index: int | None) -> str:
-            return cells[index] if index is not None and index < len(cells) else ""
-        email = cell(self.email).lower() or None
-        login = cell(self.login).lower() if self.login is not None else (email or "")
-        if email is None and EMAIL.match(login):
-            email = login
-        return login, email, cell(self.name), cell(self.section)
+    importing: int
+    new: int
+    changes: dict[str, list[tuple[str, str | None, str | None]]]  # field -> (login, now, after) per student
+    skipped: list[LineError]
+    warnings: list[str]
 
 
-def _problem(login: str, email: str | None, name: str, section: str | None, login_label: str | None) -> str | None:
-    """What is wrong with one line's fields (None: nothing); `login_label` None: the email is the login."""
-    if login_label is not None:
-        if not login:
-            return f"the {login_label} is empty"
-        if len(login) > MAX_LOGIN:
-            return f"the {login_label} is longer than {MAX_LOGIN} characters"
-        if not LOGIN.match(login):
-            return f"“{login}” is not a login (letters, digits and . _ @ + - only)"
-    if email is not None or login_label is None:
-        limit = MAX_LOGIN if login_label is None else MAX_EMAIL
-        if not email or not EMAIL.match(email):
-            return f"“{email or ''}” is not an email address"
-        if len(email) > limit:
-            return f"the email is longer than {limit} characters"
-    if not name:
-        return "the name is empty"
-    if len(name) > MAX_NAME:
-        return f"the name is longer than {MAX_NAME} characters"
-    if section is not None and len(section) > MAX_SECTION:
-        return f"the section is longer than {MAX_SECTION} characters"
-    return None
-
-
-def parse_roster(text: str) -> tuple[list[RosterLine], list[LineError]]:
-    lines: list[RosterLine] = []
-    errors: list[LineError] = []
-    seen: dict[str, int] = {}
-    header: Header | None = None
-    first = True
-    email: str | None
-    label: str | None
-    for number, cells in enumerate(csv.reader(io.StringIO(text.lstrip("\ufeff"))), 1):
-        cells = [c.strip() for c in cells]
-        if not any(cells):
-            continue
-        if first:
-            first = False
-            if [_column_name(c) for c in cells[:2]] == list(LEGACY_HEADER) and len(cells) <= 3:
-                continue  # the old form's own header: its lines keep its column count
-            read = Header.read(cells)
-            if isinstance(read, str):
-                return [], [LineError(number, read)]
-            if read is not None:
-                header = read
-                continue
-        if header is not None:
-            login, email, name, section = header.fields(cells)
-            if not login and name.lower() == CANVAS_POINTS_ROW:
-                continue
-            label = header.login_label
-        elif len(cells) in (2, 3):
-            login, name, section = cells[0].lower(), cells[1], cells[2] if len(cells) == 3 else ""
-            email, label = login, None
-        else:
-            errors.append(LineError(number, f"expected 2 or 3 columns (email,name[,section]), found {len(cells)}"))
-            continue
-        problem = _problem(login, email, name, section or None, label)
-        if problem is None and login_key(login) in seen:  # logins are case-insensitive
-            problem = f"{login} is already on line {seen[login_key(login)]}"
-        if problem:
-            errors.append(LineError(number, problem))
-            continue
-        seen[login_key(login)] = number
-        lines.append(RosterLine(number, email, name, section or None, login))
-    return lines, errors
+def preview_roster(session: Session, text: str, course: Course) -> RosterPreview:
+    lines, errors = parse_roster(text)
+    plans = plan_roster(session, lines, course)
+    taken = [p for p in plans if p.refused is None]
+    changes: dict[str, list[tuple[str, str | None, str | None]]] = {}
+    for plan in taken:
+        for name, (now, after) in plan.changes().items():
+            changes.setdefault(name, []).append((plan.line.login, now, after))
+    skipped = sorted(errors + [LineError(p.line.line, p.refused) for p in plans if p.refused], key=lambda e: e.line)
+    return RosterPreview(len(taken), sum(1 for p in taken if p.user is None), changes, skipped,
+                         formula_warnings([p.line for p in taken]))
 
 
 # Letters and digits without look-alikes (0/O, 1/l/I): read out or copied by hand, and never a
@@ -227,6 +178,18 @@ def derived_password(key: bytes, login: str) -> str:
 Progress = Callable[[int, int, RosterReport], None]  # (lines applied, lines to apply, the report so far)
 
 
+def _enrolled(session: Session, plan: Planned, user: User, course: Course) -> bool:
+    """Enroll `user` as a student of `course` with the line's roster fields; True when that
+    changed anything."""
+    newly = enroll(session, user, course, CourseRole.student)
+    entry = plan.entry or entry_of(session, user.id, course.id)
+    assert entry is not None  # enrolled just above
+    changed = {name: value for name, value in plan.values().items() if getattr(entry, name) != value}
+    for name, value in changed.items():
+        setattr(entry, name, value)
+    return newly or bool(changed)
+
+
 def import_roster(session: Session, text: str, course: Course, cost: Argon2Settings,
                   password: Callable[[str], str] = first_password, progress: Progress | None = None) -> RosterReport:
     """Create or update one student per valid line, enrolled in `course` (the caller commits;
@@ -234,43 +197,26 @@ def import_roster(session: Session, text: str, course: Course, cost: Argon2Setti
     `password(login)`, hashed at `cost`."""
     lines, errors = parse_roster(text)
     report = RosterReport(errors=errors)
-    # An existing account is found as grader.service.find_user finds it: its exact login, else
-    # case-insensitively (login_key)
-    logins = [ln.login for ln in lines]
-    exact = {u.username: u for u in session.scalars(select(User).where(User.username.in_(logins)))}
-    keyed = {u.login_key: u for u in session.scalars(
-        select(User).where(User.login_key.in_([login_key(login) for login in logins])))}
-    for done, line in enumerate(lines, 1):
-        user = exact.get(line.login) or keyed.get(login_key(line.login))
-        if user is None:
-            user = User(username=line.login, role=Role.student, full_name=line.name, section=line.section,
-                        email=line.email)
+    plans = plan_roster(session, lines, course)
+    for done, plan in enumerate(plans, 1):
+        line = plan.line
+        if plan.refused is not None:
+            report.errors.append(LineError(line.line, plan.refused))
+        elif plan.user is None:
+            user = User(username=line.login, role=Role.student, full_name=line.name, email=line.email)
             first = password(line.login)
             set_password(user, first, cost)
             session.add(user)
             session.flush()
-            enroll(session, user, course, CourseRole.student)
+            _enrolled(session, plan, user, course)
             report.created.append((line.login, first))
-        elif user.role != Role.student:
-            report.errors.append(LineError(line.line, f"{line.login} is an existing {user.role.value} account; not changed"))
-        elif (role := role_in_course(session, user.id, course.id)) is not None and role.is_staff:
-            report.errors.append(LineError(line.line, f"{line.login} is a {role.label} of {course.slug}; not changed"))
+        elif _enrolled(session, plan, plan.user, course):
+            report.updated.append(line.login)
         else:
-            newly_enrolled = enroll(session, user, course, CourseRole.student)
-            # An account another course holds is only enrolled; the e-mail is its person's once they
-            # used the account (grader.auth.ownership); a roster without an address keeps theirs
-            fields: tuple[str | None, str | None, str | None] = (
-                line.name, line.section, (line.email if user.first_login_at is None else None) or user.email)
-            if courses_besides(session, user.id, course.id):
-                fields = (user.full_name, user.section, user.email)
-            if (user.full_name, user.section, user.email) == fields and not newly_enrolled:
-                report.unchanged.append(line.login)
-            else:
-                user.full_name, user.section, user.email = fields
-                report.updated.append(line.login)
+            report.unchanged.append(line.login)
         if progress is not None:
             session.flush()
-            progress(done, len(lines), report)
+            progress(done, len(plans), report)
     report.errors.sort(key=lambda e: e.line)
     session.flush()
     return report

@@ -21,6 +21,7 @@ from grader.auth.first_logins import mails_links
 from grader.auth.ownership import record_enrollment, refusals
 from grader.course.courses import CourseError, add_assignment, create_course, free_assignments
 from grader.course.membership import courses_of, enroll, members_of, unenroll
+from grader.course.roster_entries import entries_of, entry_of, shown_name
 from grader.models import Course, CourseRole, Role, Submission, User
 from grader.pages.common import (
     CourseInstructor,
@@ -110,11 +111,13 @@ def members_page(request: Request, session: Session, staff: CourseOf, status_cod
     values.setdefault("kept", {})  # the form's fields as sent, when refused
     values.setdefault("link", None)  # a first-login link just issued, shown once
     members = members_of(session, staff.course)
+    entries = entries_of(session, staff.course.id)
+    roster = {user.id: (shown_name(entries.get(user.id), user), entries[user.id].section) for user, _ in members}
     settings = get_context(request).settings
     unused = [user for user, _ in members if user.first_login_at is None]
     set_up = {uid for uid, why in refusals(session, staff.user, unused).items() if why is None}
     return page(request, "course_members.html", staff.user, status_code, course=staff.course,
-                members=members, parts=list(CourseRole), set_up=set_up, zone=settings.course_zone,
+                members=members, roster=roster, parts=list(CourseRole), set_up=set_up, zone=settings.course_zone,
                 unused=len(unused), mail_on=mails_links(settings),
                 by_mail=sum(1 for u in unused if u.id in set_up and u.email),
                 saved=request.query_params.get("saved"), **values)
@@ -174,7 +177,9 @@ def member_remove_confirm(request: Request, username: str, session: Db, staff: C
     target, part = member
     uploads = session.scalar(select(func.count(Submission.id)).where(
         Submission.user_id == target.id, Submission.assignment_id.in_([a.id for a in course.assignments]))) or 0
-    who = ", ".join(x for x in (target.full_name, f"section {target.section}" if target.section else "") if x)
+    entry = entry_of(session, target.id, course.id)
+    section = entry.section if entry else None
+    who = ", ".join(x for x in (shown_name(entry, target), f"section {section}" if section else "") if x)
     return page(request, "confirm.html", staff.user, title="Remove a member",
                 question=f"Remove {target.username} ({part.label}{', ' + who if who else ''}) from {course.slug}?",
                 details=[f"They will no longer see {course.slug}'s assignments or upload to them"

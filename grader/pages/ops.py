@@ -1,5 +1,5 @@
 """Course operations pages of an assignment, for its course's instructors: settings (schedule,
-late policy, score policy, extensions, the similarity check's base: its form's POST is here) and
+late policy, score policy, its Canvas id, extensions, the similarity check's base: its form's POST is here) and
 grading controls (pause / drain / resume, re-grade everything). The similarity report's pages
 are grader.pages.similarity, the course's members grader.pages.courses. Removing an extension
 and pausing grading go through a confirmation page (confirm.html) that says what will happen; a
@@ -42,7 +42,8 @@ from worker.unpack import BadArchive
 
 router = APIRouter(include_in_schema=False)
 
-SCHEDULE_FIELDS = ("release", "due", "grace", "late_window", "penalty_per_day", "score_policy", "extra_credit")
+SCHEDULE_FIELDS = ("release", "due", "grace", "late_window", "penalty_per_day", "score_policy", "extra_credit",
+                   "canvas_id")
 
 
 # ---- settings -----------------------------------------------------------------------------
@@ -77,7 +78,7 @@ def _schedule_values(assignment: Assignment, zone: ZoneInfo) -> dict[str, str]:
             "penalty_per_day": f"{policy.penalty_per_day * 100:g}%" if policy.penalty_per_day else "",
             "score_policy": assignment.score_policy,
             "students_choose": "on" if assignment.students_choose_counted_run else "",
-            "extra_credit": f"{assignment.extra_credit_points:g}"}
+            "extra_credit": f"{assignment.extra_credit_points:g}", "canvas_id": assignment.canvas_assignment_id or ""}
 
 
 def _settings_page(request: Request, session: Session, user: User, assignment: Assignment, status_code: int = 200,

@@ -9,7 +9,6 @@ from typing import Any
 
 from fastapi import APIRouter, Request, status
 from fastapi.responses import HTMLResponse, JSONResponse, Response
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
@@ -21,7 +20,7 @@ from grader.auth.ownership import not_in_your_courses, refusal, refused
 from grader.auth.sessions import current_user
 from grader.course.courses import course_holding
 from grader.course.membership import courses_of
-from grader.course.roster import parse_roster
+from grader.course.roster import RosterPreview, preview_roster
 from grader.course.roster_jobs import (
     KEY_COOKIE,
     KEY_MAX_AGE_S,
@@ -32,7 +31,7 @@ from grader.course.roster_jobs import (
     take_passwords,
     view,
 )
-from grader.models import Course, CourseRole, Enrollment, Role, RosterJob, User
+from grader.models import Course, CourseRole, RosterJob, User
 from grader.pages.common import (
     Db,
     Sender,
@@ -44,12 +43,15 @@ from grader.pages.common import (
     see_other,
     staff_course,
 )
-from grader.roles import STAFF, WHO_MAY, Power
+from grader.roles import WHO_MAY, Power
 from grader.service import find_user
 
 router = APIRouter(include_in_schema=False)
 FORMS = "email,name[,section] per line, or a header row naming Canvas's or generic columns"
-SHOWN_ERRORS = 10  # lines that cannot be imported, named on the confirmation page
+SHOWN_LINES = 10  # per list of lines on the confirmation page (skipped, flagged, changed)
+# The roster fields whose changes the confirmation page counts, and what it calls each
+CHANGE_WORDS = (("full_name", "name"), ("section", "section"), ("email", "e-mail address"),
+                ("canvas_user_id", "Canvas ID"), ("sis_user_id", "SIS User ID"), ("sis_login_id", "SIS Login ID"))
 
 
 def _instructed(session: Session, user: User) -> list[str]:
@@ -131,42 +133,63 @@ def _plural(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
 
+def _capped(items: list[str]) -> list[str]:
+    return items[:SHOWN_LINES] + ([f"and {len(items) - SHOWN_LINES} more"] if len(items) > SHOWN_LINES else [])
+
+
+def _changes_sentence(preview: RosterPreview, slug: str) -> str:
+    """What the file changes of what `slug` shows of its enrolled students, field by field."""
+    counted = [_plural(len(preview.changes[name]), word) for name, word in CHANGE_WORDS if name in preview.changes]
+    if not counted:
+        return f"It changes no name, section, e-mail address or Canvas or SIS id that {slug} shows."
+    listed = ", ".join(counted[:-1]) + (" and " if len(counted) > 1 else "") + counted[-1]
+    return f"In {slug}, it changes {listed} of students already enrolled."
+
+
+def _flagged_lists(preview: RosterPreview, slug: str) -> list[tuple[str, str, list[str], bool]]:
+    """The confirmation's lists: the cells a spreadsheet would run, the notice addresses that change."""
+    lists = []
+    if preview.warnings:
+        lists.append(("roster-formulas", f"{_plural(len(preview.warnings), 'line')} ha{'s' if len(preview.warnings) == 1 else 've'} "
+                      "a cell that a spreadsheet would run as a formula. The import keeps it as written and every "
+                      "export writes it as text; you may want to fix the file first:", _capped(preview.warnings), True))
+    emails = preview.changes.get("email", [])
+    if emails:
+        lists.append(("roster-email-changes", f"The e-mail address that {slug}'s notices go to changes for "
+                      f"{_plural(len(emails), 'student')} (their account's own address, where password reset links "
+                      "go, stays as it is):",
+                      _capped([f"{login}: {now or 'none'} → {after or 'none'}" for login, now, after in emails]), True))
+    return lists
+
+
 def _confirm_page(request: Request, session: Session, user: User, course: Course, text: str) -> HTMLResponse:
-    """The confirmation of an import: how many students, how many new accounts, what happens to
-    the existing ones and which lines are skipped; its button sends the same roster again."""
-    lines, errors = parse_roster(text)
-    logins = [ln.login for ln in lines]
-    accounts = {login: (role, part) for login, role, part in session.execute(
-        select(User.username, User.role, Enrollment.role).outerjoin(
-            Enrollment, (Enrollment.user_id == User.id) & (Enrollment.course_id == course.id))
-        .where(User.username.in_(logins)))}
-    new = sum(1 for ln in lines if ln.login not in accounts)
-    staff = sum(1 for ln in lines if ln.login in accounts and (accounts[ln.login][0] is not Role.student
-                                                                or accounts[ln.login][1] in STAFF))
-    students, skipped = len(lines) - staff, [str(e) for e in errors[:SHOWN_ERRORS]]
-    if len(errors) > SHOWN_ERRORS:
-        skipped.append(f"and {len(errors) - SHOWN_ERRORS} more")
+    """The confirmation of an import: how many students, how many new accounts, what it changes
+    of what the course shows of the existing ones (the e-mail addresses named), which lines are
+    skipped and which cells look like formulas; its button sends the same roster again."""
+    preview = preview_roster(session, text, course)
+    students, new, skipped = preview.importing, preview.new, [str(e) for e in preview.skipped]
     title, back = "Import students", "/roster"
+    skipped_line = (f"{_plural(len(skipped), 'line')} cannot be imported and {'is' if len(skipped) == 1 else 'are'} "
+                    f"skipped: {'; '.join(_capped(skipped))}.") if skipped else ""
     if not students:
         return page(request, "confirm.html", user, title=title, fields=None, cancel=back,
                     cancel_label="Back to the roster, to fix the file",
                     question=f"No line of this roster can be imported into {course.slug}.",
-                    details=([f"{_plural(staff, 'line')} name{'s' if staff == 1 else ''} staff accounts, "
-                              "which an import leaves unchanged."] if staff else [])
-                    + ([f"Lines that cannot be imported: {'; '.join(skipped)}."] if errors else []))
+                    details=[skipped_line] if skipped else [])
+    existing = students - new
     details = [f"{_plural(new, 'new account')}: each gets a first password, which you download once as a CSV "
                "when the import is done (from this browser only)." if new else "No new account is created.",
-               f"{_plural(students - new, 'student')} already ha{'s' if students - new == 1 else 've'} an account: "
-               "they keep their password and get the file's name and section (and e-mail, while nobody has used "
-               "the account); one that another course holds too is only enrolled." if students > new else "",
-               f"{_plural(staff, 'line')} name{'s' if staff == 1 else ''} staff accounts: left unchanged." if staff else "",
-               f"{_plural(len(errors), 'line')} cannot be imported and {'is' if len(errors) == 1 else 'are'} "
-               f"skipped: {'; '.join(skipped)}." if errors else "",
+               f"{_plural(existing, 'student')} already ha{'s' if existing == 1 else 've'} an account: it stays as "
+               f"it is (login, password, own e-mail address, other courses); what {course.slug} shows of them "
+               "becomes the file's (name, section, e-mail for its notices, Canvas and SIS ids)." if existing else "",
+               _changes_sentence(preview, course.slug) if existing else "",
+               skipped_line,
                "A worker imports them in the background; the roster page follows it."]
     return page(request, "confirm.html", user, title=title,
                 question=f"Import {_plural(students, 'student')} into {course.slug}, each enrolled there as a "
                          "student?",
-                details=[d for d in details if d], action=back, confirm_label=f"Import {_plural(students, 'student')}",
+                details=[d for d in details if d], lists=_flagged_lists(preview, course.slug), action=back,
+                confirm_label=f"Import {_plural(students, 'student')}",
                 fields=[("course", course.slug), ("text", text), ("confirm", "import")],
                 cancel=back, cancel_label="Change nothing, back to the roster")
 

@@ -21,7 +21,7 @@ from grader.api.deps import get_context
 from grader.course.counted_choice import student_refusal
 from grader.course.grade_reads import counted_of, run_grades
 from grader.course.membership import role_in
-from grader.models import ErrorClass, ProblemResult, Run, RunState, User
+from grader.models import REDUCED_ISOLATION, ErrorClass, ProblemResult, Run, RunState, User
 from grader.pages import charts
 from grader.pages.common import page
 from grader.reads.bandwidth import run_bandwidth
@@ -59,6 +59,7 @@ def render_run(request: Request, session: Session, user: User, run: Run, status_
     return page(request, "run.html", user, status_code, run=run, sub=sub, counted=counted,
                 may_choose=may_choose, status=run_status(session, run, settings.eta_recent_runs, settings.rubric_dirs),
                 may_grade=may(role, Power.grade), gpu_time=run_gpu_time(run) if may(role, Power.view) else None,
+                reduced_isolation=(run.toolchain or {}).get(REDUCED_ISOLATION) if may(role, Power.view) else None,
                 bandwidth=run_bandwidth(session, run), may_see_flags=may(role, Power.view),
                 grade=counted.grade if counted.run_id == run.id else own, own_grade=own,
                 zone=settings.course_zone, refused=refused,

@@ -18,7 +18,7 @@ from grader.course import adjustments
 from grader.course.adjustments import WorkflowError
 from grader.course.counted_choice import choose, clear, is_scored
 from grader.course.grade_reads import counted_for, run_grades, set_aside_entries
-from grader.course.membership import role_in
+from grader.course.roster_entries import entry_of, shown_name
 from grader.models import Assignment, Run, Submission, User
 from grader.notify import answer_messages, send_quietly
 from grader.pages.common import Db, GraderForm, Staff, StaffOf, absent, page, see_other
@@ -50,8 +50,10 @@ def _history_page(request: Request, session: Session, staff: StaffOf, username: 
     runs = [run for sub in subs for run in sub.runs]
     grades = run_grades(session, runs, zone)
     counted = counted_for(session, assignment, student.id, runs, grades)
+    entry = entry_of(session, student.id, assignment.course_id)
     return page(request, "student_history.html", staff.user, status_code, student=student, assignment=assignment,
-                role=role_in(session, student.id, assignment.id), submissions=subs, grades=grades,
+                role=entry.role if entry else None, roster_name=shown_name(entry, student),
+                section=entry.section if entry else None, submissions=subs, grades=grades,
                 counting=counted.run_id, zone=zone, pin=counted.pin, error=request.query_params.get("error"),
                 grade=counted.grade, set_aside=set_aside_entries(session, assignment.id, student.id),
                 refused=refused, kept=kept or {})

@@ -20,6 +20,7 @@ from grader.course.deadlines import Lateness, LateStatus
 from grader.course.grade_reads import Candidate, Pin, counted_pins, grade_entries
 from grader.course.grades import Grade, final_grade, student_grade
 from grader.course.policies import late_checker
+from grader.course.roster_entries import entries_of, shown_name
 from grader.models import Assignment, Course, CourseRole, Enrollment, ProblemResult, Run, RunState, Submission, User
 from grader.reads.gpu_info import GpuNote, gpu_notes
 from worker.rubric import RubricError, load_rubric
@@ -78,11 +79,14 @@ class GradebookRow:
     latest: ScoredRun | None  # scored run of the newest submission that has one
     best: ScoredRun | None  # highest score over every scored run (ties: the newer)
     graded: ScoredRun | None  # the one that counts: staff's pin, else the one the policy picks
-    full_name: str | None = None
+    full_name: str | None = None  # the course's roster's name, else the account's display name
     section: str | None = None
     newest: NewestRun | None = None  # the student's most recent run, whatever its state
     pin: Pin | None = None  # staff chose `graded` (a scored run), not the policy
     grade: Grade | None = None  # the student's: `graded`'s grade with the staff's entries (a manual grade alone)
+    canvas_user_id: str | None = None  # Canvas's ids of the student, from the course's roster
+    sis_user_id: str | None = None
+    sis_login_id: str | None = None  # in Canvas's case; None: the roster gave none
 
     @property
     def total(self) -> float | None:
@@ -97,6 +101,7 @@ class Gradebook:
     policy: str
     problems: list[ProblemColumn]
     rows: list[GradebookRow] = field(default_factory=list)
+    canvas_id: str | None = None  # the assignment's id in Canvas, set by staff
 
 
 def _problem_columns(session: Session, assignment: Assignment, run_ids: list[int],
@@ -232,6 +237,7 @@ def gradebook(session: Session, assignment: Assignment, policy: str | None = Non
     points, speedups = _problem_points(session, chosen_ids)
     newest = _newest_runs(session, assignment)
     chosen = _ChosenRuns(points, speedups, gpu_notes(session, assignment.id, chosen_ids))
+    roster = entries_of(session, assignment.course_id)
     rows = []
     for user in users:
         lat, bst = chosen.scored(latest.get(user.id)), chosen.scored(best.get(user.id))
@@ -239,9 +245,11 @@ def gradebook(session: Session, assignment: Assignment, policy: str | None = Non
         graded = chosen.scored(by_id[pin.run_id]) if pin else lat if policy == "latest" else bst
         student = student_grade(graded.grade if graded else None, entries.get(user.id, ()), assignment.total_points,
                               assignment.extra_credit_points)
+        entry = roster.get(user.id)
         rows.append(GradebookRow(user_id=user.id, username=user.username, submissions=counts.get(user.id, 0),
-                                 latest=lat, best=bst, graded=graded, full_name=user.full_name,
-                                 section=user.section, newest=newest.get(user.id), pin=pin, grade=student))
+                                 latest=lat, best=bst, graded=graded, full_name=shown_name(entry, user),
+                                 newest=newest.get(user.id), pin=pin, grade=student,
+                                 **(_roster_ids(entry) if entry is not None else {})))
     return Gradebook(
         assignment=assignment.slug,
         title=assignment.title,
@@ -249,7 +257,14 @@ def gradebook(session: Session, assignment: Assignment, policy: str | None = Non
         policy=policy,
         problems=_problem_columns(session, assignment, chosen_ids, search),
         rows=rows,
+        canvas_id=assignment.canvas_assignment_id,
     )
+
+
+def _roster_ids(entry: Enrollment) -> dict[str, str | None]:
+    """A gradebook row's fields from the course's roster: the section and Canvas's ids."""
+    return {"section": entry.section, "canvas_user_id": entry.canvas_user_id, "sis_user_id": entry.sis_user_id,
+            "sis_login_id": entry.sis_login_id}
 
 
 def course_gradebooks(session: Session, course: Course, policy: str | None = None, tz: tzinfo = UTC,

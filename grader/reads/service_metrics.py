@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, and_, func, or_, select
 from sqlalchemy.orm import Session
 
-from grader.models import ACTIVE_STATES, FINAL_STATES, Assignment, Run, RunState, Submission
+from grader.models import ACTIVE_STATES, FINAL_STATES, REDUCED_ISOLATION, Assignment, Run, RunState, Submission
 
 RECENT = timedelta(hours=1)
 QUANTILES = (0.5, 0.9)
@@ -45,6 +45,8 @@ class Health:
     stale: int  # active, with a heartbeat older than the reconciler's timeout
     ended: dict[RunState, int]  # final state -> runs that reached it in the last hour
     seconds: list[float]  # upload (or re-grade request) to final state of those runs, sorted
+    # worker host -> what its sandbox lacked, where those runs were graded with reduced isolation
+    reduced_isolation: dict[str, list[str]] = field(default_factory=dict)
 
     def quantile(self, q: float) -> float:
         return _quantile(self.seconds, q)
@@ -62,12 +64,15 @@ def health(session: Session, assignment_ids: list[int], now: datetime, stale_aft
     silent = _per_assignment(session, ids, func.count(Run.id), Run.state.in_(ACTIVE_STATES),
                              or_(Run.heartbeat_at.is_(None), Run.heartbeat_at < now - stale_after))
     recent = session.execute(
-        select(Submission.assignment_id, Run.state, Run.created_at, Run.finished_at).join(Submission)
-        .where(and_(Submission.assignment_id.in_(ids), Run.finished_at >= now - RECENT))).all()
+        select(Submission.assignment_id, Run.state, Run.created_at, Run.finished_at, Run.worker_host, Run.toolchain)
+        .join(Submission).where(and_(Submission.assignment_id.in_(ids), Run.finished_at >= now - RECENT))).all()
     ended: dict[int, list[tuple[RunState, float]]] = defaultdict(list)
-    for aid, state, made, done in recent:
+    reduced: dict[int, dict[str, list[str]]] = defaultdict(dict)
+    for aid, state, made, done, host, toolchain in recent:
         if done is not None:  # always, by the window's condition
             ended[aid].append((state, (done - made).total_seconds()))
+        if (toolchain or {}).get(REDUCED_ISOLATION):
+            reduced[aid][host or "an unnamed host"] = toolchain[REDUCED_ISOLATION]
     found: dict[int, Health] = {}
     for aid in ids:
         mine = ended[aid]
@@ -77,7 +82,7 @@ def health(session: Session, assignment_ids: list[int], now: datetime, stale_aft
             oldest_queued_s=max(0.0, (now - first[aid]).total_seconds()) if aid in first else None,
             stale=silent.get(aid, 0),
             ended={state: sum(1 for s, _ in mine if s is state) for state in RunState if state in FINAL_STATES},
-            seconds=sorted(seconds for _, seconds in mine))
+            seconds=sorted(seconds for _, seconds in mine), reduced_isolation=reduced[aid])
     return found
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from worker.affinity import choose_timing_cpus
 from worker.assignment import GpuStage, StageConfig, StageProgress, assignment_of
-from worker.build import Toolchain, cuda_include_dirs
+from worker.build import Toolchain, cuda_include_dirs, system_includes
 from worker.pipeline import PipelineConfig
 from worker.rubric import Rubric
 from worker.sandbox import DockerOptions, SandboxLimits, SandboxPolicy
@@ -40,6 +40,7 @@ def pipeline_config(settings: Settings, rubric: Rubric) -> PipelineConfig:
             flags=(*rubric.nvcc_flags, f"-arch={settings.cuda_arch}"),
             include_dirs=cuda_include_dirs(settings.nvcc),
             timeout_s=settings.nvcc_timeout_s,
+            probe_includes=system_includes(rubric.starter_dir),
         ),
         build_cache_dir=settings.build_cache_dir,
         build_jobs=settings.build.jobs,

@@ -38,7 +38,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from grader.datadir import private_dir
 from grader.db import session_scope
-from grader.models import ACTIVE_STATES, ErrorClass, ProblemResult, Run, RunState, utcnow
+from grader.models import ACTIVE_STATES, REDUCED_ISOLATION, ErrorClass, ProblemResult, Run, RunState, utcnow
 from grader.notify import notify_run_ended
 from grader.runs.engine_config import gpu_stage_for, pipeline_config
 from grader.runs.progress import ProgressNotes
@@ -145,6 +145,9 @@ class RunExecutor:
     # Told (why) when a build met a toolchain fault, after the run is released or failed as an
     # infrastructure error: the Celery task stops the worker taking jobs (grader.runs.worker_start).
     on_toolchain_fault: Callable[[str], None] = field(default=lambda _why: None)
+    # What this worker's sandbox lacks, where reduced isolation was asked for (worker_start's
+    # canary): recorded on every run it records, for staff to see.
+    reduced_isolation: tuple[str, ...] = ()
 
     def _rubric(self, slug: str) -> Rubric:
         """The run's rubric, searched along the settings' rubric_dirs after rubrics/ (a course's
@@ -256,7 +259,8 @@ class RunExecutor:
             run.message = outcome.message
             run.score = outcome.score
             run.stages = {name: rec.as_dict() for name, rec in outcome.stages.items()}
-            run.toolchain = outcome.toolchain
+            run.toolchain = ({**outcome.toolchain, REDUCED_ISOLATION: list(self.reduced_isolation)}
+                             if self.reduced_isolation else outcome.toolchain)
             run.report = outcome.report
             run.finished_at = utcnow()
             run.claimed_by = None

@@ -24,7 +24,7 @@ from grader.models import Run, RunState
 from grader.runs.engine_config import pipeline_config
 from grader.runs.fairshare import release_after
 from grader.runs.lifecycle import Disposition, RunExecutor, worker_identity
-from grader.runs.worker_start import stop_taking_jobs
+from grader.runs.worker_start import sandbox_shortfall, stop_taking_jobs
 from grader.settings import get_settings
 from grader.storage.blobstore import BlobStore
 from worker.build import ToolchainFault
@@ -40,7 +40,7 @@ def executor() -> RunExecutor:
     """One executor (and connection pool) per worker process, made after the fork."""
     settings = get_settings()
     return RunExecutor(settings, make_session_factory(make_engine(settings)), BlobStore(settings.blob_dir),
-                       on_toolchain_fault=stop_taking_jobs)
+                       on_toolchain_fault=stop_taking_jobs, reduced_isolation=sandbox_shortfall(settings))
 
 
 @shared_task(name=TASK_GRADE_RUN, bind=True, max_retries=None)

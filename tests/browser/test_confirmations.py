@@ -11,6 +11,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.course.membership import get_or_create_user
+from grader.course.roster_entries import entry_of
 from grader.db import session_scope
 from grader.models import Assignment, Course, Role, Run, RunState, Submission, utcnow
 from grader.passwords import set_password
@@ -35,7 +36,9 @@ def newest(sessions: sessionmaker[Session]) -> dict[str, int]:
         set_password(get_or_create_user(session, PROF, Role.instructor, [assignment.course]), PASSWORD, SUITE_ARGON2)
         for name, section in SECTIONS.items():
             user = get_or_create_user(session, name, Role.student, [assignment.course])
-            user.section = section
+            entry = entry_of(session, user.id, assignment.course_id)
+            assert entry is not None
+            entry.section = section
             for score in (50.0, None):
                 sub = Submission(user=user, assignment=assignment, original_filename="hw.zip", size_bytes=1,
                                  sha256=uuid.uuid4().hex * 2)

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from grader.auth.credentials import issue_token
 from grader.course.membership import get_or_create_user
+from grader.course.roster_entries import entry_of
 from grader.db import session_scope
 from grader.models import ProblemResult, RegradeRequest, Role, Run, RunComment, RunState, User, utcnow
 from grader.passwords import set_password
@@ -62,7 +63,9 @@ def runs(sessions: sessionmaker[Session], settings: Settings, tmp_path_factory: 
         other.state, other.finished_at = RunState.built, utcnow()
         student = get_or_create_user(session, STUDENT, Role.student, [hw4.course])
         set_password(student, PASSWORD, SUITE_ARGON2)
-        student.full_name, student.section = "Maximiliana Konstantinopoulou-Wojciechowska", "Section B (Thursday lab)"
+        entry = entry_of(session, student.id, hw4.course_id)
+        assert entry is not None
+        entry.full_name, entry.section = "Maximiliana Konstantinopoulou-Wojciechowska", "Section B (Thursday lab)"
         issue_token(session, student, "a laptop token with a long descriptive name")
         _sub, built = record_submission(session, student, hw4, "my_final_submission_for_hw4_really_final_v3.zip", blob)
         built.state, built.finished_at, built.message = RunState.built, utcnow(), "Built; not run on a GPU."

@@ -18,6 +18,7 @@ from playwright.sync_api import Browser, Page, expect
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.course.membership import enroll
+from grader.course.roster_entries import entry_of
 from grader.db import session_scope
 from grader.models import Assignment, Course, CourseRole, Role, RunState, User, utcnow
 from grader.passwords import set_password
@@ -56,7 +57,9 @@ def semester(sessions: sessionmaker[Session]) -> Iterator[Semester]:
             set_password(user, PASSWORD, SUITE_ARGON2)
             people[who] = user.username
         student = session.query(User).filter_by(username=people["stu"]).one()
-        student.full_name, student.section = "Okafor, Ada", "Lecture 1"
+        entry = entry_of(session, student.id, course.id)
+        assert entry is not None
+        entry.full_name, entry.section = "Okafor, Ada", "Lecture 1"  # as the course's roster import sets them
     yield Semester(f"fall-{tag}", f"hw-{tag}", "HW4: fused kernels", people["ta"], people["stu"])
 
 

@@ -88,6 +88,9 @@ def settings_env(database_url: str, tmp_path_factory: pytest.TempPathFactory) ->
         "KG_DATABASE_URL": database_url,
         "KG_BROKER_URL": REDIS_URL,
         "KG_DATA_DIR": str(tmp_path_factory.mktemp("kgdata")),
+        # One build cache for every data dir of the session: each worker's start check builds
+        # every assignment's kit, from this cache after the first (grader/runs/worker_start.py)
+        "KG_BUILD_CACHE_DIR": str(tmp_path_factory.mktemp("build-cache")),
         "KG_TASK_QUEUE": queue,
         "KG_SIMILARITY_QUEUE": f"{queue}-similarity",
         "KG_HEARTBEAT_INTERVAL_S": "1",

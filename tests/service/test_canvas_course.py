@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from grader.auth.credentials import issue_token
 from grader.course.membership import enroll, get_or_create_user
+from grader.course.roster_entries import entry_of
 from grader.db import session_scope
 from grader.models import Assignment, Course, CourseRole, GradeAdjustment, Role, RunState, utcnow
 from grader.passwords import set_password
@@ -39,7 +40,9 @@ def test_a_course_csv_has_canvas_columns_and_every_assignment(settings: Settings
             enroll(session, user, course, part)
             set_password(user, PASSWORD, SUITE_ARGON2)
             people[who] = user
-        people["ann"].full_name, people["ann"].section = "Lee, Ann", "A"
+        ann = entry_of(session, people["ann"].id, course.id)
+        assert ann is not None
+        ann.full_name, ann.section = "Lee, Ann", "A"
         for user, assignment, score in ((people["ann"], kernels, 41.5), (people["ann"], model, 90),
                                         (people["bob"], model, 70)):
             _, run = record_submission(session, user, assignment, "hw.zip", StoredBlob(uuid.uuid4().hex * 2, 10))

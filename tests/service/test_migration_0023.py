@@ -11,6 +11,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 from alembic import command
+from alembic.script import ScriptDirectory
 
 from grader.cli import _alembic_config
 from grader.settings import Settings
@@ -28,7 +29,9 @@ def _instant(value: datetime | str | None) -> datetime | None:
 def test_upgrade_dates_each_accounts_first_use(empty_database: str, tmp_path: Path) -> None:
     config = _alembic_config(Settings.from_variables({"KG_DATABASE_URL": empty_database,
                                                       "KG_DATA_DIR": str(tmp_path)}))
-    command.upgrade(config, "0020")
+    before = ScriptDirectory.from_config(config).get_revision("0023").down_revision  # the revision it follows
+    assert isinstance(before, str)
+    command.upgrade(config, before)
     engine = sa.create_engine(empty_database)
     at = {k: NOW + timedelta(hours=h) for k, h in (("login", 1), ("session", 2), ("token", 3), ("upload", 4),
                                                     ("late", 9))}
@@ -59,7 +62,7 @@ def test_upgrade_dates_each_accounts_first_use(empty_database: str, tmp_path: Pa
         "by_login": at["login"], "by_session": at["session"], "by_token": at["token"], "by_upload": at["upload"],
         "earliest": at["session"], "never": None, "failed_only": None}
     assert {(bool(admin), bool(mail)) for _, admin, mail in rows.values()} == {(False, True)}
-    command.downgrade(config, "0020")
+    command.downgrade(config, before)
     with engine.connect() as conn:
         assert "first_login_at" not in {c["name"] for c in sa.inspect(conn).get_columns("users")}
     command.upgrade(config, "head")

@@ -1,7 +1,8 @@
 """A class-size Canvas gradebook export (300 lines) imported on PostgreSQL: each student's
-account is keyed on the SIS Login ID, with the Student name and Section; the lines Canvas adds
-(Points Possible, its test student) are skipped or reported; importing it again changes nothing;
-and the gradebook's Canvas CSV names the same SIS Login IDs, so the grades go back to Canvas."""
+account is keyed on the SIS Login ID; the course's enrollment keeps the Student name, Section,
+ID, SIS User ID and SIS Login ID as Canvas wrote them; the lines Canvas adds (Points Possible,
+its test student) are skipped or reported; importing it again changes nothing; and the
+gradebook's Canvas CSV gives back the same ids, so the grades go back to Canvas."""
 from __future__ import annotations
 
 import contextlib
@@ -15,6 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from grader.api.gradebook import canvas_csv
 from grader.course.roster import import_roster
+from grader.course.roster_entries import entry_of
 from grader.db import session_scope
 from grader.models import Role, User
 from grader.reads.gradebook_reads import gradebook
@@ -61,14 +63,23 @@ def test_a_300_line_canvas_export_round_trips_through_the_gradebook_csv(
         assert report.summary() == "297 created, 0 updated, 0 unchanged, 1 line(s) with errors"
         assert [str(e) for e in report.errors] == ["line 300: the SIS Login ID is empty"]
     with session_scope(sessions) as session:
+        course = get_assignment(session, "hw4").course_id
         users = {u.username: u for u in session.scalars(select(User).where(User.username.like(f"%{tag}%")))}
         assert len(users) == 297
         plain, address = users[f"s001{tag}"], users[f"s000{tag}@andrew.example.edu"]
-        assert (plain.full_name, plain.section, plain.email) == ("Student001, Given", "Lecture 2", None)
+        kept = {name: entry_of(session, user.id, course) for name, user in (("plain", plain), ("address", address))}
+        assert [(e.full_name, e.section, e.email, e.canvas_user_id, e.sis_user_id, e.sis_login_id)
+                for e in kept.values() if e is not None] == [
+            ("Student001, Given", "Lecture 2", None, "5001", "2026001", f"s001{tag}"),
+            ("Student000, Given", "Lecture 1", f"s000{tag}@andrew.example.edu", "5000", "2026000",
+             f"S000{tag}@Andrew.example.edu")]  # Canvas's login in its own case; the account's is lower-cased
         assert (address.full_name, address.email) == ("Student000, Given", f"s000{tag}@andrew.example.edu")
     with session_scope(sessions) as session:
         again = import_roster(session, text, get_assignment(session, "hw4").course, SUITE_ARGON2)
         assert again.summary() == "0 created, 0 updated, 297 unchanged, 1 line(s) with errors"
         exported = csv.DictReader(io.StringIO(canvas_csv([gradebook(session, get_assignment(session, "hw4"))])))
-        logins = {row["SIS Login ID"]: row["Student"] for row in exported if tag in row["SIS Login ID"]}
-    assert logins == {u: users[u].full_name for u in users}
+        ids = {row["ID"]: (row["Student"], row["SIS User ID"], row["SIS Login ID"]) for row in exported
+               if tag in row["SIS Login ID"]}
+    given = csv.DictReader(io.StringIO(text))
+    assert ids == {row["ID"]: (row["Student"], row["SIS User ID"], row["SIS Login ID"]) for row in given
+                   if row["SIS Login ID"]}

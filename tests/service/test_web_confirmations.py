@@ -16,6 +16,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.course.membership import enroll, role_in
+from grader.course.roster_entries import entry_of
 from grader.db import session_scope
 from grader.models import (
     Assignment,
@@ -96,10 +97,13 @@ def course(sessions: sessionmaker[Session]) -> Course:
         enroll(session, staff, assignment.course, CourseRole.instructor)
         subs: dict[str, list[int]] = {}
         for short, section, scores in (("amy", "A", [90.0]), ("ava", "A", [40.0, None]), ("ben", "B", [60.0, 70.0])):
-            user = User(username=f"{tag}-{short}", role=Role.student, section=section)
+            user = User(username=f"{tag}-{short}", role=Role.student)
             session.add(user)
             session.flush()
             enroll(session, user, assignment.course, CourseRole.student)
+            entry = entry_of(session, user.id, assignment.course.id)
+            assert entry is not None
+            entry.section = section
             subs[short] = [_submission(session, user, assignment, s) for s in scores]
         return Course(assignment.slug, tag, subs)
 
@@ -266,9 +270,11 @@ def test_roster_import_is_confirmed(prof: Browser, course: Course, sessions: ses
     text = html.unescape(shown.text)
     assert f"Import 2 students into {course.slug}, each enrolled there as a student?" in text
     assert "1 new account: each gets a first password" in text
-    assert "1 student already has an account: they keep their password" in text
-    assert "1 line names staff accounts: left unchanged." in text
-    assert "1 line cannot be imported and is skipped: line 4:" in text
+    assert ("1 student already has an account: it stays as it is (login, password, own e-mail address, other "
+            f"courses); what {course.slug} shows of them becomes the file's") in text
+    assert f"In {course.slug}, it changes 1 name of students already enrolled." in text  # amy's section stays A
+    assert (f"2 lines cannot be imported and are skipped: line 4: the login is empty; line 5: {course.login('prof')} "
+            "is an existing instructor account; not changed.") in text
     assert _jobs_of(sessions, course.login("prof")) == []  # nothing started before the button
     with session_scope(sessions) as session:
         assert session.scalar(select(User).where(User.username == newcomer)) is None

@@ -13,6 +13,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.course.membership import get_or_create_user
+from grader.course.roster_entries import entry_of
 from grader.db import session_scope
 from grader.models import Assignment, Course, ErrorClass, ProblemResult, Role, Run, RunState, Submission, User, utcnow
 from grader.passwords import set_password
@@ -60,7 +61,10 @@ def klass(sessions: sessionmaker[Session]) -> Class:
         users = {}
         for short, (name, section) in people.items():
             user = get_or_create_user(session, f"{tag}-{short}", Role.student)
-            user.full_name, user.section = name, section
+            session.flush()
+            entry = entry_of(session, user.id, assignment.course_id)
+            assert entry is not None
+            entry.full_name, entry.section = name, section
             users[short] = user
         set_password(get_or_create_user(session, f"{tag}-prof", Role.instructor), PASSWORD, SUITE_ARGON2)
         set_password(users["ann"], PASSWORD, SUITE_ARGON2)

@@ -28,6 +28,7 @@ from grader.cli import app as grader_cli
 from grader.course.deadlines import LateStatus
 from grader.course.membership import get_or_create_user, role_in
 from grader.course.policies import admission, late_policy, lateness
+from grader.course.roster_entries import entry_of
 from grader.db import session_scope
 from grader.models import (
     Assignment,
@@ -235,7 +236,10 @@ def test_members_page_makes_a_ta_and_takes_them_out(course: Course, prof: Browse
     with session_scope(sessions) as session:
         account = get_or_create_user(session, ta, Role.student)  # joins every course as a student
         set_password(account, PASSWORD, SUITE_ARGON2)
-        account.full_name, account.section = "Tess Assistant", "B"  # as the roster import sets them
+        session.flush()
+        entry = entry_of(session, account.id, session.scalar(select(CourseRow.id).where(CourseRow.slug == course.slug)))
+        assert entry is not None
+        entry.full_name, entry.section = "Tess Assistant", "B"  # as the course's roster import sets them
     ta_browser = Browser(course.settings, ta)
     gradebook, settings_page = f"/gradebook?assignment={course.slug}", f"/assignments/{course.slug}/settings"
     assert ta_browser.client.get(gradebook).status_code == 403

@@ -19,10 +19,12 @@ from typer.testing import CliRunner
 from grader.app import create_app
 from grader.cli import app as cli_app
 from grader.course.membership import get_or_create_user
-from grader.course.roster import parse_roster
+from grader.course.roster_csv import parse_roster
+from grader.course.roster_entries import entry_of
 from grader.db import session_scope
-from grader.models import Role, User
+from grader.models import Enrollment, Role, User
 from grader.passwords import set_password
+from grader.service import get_assignment
 from grader.settings import Settings, get_settings
 from tests.fixtures.passwords import SUITE_ARGON2
 from tests.service.conftest import WorkerProcess
@@ -94,9 +96,12 @@ def _imported(browser: Browser, csv_text: str, **extra: str) -> tuple[str, dict[
 
 
 def _students(sessions: sessionmaker[Session], tag: str) -> dict[str, tuple[str | None, str | None, Role]]:
+    """login -> (name, section) in the course the page imports into (the default assignment's), role."""
     with session_scope(sessions) as session:
-        return {u.username: (u.full_name, u.section, u.role)
-                for u in session.scalars(select(User).where(User.username.like(f"%-{tag}@uni.edu")))}
+        course = get_assignment(session, "hw4").course_id
+        return {u.username: (entry.full_name if entry else None, entry.section if entry else None, u.role)
+                for u in session.scalars(select(User).where(User.username.like(f"%-{tag}@uni.edu")))
+                for entry in [entry_of(session, u.id, course)]}
 
 
 def test_page_imports_idempotently_with_line_errors(settings: Settings, sessions: sessionmaker[Session],
@@ -175,4 +180,6 @@ def test_cli_roster_import(server_env: None, sessions: sessionmaker[Session], tm
     with session_scope(sessions) as session:
         count = session.scalar(select(func.count()).select_from(User).where(User.username.like(f"cli%-{tag}@uni.edu")))
         assert count == 2
-        assert session.scalar(select(User.section).where(User.username == f"cli1-{tag}@uni.edu")) == "L2"
+        course = get_assignment(session, "hw4").course_id
+        assert session.scalar(select(Enrollment.section).join(User, User.id == Enrollment.user_id).where(
+            User.username == f"cli1-{tag}@uni.edu", Enrollment.course_id == course)) == "L2"

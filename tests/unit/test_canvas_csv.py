@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from grader.api.gradebook import canvas_csv
@@ -42,3 +43,16 @@ def test_an_assignment_without_students_still_has_its_column() -> None:
     table = list(csv.reader(io.StringIO(canvas_csv([Gradebook("hw4", "HW4", 100, "latest", [])]))))
     assert table == [["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "HW4"],
                      ["    Points Possible", "", "", "", "", "100"]]
+
+
+def test_canvas_ids_and_the_assignment_id_go_back_as_canvas_wrote_them() -> None:
+    ada = replace(row(1, "ada@andrew.cmu.edu", 91, "Lovelace, Ada", "Lecture 1"), canvas_user_id="5001",
+                  sis_user_id="2026001", sis_login_id="Ada@Andrew.cmu.edu")
+    hw4 = Gradebook("hw4", "HW4: fused kernels", 100, "latest", [], [ada, row(2, "bo", 70)], canvas_id="88123")
+    hw5 = Gradebook("hw5", "HW5", 50, "latest", [], [])
+    assert list(csv.reader(io.StringIO(canvas_csv([hw4, hw5])))) == [
+        ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "HW4: fused kernels (88123)", "HW5"],
+        ["    Points Possible", "", "", "", "", "100", "50"],
+        ["Lovelace, Ada", "5001", "2026001", "Ada@Andrew.cmu.edu", "Lecture 1", "91", ""],
+        ["bo", "", "", "bo", "", "70", ""],  # no roster ids: the login, which Canvas matches last
+    ]

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import secrets
 
-from grader.course.roster import PASSWORD_ALPHABET, PASSWORD_LENGTH, LineError, RosterReport, derived_password
+from grader.course.roster import PASSWORD_ALPHABET, PASSWORD_LENGTH, RosterReport, derived_password
+from grader.course.roster_csv import LineError
 from grader.course.roster_jobs import job_result
 
 

@@ -232,19 +232,33 @@ def test_the_setting_finds_the_tool(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 def test_the_log_is_read_without_following_what_the_submission_put_there(tmp_path: Path) -> None:
     secret = tmp_path / "secret"
     secret.write_text("========= Invalid __global__ write of size 4 bytes\n")
-    (tmp_path / "job").mkdir()
-    log = tmp_path / "job" / LOG_NAME
+    job = tmp_path / "job"
+    job.mkdir()
+    log = job / LOG_NAME
     log.symlink_to(secret)
-    assert read_log(log) == ""
+    assert read_log(job) == ""
     log.unlink()
     os.link(secret, log)
-    assert read_log(log) == ""  # a hard link to a file elsewhere
+    assert read_log(job) == ""  # a hard link to a file elsewhere
     log.unlink()
     os.mkfifo(log)
-    assert read_log(log) == ""  # a FIFO would block an ordinary read
+    assert read_log(job) == ""  # a FIFO would block an ordinary read
     log.unlink()
+    assert read_log(job) == ""  # none at all
     log.write_text(MEMCHECK)
-    assert read_log(log) == MEMCHECK and read_log(tmp_path / "job" / "missing") == ""
+    assert read_log(job) == MEMCHECK and read_log(job, 10) == MEMCHECK[:10]
+
+
+def test_a_source_path_is_not_looked_up_through_a_link_or_outside_the_tree(tmp_path: Path) -> None:
+    """The tool's report is the submission's to forge: a path it names must not make the
+    parent tell whether a host file exists (the shown path would say so)."""
+    tree = tmp_path / "job"
+    (tree / "src").mkdir(parents=True)
+    (tree / "src" / "k.cu").write_text("")
+    (tree / "etc").symlink_to("/etc")
+    assert relative_source("/build/src/k.cu", tree) == "src/k.cu"
+    assert relative_source("/x/../../../../etc/passwd", tree) == "passwd"
+    assert relative_source("/x/etc/passwd", tree) == "passwd"
 
 
 def test_the_feedback_names_each_bad_access_once_and_at_most_three(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -48,7 +49,8 @@ echo "$tool" > "kg-fake-sanitizer-$tool"
 if [ -f "$here/slow" ]; then sleep 60; fi
 "$@"
 code=$?
-if [ -f "$here/$tool.report" ]; then cat "$here/$tool.report" > "$log"; fi
+if [ -f "$here/$tool.link" ]; then ln -sf "$(cat "$here/$tool.link")" "$log"
+elif [ -f "$here/$tool.report" ]; then cat "$here/$tool.report" > "$log"; fi
 exit $code
 """
 # Where the stand-in's kernels were built, as a real report would name them (never shown).
@@ -84,8 +86,9 @@ INITCHECK = """========= COMPUTE-SANITIZER
 """
 
 
-def fake_tool(folder: Path, reports: dict[str, str], slow: bool = False) -> str:
-    """The fake at folder/bin/compute-sanitizer, with a report per tool; its path."""
+def fake_tool(folder: Path, reports: dict[str, str], slow: bool = False, links: dict[str, Path] | None = None) -> str:
+    """The fake at folder/bin/compute-sanitizer, with a report per tool (or, for a tool in
+    `links`, a link to that file left where the log should be); its path."""
     bin_dir = folder / "bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
     for path in (folder, bin_dir):
@@ -95,6 +98,8 @@ def fake_tool(folder: Path, reports: dict[str, str], slow: bool = False) -> str:
     tool.chmod(0o755)
     for name, text in reports.items():
         (bin_dir / f"{name}.report").write_text(text)
+    for name, target in (links or {}).items():
+        (bin_dir / f"{name}.link").write_text(str(target))
     if slow:
         (bin_dir / "slow").write_text("")
     return str(tool)
@@ -237,3 +242,18 @@ def test_a_tool_past_its_cap_is_stopped_with_a_note_and_the_same_points(
     assert sum(by_id[p].telemetry["sanitizer"]["seconds"] for p in ("1.1", "1.2")) < 3.0 + 15.0
     assert _correctness(score) == _correctness(without_tool[1])
     assert [s.points for s in score.problems][:2] == [s.points for s in without_tool[1].problems][:2]
+
+
+def test_a_log_left_as_a_link_to_a_root_only_file_is_not_read(base: Path, trusted: Path, policy: SandboxPolicy,
+                                                              short_cases: dict) -> None:
+    """The log is the job's to replace (issue 54): a link to a 0600 file holding a report is
+    never followed, so nothing of that file reaches the findings, the reasons or the notes."""
+    token = f"ker_secret_{uuid.uuid4().hex}"
+    secret = base / "secret-report.txt"
+    secret.write_text(MEMCHECK.replace("ker_attn_softmax", token))
+    secret.chmod(0o600)
+    tool = fake_tool(base / "fake-cuda-link", {}, links={"memcheck": secret})
+    by_id, score = graded(base, trusted, policy, "link", SanitizerConfig("auto", tool, 120.0))
+    record = by_id["1.1"].telemetry["sanitizer"]
+    assert record["tools"] == list(TOOLS) and record["findings"] == [], record
+    assert token not in repr(by_id) and token not in repr(score)

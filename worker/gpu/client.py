@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import os
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -205,8 +206,9 @@ class ChildClient:
         """Keep the child (all its threads) on these cores, for stable timings."""
         self.process.pin(cpus)
 
-    def close(self, wait_s: float = 10.0) -> None:
-        """End the child: its channel closed, `wait_s` for it to exit by itself, then killed."""
+    def close(self, wait_s: float = 10.0) -> SandboxExit | None:
+        """End the child: its channel closed, `wait_s` for it to exit by itself, then killed.
+        How it ended (with what its sandbox refused), or None where that could not be read."""
         try:
             self.channel.close()
             if self.process.alive:
@@ -215,6 +217,10 @@ class ChildClient:
             if self.process.alive:
                 self.process.kill()
             self.arena.close()
+        try:
+            return self.process.wait(timeout=wait_s)  # dead by now: its result, once reaped
+        except subprocess.TimeoutExpired:
+            return None
 
     def __enter__(self) -> ChildClient:
         return self

@@ -36,7 +36,7 @@ from worker.hw4.speed import (
     warm_sides,
     warm_student,
 )
-from worker.measurements import BANDWIDTH_KEY, Bandwidth, CaseOutcome, ProblemMeasurement
+from worker.measurements import BANDWIDTH_KEY, SANDBOX_REFUSED_KEY, Bandwidth, CaseOutcome, ProblemMeasurement
 
 HANDLERS = ("worker.hw4.child_kernels",)
 # A kernel problem to run: its id, its cases, the speedups where its points change, the
@@ -122,9 +122,12 @@ class KernelProblem:
 
 
 def _close_client(problem: KernelProblem) -> None:
+    """Close the problem's checking child, noting what its sandbox refused the submission."""
     if problem.client is not None:
-        problem.client.close()
+        ended = problem.client.close()
         problem.client = None
+        if ended is not None and ended.refused:
+            problem.measurement.telemetry[SANDBOX_REFUSED_KEY] = list(ended.refused)
 
 
 @contextlib.contextmanager

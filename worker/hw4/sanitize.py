@@ -25,10 +25,10 @@ from worker.gpu.budget import Deadline
 from worker.gpu.client import ChildClient, ChildFailure, OutOfBudget, StudentError
 from worker.hw4.case_inputs import make_inputs
 from worker.hw4.kernel_checks import Check, case_json
+from worker.job_files import is_job_file
 from worker.measurements import ProblemMeasurement
 from worker.sandbox import SandboxError
 from worker.sanitizer import (
-    LOG_NAME,
     MAX_KEPT,
     TOOL,
     TOOLS,
@@ -101,11 +101,11 @@ def run_tool(tool: str, label: str, check: Check, executable: str, open_wrapped:
         return [], f"{TOOL} {tool} could not start: {exc}"
     trouble = _drive(client, check, cuda, timeout)
     _end(client, cap)
-    text = read_log(client.cwd / LOG_NAME) + "\n" + client.process.output_tail(16384)
+    text = read_log(client.cwd) + "\n" + client.process.output_tail(16384)
     reported = parse_report(tool, text)
     findings = [f.in_tree(client.cwd) for f in reported if not f.device_assert]
     # The student's own lines first (a race may show first inside a library's header).
-    findings.sort(key=lambda f: not (f.file and (client.cwd / f.file).is_file()))
+    findings.sort(key=lambda f: not (f.file and is_job_file(client.cwd, f.file)))
     if not findings and any(f.device_assert for f in reported):  # the other tools would stop there too
         return [], f"{TOOL} {tool}: the kernel stopped at its own assert(); the failed case quotes its message"
     if findings or not_instrumented(text) or not trouble:

@@ -23,6 +23,12 @@ What the deployer must ensure:
   `spawn` chowns only the given cwd (recursively, never following symlinks, skipping
   hard-linked files) to the sandbox user, so anything the parent puts there is the
   child's to change: the parent must not trust files it reads back from cwd.
+- The parent reads what a job wrote only through `worker.job_files.read_job_file`, never by
+  path (`Path.read_bytes`, `open`, `np.load` follow links as root): it opens plain files of
+  one name strictly beneath the job folder and refuses links, FIFOs, sockets, devices and
+  hard links. A namespaced job's links and devices are also dropped when its writes are
+  merged back (overlay.py); the docker backend and a job without namespaces write in place,
+  where the reader is the only guard.
 - Concurrent sandboxes should use distinct users (e.g. one per GPU slot): RLIMIT_NPROC
   counts all processes (threads, in fact) of a uid, and processes of one uid can signal
   and ptrace each other and read each other's job dirs.

@@ -7,13 +7,16 @@ the fd of the job's capped scratch folder when all went well).
 Three processes, so that everything the job starts dies with it:
 - the launcher (the sandbox's leader, seen by the parent) enters a new PID namespace for its
   children and waits for the first one, then exits the way the job's program did;
-- init (pid 1 of that namespace, still root) leaves the host's mount, network and UTS (host
-  name) namespaces,
-  builds the job's root (below), starts the job's program, reports to the parent, and reaps
-  every orphan until the program ends. Its exit makes the kernel kill whatever is left in the
-  namespace (daemons included);
+- init (pid 1 of that namespace, still root) leaves the host's mount, network, UTS (host
+  name), IPC (System V objects and POSIX message queues) and cgroup namespaces, caps the job's
+  System V shared memory and message queues, builds the job's root (below), starts the job's
+  program, reports to the parent, and until the program ends reaps every orphan and answers
+  the syscall filter's refusals (EPERM, each counted). Its exit makes the kernel kill whatever
+  is left in the namespace (daemons included), and with the last process the IPC namespace
+  and every object in it go; its last message to the parent is the count of refused calls;
 - the job's program: signals back to their defaults, the sandbox uid, no_new_privs,
-  PR_SET_PDEATHSIG, the job folder as cwd, then exec.
+  PR_SET_PDEATHSIG, the job folder as cwd, the syscall filter (syscall_filter.py, built by the
+  parent; its listener handed to init), then exec.
 
 The job's root is a fresh tmpfs, read-only once built, holding only what the parent's allow-list
 (view.py) names: those host paths bound read-only at their own places, a fresh /etc, the allowed
@@ -29,16 +32,20 @@ go of the host's: nothing outside the allow-list can be named, by any path.
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import json
 import os
 import platform
+import select
 import signal
 import socket
+import struct
 import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x04000000, 0x20000000, 0x40000000
+CLONE_NEWIPC, CLONE_NEWCGROUP = 0x08000000, 0x02000000
 JOB_HOST_NAME = b"kernelgrade-job"  # what the job's uname says, not the host's name
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
@@ -46,6 +53,12 @@ SYS_MOUNT_SETATTR, AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = 442, -100, 0x8000
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
 MNT_DETACH = 2
 PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
+SYS_SECCOMP = {"x86_64": 317, "aarch64": 277}
+SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER = 1, 8
+NOTIF_RECV, NOTIF_SEND = 0xC0502100, 0xC0182101  # SECCOMP_IOCTL_NOTIF_*: struct seccomp_notif is 80 bytes
+NOTIF_SIZE, NOTIF_NR_AT, EPERM = 80, 16, 1
+MSG_QUEUES = 16  # System V message queues a job may hold (the host's default is 32000)
+ORPHAN_REAP_MS = 200  # init reaps orphans at least this often (the program's end wakes it at once)
 NEW_ROOT = "/run"  # where the fresh root is assembled before the pivot (any host folder would do)
 SCRATCH = "/run/.kg"  # in the job's root, root-only: the overlay's upper and work dirs
 FRESH = {"/tmp": ("tmp", 0o1777), "/var/tmp": ("var-tmp", 0o1777), "/dev/shm": ("shm", 0o1777)}
@@ -179,12 +192,22 @@ def pivot(root: str) -> None:
     os.chdir("/")
 
 
+def cap_ipc(disk_bytes: int) -> None:
+    """Limits of the job's own IPC namespace (its sysctls are the namespace's, not the host's):
+    System V shared memory is memory like /dev/shm, so within the same cap; few message queues."""
+    limits = {"shmmax": disk_bytes, "shmall": disk_bytes // os.sysconf("SC_PAGE_SIZE"), "msgmni": MSG_QUEUES}
+    for name, value in limits.items():
+        with open(f"/proc/sys/kernel/{name}", "w") as f:
+            f.write(str(value))
+
+
 def build_view(config: dict[str, Any]) -> int:
     """Everything init does before starting the job: returns the fd of the capped scratch folder."""
     sockets = host_unix_sockets()  # before leaving the host's network namespace
-    flags = CLONE_NEWNS | CLONE_NEWUTS | (CLONE_NEWNET if config["network"] else 0)
+    flags = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWCGROUP | (CLONE_NEWNET if config["network"] else 0)
     _check(libc.unshare(flags), "unshare")
     _check(libc.sethostname(JOB_HOST_NAME, len(JOB_HOST_NAME)), "sethostname")
+    cap_ipc(config["disk_bytes"])
     mount(None, "/", None, MS_REC | MS_PRIVATE)
     cwd, view = config["cwd"], config["view"]
     lower = os.open(".", os.O_PATH | os.O_DIRECTORY)  # the launcher was started in the job folder
@@ -205,7 +228,23 @@ def build_view(config: dict[str, Any]) -> int:
     return scratch
 
 
-def become_job(config: dict[str, Any], exec_error_fd: int) -> NoReturn:
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+
+
+def install_filter(program: bytes, to_init: socket.socket) -> None:
+    """The syscall filter on this process (and all it execs and starts); its listener, where
+    refused calls wait for an answer, goes to init."""
+    prog = _SockFprog(len(program) // 8, program)
+    listener = libc.syscall(SYS_SECCOMP[platform.machine()], SECCOMP_SET_MODE_FILTER,
+                            SECCOMP_FILTER_FLAG_NEW_LISTENER, ctypes.byref(prog))
+    if listener < 0:
+        _check(listener, "install the syscall filter")
+    socket.send_fds(to_init, [b"listener"], [listener])
+    os.close(listener)
+
+
+def become_job(config: dict[str, Any], exec_error_fd: int, to_init: socket.socket) -> NoReturn:
     """In the job's process: drop everything, then exec; on failure write errno to exec_error_fd."""
     try:
         for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT):
@@ -220,6 +259,12 @@ def become_job(config: dict[str, Any], exec_error_fd: int) -> NoReturn:
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # after the uid change, which clears it
         if os.getppid() != 1:
             os._exit(1)
+        try:
+            install_filter(bytes.fromhex(config["syscall_filter"]), to_init)
+        except OSError as exc:
+            os.write(exec_error_fd, f"F{exc.errno or 1}".encode())
+            os._exit(127)
+        to_init.close()
         execvpe(config["argv"], config["env"])
     except OSError as exc:
         os.write(exec_error_fd, str(exc.errno or 1).encode())
@@ -259,6 +304,45 @@ def fork_with_pipe(child: Callable[[int], NoReturn]) -> tuple[int, int]:
     return pid, read_fd
 
 
+def answer_refusal(listener: int, refused: dict[int, int]) -> None:
+    """Answer one call the filter refused with EPERM, and count it by syscall number."""
+    notif = bytearray(NOTIF_SIZE)
+    try:
+        fcntl.ioctl(listener, NOTIF_RECV, notif)
+    except OSError:
+        return  # the caller is gone, or was interrupted: nothing to answer
+    call_id, (number,) = struct.unpack_from("=Q", notif)[0], struct.unpack_from("=i", notif, NOTIF_NR_AT)
+    refused[number] = refused.get(number, 0) + 1
+    try:
+        fcntl.ioctl(listener, NOTIF_SEND, struct.pack("=QqiI", call_id, 0, -EPERM, 0))
+    except OSError:
+        pass  # the caller died meanwhile
+
+
+def supervise(job: int, listener: int | None) -> tuple[int, dict[int, int]]:
+    """Until the job's program ends: answer the filter's refusals, reap every orphan. Returns
+    the program's wait status and the refused calls' counts."""
+    refused: dict[int, int] = {}
+    poller = select.poll()
+    poller.register(os.pidfd_open(job), select.POLLIN)  # readable once the program has ended
+    if listener is not None:
+        poller.register(listener, select.POLLIN)
+    while True:
+        for fd, events in poller.poll(ORPHAN_REAP_MS):
+            if fd != listener:
+                continue
+            if events & select.POLLIN:
+                answer_refusal(listener, refused)
+            elif events & (select.POLLHUP | select.POLLERR):
+                poller.unregister(listener)  # nothing under the filter is left
+        while True:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == job:
+                return status, refused
+            if pid == 0:
+                break
+
+
 def init(config: dict[str, Any], sock: socket.socket, status_fd: int) -> NoReturn:
     """pid 1 of the job's namespace (its parent, the launcher, is outside: getppid() reads 0, so
     a launcher gone before the prctl goes unnoticed here; the parent's watchdog kills the session)."""
@@ -268,18 +352,25 @@ def init(config: dict[str, Any], sock: socket.socket, status_fd: int) -> NoRetur
     except OSError as exc:
         report(sock, {"error": f"could not build the sandbox's file system view: {exc}"})
         os._exit(1)
-    job, err_r = fork_with_pipe(lambda err_w: become_job(config, err_w))
+    to_job, to_init = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    job, err_r = fork_with_pipe(lambda err_w: become_job(config, err_w, to_init))
+    to_init.close()
+    _, listeners, _, _ = socket.recv_fds(to_job, 16, 1)  # none when the job failed before its filter
+    to_job.close()
     failed = os.read(err_r, 16)
     os.close(err_r)
-    if failed:
+    if failed.startswith(b"F"):
+        report(sock, {"error": f"could not install the syscall filter: {os.strerror(int(failed[1:]))}"})
+    elif failed:
         report(sock, {"exec_errno": int(failed)})
     else:
         report(sock, {"ok": True}, [scratch])
+    status, refused = supervise(job, listeners[0] if listeners else None)
+    try:
+        report(sock, {"refused": refused})
+    except OSError:
+        pass  # the parent stopped listening (the namespace probe does)
     sock.close()
-    while True:
-        pid, status = os.wait()
-        if pid == job:
-            break
     os.write(status_fd, str(status).encode())
     os._exit(0)
 

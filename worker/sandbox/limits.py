@@ -59,6 +59,9 @@ class SandboxExit:
     reason: str   # "exited" | "signal" | "timeout" | "memory" | "processes" | "cpu" | "file_size" | "disk"
     detail: str
     isolation: tuple[str, ...] = ()  # what was applied: see SandboxedProcess.isolation
+    # What the syscall filter refused (namespaced process backend), "family: call" with a count
+    # past one, e.g. ("tracing: ptrace x3",): syscall_filter.py
+    refused: tuple[str, ...] = ()
 
 
 def nproc_limit(max_processes: int) -> int:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import platform
 import shutil
 import signal
 import socket
@@ -25,39 +26,69 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from worker.sandbox.limits import SandboxError
+from worker.sandbox.syscall_filter import ARCHES, family_of, filter_program
 from worker.sandbox.view import view_for
 
 LAUNCHER = Path(__file__).with_name("launcher.py")
-NAMESPACED = ("pid", "mount", "disk")  # isolation a namespaced job gets, with "network" unless disabled
+# Isolation a namespaced job gets, with "network" unless disabled (SandboxedProcess.isolation)
+NAMESPACED = ("pid", "mount", "ipc", "uts", "cgroupns", "disk", "syscalls")
+
+
+@dataclass
+class Launched:
+    """A job the launcher started: its leader, the fd of its capped scratch folder (the
+    overlay's upper layer), and the socket its init sends its last word on (`refused_calls`)."""
+
+    popen: subprocess.Popen[bytes]
+    scratch: int
+    control: socket.socket
+
+    def refused_calls(self) -> tuple[str, ...]:
+        """Once the job has ended: what its syscall filter refused, by family, e.g.
+        ("tracing: ptrace x2",), from init's last message (empty when it sent none)."""
+        with self.control:
+            self.control.settimeout(5)
+            try:
+                message = self.control.recv(65536)
+            except OSError:
+                return ()
+        counts = json.loads(message).get("refused", {}) if message else {}
+        calls = {number: name for name, number in ARCHES[platform.machine()].numbers.items()}
+        return tuple(f"{family_of(int(n))}: {calls.get(int(n), f'syscall {n}')}" + (f" x{c}" if c > 1 else "")
+                     for n, c in sorted(counts.items(), key=lambda item: int(item[0])))
 
 
 def launch_namespaced(argv: list[str], cwd: Path, env: dict[str, str], pass_fds: tuple[int, ...],
                       config: Mapping[str, object], setup: Callable[[], None] | None,
-                      out_w: int | None) -> tuple[subprocess.Popen[bytes], int]:
-    """Start `argv` through the launcher; returns its Popen and the fd of the job's capped
-    scratch folder (the overlay's upper layer). Raises SandboxError when the namespaces could
-    not be built, and OSError (as Popen) when `argv` could not be executed."""
+                      out_w: int | None) -> Launched:
+    """Start `argv` through the launcher. Raises SandboxError when the namespaces or the syscall
+    filter could not be set up, and OSError (as Popen) when `argv` could not be executed."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    with ours:
-        try:
-            popen = subprocess.Popen(
-                [sys.executable, "-I", "-S", str(LAUNCHER), str(theirs.fileno())],
-                cwd=cwd, env={}, stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w, close_fds=True,
-                pass_fds=(*pass_fds, theirs.fileno()), start_new_session=True, preexec_fn=setup,
-                restore_signals=True,
-            )
-        finally:
-            theirs.close()
-        try:
-            ours.sendall(json.dumps({**config, "argv": argv, "env": env}).encode())
-            return popen, _launch_report(ours, argv[0])
-        except BaseException:
-            os.killpg(popen.pid, signal.SIGKILL)
-            popen.wait()
-            raise
+    try:
+        popen = subprocess.Popen(
+            [sys.executable, "-I", "-S", str(LAUNCHER), str(theirs.fileno())],
+            cwd=cwd, env={}, stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w, close_fds=True,
+            pass_fds=(*pass_fds, theirs.fileno()), start_new_session=True, preexec_fn=setup,
+            restore_signals=True,
+        )
+    except BaseException:
+        ours.close()
+        raise
+    finally:
+        theirs.close()
+    try:
+        ours.sendall(json.dumps({**config, "argv": argv, "env": env,
+                                 "syscall_filter": filter_program(notify=True).hex()}).encode())
+        return Launched(popen, _launch_report(ours, argv[0]), ours)
+    except BaseException:
+        ours.close()
+        os.killpg(popen.pid, signal.SIGKILL)
+        popen.wait()
+        raise
 
 
 def _launch_report(sock: socket.socket, program: str) -> int:
@@ -85,10 +116,10 @@ def namespaces_unavailable() -> str | None:
                                  "disk_bytes": 1 << 20, "shared": [], "cgroups": [],
                                  "view": view_for(argv, {}, folder, ("root", 0, 0), gpu=False).config()}
     try:
-        popen, scratch = launch_namespaced(argv, folder, {}, (), config,
-                                           None, subprocess.DEVNULL)
-        os.close(scratch)
-        return None if popen.wait(timeout=30) == 0 else "the probe job failed"
+        launched = launch_namespaced(argv, folder, {}, (), config, None, subprocess.DEVNULL)
+        os.close(launched.scratch)
+        launched.control.close()
+        return None if launched.popen.wait(timeout=30) == 0 else "the probe job failed"
     except (OSError, SandboxError, subprocess.TimeoutExpired) as exc:
         return str(exc)
     finally:

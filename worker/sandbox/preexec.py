@@ -13,7 +13,9 @@ Without namespaces (allowed only by `SandboxPolicy.require_namespaces=False`), t
   (a non-root dev machine) the child runs with the host network and that flag is False;
 - sets PR_SET_NO_NEW_PRIVS (setuid binaries cannot give root back), then setgroups([]),
   setgid, setuid to the sandbox user (`SandboxPolicy.user`, default "nobody") when running as
-  root.
+  root;
+- installs the syscall filter (syscall_filter.py), after leaving the network (unshare is one
+  of the refused calls), with a plain EPERM answer: there is no init here to count refusals.
 """
 from __future__ import annotations
 
@@ -24,10 +26,17 @@ import resource
 import signal
 
 from worker.sandbox.limits import SandboxLimits, nproc_limit
+from worker.sandbox.syscall_filter import filter_program
 
 CLONE_NEWNET = 0x40000000
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_PDEATHSIG = 1
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+FILTER_FAILED = b"F"  # what the hook reports instead of the network byte when the filter failed
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
 
 
 def _libc() -> ctypes.CDLL:
@@ -72,19 +81,24 @@ class ChildSetup:
         self.namespaced = namespaced
         self.prctl = _LIBC.prctl
         self.parent = os.getpid()
+        program = filter_program(notify=False)
+        self.syscall_filter = _SockFprog(len(program) // 8, program)
 
     def __call__(self) -> None:
         for which, value in self.rlimits:
             resource.setrlimit(which, value)
-        if not self.namespaced:
-            isolated = self.isolate_network and _unshare_net()
-            os.write(self.report_fd, b"1" if isolated else b"0")
         self.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-        if self.ids is not None and not self.namespaced:
-            uid, gid = self.ids
-            os.setgroups([])
-            os.setgid(gid)
-            os.setuid(uid)
+        if not self.namespaced:  # namespaced, the launcher stays root and applies the rest itself
+            isolated = self.isolate_network and _unshare_net()
+            if self.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(self.syscall_filter), 0, 0) != 0:
+                os.write(self.report_fd, FILTER_FAILED)
+                os._exit(1)
+            os.write(self.report_fd, b"1" if isolated else b"0")
+            if self.ids is not None:
+                uid, gid = self.ids
+                os.setgroups([])
+                os.setgid(gid)
+                os.setuid(uid)
         # Dies with the worker (SIGKILL reaches it even while paused); set after the uid drop,
         # which clears it. A worker already gone by now: end here.
         self.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)

@@ -30,9 +30,9 @@ from worker.affinity import pin_process
 from worker.sandbox.cgroups import JobGroup, job_group
 from worker.sandbox.child import WatchedChild, classify
 from worker.sandbox.limits import SandboxError, SandboxExit, SandboxLimits, SandboxPolicy, nproc_limit, size_words
-from worker.sandbox.namespaces import NAMESPACED, launch_namespaced
+from worker.sandbox.namespaces import NAMESPACED, Launched, launch_namespaced
 from worker.sandbox.overlay import merge_back
-from worker.sandbox.preexec import ChildSetup
+from worker.sandbox.preexec import FILTER_FAILED, ChildSetup
 from worker.sandbox.procfs import (
     ProcInfo,
     mapped_files,
@@ -71,10 +71,14 @@ def start_process(limits: SandboxLimits, policy: SandboxPolicy, ids: tuple[int, 
         os.close(report_w)
         os.close(out_w)
     try:
-        isolated = os.read(report_r, 1) == b"1"
+        report = os.read(report_r, 1)
     finally:
         os.close(report_r)
-    return SandboxedProcess(popen, limits, out_r, ("network",) if isolated else (), ids)
+    if report == FILTER_FAILED:
+        popen.wait()
+        os.close(out_r)
+        raise SandboxError("could not install the syscall filter on the child")
+    return SandboxedProcess(popen, limits, out_r, ("network", "syscalls") if report == b"1" else ("syscalls",), ids)
 
 
 def _start_namespaced(limits: SandboxLimits, policy: SandboxPolicy, ids: tuple[int, int] | None, argv: list[str],
@@ -89,7 +93,7 @@ def _start_namespaced(limits: SandboxLimits, policy: SandboxPolicy, ids: tuple[i
     setup = ChildSetup(limits, False, ids, -1, namespaced=True)
     out_r, out_w = os.pipe()
     try:
-        popen, scratch = launch_namespaced(argv, cwd, child_env, pass_fds, config, setup, out_w)
+        launched = launch_namespaced(argv, cwd, child_env, pass_fds, config, setup, out_w)
     except BaseException:
         os.close(out_r)
         if group is not None:
@@ -98,12 +102,12 @@ def _start_namespaced(limits: SandboxLimits, policy: SandboxPolicy, ids: tuple[i
     finally:
         os.close(out_w)
     isolation = (("network",) if policy.isolate_network else ()) + NAMESPACED + (("cgroup",) if group else ())
-    return SandboxedProcess(popen, limits, out_r, isolation, ids, (scratch, cwd), group)
+    return SandboxedProcess(launched.popen, limits, out_r, isolation, ids, (launched, cwd), group)
 
 
 class SandboxedProcess(WatchedChild):
     def __init__(self, popen: subprocess.Popen[bytes], limits: SandboxLimits, out_fd: int, isolation: tuple[str, ...],
-                 ids: tuple[int, int] | None, scratch: tuple[int, Path] | None = None,
+                 ids: tuple[int, int] | None, namespaced: tuple[Launched, Path] | None = None,
                  group: JobGroup | None = None) -> None:
         super().__init__(popen, limits, out_fd, str(popen.pid))
         # What was applied: "network" (own network namespace), "pid" (own PID namespace: the
@@ -113,7 +117,9 @@ class SandboxedProcess(WatchedChild):
         self.isolation = isolation
         self.network_isolated = "network" in isolation
         self._ids = ids
-        self._scratch = scratch  # (fd of the job's overlay upper layer, real job folder)
+        self._namespaced = namespaced  # (what the launcher started, the real job folder)
+        self._refused: tuple[str, ...] = ()  # what the syscall filter refused (namespaced)
+        self._dropped = ""  # what the job wrote that was not carried back (links, devices, ...), in words
         self._group = group
         self._scratch_full = False
         self.uid: int | None = ids[0] if ids else None
@@ -204,17 +210,20 @@ class SandboxedProcess(WatchedChild):
         self._collect_scratch()
 
     def _collect_scratch(self) -> None:
-        """Once the job has ended (and with it its PID namespace), carry what it wrote into the
-        real job folder and let its capped tmpfs go. Here, in the watchdog thread, so that it
+        """Once the job has ended (and with it its PID namespace), read what its syscall filter
+        refused, carry what it wrote into the real job folder and let its capped tmpfs go. Here, in the watchdog thread, so that it
         happens even when the caller kills the child and never waits."""
-        if self._scratch is None:
+        if self._namespaced is None:
             return
         self._popen.wait()
-        upper, cwd = self._scratch
+        launched, cwd = self._namespaced
+        self._refused = launched.refused_calls()
+        upper = launched.scratch
         room = os.fstatvfs(upper)
         self._scratch_full = room.f_bavail * room.f_frsize < SCRATCH_FULL_BYTES or room.f_favail == 0
         try:
-            merge_back(upper, cwd, self._ids)
+            dropped = merge_back(upper, cwd, self._ids)
+            self._dropped = ", ".join(kind + (f" x{n}" if n > 1 else "") for kind, n in sorted(dropped.items()))
         except OSError as exc:
             self._merge_error = SandboxError(f"could not carry the job's files back into {cwd}: {exc}")
 
@@ -284,6 +293,9 @@ class SandboxedProcess(WatchedChild):
                                "(its folder, /tmp and the like together)")
         violation, vdetail = self._tripped()
         cpu_spent = self._max_cpu_s >= self.limits.cpu_s - 0.5
-        self._result = replace(classify(returncode, self.limits, violation, vdetail, leftovers, cpu_spent),
-                               isolation=self.isolation)
+        ended = classify(returncode, self.limits, violation, vdetail, leftovers, cpu_spent)
+        refused = f"; the sandbox refused {', '.join(self._refused)}" if self._refused else ""
+        dropped = f"; not carried back from its folder: {self._dropped}" if self._dropped else ""
+        self._result = replace(ended, detail=ended.detail + refused + dropped, isolation=self.isolation,
+                               refused=self._refused)
         return self._result

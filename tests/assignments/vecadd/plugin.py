@@ -2,10 +2,11 @@
 
 After the generic pipeline has built the student's src/vecadd.cu, one sandboxed child
 (child.py, in a copy of the staged tree) calls vec_add on every case; this trusted parent
-checks each output against a float64 reference with worker.checks, the check every
-assignment shares. It times nothing; a zip holding `timing_seconds.txt` makes the stage wait
-that long (at most 60 s) after telling the service its verdict, as a timing phase would, so
-tests can watch the two-step result (grader.runs.progress).
+reads each output back through worker.job_files (the tree was the child's to fill) and checks
+it against a float64 reference with worker.checks, the check every assignment shares. It
+times nothing; a zip holding `timing_seconds.txt` makes the stage wait that long (at most
+60 s) after telling the service its verdict, as a timing phase would, so tests can watch the
+two-step result (grader.runs.progress).
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import numpy as np
 
 from worker.assignment import Assignment, GpuStage, StageConfig, StageProgress, Words
 from worker.checks import compare
+from worker.job_files import JobFileError, read_job_file
 from worker.measurements import CaseOutcome, ProblemMeasurement
 from worker.rubric import Rubric
 from worker.sandbox import Sandbox
@@ -54,8 +56,12 @@ def measure(config: StageConfig, staged: Path, work_dir: Path) -> ProblemMeasure
         return ProblemMeasurement(PROBLEM, status=status, log_tail=f"{ended.detail}\n{child.output_tail()}")
     cases = []
     for case_id, n, public in CASES:
-        written = tree / f"{case_id}.out"
-        got = np.frombuffer(written.read_bytes(), np.float32) if written.is_file() else np.zeros(0, np.float32)
+        try:  # the tree was the child's: its outputs are read through the engine, never by path
+            written = read_job_file(tree, f"{case_id}.out", config.limits.file_size_bytes)
+        except JobFileError as refused:  # missing, or a link, FIFO, ... planted in its place
+            cases.append(CaseOutcome(case_id, (n,), False, message=str(refused), public=public))
+            continue
+        got = np.frombuffer(written, np.float32, len(written) // 4)
         a, b = inputs[case_id]
         result = compare({"out": (got, a.astype(np.float64) + b)}, ATOL, RTOL, (n,))
         cases.append(CaseOutcome(case_id, (n,), result.ok, result.max_err, result.where, result.message, public))
