@@ -1,7 +1,8 @@
 """The server-rendered pages, one module per page family; `routers` in the order the app
 includes them. grader.pages.common holds what they share (templates, the page dependencies
 and their one refusal, PageDenied); grader.pages.errors the HTML error pages; charts,
-highlight and gradebook_view are presentation helpers (no routes) that page modules may import."""
+highlight, gradebook_view, run_view and members_view are presentation helpers (no routes) that
+page modules may import."""
 from __future__ import annotations
 
 from grader.pages import (

@@ -17,11 +17,10 @@ from sqlalchemy.orm import Session
 
 from grader.auth.audit import Via
 from grader.auth.client_address import request_address
-from grader.auth.first_logins import mails_links
-from grader.auth.ownership import record_enrollment, refusals
+from grader.auth.ownership import record_enrollment
 from grader.course.courses import CourseError, add_assignment, create_course, free_assignments
 from grader.course.membership import courses_of, enroll, members_of, unenroll
-from grader.course.roster_entries import entries_of, entry_of, shown_name
+from grader.course.roster_entries import entry_of, shown_name
 from grader.models import Course, CourseRole, Role, Submission, User
 from grader.pages.common import (
     CourseInstructor,
@@ -36,6 +35,7 @@ from grader.pages.common import (
     page,
     see_other,
 )
+from grader.pages.members_view import members_page
 from grader.service import find_user
 
 router = APIRouter(include_in_schema=False)
@@ -101,26 +101,6 @@ async def assignment_add(request: Request, session: Db, staff: CourseInstructorF
 
 
 # ---- members -------------------------------------------------------------------------------
-
-
-def members_page(request: Request, session: Session, staff: CourseOf, status_code: int = 200,
-                 **values: Any) -> HTMLResponse:
-    """The members page; an account the instructor still sets up (never used, in no course of
-    another's: grader.auth.ownership) offers its e-mail and a first-login link."""
-    values.setdefault("error", None)
-    values.setdefault("kept", {})  # the form's fields as sent, when refused
-    values.setdefault("link", None)  # a first-login link just issued, shown once
-    members = members_of(session, staff.course)
-    entries = entries_of(session, staff.course.id)
-    roster = {user.id: (shown_name(entries.get(user.id), user), entries[user.id].section) for user, _ in members}
-    settings = get_context(request).settings
-    unused = [user for user, _ in members if user.first_login_at is None]
-    set_up = {uid for uid, why in refusals(session, staff.user, unused).items() if why is None}
-    return page(request, "course_members.html", staff.user, status_code, course=staff.course,
-                members=members, roster=roster, parts=list(CourseRole), set_up=set_up, zone=settings.course_zone,
-                unused=len(unused), mail_on=mails_links(settings),
-                by_mail=sum(1 for u in unused if u.id in set_up and u.email),
-                saved=request.query_params.get("saved"), **values)
 
 
 @router.get("/courses/{course}/members", response_class=HTMLResponse)

@@ -22,7 +22,7 @@ from grader.course.membership import role_in_course
 from grader.models import User
 from grader.notify import first_login_message, send_quietly
 from grader.pages.common import CourseInstructorForm, CourseOf, Db, see_other
-from grader.pages.courses import members_page
+from grader.pages.members_view import members_page
 from grader.service import find_user
 
 router = APIRouter(include_in_schema=False)
