@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from grader.auth.audit import Event, Via, recent, record
 from grader.auth.credentials import issue_token
+from grader.auth.ownership import change_email, record_enrollment, set_site_admin
 from grader.auth.password_reset import issue_reset, reset_link
 from grader.auth.sessions import change_password, revoke_user_sessions
 from grader.auth.throttle import account_keys, address_keys, unlock
@@ -105,6 +106,18 @@ def course_list() -> None:
             typer.echo(f"in no course: {', '.join(a.slug for a in free)}")
 
 
+def _default_courses(session: Session) -> tuple[list[Course], str]:
+    """Where `grader user add` without --course enrolls a new account: the one course, when
+    there is exactly one; else nowhere, and the sentence saying so."""
+    courses = list(session.scalars(select(Course).order_by(Course.slug)).all())
+    if len(courses) == 1:
+        return courses, ""
+    if not courses:
+        return [], "no course exists yet, so it is enrolled nowhere"
+    return [], (f"enrolled nowhere: {len(courses)} courses exist ({', '.join(c.slug for c in courses)}); "
+                "name one with --course, or use `grader user enroll NAME COURSE`")
+
+
 @user_app.command("add")
 def user_add(
     username: str,
@@ -112,14 +125,23 @@ def user_add(
     password: Annotated[bool, typer.Option("--password", help="ask for a web login password and set it")] = False,
     course: Annotated[list[str] | None, typer.Option(
         help="enroll in this course (repeatable; students as students, instructors as instructors); "
-             "none: a new user joins every course")] = None,
+             "none: a new user joins the one course there is, and no course when there are several")] = None,
+    email: Annotated[str | None, typer.Option(help="the account's e-mail address (run notices, staff mail, "
+                                                   "/forgot)")] = None,
+    site_admin: Annotated[bool, typer.Option("--site-admin", help="make it a site administrator (may change "
+                                                                  "any account's login, password and e-mail)")] = False,
 ) -> None:
     """Create a user (an existing one keeps its role) and enroll it; --password sets its web
-    password (and ends the user's browser sessions)."""
+    password (and ends the user's browser sessions), --email its address."""
     secret = typer.prompt("Password", hide_input=True, confirmation_prompt=True) if password else None
     settings = get_settings()
     with session_scope(make_session_factory(make_engine(settings))) as session:
-        chosen = [course_or_exit(session, slug) for slug in course] if course else None
+        if course:
+            chosen, nowhere = [course_or_exit(session, slug) for slug in course], ""
+        elif find_user(session, username) is None:
+            chosen, nowhere = _default_courses(session)
+        else:
+            chosen, nowhere = [], ""  # an existing account keeps its enrollments
         user = get_or_create_user(session, username, role, chosen)
         if secret is not None:
             try:
@@ -127,9 +149,49 @@ def user_add(
             except ValueError as exc:
                 typer.echo(str(exc), err=True)
                 raise typer.Exit(1) from exc
+            record(session, Event.password_changed, Via.cli, user=user, detail="grader user add --password")
+        _set_email_or_exit(session, user, email)
+        if site_admin:
+            set_site_admin(session, user, True)
         enrolled = ", ".join(f"{c.slug} ({part.label})" for c, part in courses_of(session, user.id)) or "nothing"
-        typer.echo(f"user {user.username} ({user.role.value}) id={user.id}, enrolled in {enrolled}"
-                   + (", password set" if secret else ""))
+        typer.echo(f"user {user.username} ({user.role.value}{', site administrator' if user.site_admin else ''}) "
+                   f"id={user.id}, enrolled in {enrolled}" + (", password set" if secret else "")
+                   + (f", e-mail {user.email}" if user.email else ""))
+        if nowhere:
+            typer.echo(nowhere, err=True)
+
+
+def _set_email_or_exit(session: Session, user: User, email: str | None) -> None:
+    """Give `user` the address `email` (None: leave it; empty: remove it), or exit 2 saying why not."""
+    if email is None:
+        return
+    problem = change_email(session, None, user, email, Via.cli)
+    if problem is not None:
+        typer.echo(problem, err=True)
+        raise typer.Exit(2)
+
+
+@user_app.command("email")
+def user_email(username: str, address: Annotated[str, typer.Argument(help="the new address; '' removes it")]) -> None:
+    """Set USERNAME's e-mail address (the operator's right, as a site administrator's; recorded)."""
+    with session_scope(make_session_factory(make_engine(get_settings()))) as session:
+        user = _user_or_exit(session, username)
+        _set_email_or_exit(session, user, address)
+        typer.echo(f"{user.username}: e-mail {user.email or 'none'}")
+
+
+@user_app.command("admin")
+def user_admin(
+    username: str,
+    revoke: Annotated[bool, typer.Option("--revoke", help="take the role back")] = False,
+) -> None:
+    """Make USERNAME a site administrator (or --revoke): it may change any account's login,
+    password and e-mail on the web (/accounts/LOGIN), apart from every course role. Only this
+    command gives the role."""
+    with session_scope(make_session_factory(make_engine(get_settings()))) as session:
+        user = _user_or_exit(session, username)
+        changed = set_site_admin(session, user, not revoke)
+    typer.echo(f"{username} is {'no longer ' if revoke else ''}a site administrator" + ("" if changed else " (already)"))
 
 
 def _user_or_exit(session: Session, username: str) -> User:
@@ -144,7 +206,10 @@ def user_enroll(
 ) -> None:
     """Enroll USERNAME in COURSE as a student, a TA or an instructor (changing their part if enrolled)."""
     with session_scope(make_session_factory(make_engine(get_settings()))) as session:
-        changed = enroll(session, _user_or_exit(session, username), course_or_exit(session, course), part)
+        user, where = _user_or_exit(session, username), course_or_exit(session, course)
+        changed = enroll(session, user, where, part)  # the enrollment alone: nothing of the account changes
+        if changed:
+            record_enrollment(session, None, user, where, part, Via.cli)
     typer.echo(f"{username} is {part.label} of {course}" + ("" if changed else " (already)"))
 
 
@@ -234,7 +299,9 @@ def user_audit(
     limit: Annotated[int, typer.Option(help="how many, newest first")] = 50,
 ) -> None:
     """The audit log, newest first: logins and failures, throttles and locks, unlocks, reset
-    links issued and used (when, event, via, account, address, who acted, detail)."""
+    links issued and used, changes of passwords, e-mails and site roles, enrollments of existing
+    accounts, and what the ownership rules refused (when, event, via, account, address, who
+    acted, detail)."""
     with session_scope(make_session_factory(make_engine(get_settings()))) as session:
         for event in recent(session, limit, login=username):
             actor = session.get(User, event.actor_id) if event.actor_id is not None else None

@@ -21,7 +21,7 @@ from grader import accounts_cli, capacity_cli, client_cli, ops_cli
 from grader.auth.credentials import issue_token
 from grader.auth.sessions import change_password
 from grader.celery_app import declare_queues, make_celery
-from grader.course.courses import course_of_free_assignments
+from grader.course.courses import course_holding, course_of_free_assignments
 from grader.course.membership import get_or_create_user
 from grader.datadir import private_dir, private_file, restrict_umask, tighten
 from grader.db import make_engine, make_session_factory, session_scope
@@ -297,8 +297,13 @@ def dev(
     settings = get_settings()
     init_database(settings)
     sessions = make_session_factory(make_engine(settings))
-    passwords, tokens = _dev_accounts(sessions, settings.argon2)
-    _echo_dev_logins(host, port, passwords, tokens)
+    passwords, tokens, held = _dev_accounts(sessions, settings.argon2)
+    _echo_dev_logins(host, port, passwords, tokens, held)
+    if demo and settings.rubrics[0] not in held:
+        demo = False
+        typer.echo(_no_demo(sessions, settings.rubrics[0]), err=True)
+        if exit_after_demo:
+            raise typer.Exit(1)
     worker_log, worker_proc = _start_dev_worker(settings)
     stop = _start_reconciler(settings, sessions)
     server = uvicorn.Server(uvicorn.Config(create_app(settings), host=host, port=port, log_level="warning",
@@ -321,9 +326,10 @@ def dev(
     typer.echo(f"kernelgrade stopped (the worker's log: {settings.data_dir / 'worker.log'})")
 
 
-def _dev_accounts(sessions: sessionmaker[Session], cost: Argon2Settings) -> tuple[dict[str, str], dict[str, str]]:
+def _dev_accounts(sessions: sessionmaker[Session], cost: Argon2Settings
+                  ) -> tuple[dict[str, str], dict[str, str], list[str]]:
     """`student` and `instructor` in the dev course with new passwords (each start) and a token
-    each: (name -> password, name -> token)."""
+    each: (name -> password, name -> token, the slugs of the assignments the course holds)."""
     passwords = {name: secrets.token_urlsafe(9) for name in ("student", "instructor")}
     with session_scope(sessions) as session:
         course = course_of_free_assignments(session, DEV_COURSE, "Development course")
@@ -332,14 +338,27 @@ def _dev_accounts(sessions: sessionmaker[Session], cost: Argon2Settings) -> tupl
         for name, user in accounts.items():
             change_password(session, user, passwords[name], cost)
         tokens = {name: issue_token(session, user, "dev") for name, user in accounts.items()}
-    return passwords, tokens
+        return passwords, tokens, [assignment.slug for assignment in course.assignments]
 
 
-def _echo_dev_logins(host: str, port: int, passwords: dict[str, str], tokens: dict[str, str]) -> None:
+def _echo_dev_logins(host: str, port: int, passwords: dict[str, str], tokens: dict[str, str],
+                     held: list[str]) -> None:
     typer.echo(f"kernelgrade (embedded) on http://{host}:{port}/  docs: http://{host}:{port}/docs")
-    typer.echo(f"  course {DEV_COURSE}, holding every assignment no other course holds")
+    typer.echo(f"  course {DEV_COURSE}, holding {', '.join(held) or 'no assignment'} (it takes every assignment "
+               "no other course holds)")
     typer.echo(f"  log in as student / {passwords['student']}  or  instructor / {passwords['instructor']}")
     typer.echo(f"  student token:    {tokens['student']}\n  instructor token: {tokens['instructor']}")
+
+
+def _no_demo(sessions: sessionmaker[Session], slug: str) -> str:
+    """Why the demo upload to `slug` cannot be made: another course holds it (or nothing grades it)."""
+    with session_scope(sessions) as session:
+        holder = course_holding(session, slug)
+    if holder is None:
+        return f"demo: not run: there is no assignment {slug} (KG_RUBRICS)"
+    return (f"demo: not run: {slug} is an assignment of the course {holder.slug}, not of {DEV_COURSE}, so "
+            f"{DEV_COURSE}'s student cannot upload to it (`grader user enroll student {holder.slug}` lets them; "
+            "a new KG_DATA_DIR starts afresh)")
 
 
 def _start_dev_worker(settings: Settings) -> tuple[BinaryIO, subprocess.Popen[bytes]]:
@@ -386,7 +405,13 @@ def _demo_run(server: object, base_url: str, token: str, rubric: Rubric, exit_af
         archive = zip_tree(rubric.starter_dir, Path(tmp) / f"{folder}.zip", folder)
         headers = {"Authorization": f"Bearer {token}"}
         with httpx.Client(base_url=base_url, headers=headers, timeout=60) as client, archive.open("rb") as fh:
-            created = client.post("/api/v1/submissions", files={"file": (archive.name, fh)}).json()
+            answer = client.post("/api/v1/submissions", files={"file": (archive.name, fh)})
+            if answer.status_code != 201:
+                typer.echo(f"demo: the upload was refused ({answer.status_code}): {answer.text[:300]}", err=True)
+                if exit_after:
+                    server.should_exit = True  # type: ignore[attr-defined]
+                return
+            created = answer.json()
             typer.echo(f"demo: the reference kit uploaded as `student`: run {created['run_id']} at "
                        f"{base_url}/runs/{created['run_id']}")
             while True:

@@ -79,6 +79,14 @@ class User(Base):
     full_name: Mapped[str | None] = mapped_column(String(256))
     email: Mapped[str | None] = mapped_column(String(256))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # Who may change the login, password and e-mail of an account: grader.auth.ownership.
+    # A site administrator may change anyone's; made by `grader user admin` only.
+    site_admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    # When the account's person first used it (a login with their password, a link they used, an
+    # API token of theirs); None: never, the only time an instructor may give it a first-login link
+    first_login_at: Mapped[datetime | None]
+    # The person's choice to get their courses' staff mail (new regrade requests, failed grading)
+    staff_mail: Mapped[bool] = mapped_column(Boolean, default=True)
     # The login case-folded (login_key), set with the username: logins are case-insensitive and
     # unique so. None only for accounts migration 0018 found differing from another by case alone.
     login_key: Mapped[str | None] = mapped_column(String(128), unique=True, index=True)
@@ -89,6 +97,11 @@ class User(Base):
     def _keyed(self, _: str, username: str) -> str:
         self.login_key = login_key(username)
         return username
+
+    def note_first_login(self) -> None:
+        """Its person uses it now: from the first time on, the account is theirs (grader.auth.ownership)."""
+        if self.first_login_at is None:
+            self.first_login_at = utcnow()
 
 
 class ApiToken(Base):

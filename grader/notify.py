@@ -3,18 +3,24 @@ graded) and a link to the run page, where a mail server is configured (KG_SMTP_H
 student has an address: the one their course's roster gave (the enrollment's), else their
 account's own (grader.course.roster_entries.notice_address). The worker sends it right after it
 records the outcome; a notice that cannot be built or sent is logged, and the run is untouched.
-Also the reset links students ask for on /forgot (reset_message, send_reset_link), and the
-regrade queue's mail: a new request to the assignment's staff, an answer to its student
-(request_messages, answer_messages; the web door sends them after it answered, send_quietly)."""
+A run that failed on the grading side (infra_error) also tells the course's staff
+(failure_messages), once per KG_STAFF_MAIL_QUIET_S. Also the reset links people ask for on
+/forgot (reset_message, send_reset_link), the first-login links an instructor re-issues
+(first_login_message), and the regrade queue's mail: a new request to the assignment's staff,
+an answer to its student (request_messages, answer_messages; the web door sends them after it
+answered, send_quietly). Staff mail goes to each instructor and TA of the course whose account
+has an address and who has not turned it off on their account page (users.staff_mail)."""
 from __future__ import annotations
 
 import logging
 import smtplib
 import ssl
 from dataclasses import dataclass
+from datetime import timedelta
 from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session, object_session, sessionmaker
 
 from grader.course.deadlines import LateStatus
@@ -22,7 +28,7 @@ from grader.course.grade_reads import counted_of, run_grades
 from grader.course.membership import members_of
 from grader.course.roster_entries import entry_of, notice_address, shown_name
 from grader.db import session_scope
-from grader.models import RegradeRequest, Run, RunState
+from grader.models import Assignment, Course, ErrorClass, RegradeRequest, Run, RunState, Submission, User
 from grader.settings import Settings, SmtpSettings
 
 log = logging.getLogger(__name__)
@@ -134,8 +140,19 @@ def compose(notice: RunNotice, sender: str) -> EmailMessage:
     return _message(sender, notice.to, subject(notice), body(notice))
 
 
+def first_login_message(sender: str, to: str, username: str, link: str, hours: float, course: Course,
+                        issuer: User) -> EmailMessage:
+    """The e-mail carrying a first-login link an instructor re-issued (grader.auth.first_logins)."""
+    text = _signed([f"{issuer.full_name or issuer.username}, an instructor of {course.title} ({course.slug}), "
+                    f"sent you the way into your kernelgrade account {username}.", "",
+                    f"Choose your password at this link; it works once, for {hours:g} hours:", link, "",
+                    "From then on the account is yours alone: nobody else can change its password or e-mail.",
+                    "If the link has expired, ask your instructor for a new one."])
+    return _message(sender, to, f"kernelgrade: your account for {course.slug}", text)
+
+
 def reset_message(sender: str, to: str, username: str, link: str, hours: float) -> EmailMessage:
-    """The e-mail carrying a reset link a student asked for on /forgot."""
+    """The e-mail carrying a reset link someone asked for on /forgot."""
     text = (f"Someone (you, we hope) asked for a new kernelgrade password for {username}.\n\n"
             f"Choose one at this link; it works once, for {hours:g} hours:\n{link}\n\n"
             "If you did not ask for it, ignore this message: your password stays as it is.\n\n"
@@ -168,14 +185,17 @@ def send(server: SmtpSettings, message: EmailMessage) -> None:
 
 
 def notify_run_ended(settings: Settings, sessions: sessionmaker[Session], run_id: int) -> None:
-    """E-mail the notice of final run `run_id`, when mail is configured. Never raises: the
-    outcome is already recorded, and a mail server's trouble must not fail or repeat a run."""
+    """E-mail the notice of final run `run_id` (and its staff's, failure_messages), when mail
+    is configured. Never raises: the outcome is already recorded, and a mail server's trouble
+    must not fail or repeat a run."""
     if not settings.smtp.host:
         return
     try:
         with session_scope(sessions) as session:
             run = session.get(Run, run_id)
             notice = run_notice(session, run, settings) if run is not None else None
+            staff = failure_messages(session, settings, run) if run is not None else []
+        send_quietly(settings.smtp, staff)
         if notice is None:
             log.info("run %s: no e-mail notice (no address from the course roster nor the account)", run_id)
             return
@@ -185,13 +205,58 @@ def notify_run_ended(settings: Settings, sessions: sessionmaker[Session], run_id
         log.exception("run %s: the e-mail notice could not be sent; the run's result is recorded", run_id)
 
 
-def request_messages(session: Session, settings: Settings, request: RegradeRequest) -> list[EmailMessage]:
-    """A new regrade request, to each of its course's staff (who answer it: instructors and TAs)
-    with an address (none without mail configured)."""
-    run, student, assignment = request.run, request.student, request.run.submission.assignment
-    if not settings.smtp.host or assignment.course is None:
+def staff_to_mail(session: Session, course: Course | None) -> list[User]:
+    """The instructors and TAs of `course` who get its staff mail: an address, and the mail on."""
+    if course is None:
         return []
-    staff = [member for member, role in members_of(session, assignment.course) if role.is_staff]
+    return [member for member, part in members_of(session, course)
+            if part.is_staff and member.email and member.staff_mail]
+
+
+def _failed_since(session: Session, course: Course, run: Run, since: timedelta) -> bool:
+    """Whether another run of the course failed on the grading side within `since` before `run`."""
+    if run.finished_at is None or since <= timedelta(0):
+        return False
+    earlier = session.scalar(
+        select(Run.id).join(Submission).join(Assignment)
+        .where(Assignment.course_id == course.id, Run.id != run.id, Run.error_class == ErrorClass.infra_error,
+               Run.finished_at > run.finished_at - since, Run.finished_at <= run.finished_at).limit(1))
+    return earlier is not None
+
+
+def failure_messages(session: Session, settings: Settings, run: Run) -> list[EmailMessage]:
+    """A run that failed on the grading side (infra_error), to its course's staff
+    (staff_to_mail): one mail for the first such run after KG_STAFF_MAIL_QUIET_S without one,
+    so an outage that fails many runs sends one mail, not one per run."""
+    course = run.submission.assignment.course
+    if run.error_class is not ErrorClass.infra_error or course is None:
+        return []
+    quiet = timedelta(seconds=settings.staff_mail_quiet_s)
+    if _failed_since(session, course, run, quiet):
+        return []
+    slug = run.submission.assignment.slug
+    text = _signed([f"Run {run.id} of {slug} ({run.submission.user.username}'s upload) failed on the grading side "
+                    "(infra_error): no score was recorded, and it is not the student's fault.", "",
+                    *_quoted(run.message or "no reason was recorded."), "",
+                    f"The run: {_where(_link(settings, f'/runs/{run.id}'))}",
+                    f"How grading is going, and re-grading: {_where(_link(settings, f'/assignments/{slug}/grading'))}",
+                    "", f"Further failures in {course.slug} within {_duration(quiet)} send no other mail."])
+    return [_message(settings.smtp.from_, member.email or "", f"Grading failed: run {run.id} of {slug}", text)
+            for member in staff_to_mail(session, course)]
+
+
+def _duration(span: timedelta) -> str:
+    minutes = round(span.total_seconds() / 60)
+    return f"{minutes} minute{'' if minutes == 1 else 's'}"
+
+
+def request_messages(session: Session, settings: Settings, request: RegradeRequest) -> list[EmailMessage]:
+    """A new regrade request, to each of its course's staff who get its mail (who answer it:
+    instructors and TAs; staff_to_mail; none without mail configured)."""
+    run, student, assignment = request.run, request.student, request.run.submission.assignment
+    if not settings.smtp.host:
+        return []
+    staff = staff_to_mail(session, assignment.course)
     slug = assignment.slug
     link = _link(settings, f"/assignments/{slug}/regrade-requests#request-{request.id}")
     name = shown_name(entry_of(session, student.id, assignment.course_id), student)
@@ -234,15 +299,15 @@ def _quoted(text: str) -> list[str]:
 
 
 def send_quietly(server: SmtpSettings, messages: list[EmailMessage]) -> None:
-    """Send `messages` (a background task of the page or API route, after it answered; none
-    without mail set up). Never raises: each failure is logged and costs that message only; the
-    request and its answer are recorded."""
+    """Send `messages` (a background task of the page or API route, after it answered, or the
+    worker's after it recorded a run; none without mail set up). Never raises: each failure is
+    logged and costs that message only; what they tell of is recorded."""
     for message in messages:
         try:
             send(server, message)
-            log.info("regrade queue: e-mail %r sent to %s", message["Subject"], message["To"])
+            log.info("e-mail %r sent to %s", message["Subject"], message["To"])
         except Exception:
-            log.exception("regrade queue: the e-mail %r to %s could not be sent", message["Subject"], message["To"])
+            log.exception("the e-mail %r to %s could not be sent", message["Subject"], message["To"])
 
 
 def send_reset_link(server: SmtpSettings, message: EmailMessage) -> None:

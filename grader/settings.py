@@ -272,6 +272,9 @@ class Settings(BaseSettings):
 
     # Run notices by e-mail (SmtpSettings)
     smtp: SmtpSettings = SmtpSettings()
+    # A course's staff get one mail about failed grading (infra_error) per this many seconds at
+    # most: the runs an outage fails within it are in that one mail's link, not a mail each (grader/notify.py)
+    staff_mail_quiet_s: int = Field(default=900, ge=0)
     # The address users reach the service at (e.g. https://grader.example.edu): every absolute link
     # the service hands out is built on it (never on the request's Host header), and forms are
     # accepted only from its origin (grader/security.py)

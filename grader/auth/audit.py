@@ -4,7 +4,9 @@
 What is recorded, and why not more: each failed login, /forgot request and unknown API token
 that was checked (the throttle bounds how many there can be), each block the throttle starts
 (`throttled`) and each lock (`locked`), unlocks, successful logins, reset links issued and
-used, and renamed logins. A request refused while its key is blocked is not recorded: it was not checked, and a
+used, renamed logins, every change of an account's password, e-mail, staff mail or site role,
+every enrollment of an existing account and every refusal of the ownership rules
+(grader.auth.ownership: who tried what on whose account, and the sentence they got). A request refused while its key is blocked is not recorded: it was not checked, and a
 guesser hammering a lock would otherwise fill the table.
 """
 from __future__ import annotations
@@ -30,6 +32,12 @@ class Event(enum.StrEnum):
     reset_issued = "reset_issued"
     reset_used = "reset_used"
     renamed = "renamed"  # an account's login changed (grader user rename)
+    password_changed = "password_changed"  # by its person (their password page) or the operator
+    email_changed = "email_changed"  # the detail: before -> after
+    staff_mail = "staff_mail"  # the person turned their courses' staff mail on or off
+    site_admin = "site_admin"  # granted or revoked (grader user admin)
+    enrolled = "enrolled"  # an existing account enrolled in a course, or its part there changed
+    refused = "refused"  # an ownership rule refused the actor (the detail: what, and the sentence)
 
 
 class Via(enum.StrEnum):

@@ -95,4 +95,5 @@ def authenticate(session: Session, token: str) -> Principal | None:
     if row is None:
         return None
     row.last_used_at = utcnow()
+    row.user.note_first_login()  # a token of theirs in use: the account is its person's
     return principal_for(session, row.user, row.scope_set)

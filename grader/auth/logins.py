@@ -62,6 +62,7 @@ def attempt_login(session: Session, throttle: Throttle, cost: Argon2Settings, ty
     user = verify_password(target, password, cost)
     if user is not None:
         throttle.succeeded(session, account)
+        user.note_first_login()
         record(session, Event.login, Via.web, user=user, address=address)
         return Attempt(user, None, checked=True)
     started = failed(session, throttle, Event.login_failed, Via.web, keys, target=target, typed=typed,

@@ -1,13 +1,14 @@
-"""One-time password reset links: an instructor (on the roster page) or the server's operator
-(`grader user reset-link`) issues a link and hands it to the user; where the service sends
-e-mail (KG_SMTP_HOST and KG_PUBLIC_URL set), a student also asks for one on /forgot and it is
-e-mailed to the address on file (`self_service_target`).
+"""One-time password reset links: a site administrator (the account's page) or the server's
+operator (`grader user reset-link`) issues a link and hands it to the user; where the service
+sends e-mail (KG_SMTP_HOST and KG_PUBLIC_URL set), anyone also asks for one on /forgot and it
+is e-mailed to the address on their account (`self_service_target`). An instructor issues one
+only as a first-login link, to an account they still set up (grader.auth.ownership,
+grader.auth.first_logins).
 
 The link carries a random 256-bit token; `password_resets` keeps only its sha256. A link works
 once, until KG_PASSWORD_RESET_MAX_AGE_S after it was issued; using it sets the new password,
-ends every browser session of the user (websession.change_password) and voids the user's other
-unused links. An instructor may issue links only for students of a course they instruct
-who are staff nowhere (a staff account's reset goes through the operator).
+ends every browser session of the user (websession.change_password), voids the user's other
+unused links, and makes the account its person's (User.note_first_login).
 """
 from __future__ import annotations
 
@@ -23,10 +24,8 @@ from grader.auth.credentials import hash_token
 from grader.auth.logins import failed, find_login
 from grader.auth.sessions import change_password
 from grader.auth.throttle import Block, Door, Throttle, account_key, address_key
-from grader.course.membership import course_roles_of, staff_anywhere
 from grader.models import PasswordReset, User, utcnow
 from grader.passwords import check_new_password
-from grader.roles import Power, may
 from grader.settings import Argon2Settings
 
 RESET_PATH = "/reset/"
@@ -49,16 +48,6 @@ def reset_link(public_url: str, token: str) -> str:
     return public_url.rstrip("/") + RESET_PATH + token
 
 
-def may_issue_reset(session: Session, issuer: User, target: User) -> bool:
-    """Whether `issuer` may issue a link for `target`: a student of a course whose roster the
-    issuer manages (its instructor), who is staff of no course."""
-    if staff_anywhere(session, target.id):
-        return False
-    target_roles = course_roles_of(session, target.id)
-    issuer_roles = course_roles_of(session, issuer.id)
-    return any(may(issuer_roles.get(course_id), Power.manage) for course_id in target_roles)
-
-
 # A link e-mailed on request at most this often per account: the form cannot be used to flood
 # a student's mailbox.
 SELF_SERVICE_INTERVAL = timedelta(minutes=5)
@@ -66,11 +55,11 @@ SELF_SERVICE_INTERVAL = timedelta(minutes=5)
 
 def self_service_target(session: Session, user: User | None) -> User | None:
     """The account a reset link asked for on /forgot is e-mailed to: `user` (the account the
-    login typed names, grader.auth.logins.find_login), when it has an e-mail address, is staff
-    of no course (a staff account's reset goes through the operator, as above) and was issued
-    no link in the last SELF_SERVICE_INTERVAL; else None. The page answers the same either way,
-    so it tells no one whether the login exists."""
-    if user is None or not user.email or staff_anywhere(session, user.id):
+    login typed names, grader.auth.logins.find_login), when it has an e-mail address (which
+    only its person, a site administrator or, before its first use, its instructor set:
+    grader.auth.ownership) and was issued no link in the last SELF_SERVICE_INTERVAL; else
+    None. The page answers the same either way, so it tells no one whether the login exists."""
+    if user is None or not user.email:
         return None
     recent = session.scalar(select(PasswordReset.id).where(
         PasswordReset.user_id == user.id, PasswordReset.created_at > utcnow() - SELF_SERVICE_INTERVAL).limit(1))
@@ -134,6 +123,7 @@ def redeem_reset(session: Session, token: str, password: str, cost: Argon2Settin
     user = session.get(User, used)
     assert user is not None  # the row's foreign key cascades
     change_password(session, user, password, cost, min_length)
+    user.note_first_login()  # a password they chose: the account is theirs from now on
     session.execute(update(PasswordReset).where(PasswordReset.user_id == user.id, PasswordReset.used_at.is_(None))
                     .values(used_at=now))
     return user

@@ -88,8 +88,10 @@ def enroll_in_all(session: Session, user: User, courses: Iterable[Course]) -> No
 def get_or_create_user(session: Session, username: str, role: Role,
                        courses: Sequence[Course] | None = None) -> User:
     """The user named `username` (an existing one keeps its role), enrolled in `courses` in
-    the part its role gives (below). None: a new user joins every course
-    there is (the one-course default), an existing one changes nothing."""
+    the part its role gives (below). None: a new user joins every course there is, an existing
+    one changes nothing; for scripts of a one-course service and the tests (`grader user add`
+    always names its courses: with several, enrolling by omission made one course's staff
+    another's)."""
     user = find_user(session, username)
     if user is None:
         user = User(username=username, role=role)

@@ -19,9 +19,10 @@ account's password from it (grader.course.roster.derived_password) and hashes it
 requester's browser in an HttpOnly cookie limited to /roster. The download recomputes the
 passwords from the cookie's key, marks the job's passwords taken (once: a second download is
 refused) and deletes the cookie. A database dump or backup thus holds no password and no key;
-staff who lose the cookie (another browser, cleared cookies) cannot download, and issue reset
-links instead. A job still queued or running past the task's hard time limit counts as failed
-when staff look again (its worker is gone, or no worker consumes the queue).
+staff who lose the cookie (another browser, cleared cookies) cannot download, and re-issue the
+first logins as links instead (on the course's members page). A job still queued or running past
+the task's hard time limit counts as failed when staff look again (its worker is gone, or no
+worker consumes the queue).
 """
 from __future__ import annotations
 
@@ -150,10 +151,11 @@ def take_passwords(session: Session, job: RosterJob, key: str | None) -> str:
         raise RosterJobError(f"Import {job.id} created no account, so it has no first passwords.")
     if job.passwords_taken_at is not None:
         raise RosterJobError(f"The first passwords of import {job.id} were already downloaded and are not kept. "
-                             "Issue a reset link to a student who needs a password.")
+                             "Re-issue first logins as links on the course's members page instead.")
     if key is None or not hmac.compare_digest(digest_of(key), job.key_digest):
         raise RosterJobError(f"This browser does not hold the key of import {job.id}: only the browser that "
-                             "started it can download its passwords. Issue reset links instead.")
+                             "started it can download its passwords. Re-issue first logins as links on the "
+                             "course's members page instead.")
     taken = session.execute(update(RosterJob).where(RosterJob.id == job.id, RosterJob.passwords_taken_at.is_(None))
                             .values(passwords_taken_at=utcnow())).rowcount  # type: ignore[attr-defined]
     session.commit()

@@ -1,13 +1,16 @@
 """The server-rendered pages, one module per page family; `routers` in the order the app
 includes them. grader.pages.common holds what they share (templates, the page dependencies
 and their one refusal, PageDenied); grader.pages.errors the HTML error pages; charts,
-highlight and gradebook_view are presentation helpers (no routes) that page modules may import."""
+highlight, gradebook_view, run_view and members_view are presentation helpers (no routes) that
+page modules may import."""
 from __future__ import annotations
 
 from grader.pages import (
     account,
+    accounts,
     code,
     courses,
+    first_logins,
     gradebook,
     login,
     ops,
@@ -19,5 +22,6 @@ from grader.pages import (
     submit,
 )
 
-routers = [login.router, submit.router, runs.router, gradebook.router, roster.router, account.router, courses.router,
-           ops.router, similarity.router, requests.router, code.router, student.router]
+routers = [login.router, submit.router, runs.router, gradebook.router, roster.router, account.router, accounts.router,
+           courses.router, first_logins.router, ops.router, similarity.router, requests.router, code.router,
+           student.router]

@@ -9,6 +9,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from grader.api.deps import Context, get_context
+from grader.auth.audit import Event, Via, record
 from grader.auth.client_address import request_address
 from grader.auth.credentials import STUDENT_SCOPES, issue_token, scopes_for
 from grader.auth.logins import confirm_password
@@ -66,6 +67,7 @@ def _apply_password_form(request: Request, session: Session, user: User, form: A
             error = f"{str(exc).capitalize()}."
     if error is not None:
         return _password_page(request, user, status.HTTP_400_BAD_REQUEST, error=error)
+    record(session, Event.password_changed, Via.web, user=user, address=request_address(request))
     log_in(request, session, user, settings.session_max_age_s)
     return see_other("/settings/password?changed=1")
 

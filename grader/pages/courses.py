@@ -15,9 +15,12 @@ from fastapi.responses import HTMLResponse, Response
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from grader.auth.audit import Via
+from grader.auth.client_address import request_address
+from grader.auth.ownership import record_enrollment
 from grader.course.courses import CourseError, add_assignment, create_course, free_assignments
 from grader.course.membership import courses_of, enroll, members_of, unenroll
-from grader.course.roster_entries import entries_of, entry_of, shown_name
+from grader.course.roster_entries import entry_of, shown_name
 from grader.models import Course, CourseRole, Role, Submission, User
 from grader.pages.common import (
     CourseInstructor,
@@ -32,6 +35,7 @@ from grader.pages.common import (
     page,
     see_other,
 )
+from grader.pages.members_view import members_page
 from grader.service import find_user
 
 router = APIRouter(include_in_schema=False)
@@ -99,27 +103,15 @@ async def assignment_add(request: Request, session: Db, staff: CourseInstructorF
 # ---- members -------------------------------------------------------------------------------
 
 
-def _members_page(request: Request, session: Session, staff: CourseOf, status_code: int = 200,
-                  **values: Any) -> HTMLResponse:
-    values.setdefault("error", None)
-    values.setdefault("kept", {})  # the form's fields as sent, when refused
-    members = members_of(session, staff.course)
-    entries = entries_of(session, staff.course.id)
-    roster = {user.id: (shown_name(entries.get(user.id), user), entries[user.id].section) for user, _ in members}
-    return page(request, "course_members.html", staff.user, status_code, course=staff.course,
-                members=members, roster=roster, parts=list(CourseRole),
-                saved=request.query_params.get("saved"), **values)
-
-
 @router.get("/courses/{course}/members", response_class=HTMLResponse)
 def members_list(request: Request, session: Db, staff: CourseInstructor) -> Response:
-    return _members_page(request, session, staff)
+    return members_page(request, session, staff)
 
 
 def _own_part_refused(request: Request, session: Session, staff: CourseOf) -> HTMLResponse:
     """Nobody changes or ends their own part here, so a course always keeps the instructor
     who could undo a change."""
-    return _members_page(request, session, staff, status.HTTP_400_BAD_REQUEST,
+    return members_page(request, session, staff, status.HTTP_400_BAD_REQUEST,
                          error="You cannot change your own part; ask another instructor of this course.")
 
 
@@ -132,16 +124,17 @@ async def member_save(request: Request, session: Db, staff: CourseInstructorForm
     try:
         part = CourseRole(str(form.get("part", "")))
     except ValueError:
-        return _members_page(request, session, staff, status.HTTP_400_BAD_REQUEST, kept=kept,
+        return members_page(request, session, staff, status.HTTP_400_BAD_REQUEST, kept=kept,
                              error="Choose whether they join as an instructor, a TA or a student.")
     target = find_user(session, username)
     if target is None:
-        return _members_page(request, session, staff, status.HTTP_400_BAD_REQUEST, kept=kept,
+        return members_page(request, session, staff, status.HTTP_400_BAD_REQUEST, kept=kept,
                              error=f"No account “{username}”: create accounts with the roster import "
                                    "(Roster page) or with the command grader user add.")
     if target.id == staff.user.id:
         return _own_part_refused(request, session, staff)
-    enroll(session, target, staff.course, part)
+    if enroll(session, target, staff.course, part):  # the enrollment alone: nothing of the account changes
+        record_enrollment(session, staff.user, target, staff.course, part, Via.web, request_address(request))
     return see_other(f"/courses/{staff.course.slug}/members?saved={quote(username)}")
 
 

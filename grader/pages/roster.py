@@ -1,7 +1,8 @@
 """The roster page of a course's instructor: import students into a course they instruct (a CSV
 imported in the background by a worker, followed here, its new accounts' first passwords
 downloaded once as CSV; grader.course.roster_jobs), after a confirmation page that says what the file
-will do, and issue one student a password reset link. Anyone else gets a 403 page saying who may."""
+will do, and issue a first-login link to an account they still set up (grader.auth.ownership).
+Anyone else gets a 403 page saying who may."""
 from __future__ import annotations
 
 from typing import Any
@@ -12,9 +13,10 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from grader.api.deps import Context
-from grader.auth.audit import Event, Via, record
+from grader.auth.audit import Via
 from grader.auth.client_address import request_address
-from grader.auth.password_reset import issue_reset, may_issue_reset, reset_link
+from grader.auth.first_logins import issue_first_login
+from grader.auth.ownership import not_in_your_courses, refusal, refused
 from grader.auth.sessions import current_user
 from grader.course.courses import course_holding
 from grader.course.membership import courses_of
@@ -241,22 +243,24 @@ async def roster_passwords(request: Request, job_id: RowId, session: Db, user: S
 
 @router.post("/roster/reset-link", response_class=HTMLResponse)
 async def roster_reset_link(request: Request, ctx: Context, session: Db, user: Sender) -> Response:
-    """Issues a one-time password reset link for a student of a course the user instructs and
-    shows it once on the roster page (grader.auth.password_reset)."""
+    """Issues a first-login link for an account of a course the user instructs that they still
+    set up (grader.auth.ownership: never used, in no course of another's) and shows it once on
+    the roster page; refused otherwise in a sentence naming who can, recorded."""
     form = await request.form()
     username = str(form.get("username", "")).strip()
     target = find_user(session, username)
-    if target is None or not may_issue_reset(session, user, target):
-        return _roster_page(request, session, user, status.HTTP_404_NOT_FOUND, reset_username=username,
-                            error=f"No student “{username}” in a course you instruct.")
-    token = issue_reset(session, target, ctx.settings.password_reset_max_age_s, issued_by=user)
-    record(session, Event.reset_issued, Via.web, user=target, actor=user, address=request_address(request),
-           detail="shown on the roster page")
+    why = not_in_your_courses(username) if target is None else refusal(session, user, target)
+    if why is not None:
+        refused(session, user, target, "issue a first-login link", why.words, Via.web, request_address(request),
+                login=username)
+        return _roster_page(request, session, user, status.HTTP_404_NOT_FOUND if why.absent else
+                            status.HTTP_403_FORBIDDEN, reset_username=username, error=why.words)
+    assert target is not None  # an unknown login was refused above
     # Built on KG_PUBLIC_URL, never on the request's Host header (which the sender controls);
     # without it, the path, and the page says how to set it
-    public = ctx.settings.public_url
+    link = issue_first_login(session, user, target, ctx.settings, "shown on the roster page", request_address(request))
     response = _roster_page(request, session, user, reset={
-        "username": target.username, "link": reset_link(public, token), "absolute": bool(public),
+        "username": target.username, "link": link, "absolute": bool(ctx.settings.public_url),
         "hours": ctx.settings.password_reset_max_age_s / 3600})
     response.headers["Cache-Control"] = "no-store"  # the link is shown once
     return response

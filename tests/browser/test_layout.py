@@ -153,7 +153,7 @@ def test_every_page_fits_the_window(browser: Browser, base_url: str, runs: dict[
     code = f"/submissions/{runs['submission']}/code"  # the zip's one file, under its top folder
     _visit(log_in(student, STUDENT), ["/", "/submissions", f"/runs/{runs['scored']}", f"/runs/{runs['built']}",
                                       f"{code}?file={ZIP_TOP_FOLDER}/notes.txt", "/settings/tokens", "/settings/password",
-                                      "/no/such/page", "/runs/abc"], width)
+                                      "/settings/account", "/no/such/page", "/runs/abc"], width)
     student.close()
 
     staff = browser.new_context(base_url=base_url, viewport=viewport)

@@ -1,6 +1,7 @@
-"""Password reset links (grader.auth.password_reset): issued by an instructor for a student of their
-own assignment, shown once; the link sets a new password once, ends the student's sessions,
-expires, and is refused when used again."""
+"""Password reset links (grader.auth.password_reset): issued by a site administrator for anyone,
+or by an instructor as a first-login link for a student of their own course who never logged in
+(the rules: test_account_ownership.py), shown once; the link sets a new password once, ends
+the student's sessions, expires, and is refused when used again."""
 from __future__ import annotations
 
 import re
@@ -36,12 +37,13 @@ class People:
     outsider: str  # a student of another assignment only
     prof: str  # staff of hw4
     colleague: str  # another instructor of hw4
+    admin: str  # a site administrator, in no course
 
 
 @pytest.fixture
 def people(sessions: sessionmaker[Session]) -> People:
     tag = uuid.uuid4().hex[:6]
-    found = People(f"rs-stu-{tag}", f"rs-out-{tag}", f"rs-prof-{tag}", f"rs-col-{tag}")
+    found = People(f"rs-stu-{tag}", f"rs-out-{tag}", f"rs-prof-{tag}", f"rs-col-{tag}", f"rs-adm-{tag}")
     with session_scope(sessions) as session:
         hw4 = get_assignment(session, "hw4")
         other = Assignment(slug=f"rs-{tag}", title="Other course", course=Course(slug=f"rs-{tag}", title="Other course"), total_points=100)
@@ -50,6 +52,9 @@ def people(sessions: sessionmaker[Session]) -> People:
         for login, role, assignment in ((found.student, Role.student, hw4), (found.outsider, Role.student, other),
                                         (found.prof, Role.instructor, hw4), (found.colleague, Role.instructor, hw4)):
             set_password(get_or_create_user(session, login, role, [assignment.course]), PASSWORD, SUITE_ARGON2)
+        admin = get_or_create_user(session, found.admin, Role.student, [])
+        admin.site_admin = True
+        set_password(admin, PASSWORD, SUITE_ARGON2)
     return found
 
 
@@ -58,6 +63,15 @@ def _issue(prof: Browser, username: str) -> tuple[int, str | None]:
                                                             "username": username})
     found = LINK.search(response.text)
     return response.status_code, found.group(1) if found else None
+
+
+def _admin_issues(admin: Browser, username: str) -> str:
+    """The reset link a site administrator issues on the account's page."""
+    response = admin.client.post(f"/accounts/{username}/reset-link",
+                                 data={"csrf_token": admin.page_csrf(f"/accounts/{username}")})
+    found = LINK.search(response.text)
+    assert response.status_code == 200 and found, response.text[:600]
+    return found.group(1)
 
 
 def _can_log_in(settings: Settings, username: str, password: str) -> bool:
@@ -79,8 +93,7 @@ def _set(client: TestClient, link: str, new: str, again: str | None = None, csrf
 def test_link_works_once_and_ends_the_students_sessions(settings: Settings, people: People) -> None:
     student = Browser(settings, people.student)  # a session from before the reset
     assert student.client.get("/submissions").status_code == 200
-    code, link = _issue(Browser(settings, people.prof), people.student)
-    assert code == 200 and link is not None
+    link = _admin_issues(Browser(settings, people.admin), people.student)  # logged in: theirs, no instructor's
     anonymous = TestClient(create_app(settings))
     form = anonymous.get(link)
     assert form.status_code == 200 and form.headers["cache-control"] == "no-store" and 'name="new"' in form.text
@@ -134,12 +147,15 @@ def test_a_new_password_voids_the_other_links(settings: Settings, sessions: sess
 
 def test_instructors_issue_links_only_for_students_of_their_assignments(
         settings: Settings, sessions: sessionmaker[Session], people: People) -> None:
+    """Outside their courses the account reads as absent; an instructor's (a colleague's, their
+    own) is refused in words."""
     prof = Browser(settings, people.prof)
     with session_scope(sessions) as session:
         before = session.scalar(select(func.count(PasswordReset.id)))
-    for target in (people.outsider, people.colleague, people.prof, "nobody-" + people.student):
+    for target, code_wanted in ((people.outsider, 404), (people.colleague, 403), (people.prof, 403),
+                                ("nobody-" + people.student, 404)):
         code, link = _issue(prof, target)
-        assert code == 404 and link is None, target
+        assert code == code_wanted and link is None, target
     with session_scope(sessions) as session:
         assert session.scalar(select(func.count(PasswordReset.id))) == before
     student = Browser(settings, people.student)  # a student has no roster page to issue from

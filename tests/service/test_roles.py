@@ -150,6 +150,12 @@ NOT_STAFF = {
     ("MOUNT", "/static"): "public", ("MOUNT", "/static/docs"): "public", ("GET", "/api/v1/health"): "public",
     ("GET", "/settings/password"): "own account", ("POST", "/settings/password"): "own account",
     ("GET", "/settings/tokens"): "own account", ("POST", "/settings/tokens"): "own account",
+    ("GET", "/settings/account"): "own account", ("POST", "/settings/account/email"): "own account",
+    ("POST", "/settings/account/staff-mail"): "own account",
+    ("GET", "/accounts"): "site administrators only (test_account_ownership.py)",
+    ("GET", "/accounts/{username}"): "site administrators only (test_account_ownership.py)",
+    ("POST", "/accounts/{username}/email"): "site administrators only (test_account_ownership.py)",
+    ("POST", "/accounts/{username}/reset-link"): "site administrators only (test_account_ownership.py)",
     ("POST", "/settings/tokens/{token_id}/revoke"): "own account",
     ("GET", "/courses"): "the courses one is staff of", ("GET", "/submissions"): "one's own work",
     ("POST", "/submissions/counted"): "one's own work", ("POST", "/submissions/counted/remove"): "one's own work",
@@ -230,8 +236,14 @@ STAFF_ROUTES: dict[tuple[str, str], Rule] = {
     ("GET", "/roster/job.json"): Rule(INSTRUCTOR, get("/roster/job.json")),
     ("POST", "/roster"): Rule(INSTRUCTOR, post("/roster", course="{w.course}", text=""), 400,
                               "Choose a CSV file or paste the roster"),
-    ("POST", "/roster/reset-link"): Rule(INSTRUCTOR, post("/roster/reset-link", username="{w.logins[student]}"), 200,
-                                         "Reset link for"),
+    # the student has logged in: their account is theirs, so the instructor's link is refused in words
+    ("POST", "/roster/reset-link"): Rule(INSTRUCTOR, post("/roster/reset-link", username="{w.logins[student]}"), 403,
+                                         "has logged in before"),
+    ("POST", "/courses/{course}/members/{username}/email"): Rule(
+        INSTRUCTOR, post(C + "/members/{w.logins[student]}/email", email="x@example.edu"), 403, "has logged in before"),
+    ("POST", "/courses/{course}/members/{username}/first-login-link"): Rule(
+        INSTRUCTOR, post(C + "/members/{w.logins[student]}/first-login-link"), 403, "has logged in before"),
+    ("POST", "/courses/{course}/first-logins"): Rule(INSTRUCTOR, post(C + "/first-logins"), 200, "login,link,note"),
     # the API: staff's tokens (every scope) read and grade; a student's token is refused
     ("GET", "/api/v1/assignments/{slug}/gradebook"): Rule(STAFF, api("GET", "/api/v1" + A + "/gradebook")),
     ("GET", "/api/v1/assignments/{slug}/gradebook.csv"): Rule(STAFF, api("GET", "/api/v1" + A + "/gradebook.csv")),

@@ -279,6 +279,57 @@ def _password_change(w: World) -> None:
     login(w.settings, w.a_name)  # and A's
 
 
+def _b_account(w: World) -> tuple[str | None, bool, int]:
+    """B's e-mail, staff mail and reset links: what an attack on B's account would change."""
+    with session_scope(w.sessions) as session:
+        b = session.scalars(select(User).where(User.username == w.b_name)).one()
+        links = session.scalar(select(func.count(PasswordReset.id)).where(PasswordReset.user_id == b.id)) or 0
+        return b.email, b.staff_mail, links
+
+
+def _account_page(w: World) -> None:
+    page = w.a_web.get("/settings/account")
+    assert page.status_code == 200 and w.a_name in page.text and w.b_name not in page.text
+
+
+def _own_email(w: World) -> None:
+    """The form changes the session's own account only, and only with its current password."""
+    before = _b_account(w)
+    refused(w.a_web.post("/settings/account/email", data={
+        "csrf_token": w.a_csrf("/settings/account"), "user": w.b_name, "username": w.b_name,
+        "current": "not the password", "email": "a@attacker.example"}, follow_redirects=False), 400, w=w)
+    assert _b_account(w) == before
+
+
+def _own_staff_mail(w: World) -> None:
+    before = _b_account(w)
+    answer = w.a_web.post("/settings/account/staff-mail", data={
+        "csrf_token": w.a_csrf("/settings/account"), "user": w.b_name, "staff_mail": ""}, follow_redirects=False)
+    assert answer.status_code == 303 and _b_account(w) == before
+
+
+def _admin_page_denied(path: str, data: dict[str, str] | None = None) -> Check:
+    """A, no site administrator, is refused B's account page and its forms: 403, nothing changed."""
+    def check(w: World) -> None:
+        before, url = _b_account(w), path.format(w=w)
+        answer = (w.a_web.get(url, follow_redirects=False) if data is None else
+                  w.a_web.post(url, data={"csrf_token": w.a_csrf(), **data}, follow_redirects=False))
+        refused(answer, 403, w=w)
+        assert "Only a site administrator" in answer.text and _b_account(w) == before
+    return check
+
+
+def _member_account_denied(path: str, data: dict[str, str]) -> Check:
+    """A student's post to a members-page form about B's account: 403, and B's account unchanged."""
+    denied = _ops_post_denied(path, data)
+
+    def check(w: World) -> None:
+        before = _b_account(w)
+        denied(w)
+        assert _b_account(w) == before
+    return check
+
+
 def _roster_page(w: World) -> None:
     assert w.staff_web.get("/roster").status_code == 200
     refused(w.a_web.get("/roster", follow_redirects=False), 403, w=w)
@@ -600,6 +651,19 @@ ROUTES: dict[tuple[str, str], Check] = {
     ("POST", "/roster/reset-link"): _reset_link_for_b,
     ("GET", "/reset/{token}"): _reset_guessed,
     ("POST", "/reset/{token}"): _reset_guessed,
+    ("GET", "/settings/account"): _account_page,
+    ("POST", "/settings/account/email"): _own_email,
+    ("POST", "/settings/account/staff-mail"): _own_staff_mail,
+    ("GET", "/accounts"): _admin_page_denied("/accounts?login={w.b_name}"),
+    ("GET", "/accounts/{username}"): _admin_page_denied("/accounts/{w.b_name}"),
+    ("POST", "/accounts/{username}/email"): _admin_page_denied("/accounts/{w.b_name}/email",
+                                                               {"email": "a@attacker.example"}),
+    ("POST", "/accounts/{username}/reset-link"): _admin_page_denied("/accounts/{w.b_name}/reset-link", {}),
+    ("POST", "/courses/{course}/members/{username}/email"): _member_account_denied(
+        f"/courses/{COURSE}/members/{{w.b_name}}/email", {"email": "a@attacker.example"}),
+    ("POST", "/courses/{course}/members/{username}/first-login-link"): _member_account_denied(
+        f"/courses/{COURSE}/members/{{w.b_name}}/first-login-link", {}),
+    ("POST", "/courses/{course}/first-logins"): _member_account_denied(f"/courses/{COURSE}/first-logins", {}),
     ("GET", "/settings/password"): _password_page,
     ("POST", "/settings/password"): _password_change,
     ("GET", "/settings/tokens"): _token_page,
