@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.gpu.test_exploits_gpu import exploits
 from worker.build import BuildResult, Toolchain, build_kernels, cuda_include_dirs
 from worker.mutants import (
     Edit,
@@ -24,7 +25,6 @@ from worker.mutants import (
     touched_kernels,
 )
 from worker.rubric import load_rubric
-from tests.gpu.test_exploits_gpu import exploits
 from worker.starter_kit import starter_files
 
 CHECK_ARCH = "-arch=sm_90"
