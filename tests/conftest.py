@@ -58,6 +58,7 @@ GPU_PARTS: dict[int, tuple[str, ...]] = {
     1: ("test_grading_gpu.py::test_every_mutant_loses_points_on_its_problems",
         "test_grading_gpu.py::test_cheats_gain_nothing"),
     2: ("test_hostile_gpu.py::",  # the kit after the hostile ones: one file, one session
+        "test_exploits_gpu.py::",  # 6 exploits and the kit, short timing (added 2026-12-06, not yet timed)
         "test_grading_gpu.py::test_infinite_loop_kernel_times_out_and_grading_goes_on",
         "test_grading_gpu.py::test_reference_kit_end_to_end"),
     3: ("test_load_failures_gpu.py::",  # the correct grade they are compared with: one session

@@ -287,12 +287,18 @@ def test_hostile_gpu_submissions(kit_root: Path, tmp_path: Path, work: Path, sec
         seen = [m.log_tail, *(c.message for c in m.cases)]
         if case.mutant.id in PROBES and not any("KG-PROBE-DONE" in t for t in seen):
             failures.append((case.mutant.id, "the probe did not run", m.log_tail[-1500:]))
-    print(f"\n{'case':<28} {'problem':<8} {'outcome':<58} escapes")
-    for row in SUMMARY:
-        print(f"{row[0]:<28} {row[1]:<8} {row[2]:<58} {row[3]}")
-    print(f"hostile GPU cases tried: {len(SUMMARY)}, escapes: {sum(r[3] != '-' for r in SUMMARY)}, "
-          f"outcome not as expected: {len(failures)}")
+    print_summary("hostile", SUMMARY, len(failures))
     assert not failures, failures
+
+
+def print_summary(suite: str, rows: list[tuple[str, str, str, str]], failures: int) -> None:
+    """The table of a GPU suite's cases: case, problem, outcome, escapes."""
+    case_w, outcome_w = max(len(r[0]) for r in rows) + 2, max(len(r[2]) for r in rows) + 2
+    print(f"\n{'case':<{case_w}} {'problem':<8} {'outcome':<{outcome_w}} escapes")
+    for row in rows:
+        print(f"{row[0]:<{case_w}} {row[1]:<8} {row[2]:<{outcome_w}} {row[3]}")
+    print(f"{suite} GPU cases tried: {len(rows)}, escapes: {sum(r[3] != '-' for r in rows)}, "
+          f"outcome not as expected: {failures}")
 
 
 def test_reference_kit_passes_after_the_hostile_ones(kit_root: Path, work: Path) -> None:  # noqa: F811

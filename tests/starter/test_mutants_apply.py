@@ -1,6 +1,7 @@
 """The mutant set (starter/mutants/hw4.yaml): every mutant still applies to the reference kit,
-changes it, and compiles (mutants must be realistic). CPU only; nvcc checks skip only where
-nvcc is absent. Set KG_BUILD_CACHE to a folder to reuse nvcc outputs between runs.
+changes it, and compiles (mutants must be realistic); so do the GPU exploit suite's
+(tests/gpu/test_exploits_gpu.py), which only a GPU machine runs. CPU only; nvcc checks skip
+only where nvcc is absent. Set KG_BUILD_CACHE to a folder to reuse nvcc outputs between runs.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.gpu.test_exploits_gpu import exploits
 from worker.build import BuildResult, Toolchain, build_kernels, cuda_include_dirs
 from worker.mutants import (
     Edit,
@@ -27,6 +29,7 @@ from worker.starter_kit import starter_files
 
 CHECK_ARCH = "-arch=sm_90"
 MUTANTS = load_mutants("hw4")
+EXPLOITS = [case.mutant for case in exploits(os.getpid(), 0)]
 RUBRIC = load_rubric("hw4")
 
 
@@ -116,7 +119,7 @@ def test_the_set_is_big_and_covers_every_problem() -> None:
     assert {p for m in conventions for p in m.must_pass} == {"2.2"}  # the open reading of launch_layernorm_bw
 
 
-@pytest.mark.parametrize("mutant", MUTANTS, ids=[m.id for m in MUTANTS])
+@pytest.mark.parametrize("mutant", MUTANTS + EXPLOITS, ids=[m.id for m in MUTANTS + EXPLOITS])
 def test_mutant_applies_and_changes_only_its_files(mutant: Mutant, tmp_path: Path) -> None:
     ref = RUBRIC.starter_dir
     dest = apply_mutant(ref, mutant, tmp_path / "llmsys_hw4")
@@ -132,7 +135,7 @@ def test_mutant_applies_and_changes_only_its_files(mutant: Mutant, tmp_path: Pat
             compile((dest / rel).read_text(), rel, "exec")
 
 
-CUDA_MUTANTS = [m for m in MUTANTS if any(not f.endswith(".py") for f in m.files)]
+CUDA_MUTANTS = [m for m in MUTANTS + EXPLOITS if any(not f.endswith(".py") for f in m.files)]
 
 
 @pytest.fixture(scope="module")
