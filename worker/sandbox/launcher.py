@@ -8,7 +8,8 @@ Three processes, so that everything the job starts dies with it:
 - the launcher (the sandbox's leader, seen by the parent) enters a new PID namespace for its
   children and waits for the first one, then exits the way the job's program did;
 - init (pid 1 of that namespace, still root) leaves the host's mount, network, UTS (host
-  name), IPC (System V objects and POSIX message queues) and cgroup namespaces, caps the job's
+  name), IPC (System V objects and POSIX message queues) and cgroup namespaces, takes a session
+  keyring of its own (the worker's keys are not the job's to list), caps the job's
   System V shared memory and message queues, builds the job's root (below), starts the job's
   program, reports to the parent, and until the program ends reaps every orphan and answers
   the syscall filter's refusals (EPERM, each counted). Its exit makes the kernel kill whatever
@@ -54,6 +55,7 @@ SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
 MNT_DETACH = 2
 PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
 SYS_SECCOMP = {"x86_64": 317, "aarch64": 277}
+SYS_KEYCTL, KEYCTL_JOIN_SESSION_KEYRING = {"x86_64": 250, "aarch64": 219}, 1
 SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER = 1, 8
 NOTIF_RECV, NOTIF_SEND = 0xC0502100, 0xC0182101  # SECCOMP_IOCTL_NOTIF_*: struct seccomp_notif is 80 bytes
 NOTIF_SIZE, NOTIF_NR_AT, EPERM = 80, 16, 1
@@ -349,6 +351,9 @@ def init(config: dict[str, Any], sock: socket.socket, status_fd: int) -> NoRetur
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     try:
         scratch = build_view(config)
+        # A fresh, empty session keyring: the worker's own would show in the job's /proc/keys
+        _check(min(0, libc.syscall(SYS_KEYCTL[platform.machine()], KEYCTL_JOIN_SESSION_KEYRING, None)),
+               "join a session keyring of its own")
     except OSError as exc:
         report(sock, {"error": f"could not build the sandbox's file system view: {exc}"})
         os._exit(1)
