@@ -391,7 +391,6 @@ def test_full_job_disk_is_an_infra_error_and_keeps_the_good_score(
     standin_zip: bytes, tmp_path: Path, small_disk: Callable[[Path, str], None],
 ) -> None:
     rig = make_rig(settings, settings_env, sessions, tmp_path, max_attempts="1", data_dir=str(tmp_path / "data"))
-    small_disk(rig.settings.jobs_dir, "64k")  # the stand-in unpacks to ~220 KB
     name = f"dave-{uuid.uuid4().hex[:6]}"
     with session_scope(sessions) as session:
         user = get_or_create_user(session, name, Role.student)
@@ -404,6 +403,13 @@ def test_full_job_disk_is_an_infra_error_and_keeps_the_good_score(
     worker = rig.worker("jobs-full", small=False)
     worker.start()
     try:
+        # The disk fills once the worker took its first job: its start check builds the kits in the
+        # jobs dir, and a worker that cannot refuses jobs (test_worker_toolchain.py)
+        deadline = time.monotonic() + 240
+        while "toolchain checked" not in worker.log():
+            assert worker.proc is not None and worker.proc.poll() is None and time.monotonic() < deadline, worker.log()
+            time.sleep(0.5)
+        small_disk(rig.settings.jobs_dir, "64k")  # the stand-in unpacks to ~220 KB
         with rig.client() as client:
             regrade = client.post(f"/api/v1/submissions/{sub_id}/regrade", headers=auth(tokens["staff"]))
             assert regrade.status_code == 201, regrade.text

@@ -212,6 +212,8 @@ STAFF_ROUTES: dict[tuple[str, str], Rule] = {
     ("GET", "/assignments/{slug}/settings"): Rule(INSTRUCTOR, get(A + "/settings")),
     ("POST", "/assignments/{slug}/settings"): Rule(INSTRUCTOR, post(A + "/settings", due="not a date"), 400,
                                                    "The schedule was not saved"),
+    ("POST", "/assignments/{slug}/storage"): Rule(INSTRUCTOR, post(A + "/storage", quota_mib="lots"), 400,
+                                                  "is not a size in MiB"),
     ("POST", "/assignments/{slug}/extensions"): Rule(INSTRUCTOR, post(A + "/extensions",
                                                                       student="{w.logins[student]}", extra="0"), 303),
     ("GET", "/assignments/{slug}/extensions/{username}/remove"): Rule(
