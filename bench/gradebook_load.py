@@ -41,9 +41,20 @@ from sqlalchemy.engine import make_url  # noqa: E402
 from grader.app import create_app  # noqa: E402
 from grader.auth.credentials import SCOPE_READ_ALL, issue_token  # noqa: E402
 from grader.cli import init_database  # noqa: E402
+from grader.course.courses import course_of_free_assignments  # noqa: E402
 from grader.course.membership import enroll  # noqa: E402
 from grader.db import make_engine, make_session_factory, session_scope  # noqa: E402
-from grader.models import CourseRole, ProblemResult, Role, Run, RunState, Submission, User, utcnow  # noqa: E402
+from grader.models import (  # noqa: E402
+    CourseRole,
+    Enrollment,
+    ProblemResult,
+    Role,
+    Run,
+    RunState,
+    Submission,
+    User,
+    utcnow,
+)
 from grader.passwords import set_password  # noqa: E402
 from grader.service import get_assignment  # noqa: E402
 from grader.settings import Settings  # noqa: E402
@@ -87,16 +98,20 @@ def seed(settings: Settings, students: int, runs_per_student: int) -> None:
     sessions = make_session_factory(make_engine(settings))
     start = utcnow() - timedelta(days=7)
     with session_scope(sessions) as session:
-        set_password_user = User(username="bench-prof", role=Role.instructor)
-        set_password(set_password_user, PASSWORD)
-        session.add(set_password_user)
+        prof = User(username="bench-prof", role=Role.instructor)
+        set_password(prof, PASSWORD, settings.argon2)
+        session.add(prof)
+        course = course_of_free_assignments(session, "bench", "Gradebook bench")  # holds hw4 from here on
         assignment = get_assignment(session, ASSIGNMENT)
         session.flush()
-        enroll(session, set_password_user, assignment, CourseRole.staff)  # the gradebook is its staff's
+        enroll(session, prof, course, CourseRole.instructor)  # the gradebook is its staff's
         for s in range(students):
-            user = User(username=f"student{s:04d}@uni.edu", role=Role.student, full_name=f"Student {s:04d}",
-                        section="ABCD"[s % 4])
+            user = User(username=f"student{s:04d}@uni.edu", role=Role.student)
             session.add(user)
+            session.flush()
+            # the roster's name and section live on the enrollment (grader.course.roster_entries)
+            session.add(Enrollment(user_id=user.id, course_id=course.id, role=CourseRole.student,
+                                   full_name=f"Student {s:04d}", section="ABCD"[s % 4]))
             for r in range(runs_per_student):
                 when = start + timedelta(minutes=s * runs_per_student + r)
                 sub = Submission(user=user, assignment=assignment, original_filename="llmsys_hw4.zip",
