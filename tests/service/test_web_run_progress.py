@@ -113,6 +113,8 @@ def test_worker_records_each_problem_and_the_page_reports_it(
     gpu_settings = settings.model_copy(update={
         "gpu_grading": "on", "nvcc": str(cpu_standin.write_fake_nvcc(work / "bin" / "nvcc")),
         "data_dir": work / "data",
+        # a build cache of its own: the session's may hold these sources, and the page must see nvcc run
+        "build": settings.build.model_copy(update={"cache_dir": work / "build-cache"}),
     })
     gpu_settings.blob_dir.parent.mkdir(parents=True)
     shutil.copytree(settings.blob_dir, gpu_settings.blob_dir)
