@@ -23,8 +23,8 @@ from sqlalchemy.orm import Session
 from grader.auth.audit import Event, Via, record
 from grader.auth.credentials import hash_token
 from grader.auth.logins import failed, find_login
-from grader.auth.set_up import elsewhere_words, email_refused, link_refusal, refused_use, set_up_course
 from grader.auth.sessions import change_password
+from grader.auth.set_up import elsewhere_words, email_refused, link_refusal, refused_use, set_up_course
 from grader.auth.throttle import Block, Door, Throttle, account_key, address_key
 from grader.models import PasswordReset, User, utcnow
 from grader.passwords import check_new_password

@@ -16,9 +16,10 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from datetime import timedelta
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -221,7 +222,7 @@ def test_a_course_link_is_for_the_first_login_only(semester: Semester, mail: Set
 
 
 def test_what_the_operator_or_an_administrator_set_up_stays_valid(semester: Semester, mail: Settings,
-                                                                  cli: CliRunner, tmp_path) -> None:  # noqa: F811
+                                                                  cli: CliRunner, tmp_path: Path) -> None:  # noqa: F811
     """The operator's `grader roster import` makes carol in B; A enrolls her: her first password
     still logs her in. One instructor of both courses may not set up an account the two share."""
     sessions, carol = semester.sessions, f"carol-{uuid.uuid4().hex[:6]}"
