@@ -24,7 +24,7 @@ Downgrading drops the three columns.
 
 Revision ID: 0024
 Revises: 0023
-Create Date: 2026-12-08
+Create Date: 2026-12-06
 """
 from __future__ import annotations
 
@@ -102,8 +102,10 @@ def _fill() -> None:
     _set(bind, users, "email_set_up_by_course_id", {uid: c for uid, c in email_course.items() if uid in addressed})
     live = bind.execute(sa.select(resets.c.id, resets.c.user_id).where(
         resets.c.used_at.is_(None), resets.c.expires_at > datetime.now(UTC), resets.c.issued_by_id.is_not(None),
-        resets.c.issued_by_id.not_in(list(admins) or [0]), resets.c.user_id.in_(list(unused.values()) or [0])))
-    _set(bind, resets, "set_up_by_course_id", {row: first_course[uid] for row, uid in live if uid in first_course})
+        resets.c.issued_by_id.not_in(list(admins) or [0])))
+    never_used = set(unused.values())
+    _set(bind, resets, "set_up_by_course_id", {row: first_course[uid] for row, uid in live
+                                               if uid in never_used and uid in first_course})
 
 
 def upgrade() -> None:
