@@ -3,9 +3,9 @@
 
 A login names an account case-insensitively, by its login or by the e-mail address the roster
 gave it (find_login). A right password that a course's roster import set is refused while
-another course holds the account too (grader.auth.set_up). The attempt holds the account's throttle row while it checks, so that
-concurrent guesses at one account are checked one after the other and each meets the block
-of those before it.
+another course holds the account too (grader.auth.set_up). The attempt holds the account's
+throttle row while it checks, so that concurrent guesses at one account are checked one after
+the other and each meets the block of those before it.
 """
 from __future__ import annotations
 
