@@ -90,6 +90,15 @@ class User(Base):
     # The login case-folded (login_key), set with the username: logins are case-insensitive and
     # unique so. None only for accounts migration 0018 found differing from another by case alone.
     login_key: Mapped[str | None] = mapped_column(String(128), unique=True, index=True)
+    # The course whose staff set up the first password (that course's roster import made the
+    # account) and the e-mail address (that import, or that course's instructor) of an account
+    # nobody has used yet; None: the operator, a site administrator or the person set it, or it
+    # is not set. Such a way in works only while no other course holds the account
+    # (grader.auth.set_up); both are cleared at the first use.
+    password_set_up_by_course_id: Mapped[int | None] = mapped_column(
+        ForeignKey("courses.id", ondelete="SET NULL", name="fk_users_password_set_up_by_course"))
+    email_set_up_by_course_id: Mapped[int | None] = mapped_column(
+        ForeignKey("courses.id", ondelete="SET NULL", name="fk_users_email_set_up_by_course"))
 
     tokens: Mapped[list[ApiToken]] = relationship(back_populates="user")
 
@@ -102,6 +111,7 @@ class User(Base):
         """Its person uses it now: from the first time on, the account is theirs (grader.auth.ownership)."""
         if self.first_login_at is None:
             self.first_login_at = utcnow()
+        self.password_set_up_by_course_id = self.email_set_up_by_course_id = None
 
 
 class ApiToken(Base):
@@ -150,6 +160,10 @@ class PasswordReset(Base):
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
     token_hash: Mapped[str] = mapped_column(String(64), unique=True, index=True)
     issued_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))  # None: CLI
+    # The course whose instructor issued it as a first-login link; None: a site administrator,
+    # the operator or /forgot. Such a link works only as users' set-up columns do (grader.auth.set_up).
+    set_up_by_course_id: Mapped[int | None] = mapped_column(
+        ForeignKey("courses.id", ondelete="SET NULL", name="fk_password_resets_set_up_by_course"))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     expires_at: Mapped[datetime]
     used_at: Mapped[datetime | None]

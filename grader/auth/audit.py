@@ -6,7 +6,9 @@ that was checked (the throttle bounds how many there can be), each block the thr
 (`throttled`) and each lock (`locked`), unlocks, successful logins, reset links issued and
 used, renamed logins, every change of an account's password, e-mail, staff mail or site role,
 every enrollment of an existing account and every refusal of the ownership rules
-(grader.auth.ownership: who tried what on whose account, and the sentence they got). A request refused while its key is blocked is not recorded: it was not checked, and a
+(grader.auth.ownership: who tried what on whose account, and the sentence they got) and of a
+course's set-up that no longer opens an account (grader.auth.set_up: the login, link or /forgot
+refused). A request refused while its key is blocked is not recorded: it was not checked, and a
 guesser hammering a lock would otherwise fill the table.
 """
 from __future__ import annotations

@@ -2,9 +2,10 @@
 (grader.auth.audit): the use case behind the login form, the web page being its adapter.
 
 A login names an account case-insensitively, by its login or by the e-mail address the roster
-gave it (find_login). The attempt holds the account's throttle row while it checks, so that
-concurrent guesses at one account are checked one after the other and each meets the block
-of those before it.
+gave it (find_login). A right password that a course's roster import set is refused while
+another course holds the account too (grader.auth.set_up). The attempt holds the account's
+throttle row while it checks, so that concurrent guesses at one account are checked one after
+the other and each meets the block of those before it.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from grader.auth.audit import Event, Via, record
 from grader.auth.credentials import Principal, authenticate
+from grader.auth.set_up import password_refusal, refused_use
 from grader.auth.throttle import Block, Door, Throttle, account_key, address_key
 from grader.db import session_scope
 from grader.models import User, login_key
@@ -40,11 +42,13 @@ def find_login(session: Session, typed: str) -> User | None:
 @dataclass(frozen=True)
 class Attempt:
     """How a login attempt ended: `user` logged in, or refused; `block` is the block that
-    refused it unchecked (`checked` False) or the one its failure began."""
+    refused it unchecked (`checked` False) or the one its failure began; `refused`, why a right
+    password did not log in (grader.auth.set_up)."""
 
     user: User | None
     block: Block | None
     checked: bool
+    refused: str | None = None
 
 
 def attempt_login(session: Session, throttle: Throttle, cost: Argon2Settings, typed: str, password: str,
@@ -60,6 +64,10 @@ def attempt_login(session: Session, throttle: Throttle, cost: Argon2Settings, ty
     if block is not None:
         return Attempt(None, block, checked=False)
     user = verify_password(target, password, cost)
+    refused = password_refusal(session, user) if user is not None else None
+    if user is not None and refused is not None:
+        refused_use(session, user, "log in with the first password", refused, address)
+        return Attempt(None, None, checked=True, refused=refused)
     if user is not None:
         throttle.succeeded(session, account)
         user.note_first_login()

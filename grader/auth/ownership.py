@@ -12,10 +12,11 @@ An account belongs to its person. Its login, password and e-mail are changed onl
   that changes them asks.
 
 Course staff own none of it. Until its person first uses it (`users.first_login_at`), an
-account is still being set up, and an instructor of every course it is in may set it up:
+account is still being set up, and an instructor of the one course it is in may set it up:
 give it a first-login link and its e-mail address (`refusals`). So an instructor reaches no
 account that another course holds nor one someone has used; enrolling an existing account in
-a course adds the enrollment and nothing else.
+a course adds the enrollment and nothing else. What a course set up stops opening the account
+once another course holds it too (grader.auth.set_up).
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from grader.auth.audit import Event, Via, record
+from grader.auth.set_up import set_up_course
 from grader.course.membership import course_roles_of
 from grader.course.roster_csv import EMAIL, MAX_EMAIL
 from grader.models import Course, CourseRole, Enrollment, Role, User
@@ -70,6 +72,8 @@ def _refusal(target: User, held: list[tuple[int, CourseRole]], instructed: set[i
         why = f"{target.username} may make courses or administer the site."
     elif any(course_id not in instructed for course_id, _ in held):
         why = f"{target.username} is also enrolled in a course you do not instruct."
+    elif len(held) > 1:  # what one course sets up would not open it (grader.auth.set_up)
+        why = f"{target.username} is in more than one course, so a site administrator gives the first login."
     elif any(part is CourseRole.instructor for _, part in held):
         why = f"{target.username} is an instructor."
     return Refusal(f"{why} {who_can(target)}") if why else None
@@ -78,7 +82,7 @@ def _refusal(target: User, held: list[tuple[int, CourseRole]], instructed: set[i
 def refusals(session: Session, issuer: User, targets: Sequence[User]) -> dict[int, Refusal | None]:
     """For each of `targets`, why `issuer` may not give it a first-login link nor set its
     e-mail, or None where they may: a site administrator always may; an instructor, for an
-    account never used, of a student's site role, that is a student or TA of courses they
+    account never used, of a student's site role, that is a student or TA of one course they
     instruct and enrolled in no other."""
     if issuer.site_admin:
         return {target.id: None for target in targets}
@@ -119,13 +123,15 @@ def email_problem(typed: str) -> str | None:
 def change_email(session: Session, actor: User | None, target: User, typed: str, via: Via,
                  address: str | None = None) -> str | None:
     """Set `target`'s e-mail to `typed` (stripped; empty removes it), recorded with who did it
-    (`actor` None: the operator's command); the reason it was refused, changing nothing. The
-    caller checked that `actor` may (`may_set_up`)."""
+    (`actor` None: the operator's command), and whose set-up it is (an instructor's is their
+    course's: grader.auth.set_up); the reason it was refused, changing nothing. The caller
+    checked that `actor` may (`may_set_up`)."""
     email = typed.strip()
     problem = email_problem(email)
     if problem is not None:
         return problem
     before, target.email = target.email, email or None
+    target.email_set_up_by_course_id = set_up_course(session, actor, target) if target.email else None
     if before != target.email:
         record(session, Event.email_changed, via, user=target, actor=actor if actor is not target else None,
                address=address, detail=f"{before or '(none)'} -> {target.email or '(none)'}")

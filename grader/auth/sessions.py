@@ -125,8 +125,11 @@ def revoke_user_sessions(db: Session, user_id: int) -> int:
 
 def change_password(db: Session, user: User, password: str, cost: Argon2Settings,
                     min_length: int = MIN_PASSWORD_LENGTH) -> None:
-    """Set the password, hashed at `cost` (ValueError when too short), and end every session of the user."""
+    """Set the password, hashed at `cost` (ValueError when too short), and end every session of
+    the user. It is no course's first password (grader.auth.set_up): the person, a link or the
+    operator set it."""
     set_password(user, password, cost, min_length)
+    user.password_set_up_by_course_id = None
     revoke_user_sessions(db, user.id)
 
 

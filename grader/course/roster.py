@@ -9,7 +9,8 @@ Canvas ID or SIS id that the file does not give keeps the value the enrollment h
 
 A new account gets a first password, returned once so the instructor can hand it out (random,
 or derived from a key the caller keeps: the web page's background import, grader.course.roster_jobs),
-and the roster's name and address as its own display name and address. An existing student keeps
+and the roster's name and address as its own display name and address; made by the course's
+staff, these are the course's set-up, recorded on the account (grader.auth.set_up). An existing student keeps
 theirs and is enrolled in the course too. An account that is not a student's, a member of the
 course's staff, and a line whose Canvas ID another member of the course holds are left unchanged.
 Every line that cannot be imported is reported with its line number and why; the other lines are
@@ -191,10 +192,13 @@ def _enrolled(session: Session, plan: Planned, user: User, course: Course) -> bo
 
 
 def import_roster(session: Session, text: str, course: Course, cost: Argon2Settings,
-                  password: Callable[[str], str] = first_password, progress: Progress | None = None) -> RosterReport:
+                  password: Callable[[str], str] = first_password, progress: Progress | None = None,
+                  staff_set_up: bool = False) -> RosterReport:
     """Create or update one student per valid line, enrolled in `course` (the caller commits;
     `progress`, called after each line, may commit too). A new account's first password is
-    `password(login)`, hashed at `cost`."""
+    `password(login)`, hashed at `cost`; `staff_set_up`: the course's staff import it (not the
+    operator nor a site administrator), so its first password and address are the course's
+    set-up, which opens it only while no other course holds it (grader.auth.set_up)."""
     lines, errors = parse_roster(text)
     report = RosterReport(errors=errors)
     plans = plan_roster(session, lines, course)
@@ -203,7 +207,10 @@ def import_roster(session: Session, text: str, course: Course, cost: Argon2Setti
         if plan.refused is not None:
             report.errors.append(LineError(line.line, plan.refused))
         elif plan.user is None:
-            user = User(username=line.login, role=Role.student, full_name=line.name, email=line.email)
+            set_up_by = course.id if staff_set_up else None
+            user = User(username=line.login, role=Role.student, full_name=line.name, email=line.email,
+                        password_set_up_by_course_id=set_up_by,
+                        email_set_up_by_course_id=set_up_by if line.email else None)
             first = password(line.login)
             set_password(user, first, cost)
             session.add(user)

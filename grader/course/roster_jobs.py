@@ -198,8 +198,10 @@ def run_job(sessions: sessionmaker[Session], cost: Argon2Settings, job_id: int, 
                     job.lines_done, job.lines_total, job.result = done, total, job_result(report)
                     session.commit()  # the students so far, with the progress that counts them
 
+            requester = session.get(User, job.requested_by)
             report = import_roster(session, job.roster or "", course, cost,
-                                   password=lambda login: derived_password(secret, login), progress=progress)
+                                   password=lambda login: derived_password(secret, login), progress=progress,
+                                   staff_set_up=requester is None or not requester.site_admin)
             job.lines_done, job.result = job.lines_total, job_result(report)
             job.state, job.finished_at, job.roster = DONE, utcnow(), None
             session.commit()

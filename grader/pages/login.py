@@ -12,7 +12,14 @@ from grader.api.deps import Context, get_context
 from grader.auth.audit import Event, Via, record
 from grader.auth.client_address import request_address
 from grader.auth.logins import attempt_login
-from grader.auth.password_reset import RESET_PATH, ask_for_reset, live_reset, redeem_reset, reset_link
+from grader.auth.password_reset import (
+    RESET_PATH,
+    LinkRefused,
+    ask_for_reset,
+    redeem_reset,
+    reset_link,
+    usable_reset,
+)
 from grader.auth.sessions import current_user, log_in, log_out
 from grader.auth.throttle import Block, Throttle, account_keys, refusal_words, unlock
 from grader.notify import reset_message, send_reset_link
@@ -38,17 +45,20 @@ def login_form(request: Request, session: Db, back: Annotated[str, Query(alias="
 @router.post("/login", response_class=HTMLResponse, dependencies=[csrf_checked])
 async def login(request: Request, ctx: Context, session: Db) -> Response:
     """Logs in under the throttle (grader.auth.logins.attempt_login): a wrong password is 401, a
-    blocked account or address 429 with Retry-After and, in words, when to try again. The form
-    comes back with the login as typed (never the password)."""
+    blocked account or address 429 with Retry-After and, in words, when to try again, a right
+    first password of a course's that no longer opens the account 403 saying who gets them in
+    (grader.auth.set_up). The form comes back with the login as typed (never the password)."""
     form = await request.form()
     username = str(form.get("username", "")).strip()
     back = safe_next(form.get("next"))
     attempt = attempt_login(session, Throttle(ctx.settings.throttle), ctx.settings.argon2, username,
                             str(form.get("password", "")), request_address(request))
     if attempt.user is None:
-        return _answer(request, "login.html", attempt.block, ctx.settings, status.HTTP_401_UNAUTHORIZED,
-                       error="Wrong username or password." if attempt.checked else None,
-                       username=username, next=back, forgot=_resets_by_email(ctx.settings))
+        wrong = "Wrong username or password." if attempt.checked else None
+        return _answer(request, "login.html", attempt.block, ctx.settings,
+                       status.HTTP_403_FORBIDDEN if attempt.refused else status.HTTP_401_UNAUTHORIZED,
+                       error=attempt.refused or wrong, username=username, next=back,
+                       forgot=_resets_by_email(ctx.settings))
     log_in(request, session, attempt.user, ctx.settings.session_max_age_s)
     return see_other(back)
 
@@ -113,15 +123,24 @@ def _reset_page(request: Request, token: str, status_code: int = 200, **values: 
     values.setdefault("error", None)
     values.setdefault("done", False)
     values.setdefault("valid", True)
+    values.setdefault("refused", False)  # a live link that may not be used: its error says who can
     response = page(request, "reset.html", None, status_code, token=token,
                     min_length=get_context(request).settings.password_min_length, **values)
     response.headers["Cache-Control"] = "no-store"
     return response
 
 
+def _refused_link(request: Request, token: str, refused: LinkRefused) -> HTMLResponse:
+    """A live link that may not be used now, saying who can (grader.auth.set_up)."""
+    return _reset_page(request, token, status.HTTP_403_FORBIDDEN, valid=False, refused=True, error=str(refused))
+
+
 @router.get(RESET_PATH + "{token}", response_class=HTMLResponse)
 def reset_form(request: Request, token: str, session: Db) -> HTMLResponse:
-    reset = live_reset(session, token)
+    try:
+        reset = usable_reset(session, token, request_address(request))
+    except LinkRefused as exc:
+        return _refused_link(request, token, exc)
     if reset is None:
         return _reset_page(request, token, status.HTTP_404_NOT_FOUND, valid=False, error=INVALID_RESET)
     return _reset_page(request, token, username=reset.user.username)
@@ -136,9 +155,12 @@ async def reset_password(request: Request, token: str, ctx: Context, session: Db
     if new != again:
         return _reset_page(request, token, status.HTTP_400_BAD_REQUEST, error="The two new passwords differ.")
     try:
-        user = redeem_reset(session, token, new, ctx.settings.argon2, ctx.settings.password_min_length)
+        user = redeem_reset(session, token, new, ctx.settings.argon2, ctx.settings.password_min_length,
+                            request_address(request))
     except ValueError as exc:
         return _reset_page(request, token, status.HTTP_400_BAD_REQUEST, error=f"{str(exc).capitalize()}.")
+    except LinkRefused as exc:
+        return _refused_link(request, token, exc)
     if user is None:
         return _reset_page(request, token, status.HTTP_404_NOT_FOUND, valid=False, error=INVALID_RESET)
     # The link proves the reset was meant for them: their login is no longer throttled
