@@ -194,12 +194,13 @@ def pivot(root: str) -> None:
     os.chdir("/")
 
 
-def cap_ipc(disk_bytes: int) -> None:
-    """Limits of the job's own IPC namespace (its sysctls are the namespace's, not the host's):
-    System V shared memory is memory like /dev/shm, so within the same cap; few message queues."""
+def cap_ipc(disk_bytes: int, proc: str) -> None:
+    """Limits of the job's own IPC namespace (its sysctls are the namespace's, not the host's),
+    through the job's fresh `proc`: System V shared memory is memory like /dev/shm, so within the
+    same cap; few message queues."""
     limits = {"shmmax": disk_bytes, "shmall": disk_bytes // os.sysconf("SC_PAGE_SIZE"), "msgmni": MSG_QUEUES}
     for name, value in limits.items():
-        with open(f"/proc/sys/kernel/{name}", "w") as f:
+        with open(f"{proc}/sys/kernel/{name}", "w") as f:
             f.write(str(value))
 
 
@@ -209,7 +210,6 @@ def build_view(config: dict[str, Any]) -> int:
     flags = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWCGROUP | (CLONE_NEWNET if config["network"] else 0)
     _check(libc.unshare(flags), "unshare")
     _check(libc.sethostname(JOB_HOST_NAME, len(JOB_HOST_NAME)), "sethostname")
-    cap_ipc(config["disk_bytes"])
     mount(None, "/", None, MS_REC | MS_PRIVATE)
     cwd, view = config["cwd"], config["view"]
     lower = os.open(".", os.O_PATH | os.O_DIRECTORY)  # the launcher was started in the job folder
@@ -225,6 +225,7 @@ def build_view(config: dict[str, Any]) -> int:
     mount("tmpfs", NEW_ROOT + GRADER_TMP, "tmpfs", MS_NOSUID | MS_NODEV,
           f"size={GRADER_TMP_BYTES},nr_inodes=1024,mode=1777")
     mount("proc", f"{NEW_ROOT}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    cap_ipc(config["disk_bytes"], f"{NEW_ROOT}/proc")  # its own proc: a container's /proc/sys is read-only
     scratch = os.open(f"{NEW_ROOT}{SCRATCH}/upper", os.O_RDONLY | os.O_DIRECTORY)
     pivot(NEW_ROOT)
     return scratch
