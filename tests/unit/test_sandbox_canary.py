@@ -53,3 +53,13 @@ def test_a_sandbox_without_its_syscall_filter_is_named(secret: Path, monkeypatch
     monkeypatch.setattr(namespaces, "filter_program", lambda notify: allow_all.assemble())
     missing = prove_sandbox(SandboxPolicy(), [secret])
     assert "no syscall filter (seccomp)" in missing, missing
+
+
+def test_the_canary_runs_in_a_jobs_folder_given_relative(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`make dev`'s data dir is `var`, relative: a job folder named relative to the worker's own
+    folder must still be the job's folder in its fresh root."""
+    (tmp_path / "var" / "jobs").mkdir(parents=True)
+    tmp_path.chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    expected = [] if cgroups.available() else [NO_CGROUP]
+    assert prove_sandbox(SandboxPolicy(), [], Path("var/jobs")) == expected

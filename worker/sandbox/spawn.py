@@ -74,7 +74,7 @@ class Sandbox:
                 os.chown(p, uid, gid, follow_symlinks=False)
 
     def spawn(self, argv: list[str], cwd: Path, env: dict[str, str], pass_fds: tuple[int, ...] = ()) -> SandboxChild:
-        cwd = Path(cwd)
+        cwd = Path(os.path.abspath(cwd))  # the launcher places it in the job's root by this path
         if not cwd.is_dir() or cwd.is_symlink():
             raise SandboxError(f"sandbox cwd {cwd} is not a directory")
         if self.ids is not None:
