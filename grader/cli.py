@@ -419,8 +419,10 @@ def _demo_run(server: object, base_url: str, token: str, rubric: Rubric, exit_af
                 if run["state"] in FINAL_STATES:
                     break
                 time.sleep(1)
-    builds = (run.get("toolchain") or {}).get("build_seconds") or {}
-    built = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in builds.items())
+    toolchain = run.get("toolchain") or {}
+    cached = toolchain.get("build_cached") or {}
+    built = ", ".join(f"{name} from the build cache" if cached.get(name) else f"{name} {seconds:.1f} s"
+                      for name, seconds in (toolchain.get("build_seconds") or {}).items())
     why = f" ({run['error_class']}: {run['message']})" if run.get("error_class") else ""
     typer.echo(f"demo: run {run['id']} is {run['state']}{why}{f' (nvcc: {built})' if built else ''}; "
                f"its record: GET {created['run_url']} with the student token")
