@@ -393,6 +393,7 @@ def test_docker_command_has_every_limit_and_isolation_flag():
     for flag in ("--init", "--read-only"):
         assert flag in cmd
     assert _flag_values(cmd, "--network") == ["none"]
+    assert _flag_values(cmd, "--ipc") == _flag_values(cmd, "--cgroupns") == ["private"]  # the canary asks for both
     assert _flag_values(cmd, "--cap-drop") == ["ALL"]
     assert _flag_values(cmd, "--security-opt") == ["no-new-privileges"]
     assert _flag_values(cmd, "--user") == ["10001:10001"]

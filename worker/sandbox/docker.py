@@ -32,7 +32,8 @@ def docker_command(options: DockerOptions, limits: SandboxLimits, name: str, arg
     command = [
         options.docker, "run", "--name", name, "--label", SANDBOX_LABEL, "--pull", "never",
         "--init", "--network", "none", "--read-only", "--cap-drop", "ALL",
-        "--security-opt", "no-new-privileges", "--ipc", "private", "--user", f"{user[0]}:{user[1]}",
+        "--security-opt", "no-new-privileges", "--ipc", "private", "--cgroupns", "private",
+        "--user", f"{user[0]}:{user[1]}",
         "--mount", f"type=bind,source={cwd},target={cwd}", "--workdir", str(cwd),
         "--tmpfs", f"/tmp:rw,nosuid,nodev,size={options.tmp_bytes}",
         "--memory", memory, "--memory-swap", memory,  # equal: no swap
