@@ -58,7 +58,7 @@ SYS_SECCOMP = {"x86_64": 317, "aarch64": 277}
 SYS_KEYCTL, KEYCTL_JOIN_SESSION_KEYRING = {"x86_64": 250, "aarch64": 219}, 1
 SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER = 1, 8
 NOTIF_RECV, NOTIF_SEND = 0xC0502100, 0xC0182101  # SECCOMP_IOCTL_NOTIF_*: struct seccomp_notif is 80 bytes
-NOTIF_SIZE, NOTIF_NR_AT, EPERM = 80, 16, 1
+NOTIF_SIZE, EPERM = 80, 1
 MSG_QUEUES = 16  # System V message queues a job may hold (the host's default is 32000)
 ORPHAN_REAP_MS = 200  # init reaps orphans at least this often (the program's end wakes it at once)
 NEW_ROOT = "/run"  # where the fresh root is assembled before the pivot (any host folder would do)
@@ -76,10 +76,12 @@ class _MountAttr(ctypes.Structure):
                 ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
 
 
-def _check(result: int, what: str) -> None:
-    if result != 0:
+def _check(result: int, what: str) -> int:
+    """`result` of a C call that answers -1 (errno set) on failure: raised as OSError."""
+    if result < 0:
         errno = ctypes.get_errno()
         raise OSError(errno, f"{what}: {os.strerror(errno)}")
+    return result
 
 
 def _bytes(value: str | None) -> bytes | None:
@@ -239,10 +241,8 @@ def install_filter(program: bytes, to_init: socket.socket) -> None:
     """The syscall filter on this process (and all it execs and starts); its listener, where
     refused calls wait for an answer, goes to init."""
     prog = _SockFprog(len(program) // 8, program)
-    listener = libc.syscall(SYS_SECCOMP[platform.machine()], SECCOMP_SET_MODE_FILTER,
-                            SECCOMP_FILTER_FLAG_NEW_LISTENER, ctypes.byref(prog))
-    if listener < 0:
-        _check(listener, "install the syscall filter")
+    listener = _check(libc.syscall(SYS_SECCOMP[platform.machine()], SECCOMP_SET_MODE_FILTER,
+                                   SECCOMP_FILTER_FLAG_NEW_LISTENER, ctypes.byref(prog)), "install the syscall filter")
     socket.send_fds(to_init, [b"listener"], [listener])
     os.close(listener)
 
@@ -314,7 +314,7 @@ def answer_refusal(listener: int, refused: dict[int, int]) -> None:
         fcntl.ioctl(listener, NOTIF_RECV, notif)
     except OSError:
         return  # the caller is gone, or was interrupted: nothing to answer
-    call_id, (number,) = struct.unpack_from("=Q", notif)[0], struct.unpack_from("=i", notif, NOTIF_NR_AT)
+    call_id, _pid, _flags, number = struct.unpack_from("=QIIi", notif)  # struct seccomp_notif, then its data's nr
     refused[number] = refused.get(number, 0) + 1
     try:
         fcntl.ioctl(listener, NOTIF_SEND, struct.pack("=QqiI", call_id, 0, -EPERM, 0))
@@ -351,12 +351,12 @@ def init(config: dict[str, Any], sock: socket.socket, status_fd: int) -> NoRetur
     a launcher gone before the prctl goes unnoticed here; the parent's watchdog kills the session)."""
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     try:
-        scratch = build_view(config)
         # A fresh, empty session keyring: the worker's own would show in the job's /proc/keys
-        _check(min(0, libc.syscall(SYS_KEYCTL[platform.machine()], KEYCTL_JOIN_SESSION_KEYRING, None)),
+        _check(libc.syscall(SYS_KEYCTL[platform.machine()], KEYCTL_JOIN_SESSION_KEYRING, None),
                "join a session keyring of its own")
+        scratch = build_view(config)
     except OSError as exc:
-        report(sock, {"error": f"could not build the sandbox's file system view: {exc}"})
+        report(sock, {"error": f"could not build the job's sandbox: {exc}"})
         os._exit(1)
     to_job, to_init = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     job, err_r = fork_with_pipe(lambda err_w: become_job(config, err_w, to_init))

@@ -70,6 +70,11 @@ def nproc_limit(max_processes: int) -> int:
     return 2 * max_processes + 64
 
 
+def counted(word: str, n: int) -> str:
+    """`word` with its count past one: "tracing: ptrace x3", "symbolic link"."""
+    return word + (f" x{n}" if n > 1 else "")
+
+
 def size_words(n: int) -> str:
     """A byte count as people say it: "32 GiB", "512 MiB"."""
     for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):

@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from worker.sandbox.limits import SandboxError
+from worker.sandbox.limits import SandboxError, counted
 from worker.sandbox.syscall_filter import ARCHES, family_of, filter_program
 from worker.sandbox.view import view_for
 
@@ -58,7 +58,7 @@ class Launched:
                 return ()
         counts = json.loads(message).get("refused", {}) if message else {}
         calls = {number: name for name, number in ARCHES[platform.machine()].numbers.items()}
-        return tuple(f"{family_of(int(n))}: {calls.get(int(n), f'syscall {n}')}" + (f" x{c}" if c > 1 else "")
+        return tuple(counted(f"{family_of(int(n))}: {calls.get(int(n), f'syscall {n}')}", c)
                      for n, c in sorted(counts.items(), key=lambda item: int(item[0])))
 
 

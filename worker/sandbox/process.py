@@ -29,7 +29,15 @@ from pathlib import Path
 from worker.affinity import pin_process
 from worker.sandbox.cgroups import JobGroup, job_group
 from worker.sandbox.child import WatchedChild, classify
-from worker.sandbox.limits import SandboxError, SandboxExit, SandboxLimits, SandboxPolicy, nproc_limit, size_words
+from worker.sandbox.limits import (
+    SandboxError,
+    SandboxExit,
+    SandboxLimits,
+    SandboxPolicy,
+    counted,
+    nproc_limit,
+    size_words,
+)
 from worker.sandbox.namespaces import NAMESPACED, Launched, launch_namespaced
 from worker.sandbox.overlay import merge_back
 from worker.sandbox.preexec import FILTER_FAILED, ChildSetup
@@ -211,8 +219,9 @@ class SandboxedProcess(WatchedChild):
 
     def _collect_scratch(self) -> None:
         """Once the job has ended (and with it its PID namespace), read what its syscall filter
-        refused, carry what it wrote into the real job folder and let its capped tmpfs go. Here, in the watchdog thread, so that it
-        happens even when the caller kills the child and never waits."""
+        refused, carry what it wrote into the real job folder and let its capped tmpfs go. Here,
+        in the watchdog thread, so that it happens even when the caller kills the child and
+        never waits."""
         if self._namespaced is None:
             return
         self._popen.wait()
@@ -223,7 +232,7 @@ class SandboxedProcess(WatchedChild):
         self._scratch_full = room.f_bavail * room.f_frsize < SCRATCH_FULL_BYTES or room.f_favail == 0
         try:
             dropped = merge_back(upper, cwd, self._ids)
-            self._dropped = ", ".join(kind + (f" x{n}" if n > 1 else "") for kind, n in sorted(dropped.items()))
+            self._dropped = ", ".join(counted(kind, n) for kind, n in sorted(dropped.items()))
         except OSError as exc:
             self._merge_error = SandboxError(f"could not carry the job's files back into {cwd}: {exc}")
 

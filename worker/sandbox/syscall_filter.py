@@ -27,6 +27,7 @@ table, where these numbers mean other calls) is refused whole, with EPERM and un
 from __future__ import annotations
 
 import errno
+import functools
 import platform
 import struct
 from collections.abc import Mapping
@@ -146,6 +147,7 @@ def _search(p: _Program, targets: list[tuple[int, str]], path: str = "n") -> Non
     _search(p, targets[middle:], f"{path}r")
 
 
+@functools.cache  # one program per process: every spawn hands it over
 def filter_program(notify: bool, arch: str | None = None) -> bytes:
     """The filter as `struct sock_filter[]` bytes for `arch` (this machine's). With `notify`,
     refused calls go to a supervisor (install it with SECCOMP_FILTER_FLAG_NEW_LISTENER);
