@@ -67,7 +67,7 @@ def _refuse_exposed_secrets() -> None:
     """Stop, in one line, when the `.env` or the session key file is open to other users
     (grader.settings.refuse_exposed). Other settings errors are left to the command that reads them."""
     try:
-        refuse_exposed(get_settings().data_dir / "secret_key")
+        refuse_exposed(get_settings().secret_key_path)
     except ExposedSecretFile as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(1) from None

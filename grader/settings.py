@@ -413,6 +413,11 @@ class Settings(BaseSettings):
         return value
 
     @property
+    def secret_key_path(self) -> Path:
+        """Where the embedded default keeps the session key it made (when KG_SECRET_KEY is unset)."""
+        return self.data_dir / "secret_key"
+
+    @property
     def embedded_database_path(self) -> Path:
         return self.data_dir / "kernelgrade.db"
 

@@ -24,7 +24,6 @@ import hmac
 import os
 import secrets
 from datetime import timedelta
-from pathlib import Path
 
 from fastapi import Request
 from sqlalchemy import delete, select, update
@@ -50,7 +49,7 @@ def secret_key(settings: Settings) -> str:
     that other users of the host can read is refused (ExposedSecretFile)."""
     if settings.secret_key:
         return settings.secret_key
-    path = Path(settings.data_dir) / "secret_key"
+    path = settings.secret_key_path
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

@@ -87,7 +87,7 @@ def sandbox_shortfall(settings: Settings) -> tuple[str, ...]:
 
 
 def _prove_sandbox(settings: Settings) -> tuple[str, ...]:
-    hidden = [settings.blob_dir, settings.data_dir / "secret_key", settings.embedded_database_path,
+    hidden = [settings.blob_dir, settings.secret_key_path, settings.embedded_database_path,
               PROJECT_ROOT / "pyproject.toml", PROJECT_ROOT / ".env"]
     policies = [build_policy(settings)]
     if gpu_available(settings):
