@@ -156,6 +156,11 @@ def not_run_problems(rubric: Rubric, message: str) -> list[ProblemOutcome]:
     return [ProblemOutcome(p.id, p.title, "not_run", 0.0, p.points, message) for p in rubric.problems]
 
 
+def build_confinement(config: PipelineConfig, job_dir: Path) -> Confinement:
+    """How a submission's nvcc runs: the build's sandbox, each target in a folder of `job_dir`/build."""
+    return Confinement(Sandbox(config.build_limits, config.build_policy), job_dir / "build")
+
+
 def build_reference(rubric: Rubric, config: PipelineConfig, dest: Path, confine: Confinement | None = None) -> Path:
     """Our reference kit, built like a submission (cached), for the trusted baseline; with the
     rubric's `reference_ops` library built beside it (at REFERENCE_OPS_BUILT). With `confine`,
@@ -179,8 +184,7 @@ def prove_kit_builds(rubric: Rubric, config: PipelineConfig, folder: Path) -> No
     a toolchain that cannot build the assignment (a header missing, the sandbox's view short of
     the toolkit) refuses jobs instead of failing every submission. Raises ToolchainFault."""
     if rubric.kernels:
-        confine = Confinement(Sandbox(config.build_limits, config.build_policy), folder / "build")
-        build_reference(rubric, config, folder / "kit", confine)
+        build_reference(rubric, config, folder / "kit", build_confinement(config, folder))
 
 
 def grade_submission(
@@ -262,7 +266,7 @@ def _build(staged: Staged, rubric: Rubric, job_dir: Path, config: PipelineConfig
            outcome: Outcome) -> _Built:
     """Every kernel of the submission built, each nvcc in the build sandbox."""
     started = time.monotonic()
-    confine = Confinement(Sandbox(config.build_limits, config.build_policy), job_dir / "build")
+    confine = build_confinement(config, job_dir)
     results = build_kernels(
         staged.root, list(rubric.kernels), config.toolchain, config.build_cache_dir, config.build_jobs, confine
     )
