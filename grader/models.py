@@ -286,6 +286,9 @@ class Enrollment(Base):
     canvas_user_id: Mapped[str | None] = mapped_column(String(32))  # Canvas's `ID` (digits)
     sis_user_id: Mapped[str | None] = mapped_column(String(256))  # Canvas's `SIS User ID`
     sis_login_id: Mapped[str | None] = mapped_column(String(256))  # Canvas's `SIS Login ID`, in its own case
+    # When the LMS's roster (LTI Names and Roles) stopped listing them (grader.lti.roster_sync);
+    # None: listed, or the course has no LMS. Their runs and grades stay.
+    dropped_at: Mapped[datetime | None]
 
 
 class Extension(Base):
@@ -528,3 +531,131 @@ class RunComment(Base):
 
     run: Mapped[Run] = relationship(back_populates="comments")
     author: Mapped[User] = relationship()
+
+
+class ExternalIdentity(Base):
+    """A person's identity at a university system, tied to one account for good: an LMS's LTI
+    1.3 user (the platform's issuer and its `sub`) or the single sign-on provider's (its issuer
+    and `sub`). A launch or an SSO login finds its account through this pair only
+    (grader.auth.identities), never by name or e-mail, and never moves it to another account."""
+
+    __tablename__ = "external_identities"
+    __table_args__ = (UniqueConstraint("issuer", "subject"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    issuer: Mapped[str] = mapped_column(String(512))
+    subject: Mapped[str] = mapped_column(String(256))
+    kind: Mapped[str] = mapped_column(String(8))  # "lti" | "sso"
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_seen_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    user: Mapped[User] = relationship()
+
+
+class LtiPlatform(Base):
+    """One LMS registration of this tool (grader.lti.registry): the platform's issuer, the client
+    id it gave us, its OIDC login, token and key-set addresses; the deployments it may launch
+    from are LtiDeployment rows. Made with `grader lti add-platform`, shown on /ops/lti."""
+
+    __tablename__ = "lti_platforms"
+    __table_args__ = (UniqueConstraint("issuer", "client_id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(128))
+    issuer: Mapped[str] = mapped_column(String(512))
+    client_id: Mapped[str] = mapped_column(String(256))
+    auth_login_url: Mapped[str] = mapped_column(String(1024))
+    auth_token_url: Mapped[str] = mapped_column(String(1024))
+    jwks_url: Mapped[str] = mapped_column(String(1024))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    deployments: Mapped[list[LtiDeployment]] = relationship(back_populates="platform", cascade="all, delete-orphan")
+
+
+class LtiDeployment(Base):
+    """A deployment id a platform launches from; a launch from any other is refused."""
+
+    __tablename__ = "lti_deployments"
+    __table_args__ = (UniqueConstraint("platform_id", "deployment_id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    platform_id: Mapped[int] = mapped_column(ForeignKey("lti_platforms.id", ondelete="CASCADE"))
+    deployment_id: Mapped[str] = mapped_column(String(256))
+
+    platform: Mapped[LtiPlatform] = relationship(back_populates="deployments")
+
+
+class LtiContext(Base):
+    """An LMS course (the launch's context claim) and the kernelgrade course it is: made at the
+    first launch of the context's instructor, who links it to a course they teach. Its service
+    addresses come from the latest launch: the roster (NRPS) and the line items (AGS)."""
+
+    __tablename__ = "lti_contexts"
+    __table_args__ = (UniqueConstraint("platform_id", "context_id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    platform_id: Mapped[int] = mapped_column(ForeignKey("lti_platforms.id", ondelete="CASCADE"))
+    deployment_id: Mapped[str] = mapped_column(String(256))
+    context_id: Mapped[str] = mapped_column(String(256))
+    title: Mapped[str | None] = mapped_column(String(256))
+    course_id: Mapped[int | None] = mapped_column(ForeignKey("courses.id", ondelete="SET NULL"), index=True)
+    memberships_url: Mapped[str | None] = mapped_column(String(1024))
+    lineitems_url: Mapped[str | None] = mapped_column(String(1024))
+    roster_synced_at: Mapped[datetime | None]
+
+    platform: Mapped[LtiPlatform] = relationship()
+    course: Mapped[Course | None] = relationship()
+
+
+class LtiResourceLink(Base):
+    """One LMS link (resource link id) and the assignment it opens: set by deep linking, or by the
+    context's instructor at the link's first launch. `lineitem_url`: the LMS gradebook column its
+    grades go to (AGS), from the launch or made by the tool."""
+
+    __tablename__ = "lti_resource_links"
+    __table_args__ = (UniqueConstraint("context_id", "resource_link_id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    context_id: Mapped[int] = mapped_column(ForeignKey("lti_contexts.id", ondelete="CASCADE"), index=True)
+    resource_link_id: Mapped[str] = mapped_column(String(256))
+    title: Mapped[str | None] = mapped_column(String(256))
+    assignment_id: Mapped[int | None] = mapped_column(ForeignKey("assignments.id", ondelete="SET NULL"), index=True)
+    lineitem_url: Mapped[str | None] = mapped_column(String(1024))
+
+    context: Mapped[LtiContext] = relationship()
+    assignment: Mapped[Assignment | None] = relationship()
+
+
+class LtiLaunchState(Base):
+    """One OIDC login initiation (grader.lti.launch): the state and nonce sent to the platform,
+    used once, within minutes. The nonce stays recorded after use so a replayed id_token is
+    refused."""
+
+    __tablename__ = "lti_launch_states"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    state_hash: Mapped[str] = mapped_column(String(64), unique=True)  # sha256 hex of the state
+    nonce: Mapped[str] = mapped_column(String(64), unique=True)
+    platform_id: Mapped[int] = mapped_column(ForeignKey("lti_platforms.id", ondelete="CASCADE"))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(index=True)
+    used_at: Mapped[datetime | None]
+
+
+class LtiGradeSend(Base):
+    """The last grade sent (or not) to the LMS for one student on one link (grader.lti.passback):
+    what the gradebook says now is sent when it differs from `points`; `status` sent | skipped |
+    failed | pending, `detail` why (the LMS's answer for a failure)."""
+
+    __tablename__ = "lti_grade_sends"
+    __table_args__ = (UniqueConstraint("link_id", "user_id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    link_id: Mapped[int] = mapped_column(ForeignKey("lti_resource_links.id", ondelete="CASCADE"), index=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    status: Mapped[str] = mapped_column(String(16))
+    points: Mapped[float | None] = mapped_column(Float)
+    detail: Mapped[str] = mapped_column(String(512), default="")
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)

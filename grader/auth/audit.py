@@ -40,12 +40,17 @@ class Event(enum.StrEnum):
     site_admin = "site_admin"  # granted or revoked (grader user admin)
     enrolled = "enrolled"  # an existing account enrolled in a course, or its part there changed
     refused = "refused"  # an ownership rule refused the actor (the detail: what, and the sentence)
+    identity_linked = "identity_linked"  # an LMS's or the SSO provider's identity tied to the account
+    identity_refused = "identity_refused"  # a launch or SSO login whose identity is another account's, or
+    # that would tie a second identity of one issuer to the account (the detail: issuer, subject, why)
 
 
 class Via(enum.StrEnum):
     web = "web"
     api = "api"
     cli = "cli"
+    lti = "lti"  # an LMS launch or its services
+    sso = "sso"  # the single sign-on login
 
 
 def record(session: Session, event: Event, via: Via, *, user: User | None = None, login: str | None = None,

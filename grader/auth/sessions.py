@@ -143,7 +143,7 @@ def current_user(request: Request, db: Session) -> User | None:
         row = db.scalar(select(WebSession).options(joinedload(WebSession.user))
                         .where(WebSession.id_hash == _hash(sid), WebSession.revoked_at.is_(None),
                                WebSession.expires_at > now, WebSession.last_seen_at > now - idle))
-    if row is None or not row.user.password_hash:
+    if row is None:
         request.session.pop("uid", None)
         return None
     if now - row.last_seen_at >= _SEEN_RESOLUTION:
