@@ -641,6 +641,13 @@ class LtiLaunchState(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     expires_at: Mapped[datetime] = mapped_column(index=True)
     used_at: Mapped[datetime | None]
+    # A launch shown inside the LMS's frame, where no cookie of ours may be set, is entered in a
+    # window of our own through a one-time link: the sha256 of its token, the person, where it
+    # goes, and when it was used (grader.lti.entry)
+    entry_hash: Mapped[str | None] = mapped_column(String(64), unique=True)
+    entry_user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    entry_target: Mapped[str | None] = mapped_column(String(512))
+    entered_at: Mapped[datetime | None]
 
 
 class LtiGradeSend(Base):

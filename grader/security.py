@@ -109,13 +109,15 @@ def sent_origin(headers: Headers) -> str | None:
 class SameOriginForms:
     """Must run inside the session middleware (the refusal page shows the visitor's navigation)."""
 
-    def __init__(self, app: ASGIApp, public_url: str, refusal: Refusal) -> None:
+    def __init__(self, app: ASGIApp, public_url: str, refusal: Refusal, cross_site: tuple[str, ...] = ()) -> None:
         self.app = app
         self.expected = origin_of(public_url) if public_url else None
         self.refusal = refusal
+        self.cross_site = cross_site  # paths other sites post to by design (an LMS's LTI launch)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] not in UNSAFE_METHODS or scope["path"].startswith("/api/"):
+        if scope["type"] != "http" or scope["method"] not in UNSAFE_METHODS or scope["path"].startswith("/api/") \
+                or scope["path"] in self.cross_site:
             await self.app(scope, receive, send)
             return
         request = Request(scope, receive)

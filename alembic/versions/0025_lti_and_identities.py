@@ -90,6 +90,10 @@ def upgrade() -> None:
         sa.Column("created_at", _utc, nullable=False),
         sa.Column("expires_at", _utc, nullable=False),
         sa.Column("used_at", _utc, nullable=True),
+        sa.Column("entry_hash", sa.String(64), nullable=True, unique=True),
+        sa.Column("entry_user_id", sa.Integer(), sa.ForeignKey("users.id", ondelete="CASCADE"), nullable=True),
+        sa.Column("entry_target", sa.String(512), nullable=True),
+        sa.Column("entered_at", _utc, nullable=True),
     )
     op.create_index("ix_lti_launch_states_expires_at", "lti_launch_states", ["expires_at"])
     op.create_table(

@@ -13,6 +13,7 @@ from grader.pages import (
     first_logins,
     gradebook,
     login,
+    lti,
     ops,
     requests,
     roster,
@@ -22,6 +23,6 @@ from grader.pages import (
     submit,
 )
 
-routers = [login.router, submit.router, runs.router, gradebook.router, roster.router, account.router, accounts.router,
+routers = [login.router, lti.router, submit.router, runs.router, gradebook.router, roster.router, account.router, accounts.router,
            courses.router, first_logins.router, ops.router, similarity.router, requests.router, code.router,
            student.router]
