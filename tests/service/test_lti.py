@@ -1,0 +1,225 @@
+"""kernelgrade as an LTI 1.3 tool, launched from a real platform (tests/peers: lti1p3platform's
+logic, served on its own port) with a browser that follows the LTI forms (FormBrowser): deep
+linking by the instructor, launches of a TA and students, grades sent through Assignment and
+Grade Services and read back from the platform's gradebook, and each refusal the issue names
+(a replayed launch, a wrong audience, an expired token, an unknown deployment, a nonce from
+another launch, a stranger's signature, an identity tied to another account, a role that gives
+no access)."""
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import httpx
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from grader.auth.audit import Via
+from grader.auth.identities import Identity, IdentityRefused, tie
+from grader.course.adjustments import MANUAL, add_entry
+from grader.db import session_scope
+from grader.lti.passback import links_of, send_link_grades
+from grader.lti.registry import add_platform
+from grader.models import (
+    Assignment,
+    AuditEvent,
+    Course,
+    CourseRole,
+    Enrollment,
+    ExternalIdentity,
+    LtiContext,
+    Role,
+    User,
+)
+from grader.settings import Settings
+from tests.peers.fixtures import form_browser, lms  # noqa: F401
+from tests.peers.form_browser import Form, FormBrowser
+from tests.peers.lms import INSTRUCTOR, LEARNER, TEACHING_ASSISTANT, TEST_STUDENT, Link, Platform
+from tests.peers.lms import Course as LmsCourse
+from tests.peers.lms import User as LmsUser
+from tests.service.conftest import served, sessions, settings, settings_env  # noqa: F401
+
+MENTOR = "http://purl.imsglobal.org/vocab/lis/v2/membership#Mentor"
+
+
+@pytest.fixture(scope="module")
+def tool(settings: Settings) -> Iterator[str]:  # noqa: F811
+    with served(settings) as url:
+        yield url
+
+
+@dataclass
+class Class:
+    """One LMS course with its people, registered with the tool, and a free assignment to link."""
+
+    lms: Platform
+    course: LmsCourse
+    assignment: str
+    people: dict[str, LmsUser]
+
+
+@pytest.fixture
+def lms_class(lms: Platform, tool: str, sessions: sessionmaker[Session]) -> Class:  # noqa: F811
+    facts = lms.register_tool(tool)
+    tag = uuid.uuid4().hex[:8]
+    with session_scope(sessions) as db:
+        add_platform(db, name="TestLMS", issuer=facts.issuer, client_id=facts.client_id,
+                     auth_login_url=facts.auth_login_url, auth_token_url=facts.auth_token_url, jwks_url=facts.jwks_url,
+                     deployment_ids=[facts.deployment_id], allow_http=True)
+        db.add(Assignment(slug=f"lti-{tag}", title=f"Kernels {tag}", total_points=100.0))
+    course = lms.add_course(f"ctx-{tag}", f"Systems {tag}")
+    people: dict[str, LmsUser] = {}
+    for key, roles in (("instructor", INSTRUCTOR), ("ta", TEACHING_ASSISTANT), ("s1", LEARNER), ("s2", LEARNER),
+                       ("s3", LEARNER), ("test", TEST_STUDENT), ("mentor", (MENTOR,))):
+        user = lms.add_user(f"{key}-{tag}", f"{key.title()} Person", f"{key}-{tag}@uni.example", key.title(), "Person")
+        lms.enroll(course, user, roles)
+        people[key] = user
+    return Class(lms, course, f"lti-{tag}", people)
+
+
+def _ticket_form(page_text: str) -> tuple[str, list[str]]:
+    ticket = re.search(r'name="ticket" value="([^"]+)"', page_text)
+    assert ticket, page_text[:500]
+    return ticket.group(1), re.findall(r'name="assignment" value="([^"]+)"', page_text)
+
+
+def _deep_link(c: Class, tool: str) -> Link:
+    """The instructor's deep-linking launch: the choice page, the assignment chosen, the signed
+    answer posted back to the LMS (the browser follows its auto-posting form); the LMS's new link."""
+    with FormBrowser() as instructor:
+        chooser = instructor.open(c.lms.deep_link_url(c.people["instructor"], c.course))
+        assert chooser.status_code == 200 and "Which assignment" in chooser.text, chooser.text[-800:]
+        ticket, choices = _ticket_form(chooser.text)
+        assert c.assignment in choices
+        back = instructor.submit(Form(f"{tool}/lti/choose", "POST", {"ticket": ticket, "assignment": c.assignment}))
+        assert back.status_code == 200 and "1 link(s) added" in back.text, back.text[-600:]
+    (link,) = c.lms.links(c.course)
+    assert link.custom == {"kernelgrade_assignment": c.assignment} and link.lineitem
+    return link
+
+
+def assignment_id(db: Session, slug: str) -> int:
+    found = db.scalar(select(Assignment.id).where(Assignment.slug == slug))
+    assert found is not None
+    return found
+
+
+def _launch(c: Class, who: str, link: Link) -> tuple[FormBrowser, httpx.Response]:
+    browser = FormBrowser()
+    return browser, browser.open(c.lms.launch_url(c.people[who], link))
+
+
+def test_deep_link_then_launches_enroll_each_as_the_lms_says(lms_class: Class, tool: str,
+                                                              sessions: sessionmaker[Session]) -> None:  # noqa: F811
+    c = lms_class
+    link = _deep_link(c, tool)
+    landed = {}
+    for who in ("instructor", "ta", "s1", "s2", "s3", "test"):
+        browser, page = _launch(c, who, link)
+        landed[who] = (page.status_code, str(page.url))
+        browser.close()
+    assert landed["s1"][0] == 200 and f"assignment={c.assignment}" in landed["s1"][1], landed
+    assert "/gradebook" in landed["ta"][1] and "/gradebook" in landed["instructor"][1], landed
+    with session_scope(sessions) as db:
+        context = db.scalar(select(LtiContext).where(LtiContext.context_id == c.course.context_id))
+        assert context is not None and context.course_id is not None
+        course = db.get(Course, context.course_id)
+        assert course is not None
+        roles = {u.full_name: e.role for e, u in db.execute(
+            select(Enrollment, User).join(User, User.id == Enrollment.user_id).where(Enrollment.course_id == course.id))}
+        assert roles == {"Instructor Person": CourseRole.instructor, "Ta Person": CourseRole.ta,
+                         "S1 Person": CourseRole.student, "S2 Person": CourseRole.student,
+                         "S3 Person": CourseRole.student}  # the LMS's test student is enrolled nowhere
+        assert db.scalar(select(Assignment.course_id).where(Assignment.slug == c.assignment)) == course.id
+
+
+def test_a_role_that_gives_no_access_is_refused_and_said_so(lms_class: Class, tool: str) -> None:
+    c = lms_class
+    link = c.lms.add_link(c.course, "manual-1", "By hand", with_lineitem=True)
+    browser, page = _launch(c, "mentor", link)
+    assert page.status_code == 403 and "gives no access" in page.text
+
+
+@pytest.mark.parametrize("tamper, words", [
+    ("expired", "expired"), ("wrong_audience", "meant for"), ("unknown_deployment", "deployment"),
+    ("wrong_nonce", "nonce"), ("bad_signature", "not signed"), ("unknown_key", "not signed"),
+])
+def test_a_tampered_launch_is_refused_in_words(lms_class: Class, tamper: str, words: str,
+                                               sessions: sessionmaker[Session]) -> None:  # noqa: F811
+    c = lms_class
+    link = c.lms.add_link(c.course, f"t-{tamper}", "Tampered", with_lineitem=False)
+    with session_scope(sessions) as db:
+        before = db.scalar(select(ExternalIdentity.id).order_by(ExternalIdentity.id.desc()).limit(1))
+    with FormBrowser() as browser:
+        page = browser.open(c.lms.launch_url(c.people["s1"], link, tamper=tamper))
+    assert page.status_code == 403 and words in page.text, page.text[-800:]
+    with session_scope(sessions) as db:
+        assert db.scalar(select(ExternalIdentity.id).order_by(ExternalIdentity.id.desc()).limit(1)) == before
+
+
+def test_a_replayed_launch_is_refused(lms_class: Class) -> None:
+    c = lms_class
+    link = c.lms.add_link(c.course, "replay", "Replay", with_lineitem=False)
+    with FormBrowser() as first:
+        first.open(c.lms.launch_url(c.people["instructor"], link))
+    with FormBrowser() as attacker:
+        again = attacker.open(c.lms.repost_url())
+    assert again.status_code == 403 and "already used" in again.text
+
+
+def test_an_identity_tied_to_another_account_is_refused_and_audited(lms_class: Class,
+                                                                    sessions: sessionmaker[Session]) -> None:  # noqa: F811
+    c = lms_class
+    s1 = c.people["s1"]
+    with session_scope(sessions) as db:
+        other = User(username=f"other-{uuid.uuid4().hex[:6]}", role=Role.student)
+        db.add(other)
+        db.flush()
+        tie(db, Identity(c.lms.issuer, s1.sub, "lti"), other, Via.cli)
+        mine = User(username=f"mine-{uuid.uuid4().hex[:6]}", role=other.role)
+        db.add(mine)
+        db.flush()
+        with pytest.raises(IdentityRefused, match="tied to another account"):
+            tie(db, Identity(c.lms.issuer, s1.sub, "lti"), mine, Via.lti)
+        assert db.scalar(select(AuditEvent.detail).where(AuditEvent.event == "identity_refused",
+                                                         AuditEvent.user_id == mine.id))
+
+
+def test_grades_that_count_reach_the_lms_and_one_failure_stops_no_one(lms_class: Class, tool: str,
+                                                                     settings: Settings,  # noqa: F811
+                                                                     sessions: sessionmaker[Session]) -> None:  # noqa: F811
+    c = lms_class
+    link = _deep_link(c, tool)
+    for who in ("instructor", "ta", "s1", "s2", "s3", "test"):
+        _launch(c, who, link)[0].close()
+    with session_scope(sessions) as db:
+        assignment = db.scalar(select(Assignment).where(Assignment.slug == c.assignment))
+        assert assignment is not None
+        staff = db.scalar(select(User).where(User.full_name == "Instructor Person")
+                          .join(ExternalIdentity, ExternalIdentity.user_id == User.id)
+                          .where(ExternalIdentity.issuer == c.lms.issuer))
+        for who, points in (("S1 Person", 90.0), ("S2 Person", 75.5)):
+            student = db.scalar(select(User).join(ExternalIdentity, ExternalIdentity.user_id == User.id)
+                                .where(ExternalIdentity.issuer == c.lms.issuer, User.full_name == who))
+            assert student is not None and staff is not None
+            add_entry(db, assignment, student, staff, MANUAL, str(points), "graded by hand")
+    c.lms.fail_scores(c.people["s1"], 1, 503)
+    with session_scope(sessions) as db:
+        (row,) = links_of(db, assignment_id(db, c.assignment))
+        results = {r.username: r for r in send_link_grades(db, settings, row)}
+    by_name = {r.status for r in results.values()}
+    assert "failed" in by_name and "sent" in by_name, results
+    columns = c.lms.gradebook(c.course)
+    scores = {s["userId"]: s["scoreGiven"] for col in columns for s in col.scores}
+    assert scores.get(c.people["s2"].sub) == 75.5, columns
+    assert c.people["s1"].sub not in scores
+    assert c.people["test"].sub not in scores and c.people["ta"].sub not in scores
+    assert all(s["gradingProgress"] == "FullyGraded" for col in columns for s in col.scores)
+    with session_scope(sessions) as db:  # the failed one goes on the next send; the sent one is not sent again
+        (row,) = links_of(db, assignment_id(db, c.assignment))
+        again = {r.status for r in send_link_grades(db, settings, row)}
+    scores = {s["userId"]: s["scoreGiven"] for col in c.lms.gradebook(c.course) for s in col.scores}
+    assert scores.get(c.people["s1"].sub) == 90.0 and "unchanged" in again
