@@ -6,6 +6,13 @@ makes courses, people and links, opens launches, and reads the gradebook.
 The tool under test is reached at `{tool}/lti/login` (login initiation), `{tool}/lti/launch`
 (the redirect_uri and target link URI, deep linking included) and `{tool}/lti/jwks` (its keys).
 The platform has one tool registration, one deployment, and one signing key at a time.
+
+It holds the tool to the specs where the library does not: the auth request's fixed parameters
+(scope openid, response_type id_token, response_mode form_post, prompt none) and exact
+redirect_uri; a client assertion's iss = sub = client_id, aud = the token URL, exp, and a jti
+used once; the scope each AGS or NRPS operation needs (401 without a valid token, 403 without
+the scope); the score and line item media types (415); a score's required fields, a time zone on
+its timestamp, a userId in the course (400), and no timestamp older than the last (409).
 """
 from __future__ import annotations
 
@@ -22,7 +29,7 @@ from lti1p3platform.service_connector import LtiServiceException
 
 from tests.peers.lms_app import build_app
 from tests.peers.lms_lti import IssuedLaunch, KeyPair, NotFound, Pending, PlatformConf, Tamper
-from tests.peers.lms_model import (  # noqa: F401 (the role lists and records tests import from here)
+from tests.peers.lms_model import (
     INSTRUCTOR,
     LEARNER,
     TEACHING_ASSISTANT,
@@ -34,6 +41,9 @@ from tests.peers.lms_model import (  # noqa: F401 (the role lists and records te
     User,
 )
 from tests.peers.serving import HOST, free_port, serve
+
+__all__ = ["INSTRUCTOR", "LEARNER", "TEACHING_ASSISTANT", "TEST_STUDENT", "Column", "Course", "Link", "Platform",
+           "Tamper", "ToolFacts", "User", "serve_platform"]
 
 
 @dataclass(frozen=True)
@@ -155,7 +165,8 @@ class Platform:
             self._failures[user.sub] = (count, status)
 
     def rotate_key(self) -> None:
-        """Sign with a new key from now on; the JWKS publishes only the new one."""
+        """Sign with a new key from now on; the JWKS publishes only the new one. Access tokens
+        signed with the old key answer 401 from now on, as revoked ones do."""
         self.key = new_key()
 
     def revoke_tokens(self) -> None:

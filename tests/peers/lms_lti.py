@@ -182,7 +182,7 @@ class Launch(LTIAdvantageMessageLaunchAbstract):
         if link is None:
             # The spec's `data` is a string the tool echoes back; the library stores what it is given.
             self.set_dl(deep_link_return_url, title=course.title, accept_types={"ltiResourceLink"},
-                        extra_data=pending.hint)  # type: ignore[arg-type]
+                        extra_data=pending.hint)
             self.set_ags(store.lineitems_url(course))
         else:
             self.set_resource_link_claim(link.resource_link_id, title=link.title)
@@ -195,7 +195,7 @@ class Launch(LTIAdvantageMessageLaunchAbstract):
             self.set_id_token_expiration(-600)
 
     def get_launch_message(self, include_extra_claims: bool = True) -> dict[str, Any]:
-        message = super().get_launch_message(include_extra_claims)
+        message: dict[str, Any] = super().get_launch_message(include_extra_claims)
         if self._pending.tamper == "wrong_audience":
             message.update(aud="another-client", azp="another-client")
         elif self._pending.tamper == "unknown_deployment":
@@ -264,14 +264,14 @@ class ScopedAgs(AssignmentsGradesService):
     def find_lineitem(self, line_item_id: str) -> TLineItem:
         item = self._store.lineitem(self._course, self._key(line_item_id))
         assert item is not None
-        return item  # type: ignore[return-value]
+        return item
 
     def create_lineitem(self, creation_data: TLineItem) -> TLineItem:
-        return self._store.create_lineitem(self._course, self._checked(creation_data))  # type: ignore[return-value]
+        return self._store.create_lineitem(self._course, self._checked(creation_data))
 
     def update_lineitem(self, update_data: TLineItem) -> TLineItem:
         key = self._key(update_data["id"])
-        return self._store.update_lineitem(self._course, key, self._checked(update_data))  # type: ignore[return-value]
+        return self._store.update_lineitem(self._course, key, self._checked(update_data))
 
     def delete_lineitem(self, line_item_id: str) -> None:
         self._store.delete_lineitem(self._course, self._key(line_item_id))

@@ -79,11 +79,12 @@ class MiniTool:
             keys = jwk.KeySet.import_key_set((await client.get(self.facts.jwks_url)).json())
         try:
             claims = jwt.decode(str(form["id_token"]), keys, algorithms=["RS256"]).claims
-            jwt.JWTClaimsRegistry(
-                iss={"essential": True, "value": self.facts.issuer}, aud={"essential": True, "value": self.facts.client_id},
-                exp={"essential": True}, nonce={"essential": True, "value": nonce},
-                **{LTI + "deployment_id": {"essential": True, "value": self.facts.deployment_id}},
-            ).validate(claims)
+            expected: dict[str, Any] = {
+                "iss": {"essential": True, "value": self.facts.issuer},
+                "aud": {"essential": True, "value": self.facts.client_id}, "exp": {"essential": True},
+                "nonce": {"essential": True, "value": nonce},
+                LTI + "deployment_id": {"essential": True, "value": self.facts.deployment_id}}
+            jwt.JWTClaimsRegistry(**expected).validate(claims)
         except (JoseError, ValueError) as error:
             self.refusals.append(f"{type(error).__name__}: {error}")
             return PlainTextResponse("refused", 401)
@@ -252,7 +253,8 @@ def test_nrps_pages_the_roster_through_link_headers(lms: Platform, tool: MiniToo
     lms.nrps_page_size = 2
     auth = {"Authorization": f"Bearer {token(lms, tool, NRPS_SCOPE)}"}
 
-    pages, url = [], f"{lms.issuer}/courses/{course.key}/memberships"
+    pages: list[dict[str, Any]] = []
+    url: str | None = f"{lms.issuer}/courses/{course.key}/memberships"
     while url:
         page = httpx.get(url, headers=auth)
         assert page.headers["content-type"].startswith("application/vnd.ims.lti-nrps.v2.membershipcontainer+json")

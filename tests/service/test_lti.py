@@ -223,3 +223,4 @@ def test_grades_that_count_reach_the_lms_and_one_failure_stops_no_one(lms_class:
         again = {r.status for r in send_link_grades(db, settings, row)}
     scores = {s["userId"]: s["scoreGiven"] for col in c.lms.gradebook(c.course) for s in col.scores}
     assert scores.get(c.people["s1"].sub) == 90.0 and "unchanged" in again
+    assert c.lms.token_requests == 1  # one access token for both sends, not one per score
