@@ -1,4 +1,5 @@
-"""What the web app holds for its lifetime: settings, database, blob store, Celery client."""
+"""What the web app holds for its lifetime: settings, database, blob store, Celery client, and
+the single sign-on provider's client when KG_SSO_ISSUER is set."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -7,6 +8,7 @@ from celery import Celery
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from grader.auth.sso import Provider
 from grader.celery_app import make_celery
 from grader.db import make_engine, make_session_factory
 from grader.settings import Settings
@@ -20,6 +22,7 @@ class AppContext:
     sessions: sessionmaker[Session]
     blobs: BlobStore
     celery: Celery
+    sso: Provider | None = None
 
     @property
     def default_assignment(self) -> str:
@@ -34,4 +37,5 @@ class AppContext:
             sessions=make_session_factory(engine),
             blobs=BlobStore(settings.blob_dir),
             celery=make_celery(settings),
+            sso=Provider(settings.sso, settings.public_url) if settings.sso.enabled else None,
         )

@@ -13,12 +13,20 @@ import re
 import stat
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
-from pydantic_settings import BaseSettings, DotEnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    DotEnvSettingsSource,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+from grader.roles import Role
 
 MiB = 1024 * 1024
 
@@ -166,8 +174,61 @@ class Argon2Settings(BaseModel):
         return self
 
 
+def _text_list(value: Any) -> Any:
+    """A list given as text: a JSON list, or words separated by commas (KG_PASSWORD_LOGIN_ROLES=instructor)."""
+    if not isinstance(value, str):
+        return value or []
+    text = value.strip()
+    if text.startswith("["):
+        return json.loads(text)
+    return [word.strip() for word in text.split(",") if word.strip()]
+
+
+class SsoSettings(BaseModel):
+    """Single sign-on with the university's OpenID Connect provider (grader/auth/sso.py,
+    docs/sso.md), KG_SSO_*: off while issuer is empty. The provider is found through
+    <issuer>/.well-known/openid-configuration; `login_claim` is the claim of its id_token that
+    names the account here at a first sign-in; `domains`, when given, are the only e-mail and
+    login domains let in (exact names, compared case-insensitively); `label` is the login page's
+    button."""
+
+    model_config = ConfigDict(frozen=True)
+
+    issuer: str = ""  # empty: no single sign-on
+    client_id: str = ""
+    client_secret: str = ""  # empty: a public client (PKCE only), for providers that register one so
+    login_claim: str = "preferred_username"
+    domains: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    label: str = "Sign in with your university account"
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.issuer)
+
+    @field_validator("issuer")
+    @classmethod
+    def _issuer_url(cls, value: str) -> str:
+        parts = urlsplit(value.strip())
+        if value and (parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment):
+            raise ValueError(f"KG_SSO_ISSUER {value!r} is not a provider's issuer; give the address its "
+                             "/.well-known/openid-configuration is under, such as https://login.example.edu")
+        return value.strip()
+
+    @field_validator("domains", mode="before")
+    @classmethod
+    def _domain_names(cls, value: Any) -> Any:
+        return [str(name).strip().lstrip("@").lower() for name in _text_list(value)]
+
+    @model_validator(mode="after")
+    def _issuer_needs_a_client(self) -> SsoSettings:
+        if self.issuer and not (self.client_id and self.login_claim.strip()):
+            raise ValueError("KG_SSO_ISSUER is set but KG_SSO_CLIENT_ID (or KG_SSO_LOGIN_CLAIM) is empty: set the "
+                             "client id the provider registered for this service")
+        return self
+
+
 class Settings(BaseSettings):
-    # The groups (build, sandbox, unpack, smtp, throttle, argon2) keep their flat names: KG_BUILD_JOBS is
+    # The groups (build, sandbox, unpack, smtp, throttle, argon2, sso) keep their flat names: KG_BUILD_JOBS is
     # build.jobs, KG_UNPACK_MAX_FILES is unpack.max_files, and one such variable changes only its
     # own field. So no other field's name may start with a group's name and "_".
     model_config = SettingsConfigDict(env_prefix="KG_", env_file=".env", extra="ignore",
@@ -266,6 +327,12 @@ class Settings(BaseSettings):
     password_reset_max_age_s: int = Field(default=24 * 3600, ge=60)
     # The cost of a password hash (Argon2Settings)
     argon2: Argon2Settings = Argon2Settings()
+    # Single sign-on (SsoSettings), and the site roles whose accounts may still log in with a
+    # password here (a JSON list or comma-separated, e.g. "instructor"; by default every role).
+    # An account of another role is refused on the password form and gets no /forgot link;
+    # single sign-on, LMS launches and API tokens are not affected.
+    sso: SsoSettings = SsoSettings()
+    password_login_roles: Annotated[list[Role], NoDecode] = Field(default_factory=lambda: list(Role))
 
     # Roster import (CSV of students): the largest file the page accepts
     roster_max_bytes: int = 1 * MiB
@@ -339,7 +406,7 @@ class Settings(BaseSettings):
 
     @classmethod
     def groups(cls) -> dict[str, type[BaseModel]]:
-        """The grouped fields (build, sandbox, unpack, smtp, throttle, argon2) and their models."""
+        """The grouped fields (build, sandbox, unpack, smtp, throttle, argon2, sso) and their models."""
         return {name: type(field.default) for name, field in cls.model_fields.items()
                 if isinstance(field.default, BaseModel)}
 
@@ -375,6 +442,18 @@ class Settings(BaseSettings):
         if self.gpu_model and "task_queue" not in self.model_fields_set:
             self.task_queue = "gpu-" + re.sub(r"[^a-z0-9]+", "-", self.gpu_model.lower()).strip("-")
         return self
+
+    @model_validator(mode="after")
+    def _sso_needs_the_address(self) -> Settings:
+        if self.sso.enabled and not self.public_url:
+            raise ValueError("KG_SSO_ISSUER is set but KG_PUBLIC_URL is not: the provider sends people back to "
+                             "<KG_PUBLIC_URL>/login/sso/callback, so set the address users reach the service at")
+        return self
+
+    @field_validator("password_login_roles", mode="before")
+    @classmethod
+    def _roles(cls, value: Any) -> Any:
+        return _text_list(value)
 
     @field_validator("public_url")
     @classmethod

@@ -3,7 +3,8 @@
 
 A login names an account case-insensitively, by its login or by the e-mail address the roster
 gave it (find_login). A right password that a course's roster import set is refused while
-another course holds the account too (grader.auth.set_up). The attempt holds the account's
+another course holds the account too (grader.auth.set_up), and so is any password of an
+account whose site role may not use one here (grader.auth.password_roles). The attempt holds the account's
 throttle row while it checks, so that concurrent guesses at one account are checked one after
 the other and each meets the block of those before it.
 """
@@ -16,6 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from grader.auth.audit import Event, Via, record
 from grader.auth.credentials import Principal, authenticate
+from grader.auth.password_roles import PasswordRoles
 from grader.auth.set_up import password_refusal, refused_use
 from grader.auth.throttle import Block, Door, Throttle, account_key, address_key
 from grader.db import session_scope
@@ -51,11 +53,12 @@ class Attempt:
     refused: str | None = None
 
 
-def attempt_login(session: Session, throttle: Throttle, cost: Argon2Settings, typed: str, password: str,
-                  address: str) -> Attempt:
+def attempt_login(session: Session, throttle: Throttle, cost: Argon2Settings, roles: PasswordRoles, typed: str,
+                  password: str, address: str) -> Attempt:
     """Check `password` for the account `typed` names, unless the account or the address is
     blocked; count a failure, forget the account's on success, and record the events (the
-    caller commits)."""
+    caller commits). A right password of a role `roles` refuses is refused only once checked:
+    the answer tells a guesser nothing of the account's role."""
     target = find_login(session, typed)
     account = account_key(Door.login, target.id if target is not None else None, typed)
     keys = [account, address_key(Door.login, address)]
@@ -64,6 +67,10 @@ def attempt_login(session: Session, throttle: Throttle, cost: Argon2Settings, ty
     if block is not None:
         return Attempt(None, block, checked=False)
     user = verify_password(target, password, cost)
+    if user is not None and not roles.allows(user):
+        why = roles.refusal(user)
+        record(session, Event.refused, Via.web, user=user, address=address, detail=f"log in with a password: {why}")
+        return Attempt(None, None, checked=True, refused=why)
     refused = password_refusal(session, user) if user is not None else None
     if user is not None and refused is not None:
         refused_use(session, user, "log in with the first password", refused, address)
@@ -119,9 +126,10 @@ class TokenDoor:
 
 
 def failed(session: Session, throttle: Throttle, event: Event, via: Via, keys: list[str], *,
-           target: User | None, typed: str, address: str) -> Block | None:
-    """Count a failure on `keys` and record it, with each block it began; the longest of those."""
-    record(session, event, via, user=target, login=typed or None, address=address)
+           target: User | None, typed: str, address: str, detail: str = "") -> Block | None:
+    """Count a failure on `keys` and record it (with `detail`), with each block it began; the
+    longest of those."""
+    record(session, event, via, user=target, login=typed or None, address=address, detail=detail)
     started = throttle.failed(session, keys)
     for block, failures in started:
         record(session, Event.locked if block.locked else Event.throttled, via, user=target, login=typed or None,

@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 from grader.auth.audit import Event, Via, record
 from grader.auth.credentials import hash_token
 from grader.auth.logins import failed, find_login
+from grader.auth.password_roles import PasswordRoles
 from grader.auth.sessions import change_password
 from grader.auth.set_up import elsewhere_words, email_refused, link_refusal, refused_use, set_up_course
 from grader.auth.throttle import Block, Door, Throttle, account_key, address_key
@@ -57,15 +58,16 @@ def reset_link(public_url: str, token: str) -> str:
 SELF_SERVICE_INTERVAL = timedelta(minutes=5)
 
 
-def self_service_target(session: Session, user: User | None, address: str) -> User | None:
+def self_service_target(session: Session, user: User | None, roles: PasswordRoles, address: str) -> User | None:
     """The account a reset link asked for on /forgot is e-mailed to: `user` (the account the
-    login typed names, grader.auth.logins.find_login), when it has an e-mail address (which
+    login typed names, grader.auth.logins.find_login), when its site role may log in with a
+    password (`roles`, KG_PASSWORD_LOGIN_ROLES) and it has an e-mail address (which
     only its person, a site administrator or, before its first use, its instructor set:
     grader.auth.ownership) that is not one a course set for an account another course holds
     too (grader.auth.set_up; refused and recorded), and was issued no link in the last
     SELF_SERVICE_INTERVAL; else None. The page answers the same either way, so it tells no one
     whether the login exists."""
-    if user is None or not user.email:
+    if user is None or not user.email or not roles.allows(user):
         return None
     if email_refused(session, user):
         refused_use(session, user, "e-mail a reset link on /forgot", elsewhere_words(user), address)
@@ -85,7 +87,8 @@ class Asked:
     token: str | None = None
 
 
-def ask_for_reset(session: Session, throttle: Throttle, asked: str, address: str, max_age_s: int) -> Asked:
+def ask_for_reset(session: Session, throttle: Throttle, roles: PasswordRoles, asked: str, address: str,
+                  max_age_s: int) -> Asked:
     """A reset link asked for on /forgot by the login (or e-mail) `asked` from `address`: every
     request counts towards the throttle of the account and of the address, a blocked one does
     nothing else; the events are recorded (the caller commits)."""
@@ -95,7 +98,7 @@ def ask_for_reset(session: Session, throttle: Throttle, asked: str, address: str
     if block is not None:
         return Asked(block)
     failed(session, throttle, Event.reset_asked, Via.web, keys, target=account, typed=asked, address=address)
-    target = self_service_target(session, account, address)
+    target = self_service_target(session, account, roles, address)
     if target is None:
         return Asked(None)
     token = issue_reset(session, target, max_age_s)

@@ -2,7 +2,7 @@
 counted per account and per client address, in the database (`login_throttles`, a row per
 key), so every web process sees the same counts.
 
-A key is `<door>:<kind>:<value>`: the door (login, forgot, token), then `account:<id>` (a
+A key is `<door>:<kind>:<value>`: the door (login, forgot, token, sso), then `account:<id>` (a
 known account), `name:<login>` (a login that names no account: counted the same way, so the
 answers tell no one which logins exist) or `address:<ip>`. The first `free` failures of a key
 cost nothing; each further one blocks the key for a wait that doubles from `backoff_s`; the
@@ -34,6 +34,7 @@ class Door(enum.StrEnum):
     login = "login"
     forgot = "forgot"
     token = "token"
+    sso = "sso"  # single sign-on answers that logged nobody in (per address only: grader.pages.sso)
 
 
 @dataclass(frozen=True)

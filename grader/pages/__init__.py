@@ -19,10 +19,12 @@ from grader.pages import (
     roster,
     runs,
     similarity,
+    sso,
     student,
     submit,
 )
 
-routers = [login.router, lti.router, submit.router, runs.router, gradebook.router, roster.router, account.router, accounts.router,
+routers = [login.router, sso.router, lti.router, submit.router, runs.router, gradebook.router, roster.router,
+           account.router, accounts.router,
            courses.router, first_logins.router, ops.router, similarity.router, requests.router, code.router,
            student.router]

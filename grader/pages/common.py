@@ -307,6 +307,18 @@ def page_around(routes: Sequence[BaseRoute], path: str, include_self: bool = Fal
     return "/"
 
 
+LOGIN_REFUSAL = "login_refusal"  # the session's key for why a sign-in logged nobody in
+
+
+def login_refused(request: Request, sentence: str, back: object) -> RedirectResponse:
+    """To the login page, which shows `sentence` (why a single sign-on logged nobody in) once and
+    then goes on to `back`. The sentence travels in the signed session cookie, never in the
+    address, so that a link cannot put words of its own on the page."""
+    request.session[LOGIN_REFUSAL] = sentence
+    target = safe_next(back)
+    return see_other("/login" + (f"?{urlencode({'next': target})}" if target != "/" else ""))
+
+
 def login_path(request: Request, ended: str = "") -> str:
     """The login page, told where to go back to: the page asked for (a GET), or the page of the
     form that was sent (a POST: its address when that answers a GET, else the page around it)."""

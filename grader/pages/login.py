@@ -20,10 +20,11 @@ from grader.auth.password_reset import (
     reset_link,
     usable_reset,
 )
+from grader.auth.password_roles import PasswordRoles
 from grader.auth.sessions import current_user, log_in, log_out
 from grader.auth.throttle import Block, Throttle, account_keys, refusal_words, unlock
 from grader.notify import reset_message, send_reset_link
-from grader.pages.common import LOGIN_NOTICES, Db, csrf_checked, page, safe_next, see_other
+from grader.pages.common import LOGIN_NOTICES, LOGIN_REFUSAL, Db, csrf_checked, page, safe_next, see_other
 from grader.settings import Settings
 
 router = APIRouter(include_in_schema=False)
@@ -35,11 +36,14 @@ INVALID_RESET = "This reset link is not valid: it was used already, it has expir
 def login_form(request: Request, session: Db, back: Annotated[str, Query(alias="next")] = "/",
                ended: str = "") -> Response:
     """The login form; `next` is where it goes once logged in (a path of this site only, see
-    safe_next), `ended` why it is shown (a session that ended: grader.pages.common.login_path)."""
+    safe_next), `ended` why it is shown (a session that ended: grader.pages.common.login_path).
+    A single sign-on that logged nobody in comes back here with its sentence in the session
+    (grader.pages.sso), shown once."""
     if current_user(request, session) is not None:
         return see_other(safe_next(back))
+    refusal = request.session.pop(LOGIN_REFUSAL, None)
     return page(request, "login.html", None, next=safe_next(back), notice=LOGIN_NOTICES.get(ended),
-                forgot=_resets_by_email(get_context(request).settings))
+                error=refusal if isinstance(refusal, str) else None, **_ways_in(get_context(request).settings))
 
 
 @router.post("/login", response_class=HTMLResponse, dependencies=[csrf_checked])
@@ -51,14 +55,14 @@ async def login(request: Request, ctx: Context, session: Db) -> Response:
     form = await request.form()
     username = str(form.get("username", "")).strip()
     back = safe_next(form.get("next"))
-    attempt = attempt_login(session, Throttle(ctx.settings.throttle), ctx.settings.argon2, username,
-                            str(form.get("password", "")), request_address(request))
+    attempt = attempt_login(session, Throttle(ctx.settings.throttle), ctx.settings.argon2,
+                            PasswordRoles.of(ctx.settings), username, str(form.get("password", "")),
+                            request_address(request))
     if attempt.user is None:
         wrong = "Wrong username or password." if attempt.checked else None
         return _answer(request, "login.html", attempt.block, ctx.settings,
                        status.HTTP_403_FORBIDDEN if attempt.refused else status.HTTP_401_UNAUTHORIZED,
-                       error=attempt.refused or wrong, username=username, next=back,
-                       forgot=_resets_by_email(ctx.settings))
+                       error=attempt.refused or wrong, username=username, next=back, **_ways_in(ctx.settings))
     log_in(request, session, attempt.user, ctx.settings.session_max_age_s)
     return see_other(back)
 
@@ -82,6 +86,14 @@ def logout(request: Request, session: Db) -> Response:
     return see_other("/login")
 
 
+def _ways_in(settings: Settings) -> dict[str, Any]:
+    """What the login page offers besides the password form: the single sign-on button (its
+    label; None when there is none), the roles that may not use a password, and /forgot."""
+    return {"sso": settings.sso.label if settings.sso.enabled else None,
+            "no_password": [role.value for role in PasswordRoles.of(settings).refused_roles],
+            "forgot": _resets_by_email(settings)}
+
+
 def _resets_by_email(settings: Settings) -> bool:
     """Whether students may ask for a reset link by e-mail: the service sends mail, and links
     are built on its configured address (never on the request's Host header, which the asker
@@ -91,7 +103,8 @@ def _resets_by_email(settings: Settings) -> bool:
 
 @router.get("/forgot", response_class=HTMLResponse)
 def forgot_form(request: Request, ctx: Context) -> HTMLResponse:
-    return page(request, "forgot.html", None, offered=_resets_by_email(ctx.settings), asked=None)
+    return page(request, "forgot.html", None, offered=_resets_by_email(ctx.settings), asked=None,
+                **_ways_in(ctx.settings))
 
 
 @router.post("/forgot", response_class=HTMLResponse, dependencies=[csrf_checked])
@@ -104,19 +117,20 @@ async def forgot(request: Request, background: BackgroundTasks, ctx: Context, se
     asked = str((await request.form()).get("username", "")).strip()
     offered = _resets_by_email(settings)
     if not (asked and offered):
-        return page(request, "forgot.html", None, offered=offered, asked=asked or None, wait=None)
-    asking = ask_for_reset(session, Throttle(settings.throttle), asked, request_address(request),
-                           settings.password_reset_max_age_s)
+        return page(request, "forgot.html", None, offered=offered, asked=asked or None, wait=None,
+                    **_ways_in(settings))
+    asking = ask_for_reset(session, Throttle(settings.throttle), PasswordRoles.of(settings), asked,
+                           request_address(request), settings.password_reset_max_age_s)
     if asking.block is not None:
         return _answer(request, "forgot.html", asking.block, settings, status.HTTP_200_OK, offered=True, asked=None,
-                       username=asked)
+                       username=asked, **_ways_in(settings))
     if asking.target is not None and asking.target.email and asking.token is not None:
         session.commit()
         link = reset_link(settings.public_url, asking.token)
         background.add_task(send_reset_link, settings.smtp, reset_message(
             settings.smtp.from_, asking.target.email, asking.target.username, link,
             settings.password_reset_max_age_s / 3600))
-    return page(request, "forgot.html", None, offered=True, asked=asked, wait=None)
+    return page(request, "forgot.html", None, offered=True, asked=asked, wait=None, **_ways_in(settings))
 
 
 def _reset_page(request: Request, token: str, status_code: int = 200, **values: Any) -> HTMLResponse:

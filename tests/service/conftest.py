@@ -154,12 +154,18 @@ def client(settings: Settings) -> Iterator[TestClient]:
         yield c
 
 
-@contextmanager
-def served(settings: Settings) -> Iterator[str]:
-    """The real app served by uvicorn in a thread on a free loopback port: its base URL."""
+def free_port() -> int:
+    """A loopback port nothing listens on now."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def served(settings: Settings, port: int | None = None) -> Iterator[str]:
+    """The real app served by uvicorn in a thread on a loopback port (`port`, for settings that
+    name the service's own address; else a free one): its base URL."""
+    port = port or free_port()
     server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -1,5 +1,5 @@
 """The settings' groups: build and sandbox, two of one type (grader.settings.ChildSettings),
-unpack, smtp, throttle and argon2. Each field keeps the KG_* name it had as a flat setting (smtp.from_ is still
+unpack, smtp, throttle, argon2 and sso. Each field keeps the KG_* name it had as a flat setting (smtp.from_ is still
 KG_SMTP_FROM): a deployment's variables still land."""
 from __future__ import annotations
 
@@ -55,14 +55,21 @@ VARIABLES = {
     "KG_ARGON2_TIME_COST": ("argon2", "time_cost", "2", 2),
     "KG_ARGON2_MEMORY_KIB": ("argon2", "memory_kib", "131072", 131072),
     "KG_ARGON2_PARALLELISM": ("argon2", "parallelism", "2", 2),
+    "KG_SSO_ISSUER": ("sso", "issuer", "https://login.example.edu", "https://login.example.edu"),
+    "KG_SSO_CLIENT_ID": ("sso", "client_id", "grader-7", "grader-7"),
+    "KG_SSO_CLIENT_SECRET": ("sso", "client_secret", "s3cret", "s3cret"),
+    "KG_SSO_LOGIN_CLAIM": ("sso", "login_claim", "email", "email"),
+    "KG_SSO_DOMAINS": ("sso", "domains", "Example.edu, @cs.example.edu", ["example.edu", "cs.example.edu"]),
+    "KG_SSO_LABEL": ("sso", "label", "Sign in with Example U", "Sign in with Example U"),
 }
-# Set under every variable tried: KG_SMTP_HOST alone is refused (mail needs a sender).
-BASE = {"KG_SMTP_FROM": "base@example.edu"}
+# Set under every variable tried: KG_SMTP_HOST alone is refused (mail needs a sender), KG_SSO_ISSUER
+# without a client id or the service's address too.
+BASE = {"KG_SMTP_FROM": "base@example.edu", "KG_SSO_CLIENT_ID": "base-client", "KG_PUBLIC_URL": "https://g.example.edu"}
 
 
 def test_every_field_of_the_groups_has_its_variable_here() -> None:
     groups = Settings.groups()
-    assert set(groups) == {"build", "sandbox", "unpack", "smtp", "throttle", "argon2"}
+    assert set(groups) == {"build", "sandbox", "unpack", "smtp", "throttle", "argon2", "sso"}
     assert groups["build"] is BuildSettings and groups["sandbox"] is SandboxSettings
     named = {(group, field) for group, field, _, _ in VARIABLES.values()}
     assert named == {(group, f) for group, model in groups.items() for f in model.model_fields}
@@ -70,7 +77,7 @@ def test_every_field_of_the_groups_has_its_variable_here() -> None:
     assert set(VARIABLES) <= Settings.variable_names()
     assert {"KG_DATA_DIR", "KG_NVCC_TIMEOUT_S"} <= Settings.variable_names()
     assert not {"KG_BUILD", "KG_SANDBOX", "KG_UNPACK", "KG_SMTP", "KG_SMTP_FROM_", "KG_THROTTLE",
-                "KG_ARGON2"} & Settings.variable_names()
+                "KG_ARGON2", "KG_SSO"} & Settings.variable_names()
 
 
 def test_no_other_field_is_named_as_a_groups_field() -> None:
@@ -85,7 +92,8 @@ def test_the_flat_variable_sets_its_field_and_no_other(variable: str, monkeypatc
     for name in VARIABLES:
         monkeypatch.delenv(name, raising=False)
     for name, text in BASE.items():
-        monkeypatch.setenv(name, text)
+        if name != variable:
+            monkeypatch.setenv(name, text)
     default = Settings(_env_file=None)  # type: ignore[call-arg]
     group, field, text, value = VARIABLES[variable]
     monkeypatch.setenv(variable, text)
@@ -108,7 +116,7 @@ def test_variables_in_a_mapping_are_read_as_the_environment_is() -> None:
     assert mail.smtp.port == 587 and mail.unpack.max_files == 12 and mail.unpack.max_depth == 24
 
 
-@pytest.mark.parametrize("group", ["build", "sandbox", "unpack", "smtp", "throttle", "argon2"])
+@pytest.mark.parametrize("group", ["build", "sandbox", "unpack", "smtp", "throttle", "argon2", "sso"])
 def test_the_groups_are_read_only(group: str) -> None:
     field = next(iter(Settings.groups()[group].model_fields))
     with pytest.raises(ValueError, match="frozen"):
