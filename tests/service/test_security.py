@@ -581,10 +581,11 @@ def _web_grade_entry_denied(w: World) -> None:
     assert w.count(GradeAdjustment) == before
 
 
-def _lti_door(method: str, path: str, code: int) -> Check:
-    """An LMS's door: its credential is what it is sent (a registered platform, a signed id_token
-    and its single-use state, a one-time entry link, a signed ticket), never a session of ours;
-    without one it refuses, names no one and changes nothing."""
+def _door(method: str, path: str, code: int) -> Check:
+    """A door whose credential is what it is sent, never a session of ours: an LMS's (a registered
+    platform, a signed id_token and its single-use state, a one-time entry link, a signed ticket)
+    or the single sign-on provider's (its signed answer; with no provider set, the doors are
+    absent). Without one it refuses, names no one and changes nothing."""
     def check(w: World) -> None:
         before = (w.b_runs(), w.count(User), w.count(Submission))
         refused(w.a_web.request(method, path, data={"id_token": "x.y.z", "state": "forged", "ticket": "forged",
@@ -594,18 +595,20 @@ def _lti_door(method: str, path: str, code: int) -> Check:
     return check
 
 
-LTI_DOORS: dict[tuple[str, str], Check] = {
+DOORS: dict[tuple[str, str], Check] = {
     ("GET", "/lti/jwks"): _public("/lti/jwks"),
-    ("GET", "/lti/login"): _lti_door("GET", "/lti/login?iss=https://evil.example&login_hint=b", 400),
-    ("POST", "/lti/login"): _lti_door("POST", "/lti/login", 400),
-    ("POST", "/lti/launch"): _lti_door("POST", "/lti/launch", 403),
-    ("GET", "/lti/enter/{token}"): _lti_door("GET", "/lti/enter/forged", 403),
-    ("POST", "/lti/choose"): _lti_door("POST", "/lti/choose", 403),
+    ("GET", "/lti/login"): _door("GET", "/lti/login?iss=https://evil.example&login_hint=b", 400),
+    ("POST", "/lti/login"): _door("POST", "/lti/login", 400),
+    ("POST", "/lti/launch"): _door("POST", "/lti/launch", 403),
+    ("GET", "/lti/enter/{token}"): _door("GET", "/lti/enter/forged", 403),
+    ("POST", "/lti/choose"): _door("POST", "/lti/choose", 403),
+    ("GET", "/login/sso"): _door("GET", "/login/sso", 404),
+    ("GET", "/login/sso/callback"): _door("GET", "/login/sso/callback?code=forged&state=forged", 404),
 }
 
 ROUTES: dict[tuple[str, str], Check] = {
     **PUBLIC,
-    **LTI_DOORS,
+    **DOORS,
     ("GET", "/api/v1/submissions"): _api_listing,
     ("POST", "/api/v1/submissions"): _api_upload,
     ("GET", "/api/v1/submissions/{submission_id}"): _api_get_denied("/api/v1/submissions/{w.b_submission}", 404),
@@ -762,7 +765,7 @@ def test_strangers_get_nothing(world: World) -> None:
     stranger = TestClient(create_app(world.settings))
     before = (world.b_runs(), world.count(Submission), world.count(ApiToken))
     for method, path in served(world.settings):
-        if (method, path) in PUBLIC or (method, path) in LTI_DOORS or path in ("/login", "/logout"):
+        if (method, path) in PUBLIC or (method, path) in DOORS or path in ("/login", "/logout"):
             continue
         response = stranger.request(method, _concrete(path, world), follow_redirects=False,
                                     files={"file": ("x.zip", small_zip())} if method == "POST" else None)
@@ -777,7 +780,7 @@ def test_strangers_get_nothing(world: World) -> None:
 def test_every_session_form_needs_its_csrf_token(world: World) -> None:
     before = (world.b_runs(), world.count(Submission), world.count(ApiToken), world.count(User))
     posts = [p for m, p in served(world.settings) if m == "POST" and not p.startswith("/api/") and p != "/upload"
-             and ("POST", p) not in LTI_DOORS]  # an LMS's doors carry their own credential
+             and ("POST", p) not in DOORS]  # these doors carry their own credential
     assert "/submit" in posts and "/settings/tokens" in posts
     for path in posts:
         for sent in ({}, {"csrf_token": "forged"}):
