@@ -102,6 +102,23 @@ def test_the_answer_is_the_same_and_nothing_is_sent_where_no_link_is_due(
     assert [_links_issued(sessions, login) for login in (student, staff, no_address)] == [1, 1, 0]
 
 
+def test_no_link_is_mailed_to_a_role_that_logs_in_without_a_password(
+        settings: Settings, sessions: sessionmaker[Session], mailbox: tuple[Mailbox, int]) -> None:
+    """KG_PASSWORD_LOGIN_ROLES=instructor: a student's ask is answered as any other, and issues
+    and mails nothing; an instructor's still gets their link."""
+    smtp = SmtpSettings(host="127.0.0.1", port=mailbox[1], security="none", from_=SENDER)
+    app = create_app(settings.model_copy(update={"smtp": smtp, "public_url": PUBLIC_URL,
+                                                 "password_login_roles": [Role.instructor]}))
+    student_address, staff_address = (f"{who}-{uuid.uuid4().hex[:6]}@uni.example.edu" for who in ("sso", "prof"))
+    student, staff = _account(sessions, student_address), _account(sessions, staff_address, Role.instructor)
+    with TestClient(app) as client:
+        assert "Student accounts have no password here" in client.get("/forgot").text
+        assert _ask(client, student) == _ask(client, staff)
+        assert "/reset/" in mailbox[0].wait_for(staff_address).get_content()
+    assert [_links_issued(sessions, login) for login in (student, staff)] == [0, 1]
+    assert all(student_address not in recipients for recipients, _ in mailbox[0].received)
+
+
 def test_without_mail_the_login_page_sends_students_to_their_staff(
         settings: Settings, sessions: sessionmaker[Session]) -> None:
     assert not settings.smtp.host
