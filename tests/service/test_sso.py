@@ -13,6 +13,7 @@ import base64
 import json
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
@@ -169,7 +170,10 @@ def _token_as(provider: IdentityProvider, client_id: str, secret: str, redirect_
 
 
 def _check(settings: Settings, token: dict[str, Any], nonce: str) -> dict[str, Any]:
-    return asyncio.run(Provider(settings.sso, settings.public_url).check_id_token(token, nonce))
+    # in a thread of its own: a browser test before this one (Playwright's sync API) may have left
+    # an event loop running in this thread, where asyncio.run refuses to start another
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, Provider(settings.sso, settings.public_url).check_id_token(token, nonce)).result()
 
 
 def _refusal(settings: Settings, token: dict[str, Any], nonce: str) -> str:
