@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
+from sqlalchemy.orm import Session
 
 from grader.api.deps import Context
 from grader.auth.audit import Event, Via, record
@@ -66,7 +67,7 @@ async def callback(request: Request, ctx: Context, session: Db) -> Response:
     return see_other(back)
 
 
-def _refuse(request: Request, ctx: AppContext, session: Db, refused: SsoRefused) -> Response:
+def _refuse(request: Request, ctx: AppContext, session: Session, refused: SsoRefused) -> Response:
     """Record the refusal and count it; the login page with its sentence."""
     address = request_address(request)
     failed(session, Throttle(ctx.settings.throttle), Event.login_failed, Via.sso, [address_key(Door.sso, address)],
