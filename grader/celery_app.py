@@ -10,7 +10,8 @@ Queues (names from grader.settings):
   run's kernels into the shared, content-addressed build cache before the run is sent on to the
   run queue (grader.runs.dispatch chains the two).
 - the similarity queue, `similarity_queue`: the service's CPU work off the run queue, similarity
-  reports (grader.similarity.jobs) and roster imports (grader.course.roster_jobs, password hashing).
+  reports (grader.similarity.jobs), roster imports (grader.course.roster_jobs, password hashing)
+  and the LMS's services (grader.lti.tasks: grades sent, rosters read).
 
 Start a worker:  grader worker   (= celery -A grader.celery_app worker -Q <KG_TASK_QUEUE> --concurrency 1)
 """
@@ -43,7 +44,7 @@ def build_queue_of(app: Celery) -> str | None:
 def make_celery(settings: Settings) -> Celery:
     app = Celery("kernelgrade", broker=settings.resolved_broker_url,
                  include=["grader.runs.tasks", "grader.runs.worker_start", "grader.similarity.jobs",
-                          "grader.course.roster_jobs"])
+                          "grader.course.roster_jobs", "grader.lti.tasks"])
     app.conf.update(
         # A task is acknowledged only after it finished; a worker that dies mid-task gets its
         # message redelivered. The run's claim in the database makes redelivery idempotent.

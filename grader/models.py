@@ -622,6 +622,9 @@ class LtiResourceLink(Base):
     title: Mapped[str | None] = mapped_column(String(256))
     assignment_id: Mapped[int | None] = mapped_column(ForeignKey("assignments.id", ondelete="SET NULL"), index=True)
     lineitem_url: Mapped[str | None] = mapped_column(String(1024))
+    # When its grades were last read for sending (grader.lti.passback): a grade event after it
+    # (a run finished, an entry, a choice of run, an extension) sends them again
+    grades_checked_at: Mapped[datetime | None]
 
     context: Mapped[LtiContext] = relationship()
     assignment: Mapped[Assignment | None] = relationship()

@@ -243,9 +243,10 @@ class Settings(BaseSettings):
     # The GPU model runs are graded on (e.g. "H200"): unless KG_TASK_QUEUE is set, the run queue
     # is then named after it ("gpu-h200"), so each model's workers have their own queue.
     gpu_model: str = ""
-    # The service's CPU queue: similarity reports (grader/similarity/jobs.py) and roster imports
-    # (grader/course/roster_jobs.py) are computed by a worker consuming it, kept off the run queue so
-    # they neither wait behind runs nor hold a GPU worker.
+    # The service's CPU queue: similarity reports (grader/similarity/jobs.py), roster imports
+    # (grader/course/roster_jobs.py) and the LMS's services (grader/lti/tasks.py: grades sent, rosters
+    # read) are done by a worker consuming it, kept off the run queue so they neither wait behind
+    # runs nor hold a GPU worker.
     similarity_queue: str = "similarity"
     # A similarity base fetched from a git repository (grader/similarity/fetch.py): only https URLs
     # to these hosts (a JSON list, e.g. ["github.com"]; empty: none, staff upload the starter's

@@ -77,6 +77,7 @@ def upgrade() -> None:
         sa.Column("title", sa.String(256), nullable=True),
         sa.Column("assignment_id", sa.Integer(), sa.ForeignKey("assignments.id", ondelete="SET NULL"), nullable=True),
         sa.Column("lineitem_url", sa.String(1024), nullable=True),
+        sa.Column("grades_checked_at", _utc, nullable=True),
         sa.UniqueConstraint("context_id", "resource_link_id"),
     )
     op.create_index("ix_lti_resource_links_context_id", "lti_resource_links", ["context_id"])

@@ -7,6 +7,10 @@ or the roster tied their identity) gets their final grade posted to the link's l
 when the link has none), with the counted upload's time as the LMS's submission time. A grade
 already sent is not sent again unless asked. Each student's result is kept (lti_grade_sends:
 sent, skipped and why, failed and the LMS's answer) and one failure never stops the others.
+
+When grades change (`links_with_new_grades`: a run finished, a staff entry, a choice of run or an
+extension after the link's grades were last read), the reconciler queues the link's send
+(grader.lti.tasks); staff may also send at once from the course's LMS page.
 """
 from __future__ import annotations
 
@@ -15,19 +19,23 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import httpx
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from grader.lti.services import ServiceError, Services
 from grader.models import (
     Assignment,
+    CountedRun,
     CourseRole,
     Enrollment,
+    Extension,
     ExternalIdentity,
+    GradeAdjustment,
     LtiContext,
     LtiGradeSend,
     LtiPlatform,
     LtiResourceLink,
+    Run,
     Submission,
     utcnow,
 )
@@ -115,3 +123,33 @@ def send_link_grades(db: Session, settings: Settings, link: LtiResourceLink, res
 
 def links_of(db: Session, assignment_id: int) -> list[LtiResourceLink]:
     return list(db.scalars(select(LtiResourceLink).where(LtiResourceLink.assignment_id == assignment_id)))
+
+
+def newest_grade_event(db: Session, assignment_id: int) -> datetime | None:
+    """When the assignment's grades last changed: the newest run to finish, staff entry, choice
+    of the run that counts or extension."""
+    stamps = (
+        select(func.max(Run.finished_at)).join(Submission, Submission.id == Run.submission_id)
+        .where(Submission.assignment_id == assignment_id),
+        select(func.max(GradeAdjustment.created_at)).where(GradeAdjustment.assignment_id == assignment_id),
+        select(func.max(CountedRun.created_at)).where(CountedRun.assignment_id == assignment_id),
+        select(func.max(Extension.granted_at)).where(Extension.assignment_id == assignment_id),
+    )
+    found = [value for value in (db.scalar(stamp) for stamp in stamps) if value is not None]
+    return max(found) if found else None
+
+
+def links_with_new_grades(db: Session) -> list[LtiResourceLink]:
+    """Links whose assignment's grades changed since they were last read for sending."""
+    links = db.scalars(select(LtiResourceLink).where(LtiResourceLink.assignment_id.is_not(None))
+                       .order_by(LtiResourceLink.id)).all()
+    newest: dict[int, datetime | None] = {}
+    changed = []
+    for link in links:
+        assert link.assignment_id is not None
+        if link.assignment_id not in newest:
+            newest[link.assignment_id] = newest_grade_event(db, link.assignment_id)
+        stamp = newest[link.assignment_id]
+        if stamp is not None and (link.grades_checked_at is None or stamp > link.grades_checked_at):
+            changed.append(link)
+    return changed

@@ -12,6 +12,7 @@ from grader.pages import (
     courses,
     first_logins,
     gradebook,
+    lms,
     login,
     lti,
     ops,
@@ -24,7 +25,7 @@ from grader.pages import (
     submit,
 )
 
-routers = [login.router, sso.router, lti.router, submit.router, runs.router, gradebook.router, roster.router,
+routers = [login.router, sso.router, lti.router, lms.router, submit.router, runs.router, gradebook.router, roster.router,
            account.router, accounts.router,
            courses.router, first_logins.router, ops.router, similarity.router, requests.router, code.router,
            student.router]

@@ -11,6 +11,7 @@ opens kernelgrade in its own window (grader.lti.entry); elsewhere the launch log
 """
 from __future__ import annotations
 
+import logging
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
@@ -28,11 +29,13 @@ from grader.lti.entry import issue_entry, redeem_entry
 from grader.lti.keys import public_key_set
 from grader.lti.launch import STATE_LIFETIME, Launch, LaunchRefused, begin_login, check_launch
 from grader.lti.links import NoContext, choosable_assignments, context_of, link_of, open_assignment
-from grader.lti.people import person_of, take_part
+from grader.lti.people import Member, person_of, take_part
+from grader.lti.tasks import queue_roster_sync
 from grader.models import Course, CourseRole, LtiContext, LtiPlatform, LtiResourceLink, User
 from grader.pages.common import Db, error_page, page, see_other, templates
 
 router = APIRouter(include_in_schema=False)
+log = logging.getLogger(__name__)
 LAUNCH_PATH, LOGIN_PATH = "/lti/launch", "/lti/login"
 CROSS_SITE_POSTS = (LAUNCH_PATH, LOGIN_PATH)  # the platform posts these: grader.security.SameOriginForms lets them in
 TICKET_MAX_AGE_S = int(STATE_LIFETIME.total_seconds())
@@ -82,12 +85,16 @@ async def launch(request: Request, session: Db) -> Response:
                                 "gives no access to kernelgrade: instructors, teaching assistants and students have it.")
         context = context_of(session, checked)
         course = session.get(Course, context.course_id) if context.course_id is not None else None
-        user = person_of(session, checked, course, role)
+        member = Member.of_launch(checked)
+        user = person_of(session, checked.platform, member, course, role)
+        user.note_first_login()
     except (LaunchRefused, NoContext, IdentityRefused) as exc:
         session.commit()  # the state stays used and the refusal audited
         return _refused(request, str(exc))
     if course is not None:
-        take_part(session, checked, user, course, role)
+        take_part(session, member, user, course, role)
+        if role is CourseRole.instructor and context.memberships_url:
+            _read_roster(request, context)
     link = link_of(session, checked, context)
     if checked.message_type == c.DEEP_LINKING_REQUEST or (link is not None and link.assignment_id is None):
         if role is not CourseRole.instructor:
@@ -96,6 +103,16 @@ async def launch(request: Request, session: Db) -> Response:
         return _chooser(request, session, checked, context, link, user)
     assert link is not None and link.assignment is not None
     return _enter(request, session, checked, user, _target(link, role))
+
+
+def _read_roster(request: Request, context: LtiContext) -> None:
+    """Queue the LMS course's roster read (an instructor's launch, a course just linked); a broker
+    that is down only delays it to the next instructor launch or the LMS page's button."""
+    ctx = get_context(request)
+    try:
+        queue_roster_sync(ctx.celery, ctx.settings, context.id)
+    except Exception as exc:  # kombu raises OperationalError and friends
+        log.warning("could not queue the roster read of LMS course %s: %s", context.id, exc)
 
 
 def _target(link: LtiResourceLink, role: CourseRole) -> str:
@@ -154,10 +171,14 @@ async def choose(request: Request, session: Db) -> Response:
     user, context = session.get(User, ticket["user"]), session.get(LtiContext, ticket["context"])
     if user is None or context is None:
         return _refused(request, "This choice's LMS course or person is gone: open the link in your LMS again.")
+    linked = context.course_id is not None
     try:
         assignment = open_assignment(session, context, str(form.get("assignment", "")), user)
     except ValueError as exc:
         return _refused(request, str(exc), 400)
+    if not linked and context.memberships_url:
+        session.commit()  # the course the roster fills exists before the worker reads it
+        _read_roster(request, context)
     platform = session.get(LtiPlatform, context.platform_id)
     assert platform is not None
     if ticket["return"]:  # deep linking: the LMS makes the link

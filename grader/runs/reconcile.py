@@ -4,6 +4,7 @@ Covers a broker that was down at upload (queued, never sent), a message the brok
 Redis restart or flush: queued, sent, but no longer in the broker), and a worker that died
 mid-run (active, heartbeat stale: put back to queued first).
 Sending twice is harmless: the run's claim lets only one worker grade it.
+Each pass also queues the LMS grade sends of links whose grades changed (grader.lti.tasks).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.db import session_scope
+from grader.lti.tasks import queue_grade_sends
 from grader.models import ACTIVE_STATES, Run, RunState, utcnow
 from grader.runs.dispatch import held_runs, send_run
 from grader.runs.fairshare import dispatchable
@@ -29,6 +31,7 @@ class ReconcileReport:
     resent: list[int] = field(default_factory=list)
     unreachable: list[int] = field(default_factory=list)
     lost: list[int] = field(default_factory=list)  # sent, but the broker no longer held them
+    grade_sends: list[int] = field(default_factory=list)  # LMS links whose changed grades were queued
 
 
 def forgotten_runs(session: Session, settings: Settings) -> list[int]:
@@ -90,4 +93,9 @@ def reconcile(settings: Settings, sessions: sessionmaker[Session], celery: Celer
         else:
             report.unreachable.append(run_id)
             break  # broker down: the rest would fail the same way
+    if not report.unreachable:
+        try:
+            report.grade_sends = queue_grade_sends(celery, settings, sessions)
+        except Exception as exc:  # kombu raises OperationalError and friends: the next pass tries again
+            log.warning("could not queue the LMS grade sends: %s", exc)
     return report

@@ -8,21 +8,24 @@ no access)."""
 from __future__ import annotations
 
 import re
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import httpx
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.auth.audit import Via
 from grader.auth.identities import Identity, IdentityRefused, tie
+from grader.celery_app import make_celery
 from grader.course.adjustments import MANUAL, add_entry
 from grader.db import session_scope
 from grader.lti.passback import links_of, send_link_grades
 from grader.lti.registry import add_platform
+from grader.lti.roster_sync import sync_roster
 from grader.models import (
     Assignment,
     AuditEvent,
@@ -34,13 +37,14 @@ from grader.models import (
     Role,
     User,
 )
+from grader.runs.reconcile import reconcile
 from grader.settings import Settings
 from tests.peers.fixtures import form_browser, lms  # noqa: F401
 from tests.peers.form_browser import Form, FormBrowser
 from tests.peers.lms import INSTRUCTOR, LEARNER, TEACHING_ASSISTANT, TEST_STUDENT, Link, Platform
 from tests.peers.lms import Course as LmsCourse
 from tests.peers.lms import User as LmsUser
-from tests.service.conftest import served, sessions, settings, settings_env  # noqa: F401
+from tests.service.conftest import WorkerProcess, served, sessions, settings, settings_env, worker  # noqa: F401
 
 MENTOR = "http://purl.imsglobal.org/vocab/lis/v2/membership#Mentor"
 
@@ -224,3 +228,104 @@ def test_grades_that_count_reach_the_lms_and_one_failure_stops_no_one(lms_class:
     scores = {s["userId"]: s["scoreGiven"] for col in c.lms.gradebook(c.course) for s in col.scores}
     assert scores.get(c.people["s1"].sub) == 90.0 and "unchanged" in again
     assert c.lms.token_requests == 1  # one access token for both sends, not one per score
+
+
+def _course_of(db: Session, c: Class) -> Course:
+    context = db.scalar(select(LtiContext).where(LtiContext.context_id == c.course.context_id))
+    assert context is not None and context.course_id is not None
+    course = db.get(Course, context.course_id)
+    assert course is not None
+    return course
+
+
+def _enrolled(db: Session, c: Class) -> dict[str, tuple[CourseRole, bool]]:
+    """name -> (role, dropped) in the kernelgrade course of the LMS course."""
+    course = _course_of(db, c)
+    return {u.full_name or u.username: (e.role, e.dropped_at is not None) for e, u in db.execute(
+        select(Enrollment, User).join(User, User.id == Enrollment.user_id).where(Enrollment.course_id == course.id))}
+
+
+def test_the_roster_enrolls_who_never_launched_and_marks_the_dropped(lms_class: Class, tool: str, settings: Settings,  # noqa: F811
+                                                                      sessions: sessionmaker[Session]) -> None:  # noqa: F811
+    c = lms_class
+    c.lms.nrps_page_size = 2  # the roster comes in pages: every page is read
+    _deep_link(c, tool)  # only the instructor has launched
+    with session_scope(sessions) as db:
+        context = db.scalar(select(LtiContext).where(LtiContext.context_id == c.course.context_id))
+        assert context is not None
+        first = sync_roster(db, settings, context)
+    # four enrolled, and the instructor's enrollment (made with the course) given the LMS's name and e-mail
+    assert len(first.enrolled) == 5 and first.dropped == [] and first.refused == [], first
+    with session_scope(sessions) as db:
+        assert _enrolled(db, c) == {"Instructor Person": (CourseRole.instructor, False),
+                                    "Ta Person": (CourseRole.ta, False), "S1 Person": (CourseRole.student, False),
+                                    "S2 Person": (CourseRole.student, False), "S3 Person": (CourseRole.student, False)}
+    c.lms.drop(c.course, c.people["s3"])
+    with session_scope(sessions) as db:
+        context = db.scalar(select(LtiContext).where(LtiContext.context_id == c.course.context_id))
+        assert context is not None
+        second = sync_roster(db, settings, context)
+        assert second.kept == 4 and len(second.dropped) == 1 and not second.enrolled, second
+        assert _enrolled(db, c)["S3 Person"] == (CourseRole.student, True)
+    # a student whom the roster enrolled launches later: the same account, no second one
+    _launch(c, "s1", c.lms.add_link(c.course, "later", "Later", with_lineitem=False))[0].close()
+    with session_scope(sessions) as db:
+        assert db.scalar(select(func.count()).select_from(ExternalIdentity)
+                         .where(ExternalIdentity.issuer == c.lms.issuer, ExternalIdentity.subject == c.people["s1"].sub)) == 1
+
+
+def test_changed_grades_go_to_the_lms_by_themselves_and_the_course_page_shows_each(
+        lms_class: Class, tool: str, settings: Settings, sessions: sessionmaker[Session],  # noqa: F811
+        worker: WorkerProcess) -> None:  # noqa: F811
+    """A manual grade is a change: the reconciler's next pass queues the link and the CPU worker
+    sends it (a real Celery worker); a pass with no change queues nothing; the course's LMS page
+    lists each student's result, and its button sends again."""
+    c = lms_class
+    link = _deep_link(c, tool)
+    instructor, _ = _launch(c, "instructor", link)
+    for who in ("s1", "s2"):
+        _launch(c, who, link)[0].close()
+    celery = make_celery(settings)
+    with session_scope(sessions) as db:
+        reconcile(settings, sessions, celery)  # whatever earlier tests left is queued now
+        assignment = db.scalar(select(Assignment).where(Assignment.slug == c.assignment))
+        staff = db.scalar(select(User).join(ExternalIdentity, ExternalIdentity.user_id == User.id)
+                          .where(ExternalIdentity.issuer == c.lms.issuer, User.full_name == "Instructor Person"))
+        student = db.scalar(select(User).join(ExternalIdentity, ExternalIdentity.user_id == User.id)
+                            .where(ExternalIdentity.issuer == c.lms.issuer, User.full_name == "S1 Person"))
+        assert assignment is not None and staff is not None and student is not None
+        add_entry(db, assignment, student, staff, MANUAL, "88", "graded by hand")
+        course_slug = _course_of(db, c).slug
+    report = reconcile(settings, sessions, celery)
+    with session_scope(sessions) as db:
+        (row,) = links_of(db, assignment_id(db, c.assignment))
+        assert row.id in report.grade_sends
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and not _score_of(c, "s1"):
+        time.sleep(0.5)
+    assert _score_of(c, "s1") == 88.0, worker.log()
+    assert row.id not in reconcile(settings, sessions, celery).grade_sends  # nothing changed since
+    page = instructor.client.get(f"{tool}/courses/{course_slug}/lms")
+    assert page.status_code == 200 and 'class="send-sent"' in page.text and "never launched" not in page.text
+    assert "no grade yet" in page.text  # s2 has none: skipped, and said why
+    token = re.search(r'name="csrf_token" value="([^"]+)"', page.text)
+    assert token
+    sent = instructor.client.post(f"{tool}/courses/{course_slug}/lms/grades",
+                                  data={"csrf_token": token.group(1), "link": str(row.id), "resend": "1"},
+                                  follow_redirects=False)
+    assert sent.status_code == 303 and sent.headers["location"].endswith("?queued=grades")
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and len(_scores_of(c, "s1")) < 2:
+        time.sleep(0.5)
+    assert len(_scores_of(c, "s1")) == 2, worker.log()  # every grade again, as asked
+    instructor.close()
+
+
+def _scores_of(c: Class, who: str) -> list[float]:
+    return [s["scoreGiven"] for col in c.lms.gradebook(c.course) for s in col.scores
+            if s["userId"] == c.people[who].sub]
+
+
+def _score_of(c: Class, who: str) -> float | None:
+    scores = _scores_of(c, who)
+    return scores[-1] if scores else None

@@ -232,6 +232,10 @@ STAFF_ROUTES: dict[tuple[str, str], Rule] = {
     ("POST", "/courses/{course}/assignments"): Rule(INSTRUCTOR, post(C + "/assignments", assignment="no-such"), 400,
                                                     "There is no assignment no-such"),
     ("GET", "/courses/{course}/members"): Rule(INSTRUCTOR, get(C + "/members")),
+    ("GET", "/courses/{course}/lms"): Rule(STAFF, get(C + "/lms")),
+    # no such LMS link or course here: the instructor's request reaches the lookup (404), nothing is queued
+    ("POST", "/courses/{course}/lms/grades"): Rule(INSTRUCTOR, post(C + "/lms/grades", link="999999"), 404),
+    ("POST", "/courses/{course}/lms/roster"): Rule(INSTRUCTOR, post(C + "/lms/roster", context="999999"), 404),
     ("POST", "/courses/{course}/members"): Rule(INSTRUCTOR, post(C + "/members", username="{w.logins[student]}",
                                                                  part="student"), 303),
     ("GET", "/courses/{course}/members/{username}/remove"): Rule(INSTRUCTOR,

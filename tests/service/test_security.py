@@ -718,6 +718,9 @@ ROUTES: dict[tuple[str, str], Check] = {
     ("POST", "/assignments/{slug}/extensions/{username}/remove"): _ops_post_denied(
         "/assignments/hw4/extensions/{w.b_name}/remove", {}),
     ("GET", "/courses/{course}/members"): _web_get_denied(f"/courses/{COURSE}/members", 403, owner="staff"),
+    ("GET", "/courses/{course}/lms"): _web_get_denied(f"/courses/{COURSE}/lms", 403, owner="staff"),
+    ("POST", "/courses/{course}/lms/grades"): _ops_post_denied(f"/courses/{COURSE}/lms/grades", {"link": "1"}),
+    ("POST", "/courses/{course}/lms/roster"): _ops_post_denied(f"/courses/{COURSE}/lms/roster", {"context": "1"}),
     ("POST", "/courses/{course}/members"): _ops_post_denied(
         f"/courses/{COURSE}/members", {"username": "{w.a_name}", "part": "instructor"}),
     ("GET", "/courses/{course}/members/{username}/remove"):

@@ -1,7 +1,7 @@
 """Import direction: no module under worker/ imports grader, at any depth
 (a function's body, a TYPE_CHECKING block), read from the source with ast so that nothing is
-executed and a lazy import is seen too; and grader/auth/, grader/course/, grader/storage/ and
-grader/reads/ never import the web face; a page module imports no other page family."""
+executed and a lazy import is seen too; and grader/auth/, grader/course/, grader/storage/,
+grader/reads/ and grader/lti/ never import the web face; a page module imports no other page family."""
 from __future__ import annotations
 
 import ast
@@ -49,11 +49,11 @@ def test_no_module_under_worker_imports_the_service() -> None:
 def test_the_course_rules_auth_storage_and_reads_import_no_web_module() -> None:
     web = ("grader.pages", "grader.api", "grader.app")
     found = {(path.relative_to(ROOT).as_posix(), module)
-             for package in ("auth", "course", "storage", "reads")
+             for package in ("auth", "course", "storage", "reads", "lti")
              for path in sorted((ROOT / "grader" / package).rglob("*.py"))
              for module in service_imports(path.read_text())
              if any(module == w or module.startswith(w + ".") for w in web)}
-    assert found == set(), "grader/auth, course, storage and reads are used by the web face, never the other way"
+    assert found == set(), "grader/auth, course, storage, reads and lti are used by the web face, never the other way"
 
 
 # What a page module may import of grader/pages/: what the pages share, never another page family.
