@@ -1,17 +1,31 @@
-"""A course's LMS page (/courses/{course}/lms): the LMS courses and links that open it (grader.lti),
-each link's grades as last sent to the LMS gradebook, student by student, and the instructor's
-two buttons: send grades now, read the roster now. Both queue the work for the service's CPU
-worker (grader.lti.tasks); the page shows the outcome once it has run."""
+"""The LMS pages. A course's (/courses/{course}/lms): the LMS courses and links that open it
+(grader.lti), each link's grades as last sent to the LMS gradebook, student by student, and the
+instructor's two buttons: send grades now, read the roster now. Both queue the work for the
+service's CPU worker (grader.lti.tasks); the page shows the outcome once it has run. The site
+administrators' (/ops/lti): the registered platforms (made with `grader lti add-platform`) and
+the tool's own addresses and keys, which an LMS admin enters."""
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 from sqlalchemy import select
 
+from grader.lti.keys import public_key_set
 from grader.lti.overview import course_lms
+from grader.lti.registry import platforms
 from grader.lti.tasks import queue_roster_sync, queue_send
 from grader.models import LtiContext, LtiResourceLink
-from grader.pages.common import CourseInstructorForm, CourseStaff, Db, absent, get_context, page, see_other
+from grader.pages.common import (
+    CourseInstructorForm,
+    CourseStaff,
+    Db,
+    Viewer,
+    absent,
+    forbidden,
+    get_context,
+    page,
+    see_other,
+)
 
 router = APIRouter(include_in_schema=False)
 NOTICES = {"grades": "Grades are being sent: reload in a minute to see each student's result.",
@@ -22,6 +36,16 @@ NOTICES = {"grades": "Grades are being sent: reload in a minute to see each stud
 def lms_page(request: Request, session: Db, staff: CourseStaff) -> Response:
     return page(request, "course_lms.html", staff.user, course=staff.course, role=staff.role,
                 contexts=course_lms(session, staff.course.id), notice=NOTICES.get(request.query_params.get("queued", "")))
+
+
+@router.get("/ops/lti", response_class=HTMLResponse)
+def registrations(request: Request, session: Db, user: Viewer) -> Response:
+    if not user.site_admin:
+        raise forbidden("Only a site administrator sees the LMS registrations (`grader user admin` names them).")
+    settings = get_context(request).settings
+    base = settings.public_url.rstrip("/") or str(request.base_url).rstrip("/")
+    return page(request, "ops_lti.html", user, platforms=platforms(session), base=base,
+                keys=[k["kid"] for k in public_key_set(settings)["keys"]])
 
 
 @router.post("/courses/{course}/lms/grades")

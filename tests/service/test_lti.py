@@ -329,3 +329,21 @@ def _scores_of(c: Class, who: str) -> list[float]:
 def _score_of(c: Class, who: str) -> float | None:
     scores = _scores_of(c, who)
     return scores[-1] if scores else None
+
+
+def test_site_administrators_see_the_registrations_and_the_tools_addresses(lms_class: Class, tool: str,
+                                                                            sessions: sessionmaker[Session]) -> None:  # noqa: F811
+    c = lms_class
+    link = _deep_link(c, tool)
+    instructor, _ = _launch(c, "instructor", link)
+    refused = instructor.client.get(f"{tool}/ops/lti")
+    assert refused.status_code == 403 and "Only a site administrator" in refused.text
+    with session_scope(sessions) as db:
+        person = db.scalar(select(User).join(ExternalIdentity, ExternalIdentity.user_id == User.id)
+                           .where(ExternalIdentity.issuer == c.lms.issuer, User.full_name == "Instructor Person"))
+        assert person is not None
+        person.site_admin = True
+    shown = instructor.client.get(f"{tool}/ops/lti")
+    assert shown.status_code == 200 and c.lms.issuer in shown.text and f"{tool}/lti/launch" in shown.text
+    assert c.lms.registered()[0].deployment_id in shown.text
+    instructor.close()

@@ -157,6 +157,7 @@ NOT_STAFF = {
     ("GET", "/settings/account"): "own account", ("POST", "/settings/account/email"): "own account",
     ("POST", "/settings/account/staff-mail"): "own account",
     ("GET", "/accounts"): "site administrators only (test_account_ownership.py)",
+    ("GET", "/ops/lti"): "site administrators only (test_lti.py)",
     ("GET", "/accounts/{username}"): "site administrators only (test_account_ownership.py)",
     ("POST", "/accounts/{username}/email"): "site administrators only (test_account_ownership.py)",
     ("POST", "/accounts/{username}/reset-link"): "site administrators only (test_account_ownership.py)",

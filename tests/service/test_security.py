@@ -681,6 +681,7 @@ ROUTES: dict[tuple[str, str], Check] = {
     ("POST", "/settings/account/email"): _own_email,
     ("POST", "/settings/account/staff-mail"): _own_staff_mail,
     ("GET", "/accounts"): _admin_page_denied("/accounts?login={w.b_name}"),
+    ("GET", "/ops/lti"): _admin_page_denied("/ops/lti"),
     ("GET", "/accounts/{username}"): _admin_page_denied("/accounts/{w.b_name}"),
     ("POST", "/accounts/{username}/email"): _admin_page_denied("/accounts/{w.b_name}/email",
                                                                {"email": "a@attacker.example"}),
