@@ -197,11 +197,13 @@ def test_grades_that_count_reach_the_lms_and_one_failure_stops_no_one(lms_class:
                                                                      sessions: sessionmaker[Session]) -> None:  # noqa: F811
     c = lms_class
     link = _deep_link(c, tool)
-    for who in ("instructor", "ta", "s1", "s2", "s3", "test"):
+    instructor, _ = _launch(c, "instructor", link)
+    for who in ("ta", "s1", "s2", "s3", "test"):
         _launch(c, who, link)[0].close()
     with session_scope(sessions) as db:
         assignment = db.scalar(select(Assignment).where(Assignment.slug == c.assignment))
         assert assignment is not None
+        course_slug = _course_of(db, c).slug
         staff = db.scalar(select(User).where(User.full_name == "Instructor Person")
                           .join(ExternalIdentity, ExternalIdentity.user_id == User.id)
                           .where(ExternalIdentity.issuer == c.lms.issuer))
@@ -216,6 +218,10 @@ def test_grades_that_count_reach_the_lms_and_one_failure_stops_no_one(lms_class:
         results = {r.username: r for r in send_link_grades(db, settings, row)}
     by_name = {r.status for r in results.values()}
     assert "failed" in by_name and "sent" in by_name, results
+    shown = instructor.client.get(f"{tool}/courses/{course_slug}/lms").text  # the course's page says why
+    failed_row = shown.split('class="send-failed"', 1)[1].split("</tr>", 1)[0]
+    assert "S1 Person" in failed_row and "503" in failed_row, failed_row
+    instructor.close()
     columns = c.lms.gradebook(c.course)
     scores = {s["userId"]: s["scoreGiven"] for col in columns for s in col.scores}
     assert scores.get(c.people["s2"].sub) == 75.5, columns
