@@ -27,18 +27,23 @@ CHROMIUM_ARGS = [
 ]
 
 
-@pytest.fixture(scope="session")
-def browser() -> Iterator[Browser]:
+def chromium(*extra_args: str) -> Iterator[Browser]:
+    """Debian's Chromium, headless, with CHROMIUM_ARGS and `extra_args` (skips where it is missing)."""
     path = CHROMIUM if os.path.exists(CHROMIUM) else shutil.which("chromium")
     if not path:
         pytest.skip(f"no Chromium at {CHROMIUM} (install Debian's `chromium` package)")
     with sync_playwright() as pw:
         try:
-            b = pw.chromium.launch(executable_path=path, headless=True, args=CHROMIUM_ARGS)
+            b = pw.chromium.launch(executable_path=path, headless=True, args=[*CHROMIUM_ARGS, *extra_args])
         except PlaywrightError as exc:
             pytest.skip(f"Chromium did not start: {str(exc).splitlines()[0]}")
         yield b
         b.close()
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    yield from chromium()
 
 
 @pytest.fixture(scope="session")

@@ -7,38 +7,27 @@ logs the person in directly; a link opened in the LMS's frame shows the tool's p
 logged in, on the link's assignment."""
 from __future__ import annotations
 
-import os
-import shutil
 import uuid
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, expect
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.db import session_scope
-from grader.lti.registry import add_platform
-from grader.models import Assignment
-from tests.browser.conftest import CHROMIUM, CHROMIUM_ARGS
+from tests.browser.conftest import chromium
 from tests.peers.fixtures import lms  # noqa: F401
 from tests.peers.form_browser import Form, FormBrowser
 from tests.peers.lms import INSTRUCTOR, LEARNER, Link, Platform
 from tests.peers.lms import User as LmsUser
+from tests.service.test_lti import register
 
 BLOCK_THIRD_PARTY_COOKIES = "--test-third-party-cookie-phaseout"
 
 
 @pytest.fixture(scope="module")
 def blocking_browser() -> Iterator[Browser]:
-    path = CHROMIUM if os.path.exists(CHROMIUM) else shutil.which("chromium")
-    if not path:
-        pytest.skip(f"no Chromium at {CHROMIUM}")
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=path, headless=True,
-                                     args=[*CHROMIUM_ARGS, BLOCK_THIRD_PARTY_COOKIES])
-        yield browser
-        browser.close()
+    yield from chromium(BLOCK_THIRD_PARTY_COOKIES)
 
 
 @pytest.fixture
@@ -46,13 +35,8 @@ def linked(lms: Platform, base_url: str, sessions: sessionmaker[Session]) -> tup
     """The LMS registered with the tool at `localhost`, a course whose instructor deep-linked a
     new assignment, and one of its students."""
     tool = base_url.replace("127.0.0.1", "localhost")
-    facts = lms.register_tool(tool)
     tag = uuid.uuid4().hex[:8]
-    with session_scope(sessions) as db:
-        add_platform(db, name="TestLMS", issuer=facts.issuer, client_id=facts.client_id,
-                     auth_login_url=facts.auth_login_url, auth_token_url=facts.auth_token_url, jwks_url=facts.jwks_url,
-                     deployment_ids=[facts.deployment_id], allow_http=True)
-        db.add(Assignment(slug=f"frame-{tag}", title=f"Framed {tag}", total_points=100.0))
+    register(lms, tool, sessions, f"frame-{tag}")
     course = lms.add_course(f"ctx-{tag}", f"Frames {tag}")
     teacher = lms.add_user(f"t-{tag}", "Tess Teacher", f"t-{tag}@uni.example", "Tess", "Teacher")
     student = lms.add_user(f"s-{tag}", "Sam Framed", f"s-{tag}@uni.example", "Sam", "Framed")

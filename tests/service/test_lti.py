@@ -65,15 +65,21 @@ class Class:
     people: dict[str, LmsUser]
 
 
-@pytest.fixture
-def lms_class(lms: Platform, tool: str, sessions: sessionmaker[Session]) -> Class:  # noqa: F811
+def register(lms: Platform, tool: str, sessions: sessionmaker[Session], slug: str) -> None:  # noqa: F811
+    """The tool at `tool` registered in the LMS and the LMS in the tool (what both admins enter),
+    and a new assignment `slug` that no course holds yet (free to link)."""
     facts = lms.register_tool(tool)
-    tag = uuid.uuid4().hex[:8]
     with session_scope(sessions) as db:
         add_platform(db, name="TestLMS", issuer=facts.issuer, client_id=facts.client_id,
                      auth_login_url=facts.auth_login_url, auth_token_url=facts.auth_token_url, jwks_url=facts.jwks_url,
                      deployment_ids=[facts.deployment_id], allow_http=True)
-        db.add(Assignment(slug=f"lti-{tag}", title=f"Kernels {tag}", total_points=100.0))
+        db.add(Assignment(slug=slug, title=f"Kernels {slug}", total_points=100.0))
+
+
+@pytest.fixture
+def lms_class(lms: Platform, tool: str, sessions: sessionmaker[Session]) -> Class:  # noqa: F811
+    tag = uuid.uuid4().hex[:8]
+    register(lms, tool, sessions, f"lti-{tag}")
     course = lms.add_course(f"ctx-{tag}", f"Systems {tag}")
     people: dict[str, LmsUser] = {}
     for key, roles in (("instructor", INSTRUCTOR), ("ta", TEACHING_ASSISTANT), ("s1", LEARNER), ("s2", LEARNER),
