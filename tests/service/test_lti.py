@@ -7,9 +7,11 @@ another launch, a stranger's signature, an identity tied to another account, a r
 no access)."""
 from __future__ import annotations
 
+import io
 import re
 import time
 import uuid
+import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -35,6 +37,7 @@ from grader.models import (
     ExternalIdentity,
     LtiContext,
     Role,
+    Submission,
     User,
 )
 from grader.runs.reconcile import reconcile
@@ -359,3 +362,31 @@ def test_site_administrators_see_the_registrations_and_the_tools_addresses(lms_c
     assert shown.status_code == 200 and c.lms.issuer in shown.text and f"{tool}/lti/launch" in shown.text
     assert c.lms.registered()[0].deployment_id in shown.text
     instructor.close()
+
+
+def test_a_student_launched_from_the_lms_uploads_as_themselves(lms_class: Class, tool: str,
+                                                               sessions: sessionmaker[Session]) -> None:  # noqa: F811
+    """The launch's session is a login like any other: the upload form takes the student's zip
+    and stores it as theirs (grading paused here: the assignment of these tests has no rubric)."""
+    c = lms_class
+    link = _deep_link(c, tool)
+    with session_scope(sessions) as db:
+        assignment = db.scalar(select(Assignment).where(Assignment.slug == c.assignment))
+        assert assignment is not None
+        assignment.grading_paused = True
+    student, landed = _launch(c, "s1", link)
+    token = re.search(r'name="csrf_token" value="([^"]+)"', landed.text)
+    assert token, landed.text[-500:]
+    archive = io.BytesIO()
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr("llmsys_hw4/src/softmax_kernel.cu", "// mine\n")
+    sent = student.client.post(f"{tool}/submit", data={"csrf_token": token.group(1), "assignment": c.assignment},
+                               files={"file": ("mine.zip", archive.getvalue(), "application/zip")},
+                               follow_redirects=False)
+    assert sent.status_code == 303 and sent.headers["location"].startswith("/runs/"), sent.text[-500:]
+    with session_scope(sessions) as db:
+        owner = db.scalar(select(User.full_name).join(Submission, Submission.user_id == User.id)
+                          .join(Assignment, Assignment.id == Submission.assignment_id)
+                          .where(Assignment.slug == c.assignment))
+    assert owner == "S1 Person"
+    student.close()
