@@ -50,8 +50,15 @@ def _base(request: Request) -> str:
     return public.rstrip("/") if public else str(request.base_url).rstrip("/")
 
 
-def _refused(request: Request, message: str, status_code: int = 403) -> HTMLResponse:
-    return error_page(request, status_code, "This launch is refused", message)
+def _frameable(response: HTMLResponse) -> HTMLResponse:
+    """A page a launch may show inside the LMS's frame."""
+    response.headers["Content-Security-Policy"] = FRAMEABLE_CSP
+    return response
+
+
+def _refused(request: Request, message: str, status_code: int = 403, title: str = "This launch is refused") -> HTMLResponse:
+    """The sentence, as a page the LMS's frame may show (a launch's answer lands there)."""
+    return _frameable(error_page(request, status_code, title, message))
 
 
 def _tickets(request: Request) -> URLSafeTimedSerializer:
@@ -129,11 +136,9 @@ def _enter(request: Request, session: Session, checked: Launch, user: User, targ
         log_in(request, session, user, get_context(request).settings.session_max_age_s)
         return see_other(target)
     token = issue_entry(checked.state, user, target)
-    response = templates.TemplateResponse(request, "lti_framed.html", {
+    return _frameable(templates.TemplateResponse(request, "lti_framed.html", {
         "title": "kernelgrade", "lms": checked.platform.name, "entry": f"/lti/enter/{token}",
-        "minutes": TICKET_MAX_AGE_S // 60})
-    response.headers["Content-Security-Policy"] = FRAMEABLE_CSP
-    return response
+        "minutes": TICKET_MAX_AGE_S // 60}))
 
 
 @router.get("/lti/enter/{token}")
@@ -154,11 +159,9 @@ def _chooser(request: Request, session: Session, checked: Launch, context: LtiCo
     course = session.get(Course, context.course_id) if context.course_id is not None else None
     choices = [(a.slug, a.title, "" if a.course_id is not None else "not in a course yet: it joins this one")
                for a in choosable_assignments(session, context)]
-    response = page(request, "lti_choose.html", None, lms=checked.platform.name, context_title=context.title,
-                    course=course.slug if course is not None else None, choices=choices,
-                    ticket=_tickets(request).dumps(ticket))
-    response.headers["Content-Security-Policy"] = FRAMEABLE_CSP
-    return response
+    return _frameable(page(request, "lti_choose.html", None, lms=checked.platform.name, context_title=context.title,
+                           course=course.slug if course is not None else None, choices=choices,
+                           ticket=_tickets(request).dumps(ticket)))
 
 
 @router.post("/lti/choose")
@@ -194,6 +197,7 @@ async def choose(request: Request, session: Db) -> Response:
     assert link is not None
     link.assignment_id = assignment.id
     if _framed(request):  # no cookie of ours here: the next launch of the link opens it
-        return _refused(request, f"This link now opens {assignment.title}: launch it again from {platform.name}.", 200)
+        return _refused(request, f"This link now opens {assignment.title}: launch it again from {platform.name}.", 200,
+                        "The link is set")
     log_in(request, session, user, get_context(request).settings.session_max_age_s)
     return see_other(_target(link, CourseRole.instructor))

@@ -88,3 +88,15 @@ def test_a_launch_in_the_lms_frame_continues_in_a_first_party_window(
     again.goto(window.url.split("/?", 1)[0] + button.get_attribute("href"))  # type: ignore[operator]
     expect(again.locator("h1")).to_have_text("This launch is refused")
     context.close()
+
+
+def test_a_refusal_shows_inside_the_lms_frame(blocking_browser: Browser,
+                                              linked: tuple[Platform, Link, LmsUser, str]) -> None:
+    lms_, link, _, _ = linked
+    mentor = lms_.add_user(f"m-{uuid.uuid4().hex[:6]}", "Max Mentor", "m@uni.example", "Max", "Mentor")
+    lms_.enroll(link.course, mentor, ("http://purl.imsglobal.org/vocab/lis/v2/membership#Mentor",))
+    context = blocking_browser.new_context()
+    page = context.new_page()
+    page.goto(lms_.framed_url(mentor, link))
+    expect(page.frame_locator("#tool").locator("p.error")).to_contain_text("gives no access")
+    context.close()
