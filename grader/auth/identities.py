@@ -53,8 +53,9 @@ def tie(db: Session, identity: Identity, user: User, via: Via) -> None:
         if row.subject == identity.subject and row.user_id == user.id:
             return
         why = (f"{identity.describe()} is tied to another account" if row.subject == identity.subject
-               else f"this account is tied to another {identity.issuer} user ({row.subject})")
-        record(db, Event.identity_refused, via, user=user, detail=f"{identity.describe()}: {why}")
+               else f"this account is tied to another {identity.issuer} user")
+        held = "" if row.subject == identity.subject else f" ({row.subject})"  # for the audit, not the page
+        record(db, Event.identity_refused, via, user=user, detail=f"{identity.describe()}: {why}{held}")
         raise IdentityRefused(why)
     db.add(ExternalIdentity(issuer=identity.issuer, subject=identity.subject, kind=identity.kind, user_id=user.id))
     record(db, Event.identity_linked, via, user=user, detail=identity.describe())

@@ -109,8 +109,10 @@ class Platform:
     def add_course(self, context_id: str, title: str, label: str | None = None) -> Course:
         return self.store.add_course(context_id, title, label or context_id)
 
-    def add_user(self, sub: str, name: str, email: str, given_name: str, family_name: str) -> User:
-        return self.store.add_user(User(sub, name, email, given_name, family_name))
+    def add_user(self, sub: str, name: str, email: str, given_name: str, family_name: str,
+                 sis_id: str | None = None) -> User:
+        """A person; `sis_id`: the university's id for them, which launches and the roster carry."""
+        return self.store.add_user(User(sub, name, email, given_name, family_name, sis_id))
 
     def enroll(self, course: Course, user: User, roles: Sequence[str]) -> None:
         """Enroll (or re-enroll) with full role URIs: INSTRUCTOR, TEACHING_ASSISTANT, LEARNER,

@@ -175,7 +175,8 @@ class Launch(LTIAdvantageMessageLaunchAbstract):
         self._pending, self._stray_key, self._issued = pending, stray_key, issued
         user, course, link = pending.user, pending.course, pending.link
         self.set_user_data(user.sub, list(store.roles(course, user)), full_name=user.name, email_address=user.email)
-        self.set_extra_claims({"given_name": user.given_name, "family_name": user.family_name})
+        lis = {"https://purl.imsglobal.org/spec/lti/claim/lis": {"person_sourcedid": user.sis_id}} if user.sis_id else {}
+        self.set_extra_claims({"given_name": user.given_name, "family_name": user.family_name, **lis})
         self.set_launch_context_claim(course.context_id, [COURSE_OFFERING], course.title, course.label)
         self.set_launch_presentation_claim(document_target="iframe" if pending.framed else "window")
         self.set_nrps(store.memberships_url(course))

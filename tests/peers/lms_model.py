@@ -31,6 +31,7 @@ class User:
     email: str
     given_name: str
     family_name: str
+    sis_id: str | None = None  # the university's id, sent as lis.person_sourcedid (roster: lis_person_sourcedid)
 
 
 @dataclass(frozen=True)
@@ -147,7 +148,7 @@ class Store:
                 rows.append({"user_id": sub, "roles": list(enrollment.roles),
                              "status": "Inactive" if enrollment.dropped else "Active",
                              "name": user.name, "given_name": user.given_name, "family_name": user.family_name,
-                             "email": user.email})
+                             "email": user.email, **({"lis_person_sourcedid": user.sis_id} if user.sis_id else {})})
             return rows
 
     def is_member(self, course: Course, sub: str) -> bool:

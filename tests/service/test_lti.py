@@ -121,8 +121,7 @@ def assignment_id(db: Session, slug: str) -> int:
 
 
 def _launch(c: Class, who: str, link: Link) -> tuple[FormBrowser, httpx.Response]:
-    browser = FormBrowser()
-    return browser, browser.open(c.lms.launch_url(c.people[who], link))
+    return _launch_as(c, c.people[who], link)
 
 
 def test_deep_link_then_launches_enroll_each_as_the_lms_says(lms_class: Class, tool: str,
@@ -390,3 +389,43 @@ def test_a_student_launched_from_the_lms_uploads_as_themselves(lms_class: Class,
                           .where(Assignment.slug == c.assignment))
     assert owner == "S1 Person"
     student.close()
+
+
+def test_the_course_rosters_sis_id_finds_the_account_and_a_second_lms_identity_is_refused(
+        lms_class: Class, tool: str, sessions: sessionmaker[Session]) -> None:  # noqa: F811
+    """A student the course's roster import made (its SIS User ID on their enrollment) gets that
+    account at their first launch, by the university's id, not by name or e-mail; another LMS
+    person with the same SIS id is refused (the account keeps one identity of this LMS), and the
+    refusal is audited."""
+    c = lms_class
+    link = _deep_link(c, tool)
+    tag = uuid.uuid4().hex[:6]
+    with session_scope(sessions) as db:
+        course = _course_of(db, c)
+        imported = User(username=f"imported-{tag}", role=Role.student, full_name="Ima Ported")
+        db.add(imported)
+        db.flush()
+        db.add(Enrollment(user_id=imported.id, course_id=course.id, role=CourseRole.student, sis_user_id=f"S-{tag}"))
+    first = c.lms.add_user(f"first-{tag}", "Ima Ported", f"other-{tag}@uni.example", "Ima", "Ported", sis_id=f"S-{tag}")
+    c.lms.enroll(c.course, first, LEARNER)
+    browser, page = _launch_as(c, first, link)
+    browser.close()
+    assert page.status_code == 200 and f"assignment={c.assignment}" in str(page.url)
+    with session_scope(sessions) as db:
+        tied = db.scalar(select(ExternalIdentity.user_id).where(ExternalIdentity.issuer == c.lms.issuer,
+                                                                ExternalIdentity.subject == first.sub))
+        assert tied == imported.id
+    second = c.lms.add_user(f"second-{tag}", "Someone Else", f"else-{tag}@uni.example", "Some", "Else", sis_id=f"S-{tag}")
+    c.lms.enroll(c.course, second, LEARNER)
+    browser, page = _launch_as(c, second, link)
+    browser.close()
+    assert page.status_code == 403 and "tied to another" in page.text
+    with session_scope(sessions) as db:
+        assert db.scalar(select(AuditEvent.detail).where(AuditEvent.event == "identity_refused",
+                                                         AuditEvent.user_id == imported.id))
+        assert db.scalar(select(ExternalIdentity.id).where(ExternalIdentity.subject == second.sub)) is None
+
+
+def _launch_as(c: Class, person: LmsUser, link: Link) -> tuple[FormBrowser, httpx.Response]:
+    browser = FormBrowser()
+    return browser, browser.open(c.lms.launch_url(person, link))
