@@ -1,20 +1,33 @@
-"""The capacity model: how long students wait for a grade around a deadline, and how many GPU
-workers keep that wait under a target.
+"""The capacity model: how long students wait for their verdicts and scores around a deadline,
+and how many GPUs keep the verdict wait under a target.
 
-A seeded discrete-event simulation of the grading queue as the service runs it: uploads arrive
-at times drawn from the deadline's shape, each grade holds one worker (one GPU) for a time drawn
-from the measured grade times, the broker hands runs out first come first served, and fair share
-(grader/runs/fairshare.py) keeps at most one run per student in flight, so a student's next upload
-is sent only when their previous run ends. A simulation rather than queueing formulas: the
-arrivals are not steady (they pile up before the deadline), fair share couples a student's runs,
-and each answer can be checked by hand on a small case (tests/unit/test_capacity.py).
+A seeded discrete-event simulation of the grading queue: uploads arrive at times drawn from the
+deadline's shape, each grade's time (and the part of it that is timing) is drawn from the
+measured ones, the broker hands runs out first come first served, and fair share
+(grader/runs/fairshare.py) keeps at most one run per student in flight, so a student's next
+upload is sent only when their previous run ends. Two schedules, side by side on the same
+uploads:
+
+- today's (`simulate`): each grade holds one worker (one GPU) from claim to result. Its verdict
+  is taken as known when its checks end, as if a grade checked everything before timing
+  anything (today Problem 3's checks follow the kernel problems' timings, so this flatters
+  today's schedule by those timings);
+- checks shared, timing alone (issue 55, grader/capacity_split.py): the checks of several runs
+  share a GPU, a timing holds it alone when no check needs it, and a run superseded by its
+  student's next upload before its timing starts is not timed.
+
+A simulation rather than queueing formulas: the arrivals are not steady (they pile up before
+the deadline), fair share couples a student's runs, and each answer can be checked by hand on a
+small case (tests/unit/test_capacity.py).
 
 Pure (numpy and the standard library): grader/reads/grade_times.py supplies the measured grade
-times, `grader capacity` (grader/capacity_cli.py) prints the answer, and the run page's queue ETA
-(grader/reads/runstatus.py) is `queue_eta` on the same estimate, `service_estimate`.
+times and their timing part, `grader capacity` (grader/capacity_cli.py) prints the answer, and
+the run page's queue ETA (grader/reads/runstatus.py) is `queue_eta`, today's schedule on the
+same estimate, `service_estimate`.
 """
 from __future__ import annotations
 
+import enum
 import heapq
 import math
 import statistics
@@ -22,6 +35,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from grader.capacity_split import simulate_split
 
 HOUR = 3600.0
 # The default deadline shape: over the window, the upload rate doubles every this many hours
@@ -96,7 +111,12 @@ class Course:
 class Job:
     arrival: float  # seconds: when it was uploaded
     student: int
-    service: float  # seconds it holds a worker
+    service: float  # seconds it holds a worker: its checks, then its timing
+    timing: float = 0.0  # of which its timing (grader/capacity_split.py runs the two apart)
+
+    @property
+    def checks(self) -> float:
+        return self.service - self.timing
 
 
 @dataclass(frozen=True)
@@ -106,6 +126,7 @@ class Outcome:
     starts: np.ndarray
     finishes: np.ndarray
     arrivals: np.ndarray
+    verdicts: np.ndarray  # when its checks ended: start + checks (a grade checks first, then times)
 
     @property
     def waits(self) -> np.ndarray:
@@ -153,7 +174,8 @@ def simulate(jobs: Sequence[Job], workers: int = 1, fair_share: bool = True,
         if waiting:
             following = waiting.pop()
             heapq.heappush(ready, (max(jobs[following].arrival, finishes[i]), following))
-    return Outcome(starts, finishes, np.array([j.arrival for j in jobs], dtype=float))
+    return Outcome(starts, finishes, np.array([j.arrival for j in jobs], dtype=float),
+                   starts + np.array([j.checks for j in jobs], dtype=float))
 
 
 def service_estimate(grade_seconds: Sequence[float]) -> float:
@@ -171,21 +193,25 @@ def queue_eta(position: int, busy_remaining: Sequence[float], service_s: float) 
     return float(simulate(jobs, len(remaining), fair_share=False, busy_for=remaining).finishes[-1])
 
 
-def course_jobs(course: Course, grade_seconds: Sequence[float], rng: np.random.Generator) -> list[Job]:
+def course_jobs(course: Course, grade_seconds: Sequence[float], rng: np.random.Generator,
+                timing_seconds: Sequence[float] | None = None) -> list[Job]:
     """One deadline's uploads: each student's count (per_student, a fraction rounded up for that
     share of the students), each upload's time from the shape, each grade's time drawn from the
-    measured ones."""
+    measured ones (with its timing, `timing_seconds[k]` of `grade_seconds[k]`; none: 0)."""
     whole, extra = divmod(course.per_student, 1.0)
     counts = int(whole) + (rng.random(course.students) < extra)
     students = np.repeat(np.arange(course.students), counts)
     arrivals = course.shape.sample(rng, len(students))
-    services = rng.choice(np.asarray(grade_seconds, dtype=float), size=len(students))
-    return [Job(float(a), int(s), float(g)) for a, s, g in zip(arrivals, students, services)]
+    drawn = rng.choice(len(grade_seconds), size=len(students))
+    timings = [0.0] * len(grade_seconds) if timing_seconds is None else timing_seconds
+    return [Job(float(a), int(s), float(grade_seconds[k]), float(timings[k]))
+            for a, s, k in zip(arrivals, students, drawn)]
 
 
 @dataclass(frozen=True)
 class Waits:
-    """Pooled over the replications: seconds from upload to grade start and to result."""
+    """Today's schedule, pooled over the replications: seconds from upload to grade start and
+    to result (what bench/capacity_check.py measures a real run by)."""
 
     workers: int
     wait_p50: float
@@ -194,17 +220,57 @@ class Waits:
     result_p95: float
 
 
-class Planner:
-    """`replications` seeded deadlines of one course, simulated for any number of workers on the
-    same uploads and grade times (so a difference between worker counts is theirs alone)."""
+class Schedule(str, enum.Enum):
+    today = "today"  # one piece: a grade holds its GPU from claim to result (`simulate`)
+    shared = "checks shared, timing alone"  # two pieces (grader/capacity_split.py)
 
-    def __init__(self, course: Course, grade_seconds: Sequence[float], seed: int = 0, replications: int = 20) -> None:
+
+@dataclass(frozen=True)
+class Spread:
+    p50: float
+    p95: float
+    max: float
+
+    @classmethod
+    def of(cls, seconds: np.ndarray) -> Spread:
+        p50, p95 = np.percentile(seconds, [50, 95])
+        return cls(float(p50), float(p95), float(seconds.max()))
+
+
+@dataclass(frozen=True)
+class Figures:
+    """One schedule on `gpus` GPUs, pooled over the replications."""
+
+    schedule: Schedule
+    gpus: int
+    verdict: Spread  # upload to the end of its checks: correctness and points known
+    final: Spread  # upload to its final score, over the runs that count (an untimed one's is its verdict)
+    busy: float  # the GPUs' share of time, from the window's start to the last result, with work running
+    grades_per_gpu_hour: float  # uploads graded per GPU-hour of work running
+    untimed: float  # the share of uploads not timed: their student uploaded again first
+
+
+class Planner:
+    """`replications` seeded deadlines of one course, simulated for any number of GPUs (one
+    worker each today) on the same uploads and grade times, so a difference between GPU counts
+    or schedules is theirs alone. `timing_seconds[k]`: the timing part of `grade_seconds[k]`
+    (none: all checks), which only the two-piece schedule runs apart; `check_slots`: its runs'
+    checks at once per GPU."""
+
+    def __init__(self, course: Course, grade_seconds: Sequence[float], seed: int = 0, replications: int = 20,
+                 timing_seconds: Sequence[float] | None = None, check_slots: int = 2) -> None:
         if not grade_seconds or any(not g > 0 for g in grade_seconds):
             raise ValueError("grade times must be seconds > 0")
-        self.course = course
+        if timing_seconds is not None and (len(timing_seconds) != len(grade_seconds) or any(
+                not 0 <= t <= g for t, g in zip(timing_seconds, grade_seconds))):
+            raise ValueError("each grade's timing must be seconds from 0 to its grade's time")
+        if check_slots < 1:
+            raise ValueError("at least one check slot per GPU")
+        self.course, self.check_slots = course, check_slots
         rngs = np.random.default_rng(seed).spawn(max(1, replications))
-        self.deadlines = [course_jobs(course, grade_seconds, rng) for rng in rngs]
+        self.deadlines = [course_jobs(course, grade_seconds, rng, timing_seconds) for rng in rngs]
         self._memo: dict[int, Waits] = {}
+        self._figures: dict[tuple[Schedule, int], Figures] = {}
 
     def waits(self, workers: int) -> Waits:
         if workers not in self._memo:
@@ -215,20 +281,52 @@ class Planner:
                                         *map(float, np.percentile(results, [50, 95])))
         return self._memo[workers]
 
-    def floor(self) -> Waits:
-        """The waits with a worker for every upload: what is left is waiting behind one's own runs."""
-        return self.waits(max(1, max(len(jobs) for jobs in self.deadlines)))
+    def figures(self, schedule: Schedule, gpus: int) -> Figures:
+        key = (schedule, gpus)
+        if key not in self._figures:
+            self._figures[key] = (self._today(gpus) if schedule is Schedule.today else self._split(gpus))
+        return self._figures[key]
 
-    def workers_for(self, p95_wait_s: float) -> Waits | None:
-        """The fewest workers whose p95 wait is at most `p95_wait_s`; None when even a worker per
-        upload cannot (fair share: the student's own earlier runs). More workers never wait
-        longer, so a doubling then a bisection finds it."""
-        if self.floor().wait_p95 > p95_wait_s:
+    def _today(self, gpus: int) -> Figures:
+        outcomes = [simulate(jobs, gpus) for jobs in self.deadlines]
+        busy = [sum(j.service for j in jobs) for jobs in self.deadlines]
+        return self._pool(Schedule.today, gpus, [o.arrivals for o in outcomes], [o.verdicts for o in outcomes],
+                          [o.finishes for o in outcomes], [np.zeros(len(o.arrivals), dtype=bool) for o in outcomes],
+                          busy)
+
+    def _split(self, gpus: int) -> Figures:
+        outcomes = [simulate_split(jobs, gpus, self.check_slots) for jobs in self.deadlines]
+        return self._pool(Schedule.shared, gpus, [o.arrivals for o in outcomes], [o.verdicts for o in outcomes],
+                          [o.finals for o in outcomes], [o.superseded for o in outcomes],
+                          [o.busy_s for o in outcomes])
+
+    @staticmethod
+    def _pool(schedule: Schedule, gpus: int, arrivals: list[np.ndarray], verdicts: list[np.ndarray],
+              finals: list[np.ndarray], superseded: list[np.ndarray], busy_s: list[float]) -> Figures:
+        counted = np.concatenate([(f - a)[~s] for a, f, s in zip(arrivals, finals, superseded)])
+        held = sum(gpus * float(f.max()) for f in finals)
+        return Figures(schedule, gpus, Spread.of(np.concatenate([v - a for a, v in zip(arrivals, verdicts)])),
+                       Spread.of(counted), sum(busy_s) / held,
+                       sum(len(a) for a in arrivals) / (sum(busy_s) / HOUR), float(np.concatenate(superseded).mean()))
+
+    def floor(self, schedule: Schedule) -> Figures:
+        """A GPU for every upload: what is left is the grade's own time and, under fair share,
+        waiting behind one's own runs."""
+        return self.figures(schedule, max(1, max(len(jobs) for jobs in self.deadlines)))
+
+    def fewest(self, schedule: Schedule, p95_verdict_s: float) -> Figures | None:
+        """The fewest GPUs whose p95 verdict wait is at most `p95_verdict_s`; None when even a
+        GPU per upload cannot. More GPUs never wait longer (tests/unit/test_capacity.py checks
+        it on both schedules), so a doubling then a bisection finds it."""
+        def meets(gpus: int) -> bool:
+            return self.figures(schedule, gpus).verdict.p95 <= p95_verdict_s
+
+        if not meets(self.floor(schedule).gpus):
             return None
-        low, high = 0, 1  # waits(low) misses the target (0: no worker); waits(high) may meet it
-        while self.waits(high).wait_p95 > p95_wait_s:
+        low, high = 0, 1  # low misses the target (0: no GPU); high may meet it
+        while not meets(high):
             low, high = high, high * 2
         while high - low > 1:
             middle = (low + high) // 2
-            low, high = (low, middle) if self.waits(middle).wait_p95 <= p95_wait_s else (middle, high)
-        return self.waits(high)
+            low, high = (low, middle) if meets(middle) else (middle, high)
+        return self.figures(schedule, high)

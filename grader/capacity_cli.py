@@ -1,5 +1,6 @@
-"""`grader capacity`: what a deadline will cost a course in GPU workers, and how long its students
-will wait with the workers it has (the model: grader/capacity.py). Registered by grader.cli."""
+"""`grader capacity`: what a deadline will cost a course in GPUs, and how long its students will
+wait for their verdicts and final scores with the GPUs it has, under today's schedule and with
+checks shared and timing alone (the model: grader/capacity.py). Registered by grader.cli."""
 from __future__ import annotations
 
 import statistics
@@ -10,12 +11,18 @@ import numpy as np
 import typer
 from sqlalchemy.orm import Session
 
-from grader.capacity import DOUBLING_H, HOUR, Course, Planner, Shape, Waits
+from grader.capacity import DOUBLING_H, HOUR, Course, Figures, Planner, Schedule, Shape
 from grader.course.assignment_settings import parse_duration
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import RunState
 from grader.ops_cli import assignment_or_exit
-from grader.reads.grade_times import grade_seconds, graded_gpu_models, stage_medians
+from grader.reads.grade_times import (
+    DEFAULT_TIMING_SHARE,
+    grade_splits,
+    graded_gpu_models,
+    stage_medians,
+    with_timing,
+)
 from grader.settings import get_settings
 
 
@@ -59,20 +66,27 @@ def _fail(message: str) -> None:
     raise typer.Exit(2)
 
 
-def _measured(session: Session, slug: str, recent: int, asked: str | None) -> tuple[list[float], str]:
+def _measured(session: Session, slug: str, recent: int, asked: str | None,
+              share: float) -> tuple[list[float], list[float], str]:
     assignment_id = assignment_or_exit(session, slug).id
     model = _pick_model(sorted(graded_gpu_models(session, recent, assignment_id)), asked, slug)
     scored = (RunState.scored,)
-    seconds = grade_seconds(session, recent, assignment_id, model, scored)
+    splits = grade_splits(session, recent, assignment_id, model, scored)
     stages = stage_medians(session, recent, assignment_id, model, scored)
     where = ", ".join(f"{name} {value:.1f} s" for name, value in stages.items())
-    return seconds, (f"{model}, the {len(seconds)} most recent scored runs of {slug} (claim to result)"
-                     + (f"; stages, median: {where}" if where else ""))
+    recorded = sum(timing is not None for _, timing in splits)
+    return [g for g, _ in splits], with_timing(splits, share), (
+        f"{model}, the {len(splits)} most recent scored runs of {slug} (claim to result)"
+        + (f"; stages, median: {where}" if where else "")
+        + f"; timing from the phases {recorded} of them recorded"
+        + (f", {share:g} of the grade for the other {len(splits) - recorded}" if recorded < len(splits) else ""))
 
 
-def _row(waits: Waits, label: str, peak_load: float) -> str:
-    return (f"| {waits.workers}{label} | {span(waits.wait_p50)} | {span(waits.wait_p95)} | "
-            f"{span(waits.result_p50)} | {span(waits.result_p95)} | {peak_load / waits.workers:.2f} |")
+def _row(figures: Figures, label: str) -> str:
+    v, f = figures.verdict, figures.final
+    return (f"| {figures.schedule.value} | {figures.gpus}{label} | {span(v.p50)} | {span(v.p95)} | {span(v.max)} | "
+            f"{span(f.p50)} | {span(f.p95)} | {span(f.max)} | {figures.busy:.0%} | {figures.grades_per_gpu_hour:.1f} | "
+            f"{figures.untimed:.0%} |")
 
 
 def capacity(
@@ -82,8 +96,14 @@ def capacity(
     shape: Annotated[str | None, typer.Option(
         help="relative upload rates of equal slices of the window, oldest first, the last ending at the deadline, "
              f"e.g. 1,1,2,4 (default: hour slices, the rate doubling every {DOUBLING_H:g} h towards the deadline)")] = None,
-    workers: Annotated[int, typer.Option(help="the GPU workers grading today (one per GPU)")] = 1,
-    target: Annotated[str, typer.Option(help="the p95 wait to plan for (upload to the grade's start), e.g. 10m")] = "10m",
+    workers: Annotated[int, typer.Option(help="the GPUs grading today (one GPU worker each)")] = 1,
+    target: Annotated[str, typer.Option(
+        help="the p95 verdict wait to plan for (upload to the correctness verdict), e.g. 10m")] = "10m",
+    check_slots: Annotated[int, typer.Option(
+        help="with checks shared: the runs whose checks share one GPU at once")] = 2,
+    timing_share: Annotated[float, typer.Option(
+        help="the timing's share of a grade whose run recorded no phases, or of a --grade-seconds figure")
+    ] = DEFAULT_TIMING_SHARE,
     assignment: Annotated[str | None, typer.Option(help="whose grade times to read (default: KG_RUBRICS' first)")] = None,
     gpu_model: Annotated[str | None, typer.Option(
         help="whose grade times to read, e.g. H200 (default: the only model with scored runs)")] = None,
@@ -94,19 +114,30 @@ def capacity(
     replications: Annotated[int, typer.Option(help="deadlines simulated (more: steadier figures)")] = 20,
     seed: Annotated[int, typer.Option(help="the simulation's seed (the same figures for the same inputs)")] = 0,
 ) -> None:
-    """How many GPU workers a course's deadline needs for a p95 wait, and the waits with today's
-    workers: a seeded simulation of the grading queue (fair share included) on the measured grade
-    times of recent scored runs."""
+    """How many GPUs a course's deadline needs for a p95 verdict wait, and the verdict and
+    final-score waits with today's GPUs: a seeded simulation of the grading queue (fair share
+    included) on the measured grade times of recent scored runs, under today's schedule (a grade
+    holds its GPU from claim to result) and with checks shared and timing alone."""
     window_s, target_s = _seconds(window, "--window"), _seconds(target, "--target")
     course = _course(students, per_student, shape, window_s)
     if workers < 1:
-        raise typer.BadParameter("at least one worker", param_hint="--workers")
-    times, source = _grade_times(grade_seconds_, assignment, recent, gpu_model)
-    planner = Planner(course, times, seed, replications)
-    peak_load = _echo_demand(course, shape, window_s, times, source)
-    _echo_plan(planner, workers, target_s, peak_load)
-    typer.echo(f"Wait: upload to the grade's start; result: upload to the grade. Simulated over {replications} "
-               f"deadlines, seed {seed}; each grade's time drawn from the {len(times)} figure(s) above.")
+        raise typer.BadParameter("at least one GPU", param_hint="--workers")
+    if check_slots < 1:
+        raise typer.BadParameter("at least one check slot per GPU", param_hint="--check-slots")
+    if not 0 <= timing_share <= 1:
+        raise typer.BadParameter("a share from 0 to 1", param_hint="--timing-share")
+    times, timings, source = _grade_times(grade_seconds_, assignment, recent, gpu_model, timing_share)
+    planner = Planner(course, times, seed, replications, timings, check_slots)
+    _echo_demand(course, shape, window_s, times, timings, source)
+    _echo_plan(planner, workers, target_s)
+    typer.echo(f"Verdict: upload to the end of its checks (correctness and points); final: upload to the score, "
+               f"over the runs that count (a run untimed, its student having uploaded again first, is final at its "
+               f"verdict). Today's verdict is taken at the end of a grade's checks, as if it checked everything "
+               f"before timing. Checks shared: {check_slots} runs' checks at once per GPU, each as long as alone. "
+               f"Busy: the GPUs' share of the time to the last result with work running; grades per GPU-hour of it. "
+               f"Untimed: the share of uploads whose student uploaded again before their timing started. "
+               f"Simulated over {replications} deadlines, seed {seed}; each grade's time drawn from the "
+               f"{len(times)} figure(s) above.")
 
 
 def _course(students: int, per_student: float, shape: str | None, window_s: float) -> Course:
@@ -116,21 +147,23 @@ def _course(students: int, per_student: float, shape: str | None, window_s: floa
         raise typer.BadParameter(str(exc)) from exc
 
 
-def _grade_times(given: list[float] | None, assignment: str | None, recent: int,
-                 gpu_model: str | None) -> tuple[list[float], str]:
-    """The grade times to simulate and where they come from: --grade-seconds, else the database's."""
+def _grade_times(given: list[float] | None, assignment: str | None, recent: int, gpu_model: str | None,
+                 share: float) -> tuple[list[float], list[float], str]:
+    """The grade times to simulate, the timing part of each, and where they come from:
+    --grade-seconds (timing: --timing-share of each), else the database's."""
     if given:
         if any(not g > 0 for g in given):
             raise typer.BadParameter("grade times are seconds > 0", param_hint="--grade-seconds")
-        return list(given), "given on the command line"
+        return list(given), with_timing([(g, None) for g in given], share), \
+            f"given on the command line; timing {share:g} of each"
     settings = get_settings()
     with session_scope(make_session_factory(make_engine(settings))) as session:
-        return _measured(session, assignment or settings.rubrics[0], recent, gpu_model)
+        return _measured(session, assignment or settings.rubrics[0], recent, gpu_model, share)
 
 
-def _echo_demand(course: Course, shape: str | None, window_s: float, times: list[float], source: str) -> float:
-    """Print the course's uploads, the grade times and the work they make; return the peak load
-    (GPUs' worth of grading arriving at the peak)."""
+def _echo_demand(course: Course, shape: str | None, window_s: float, times: list[float], timings: list[float],
+                 source: str) -> None:
+    """Print the course's uploads, the grade times and the work they make today."""
     mean = statistics.fmean(times)
     peak_per_hour = course.uploads * course.shape.peak_share_per_hour()
     peak_load = peak_per_hour * mean / HOUR
@@ -139,26 +172,33 @@ def _echo_demand(course: Course, shape: str | None, window_s: float, times: list
                f"grades in the {span(window_s)} before the deadline ({shape_words}); at the peak {peak_per_hour:.0f} "
                "uploads an hour.")
     typer.echo(f"Grade time: median {span(float(np.median(times)))}, p95 {span(float(np.percentile(times, 95)))}, "
-               f"mean {mean:.0f} s ({source}).")
-    typer.echo(f"Work: {course.uploads * mean / HOUR:.1f} GPU-hours; at the peak, {peak_load:.1f} GPUs' worth of "
-               "grading arrives (a load above 1 per worker: the queue grows until the rate falls).")
-    return peak_load
+               f"mean {mean:.0f} s, of which timing mean {statistics.fmean(timings):.0f} s ({source}).")
+    typer.echo(f"Work today: {course.uploads * mean / HOUR:.1f} GPU-hours; at the peak, {peak_load:.1f} GPUs' worth of "
+               "grading arrives (a load above 1 per GPU: the queue grows until the rate falls).")
 
 
-def _echo_plan(planner: Planner, workers: int, target_s: float, peak_load: float) -> None:
-    """Print the waits with today's workers and with the fewest that meet the target, if other."""
-    needed = planner.workers_for(target_s)
-    rows = [_row(planner.waits(workers), " (today)", peak_load)]
-    if needed is not None and needed.workers != workers:
-        rows.append(_row(needed, f" (fewest for a p95 wait of {span(target_s)})", peak_load))
-    typer.echo("\n| workers | wait p50 | wait p95 | result p50 | result p95 | peak load per worker |\n"
-               "| --- | --- | --- | --- | --- | --- |\n" + "\n".join(rows))
-    if needed is None:
-        floor = planner.floor()
-        typer.echo(f"\nNo number of workers gives a p95 wait of {span(target_s)}: with one per upload it is still "
-                   f"{span(floor.wait_p95)}, a student's next upload waiting for their previous run (fair share).")
-    else:
-        typer.echo(f"\nFor a p95 wait of at most {span(target_s)}: {needed.workers} GPU worker(s); today {workers}.")
+def _echo_plan(planner: Planner, workers: int, target_s: float) -> None:
+    """Print both schedules' waits with today's GPUs and with the fewest that meet the target."""
+    rows, fewest = [], {}
+    for schedule in Schedule:
+        rows.append(_row(planner.figures(schedule, workers), " (today)"))
+        fewest[schedule] = planner.fewest(schedule, target_s)
+    for needed in fewest.values():
+        if needed is not None and needed.gpus != workers:
+            rows.append(_row(needed, f" (fewest for a p95 verdict wait of {span(target_s)})"))
+    typer.echo("\n| schedule | GPUs | verdict p50 | verdict p95 | verdict max | final p50 | final p95 | final max "
+               "| GPUs busy | grades per GPU-hour | untimed |\n"
+               "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n" + "\n".join(rows))
+    typer.echo(f"\n--target applies to the verdict wait (the final-score wait is reported, not planned for). "
+               f"For a p95 verdict wait of at most {span(target_s)}, with {workers} GPU(s) today:")
+    for schedule, needed in fewest.items():
+        if needed is None:
+            floor = planner.floor(schedule)
+            typer.echo(f"- {schedule.value}: no number of GPUs: with one per upload it is still "
+                       f"{span(floor.verdict.p95)} (the checks' own time, and a student's next upload waiting for "
+                       "their previous run: fair share).")
+        else:
+            typer.echo(f"- {schedule.value}: {needed.gpus} GPU(s).")
 
 
 def register(app: typer.Typer) -> None:

@@ -79,27 +79,36 @@ def _kernel_rows(phases: dict[str, dict[str, float]], kernel_wall: float | None)
     return [*rows[:1], *beside, total, *rows[1:]] if beside else rows
 
 
+def _problem3_timing(info: dict[str, Any]) -> tuple[float, int, float] | None:
+    """Problem 3's timed steps: their seconds, how many, and when its timing ended (seconds
+    into the problem); None when it ended before its timing did (or was never timed)."""
+    timing = _dict(info.get("timing"))
+    ended = _number(timing.get("timing_ended_s"))
+    if ended is None:
+        return None
+    steps_ms = [v for key in ("unfused_ms", "fused_ms") for v in timing.get(key) or [] if _number(v) is not None]
+    return sum(steps_ms) / 1000, len(steps_ms), ended
+
+
 def _problem3_rows(pid: str, info: dict[str, Any]) -> list[PhaseRow]:
     elapsed, setup = _number(info.get("elapsed_s")), _number(info.get("setup_s"))
     if elapsed is None:
         return []
     if setup is None:  # it ended during its setup
         return [PhaseRow("Problem 3 setup (building both models)", {pid: round(elapsed, 1)}, round(elapsed, 1))]
-    timing = _dict(info.get("timing"))
-    ended = _number(timing.get("timing_ended_s"))
-    steps_ms = [v for key in ("unfused_ms", "fused_ms") for v in timing.get(key) or [] if _number(v) is not None]
     rows = [PhaseRow("Problem 3 setup (building both models)", {pid: round(setup, 1)}, round(setup, 1))]
-    if ended is None:  # it ended before its timing did
+    timing = _problem3_timing(info)
+    if timing is None:  # it ended before its timing did
         rows.append(PhaseRow("Problem 3 checked steps and what followed", {pid: round(elapsed - setup, 1)},
                              round(elapsed - setup, 1)))
         return rows
-    timed = sum(steps_ms) / 1000
+    timed, steps, ended = timing
     rest = max(0.0, ended - setup - timed)
     return [*rows,
             PhaseRow("Problem 3 checked first steps, causality probe, timed pairs' inputs", {pid: round(rest, 1)},
                      round(rest, 1)),
             PhaseRow("Problem 3 timed steps", {pid: round(timed, 1)}, round(timed, 1),
-                     f"{len(steps_ms)} steps on the parent's clock"),
+                     f"{steps} steps on the parent's clock"),
             PhaseRow("Problem 3 verification of a timed step", {pid: round(elapsed - ended, 1)},
                      round(elapsed - ended, 1))]
 
@@ -149,6 +158,26 @@ def gpu_time(measurements: Mapping[str, dict[str, Any]]) -> GpuTime | None:
         loads={part: s for part, v in loads.items() if isinstance(v, dict) and (s := _number(v.get("seconds"))) is not None},
         gpu_busy={part: f for part, b in busy.items() if (f := _number(b.get("busy_fraction"))) is not None},
     )
+
+
+def timing_seconds(measurements: Mapping[str, dict[str, Any]]) -> float | None:
+    """The seconds of a run's GPU stage that were its timing, the part a schedule that runs
+    timing apart from the checks (grader/capacity_split.py) takes out of the grade: the kernel
+    problems' `timing` phases (run one after another, alone) and Problem 3's timed steps with the
+    verification of one of them that follows (elapsed less the timing's end). The timing
+    warm-ups and kernel profiles run beside the checks, so they stay with them. A problem not
+    timed (a failed check) adds nothing; None when no problem recorded its phases."""
+    telemetry = [_dict(m.get("telemetry")) for m in measurements.values()]
+    phases = [t["seconds"] for t in telemetry if isinstance(t.get("seconds"), dict)]
+    problem3 = [t["problem3"] for t in telemetry if isinstance(t.get("problem3"), dict)]
+    if not phases and not problem3:
+        return None
+    total = sum(s for p in phases if (s := _number(p.get("timing"))) is not None)
+    for info in problem3:
+        timing, elapsed = _problem3_timing(info), _number(info.get("elapsed_s"))
+        if timing is not None:
+            total += timing[0] + max(0.0, (elapsed or timing[2]) - timing[2])
+    return total
 
 
 def run_gpu_time(run: Run) -> GpuTime | None:

@@ -5,21 +5,33 @@ A grade's time is from its worker's claim to its end: what the run holds its wor
 GPU worker's GPU (one run at a time per GPU). Runs that took more than one attempt are left out:
 their span includes the wait between attempts. The GPU model is read from the measurements'
 telemetry (grader/reads/gpu_info.py).
+
+The capacity model's second schedule runs a grade's timing apart from its checks, so it needs
+each grade's time split in two: `grade_splits` reads the timing part from the phases the run's
+measurements recorded (grader/reads/gpu_phases.py `timing_seconds`), and `with_timing` fills
+in DEFAULT_TIMING_SHARE for a run that recorded none.
 """
 from __future__ import annotations
 
 import statistics
 from collections import Counter
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
+from typing import Any
 
 from sqlalchemy import Select, exists, select
 from sqlalchemy.orm import Session
 
 from grader.models import ProblemResult, Run, RunState, Submission
 from grader.reads.gpu_info import gpu_name
+from grader.reads.gpu_phases import timing_seconds
 
 GRADED = (RunState.scored, RunState.built)  # failures end early and would skew the times
 STAGE_NAMES = ("unpack", "stage", "build", "reference", "run")  # worker.pipeline's records, in order
+# The timing's share of a grade whose run recorded no phases (or a grade time given by hand):
+# about half, on the H200 (BENCHMARKS.md, 2026-12-04): the kit's four kernel timings 22.3 s, a
+# correct Problem 3's three timed pairs 61.9 s and the verification of one 11.4 s, 95.6 s in all,
+# of a real submission's whole grade of 160-210 s (185 s in the middle).
+DEFAULT_TIMING_SHARE = 0.5
 
 
 def _recent(query: Select, sample: int, assignment_id: int | None, gpu_model: str | None,
@@ -40,6 +52,27 @@ def grade_seconds(session: Session, sample: int, assignment_id: int | None = Non
     """Claim-to-end seconds of the `sample` most recent runs (newest first)."""
     rows = session.execute(_recent(select(Run.started_at, Run.finished_at), sample, assignment_id, gpu_model, states))
     return [(finished - started).total_seconds() for started, finished in rows]
+
+
+def grade_splits(session: Session, sample: int, assignment_id: int | None = None, gpu_model: str | None = None,
+                 states: Collection[RunState] = GRADED) -> list[tuple[float, float | None]]:
+    """The same runs as `grade_seconds`: each one's claim-to-end seconds and the seconds of it
+    that were timing (None: its measurements recorded no phases)."""
+    runs = session.execute(_recent(select(Run.id, Run.started_at, Run.finished_at), sample, assignment_id, gpu_model,
+                                   states)).all()
+    measurements: dict[int, dict[str, dict[str, Any]]] = {run_id: {} for run_id, _, _ in runs}
+    rows = session.execute(select(ProblemResult.run_id, ProblemResult.problem_id, ProblemResult.details)
+                           .where(ProblemResult.run_id.in_(list(measurements))))
+    for run_id, problem_id, details in rows:
+        measurements[run_id][problem_id] = (details or {}).get("measurement") or {}
+    return [((finished - started).total_seconds(), timing_seconds(measurements[run_id]))
+            for run_id, started, finished in runs]
+
+
+def with_timing(splits: Sequence[tuple[float, float | None]], share: float = DEFAULT_TIMING_SHARE) -> list[float]:
+    """Each grade's timing seconds: as recorded (at most the grade's time: the phases are on the
+    stage's clock, the grade on the database's), else `share` of the grade."""
+    return [share * grade if timing is None else min(timing, grade) for grade, timing in splits]
 
 
 def stage_medians(session: Session, sample: int, assignment_id: int | None = None, gpu_model: str | None = None,

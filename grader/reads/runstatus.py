@@ -69,7 +69,12 @@ def queue_estimate(session: Session, run: Run, sample: int) -> QueueEstimate | N
     """Position and ETA of a run in the broker's queue; None for any other run (a run not sent
     has no place in the queue to promise). The ETA is the capacity model's (grader/capacity.py)
     for the queue as it is now: the workers busy now (one when none is), each free when its run's
-    grade would end, and every grade the median of the assignment's `sample` recent ones."""
+    grade would end, and every grade the median of the assignment's `sample` recent ones.
+
+    This is today's schedule, one piece per run (a grade holds its worker from claim to result),
+    the only one the service runs. The seam for the two-piece schedule (issue 55; checks shared,
+    timing alone: grader/capacity_split.py) is here: once the service runs it, this estimate
+    becomes two, the verdict's and the final score's, from that simulation on the same snapshot."""
     if run.state != RunState.queued or run.enqueued_at is None:
         return None
     ahead = session.scalar(select(func.count(Run.id)).where(Run.state == RunState.queued, Run.id < run.id)) or 0

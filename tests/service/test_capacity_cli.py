@@ -1,24 +1,26 @@
 """`grader capacity` on PostgreSQL: the grade times it reads (recent scored single-attempt runs of
-one GPU model, claim to result), what it says when the model is ambiguous or unknown, and that
-its table is the capacity model's answer for those times."""
+one GPU model, claim to result) and the timing part of each (from the phases a run recorded,
+else a share), what it says when the model is ambiguous or unknown, and that its table is the
+capacity model's answer for those times under both schedules."""
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
-from grader.capacity import Course, Planner, Shape
+from grader.capacity import Course, Planner, Schedule, Shape
 from grader.capacity_cli import span
 from grader.cli import app
 from grader.course.membership import get_or_create_user
 from grader.db import session_scope
 from grader.models import Assignment, ProblemResult, Role, RunState, utcnow
 from grader.models import Course as CourseRow
-from grader.reads.grade_times import grade_seconds, graded_gpu_models
+from grader.reads.grade_times import grade_seconds, grade_splits, graded_gpu_models, with_timing
 from grader.service import record_submission
 from grader.settings import Settings, get_settings
 from grader.storage.blobstore import StoredBlob
@@ -29,8 +31,9 @@ H200, A100 = "NVIDIA H200", "NVIDIA A100-SXM4-80GB"
 @pytest.fixture
 def graded(sessions: sessionmaker[Session]) -> str:
     """A fresh assignment whose runs are exactly these: on the H200 three scored runs of 150, 210
-    and 180 s (newest last), one retried (its span holds the wait between attempts), one failed
-    early; on an A100 one scored run of 400 s; one built run without a GPU."""
+    and 180 s (newest last; the 210 s one recorded its phases: 40 s of timing), one retried (its
+    span holds the wait between attempts), one failed early; on an A100 one scored run of 400 s;
+    one built run without a GPU."""
     slug = f"cap-{uuid.uuid4().hex[:6]}"
     with session_scope(sessions) as session:
         assignment = Assignment(slug=slug, title="capacity", course=CourseRow(slug=slug, title="capacity"),
@@ -49,8 +52,11 @@ def graded(sessions: sessionmaker[Session]) -> str:
             run.stages = {"build": {"status": "ok", "seconds": 1.0, "log": ""},
                           "run": {"status": "ok", "seconds": seconds - 5.0, "log": ""}}
             if model:
+                telemetry: dict[str, Any] = {"before": {"name": model}}
+                if seconds == 210:
+                    telemetry["seconds"] = {"abi_cases": 20.0, "timing_warm": 5.0, "timing": 40.0}
                 run.results.append(ProblemResult(problem_id="1", title="one", status="passed", points=1, max_points=1,
-                                                 details={"measurement": {"telemetry": {"before": {"name": model}}}}))
+                                                 details={"measurement": {"telemetry": telemetry}}))
     return slug
 
 
@@ -73,23 +79,35 @@ def test_grade_times_are_recent_scored_single_attempt_runs_of_the_model(
         assert grade_seconds(session, 2, assignment_id, H200, (RunState.scored,)) == [180, 210]  # the newest
         # The run page's reading: every graded run of the assignment, GPU or not
         assert grade_seconds(session, 100, assignment_id) == [180, 210, 60, 400, 150]
+        splits = grade_splits(session, 100, assignment_id, H200, (RunState.scored,))
+        assert splits == [(180, None), (210, 40.0), (150, None)]
+        assert with_timing(splits) == [90, 40, 75] and with_timing(splits, 0.2) == [36, 40, 30]
 
 
-def test_capacity_prints_the_models_answer_for_the_measured_times(
+def test_capacity_prints_both_schedules_for_the_measured_times(
     cli: CliRunner, graded: str, settings: Settings,
 ) -> None:
     result = cli.invoke(app, ["capacity", "--students", "40", "--per-student", "2", "--window", "2h",
                               "--assignment", graded, "--gpu-model", "h200", "--workers", "1", "--target", "5m",
-                              "--replications", "4"])
+                              "--check-slots", "3", "--replications", "4"])
     assert result.exit_code == 0, result.output
     assert f"{H200}, the 3 most recent scored runs of {graded}" in result.output
     assert "stages, median: build 1.0 s, run 175.0 s" in result.output
-    planner = Planner(Course(40, 2, Shape.default(7200)), [180.0, 210.0, 150.0], seed=0, replications=4)
-    today, needed = planner.waits(1), planner.workers_for(300)
-    assert needed is not None and needed.workers > 1
-    assert f"| 1 (today) | {span(today.wait_p50)} | {span(today.wait_p95)} |" in result.output
-    assert f"| {needed.workers} (fewest for a p95 wait of {span(300)}) | {span(needed.wait_p50)} | " in result.output
-    assert f"For a p95 wait of at most {span(300)}: {needed.workers} GPU worker(s); today 1." in result.output
+    assert "timing from the phases 1 of them recorded, 0.5 of the grade for the other 2" in result.output
+    planner = Planner(Course(40, 2, Shape.default(7200)), [180.0, 210.0, 150.0], seed=0, replications=4,
+                      timing_seconds=[90.0, 40.0, 75.0], check_slots=3)
+    for schedule in Schedule:
+        today, needed = planner.figures(schedule, 1), planner.fewest(schedule, 300)
+        v, f = today.verdict, today.final
+        assert (f"| {schedule.value} | 1 (today) | {span(v.p50)} | {span(v.p95)} | {span(v.max)} | {span(f.p50)} | "
+                f"{span(f.p95)} | {span(f.max)} |") in result.output
+        assert needed is not None
+        if needed.gpus > 1:
+            assert (f"| {schedule.value} | {needed.gpus} (fewest for a p95 verdict wait of {span(300)}) | "
+                    f"{span(needed.verdict.p50)} | ") in result.output
+        assert f"- {schedule.value}: {needed.gpus} GPU(s)." in result.output
+    assert planner.fewest(Schedule.today, 300).gpus > 1  # type: ignore[union-attr]
+    assert "--target applies to the verdict wait" in result.output
 
 
 def test_capacity_says_which_model_to_choose_or_what_to_give(cli: CliRunner, graded: str) -> None:
@@ -99,6 +117,12 @@ def test_capacity_says_which_model_to_choose_or_what_to_give(cli: CliRunner, gra
     assert unknown.exit_code == 2 and "give --grade-seconds" in unknown.output
     given = cli.invoke(app, ["capacity", "--students", "10", "--assignment", graded, "--grade-seconds", "60",
                              "--replications", "2"])
-    assert given.exit_code == 0 and "given on the command line" in given.output
+    assert given.exit_code == 0 and "given on the command line; timing 0.5 of each" in given.output
+    shared = cli.invoke(app, ["capacity", "--students", "10", "--grade-seconds", "60", "--timing-share", "0.25",
+                              "--replications", "2"])
+    assert shared.exit_code == 0 and "mean 60 s, of which timing mean 15 s" in shared.output
+    for option, value in (("--timing-share", "1.5"), ("--check-slots", "0")):
+        refused = cli.invoke(app, ["capacity", "--students", "10", "--grade-seconds", "60", option, value])
+        assert refused.exit_code == 2 and option in refused.output
     bad = cli.invoke(app, ["capacity", "--students", "10", "--grade-seconds", "60", "--shape", "1,x"])
     assert bad.exit_code == 2 and "is not a deadline shape" in bad.output

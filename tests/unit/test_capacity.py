@@ -1,6 +1,8 @@
-"""The capacity model's queue simulation against cases whose answers are known: worked by hand
-(one worker, deterministic arrivals and grades; fair share), in closed form (M/M/1), without
-bound (a load above 1), and ordered (more workers never wait longer)."""
+"""The capacity model's queue simulations against cases whose answers are known: worked by hand
+(one worker, deterministic arrivals and grades; fair share; the two-piece schedule's checks
+shared and timing alone, and a run superseded before its timing), in closed form (M/M/1),
+without bound (a load above 1), and ordered (more GPUs never wait longer; sharing the checks
+never makes a verdict wait longer than today's schedule)."""
 from __future__ import annotations
 
 import math
@@ -10,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from grader.capacity import HOUR, Course, Job, Planner, Shape, queue_eta, service_estimate, simulate
+from grader.capacity import HOUR, Course, Job, Planner, Schedule, Shape, queue_eta, service_estimate, simulate
+from grader.capacity_split import SplitOutcome, simulate_split
 from worker.assignment import StageConfig, StageProgress, assignment_of
 from worker.rubric import load_rubric
 from worker.sandbox import SandboxLimits, SandboxPolicy
@@ -77,29 +80,111 @@ def test_more_workers_never_wait_longer() -> None:
         starts = simulate(jobs, workers, fair_share=False).starts
         assert previous is None or np.all(starts <= previous + 1e-9)
         previous = starts
-    planner = Planner(Course(150, 3, Shape.default(6 * HOUR)), [120.0, 180.0, 240.0], replications=5)
-    waits = [planner.waits(n) for n in range(1, 12)]  # with fair share: the summaries
-    for fewer, more in zip(waits, waits[1:]):
-        assert more.wait_p50 <= fewer.wait_p50 + 1e-9 and more.wait_p95 <= fewer.wait_p95 + 1e-9
+    planner = Planner(Course(150, 3, Shape.default(6 * HOUR)), [120.0, 180.0, 240.0], replications=5,
+                      timing_seconds=[60.0, 80.0, 120.0])
+    for schedule in Schedule:  # with fair share: the summaries
+        figures = [planner.figures(schedule, n) for n in range(1, 12)]
+        for fewer, more in zip(figures, figures[1:]):
+            assert more.verdict.p50 <= fewer.verdict.p50 + 1e-9 and more.verdict.p95 <= fewer.verdict.p95 + 1e-9
+    waits = [planner.waits(n) for n in range(1, 12)]  # today's wait to the grade's start
+    for fewer_w, more_w in zip(waits, waits[1:]):
+        assert more_w.wait_p50 <= fewer_w.wait_p50 + 1e-9 and more_w.wait_p95 <= fewer_w.wait_p95 + 1e-9
 
 
-def test_workers_for_a_target_is_the_fewest_that_meet_it() -> None:
-    # Ten uploads within a second, 100 s grades: only ten workers take all at once.
+def test_gpus_for_a_target_are_the_fewest_that_meet_it() -> None:
+    # Ten uploads within a second, 100 s grades all checks: only ten GPUs give every verdict at 100 s
+    # today; two slots per GPU need five.
     planner = Planner(Course(10, 1, Shape((1.0,), 1.0)), [100.0], replications=1)
-    assert planner.workers_for(1.0).workers == 10  # type: ignore[union-attr]
-    busier = Planner(Course(200, 2, Shape.default(8 * HOUR)), [150.0, 200.0], seed=5, replications=4)
-    for target in (60.0, 600.0, 3600.0):
-        found = busier.workers_for(target)
-        assert found is not None and found.wait_p95 <= target
-        assert found.workers == 1 or busier.waits(found.workers - 1).wait_p95 > target
-        assert found.workers == next(n for n in range(1, 200) if busier.waits(n).wait_p95 <= target)
+    assert planner.fewest(Schedule.today, 101.0).gpus == 10  # type: ignore[union-attr]
+    assert planner.fewest(Schedule.shared, 101.0).gpus == 5  # type: ignore[union-attr]
+    busier = Planner(Course(200, 2, Shape.default(8 * HOUR)), [150.0, 200.0], seed=5, replications=4,
+                     timing_seconds=[70.0, 90.0])
+    for schedule in Schedule:
+        for target in (240.0, 600.0, 3600.0):
+            found = busier.fewest(schedule, target)
+            assert found is not None and found.verdict.p95 <= target
+            assert found.gpus == next(n for n in range(1, 200) if busier.figures(schedule, n).verdict.p95 <= target)
 
 
 def test_a_target_below_waiting_for_ones_own_runs_is_unreachable() -> None:
-    # One student uploads three times within a second: the third waits for two grades whatever the workers.
-    planner = Planner(Course(1, 3, Shape((1.0,), 1.0)), [100.0], replications=2)
-    assert planner.workers_for(10.0) is None
-    assert planner.floor().wait_p95 > 100
+    # One student uploads three times within a second: the third's verdict waits for two grades
+    # today, for two runs' checks when shared, whatever the GPUs.
+    planner = Planner(Course(1, 3, Shape((1.0,), 1.0)), [100.0], replications=2, timing_seconds=[40.0])
+    assert planner.fewest(Schedule.today, 10.0) is None and planner.fewest(Schedule.shared, 10.0) is None
+    assert planner.floor(Schedule.today).verdict.p95 > 200
+    assert 150 < planner.floor(Schedule.shared).verdict.p95 < 200
+
+
+def test_two_runs_checks_share_a_gpu_then_each_is_timed_alone() -> None:
+    # One GPU, two check slots. Run a (student 0) at 0 s: 10 s of checks, 5 of timing; run b
+    # (student 1) at 2 s: 6 s of checks, 3 of timing. Both check at once: b's verdict at 8 s, a's
+    # at 10 s. b's timing waits for a's checks (no timing beside a check): 10-13 s; then a's: 13-18 s.
+    jobs = [Job(0.0, 0, 15.0, 5.0), Job(2.0, 1, 9.0, 3.0)]
+    split = simulate_split(jobs, gpus=1, check_slots=2)
+    assert list(split.check_starts) == [0, 2] and list(split.verdicts) == [10, 8]
+    assert list(split.timing_starts) == [13, 10] and list(split.finals) == [18, 13]
+    assert not split.superseded.any() and split.busy_s == 18
+    # Today's schedule on the same uploads: a holds the GPU 0-15 s (verdict at 10), b 15-24 s (verdict at 21).
+    today = simulate(jobs)
+    assert list(today.verdicts) == [10, 21] and list(today.finishes) == [15, 24]
+    # One slot: b's checks wait for a's (10-16 s); the timings follow in the order of the verdicts.
+    one = simulate_split(jobs, gpus=1, check_slots=1)
+    assert list(one.verdicts) == [10, 16] and list(one.timing_starts) == [16, 21] and list(one.finals) == [21, 24]
+
+
+def test_a_students_next_upload_before_the_timing_starts_supersedes_it() -> None:
+    # Student 0 uploads at 0 s and again at 5 s (each 10 s of checks, 20 of timing), one GPU of two
+    # slots. Fair share: the second's checks start when the first's end (10 s) and keep the GPU
+    # from timing until 20 s; by then the student has uploaded again, so the first is not timed
+    # (final at its verdict, 10 s) and the second is timed 20-40 s.
+    jobs = [Job(0.0, 0, 30.0, 20.0), Job(5.0, 0, 30.0, 20.0)]
+    out = simulate_split(jobs, gpus=1, check_slots=2)
+    assert list(out.superseded) == [True, False] and list(out.timing_gpus) == [-1, 0]
+    assert list(out.verdicts) == [10, 20] and list(out.finals) == [10, 40] and out.timing_starts[1] == 20
+    assert out.busy_s == 40  # against 60 s today: the superseded run's timing is saved
+    # An upload after the timing started does not supersede it: the second comes at 12 s, when
+    # the first's timing (10-30 s) holds the GPU, so its checks wait for it.
+    later = simulate_split([Job(0.0, 0, 30.0, 20.0), Job(12.0, 0, 30.0, 20.0)], gpus=1, check_slots=2)
+    assert not later.superseded.any() and list(later.finals) == [30, 60] and later.check_starts[1] == 30
+
+
+def _intervals_never_overlap(out: SplitOutcome, gpus: int, slots: int) -> None:
+    checks_end = out.verdicts
+    for g in range(gpus):
+        timed = [(out.timing_starts[i], out.finals[i]) for i in np.flatnonzero(out.timing_gpus == g)]
+        checked = [(out.check_starts[i], checks_end[i]) for i in np.flatnonzero(out.check_gpus == g)]
+        for t0, t1 in timed:  # no check, and no other timing, overlaps a timing window
+            assert all(c1 <= t0 or c0 >= t1 for c0, c1 in checked if c1 > c0)
+            assert all(u1 <= t0 or u0 >= t1 for u0, u1 in timed if (u0, u1) != (t0, t1))
+        for c0, _ in checked:  # at most `slots` checks at once
+            assert sum(s0 <= c0 < s1 for s0, s1 in checked) <= slots
+
+
+def test_timing_never_overlaps_checks_on_a_gpu() -> None:
+    for seed in range(5):
+        rng = np.random.default_rng(seed)
+        n = 300
+        grades = rng.uniform(100, 250, n)
+        jobs = [Job(float(a), int(s), float(g), float(g * t)) for a, s, g, t in
+                zip(np.sort(rng.uniform(0, 2 * HOUR, n)), rng.integers(0, 80, n), grades, rng.uniform(0, 0.7, n))]
+        for gpus, slots in ((1, 2), (3, 3)):
+            out = simulate_split(jobs, gpus, slots)
+            assert np.all(out.verdicts >= out.arrivals) and np.all(np.isfinite(out.finals))
+            assert np.all(out.superseded == np.isnan(out.timing_starts))  # every run not superseded is timed
+            _intervals_never_overlap(out, gpus, slots)
+
+
+def test_sharing_the_checks_never_makes_the_verdict_wait_longer() -> None:
+    # The same uploads under both schedules, over seeds, GPU counts and slots: the two-piece
+    # schedule's verdict waits are no longer at p50, p95 or max.
+    for seed in range(6):
+        planner = Planner(Course(120, 4, Shape.default(6 * HOUR)), [150.0, 185.0, 210.0], seed=seed,
+                          replications=2, timing_seconds=[70.0, 95.0, 110.0], check_slots=1 + seed % 3)
+        for gpus in (1, 2, 4):
+            today, split = planner.figures(Schedule.today, gpus), planner.figures(Schedule.shared, gpus)
+            assert split.verdict.p50 <= today.verdict.p50 and split.verdict.p95 <= today.verdict.p95
+            assert split.verdict.max <= today.verdict.max
+            assert split.grades_per_gpu_hour >= today.grades_per_gpu_hour
 
 
 def test_the_default_shape_puts_half_the_uploads_in_the_last_four_hours() -> None:
@@ -123,6 +208,10 @@ def test_shapes_and_courses_refuse_what_they_cannot_mean() -> None:
         Course(0, 5, Shape.default())
     with pytest.raises(ValueError, match="grade times"):
         Planner(Course(1, 1, Shape.default()), [])
+    with pytest.raises(ValueError, match="timing"):
+        Planner(Course(1, 1, Shape.default()), [60.0], timing_seconds=[61.0])
+    with pytest.raises(ValueError, match="check slot"):
+        simulate_split([], gpus=1, check_slots=0)
 
 
 def test_fractional_uploads_per_student() -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from grader.reads.gpu_phases import gpu_time
+from grader.reads.gpu_phases import gpu_time, timing_seconds
 
 
 def kernel(start: float, abi: float, binding: float, profile: float, warm: float, timing: float | None) -> dict[str, Any]:
@@ -88,3 +88,16 @@ def test_the_sanitizer_sessions_are_a_row_of_their_own_after_the_rest() -> None:
     other = table.rows[-1]
     assert other.phase.startswith("other") and other.run_s == 6.0  # 10 s less the sanitizer's 4
     assert sum(r.run_s for r in table.rows if r.run_s is not None) == pytest.approx(table.stage_s)
+
+
+def test_the_timing_part_of_a_run_for_the_capacity_model() -> None:
+    """What a schedule that times apart from the checks takes out of the grade: the kernel
+    problems' timings (2.1 was not timed) and Problem 3's timed steps with the verification
+    that follows them; warm-ups and profiles stay with the checks."""
+    runs = record()
+    assert timing_seconds(runs) == pytest.approx(9.0 + 11.0 + 10.0 + 50.0 + 5.0)
+    runs["3"]["telemetry"]["problem3"] = {"setup_s": 20.0, "elapsed_s": 80.0, "timing": {}}  # settled before timing
+    assert timing_seconds(runs) == pytest.approx(30.0)
+    assert timing_seconds({"3": {"telemetry": {"problem3": PROBLEM3}}}) == pytest.approx(55.0)
+    assert timing_seconds({"1": {"status": "ok", "telemetry": {"before": {"name": "NVIDIA H200"}}}}) is None
+    assert timing_seconds({}) is None
