@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from grader.capacity_split import simulate_split
+from grader.capacity_split import Job, simulate_split
 
 HOUR = 3600.0
 # The default deadline shape: over the window, the upload rate doubles every this many hours
@@ -105,18 +105,6 @@ class Course:
     @property
     def uploads(self) -> float:
         return self.students * self.per_student
-
-
-@dataclass(frozen=True)
-class Job:
-    arrival: float  # seconds: when it was uploaded
-    student: int
-    service: float  # seconds it holds a worker: its checks, then its timing
-    timing: float = 0.0  # of which its timing (grader/capacity_split.py runs the two apart)
-
-    @property
-    def checks(self) -> float:
-        return self.service - self.timing
 
 
 @dataclass(frozen=True)

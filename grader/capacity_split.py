@@ -20,8 +20,8 @@ student's next upload is sent when their previous run's checks end. Checks go to
 lowest-numbered GPU with a free slot and timings to the highest-numbered idle one, which leaves
 GPUs free of checks for timing when the checks do not need them all.
 
-Pure (numpy and the standard library); `Job` is grader/capacity.py's: `service - timing`
-seconds of checks, then `timing` seconds of timing.
+Pure (numpy and the standard library). A `Job` is `service - timing` seconds of checks, then
+`timing` seconds of timing; grader/capacity.py, which runs both schedules, imports this module.
 """
 from __future__ import annotations
 
@@ -29,14 +29,24 @@ import heapq
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from grader.capacity import Job
-
 _END, _ARRIVE = 0, 1  # at one instant, ends are applied before arrivals, then the GPUs are handed out
+
+
+@dataclass(frozen=True)
+class Job:
+    """One upload's grade, for either schedule (grader/capacity.py re-exports it)."""
+
+    arrival: float  # seconds: when it was uploaded
+    student: int
+    service: float  # seconds it holds a worker: its checks, then its timing
+    timing: float = 0.0  # of which its timing (the two-piece schedule runs the two apart)
+
+    @property
+    def checks(self) -> float:
+        return self.service - self.timing
 
 
 @dataclass(frozen=True)
@@ -55,98 +65,123 @@ class SplitOutcome:
     busy_s: float  # GPU-seconds with a check or a timing running, all GPUs together
 
 
+class _SplitSchedule:
+    """The state of one simulation: what each GPU runs, the queues, and each job's times."""
+
+    def __init__(self, jobs: Sequence[Job], gpus: int, check_slots: int, fair_share: bool) -> None:
+        n = len(jobs)
+        self.jobs, self.check_slots, self.fair_share = jobs, check_slots, fair_share
+        self.check_starts, self.verdicts = np.full(n, np.nan), np.full(n, np.nan)
+        self.timing_starts, self.finals = np.full(n, np.nan), np.full(n, np.nan)
+        self.superseded = np.zeros(n, dtype=bool)
+        self.check_gpus, self.timing_gpus = np.full(n, -1), np.full(n, -1)
+        self.events: list[tuple[float, int, int, int]] = [(j.arrival, _ARRIVE, i, -1) for i, j in enumerate(jobs)]
+        heapq.heapify(self.events)
+        self.checks_queue: list[tuple[float, int]] = []  # (sent at, job): first come first served
+        self.timing_queue: list[tuple[float, int]] = []  # (verdict at, job)
+        self.own: dict[int, deque[int]] = {}  # student -> uploads held back by fair share, oldest first
+        self.latest: dict[int, int] = {}  # student -> their newest upload so far
+        self.in_checks: set[int] = set()  # students with a run sent to or in the checks
+        self.running = [0] * gpus  # checks running per GPU
+        self.timing = [False] * gpus
+        self.room = list(range(gpus))  # GPUs with a free check slot, lowest first (stale entries skipped)
+        self.idle = [-g for g in range(gpus)]  # GPUs with nothing running, highest first (stale entries skipped)
+        self.busy_since: list[float | None] = [None] * gpus
+        self.busy_s = 0.0
+
+    def occupy(self, g: int, now: float) -> None:
+        if self.busy_since[g] is None:
+            self.busy_since[g] = now
+
+    def release(self, g: int, now: float) -> None:
+        since = self.busy_since[g]
+        if since is not None and self.running[g] == 0 and not self.timing[g]:
+            self.busy_s += now - since
+            self.busy_since[g] = None
+            heapq.heappush(self.idle, -g)
+        if not self.timing[g] and self.running[g] < self.check_slots:
+            heapq.heappush(self.room, g)
+
+    def arrive(self, i: int, now: float) -> None:
+        student = self.jobs[i].student
+        self.latest[student] = i
+        if self.fair_share and student in self.in_checks:
+            self.own.setdefault(student, deque()).append(i)
+        else:
+            self.in_checks.add(student)
+            heapq.heappush(self.checks_queue, (now, i))
+
+    def checks_end(self, i: int, g: int, now: float) -> None:
+        job = self.jobs[i]
+        self.verdicts[i] = now
+        self.running[g] -= 1
+        self.release(g, now)
+        held = self.own.get(job.student)
+        if held:
+            heapq.heappush(self.checks_queue, (now, held.popleft()))
+        else:
+            self.in_checks.discard(job.student)
+        if job.timing > 0:
+            heapq.heappush(self.timing_queue, (now, i))
+        else:
+            self.finals[i] = now
+
+    def timing_ends(self, i: int, g: int, now: float) -> None:
+        self.finals[i] = now
+        self.timing[g] = False
+        self.release(g, now)
+
+    def start_checks(self, now: float) -> None:
+        while self.checks_queue and self.room:
+            g = heapq.heappop(self.room)
+            if self.timing[g] or self.running[g] >= self.check_slots:
+                continue  # stale
+            _, i = heapq.heappop(self.checks_queue)
+            self.occupy(g, now)
+            self.running[g] += 1
+            self.check_starts[i], self.check_gpus[i] = now, g
+            heapq.heappush(self.events, (now + self.jobs[i].checks, _END, i, g))
+            if self.running[g] < self.check_slots:
+                heapq.heappush(self.room, g)
+
+    def start_timings(self, now: float) -> None:
+        while self.timing_queue and self.idle:
+            g = -self.idle[0]
+            if self.timing[g] or self.running[g] > 0:
+                heapq.heappop(self.idle)  # stale
+                continue
+            verdict, i = heapq.heappop(self.timing_queue)
+            if self.latest[self.jobs[i].student] != i:  # the student uploaded again: that run is timed instead
+                self.superseded[i], self.finals[i] = True, verdict
+                continue
+            heapq.heappop(self.idle)
+            self.occupy(g, now)
+            self.timing[g] = True
+            self.timing_starts[i], self.timing_gpus[i] = now, g
+            heapq.heappush(self.events, (now + self.jobs[i].timing, _END, i, g))
+
+    def run(self) -> SplitOutcome:
+        while self.events:
+            now = self.events[0][0]
+            while self.events and self.events[0][0] == now:
+                _, kind, i, g = heapq.heappop(self.events)
+                if kind == _ARRIVE:
+                    self.arrive(i, now)
+                elif np.isnan(self.verdicts[i]):
+                    self.checks_end(i, g, now)
+                else:
+                    self.timing_ends(i, g, now)
+            self.start_checks(now)
+            self.start_timings(now)
+        return SplitOutcome(np.array([j.arrival for j in self.jobs], dtype=float), self.check_starts, self.verdicts,
+                            self.timing_starts, self.finals, self.superseded, self.check_gpus, self.timing_gpus,
+                            self.busy_s)
+
+
 def simulate_split(jobs: Sequence[Job], gpus: int = 1, check_slots: int = 2, fair_share: bool = True) -> SplitOutcome:
     """The two-piece schedule of `jobs` on `gpus` GPUs of `check_slots` check slots each: a
     discrete-event simulation (arrivals, check ends and timing ends; after each instant's events,
     waiting checks take free slots, then idle GPUs take timings)."""
     if gpus < 1 or check_slots < 1:
         raise ValueError("at least one GPU and one check slot per GPU")
-    n = len(jobs)
-    check_starts, verdicts = np.full(n, np.nan), np.full(n, np.nan)
-    timing_starts, finals = np.full(n, np.nan), np.full(n, np.nan)
-    superseded = np.zeros(n, dtype=bool)
-    check_gpus, timing_gpus = np.full(n, -1), np.full(n, -1)
-    events: list[tuple[float, int, int, int]] = [(j.arrival, _ARRIVE, i, -1) for i, j in enumerate(jobs)]
-    heapq.heapify(events)
-    checks_queue: list[tuple[float, int]] = []  # (sent at, job): first come first served
-    timing_queue: list[tuple[float, int]] = []  # (verdict at, job)
-    own: dict[int, deque[int]] = {}  # student -> uploads held back by fair share, oldest first
-    latest: dict[int, int] = {}  # student -> their newest upload so far
-    in_checks: set[int] = set()  # students with a run sent to or in the checks
-    running = [0] * gpus  # checks running per GPU
-    timing = [False] * gpus
-    room = list(range(gpus))  # GPUs with a free check slot, lowest first (stale entries skipped)
-    idle = [-g for g in range(gpus)]  # GPUs with nothing running, highest first (stale entries skipped)
-    busy_since: list[float | None] = [None] * gpus
-    busy_s = 0.0
-
-    def occupy(g: int, now: float) -> None:
-        if busy_since[g] is None:
-            busy_since[g] = now
-
-    def release(g: int, now: float) -> None:
-        nonlocal busy_s
-        since = busy_since[g]
-        if since is not None and running[g] == 0 and not timing[g]:
-            busy_s += now - since
-            busy_since[g] = None
-            heapq.heappush(idle, -g)
-        if not timing[g] and running[g] < check_slots:
-            heapq.heappush(room, g)
-
-    while events:
-        now = events[0][0]
-        while events and events[0][0] == now:
-            _, kind, i, g = heapq.heappop(events)
-            job = jobs[i]
-            if kind == _ARRIVE:
-                latest[job.student] = i
-                if fair_share and job.student in in_checks:
-                    own.setdefault(job.student, deque()).append(i)
-                else:
-                    in_checks.add(job.student)
-                    heapq.heappush(checks_queue, (now, i))
-            elif np.isnan(verdicts[i]):  # its checks ended
-                verdicts[i] = now
-                running[g] -= 1
-                release(g, now)
-                held = own.get(job.student)
-                if held:
-                    heapq.heappush(checks_queue, (now, held.popleft()))
-                else:
-                    in_checks.discard(job.student)
-                if job.timing > 0:
-                    heapq.heappush(timing_queue, (now, i))
-                else:
-                    finals[i] = now
-            else:  # its timing ended
-                finals[i] = now
-                timing[g] = False
-                release(g, now)
-        while checks_queue and room:
-            g = heapq.heappop(room)
-            if timing[g] or running[g] >= check_slots:
-                continue  # stale
-            _, i = heapq.heappop(checks_queue)
-            occupy(g, now)
-            running[g] += 1
-            check_starts[i], check_gpus[i] = now, g
-            heapq.heappush(events, (now + jobs[i].checks, _END, i, g))
-            if running[g] < check_slots:
-                heapq.heappush(room, g)
-        while timing_queue and idle:
-            g = -idle[0]
-            if timing[g] or running[g] > 0:
-                heapq.heappop(idle)  # stale
-                continue
-            verdict, i = heapq.heappop(timing_queue)
-            if latest[jobs[i].student] != i:  # the student uploaded again: that run is timed instead
-                superseded[i], finals[i] = True, verdict
-                continue
-            heapq.heappop(idle)
-            occupy(g, now)
-            timing[g] = True
-            timing_starts[i], timing_gpus[i] = now, g
-            heapq.heappush(events, (now + jobs[i].timing, _END, i, g))
-    return SplitOutcome(np.array([j.arrival for j in jobs], dtype=float), check_starts, verdicts, timing_starts,
-                        finals, superseded, check_gpus, timing_gpus, busy_s)
+    return _SplitSchedule(jobs, gpus, check_slots, fair_share).run()
