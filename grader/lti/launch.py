@@ -25,7 +25,7 @@ from urllib.parse import urlencode
 
 from joserfc import jws, jwt
 from joserfc.errors import JoseError
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from grader.lti import claims as c
@@ -57,6 +57,8 @@ def begin_login(db: Session, params: Mapping[str, str], redirect_uri: str) -> st
                             "with kernelgrade: its administrator adds it with `grader lti add-platform` (docs/lms.md).")
     state, nonce = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
     now = utcnow()
+    # states a day past their expiry are of no use: refused as unknown just as they were as expired
+    db.execute(delete(LtiLaunchState).where(LtiLaunchState.expires_at < now - timedelta(days=1)))
     db.add(LtiLaunchState(state_hash=state_hash(state), nonce=nonce, platform_id=platform.id, created_at=now,
                           expires_at=now + STATE_LIFETIME))
     query = {"scope": "openid", "response_type": "id_token", "response_mode": "form_post", "prompt": "none",

@@ -14,6 +14,7 @@ import uuid
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 
 import httpx
 import pytest
@@ -25,6 +26,7 @@ from grader.auth.identities import Identity, IdentityRefused, tie
 from grader.celery_app import make_celery
 from grader.course.adjustments import MANUAL, add_entry
 from grader.db import session_scope
+from grader.lti.launch import begin_login
 from grader.lti.passback import links_of, send_link_grades
 from grader.lti.registry import add_platform
 from grader.lti.roster_sync import sync_roster
@@ -36,9 +38,12 @@ from grader.models import (
     Enrollment,
     ExternalIdentity,
     LtiContext,
+    LtiLaunchState,
+    LtiPlatform,
     Role,
     Submission,
     User,
+    utcnow,
 )
 from grader.runs.reconcile import reconcile
 from grader.settings import Settings
@@ -429,3 +434,19 @@ def test_the_course_rosters_sis_id_finds_the_account_and_a_second_lms_identity_i
 def _launch_as(c: Class, person: LmsUser, link: Link) -> tuple[FormBrowser, httpx.Response]:
     browser = FormBrowser()
     return browser, browser.open(c.lms.launch_url(person, link))
+
+
+def test_login_states_a_day_past_their_expiry_are_removed(lms_class: Class, sessions: sessionmaker[Session]) -> None:  # noqa: F811
+    c = lms_class
+    with session_scope(sessions) as db:
+        platform = db.scalar(select(LtiPlatform).where(LtiPlatform.issuer == c.lms.issuer))
+        assert platform is not None
+        old, recent = (LtiLaunchState(state_hash=uuid.uuid4().hex, nonce=uuid.uuid4().hex, platform_id=platform.id,
+                                      expires_at=utcnow() - age) for age in (timedelta(days=2), timedelta(hours=1)))
+        db.add_all([old, recent])
+        db.flush()
+        ids = (old.id, recent.id)
+        redirect = begin_login(db, {"iss": c.lms.issuer, "login_hint": "x"}, "http://tool.example/lti/launch")
+        assert redirect.startswith(platform.auth_login_url)
+    with session_scope(sessions) as db:
+        assert db.get(LtiLaunchState, ids[0]) is None and db.get(LtiLaunchState, ids[1]) is not None
