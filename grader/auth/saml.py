@@ -57,7 +57,7 @@ from grader.auth.identities import Identity
 from grader.auth.sign_in import Person, SsoRefused, checked_email, checked_login
 from grader.course.roster_csv import MAX_NAME
 from grader.datadir import private_dir, write_private
-from grader.settings import SamlSettings
+from grader.settings import SamlSettings, refuse_exposed
 
 START_PATH, ACS_PATH, METADATA_PATH = "/login/saml", "/saml/acs", "/saml/metadata"
 CLOCK_LEEWAY_S = 60
@@ -87,10 +87,12 @@ class KeyPair:
 
 
 def key_pair(settings: SamlSettings, data_dir: Path, common_name: str) -> KeyPair:
-    """The service's key and certificate: the configured files, else the pair in
+    """The service's key and certificate: the configured files (ExposedSecretFile when others may
+    read the key), else the pair in
     <data_dir>/saml-sp, made now when missing (a 3072-bit RSA key, a self-signed certificate
     for ten years: the provider trusts it through our metadata, not through a CA)."""
     if settings.key_file:
+        refuse_exposed(Path(settings.key_file))  # a key other users of the host can read is no secret
         return KeyPair(Path(settings.key_file), Path(settings.cert_file))
     folder = Path(data_dir) / "saml-sp"
     pair = KeyPair(folder / "key.pem", folder / "cert.pem")
@@ -288,6 +290,10 @@ class ServiceProvider:
         if response is None or response.assertion is None:
             raise SsoRefused(_check_failed("it could not be read", label),
                              detail="pysaml2 found no valid response (its destination, or its assertion)")
+        try:  # pysaml2 keeps each person it read in memory, for logouts this service does not do
+            client.users.remove_person(response.name_id)
+        except KeyError:
+            pass
         return response
 
     def _person(self, idp: str, response: AuthnResponse) -> Person:

@@ -10,6 +10,7 @@ import html
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -19,7 +20,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.app import create_app
-from grader.auth.saml import ACS_PATH, METADATA_PATH
+from grader.auth.saml import ACS_PATH, METADATA_PATH, ServiceProvider
 from grader.db import session_scope
 from grader.models import AuditEvent, ExternalIdentity, Role, User
 from grader.settings import Settings
@@ -185,3 +186,29 @@ def test_without_saml_its_addresses_are_absent(settings: Settings) -> None:
         assert "saml-button" not in client.get("/login").text
         for method, path in (("GET", "/login/saml"), ("POST", ACS_PATH), ("GET", METADATA_PATH)):
             assert client.request(method, path, follow_redirects=False).status_code == 404, path
+
+
+
+def test_the_provider_keeps_no_one_in_memory(service: Settings, idp: IdentityProvider) -> None:
+    """pysaml2 caches each person a response names (for logouts); the service empties it, or
+    every sign-in with a transient NameID would stay in the process for good."""
+    sp = ServiceProvider(service.saml, service.public_url, service.data_dir)
+    session: dict[str, Any] = {}
+    for _ in range(2):
+        _acs, fields = idp.answer(sp.start(session), _person(idp, "saml-cache", persistent=False))
+        assert sp.finish(session, fields["SAMLResponse"]).identity.kind == "saml"
+    client, _idp = sp._ready()
+    assert client.users.subjects() == []
+
+
+@pytest.mark.parametrize("attribute", ["urn:oid:1.3.6.1.4.1.5923.1.1.1.6", "eduPersonPrincipalName", "mail"])
+def test_the_login_attribute_is_named_by_its_oid_or_its_friendly_name(
+        service: Settings, idp: IdentityProvider, attribute: str) -> None:
+    settings = service.saml.model_copy(update={"login_attribute": attribute})
+    sp = ServiceProvider(settings, service.public_url, service.data_dir)
+    session: dict[str, Any] = {}
+    login = _person(idp, "saml-oid")
+    _acs, fields = idp.answer(sp.start(session), login)
+    person = sp.finish(session, fields["SAMLResponse"])
+    assert person.login == (f"{login}@example.edu" if attribute == "mail" else login)
+    assert (person.name, person.email) == ("Pat Doe", f"{login}@example.edu")

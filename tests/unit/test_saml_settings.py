@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from grader.auth.saml import ServiceProvider
-from grader.settings import Settings
+from grader.auth.saml import KeyPair, ServiceProvider, key_pair
+from grader.settings import ExposedSecretFile, Settings
 
 URL = "https://idp.example.edu/idp/shibboleth"
 PUBLIC = {"KG_PUBLIC_URL": "https://grader.example.edu"}
 
 
-def test_saml_is_on_with_the_metadata_address_or_file(tmp_path: Path) -> None:
+def test_saml_is_on_with_the_metadata_address_or_file() -> None:
     assert not Settings.from_variables(PUBLIC).saml.enabled
     assert Settings.from_variables({**PUBLIC, "KG_SAML_IDP_METADATA_URL": URL}).saml.enabled
     assert Settings.from_variables({**PUBLIC, "KG_SAML_IDP_METADATA_FILE": "/etc/kg/idp.xml"}).saml.enabled
@@ -40,3 +40,15 @@ def test_the_entity_id_is_the_metadata_address_unless_set(tmp_path: Path) -> Non
     named = Settings.from_variables({**PUBLIC, "KG_SAML_IDP_METADATA_URL": URL, "KG_SAML_ENTITY_ID": "urn:kg:sp"})
     assert ServiceProvider(named.saml, named.public_url, tmp_path).entity_id == "urn:kg:sp"
     assert list(tmp_path.iterdir()) == []  # nothing made before first use
+
+
+def test_a_key_file_others_can_read_is_refused(tmp_path: Path) -> None:
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    key.write_text("not read")
+    key.chmod(0o644)
+    settings = Settings.from_variables({**PUBLIC, "KG_SAML_IDP_METADATA_URL": URL, "KG_SAML_KEY_FILE": str(key),
+                                        "KG_SAML_CERT_FILE": str(cert)})
+    with pytest.raises(ExposedSecretFile, match="chmod 600"):
+        key_pair(settings.saml, tmp_path, "grader.example.edu")
+    key.chmod(0o600)
+    assert key_pair(settings.saml, tmp_path, "grader.example.edu") == KeyPair(key, cert)
