@@ -18,9 +18,9 @@ from grader.api.text_rules import install_text_rules
 from grader.auth.sessions import SESSION_COOKIE, secret_key
 from grader.context import AppContext
 from grader.control_chars import ControlCharacters
+from grader.pages import lti, saml
 from grader.pages.common import PageDenied, error_page, page_denied
 from grader.pages.errors import install_error_pages, not_found_page, wants_page
-from grader.pages.lti import CROSS_SITE_POSTS
 from grader.ratelimit import UPLOAD_ROUTES, UploadRateLimit
 from grader.security import SameOriginForms, SecureHeaders
 from grader.settings import Settings, get_settings
@@ -46,7 +46,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(UploadRateLimit, sessions=context.sessions, limit=context.settings.upload_rate_limit,
                        window_s=context.settings.upload_rate_window_s)
     app.add_middleware(SameOriginForms, public_url=context.settings.public_url, refusal=_foreign_form,
-                       cross_site=CROSS_SITE_POSTS)
+                       cross_site=lti.CROSS_SITE_POSTS + saml.CROSS_SITE_POSTS)
     # Signed cookie session: HttpOnly always, SameSite=Lax, Secure with KG_SESSION_HTTPS_ONLY.
     app.add_middleware(
         SessionMiddleware,

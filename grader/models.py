@@ -545,7 +545,7 @@ class ExternalIdentity(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     issuer: Mapped[str] = mapped_column(String(512))
     subject: Mapped[str] = mapped_column(String(256))
-    kind: Mapped[str] = mapped_column(String(8))  # "lti" | "sso"
+    kind: Mapped[str] = mapped_column(String(8))  # "lti" | "sso" | "saml"
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     last_seen_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -227,8 +227,52 @@ class SsoSettings(BaseModel):
         return self
 
 
+class SamlSettings(BaseModel):
+    """SAML 2.0 single sign-on (grader/auth/saml.py, docs/sso.md), KG_SAML_*: off while neither
+    the identity provider's metadata address nor its file is set. `entity_id` is this service's
+    name at the provider (empty: <KG_PUBLIC_URL>/saml/metadata, where its metadata is served);
+    `login_attribute` is the attribute (its name, an urn:oid:, or its friendly name) that names
+    the account here at a first sign-in; `key_file` and `cert_file` are this service's signing
+    and decryption pair (empty: a pair made on first use under the data dir); `label` is the
+    login page's button."""
+
+    model_config = ConfigDict(frozen=True)
+
+    idp_metadata_url: str = ""  # one of these two: where the identity provider publishes its metadata,
+    idp_metadata_file: str = ""  # or a copy of it on this host
+    entity_id: str = ""
+    login_attribute: str = "eduPersonPrincipalName"
+    key_file: str = ""
+    cert_file: str = ""
+    label: str = "Sign in with your university account"
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.idp_metadata_url or self.idp_metadata_file)
+
+    @field_validator("idp_metadata_url")
+    @classmethod
+    def _metadata_url(cls, value: str) -> str:
+        parts = urlsplit(value.strip())
+        if value.strip() and (parts.scheme not in ("http", "https") or not parts.netloc):
+            raise ValueError(f"KG_SAML_IDP_METADATA_URL {value!r} is not an address; give the http(s) address the "
+                             "identity provider publishes its metadata at")
+        return value.strip()
+
+    @model_validator(mode="after")
+    def _one_source_and_a_whole_pair(self) -> SamlSettings:
+        if self.idp_metadata_url and self.idp_metadata_file:
+            raise ValueError("KG_SAML_IDP_METADATA_URL and KG_SAML_IDP_METADATA_FILE are both set: set one")
+        if self.enabled and bool(self.key_file) != bool(self.cert_file):
+            raise ValueError("KG_SAML_KEY_FILE and KG_SAML_CERT_FILE go together: set both (a key and its "
+                             "certificate), or neither for a pair made in the data dir")
+        if self.enabled and not self.login_attribute.strip():
+            raise ValueError("KG_SAML_LOGIN_ATTRIBUTE is empty: name the attribute that gives a person's login")
+        return self
+
+
 class Settings(BaseSettings):
-    # The groups (build, sandbox, unpack, smtp, throttle, argon2, sso) keep their flat names: KG_BUILD_JOBS is
+    # The groups (build, sandbox, unpack, smtp, throttle, argon2, sso, saml) keep their flat names: KG_BUILD_JOBS is
     # build.jobs, KG_UNPACK_MAX_FILES is unpack.max_files, and one such variable changes only its
     # own field. So no other field's name may start with a group's name and "_".
     model_config = SettingsConfigDict(env_prefix="KG_", env_file=".env", extra="ignore",
@@ -333,6 +377,7 @@ class Settings(BaseSettings):
     # An account of another role is refused on the password form and gets no /forgot link;
     # single sign-on, LMS launches and API tokens are not affected.
     sso: SsoSettings = SsoSettings()
+    saml: SamlSettings = SamlSettings()  # SAML 2.0 single sign-on (SamlSettings), beside or instead of sso
     password_login_roles: Annotated[list[Role], NoDecode] = Field(default_factory=lambda: list(Role))
 
     # Roster import (CSV of students): the largest file the page accepts
@@ -407,7 +452,7 @@ class Settings(BaseSettings):
 
     @classmethod
     def groups(cls) -> dict[str, type[BaseModel]]:
-        """The grouped fields (build, sandbox, unpack, smtp, throttle, argon2, sso) and their models."""
+        """The grouped fields (build, sandbox, unpack, smtp, throttle, argon2, sso, saml) and their models."""
         return {name: type(field.default) for name, field in cls.model_fields.items()
                 if isinstance(field.default, BaseModel)}
 
@@ -449,6 +494,10 @@ class Settings(BaseSettings):
         if self.sso.enabled and not self.public_url:
             raise ValueError("KG_SSO_ISSUER is set but KG_PUBLIC_URL is not: the provider sends people back to "
                              "<KG_PUBLIC_URL>/login/sso/callback, so set the address users reach the service at")
+        if self.saml.enabled and not self.public_url:
+            raise ValueError("KG_SAML_IDP_METADATA_URL (or _FILE) is set but KG_PUBLIC_URL is not: the identity "
+                             "provider posts its answers to <KG_PUBLIC_URL>/saml/acs, so set the address users "
+                             "reach the service at")
         return self
 
     @field_validator("password_login_roles", mode="before")

@@ -50,7 +50,8 @@ class Via(enum.StrEnum):
     api = "api"
     cli = "cli"
     lti = "lti"  # an LMS launch or its services
-    sso = "sso"  # the single sign-on login
+    sso = "sso"  # the single sign-on login (OpenID Connect)
+    saml = "saml"  # the SAML 2.0 single sign-on login
 
 
 def record(session: Session, event: Event, via: Via, *, user: User | None = None, login: str | None = None,

@@ -1,7 +1,7 @@
 """Identities at university systems (external_identities): an LMS's LTI 1.3 user or the single
 sign-on provider's, each an (issuer, subject) pair tied to one account for good.
 
-The rules both doors follow (grader.lti.launch, grader.auth.sso):
+The rules every door follows (grader.lti.launch, grader.auth.sso, grader.auth.saml):
 - an account is found through its pair only, never through a name or an e-mail address, which
   an LMS lets its users edit and two systems may give to different people;
 - a pair names one account: once tied, it never moves to another account, and a launch or login
@@ -24,7 +24,7 @@ from grader.models import ExternalIdentity, User, utcnow
 class Identity:
     issuer: str
     subject: str
-    kind: str  # "lti" | "sso"
+    kind: str  # "lti" | "sso" | "saml"
 
     def describe(self) -> str:
         return f"{self.issuer} user {self.subject}"

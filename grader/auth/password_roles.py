@@ -16,14 +16,14 @@ from grader.settings import Settings
 @dataclass(frozen=True)
 class PasswordRoles:
     """The site roles whose accounts may use a password, and the button the others use instead
-    (None: no single sign-on here)."""
+    (None: no single sign-on here; OpenID Connect's where both kinds are set up)."""
 
     roles: frozenset[Role]
     sso_label: str | None
 
     @classmethod
     def of(cls, settings: Settings) -> PasswordRoles:
-        return cls(frozenset(settings.password_login_roles), settings.sso.label if settings.sso.enabled else None)
+        return cls(frozenset(settings.password_login_roles), sign_in_label(settings))
 
     def allows(self, user: User) -> bool:
         return user.role in self.roles
@@ -37,3 +37,11 @@ class PasswordRoles:
         how = (f"use the “{self.sso_label}” button instead" if self.sso_label
                else "sign in through your course's LMS instead")
         return f"Password login is off for {user.role.value} accounts on this service: {how}."
+
+
+def sign_in_label(settings: Settings) -> str | None:
+    """The single sign-on button's words (OpenID Connect's where both kinds are set up), or None."""
+    for group in (settings.sso, settings.saml):
+        if group.enabled:
+            return group.label
+    return None

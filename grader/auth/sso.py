@@ -7,17 +7,16 @@ the browser's signed session cookie, so only the browser that started a sign-in 
 The provider sends it back to <KG_PUBLIC_URL>/login/sso/callback, where `Provider.finish`
 trades the code for tokens and checks the id_token (`check_id_token`): the provider's signature
 (the keys it publishes), its issuer, our client id as the audience, its expiry and this
-browser's nonce. `person_of` reads who signed in, and `account_for` finds their account by the
-rules of grader.auth.identities: the (issuer, subject) pair first; else, at a first sign-in,
-the account the login claim names, tied to the pair from then on; else a new student account,
-with no password and no course (a roster or an LMS enrolls it). Whatever goes wrong is an
-`SsoRefused`, whose sentence the login page shows.
+browser's nonce. `person_of` reads who signed in, and grader.auth.sign_in.account_for finds
+their account by the rules of grader.auth.identities: the (issuer, subject) pair first; else,
+at a first sign-in, the account the login claim names, tied to the pair from then on; else a
+new student account, with no password and no course (a roster or an LMS enrolls it). Whatever
+goes wrong is an `SsoRefused`, whose sentence the login page shows.
 """
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -25,15 +24,11 @@ from authlib.integrations.base_client import OAuthError
 from authlib.integrations.starlette_client import OAuth
 from fastapi import Request
 from joserfc.errors import BadSignatureError, ClaimError, JoseError
-from sqlalchemy.orm import Session
 from starlette.responses import Response
 
-from grader.auth.audit import Via
-from grader.auth.identities import Identity, IdentityRefused, account_of, tie
-from grader.course.roster_csv import EMAIL, LOGIN, MAX_EMAIL, MAX_LOGIN, MAX_NAME
-from grader.models import User
-from grader.roles import Role
-from grader.service import find_user
+from grader.auth.identities import Identity
+from grader.auth.sign_in import Person, SsoRefused, checked_email, checked_login
+from grader.course.roster_csv import MAX_NAME
 from grader.settings import SsoSettings
 
 CALLBACK_PATH = "/login/sso/callback"
@@ -53,27 +48,6 @@ _FAILED_CLAIM = {
     "exp": "it has expired",
     "nonce": "it answers another sign-in",
 }
-
-
-class SsoRefused(Exception):
-    """A sign-in that logs nobody in: the sentence the login page shows, with what the audit
-    log keeps beside it (`detail`, the login claimed and the account concerned, when known)."""
-
-    def __init__(self, sentence: str, *, detail: str = "", login: str | None = None,
-                 user: User | None = None) -> None:
-        super().__init__(sentence)
-        self.detail, self.login, self.user = detail, login, user
-
-
-@dataclass(frozen=True)
-class Person:
-    """Who the provider says signed in: their identity, the login the login claim gives (lower
-    case) and, when it gave them, their name and e-mail address."""
-
-    identity: Identity
-    login: str
-    name: str | None
-    email: str | None
 
 
 def discovery_url(issuer: str) -> str:
@@ -192,21 +166,9 @@ class Provider:
 def person_of(settings: SsoSettings, claims: Mapping[str, Any]) -> Person:
     """Who signed in, from the checked claims; SsoRefused when the login claim is missing or is
     no login here, or the domain is not one of KG_SSO_DOMAINS."""
-    claim = settings.login_claim
-    given = claims.get(claim)
-    if not isinstance(given, str) or not given.strip():
-        raise SsoRefused(f"The sign-in service did not say which account is yours (its answer has no “{claim}”), "
-                         "so nobody was logged in. Tell the operator of this service.",
-                         detail=f"no {claim} claim for {settings.issuer} user {claims.get('sub')}")
-    login = given.strip().lower()
-    if len(login) > MAX_LOGIN or not LOGIN.match(login):
-        raise SsoRefused(f"Your {claim} at the university, “{given.strip()[:80]}”, cannot be a login here "
-                         f"(letters, digits and . _ @ + - only, at most {MAX_LOGIN}), so nobody was logged in. Tell "
-                         "the operator of this service.", detail=f"{claim} {given[:200]!r} is no login", login=login)
-    email = claims.get("email")
-    email = email.strip().lower() if isinstance(email, str) else None
-    if not (email and len(email) <= MAX_EMAIL and EMAIL.match(email)):
-        email = None
+    login = checked_login(claims.get(settings.login_claim), settings.login_claim,
+                          f"{settings.issuer} user {claims.get('sub')}")
+    email = checked_email(claims.get("email"))
     if settings.domains:
         _check_domain(settings.domains, login, email if claims.get("email_verified") is not False else None)
     return Person(Identity(settings.issuer, str(claims["sub"]), "sso"), login, _name(claims), email)
@@ -230,26 +192,3 @@ def _name(claims: Mapping[str, Any]) -> str | None:
         parts = [claims.get(key) for key in ("given_name", "family_name")]
         name = " ".join(part.strip() for part in parts if isinstance(part, str) and part.strip())
     return name.strip()[:MAX_NAME] or None
-
-
-def account_for(db: Session, person: Person) -> User:
-    """The account `person` logs in to: the one their identity is tied to; else the one their
-    login names, tied to the identity now (its first sign-in); else a new student account with
-    their name and address, no password and no course. SsoRefused (the refusal audited by
-    grader.auth.identities) when the account their login names holds another person's identity
-    of this provider."""
-    user = account_of(db, person.identity)
-    if user is not None:
-        return user
-    user = find_user(db, person.login)
-    if user is None:
-        user = User(username=person.login, role=Role.student, full_name=person.name, email=person.email)
-        db.add(user)
-        db.flush()
-    try:
-        tie(db, person.identity, user, Via.sso)
-    except IdentityRefused as exc:
-        raise SsoRefused(f"The account “{user.username}” here is tied to another person's university sign-in, so "
-                         "nobody was logged in. If the account is yours, ask a site administrator of this service.",
-                         detail=str(exc), login=person.login, user=user) from exc
-    return user

@@ -34,7 +34,7 @@ class Door(enum.StrEnum):
     login = "login"
     forgot = "forgot"
     token = "token"
-    sso = "sso"  # single sign-on answers that logged nobody in (per address only: grader.pages.sso)
+    sso = "sso"  # single sign-on answers (OpenID Connect or SAML) that logged nobody in (per address only: grader.pages.sign_in)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 includes them. grader.pages.common holds what they share (templates, the page dependencies
 and their one refusal, PageDenied); grader.pages.errors the HTML error pages; charts,
 highlight, gradebook_view, run_view and members_view are presentation helpers (no routes) that
-page modules may import."""
+page modules may import; sign_in what the two single sign-on doors (sso, saml) share."""
 from __future__ import annotations
 
 from grader.pages import (
@@ -19,13 +19,15 @@ from grader.pages import (
     requests,
     roster,
     runs,
+    saml,
     similarity,
     sso,
     student,
     submit,
 )
 
-routers = [login.router, sso.router, lti.router, lms.router, submit.router, runs.router, gradebook.router, roster.router,
+routers = [login.router, sso.router, saml.router, lti.router, lms.router, submit.router, runs.router, gradebook.router,
+           roster.router,
            account.router, accounts.router,
            courses.router, first_logins.router, ops.router, similarity.router, requests.router, code.router,
            student.router]

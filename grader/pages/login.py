@@ -20,7 +20,7 @@ from grader.auth.password_reset import (
     reset_link,
     usable_reset,
 )
-from grader.auth.password_roles import PasswordRoles
+from grader.auth.password_roles import PasswordRoles, sign_in_label
 from grader.auth.sessions import current_user, log_in, log_out
 from grader.auth.throttle import Block, Throttle, account_keys, refusal_words, unlock
 from grader.notify import reset_message, send_reset_link
@@ -38,7 +38,7 @@ def login_form(request: Request, session: Db, back: Annotated[str, Query(alias="
     """The login form; `next` is where it goes once logged in (a path of this site only, see
     safe_next), `ended` why it is shown (a session that ended: grader.pages.common.login_path).
     A single sign-on that logged nobody in comes back here with its sentence in the session
-    (grader.pages.sso), shown once."""
+    (grader.pages.sign_in), shown once."""
     if current_user(request, session) is not None:
         return see_other(safe_next(back))
     refusal = request.session.pop(LOGIN_REFUSAL, None)
@@ -88,8 +88,11 @@ def logout(request: Request, session: Db) -> Response:
 
 def _ways_in(settings: Settings) -> dict[str, Any]:
     """What the login page offers besides the password form: the single sign-on button (its
-    label; None when there is none), the roles that may not use a password, and /forgot."""
+    label; None when there is none), the SAML button (likewise), the roles that may not use a
+    password, and /forgot. Pages that name "the button" name OpenID Connect's where both are set up."""
     return {"sso": settings.sso.label if settings.sso.enabled else None,
+            "saml": settings.saml.label if settings.saml.enabled else None,
+            "button": sign_in_label(settings),
             "no_password": [role.value for role in PasswordRoles.of(settings).refused_roles],
             "forgot": _resets_by_email(settings)}
 

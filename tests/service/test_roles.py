@@ -147,6 +147,8 @@ NOT_STAFF = {
     ("GET", "/forgot"): "public", ("POST", "/forgot"): "public", ("GET", "/reset/{token}"): "the link's holder",
     ("POST", "/reset/{token}"): "the link's holder", ("GET", "/docs"): "public",
     ("GET", "/login/sso"): "public", ("GET", "/login/sso/callback"): "the provider's signed answer",
+    ("GET", "/login/saml"): "public", ("POST", "/saml/acs"): "the identity provider's signed answer",
+    ("GET", "/saml/metadata"): "public",
     ("GET", "/lti/jwks"): "public", ("GET", "/lti/login"): "a registered LMS", ("POST", "/lti/login"): "a registered LMS",
     ("POST", "/lti/launch"): "the LMS's signed launch", ("GET", "/lti/enter/{token}"): "the link's holder",
     ("POST", "/lti/choose"): "the launch's signed ticket (an LMS instructor's)",

@@ -584,8 +584,8 @@ def _web_grade_entry_denied(w: World) -> None:
 def _door(method: str, path: str, code: int) -> Check:
     """A door whose credential is what it is sent, never a session of ours: an LMS's (a registered
     platform, a signed id_token and its single-use state, a one-time entry link, a signed ticket)
-    or the single sign-on provider's (its signed answer; with no provider set, the doors are
-    absent). Without one it refuses, names no one and changes nothing."""
+    or the single sign-on provider's (its signed answer, OpenID Connect's or SAML's; with no
+    provider set, the doors are absent). Without one it refuses, names no one and changes nothing."""
     def check(w: World) -> None:
         before = (w.b_runs(), w.count(User), w.count(Submission))
         refused(w.a_web.request(method, path, data={"id_token": "x.y.z", "state": "forged", "ticket": "forged",
@@ -604,6 +604,9 @@ DOORS: dict[tuple[str, str], Check] = {
     ("POST", "/lti/choose"): _door("POST", "/lti/choose", 403),
     ("GET", "/login/sso"): _door("GET", "/login/sso", 404),
     ("GET", "/login/sso/callback"): _door("GET", "/login/sso/callback?code=forged&state=forged", 404),
+    ("GET", "/login/saml"): _door("GET", "/login/saml", 404),
+    ("POST", "/saml/acs"): _door("POST", "/saml/acs", 404),
+    ("GET", "/saml/metadata"): _door("GET", "/saml/metadata", 404),
 }
 
 ROUTES: dict[tuple[str, str], Check] = {

@@ -1,5 +1,5 @@
 """The settings' groups: build and sandbox, two of one type (grader.settings.ChildSettings),
-unpack, smtp, throttle, argon2 and sso. Each field keeps the KG_* name it had as a flat setting (smtp.from_ is still
+unpack, smtp, throttle, argon2, sso and saml. Each field keeps the KG_* name it had as a flat setting (smtp.from_ is still
 KG_SMTP_FROM): a deployment's variables still land."""
 from __future__ import annotations
 
@@ -61,6 +61,14 @@ VARIABLES = {
     "KG_SSO_LOGIN_CLAIM": ("sso", "login_claim", "email", "email"),
     "KG_SSO_DOMAINS": ("sso", "domains", "Example.edu, @cs.example.edu", ["example.edu", "cs.example.edu"]),
     "KG_SSO_LABEL": ("sso", "label", "Sign in with Example U", "Sign in with Example U"),
+    "KG_SAML_IDP_METADATA_URL": ("saml", "idp_metadata_url", "https://idp.example.edu/metadata",
+                                 "https://idp.example.edu/metadata"),
+    "KG_SAML_IDP_METADATA_FILE": ("saml", "idp_metadata_file", "/etc/kg/idp.xml", "/etc/kg/idp.xml"),
+    "KG_SAML_ENTITY_ID": ("saml", "entity_id", "https://g.example.edu/sp", "https://g.example.edu/sp"),
+    "KG_SAML_LOGIN_ATTRIBUTE": ("saml", "login_attribute", "uid", "uid"),
+    "KG_SAML_KEY_FILE": ("saml", "key_file", "/etc/kg/sp-key.pem", "/etc/kg/sp-key.pem"),
+    "KG_SAML_CERT_FILE": ("saml", "cert_file", "/etc/kg/sp-cert.pem", "/etc/kg/sp-cert.pem"),
+    "KG_SAML_LABEL": ("saml", "label", "Sign in with Example U (SAML)", "Sign in with Example U (SAML)"),
 }
 # Set under every variable tried: KG_SMTP_HOST alone is refused (mail needs a sender), KG_SSO_ISSUER
 # without a client id or the service's address too.
@@ -69,7 +77,7 @@ BASE = {"KG_SMTP_FROM": "base@example.edu", "KG_SSO_CLIENT_ID": "base-client", "
 
 def test_every_field_of_the_groups_has_its_variable_here() -> None:
     groups = Settings.groups()
-    assert set(groups) == {"build", "sandbox", "unpack", "smtp", "throttle", "argon2", "sso"}
+    assert set(groups) == {"build", "sandbox", "unpack", "smtp", "throttle", "argon2", "sso", "saml"}
     assert groups["build"] is BuildSettings and groups["sandbox"] is SandboxSettings
     named = {(group, field) for group, field, _, _ in VARIABLES.values()}
     assert named == {(group, f) for group, model in groups.items() for f in model.model_fields}
@@ -77,7 +85,7 @@ def test_every_field_of_the_groups_has_its_variable_here() -> None:
     assert set(VARIABLES) <= Settings.variable_names()
     assert {"KG_DATA_DIR", "KG_NVCC_TIMEOUT_S"} <= Settings.variable_names()
     assert not {"KG_BUILD", "KG_SANDBOX", "KG_UNPACK", "KG_SMTP", "KG_SMTP_FROM_", "KG_THROTTLE",
-                "KG_ARGON2", "KG_SSO"} & Settings.variable_names()
+                "KG_ARGON2", "KG_SSO", "KG_SAML"} & Settings.variable_names()
 
 
 def test_no_other_field_is_named_as_a_groups_field() -> None:
@@ -116,7 +124,7 @@ def test_variables_in_a_mapping_are_read_as_the_environment_is() -> None:
     assert mail.smtp.port == 587 and mail.unpack.max_files == 12 and mail.unpack.max_depth == 24
 
 
-@pytest.mark.parametrize("group", ["build", "sandbox", "unpack", "smtp", "throttle", "argon2", "sso"])
+@pytest.mark.parametrize("group", ["build", "sandbox", "unpack", "smtp", "throttle", "argon2", "sso", "saml"])
 def test_the_groups_are_read_only(group: str) -> None:
     field = next(iter(Settings.groups()[group].model_fields))
     with pytest.raises(ValueError, match="frozen"):
