@@ -34,7 +34,7 @@ def _paths(settings: Settings) -> list[Path]:
 
 def add_key(settings: Settings) -> str:
     """A new signing key; its id."""
-    kid = f"{int(time.time())}-{secrets.token_hex(4)}"
+    kid = f"{time.time_ns():020d}-{secrets.token_hex(4)}"  # sorts by creation, also within a second
     key = RSAKey.generate_key(2048, parameters={"kid": kid, "alg": ALGORITHM, "use": "sig"})
     write_private(_folder(settings) / f"{kid}.pem", key.as_pem(private=True).decode())
     return kid
