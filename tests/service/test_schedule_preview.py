@@ -18,16 +18,18 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
-from grader.cli import app
+from grader.cli import app, init_database
+from grader.course.assignment_settings import ScheduleChange
 from grader.course.adjustments import add_entry
 from grader.course.deadlines import Extension, LatePolicy
 from grader.course.membership import get_or_create_user
 from grader.course.policies import grant_extension, late_policy, set_schedule
-from grader.db import session_scope
+from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import Assignment, AuditEvent, Role, Run, RunState, Submission, User, utcnow
 from grader.models import Course as CourseRow
 from grader.passwords import set_password
 from grader.reads.gradebook_reads import gradebook
+from grader.schedule_changes import preview_schedule
 from grader.service import get_assignment
 from grader.settings import Settings, get_settings
 from tests.fixtures.passwords import SUITE_ARGON2
@@ -212,3 +214,32 @@ def test_the_command_line_lists_the_changes_and_saves_only_with_yes(
     assert window(sessions, klass) == timedelta(days=1) and grades(sessions, klass) == GRADES_1D
     [event] = schedule_events(sessions, klass)
     assert event.via == "cli" and json.loads(event.detail)["changed"] == {"late_window": ["3d", "1d"]}
+
+
+def test_the_preview_saves_nothing_on_sqlite_either(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The embedded database: the preview's savepoint, opened after reads (when pysqlite has
+    begun no transaction yet), is rolled back, and what the session wrote before it stays."""
+    data = tmp_path_factory.mktemp("sqlite-preview")
+    own = Settings(_env_file=None, data_dir=data, database_url=f"sqlite:///{data}/db.sqlite")  # type: ignore[call-arg]
+    init_database(own)
+    sessions = make_session_factory(make_engine(own))
+    with session_scope(sessions) as session:
+        assignment = Assignment(slug="lite", title="Lite", course=CourseRow(slug="lite", title="Lite"), total_points=10)
+        session.add(assignment)
+        session.flush()
+        student = get_or_create_user(session, "lite-stu", Role.student)
+        due = utcnow().replace(microsecond=0) - DUE_AGO
+        session.add(Run(submission=Submission(user=student, assignment=assignment, original_filename="a.zip",
+                                              size_bytes=1, sha256="c" * 64, uploaded_at=due + timedelta(days=2)),
+                        reason="upload", state=RunState.scored, score=10.0, finished_at=utcnow()))
+        set_schedule(session, "lite", LatePolicy(due_at=due, late_window=timedelta(days=3), penalty_per_day=0.1),
+                     "latest")
+    with session_scope(sessions) as session:
+        session.scalars(select(User)).all()  # a read first: no transaction begun yet
+        get_assignment(session, "lite").title = "Lite, renamed"  # a write of the session's own, kept
+        shown = preview_schedule(session, "lite", ScheduleChange(late_window="1d"), own)
+        assert [(c.login, c.before, c.after) for c in shown.changes] == [("lite-stu", 8.0, 0.0)]
+        assert late_policy(get_assignment(session, "lite")).late_window == timedelta(days=3)
+    with session_scope(sessions) as session:
+        row = get_assignment(session, "lite")
+        assert (row.title, late_policy(row).late_window) == ("Lite, renamed", timedelta(days=3))
