@@ -190,7 +190,7 @@ def _preview_page(request: Request, user: User, shown: SchedulePreview, stale: b
                 details=[f"{line}." for line in settings_text(shown.changed)]
                 + ["The grades change on every page and export once it is saved; the saved notice offers to "
                    "undo it."],
-                tables=[("grade-changes", f"The {grades} it changes", ("Student", "Name", "Before", "After", "Why"),
+                tables=[("grade-changes", f"Grades it changes: {count}", ("Student", "Name", "Before", "After", "Why"),
                          rows)],
                 action=back, fields=[*shown.after.items(), ("confirm", shown.digest)],
                 confirm_label=f"Save and change {grades}", cancel=back, cancel_label="Keep the schedule as it is")
