@@ -19,8 +19,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
 from grader.cli import app, init_database
-from grader.course.assignment_settings import ScheduleChange
 from grader.course.adjustments import add_entry
+from grader.course.assignment_settings import ScheduleChange
 from grader.course.deadlines import Extension, LatePolicy
 from grader.course.membership import get_or_create_user
 from grader.course.policies import grant_extension, late_policy, set_schedule
