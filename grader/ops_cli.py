@@ -12,14 +12,16 @@ from zoneinfo import ZoneInfo
 import typer
 from sqlalchemy.orm import Session
 
+from grader.auth.audit import Via
 from grader.celery_app import make_celery
-from grader.course.assignment_settings import ScheduleChange, ScheduleError, extend_student, update_schedule
+from grader.course.assignment_settings import ScheduleChange, ScheduleError, extend_student
 from grader.course.policies import late_policy
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.gradescope_pack import PackError, build_autograder_zip
 from grader.models import Assignment
 from grader.runs.engine_config import pipeline_config
 from grader.runs.grading_control import grading_state, resume, set_paused
+from grader.schedule_changes import SchedulePreview, apply_schedule, preview_schedule, settings_text
 from grader.service import NotFound, get_assignment
 from grader.settings import get_settings
 from grader.storage.blobstore import BlobStore
@@ -43,30 +45,53 @@ def schedule(
     canvas_id: Annotated[str | None, typer.Option(
         help="the assignment's id in Canvas (the number in its Canvas address), which titles its column in the "
              "Canvas CSV; \"\" for none")] = None,
+    yes: Annotated[bool, typer.Option(
+        "--yes", help="save a change that alters students' grades; without it such a change lists them, saves "
+                      "nothing and exits with status 1")] = False,
 ) -> None:
-    """Show an assignment's schedule and late policy, or change the parts given."""
+    """Show an assignment's schedule and late policy, or change the parts given (a change that
+    alters grades only with --yes)."""
     settings = get_settings()
     change = ScheduleChange(release, due, grace, late_window, penalty_per_day, policy, students_choose, extra_credit,
                             canvas_id)
     with session_scope(make_session_factory(make_engine(settings))) as session:
         assignment_or_exit(session, assignment)
         try:
-            row = update_schedule(session, assignment, change, settings.course_timezone)
+            shown = preview_schedule(session, assignment, change, settings)
         except ScheduleError as exc:
             typer.echo(str(exc), err=True)
             raise typer.Exit(2) from exc
-        updated = late_policy(row)
-        zone = ZoneInfo(settings.course_timezone)
+        _show_grade_changes(shown)
+        if shown.changes and not yes:
+            typer.echo(f"nothing saved: this changes {len(shown.changes)} grade(s); run it again with --yes to "
+                       "save it", err=True)
+            raise typer.Exit(1)
+        apply_schedule(session, shown, settings, Via.cli, None)
+        _show_schedule(get_assignment(session, assignment), ZoneInfo(settings.course_timezone))
 
-        def show(at: datetime | None) -> str:
-            return at.astimezone(zone).isoformat() if at else "none"
 
-        typer.echo(f"{assignment}: release {show(updated.release_at)}, due {show(updated.due_at)}, "
-                   f"grace {updated.grace}, late window {updated.late_window}, "
-                   f"{updated.penalty_per_day:.0%} per started day after the grace, score policy {row.score_policy}, "
-                   f"students {'choose' if row.students_choose_counted_run else 'do not choose'} which run counts, "
-                   f"extra credit up to {row.extra_credit_points:g} points, "
-                   f"Canvas id {row.canvas_assignment_id or 'none'}")
+def _show_grade_changes(shown: SchedulePreview) -> None:
+    """The settings a change alters and every grade it changes, a line each."""
+    for line in settings_text(shown.changed, arrow="->"):
+        typer.echo(f"change: {line}")
+    if shown.changed:
+        typer.echo(f"grades it changes: {len(shown.changes) or 'none'}")
+    for grade in shown.changes:
+        typer.echo(f"  {grade.text}")
+
+
+def _show_schedule(row: Assignment, zone: ZoneInfo) -> None:
+    updated = late_policy(row)
+
+    def show(at: datetime | None) -> str:
+        return at.astimezone(zone).isoformat() if at else "none"
+
+    typer.echo(f"{row.slug}: release {show(updated.release_at)}, due {show(updated.due_at)}, "
+               f"grace {updated.grace}, late window {updated.late_window}, "
+               f"{updated.penalty_per_day:.0%} per started day after the grace, score policy {row.score_policy}, "
+               f"students {'choose' if row.students_choose_counted_run else 'do not choose'} which run counts, "
+               f"extra credit up to {row.extra_credit_points:g} points, "
+               f"Canvas id {row.canvas_assignment_id or 'none'}")
 
 
 def extend(

@@ -8,7 +8,8 @@ used, renamed logins, every change of an account's password, e-mail, staff mail 
 every enrollment of an existing account and every refusal of the ownership rules
 (grader.auth.ownership: who tried what on whose account, and the sentence they got) and of a
 course's set-up that no longer opens an account (grader.auth.set_up: the login, link or /forgot
-refused). A request refused while its key is blocked is not recorded: it was not checked, and a
+refused), and every change of an assignment's schedule or policies (grader.schedule_changes: the
+settings before and after, so it can be undone). A request refused while its key is blocked is not recorded: it was not checked, and a
 guesser hammering a lock would otherwise fill the table.
 """
 from __future__ import annotations
@@ -43,6 +44,7 @@ class Event(enum.StrEnum):
     identity_linked = "identity_linked"  # an LMS's or the SSO provider's identity tied to the account
     identity_refused = "identity_refused"  # a launch or SSO login whose identity is another account's, or
     # that would tie a second identity of one issuer to the account (the detail: issuer, subject, why)
+    schedule_changed = "schedule_changed"  # an assignment's schedule or policies (the detail: JSON, before/after)
 
 
 class Via(enum.StrEnum):
@@ -55,14 +57,16 @@ class Via(enum.StrEnum):
 
 
 def record(session: Session, event: Event, via: Via, *, user: User | None = None, login: str | None = None,
-           address: str | None = None, actor: User | None = None, detail: str = "") -> None:
-    """Add one event (the caller commits). `user` is the account concerned, `login` its name as
-    typed when no account is known, `actor` who acted on someone else's account."""
+           address: str | None = None, actor: User | None = None, detail: str = "") -> AuditEvent:
+    """Add one event (the caller commits) and return it. `user` is the account concerned, `login`
+    its name as typed when no account is known, `actor` who acted on someone else's account."""
     name = user.username if user is not None else login
-    session.add(AuditEvent(
+    row = AuditEvent(
         at=utcnow(), event=event.value, via=via.value, user_id=user.id if user is not None else None,
         login=name[:256] if name else None, address=address[:64] if address else None,
-        actor_id=actor.id if actor is not None else None, detail=detail[:512]))
+        actor_id=actor.id if actor is not None else None, detail=detail[:512])
+    session.add(row)
+    return row
 
 
 def recent(session: Session, limit: int = 50, since: datetime | None = None,

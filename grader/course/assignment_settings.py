@@ -5,7 +5,7 @@ stored through grader.course.policies. The CLI and the page call the same functi
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TypeVar
@@ -93,6 +93,49 @@ class ScheduleChange:
     students_choose: bool | None = None  # whether students may choose which of their runs counts
     extra_credit: str | None = None  # points a grade may reach above the total through the staff's entries
     canvas_id: str | None = None  # the assignment's id in Canvas, for the Canvas CSV's column title
+
+
+# The settings update_schedule changes, by their typed names (ScheduleChange's fields)
+SETTING_NAMES = ("release", "due", "grace", "late_window", "penalty_per_day", "score_policy", "students_choose",
+                 "extra_credit", "canvas_id")
+
+
+def duration_field(delta: timedelta) -> str:
+    """A duration as parse_duration reads it back: `3d`, `2h`, `90m`, `45s`; "" for none."""
+    seconds = int(delta.total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds and seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s" if seconds else ""
+
+
+def _number(value: float) -> str:
+    """A number as typed, to 9 decimals, without trailing zeros (`:g` would round to 6 digits)."""
+    return f"{value:.9f}".rstrip("0").rstrip(".")
+
+
+def settings_texts(assignment: Assignment, zone: ZoneInfo) -> dict[str, str]:
+    """The assignment's settings as typed, by SETTING_NAMES: what change_of turns back into the
+    same settings (instants in `zone` with their offset, so they read back exactly wherever
+    they are read; students_choose "on" or "")."""
+    policy = late_policy(assignment)
+
+    def instant(at: datetime | None) -> str:
+        return at.astimezone(zone).isoformat() if at else ""
+
+    return {"release": instant(policy.release_at), "due": instant(policy.due_at),
+            "grace": duration_field(policy.grace), "late_window": duration_field(policy.late_window),
+            "penalty_per_day": f"{_number(policy.penalty_per_day * 100)}%" if policy.penalty_per_day else "",
+            "score_policy": assignment.score_policy,
+            "students_choose": "on" if assignment.students_choose_counted_run else "",
+            "extra_credit": _number(assignment.extra_credit_points), "canvas_id": assignment.canvas_assignment_id or ""}
+
+
+def change_of(texts: Mapping[str, str]) -> ScheduleChange:
+    """The ScheduleChange that sets what `texts` (settings_texts' names) give and keeps the rest."""
+    choose = texts.get("students_choose")
+    return ScheduleChange(**{name: texts.get(name) for name in SETTING_NAMES if name != "students_choose"},
+                          students_choose=None if choose is None else choose == "on")
 
 
 class ScheduleError(ValueError):

@@ -22,20 +22,30 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from grader.api.deps import Context, get_context
+from grader.auth.audit import Via
 from grader.course.assignment_settings import (
-    ScheduleChange,
     ScheduleError,
+    change_of,
+    duration_field,
     extend_student,
     extensions_of,
-    update_schedule,
+    settings_texts,
 )
 from grader.course.policies import SCORE_POLICIES, late_policy
 from grader.course.storage import MiB, mib, parse_quota_mib
 from grader.models import Assignment, User, utcnow
-from grader.pages.common import Db, Instructor, InstructorForm, page, see_other
+from grader.pages.common import Db, Instructor, InstructorForm, StaffOf, page, see_other
 from grader.reads.service_metrics import health
 from grader.runs.engine_config import pipeline_config
 from grader.runs.grading_control import grading_state, resume, set_paused
+from grader.schedule_changes import (
+    LoggedChange,
+    SchedulePreview,
+    apply_schedule,
+    logged_change,
+    preview_schedule,
+    settings_text,
+)
 from grader.service import NotFound
 from grader.similarity.base import UPLOAD, describe_assignment_base, fetch_refusal, parse_git_spec, save_base
 from grader.similarity.fetch import FetchRules, check_repository
@@ -51,15 +61,6 @@ SCHEDULE_FIELDS = ("release", "due", "grace", "late_window", "penalty_per_day", 
 # ---- settings -----------------------------------------------------------------------------
 
 
-def _duration_text(delta: timedelta) -> str:
-    """A duration as `grader.course.assignment_settings.parse_duration` reads it back ("" for none)."""
-    seconds = int(delta.total_seconds())
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds and seconds % size == 0:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s" if seconds else ""
-
-
 def _zone_now(zone: ZoneInfo) -> str:
     """The zone's abbreviation and offset now, e.g. `EST, UTC-05:00 now`."""
     now = utcnow().astimezone(zone)
@@ -73,14 +74,9 @@ def _instant_text(at: datetime | None, zone: ZoneInfo) -> str:
 
 
 def _schedule_values(assignment: Assignment, zone: ZoneInfo) -> dict[str, str]:
-    """The form's fields for the stored schedule."""
-    policy = late_policy(assignment)
-    return {"release": _instant_text(policy.release_at, zone), "due": _instant_text(policy.due_at, zone),
-            "grace": _duration_text(policy.grace), "late_window": _duration_text(policy.late_window),
-            "penalty_per_day": f"{policy.penalty_per_day * 100:g}%" if policy.penalty_per_day else "",
-            "score_policy": assignment.score_policy,
-            "students_choose": "on" if assignment.students_choose_counted_run else "",
-            "extra_credit": f"{assignment.extra_credit_points:g}", "canvas_id": assignment.canvas_assignment_id or ""}
+    """The form's fields for the stored schedule (a date-time field takes no offset: the zone's)."""
+    texts = settings_texts(assignment, zone)
+    return texts | {"release": texts["release"][:19], "due": texts["due"][:19]}
 
 
 def _settings_page(request: Request, session: Session, user: User, assignment: Assignment, status_code: int = 200,
@@ -101,18 +97,25 @@ def _settings_page(request: Request, session: Session, user: User, assignment: A
     values.setdefault("storage_now", (f"{mib(quota)} per student" if quota else "no quota")
                       + (" (the service's default)" if assignment.storage_quota_bytes is None else ""))
     due = late_policy(assignment).due_at
-    extensions = [{"user": ext_user, "extra": _duration_text(timedelta(seconds=row.extra_s)), "reason": row.reason,
+    extensions = [{"user": ext_user, "extra": duration_field(timedelta(seconds=row.extra_s)), "reason": row.reason,
                    "due": _instant_text(due + timedelta(seconds=row.extra_s), zone) if due else None}
                   for ext_user, row in extensions_of(session, assignment)]
     return page(request, "ops_settings.html", user, status_code, assignment=assignment, zone=zone.key,
                 zone_now=_zone_now(zone),
                 policies=SCORE_POLICIES, extensions=extensions, saved=request.query_params.get("saved"),
+                saved_change=_saved_change(request, session, assignment),
                 similarity_base=describe_assignment_base(assignment.similarity_base, assignment.slug,
                                                          get_context(request).settings.rubric_dirs,
                                                          get_context(request).settings.data_dir),
                 base_refused=_base_refusal(request, assignment),
                 base_hosts=", ".join(get_context(request).settings.similarity_base_hosts),
                 base_message=request.query_params.get("base"), **values)
+
+
+def _saved_change(request: Request, session: Session, assignment: Assignment) -> LoggedChange | None:
+    """The change just saved (`change`: its audit event), for the notice and its undo button."""
+    raw = request.query_params.get("change", "")
+    return logged_change(session, int(raw), assignment.slug) if raw.isdigit() and len(raw) < 16 else None
 
 
 def _base_refusal(request: Request, assignment: Assignment) -> str | None:
@@ -131,17 +134,66 @@ def settings_form(request: Request, session: Db, staff: Instructor) -> Response:
 
 
 @router.post("/assignments/{slug}/settings", response_class=HTMLResponse)
-async def settings_save(request: Request, slug: str, ctx: Context, session: Db, staff: InstructorForm) -> Response:
+async def settings_save(request: Request, session: Db, staff: InstructorForm) -> Response:
+    """Save the schedule form: at once when it changes no grade, else through its preview (the
+    confirmation posts the same fields back with the preview's `confirm`)."""
     form = await request.form()
     typed = {name: str(form.get(name, "")) for name in SCHEDULE_FIELDS}
-    choose = form.get("students_choose") == "on"  # a checkbox: absent when not ticked
+    typed["students_choose"] = "on" if form.get("students_choose") == "on" else ""  # a checkbox: absent when off
+    confirmed = form.get("confirm")
+    return _schedule_step(request, session, staff, typed, str(confirmed) if confirmed is not None else None)
+
+
+@router.post("/assignments/{slug}/settings/undo", response_class=HTMLResponse)
+async def settings_undo(request: Request, session: Db, staff: InstructorForm) -> Response:
+    """Put back what a saved change (its audit event, `change`) altered, the other settings as
+    they are now: previewed and confirmed like any change."""
+    raw, slug = str((await request.form()).get("change", "")), staff.assignment.slug
+    logged = logged_change(session, int(raw), slug) if raw.isdigit() and len(raw) < 16 else None
+    if logged is None:
+        return page(request, "confirm.html", staff.user, status.HTTP_404_NOT_FOUND, title="Undo a schedule change",
+                    question=f"There is no saved change of {slug}'s schedule to undo here.", details=[],
+                    fields=None, cancel=f"/assignments/{slug}/settings", cancel_label="Back to the settings")
+    zone = ZoneInfo(get_context(request).settings.course_timezone)
+    return _schedule_step(request, session, staff, settings_texts(staff.assignment, zone) | logged.restores, None)
+
+
+def _schedule_step(request: Request, session: Session, staff: StaffOf, typed: dict[str, str],
+                   confirmed: str | None) -> Response:
+    """Save `typed` (the schedule's settings as typed) when it changes no grade, or when
+    `confirmed` is the digest of the grade changes it makes now (what its preview showed);
+    else its preview. A refused value: the settings page with the errors, as typed."""
+    settings, slug = get_context(request).settings, staff.assignment.slug
     try:
-        update_schedule(session, slug, ScheduleChange(**typed, students_choose=choose), ctx.settings.course_timezone)
+        shown = preview_schedule(session, slug, change_of(typed), settings)
     except ScheduleError as exc:
         session.rollback()
         return _settings_page(request, session, staff.user, staff.assignment, status.HTTP_400_BAD_REQUEST,
-                              form=typed | {"students_choose": "on" if choose else ""}, errors=exc.errors)
-    return see_other(f"/assignments/{slug}/settings?saved=schedule")
+                              form=typed | {"release": typed["release"][:19], "due": typed["due"][:19]},
+                              errors=exc.errors)
+    if shown.changes and confirmed != shown.digest:
+        return _preview_page(request, staff.user, shown, stale=confirmed is not None)
+    event = apply_schedule(session, shown, settings, Via.web, staff.user)
+    return see_other(f"/assignments/{slug}/settings?saved=schedule" + (f"&change={event.id}" if event else ""))
+
+
+def _preview_page(request: Request, user: User, shown: SchedulePreview, stale: bool) -> HTMLResponse:
+    """The confirmation of a change that alters grades: the settings it changes and, a row
+    each, every student whose grade changes (before, after, why)."""
+    slug, count, back = shown.slug, len(shown.changes), f"/assignments/{shown.slug}/settings"
+    grades = f"{count} student's grade" if count == 1 else f"{count} students' grades"
+    rows = [(c.login, c.name or "", c.before_text, c.after_text, c.why) for c in shown.changes]
+    return page(request, "confirm.html", user, title=f"Confirm the schedule change of {slug}",
+                notice="The grades this change alters are not those the preview showed (a grade came or moved "
+                       "meanwhile): check them again." if stale else None,
+                question=f"Save this change to {slug}'s schedule and policies? It changes {grades}.",
+                details=[f"{line}." for line in settings_text(shown.changed)]
+                + ["The grades change on every page and export once it is saved; the saved notice offers to "
+                   "undo it."],
+                tables=[("grade-changes", f"Grades it changes: {count}", ("Student", "Name", "Before", "After", "Why"),
+                         rows)],
+                action=back, fields=[*shown.after.items(), ("confirm", shown.digest)],
+                confirm_label=f"Save and change {grades}", cancel=back, cancel_label="Keep the schedule as it is")
 
 
 @router.post("/assignments/{slug}/extensions", response_class=HTMLResponse)
@@ -184,7 +236,7 @@ def extension_remove_confirm(request: Request, username: str, session: Db, staff
              f"assignment's {_instant_text(due, zone).replace('T', ' ')} ({zone.key}), their grace and late "
              "window with it." if due else "The assignment has no due time yet: once it has one, it is theirs too.")
     return page(request, "confirm.html", staff.user, title="Remove an extension",
-                question=f"Remove {username}'s extension of {_duration_text(extra)}{reason} on {assignment.slug}?",
+                question=f"Remove {username}'s extension of {duration_field(extra)}{reason} on {assignment.slug}?",
                 details=[moved, "Every upload of theirs, those already made included, is then judged against that "
                          "due time on every page and export: a late one may lose points it did not lose before.",
                          "Granting it again below the extensions table gives it back."],

@@ -34,6 +34,7 @@ from grader.storage.blobstore import StoredBlob
 from tests.fixtures.passwords import SUITE_ARGON2
 from tests.service.conftest import REDIS_URL, auth
 from tests.service.test_staff_workflow import post_form, text_of
+from tests.service.test_web_confirmations import confirm_form
 from tests.service.test_web_settings import PASSWORD, Browser
 
 
@@ -147,7 +148,12 @@ def test_extra_credit_goes_above_the_total_as_far_as_the_setting_allows(
     settings_page = f"/assignments/{klass.slug}/settings"
     form = {"release": "", "due": "", "grace": "", "late_window": "", "penalty_per_day": "", "score_policy": "latest"}
     assert post_form(prof, settings_page, settings_page, **form, extra_credit="minus") == 400
-    assert post_form(prof, settings_page, settings_page, **form, extra_credit="3") == 303
+    # It changes the student's grade: its preview lists them (100 -> 103), then its confirmation saves it.
+    preview = prof.client.post(settings_page, data={"csrf_token": prof.page_csrf(settings_page), **form,
+                                                    "extra_credit": "3"})
+    assert preview.status_code == 200 and f"<td data-label=\"Student\">{login}</td>" in preview.text
+    action, fields = confirm_form(preview.text)
+    assert prof.client.post(action, data=fields, follow_redirects=False).status_code == 303
     assert 'value="3"' in prof.client.get(settings_page).text
     assert total(prof, klass, login) == "103"
     assert 'id="run-score">103</strong> / 100' in prof.client.get(f"/runs/{run_id}").text
@@ -156,7 +162,9 @@ def test_extra_credit_goes_above_the_total_as_far_as_the_setting_allows(
         monkeypatch.setenv(key, value)
     get_settings.cache_clear()
     try:
-        done = CliRunner().invoke(app, ["schedule", klass.slug, "--extra-credit", "10"])
+        asked = CliRunner().invoke(app, ["schedule", klass.slug, "--extra-credit", "10"])
+        assert asked.exit_code == 1 and f"{login}: 103 -> 105" in asked.output, asked.output
+        done = CliRunner().invoke(app, ["schedule", klass.slug, "--extra-credit", "10", "--yes"])
         assert done.exit_code == 0 and "extra credit up to 10 points" in done.output, done.output
         bad = CliRunner().invoke(app, ["schedule", klass.slug, "--extra-credit", "-1"])
         assert bad.exit_code == 2 and "0 or more" in bad.output

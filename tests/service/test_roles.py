@@ -219,6 +219,8 @@ STAFF_ROUTES: dict[tuple[str, str], Rule] = {
     ("GET", "/assignments/{slug}/settings"): Rule(INSTRUCTOR, get(A + "/settings")),
     ("POST", "/assignments/{slug}/settings"): Rule(INSTRUCTOR, post(A + "/settings", due="not a date"), 400,
                                                    "The schedule was not saved"),
+    ("POST", "/assignments/{slug}/settings/undo"): Rule(INSTRUCTOR, post(A + "/settings/undo", change="0"), 404,
+                                                        "no saved change"),
     ("POST", "/assignments/{slug}/storage"): Rule(INSTRUCTOR, post(A + "/storage", quota_mib="lots"), 400,
                                                   "is not a size in MiB"),
     ("POST", "/assignments/{slug}/extensions"): Rule(INSTRUCTOR, post(A + "/extensions",

@@ -715,6 +715,7 @@ ROUTES: dict[tuple[str, str], Check] = {
         _web_get_denied("/assignments/hw4/similarity/job.json", 403, owner="staff"),
     ("POST", "/assignments/{slug}/settings"): _ops_post_denied(
         "/assignments/hw4/settings", {"due": "2030-01-01T00:00", "score_policy": "best", "late_window": "30d"}),
+    ("POST", "/assignments/{slug}/settings/undo"): _ops_post_denied("/assignments/hw4/settings/undo", {"change": "1"}),
     ("POST", "/assignments/{slug}/extensions"): _ops_post_denied(
         "/assignments/hw4/extensions", {"student": "{w.a_name}", "extra": "30d"}),
     ("GET", "/assignments/{slug}/extensions/{username}/remove"):

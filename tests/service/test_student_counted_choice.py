@@ -23,6 +23,7 @@ from grader.models import Assignment, Role
 from grader.settings import Settings, get_settings
 from tests.service.conftest import auth
 from tests.service.test_counted_run import Course, course_with_runs
+from tests.service.test_web_confirmations import confirm_form
 from tests.service.test_web_settings import Browser
 
 SCHEDULE = {"release": "", "due": "", "grace": "", "late_window": "", "penalty_per_day": "", "score_policy": "latest"}
@@ -71,10 +72,16 @@ def _choose(student: Browser, run_id: int) -> str:
     return str(sent.headers["location"])
 
 
-def _allow(prof: Browser, course: Course, allowed: bool) -> None:
+def _allow(prof: Browser, course: Course, allowed: bool, changes: str | None = None) -> None:
+    """Let students choose (or not); `changes`: the student whose grade that changes, so the
+    save lands on its preview first and is confirmed there."""
     here = f"/assignments/{course.slug}/settings"
     data = SCHEDULE | {"csrf_token": prof.page_csrf(here)} | ({"students_choose": "on"} if allowed else {})
     sent = prof.client.post(here, data=data, follow_redirects=False)
+    if changes is not None:
+        assert sent.status_code == 200 and f'<td data-label="Student">{changes}</td>' in sent.text, sent.text
+        action, fields = confirm_form(sent.text)
+        sent = prof.client.post(action, data=fields, follow_redirects=False)
     assert sent.status_code == 303, sent.text
     box = re.search(r'<input type="checkbox" id="s-students_choose"[^>]*>', prof.client.get(here).text)
     assert box and ("checked" in box.group(0)) is allowed
@@ -119,9 +126,9 @@ def test_allowed_the_students_choice_counts_until_staff_choose_or_it_is_turned_o
     assert _counted(prof, course, token) == mine
 
     # Turned off, the choice is set aside (the policy's pick), and counts again once back on.
-    _allow(prof, course, False)
+    _allow(prof, course, False, changes=course.student)
     assert _counted(prof, course, token) == (course.newer, 60.0, None, None, "60")
-    _allow(prof, course, True)
+    _allow(prof, course, True, changes=course.student)
     assert _counted(prof, course, token) == mine
 
     # Staff's choice wins: the student can neither replace nor undo it.
@@ -160,10 +167,10 @@ def test_grader_schedule_turns_the_choice_on_and_off(settings_env: dict[str, str
         monkeypatch.setenv(key, value)
     get_settings.cache_clear()
     try:
-        on = CliRunner().invoke(app, ["schedule", course.slug, "--no-students-choose"])
+        on = CliRunner().invoke(app, ["schedule", course.slug, "--no-students-choose", "--yes"])
         assert on.exit_code == 0, on.output
         assert "students do not choose which run counts" in on.output
-        on = CliRunner().invoke(app, ["schedule", course.slug, "--students-choose"])
+        on = CliRunner().invoke(app, ["schedule", course.slug, "--students-choose", "--yes"])
         assert "students choose which run counts" in on.output
         kept = CliRunner().invoke(app, ["schedule", course.slug])  # no option: unchanged
         assert "students choose which run counts" in kept.output
