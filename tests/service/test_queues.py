@@ -18,13 +18,20 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import redis
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.app import create_app
 from grader.settings import Settings
-from tests.service.conftest import PROJECT_ROOT, REDIS_URL, WorkerProcess, make_zip, new_student, submit, wait_for_run
+from tests.service.conftest import (
+    PROJECT_ROOT,
+    WorkerProcess,
+    drop_queues,
+    make_zip,
+    new_student,
+    submit,
+    wait_for_run,
+)
 
 GRADER = Path(sys.executable).with_name("grader")
 KERNEL_SOURCES = ("src/combine.cu", "src/softmax_kernel.cu", "src/layernorm_kernel.cu")
@@ -93,7 +100,7 @@ def test_two_gpu_workers_on_one_model_queue_both_take_runs(
             for run_id, token in zip(run_ids, students):
                 assert wait_for_run(client, run_id, token)["state"] == "built"
     finally:
-        redis.Redis.from_url(REDIS_URL).delete(queue)
+        drop_queues(queue)
     for w in (first, second):  # the queue came from KG_GPU_MODEL alone (celery's banner)
         assert f".> {queue} " in w.log_path.read_text(), w.log()
     # Each worker logs the runs it grades (grader.runs.lifecycle: "run N: stage ..."), in its own log.
@@ -118,7 +125,7 @@ def test_cpu_build_queue_hands_kernels_to_the_run_queue_through_the_build_cache(
             run_id = submit(client, student, _fresh_kit_zip(kit_tree, tmp_path / "fresh.zip"))["run_id"]
             run = wait_for_run(client, run_id, student)
     finally:
-        redis.Redis.from_url(REDIS_URL).delete(run_queue, build_queue)
+        drop_queues(run_queue, build_queue)
     assert run["state"] == "built", run
     assert f"prebuild of run {run_id}: built" in build_worker.log_path.read_text()
     # Every kernel came from the cache the build worker filled: the run's worker ran no nvcc.
