@@ -77,9 +77,6 @@ def make_celery(settings: Settings) -> Celery:
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
-        # The grading task of a chain (after `prebuild`) is sent by the worker that ran the
-        # prebuild, with that message's priority: a re-sent run stays re-sent on the run queue.
-        task_inherit_parent_priority=True,
         task_soft_time_limit=settings.task_soft_time_limit_s,
         task_time_limit=settings.task_time_limit_s,
         task_ignore_result=True,  # the database is the source of truth, not a result backend

@@ -90,10 +90,12 @@ def _wait_final(rig: Rig, run_id: int, timeout: float) -> float:
 
 
 class Reconciler:
-    """`grader reconcile --loop` as its own process, as production runs it."""
+    """`grader reconcile --loop` as its own process, as production runs it, on this checkout's
+    code (PYTHONPATH: the `grader` script imports the installed package, maybe another checkout)."""
 
     def __init__(self, env: dict[str, str], log_path: Path) -> None:
-        self.env, self.log_path = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}, log_path
+        self.env = {**os.environ, **env, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(PROJECT_ROOT)}
+        self.log_path = log_path
         self.proc: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> Reconciler:

@@ -36,11 +36,11 @@ LATER_UPLOADS = 4
 TIMESTAMP = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d{4}"
 
 
-def _wait_for(what: str, done: Callable[[], bool], timeout: float) -> None:
+def _wait_for(what: str, done: Callable[[], bool], timeout: float, log: Path) -> None:
     deadline = time.monotonic() + timeout
     while not done():
         if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout} s")
+            raise AssertionError(f"{what}: not within {timeout} s; {log.name}:\n{log.read_text(errors='replace')[-4000:]}")
         time.sleep(0.3)
 
 
@@ -81,14 +81,14 @@ def test_a_run_whose_worker_died_is_taken_before_the_runs_uploaded_after_it(
         reconciler_log = tmp_path / "reconciler.log"
         with Reconciler(rig.env, reconciler_log):  # the heartbeat goes stale after 4 s
             _wait_for("the re-send", lambda: f"run {interrupted} sent to the front" in reconciler_log.read_text(),
-                      timeout=60)
+                      timeout=60, log=reconciler_log)
         # The broker inspection sees the ordinary messages and the re-sent one (their own lists),
         # and the dead worker's unacknowledged message.
         assert queue_lengths(celery, [queue]) == {queue: LATER_UPLOADS + 1}
         held = held_runs(celery, [queue])
         assert held is not None and {interrupted, *later} <= held
         second.start()
-        _wait_for("every run final", lambda: _final(rig, [interrupted, *later]), timeout=480)
+        _wait_for("every run final", lambda: _final(rig, [interrupted, *later]), timeout=480, log=second.log_path)
     finally:
         first.stop()
         second.stop()
