@@ -43,7 +43,7 @@ class ReconcileReport:
     unreachable: list[int] = field(default_factory=list)
     lost: list[int] = field(default_factory=list)  # sent, but the broker no longer held them
     grade_sends: list[int] = field(default_factory=list)  # LMS links whose changed grades were queued
-    reasons: dict[int, Resend] = field(default_factory=dict)  # every run it tried to send, and why
+    reasons: dict[int, Resend] = field(default_factory=dict)  # every run it meant to send, and why
 
 
 def forgotten_runs(session: Session, settings: Settings) -> dict[int, Resend]:
