@@ -13,6 +13,13 @@ Queues (names from grader.settings):
   reports (grader.similarity.jobs), roster imports (grader.course.roster_jobs, password hashing)
   and the LMS's services (grader.lti.tasks: grades sent, rosters read).
 
+Priorities (Redis brokers): a run the reconciler sends again because our side failed it (its
+worker died, the broker lost its message, the broker was down at upload) is published at
+`PRIORITY_RESENT`, every other message at `PRIORITY_ORDINARY`, so the re-sent run is delivered
+before the runs uploaded after it that are still waiting. The embedded SQLite broker ignores
+priorities (its messages are delivered in the order they were sent): there a re-sent run waits
+at the back, as before.
+
 Start a worker:  grader worker   (= celery -A grader.celery_app worker -Q <KG_TASK_QUEUE> --concurrency 1)
 """
 from __future__ import annotations
@@ -27,11 +34,26 @@ from grader.settings import Settings, get_settings
 TASK_GRADE_RUN = "kernelgrade.grade_run"
 TASK_PREBUILD = "kernelgrade.prebuild"
 
+# kombu's Redis transport keeps one list per priority step and a worker pops the lowest step
+# first, so 0 is the most urgent and the default (a message with no priority) is 0 too: every
+# message this app sends therefore carries the ordinary step (a route of every task, below), and
+# only a re-send says PRIORITY_RESENT. 3 is one of kombu's default steps, so a worker without
+# this app's `priority_steps` still reads the ordinary list.
+PRIORITY_RESENT = 0
+PRIORITY_ORDINARY = 3
+REDIS_PRIORITY_STEPS = [PRIORITY_RESENT, PRIORITY_ORDINARY]
 
-def task_routes(settings: Settings) -> dict[str, dict[str, str]]:
-    routes = {TASK_GRADE_RUN: {"queue": settings.task_queue}}
+
+def task_routes(settings: Settings) -> dict[str, dict[str, str | int]]:
+    """Queue and priority by task name. The catch-all gives every other task (sent to a named
+    queue: similarity, rosters, the LMS) the ordinary priority too, so a worker that takes the
+    run queue and the CPU queue keeps taking them in turn, as without priorities. A priority
+    given when sending (a re-send's) wins over the route's."""
+    routes: dict[str, dict[str, str | int]] = {
+        TASK_GRADE_RUN: {"queue": settings.task_queue, "priority": PRIORITY_ORDINARY}}
     if settings.build.queue:
-        routes[TASK_PREBUILD] = {"queue": settings.build.queue}
+        routes[TASK_PREBUILD] = {"queue": settings.build.queue, "priority": PRIORITY_ORDINARY}
+    routes["*"] = {"priority": PRIORITY_ORDINARY}
     return routes
 
 
@@ -48,6 +70,10 @@ def make_celery(settings: Settings) -> Celery:
     app.conf.update(
         # A task is acknowledged only after it finished; a worker that dies mid-task gets its
         # message redelivered. The run's claim in the database makes redelivery idempotent.
+        # With late acks and a prefetch of 1 a busy worker holds no message beyond the one it
+        # runs: it picks its next message only once free, so a run re-sent meanwhile at
+        # PRIORITY_RESENT is the one it takes (with early acks it would already hold the next
+        # ordinary message, and the re-sent run would come after that one).
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
@@ -65,7 +91,11 @@ def make_celery(settings: Settings) -> Celery:
         # An unacknowledged message is handed out again after this long; it must outlast the
         # longest task, or a live run would be delivered twice (the run's claim would still
         # stop a double grade). The SQLite transport passes these options to create_engine.
-        app.conf.broker_transport_options = {"visibility_timeout": settings.task_time_limit_s + 300}
+        # Two priority lists per queue (see PRIORITY_RESENT); between the queues a worker takes,
+        # kombu's default `queue_order_strategy` (round robin) stays: the priority steps come first
+        # whatever the strategy, it only orders queues of the same step.
+        app.conf.broker_transport_options = {"visibility_timeout": settings.task_time_limit_s + 300,
+                                             "priority_steps": REDIS_PRIORITY_STEPS}
     return app
 
 

@@ -1,6 +1,7 @@
 """The `grader` command: server-side operations and the embedded development service."""
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import subprocess
@@ -28,6 +29,7 @@ from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import Role
 from grader.runs.engine_config import gpu_available, gpu_stage_config, gpu_stage_for, pipeline_config
 from grader.runs.reconcile import reconcile
+from grader.runs.reconcile_log import log_reconciler
 from grader.service import save_calibration, sync_assignments
 from grader.settings import Argon2Settings, ExposedSecretFile, Settings, get_settings, refuse_exposed
 from grader.storage.collector import collect
@@ -45,6 +47,7 @@ from worker.timing import RatioSummary
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 FINAL_STATES = {"built", "scored", "failed"}
 DEV_COURSE = "dev"  # `grader dev`'s course
+reconciler_log = logging.getLogger("grader.reconciler")  # the reconcile loop's own lines (collector passes)
 
 app = typer.Typer(help="kernelgrade: autograder for GPU kernel homework.", no_args_is_help=True)
 starter_app = typer.Typer(help="Student starter kits.", no_args_is_help=True)
@@ -154,15 +157,15 @@ def _worker_argv(settings: Settings, concurrency: int, loglevel: str, similarity
 
 @app.command("reconcile")
 def reconcile_command(loop: Annotated[bool, typer.Option(help="run forever")] = False) -> None:
-    """Send again the runs the queue forgot (broker down at upload, dead workers)."""
+    """Send again the runs the queue forgot (broker down at upload, dead workers), each at the
+    front of its queue; every line on stderr carries its time and says why a run was sent."""
     settings = get_settings()
+    log_reconciler()
     sessions = make_session_factory(make_engine(settings))
     celery = make_celery(settings)
     last_collect = float("-inf")
     while True:
-        report = reconcile(settings, sessions, celery)
-        if report.resent or report.unreachable:
-            typer.echo(f"resent {report.resent}; broker unreachable for {report.unreachable}")
+        reconcile(settings, sessions, celery)  # logs each run it sends, and why
         if not loop:
             return
         if time.monotonic() - last_collect >= settings.collect_interval_s:
@@ -176,10 +179,10 @@ def _collect_once(settings: Settings, sessions: sessionmaker[Session]) -> None:
     try:
         report = collect(settings, sessions)
     except Exception as exc:  # the database or the disk may blip; the next pass tries again
-        typer.echo(f"collector pass failed: {exc}", err=True)
+        reconciler_log.warning("collector pass failed: %s", exc)
         return
     if report.blobs or report.temp_files or report.job_folders:
-        typer.echo(f"collector: {report.summary()}")
+        reconciler_log.info("collector: %s", report.summary())
 
 
 @app.command("collect")
@@ -376,7 +379,9 @@ def _start_dev_worker(settings: Settings) -> tuple[BinaryIO, subprocess.Popen[by
 
 
 def _start_reconciler(settings: Settings, sessions: sessionmaker[Session]) -> threading.Event:
-    """A daemon thread reconciling every KG_RECONCILE_INTERVAL_S until the returned event is set."""
+    """A daemon thread reconciling every KG_RECONCILE_INTERVAL_S until the returned event is set;
+    its lines go to this console with their time."""
+    log_reconciler()
     stop = threading.Event()
     celery = make_celery(settings)
 

@@ -7,6 +7,9 @@ When the app routes builds to a CPU queue (KG_BUILD_QUEUE), a run is sent as a c
 `prebuild` on the build queue, then the grading task on `queue`. The prebuild never fails the
 chain (grader.runs.tasks.prebuild), so the grading task is always sent on once it ran.
 
+A run sent again because our side failed it (`resent`, the reconciler's) travels at
+`PRIORITY_RESENT`: ahead of the ordinary messages waiting in its queue (grader.celery_app).
+
 `held_runs` reads what a Redis broker holds, so the reconciler can tell a message the broker
 lost (a restart without persistence, a flushed list) from one that is merely waiting;
 `queue_lengths` how many wait in each queue (the service's metrics).
@@ -24,7 +27,7 @@ from celery.canvas import Signature, chain
 from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.celery_app import TASK_GRADE_RUN, TASK_PREBUILD, build_queue_of
+from grader.celery_app import PRIORITY_RESENT, TASK_GRADE_RUN, TASK_PREBUILD, build_queue_of
 from grader.db import session_scope
 from grader.models import Run, utcnow
 
@@ -35,20 +38,22 @@ T = TypeVar("T")
 _PUBLISH_RETRY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
 
 
-def run_signature(celery: Celery, run_id: int, queue: str) -> Signature:
+def run_signature(celery: Celery, run_id: int, queue: str, resent: bool = False) -> Signature:
     """What to publish for `run_id`: the grading task on `queue`, after a prebuild when the app
-    routes builds to a build queue."""
-    grade = celery.signature(TASK_GRADE_RUN, args=[run_id], queue=queue, immutable=True)
+    routes builds to a build queue; at the front of the queues when `resent`, else at the
+    routes' ordinary priority."""
+    options = {"priority": PRIORITY_RESENT} if resent else {}
+    grade = celery.signature(TASK_GRADE_RUN, args=[run_id], queue=queue, immutable=True, **options)
     build_queue = build_queue_of(celery)
     if build_queue is None:
         return grade
-    return chain(celery.signature(TASK_PREBUILD, args=[run_id], queue=build_queue, immutable=True), grade)
+    return chain(celery.signature(TASK_PREBUILD, args=[run_id], queue=build_queue, immutable=True, **options), grade)
 
 
-def send_run(celery: Celery, sessions: sessionmaker[Session], run_id: int, queue: str) -> bool:
-    """Publish the grading task for `run_id`; True when the broker accepted it."""
+def send_run(celery: Celery, sessions: sessionmaker[Session], run_id: int, queue: str, resent: bool = False) -> bool:
+    """Publish the grading task for `run_id` (see run_signature); True when the broker accepted it."""
     try:
-        run_signature(celery, run_id, queue).apply_async(retry=True, retry_policy=_PUBLISH_RETRY)
+        run_signature(celery, run_id, queue, resent).apply_async(retry=True, retry_policy=_PUBLISH_RETRY)
     except Exception as exc:  # kombu raises OperationalError and friends; any failure counts
         log.warning("broker unavailable, run %s stays queued: %s", run_id, exc)
         return False
@@ -69,7 +74,7 @@ def queue_lengths(celery: Celery, queues: Iterable[str]) -> dict[str, int] | Non
     """queue -> tasks waiting in it (not yet delivered to a worker); None when the broker cannot
     tell, as for held_runs."""
     return _read_redis(celery, lambda channel: {
-        queue: sum(channel.client.llen(key) for key in _queue_keys(channel, [queue])) for queue in queues})
+        queue: sum(channel.client.llen(key) for key in queue_keys(channel, [queue])) for queue in queues})
 
 
 def _read_redis(celery: Celery, read: Callable[[Any], T]) -> T | None:
@@ -85,9 +90,9 @@ def _read_redis(celery: Celery, read: Callable[[Any], T]) -> T | None:
         return None
 
 
-def _queue_keys(channel: Any, queues: Iterable[str]) -> list[str]:
-    """The Redis lists kombu keeps the queues in (one per priority step), by its own key names,
-    so that a key prefix is honoured."""
+def queue_keys(channel: Any, queues: Iterable[str]) -> list[str]:
+    """The Redis lists kombu keeps the queues in (one per priority step: a re-sent run's and the
+    ordinary one, grader.celery_app), by its own key names, so that a key prefix is honoured."""
     return sorted({channel._q_for_pri(queue, pri) for queue in queues for pri in channel.priority_steps})
 
 
@@ -95,7 +100,7 @@ def _redis_payloads(channel: Any, queues: Iterable[str]) -> Iterator[Any]:
     """Every message in the queues' lists and in the unacked hash, as kombu's Redis transport
     stores them."""
     client = channel.client
-    for key in _queue_keys(channel, queues):
+    for key in queue_keys(channel, queues):
         for raw in client.lrange(key, 0, -1):
             yield _loads(raw)
     for raw in client.hvals(channel.unacked_key):

@@ -4,10 +4,13 @@ Covers a broker that was down at upload (queued, never sent), a message the brok
 Redis restart or flush: queued, sent, but no longer in the broker), and a worker that died
 mid-run (active, heartbeat stale: put back to queued first).
 Sending twice is harmless: the run's claim lets only one worker grade it.
+Every run it sends was failed by our side, so it goes at the front of its queue (a Redis broker's
+priority, grader.celery_app), and each send is logged with its reason (`Resend`).
 Each pass also queues the LMS grade sends of links whose grades changed (grader.lti.tasks).
 """
 from __future__ import annotations
 
+import enum
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -26,20 +29,30 @@ from grader.settings import Settings
 log = logging.getLogger(__name__)
 
 
+class Resend(str, enum.Enum):
+    """Why the reconciler sends a run (the log line's words)."""
+
+    worker_died = "its worker died (no heartbeat)"
+    message_lost = "the broker lost its message"
+    never_sent = "it was never sent (the broker was down, or the send after the student's previous run failed)"
+
+
 @dataclass
 class ReconcileReport:
     resent: list[int] = field(default_factory=list)
     unreachable: list[int] = field(default_factory=list)
     lost: list[int] = field(default_factory=list)  # sent, but the broker no longer held them
     grade_sends: list[int] = field(default_factory=list)  # LMS links whose changed grades were queued
+    reasons: dict[int, Resend] = field(default_factory=dict)  # every run it meant to send, and why
 
 
-def forgotten_runs(session: Session, settings: Settings) -> list[int]:
+def forgotten_runs(session: Session, settings: Settings) -> dict[int, Resend]:
     """Queued runs sent so long ago that the message was probably lost, and the never-sent runs
     that fair share lets go now (each student's oldest, when nothing of theirs is in flight)."""
     sent_long_ago = utcnow() - timedelta(seconds=settings.requeue_after_s)
     lost = select(Run.id).where(Run.state == RunState.queued, Run.enqueued_at < sent_long_ago)
-    return sorted({*session.scalars(lost), *dispatchable(session)})
+    return {**dict.fromkeys(dispatchable(session), Resend.never_sent),
+            **dict.fromkeys(session.scalars(lost), Resend.message_lost)}
 
 
 def unheld_runs(session: Session, settings: Settings, held: set[int], checked_at: datetime) -> list[int]:
@@ -59,15 +72,16 @@ def _mark_unsent(session: Session, run_ids: list[int]) -> None:
                         .values(enqueued_at=None))
 
 
-def _requeue_abandoned(session: Session, settings: Settings) -> None:
+def _requeue_abandoned(session: Session, settings: Settings) -> list[int]:
     """Active runs whose worker stopped beating go back to `queued` (and lose their claim, so
-    a worker that was merely slow cannot record a result over the next attempt's)."""
+    a worker that was merely slow cannot record a result over the next attempt's); their ids."""
     stale = utcnow() - timedelta(seconds=settings.heartbeat_timeout_s)
-    session.execute(
+    return list(session.scalars(
         update(Run)
         .where(Run.state.in_(ACTIVE_STATES), or_(Run.heartbeat_at.is_(None), Run.heartbeat_at < stale))
         .values(state=RunState.queued, claimed_by=None, heartbeat_at=None, enqueued_at=None)
-    )
+        .returning(Run.id)
+    ))
 
 
 def broker_queues(settings: Settings) -> list[str]:
@@ -76,7 +90,9 @@ def broker_queues(settings: Settings) -> list[str]:
 
 def reconcile(settings: Settings, sessions: sessionmaker[Session], celery: Celery) -> ReconcileReport:
     with session_scope(sessions) as session:
-        _requeue_abandoned(session, settings)
+        abandoned = _requeue_abandoned(session, settings)
+    if abandoned:
+        log.warning("runs %s: their worker stopped beating; queued again", abandoned)
     report = ReconcileReport()
     checked_at = utcnow()  # before the read: a run sent meanwhile is younger than the cutoff
     held = held_runs(celery, broker_queues(settings))
@@ -84,14 +100,19 @@ def reconcile(settings: Settings, sessions: sessionmaker[Session], celery: Celer
         if held is not None:
             report.lost = unheld_runs(session, settings, held, checked_at)
             _mark_unsent(session, report.lost)
-        run_ids = sorted({*forgotten_runs(session, settings), *report.lost})
+        # a requeued run is also unsent (fair share lets it go): its reason is its worker's death
+        report.reasons = {**forgotten_runs(session, settings), **dict.fromkeys(report.lost, Resend.message_lost)}
+        report.reasons.update((run_id, Resend.worker_died) for run_id in abandoned if run_id in report.reasons)
     if report.lost:
         log.warning("the broker no longer holds the tasks of queued runs %s; sending them again", report.lost)
-    for run_id in run_ids:
-        if send_run(celery, sessions, run_id, settings.task_queue):
+    for run_id, reason in sorted(report.reasons.items()):
+        if send_run(celery, sessions, run_id, settings.task_queue, resent=True):
             report.resent.append(run_id)
+            log.info("run %s sent to the front of its queue: %s", run_id, reason.value)
         else:
             report.unreachable.append(run_id)
+            log.warning("run %s not sent (%s): the broker is unreachable; the next pass tries again",
+                        run_id, reason.value)
             break  # broker down: the rest would fail the same way
     if not report.unreachable:
         try:

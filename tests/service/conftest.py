@@ -6,6 +6,7 @@ tests/conftest.py stops the run in one line when they do not answer).
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -27,21 +28,45 @@ import pytest
 import redis
 import uvicorn
 from fastapi.testclient import TestClient
+from kombu import Connection
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.app import create_app
 from grader.auth.credentials import issue_token
+from grader.celery_app import REDIS_PRIORITY_STEPS
 from grader.cli import init_database
 from grader.course.courses import course_of_free_assignments
 from grader.course.membership import get_or_create_user
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import Role, Run
+from grader.runs.dispatch import queue_keys
 from grader.settings import Settings
 from tests.conftest import PG_ADMIN_URL, REDIS_URL
 from worker.rubric import load_rubric
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 FINAL = {"built", "scored", "failed"}
+
+
+@contextmanager
+def redis_channel(url: str = REDIS_URL) -> Iterator[Any]:
+    """kombu's Redis channel with the app's priority steps, to read or clear a queue's lists."""
+    with Connection(url, transport_options={"priority_steps": REDIS_PRIORITY_STEPS}) as connection:
+        yield connection.default_channel
+
+
+def drop_queues(*queues: str, url: str = REDIS_URL) -> None:
+    """Delete every message the broker holds in `queues` (all their priority lists)."""
+    with redis_channel(url) as channel:
+        channel.client.delete(*queue_keys(channel, queues))
+
+
+def queued_messages(queue: str, url: str = REDIS_URL) -> list[dict[str, Any]]:
+    """The messages waiting in `queue`, in the order a worker takes them: kombu pops the list of
+    the lowest priority step first, each list from its right end."""
+    with redis_channel(url) as channel:
+        keys = [channel._q_for_pri(queue, step) for step in channel.priority_steps]
+        return [json.loads(raw) for key in keys for raw in reversed(channel.client.lrange(key, 0, -1))]
 
 
 @contextmanager

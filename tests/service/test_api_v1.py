@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
@@ -30,7 +29,7 @@ from grader.db import session_scope
 from grader.models import Assignment, Course, ErrorClass, ProblemResult, Role, Run, RunState, Submission, User, utcnow
 from grader.settings import Settings
 from tests.fixtures.zips import small_zip
-from tests.service.conftest import REDIS_URL, auth, served
+from tests.service.conftest import auth, drop_queues, served
 from worker.rubric import load_rubric
 
 PROBLEMS = ("1.1", "1.2", "2.1")
@@ -43,7 +42,7 @@ PROBLEMS = ("1.1", "1.2", "2.1")
 def v1_settings(settings: Settings) -> Iterator[Settings]:
     own = settings.model_copy(update={"task_queue": f"kg-test-v1-{uuid.uuid4().hex[:8]}"})
     yield own
-    redis.Redis.from_url(REDIS_URL).delete(own.task_queue)
+    drop_queues(own.task_queue)
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import redis
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
@@ -21,7 +20,7 @@ from grader.app import create_app
 from grader.db import session_scope
 from grader.models import RegradeRequest, Role, Run, RunComment, RunState
 from grader.settings import Settings
-from tests.service.conftest import REDIS_URL, auth
+from tests.service.conftest import auth, drop_queues
 from tests.service.test_api_v1 import World
 
 
@@ -30,7 +29,7 @@ def api(settings: Settings) -> Iterator[TestClient]:
     own = settings.model_copy(update={"task_queue": f"kg-test-flow-api-{uuid.uuid4().hex[:8]}"})
     with TestClient(create_app(own)) as client:
         yield client
-    redis.Redis.from_url(REDIS_URL).delete(own.task_queue)
+    drop_queues(own.task_queue)
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-import redis
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -22,7 +21,7 @@ from grader.course.membership import get_or_create_user
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import Role, Submission, User
 from grader.settings import Settings
-from tests.service.conftest import REDIS_URL, init_with_course, served
+from tests.service.conftest import drop_queues, init_with_course, served
 
 SENDERS = 6  # copies of one upload sent at once
 ROUNDS = 4  # each round a new zip: a race lost once is a duplicate
@@ -33,7 +32,7 @@ def postgres_app(settings: Settings) -> Iterator[tuple[str, Settings]]:
     own = settings.model_copy(update={"task_queue": f"kg-concurrent-{uuid.uuid4().hex[:8]}"})
     with served(own) as url:
         yield url, own
-    redis.Redis.from_url(REDIS_URL).delete(own.task_queue)
+    drop_queues(own.task_queue)
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pytest
-import redis
 from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -23,7 +22,7 @@ from grader.runs.fairshare import Admission, admit, dispatchable, release_next
 from grader.service import get_assignment, record_submission
 from grader.settings import Settings
 from grader.storage.blobstore import StoredBlob
-from tests.service.conftest import REDIS_URL
+from tests.service.conftest import drop_queues, queued_messages
 
 
 @dataclass
@@ -46,9 +45,7 @@ class Queue:
 
     def sent(self) -> list[int]:
         """Run ids in the broker queue, in the order a worker would take them."""
-        client = redis.Redis.from_url(REDIS_URL)
-        bodies = [json.loads(m) for m in reversed(client.lrange(self.name, 0, -1))]
-        return [json.loads(base64.b64decode(b["body"]))[0][0] for b in bodies]
+        return [json.loads(base64.b64decode(b["body"]))[0][0] for b in queued_messages(self.name)]
 
     def finish(self, run_id: int) -> None:
         with session_scope(self.sessions) as session:
@@ -59,7 +56,7 @@ class Queue:
 def queue(settings: Settings, sessions: sessionmaker[Session]) -> Iterator[Queue]:
     name = f"kg-fair-{uuid.uuid4().hex[:8]}"
     yield Queue(settings.model_copy(update={"task_queue": name}), sessions, name)
-    redis.Redis.from_url(REDIS_URL).delete(name)
+    drop_queues(name)
 
 
 def test_a_burst_holds_one_place_and_others_go_right_in(queue: Queue) -> None:

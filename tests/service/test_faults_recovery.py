@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 from sqlalchemy import event
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
@@ -37,7 +36,7 @@ from grader.models import Role, Run, RunState, utcnow
 from grader.passwords import set_password
 from grader.reads.runstatus import RESEND_TEXT, Waiting, waiting_reason
 from grader.runs import lifecycle
-from grader.runs.dispatch import held_runs, run_signature
+from grader.runs.dispatch import held_runs, queue_lengths, run_signature
 from grader.runs.lifecycle import Disposition, RunExecutor
 from grader.service import get_assignment, record_submission
 from grader.settings import Settings
@@ -46,11 +45,12 @@ from tests.faults.services import PrivatePostgres, PrivateRedis
 from tests.fixtures.passwords import SUITE_ARGON2
 from tests.service.conftest import (
     PROJECT_ROOT,
-    REDIS_URL,
     WorkerProcess,
     auth,
+    drop_queues,
     init_with_course,
     new_student,
+    queued_messages,
     wait_for_run,
 )
 from tests.service.test_faults import (  # noqa: F401  (fixtures)
@@ -90,10 +90,12 @@ def _wait_final(rig: Rig, run_id: int, timeout: float) -> float:
 
 
 class Reconciler:
-    """`grader reconcile --loop` as its own process, as production runs it."""
+    """`grader reconcile --loop` as its own process, as production runs it, on this checkout's
+    code (PYTHONPATH: the `grader` script imports the installed package, maybe another checkout)."""
 
     def __init__(self, env: dict[str, str], log_path: Path) -> None:
-        self.env, self.log_path = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}, log_path
+        self.env = {**os.environ, **env, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(PROJECT_ROOT)}
+        self.log_path = log_path
         self.proc: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> Reconciler:
@@ -112,20 +114,22 @@ class Reconciler:
 
 
 def test_held_runs_sees_waiting_messages_and_misses_deleted_ones(settings: Settings) -> None:
+    """Ordinary and re-sent messages (each priority's own list) are all seen and counted."""
     queue = f"kg-held-{uuid.uuid4().hex[:8]}"
     own = settings.model_copy(update={"task_queue": queue})
     celery = make_celery(own)
-    client = redis.Redis.from_url(REDIS_URL)
     try:
         run_signature(celery, 910_001, queue).apply_async()
         run_signature(celery, 910_002, queue).apply_async()
+        run_signature(celery, 910_003, queue, resent=True).apply_async()
         held = held_runs(celery, [queue])
-        assert held is not None and {910_001, 910_002} <= held
-        client.delete(queue)  # the broker loses them
+        assert held is not None and {910_001, 910_002, 910_003} <= held
+        assert queue_lengths(celery, [queue]) == {queue: 3}
+        drop_queues(queue)  # the broker loses them
         held = held_runs(celery, [queue])
-        assert held is not None and not {910_001, 910_002} & held
+        assert held is not None and not {910_001, 910_002, 910_003} & held
     finally:
-        client.delete(queue)
+        drop_queues(queue)
     unreachable = make_celery(own.model_copy(update={"broker_url": "redis://127.0.0.1:1/0"}))
     assert held_runs(unreachable, [queue]) is None, "an unreadable broker must mean 'cannot tell'"
 
@@ -139,12 +143,12 @@ def test_a_lost_broker_message_is_resent_and_graded_once(
     tmp_path: Path, private_redis: PrivateRedis,
 ) -> None:
     rig = make_rig(settings, settings_env, sessions, tmp_path, broker_url=private_redis.url, **DEFAULTS)
-    broker = redis.Redis.from_url(private_redis.url)
     student = new_student(sessions, "lost")
     with rig.client() as client:
         run_id = post(client, student, unique(standin_zip, "lost message"))
-    assert rig.run(run_id).enqueued_at is not None and broker.llen(rig.settings.task_queue) == 1
-    broker.delete(rig.settings.task_queue)  # the message is lost; no worker had taken it
+    queue = rig.settings.task_queue
+    assert rig.run(run_id).enqueued_at is not None and len(queued_messages(queue, url=private_redis.url)) == 1
+    drop_queues(queue, url=private_redis.url)  # the message is lost; no worker had taken it
     lost_at = time.monotonic()
     worker = rig.worker("lost")
     worker.start()

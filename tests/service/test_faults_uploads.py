@@ -21,7 +21,6 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-import redis
 from fastapi.testclient import TestClient
 from sqlalchemy import event, func, select, update
 from sqlalchemy.orm import Session, sessionmaker
@@ -41,7 +40,7 @@ from grader.storage.collector import CollectReport, collect
 from tests.faults.services import PrivatePostgres
 from tests.fixtures import cpu_standin
 from tests.fixtures.passwords import SUITE_ARGON2
-from tests.service.conftest import REDIS_URL, auth, init_with_course, new_student, run_row, wait_for_run
+from tests.service.conftest import auth, drop_queues, init_with_course, new_student, run_row, wait_for_run
 from tests.service.test_faults import graded_once, make_rig, standin_zip, unique  # noqa: F401 (a fixture)
 from tests.service.test_faults import post as fault_post
 from tests.service.test_security import PASSWORD, csrf_of, login
@@ -122,7 +121,7 @@ def private_db(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> 
         yield server, own
     finally:
         server.close()
-        redis.Redis.from_url(REDIS_URL).delete(own.task_queue)
+        drop_queues(own.task_queue)
 
 
 @pytest.fixture

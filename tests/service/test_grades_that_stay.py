@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
-import redis
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
@@ -32,7 +31,7 @@ from grader.service import record_submission
 from grader.settings import Settings, get_settings
 from grader.storage.blobstore import StoredBlob
 from tests.fixtures.passwords import SUITE_ARGON2
-from tests.service.conftest import REDIS_URL, auth
+from tests.service.conftest import auth, drop_queues
 from tests.service.test_staff_workflow import post_form, text_of
 from tests.service.test_web_confirmations import confirm_form
 from tests.service.test_web_settings import PASSWORD, Browser
@@ -65,7 +64,7 @@ def klass(settings: Settings, sessions: sessionmaker[Session]) -> Iterator[Klass
         set_password(prof, PASSWORD, SUITE_ARGON2)
     own = settings.model_copy(update={"task_queue": f"kg-stay-{tag}"})
     yield Klass(slug, title, prof.username, own, tag)
-    redis.Redis.from_url(REDIS_URL).delete(own.task_queue)
+    drop_queues(own.task_queue)
 
 
 def scored_run(sessions: sessionmaker[Session], klass: Klass, login: str, score: float) -> int:

@@ -23,7 +23,7 @@ from grader.models import FINAL_STATES, Role, Run, RunState, Submission, User, u
 from grader.passwords import set_password
 from grader.settings import Settings
 from tests.fixtures.passwords import SUITE_ARGON2
-from tests.service.conftest import REDIS_URL, auth
+from tests.service.conftest import REDIS_URL, auth, drop_queues
 from tests.service.test_api_v1 import World
 from tests.service.test_web_settings import PASSWORD, Browser
 
@@ -32,7 +32,7 @@ from tests.service.test_web_settings import PASSWORD, Browser
 def queue() -> Iterator[str]:
     name = f"kg-test-metrics-{uuid.uuid4().hex[:8]}"
     yield name
-    redis.Redis.from_url(REDIS_URL).delete(name)
+    drop_queues(name)
 
 
 @pytest.fixture(scope="module")

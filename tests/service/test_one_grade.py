@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 import pytest
-import redis
 from sqlalchemy import delete
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -29,7 +28,7 @@ from grader.passwords import set_password
 from grader.service import get_assignment
 from grader.settings import Settings
 from tests.fixtures.passwords import SUITE_ARGON2
-from tests.service.conftest import REDIS_URL, auth
+from tests.service.conftest import auth, drop_queues
 from tests.service.test_web_ops import minimal_zip
 from tests.service.test_web_settings import PASSWORD, Browser
 
@@ -61,7 +60,7 @@ def late_course(settings: Settings, sessions: sessionmaker[Session]) -> Iterator
         names = prof.username, student.username
     own = settings.model_copy(update={"task_queue": f"kg-late-{tag}", "course_timezone": ZONE})
     yield LateCourse(slug, *names, own)
-    redis.Redis.from_url(REDIS_URL).delete(own.task_queue)
+    drop_queues(own.task_queue)
 
 
 def _schedule(sessions: sessionmaker[Session], slug: str, due_ago: timedelta) -> None:

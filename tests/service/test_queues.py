@@ -9,6 +9,8 @@
 """
 from __future__ import annotations
 
+import base64
+import json
 import re
 import subprocess
 import sys
@@ -18,13 +20,23 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import redis
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.app import create_app
+from grader.celery_app import PRIORITY_ORDINARY, PRIORITY_RESENT, make_celery
+from grader.runs.dispatch import run_signature
 from grader.settings import Settings
-from tests.service.conftest import PROJECT_ROOT, REDIS_URL, WorkerProcess, make_zip, new_student, submit, wait_for_run
+from tests.service.conftest import (
+    PROJECT_ROOT,
+    WorkerProcess,
+    drop_queues,
+    make_zip,
+    new_student,
+    queued_messages,
+    submit,
+    wait_for_run,
+)
 
 GRADER = Path(sys.executable).with_name("grader")
 KERNEL_SOURCES = ("src/combine.cu", "src/softmax_kernel.cu", "src/layernorm_kernel.cu")
@@ -93,7 +105,7 @@ def test_two_gpu_workers_on_one_model_queue_both_take_runs(
             for run_id, token in zip(run_ids, students):
                 assert wait_for_run(client, run_id, token)["state"] == "built"
     finally:
-        redis.Redis.from_url(REDIS_URL).delete(queue)
+        drop_queues(queue)
     for w in (first, second):  # the queue came from KG_GPU_MODEL alone (celery's banner)
         assert f".> {queue} " in w.log_path.read_text(), w.log()
     # Each worker logs the runs it grades (grader.runs.lifecycle: "run N: stage ..."), in its own log.
@@ -118,9 +130,35 @@ def test_cpu_build_queue_hands_kernels_to_the_run_queue_through_the_build_cache(
             run_id = submit(client, student, _fresh_kit_zip(kit_tree, tmp_path / "fresh.zip"))["run_id"]
             run = wait_for_run(client, run_id, student)
     finally:
-        redis.Redis.from_url(REDIS_URL).delete(run_queue, build_queue)
+        drop_queues(run_queue, build_queue)
     assert run["state"] == "built", run
     assert f"prebuild of run {run_id}: built" in build_worker.log_path.read_text()
     # Every kernel came from the cache the build worker filled: the run's worker ran no nvcc.
     cached = run["toolchain"]["build_cached"]
     assert cached and all(cached.values()), (cached, gpu_worker.log())
+
+
+def test_a_resent_run_stays_in_front_after_its_prebuild(settings: Settings, settings_env: dict[str, str],
+                                                       tmp_path: Path) -> None:
+    """The build worker sends a chain's grading task on to the run queue at the priority its link
+    was given (grader.runs.dispatch.run_signature): a re-sent run is in front there too, an
+    ordinary one is not. (The runs do not exist: the prebuild skips them and the chain goes on,
+    as it always does.)"""
+    run_queue, build_queue = f"kg-test-run-{uuid.uuid4().hex[:8]}", f"kg-test-build-{uuid.uuid4().hex[:8]}"
+    builder = _without_queue(settings_env, KG_TASK_QUEUE=build_queue, KG_BUILD_QUEUE=build_queue)
+    own = settings.model_copy(update={"task_queue": run_queue,
+                                      "build": settings.build.model_copy(update={"queue": build_queue})})
+    celery = make_celery(own)
+    ordinary, resent = 930_000_001, 930_000_002
+    try:
+        with workers([builder], tmp_path):
+            run_signature(celery, ordinary, run_queue).apply_async()
+            run_signature(celery, resent, run_queue, resent=True).apply_async()
+            deadline = time.monotonic() + 60
+            while len(waiting := queued_messages(run_queue)) < 2:
+                assert time.monotonic() < deadline, f"the prebuilds did not send the runs on: {waiting}"
+                time.sleep(0.2)
+    finally:
+        drop_queues(run_queue, build_queue)
+    assert [json.loads(base64.b64decode(m["body"]))[0] for m in waiting] == [[resent], [ordinary]]
+    assert [m["properties"]["priority"] for m in waiting] == [PRIORITY_RESENT, PRIORITY_ORDINARY]

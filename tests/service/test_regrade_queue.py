@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
-import redis
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -25,7 +24,7 @@ from grader.service import record_submission
 from grader.settings import Settings, SmtpSettings
 from grader.storage.blobstore import StoredBlob
 from tests.fixtures.passwords import SUITE_ARGON2
-from tests.service.conftest import REDIS_URL, auth
+from tests.service.conftest import auth, drop_queues
 from tests.service.test_notify_mail import PUBLIC_URL, Mailbox, _free_port, mail_env, mailbox  # noqa: F401
 from tests.service.test_staff_workflow import post_form, text_of
 from tests.service.test_web_settings import PASSWORD, Browser
@@ -61,7 +60,7 @@ def klass(mail_env: dict[str, str], settings: Settings, sessions: sessionmaker[S
             logins.append(user.username)
     own = Settings.from_variables({**mail_env, "KG_TASK_QUEUE": f"kg-queue-{tag}"})
     yield Klass(slug, *logins, own)
-    redis.Redis.from_url(REDIS_URL).delete(own.task_queue)
+    drop_queues(own.task_queue)
 
 
 def scored_run(sessions: sessionmaker[Session], klass: Klass, score: float = 60.0) -> tuple[int, int]:

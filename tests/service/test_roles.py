@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
-import redis
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
@@ -31,7 +30,7 @@ from grader.service import record_submission
 from grader.settings import Settings
 from grader.storage.blobstore import StoredBlob
 from tests.fixtures.passwords import SUITE_ARGON2
-from tests.service.conftest import REDIS_URL, auth
+from tests.service.conftest import auth, drop_queues
 from tests.service.test_security import app_routes
 from tests.service.test_web_settings import PASSWORD, Browser
 
@@ -105,7 +104,7 @@ def world(settings: Settings, sessions: sessionmaker[Session]) -> Iterator[World
     own = settings.model_copy(update={"task_queue": f"kg-roles-{tag}", "similarity_queue": f"kg-roles-sim-{tag}"})
     browsers = {role: Browser(own, login) for role, login in logins.items()}
     yield World(slug, course_slug, logins, tokens, *ids, sessions, own, browsers, TestClient(create_app(own)))
-    redis.Redis.from_url(REDIS_URL).delete(own.task_queue, own.similarity_queue)
+    drop_queues(own.task_queue, own.similarity_queue)
 
 
 Send = Callable[[World, str], httpx.Response]

@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import redis
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
@@ -42,7 +41,7 @@ from grader.service import record_submission
 from grader.settings import Settings
 from grader.storage.blobstore import StoredBlob
 from tests.fixtures.passwords import SUITE_ARGON2
-from tests.service.conftest import REDIS_URL
+from tests.service.conftest import drop_queues
 from tests.service.test_roles import STAFF_ROUTES, World
 from tests.service.test_web_settings import PASSWORD, Browser
 
@@ -96,7 +95,7 @@ def worlds(settings: Settings, sessions: sessionmaker[Session]) -> Iterator[dict
     yield {key: World(ids["slug"], ids["course"], {**logins[OTHER[key]], "student": shared_login},
                       tokens[OTHER[key]], ids["run"], ids["submission"], shared_id, sessions, own, browsers[OTHER[key]], api)
            for key, (_, ids) in made.items()}
-    redis.Redis.from_url(REDIS_URL).delete(own.task_queue, own.similarity_queue)
+    drop_queues(own.task_queue, own.similarity_queue)
 
 
 def _state(w: World) -> tuple[object, ...]:

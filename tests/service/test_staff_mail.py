@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
-import redis
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
@@ -30,8 +29,8 @@ from grader.passwords import set_password
 from grader.service import record_submission
 from grader.settings import Settings
 from grader.storage.blobstore import StoredBlob
-from tests.conftest import REDIS_URL
 from tests.fixtures.passwords import SUITE_ARGON2
+from tests.service.conftest import drop_queues
 from tests.service.test_notify_mail import PUBLIC_URL, Mailbox, mail_env, mailbox  # noqa: F401 (fixtures)
 from tests.service.test_regrade_queue import ask, mails_to
 from tests.service.test_web_settings import PASSWORD, Browser
@@ -74,7 +73,7 @@ def staffed(mail_env: dict[str, str], sessions: sessionmaker[Session]) -> Iterat
         if logged_in:
             Browser(own, people[who])
     yield Staffed(f"sm-{tag}", f"sm-{tag}", people, own)
-    redis.Redis.from_url(REDIS_URL).delete(own.task_queue)
+    drop_queues(own.task_queue)
 
 
 def _turn_off_staff_mail(staffed: Staffed, who: str) -> None:

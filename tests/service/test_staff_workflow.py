@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
-import redis
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
@@ -28,7 +27,7 @@ from grader.service import record_submission
 from grader.settings import Settings
 from grader.storage.blobstore import StoredBlob
 from tests.fixtures.passwords import SUITE_ARGON2
-from tests.service.conftest import REDIS_URL, auth
+from tests.service.conftest import auth, drop_queues
 from tests.service.test_web_settings import PASSWORD, Browser
 
 REASON = "The softmax kernel was checked by hand"
@@ -57,7 +56,7 @@ def course(settings: Settings, sessions: sessionmaker[Session]) -> Iterator[Cour
         names = [u.username for u in users]
     own = settings.model_copy(update={"task_queue": f"kg-flow-{tag}"})
     yield Course(slug, *names, own)
-    redis.Redis.from_url(REDIS_URL).delete(own.task_queue)
+    drop_queues(own.task_queue)
 
 
 def scored_run(sessions: sessionmaker[Session], course: Course, score: float = 60.0) -> int:

@@ -16,7 +16,6 @@ from datetime import timedelta
 from urllib.parse import quote
 
 import pytest
-import redis
 from fastapi.testclient import TestClient
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
@@ -50,7 +49,7 @@ from grader.runs.reconcile import forgotten_runs
 from grader.service import get_assignment
 from grader.settings import Settings, get_settings
 from tests.fixtures.passwords import SUITE_ARGON2
-from tests.service.conftest import REDIS_URL
+from tests.service.conftest import drop_queues, queued_messages
 from tests.service.test_web_confirmations import confirmed
 from tests.service.test_web_settings import PASSWORD, Browser
 
@@ -77,7 +76,7 @@ def course(settings: Settings, sessions: sessionmaker[Session]) -> Iterator[Cour
         names = [s.username for s in students]
     own = settings.model_copy(update={"task_queue": f"kg-ops-{tag}"})
     yield Course(slug, prof.username, names, own)
-    redis.Redis.from_url(REDIS_URL).delete(own.task_queue)
+    drop_queues(own.task_queue)
     _end_queued_runs(sessions, slug)  # nothing of this course stays queued for other tests
 
 
@@ -364,9 +363,8 @@ def _grading(prof: Browser, course: Course, action: str):
 
 def test_pause_holds_every_dispatch_and_resume_sends(course: Course, prof: Browser,
                                                      sessions: sessionmaker[Session]) -> None:
-    queue = redis.Redis.from_url(REDIS_URL)
     waiting_one = course.students[2]
-    sent_before = queue.llen(course.settings.task_queue)  # the upload accepted above
+    sent_before = len(queued_messages(course.settings.task_queue))  # the upload accepted above
     _end_queued_runs(sessions, course.slug)
     assert _grading(prof, course, "pause").status_code == 303
     assert _stored(sessions, course.slug)[2] is True
@@ -374,13 +372,13 @@ def test_pause_holds_every_dispatch_and_resume_sends(course: Course, prof: Brows
     assert response.status_code == 303
     run = _runs_of(sessions, waiting_one)[-1]
     assert run.state is RunState.queued and run.enqueued_at is None
-    assert queue.llen(course.settings.task_queue) == sent_before
+    assert len(queued_messages(course.settings.task_queue)) == sent_before
     run_page = prof.client.get(f"/runs/{run.id}").text
     assert "paused grading of this assignment" in run_page
     with session_scope(sessions) as session:  # what the reconciler would send (other tests' runs too)
         assert run.id not in forgotten_runs(session, course.settings)
     assert _runs_of(sessions, waiting_one)[-1].enqueued_at is None
-    assert queue.llen(course.settings.task_queue) == sent_before
+    assert len(queued_messages(course.settings.task_queue)) == sent_before
 
     page = prof.client.get(f"/assignments/{course.slug}/grading").text
     assert 'id="grading-mode">paused<' in page and 'id="drained"' in page
@@ -397,14 +395,13 @@ def test_pause_holds_every_dispatch_and_resume_sends(course: Course, prof: Brows
     resumed = _grading(prof, course, "resume")
     assert resumed.status_code == 303 and resumed.headers["location"].endswith("?sent=1")
     assert _runs_of(sessions, waiting_one)[-1].enqueued_at is not None
-    assert queue.llen(course.settings.task_queue) == sent_before + 1
+    assert len(queued_messages(course.settings.task_queue)) == sent_before + 1
     page = prof.client.get(resumed.headers["location"]).text
     assert 'id="grading-mode">running<' in page and "1 run sent now" in page and f"Run {run.id}</a>" in page
 
 
 def test_pause_and_resume_from_the_command_line(course: Course, prof: Browser, sessions: sessionmaker[Session],
                                                 settings_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
-    queue = redis.Redis.from_url(REDIS_URL)
     waiting_one = course.students[3]
     _end_queued_runs(sessions, course.slug)
     for key, value in {**settings_env, "KG_TASK_QUEUE": course.settings.task_queue}.items():
@@ -415,7 +412,7 @@ def test_pause_and_resume_from_the_command_line(course: Course, prof: Browser, s
         assert paused.exit_code == 0, paused.output
         assert f"{course.slug}: paused; 0 run(s) in flight" in paused.output
         assert _stored(sessions, course.slug)[2] is True
-        sent_before = queue.llen(course.settings.task_queue)
+        sent_before = len(queued_messages(course.settings.task_queue))
         with session_scope(sessions) as session:
             token = issue_token(session, get_or_create_user(session, waiting_one, Role.student), "ops-cli")
         with TestClient(create_app(course.settings)) as api:
@@ -429,7 +426,7 @@ def test_pause_and_resume_from_the_command_line(course: Course, prof: Browser, s
         assert f"{course.slug}: resumed; sent 1 run(s)" in resumed.output
         assert _stored(sessions, course.slug)[2] is False
         assert _runs_of(sessions, waiting_one)[-1].enqueued_at is not None
-        assert queue.llen(course.settings.task_queue) == sent_before + 1
+        assert len(queued_messages(course.settings.task_queue)) == sent_before + 1
         unknown = CliRunner().invoke(grader_cli, ["pause", "no-such-assignment"])
         assert unknown.exit_code == 2 and "grader migrate" in unknown.output
     finally:

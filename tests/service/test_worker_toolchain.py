@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -24,11 +23,12 @@ from grader.runs.worker_start import EXIT_BROKEN_TOOLCHAIN
 from grader.settings import Settings
 from tests.fixtures import cpu_standin
 from tests.service.conftest import (
-    REDIS_URL,
     WorkerProcess,
+    drop_queues,
     make_zip,
     new_student,
     own_database,
+    queued_messages,
     run_row,
     submit,
     wait_for_run,
@@ -58,7 +58,7 @@ def own_queue(settings_env: dict[str, str], tmp_path: Path) -> Iterator[dict[str
     queue = f"{settings_env['KG_TASK_QUEUE']}-toolchain-{uuid.uuid4().hex[:6]}"
     with own_database(settings_env, tmp_path / "kgdata", "kg_toolchain", KG_TASK_QUEUE=queue) as env:
         yield env
-    redis.Redis.from_url(REDIS_URL).delete(queue)
+    drop_queues(queue)
 
 
 @pytest.fixture
@@ -86,7 +86,7 @@ def test_a_worker_without_nvcc_refuses_and_the_queued_run_waits_for_a_good_worke
         assert line.endswith(f"this worker refuses to take jobs: nvcc not found or not runnable: {missing} (KG_NVCC)")
         waiting = run_row(own_sessions, run_id)
         assert (waiting.state, waiting.attempts) == (RunState.queued, 0), "the refusing worker touched the run"
-        assert redis.Redis.from_url(REDIS_URL).llen(own.task_queue) == 1, "the run's message is no longer queued"
+        assert len(queued_messages(own.task_queue)) == 1, "the run's message is no longer queued"
         good = WorkerProcess(own_queue, tmp_path / "good-worker.log")
         good.start()
         try:

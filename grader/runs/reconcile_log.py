@@ -1,0 +1,38 @@
+"""Where the reconciler's log lines go, with their time: `grader reconcile --loop` (its own
+process) and the reconciler thread of `grader dev`.
+
+Its lines say which runs it sent again and why; read beside a worker's log or the runs' times
+they only help with a timestamp, and neither process configured logging before (a warning came
+out bare, an info line not at all).
+"""
+from __future__ import annotations
+
+import logging
+import sys
+from typing import TextIO
+
+LINE_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%S%z"  # local time with its offset: unambiguous beside other logs
+
+# The reconciler's loggers: its passes, the sends (a broker that refuses one), the loop's collector.
+RECONCILER_LOGGERS = ("grader.runs.reconcile", "grader.runs.dispatch", "grader.reconciler")
+
+
+class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Marks the handler this module added, so a second call adds none."""
+
+
+def line_formatter() -> logging.Formatter:
+    return logging.Formatter(LINE_FORMAT, datefmt=TIME_FORMAT)
+
+
+def log_reconciler(stream: TextIO | None = None) -> None:
+    """Send the reconciler's loggers' lines (info and above) to `stream` (stderr) with their time.
+    Idempotent: `grader dev` may start its thread more than once in a process (tests)."""
+    for name in RECONCILER_LOGGERS:
+        logger = logging.getLogger(name)
+        logger.setLevel(logging.INFO)
+        if not any(isinstance(handler, _Handler) for handler in logger.handlers):
+            handler = _Handler(stream or sys.stderr)
+            handler.setFormatter(line_formatter())
+            logger.addHandler(handler)
