@@ -122,16 +122,17 @@ def _fail(exc: ApiFailure) -> typer.Exit:
 
 
 def format_run(run: dict[str, Any]) -> str:
-    """The run's state and its per-problem table (plain text, fixed width)."""
+    """The run's state, its per-problem table (plain text, fixed width; the points are raw, before
+    any late penalty or staff entry) and the grades the run page shows (grade_lines)."""
     score = run.get("score")
     lines = [f"run {run['id']}: {run['state']}"
              + (f" ({run['error_class']})" if run.get("error_class") else "")
-             + (f"  score {score:g}" if score is not None else "")]
+             + (f"  raw score {score:g}" if score is not None else "")]
     if run.get("message"):
         lines.append(f"  {run['message']}")
     results = run.get("results") or []
     if results:
-        width = max(len(f"{r['problem_id']} {r['title']}") for r in results)
+        width = max(len("raw total"), *(len(f"{r['problem_id']} {r['title']}") for r in results))
         lines.append("")
         lines.append(f"{'problem':<{width}}  {'status':<8}  {'points':>13}  note")
         for r in results:
@@ -141,8 +142,33 @@ def format_run(run: dict[str, Any]) -> str:
             lines.append(f"{name:<{width}}  {r['status']:<8}  {pts:>13}  {note}")
         total = sum(r["points"] for r in results)
         total_max = sum(r["max_points"] for r in results)
-        lines.append(f"{'total':<{width}}  {'':<8}  {f'{total:g} / {total_max:g}':>13}")
-    return "\n".join(lines)
+        lines.append(f"{'raw total':<{width}}  {'':<8}  {f'{total:g} / {total_max:g}':>13}")
+    return "\n".join(lines + grade_lines(run))
+
+
+def _grade_words(grade: dict[str, Any]) -> str:
+    """A grade as the pages print it: "85 / 100", "late" when charged."""
+    return f"{grade['final_score']:g} / {grade['total_points']:g}" + (" late" if grade["late"] else "")
+
+
+def grade_lines(run: dict[str, Any]) -> list[str]:
+    """The run's grade and the student's grade in the assignment, as the run page words them
+    (after a blank line; none without either), each with why in words on the next line: the
+    run that counts carries the staff's entries (a manual grade, an adjustment and its cap);
+    another run names the one that counts; with none counting, a manual grade alone is the grade."""
+    lines = [f"grade {_grade_words(run['grade'])}", f"  {run['grade']['reason']}"] if run.get("grade") else []
+    standing = run.get("assignment_grade") or {}
+    counted, mine, slug = standing.get("counted_run_id"), standing.get("grade"), standing.get("assignment")
+    if counted is not None and counted == run["id"]:
+        lines.append("the gradebook counts this run")
+    elif counted is not None:
+        lines.append(f"the gradebook counts run {counted}, not this one"
+                     + (f"; the grade in {slug}: {_grade_words(mine)}" if mine else ""))
+    elif mine:
+        lines.append(f"no run counts: the grade in {slug} is {_grade_words(mine)}")
+    if mine and counted != run["id"]:
+        lines.append(f"  {mine['reason']}")
+    return ["", *lines] if lines else []
 
 
 def _wait(client: httpx.Client, run_id: int, timeout: float, poll: float) -> dict[str, Any] | None:

@@ -4,7 +4,7 @@ app by grader.cli."""
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Annotated
 from zoneinfo import ZoneInfo
@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from grader.auth.audit import Via
 from grader.celery_app import make_celery
 from grader.course.assignment_settings import ScheduleChange, ScheduleError, extend_student
+from grader.course.deadlines import duration_text
 from grader.course.policies import late_policy
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.gradescope_pack import PackError, build_autograder_zip
@@ -86,8 +87,11 @@ def _show_schedule(row: Assignment, zone: ZoneInfo) -> None:
     def show(at: datetime | None) -> str:
         return at.astimezone(zone).isoformat() if at else "none"
 
+    def span(length: timedelta) -> str:  # in words, as the pages show durations ("3 d", "2 h 30 min")
+        return duration_text(length) if length else "none"
+
     typer.echo(f"{row.slug}: release {show(updated.release_at)}, due {show(updated.due_at)}, "
-               f"grace {updated.grace}, late window {updated.late_window}, "
+               f"grace {span(updated.grace)}, late window {span(updated.late_window)}, "
                f"{updated.penalty_per_day:.0%} per started day after the grace, score policy {row.score_policy}, "
                f"students {'choose' if row.students_choose_counted_run else 'do not choose'} which run counts, "
                f"extra credit up to {row.extra_credit_points:g} points, "

@@ -64,7 +64,8 @@ def compare(outputs: Mapping[str, tuple[np.ndarray, np.ndarray]], atol: float, r
     if first is None:
         return CheckResult(True, max_err, None, shape, max_where=max_where)
     name, idx, g, r, n_bad, size = first
-    message = (f"{n_bad} of {size} elements of {name} out of tolerance (atol={atol:g}, rtol={rtol:g}); "
+    # The output is named first: "elements of out out of tolerance" read as a doubled phrase
+    message = (f"{name}: {n_bad} of {size} elements out of tolerance (atol={atol:g}, rtol={rtol:g}); "
                f"got {g:.7g}, expected {r:.7g}")
     if max_where is not None and (max_where[0], max_where[1]) != (name, idx):
         message += f"; largest error at {max_where[0]}[{', '.join(map(str, max_where[1]))}]"

@@ -5,7 +5,7 @@ from fastapi import APIRouter, HTTPException, status
 
 from grader.api.deps import DB, Caller, Context, require
 from grader.api.errors import ERRORS
-from grader.api.schemas import BandwidthOut, GpuTimeOut, GradeOut, RunOut
+from grader.api.schemas import AssignmentGradeOut, BandwidthOut, GpuTimeOut, GradeOut, RunOut
 from grader.auth.credentials import SCOPE_READ
 from grader.course.grade_reads import counted_of, run_grades
 from grader.ids import RowId
@@ -34,6 +34,8 @@ def read_run(run_id: RowId, ctx: Context, session: DB, caller: Caller) -> RunOut
     staff = caller.teaches(run.submission.assignment_id)
     phases = run_gpu_time(run) if staff else None
     bandwidth = run_bandwidth(session, run)
-    return RunOut.of(run, stages=run.stages or {}, grade=GradeOut.of(grade) if grade else None,
+    standing = AssignmentGradeOut(assignment=run.submission.assignment.slug, counted_run_id=counted.run_id,
+                              grade=GradeOut.of(counted.grade) if counted.grade else None)
+    return RunOut.of(run, stages=run.stages or {}, grade=GradeOut.of(grade) if grade else None, assignment_grade=standing,
                      gpu_time=GpuTimeOut.of(phases) if phases else None,
                      bandwidth=[BandwidthOut.of(p, staff) for p in bandwidth.problems] if bandwidth else [])

@@ -84,6 +84,9 @@ class GradeOut(FromRow):
     final_score: float = Field(validation_alias="final", description="(the manual grade, else raw - penalty) + "
                                "adjustment, within [0, total_points + extra_credit] once staff made an entry: "
                                "the grade")
+    clamped_to: float | None = Field(description="where the clamp held the grade when the adjustment would have "
+                                     "taken it past total_points + extra_credit (that ceiling) or below 0 (0); "
+                                     "null: the adjustment applied in full")
     total_points: float
     extra_credit: float = Field(description="points the grade may reach above total_points (the assignment's)")
     lateness: Literal["on_time", "grace", "late", "closed", "not_released", "no_run"] = Field(
@@ -94,6 +97,16 @@ class GradeOut(FromRow):
     penalty_days: int = Field(description="started days after the grace that were charged")
     due_at: datetime | None = Field(description="the student's due time, extension included; null: none")
     reason: str = Field(description="the grade in words")
+
+
+class AssignmentGradeOut(BaseModel):
+    """The student's grade in a run's assignment, which the run page shows beside the run's own:
+    the run that counts with the staff's entries, or a manual grade alone."""
+
+    assignment: str = Field(description="the assignment's slug")
+    counted_run_id: int | None = Field(description="the run the gradebook counts for the student; null: none")
+    grade: GradeOut | None = Field(description="the student's grade in the assignment; null: no scored run and "
+                                               "no manual grade")
 
 
 class GpuPhaseOut(FromRow):
@@ -164,6 +177,8 @@ class RunOut(FromRow):
                                   '[{"problem", "correct", "correctness_points", "correctness_max", '
                                   '"speed": "being measured" | "not timed"}]')
     grade: GradeOut | None = Field(default=None, description="scored runs: the final grade (score is the raw score)")
+    assignment_grade: AssignmentGradeOut | None = Field(
+        default=None, description="the student's grade in the assignment, whichever run counts (the run page's)")
     bandwidth: list[BandwidthOut] = Field(default_factory=list, description="each profiled problem's achieved "
                                           "memory bandwidth beside the GPU's peak and the reference's")
     gpu_time: GpuTimeOut | None = Field(default=None, description="staff of the course only: the GPU stage's time "

@@ -10,7 +10,7 @@ random 256-bit session id; the id itself travels only in Starlette's signed cook
 A session is revoked at logout; a password change (`change_password`) or an instructor
 (`grader user logout-all`) revokes every session of the user. It slides: it ends after
 KG_SESSION_IDLE_S without a request (each request renews it: `last_seen_at`, written at most
-once a minute), and KG_SESSION_MAX_AGE_S after login however much it is used (a stolen cookie
+once per `seen_resolution`, a small share of the idle limit), and KG_SESSION_MAX_AGE_S after login however much it is used (a stolen cookie
 cannot be kept alive for ever). The id is new at every login and logout, so nothing from
 before login survives (fixation).
 
@@ -36,8 +36,10 @@ from grader.settings import Argon2Settings, Settings, refuse_exposed
 CSRF_FIELD = "csrf_token"
 SESSION_COOKIE = "kg_session"
 _CSRF_LABEL = b"kernelgrade csrf v1"
-# last_seen_at is written at most this often per session (not on every request)
-_SEEN_RESOLUTION = timedelta(minutes=1)
+# last_seen_at is written at most once per this share of the idle limit, and at most once a
+# minute, per session (not on every request)
+_SEEN_SHARE = 20
+_SEEN_MAX = timedelta(minutes=1)
 
 
 class CsrfError(Exception):
@@ -132,20 +134,28 @@ def change_password(db: Session, user: User, password: str, cost: Argon2Settings
     revoke_user_sessions(db, user.id)
 
 
+def seen_resolution(idle: timedelta) -> timedelta:
+    """How stale `last_seen_at` may grow before a request writes it again. The recorded
+    activity lags the real one by up to this much, so a session can end this much early: a
+    twentieth of the idle limit (3 s of a 60 s limit) keeps the lag small for a short limit,
+    and the minute cap keeps it small for a long one, while still sparing a write per request."""
+    return min(idle / _SEEN_SHARE, _SEEN_MAX)
+
+
 def current_user(request: Request, db: Session) -> User | None:
     """The user of the cookie's session while it is live (not revoked, not idle for
     KG_SESSION_IDLE_S, not past its absolute expiry), else None; a live session is renewed."""
     sid = _session_id(request)
     row = None
     now = utcnow()
+    idle = timedelta(seconds=request.app.state.context.settings.session_idle_s)
     if sid is not None:
-        idle = timedelta(seconds=request.app.state.context.settings.session_idle_s)
         row = db.scalar(select(WebSession).options(joinedload(WebSession.user))
                         .where(WebSession.id_hash == _hash(sid), WebSession.revoked_at.is_(None),
                                WebSession.expires_at > now, WebSession.last_seen_at > now - idle))
     if row is None:
         request.session.pop("uid", None)
         return None
-    if now - row.last_seen_at >= _SEEN_RESOLUTION:
+    if now - row.last_seen_at >= seen_resolution(idle):
         row.last_seen_at = now
     return row.user

@@ -111,6 +111,28 @@ class Grade:
         return round(sum(a.points or 0.0 for a in self.added), 2)
 
     @property
+    def ceiling(self) -> float:
+        """The most the grade may reach: the assignment's points and its extra credit."""
+        return float(self.total_points) + self.extra_credit
+
+    @property
+    def clamped_to(self) -> float | None:
+        """Where the clamp held the grade when the adjustments would have taken it past a bound:
+        the ceiling (a +2 on a 10/10 run stays 10) or 0; None when they applied in full."""
+        base = self.manual_points if self.manual is not None else self.after_late
+        if not self.added or base is None:
+            return None
+        wanted = round(base + self.adjusted, 2)
+        return self.ceiling if wanted > self.ceiling else 0.0 if wanted < 0 else None
+
+    @property
+    def clamp_words(self) -> str:
+        """The clamp in words for a badge ("capped at 10", "floored at 0"); "" when none."""
+        if self.clamped_to is None:
+            return ""
+        return f"{'capped' if self.clamped_to else 'floored'} at {points_text(self.clamped_to)}"
+
+    @property
     def late(self) -> bool:
         """Whether the late policy charged the upload (the late badge): after the due time and
         its grace, or outside the window (only staff uploads are taken then). Not with a manual
@@ -128,8 +150,16 @@ class Grade:
         """The staff's adjustments in words ("" without any), as one sentence."""
         if not self.added:
             return ""
+        clamp = f" ({self._clamp_reason})" if self.clamped_to is not None else ""
         return (f"Adjusted by staff: {'; '.join(a.text for a in self.added)}, "
-                f"so {points_text(self.final)} of {points_text(self.total_points)} points.")
+                f"so {points_text(self.final)} of {points_text(self.total_points)} points{clamp}.")
+
+    @property
+    def _clamp_reason(self) -> str:
+        if self.clamped_to:
+            extra = f" with {points_text(self.extra_credit)} of extra credit" if self.extra_credit else ""
+            return f"{self.clamp_words}: the most the assignment allows{extra}"
+        return f"{self.clamp_words}: a grade is never below 0"
 
     @property
     def reason(self) -> str:

@@ -65,15 +65,24 @@ def _gradings(session: Session, slugs: list[str], search: Sequence[Path]) -> lis
     return shown
 
 
+def assignment_label(assignment: Assignment) -> str:
+    """An assignment as a student picks it: its course and title, then the slug the API and the
+    CLI take ("GPU Programming: Homework 4 (hw4)"); a student in two courses tells them apart."""
+    course = f"{assignment.course.title}: " if assignment.course is not None else ""
+    return f"{course}{assignment.title} ({assignment.slug})"
+
+
 def upload_page(request: Request, session: Session, user: User | None, status_code: int = 200,
                 error: str | None = None) -> HTMLResponse:
-    """The upload form; a logged-in user chooses among the assignments they are enrolled in,
-    and sees what each grades before sending anything."""
+    """The upload form; a logged-in user chooses among the assignments they are enrolled in
+    (each by its course and title; the form sends the slug), and sees what each grades before
+    sending anything."""
     settings = get_context(request).settings
     enrolled = assignments_of(session, user.id) if user is not None else []
     slugs = [a.slug for a in enrolled] if user is not None else settings.rubrics
     windows = upload_windows(session, settings, user, enrolled, utcnow()) if user is not None else {}
     return page(request, "upload.html", user, status_code, error=error, assignments=slugs, windows=windows,
+                labels={a.slug: assignment_label(a) for a in enrolled},
                 gradings=_gradings(session, slugs, settings.rubric_dirs) if user is not None else [],
                 max_bytes=settings.max_upload_bytes, max_mib=f"{settings.max_upload_bytes / (1024 * 1024):g}")
 

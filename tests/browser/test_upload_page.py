@@ -55,7 +55,8 @@ def test_the_rubric_and_targets_are_shown_before_uploading(context: BrowserConte
     rubric = load_rubric("hw4")
     section = page.locator("#rubric-hw4")
     expect(page.get_by_role("heading", name="What is graded")).to_be_visible()
-    expect(section.locator("summary")).to_have_text(f"hw4: {rubric.title}, {sum(p.points for p in rubric.problems):g} points")
+    points = f"{sum(p.points for p in rubric.problems):g} points"
+    expect(section.locator("summary")).to_have_text(re.compile(rf".+: .+ \(hw4\), {points}$"))  # course and title
     expect(section).to_contain_text("src/softmax_kernel.cu, src/layernorm_kernel.cu, src/combine.cu")
     rows = section.locator("tbody tr")
     expect(rows).to_have_count(len(rubric.problems))
@@ -85,6 +86,33 @@ def _own_assignment(sessions: sessionmaker[Session], prefix: str, policy: LatePo
         set_password(get_or_create_user(session, name, Role.student, [get_assignment(session, slug).course]),
                      PASSWORD, SUITE_ARGON2)
     return slug, name
+
+
+def test_a_student_in_two_courses_picks_by_course_and_title(context: BrowserContext,
+                                                             sessions: sessionmaker[Session]) -> None:
+    """Two courses, each with its assignment: the form lists each by its course and title (not
+    a bare slug), and the one picked is sent by its slug."""
+    tag = uuid.uuid4().hex[:6]
+    name = f"two-{tag}"
+    with session_scope(sessions) as session:
+        courses = [Course(slug=f"{c}-{tag}", title=title) for c, title in (("gpu", "GPU Programming"),
+                                                                           ("ml", "ML Systems"))]
+        for course, (slug, title) in zip(courses, ((f"vec-{tag}", "Vector add"), (f"red-{tag}", "Reduction")),
+                                         strict=True):
+            session.add(Assignment(slug=slug, title=title, total_points=10, grading_paused=True, course=course))
+        session.flush()
+        set_password(get_or_create_user(session, name, Role.student, courses), PASSWORD, SUITE_ARGON2)
+    page = context.new_page()
+    page.goto("/login")
+    page.get_by_label("Username").fill(name)
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    options = page.get_by_label("Assignment").locator("option")
+    expect(options).to_have_text([f"ML Systems: Reduction (red-{tag})", f"GPU Programming: Vector add (vec-{tag})"])
+    page.get_by_label("Assignment").select_option(label=f"GPU Programming: Vector add (vec-{tag})")
+    assert page.get_by_label("Assignment").input_value() == f"vec-{tag}"
+    expect(page.locator(f"#deadline-vec-{tag} strong")).to_have_text(f"GPU Programming: Vector add (vec-{tag})")
+    check_page(page)
 
 
 @pytest.fixture

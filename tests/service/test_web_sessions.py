@@ -383,3 +383,34 @@ def test_a_login_redoes_a_hash_made_at_another_cost(settings: Settings, sessions
     with session_scope(sessions) as session:
         stored = session.scalars(select(User.password_hash).where(User.username == username)).one()
     assert stored is not None and f"t={dearer.time_cost}," in stored
+
+
+def _shift(sessions: sessionmaker[Session], username: str, back: timedelta) -> None:
+    """Move the user's sessions' last activity `back` further into the past (time passing)."""
+    with session_scope(sessions) as session:
+        for row in session.scalars(select(WebSession).join(User).where(User.username == username)):
+            row.last_seen_at -= back
+
+
+def test_a_short_idle_limit_keeps_a_working_student_logged_in(
+        settings: Settings, sessions: sessionmaker[Session], username: str) -> None:
+    """With a 60 s idle limit, a request every 40 s is steady work: each one is recorded, so the
+    session never reads as idle; the same pauses with nothing in between still end it."""
+    short = settings.model_copy(update={"session_idle_s": 60})
+    client = login(short, username)
+    for _ in range(4):  # 160 s of work, a request every 40 s
+        _shift(sessions, username, timedelta(seconds=40))
+        assert logged_in(client)
+    _shift(sessions, username, timedelta(seconds=61))
+    assert not logged_in(client)
+
+
+def test_a_long_idle_limit_spares_a_write_per_request(
+        settings: Settings, sessions: sessionmaker[Session], username: str) -> None:
+    """With the default two hours, a request 10 s after the last recorded one leaves the row as it is."""
+    client = login(settings, username)
+    _shift(sessions, username, timedelta(seconds=10))
+    (before,) = rows_of(sessions, username)
+    assert logged_in(client)
+    (after,) = rows_of(sessions, username)
+    assert after.last_seen_at == before.last_seen_at

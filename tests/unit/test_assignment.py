@@ -163,4 +163,5 @@ def test_vecadd_grades_through_the_pipeline(tmp_path: Path, body: str | None, sc
     [problem] = outcome.problems
     assert problem.points == score and reason in problem.message, problem.message
     if body is not None:  # the check's message, and the assignment's word for the route
-        assert "elements of out out of tolerance" in problem.message and "(vec_add called directly)" in problem.message
+        assert "out: 1 of 1 elements out of tolerance" in problem.message, problem.message
+        assert "(vec_add called directly)" in problem.message

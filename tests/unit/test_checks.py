@@ -19,7 +19,7 @@ def test_the_first_failing_element_and_the_largest_error_are_both_told() -> None
     got[0, 2], got[1, 1] = 0.5, 9.0  # first out of tolerance, then the worst
     result = compare({"y": (got, ref)}, 1e-2, 1e-2, (2, 3))
     assert not result.ok and result.where == (0, 2) and result.output == "y" and result.max_err == 9.0
-    assert result.message == ("2 of 6 elements of y out of tolerance (atol=0.01, rtol=0.01); got 0.5, expected 0; "
+    assert result.message == ("y: 2 of 6 elements out of tolerance (atol=0.01, rtol=0.01); got 0.5, expected 0; "
                               "largest error at y[1, 1]")
 
 
@@ -36,3 +36,11 @@ def test_outputs_are_checked_in_order_and_a_wrong_shape_fails() -> None:
     assert compare({"a": ok, "b": bad}, 1e-6, 1e-6, (3,)).output == "b"
     wrong = compare({"a": (np.ones(2), np.ones(3))}, 1e-6, 1e-6, (3,))
     assert not wrong.ok and wrong.message == "a has shape (2,), expected (3,)"
+
+
+def test_an_output_named_out_reads_without_doubled_words() -> None:
+    """The usual output name `out` once read "elements of out out of tolerance"."""
+    ref = np.zeros(4)
+    result = compare({"out": (ref + 1.0, ref)}, 1e-3, 0.0, (4,))
+    assert result.message.startswith("out: 4 of 4 elements out of tolerance (atol=0.001, rtol=0); got 1, expected 0")
+    assert "out out" not in result.message

@@ -80,3 +80,21 @@ def test_without_entries_the_grade_is_the_late_policys() -> None:
     grade = student_grade(run, (), 100)
     assert grade is not None and (grade.final, grade.penalty, grade.adjusted, grade.adjustments) == (77.4, 19.35, 0, ())
     assert "Adjusted" not in grade.reason
+
+
+def test_a_clamp_that_cuts_an_adjustment_is_said() -> None:
+    """+2 on a 10/10 run stays 10: the grade says it was capped (and where), not only "adjusted +2"."""
+    full = student_grade(final_grade(10, 10, ON_TIME), (adjustment(2, "Nice write-up"),), 10)
+    assert full is not None and (full.final, full.adjusted, full.clamped_to) == (10, 2, 10)
+    assert full.clamp_words == "capped at 10"
+    assert full.reason.endswith("Adjusted by staff: +2 (Nice write-up), so 10 of 10 points (capped at 10: the "
+                                "most the assignment allows).")
+    extra = student_grade(final_grade(10, 10, ON_TIME), (adjustment(5),), 10, extra_credit=2)
+    assert extra is not None and (extra.final, extra.clamped_to, extra.clamp_words) == (12, 12, "capped at 12")
+    assert "(capped at 12: the most the assignment allows with 2 of extra credit)" in extra.reason
+    low = student_grade(final_grade(3, 10, ON_TIME), (adjustment(-5),), 10)
+    assert low is not None and (low.final, low.clamped_to, low.clamp_words) == (0, 0, "floored at 0")
+    assert low.reason.endswith("so 0 of 10 points (floored at 0: a grade is never below 0).")
+    within = student_grade(final_grade(7, 10, ON_TIME), (adjustment(2),), 10)
+    assert within is not None and (within.clamped_to, within.clamp_words) == (None, "")
+    assert within.reason.endswith("so 9 of 10 points.")

@@ -114,8 +114,7 @@ def check_abi_case(client: ChildClient, check: Check, timeout: float) -> CaseOut
         if isinstance(other, CheckResult) and other.ok:
             return check_outcome(check, True, other.max_err, None, f"passed reading {reading.name}")
         also_wrong.append(f"also wrong reading {reading.name}")
-    where_text = f" in {result.output}" if result.output else ""
-    message = "; ".join([(result.message + where_text).strip(), *also_wrong])
+    message = "; ".join([result.message.strip(), *also_wrong])  # the message names the output
     return check_outcome(check, False, result.max_err, result.where, message.strip("; "))
 
 
