@@ -268,8 +268,9 @@ def nav_for(session: Session, user: User) -> Nav:
     taught = assignments_of(session, user.id, STAFF) if staff else []
     requests, oldest = waiting(session, [a.id for a in taught])
     queue = oldest or (taught[0].slug if taught else None)
-    granted = dict(session.execute(select(Course.id, Course.ta_powers).where(
-        Course.id.in_([cid for cid, role in roles.items() if role is CourseRole.ta]))).tuples().all())
+    ta_of = [cid for cid, role in roles.items() if role is CourseRole.ta]
+    granted = {cid: text for cid, text in session.execute(select(Course.id, Course.ta_powers)
+                                                          .where(Course.id.in_(ta_of)))} if ta_of else {}
     return Nav(student=CourseRole.student in held or not (staff or creates), staff=staff,
                instructs=frozenset(cid for cid, role in roles.items() if role is CourseRole.instructor),
                creates=creates, roles=words, requests=requests,
