@@ -24,7 +24,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship, validates
 from sqlalchemy.types import TypeDecorator
 
-from grader.roles import CourseRole, Role
+from grader.roles import CourseRole, Power, Role, granted_powers
 from worker.states import ACTIVE_STATES, FINAL_STATES, ErrorClass, RunState
 
 __all__ = ["ACTIVE_STATES", "FINAL_STATES", "CourseRole", "ErrorClass", "Role", "RunState"]
@@ -224,8 +224,18 @@ class Course(Base):
     slug: Mapped[str] = mapped_column(String(64), unique=True)
     title: Mapped[str] = mapped_column(String(256))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # Graded runs each student may start per assignment in the quota window (grader.course.quotas);
+    # None: KG_QUOTA_RUNS. An assignment may set its own.
+    quota_runs: Mapped[int | None] = mapped_column(Integer)
+    # What its instructors let its TAs do besides viewing and grading (grader.roles.TA_GRANTABLE,
+    # names comma-separated; read through `ta_granted`); empty: nothing more
+    ta_powers: Mapped[str] = mapped_column(String(64), default="", server_default="")
 
     assignments: Mapped[list[Assignment]] = relationship(back_populates="course", order_by="Assignment.slug")
+
+    @property
+    def ta_granted(self) -> frozenset[Power]:
+        return granted_powers(self.ta_powers or "")
 
 
 class Assignment(Base):
@@ -261,6 +271,8 @@ class Assignment(Base):
     canvas_assignment_id: Mapped[str | None] = mapped_column(String(32))
     # The bytes each student may keep in it (grader.course.storage); None: KG_STORAGE_QUOTA_BYTES
     storage_quota_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    # Graded runs each student may start in it per quota window; None: its course's (grader.course.policies.run_limit)
+    quota_runs: Mapped[int | None] = mapped_column(Integer)
 
     course: Mapped[Course | None] = relationship(back_populates="assignments")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, tzinfo
+from datetime import UTC, datetime, timedelta, tzinfo
 
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session, selectinload
@@ -17,7 +17,8 @@ from sqlalchemy.orm import Session, selectinload
 from grader.course.deadlines import Lateness
 from grader.course.grades import MANUAL, Adjustment, Deadlines, Grade, final_grade, student_grade
 from grader.course.membership import role_in
-from grader.course.policies import Refusal, admission, late_checker, lateness, storage_use
+from grader.course.policies import Refusal, admission, late_checker, lateness, quota_decision, storage_use
+from grader.course.quotas import hours
 from grader.course.storage import StorageUse
 from grader.models import Assignment, CountedRun, GradeAdjustment, Run, RunState, Submission, User
 from grader.settings import Settings
@@ -79,15 +80,24 @@ class UploadWindow:
     deadlines: Deadlines
     refusal: Refusal | None
     storage: StorageUse | None  # what the student keeps there against their quota; None: staff
+    runs_left: str | None = None  # `N of M runs left` in the run quota's window; None: staff, or no quota
 
 
 def upload_windows(session: Session, settings: Settings, user: User, assignments: list[Assignment],
                    now: datetime) -> dict[str, UploadWindow]:
     """slug -> the upload window of each of `assignments` for `user` at `now`."""
-    return {a.slug: UploadWindow(Deadlines(lateness(session, a, user.id, now, settings)),
-                                 admission(session, settings, user, a, now),
-                                 None if _is_staff(session, user, a) else storage_use(session, settings, user.id, a))
-            for a in assignments}
+    return {a.slug: _upload_window(session, settings, user, a, now) for a in assignments}
+
+
+def _upload_window(session: Session, settings: Settings, user: User, assignment: Assignment,
+                   now: datetime) -> UploadWindow:
+    deadlines = Deadlines(lateness(session, assignment, user.id, now, settings))
+    refusal = admission(session, settings, user, assignment, now)
+    if _is_staff(session, user, assignment):
+        return UploadWindow(deadlines, refusal, None)
+    left = quota_decision(session, settings, user, assignment, now).words
+    return UploadWindow(deadlines, refusal, storage_use(session, settings, user.id, assignment),
+                        f"{left} (a run counts for {hours(timedelta(seconds=settings.quota_window_s))})" if left else None)
 
 
 def _is_staff(session: Session, user: User, assignment: Assignment) -> bool:

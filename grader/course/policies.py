@@ -17,7 +17,7 @@ from grader.course.deadlines import Extension, Lateness, LatePolicy, LateStatus,
 from grader.course.membership import role_in
 from grader.course.quotas import QuotaDecision, QuotaPolicy, check
 from grader.course.storage import StorageUse
-from grader.models import Assignment, ErrorClass, Role, Run, Submission, User
+from grader.models import Assignment, Course, ErrorClass, Role, Run, Submission, User
 from grader.models import Extension as ExtensionRow
 from grader.service import get_assignment
 from grader.settings import Settings
@@ -78,25 +78,41 @@ def lateness(session: Session, assignment: Assignment, user_id: int, at: datetim
                     ZoneInfo(settings.course_timezone))
 
 
-def quota_policy(settings: Settings) -> QuotaPolicy:
-    return QuotaPolicy(settings.quota_runs, timedelta(seconds=settings.quota_window_s))
+def run_limit(settings: Settings, assignment: Assignment) -> tuple[int, str]:
+    """The graded runs each student may start in `assignment` per quota window (0: no quota),
+    and whose number that is: the assignment's own, else its course's, else the service's."""
+    if assignment.quota_runs is not None:
+        return assignment.quota_runs, "this assignment's own"
+    return course_run_limit(settings, assignment.course)
 
 
-def counted_run_times(session: Session, user_id: int, since: datetime) -> list[datetime]:
-    """Creation times of the student's runs a quota counts: every run of their own uploads
-    created after `since`, except those that failed as infra_error (never their fault);
-    staff re-grades (reason `regrade`) do not count."""
+def course_run_limit(settings: Settings, course: Course | None) -> tuple[int, str]:
+    """The run quota of the course's assignments that set none: the course's, else the service's."""
+    if course is not None and course.quota_runs is not None:
+        return course.quota_runs, f"course {course.slug}'s"
+    return settings.quota_runs, "the service's default"
+
+
+def quota_policy(settings: Settings, assignment: Assignment) -> QuotaPolicy:
+    return QuotaPolicy(run_limit(settings, assignment)[0], timedelta(seconds=settings.quota_window_s))
+
+
+def counted_run_times(session: Session, user_id: int, assignment_id: int, since: datetime) -> list[datetime]:
+    """Creation times of the student's runs in the assignment a quota counts: every run of their
+    own uploads created after `since`, except those that failed as infra_error (never their
+    fault); staff re-grades (reason `regrade`) do not count."""
     query = (select(Run.created_at).join(Submission, Run.submission_id == Submission.id)
-             .where(Submission.user_id == user_id, Run.reason == "upload", Run.created_at > since,
+             .where(Submission.user_id == user_id, Submission.assignment_id == assignment_id,
+                    Run.reason == "upload", Run.created_at > since,
                     or_(Run.error_class.is_(None), Run.error_class != ErrorClass.infra_error)))
     return list(session.scalars(query))
 
 
-def quota_decision(session: Session, settings: Settings, user: User, now: datetime) -> QuotaDecision:
-    policy = quota_policy(settings)
-    times = counted_run_times(session, user.id, now - policy.window) if policy.limit else []
+def quota_decision(session: Session, settings: Settings, user: User, assignment: Assignment,
+                   now: datetime) -> QuotaDecision:
+    policy = quota_policy(settings, assignment)
+    times = counted_run_times(session, user.id, assignment.id, now - policy.window) if policy.limit else []
     return check(policy, times, now, exempt=user.role is not Role.student)
-
 
 
 @dataclass(frozen=True)
@@ -147,7 +163,7 @@ def admission(session: Session, settings: Settings, user: User, assignment: Assi
     refused = late.refusal(assignment.slug)
     if refused is not None:
         return Refusal(403, "closed" if late.status is LateStatus.closed else "not_released", refused)
-    quota = quota_decision(session, settings, user, now)
+    quota = quota_decision(session, settings, user, assignment, now)
     if not quota.allowed:
         return Refusal(429, "quota_exceeded", quota.reason, quota.retry_after_s(now))
     return None

@@ -1,4 +1,6 @@
-"""Graded-run quota: at most `limit` runs per student in any rolling window (pure; no database).
+"""Graded-run quota: at most `limit` runs per student and assignment in any rolling window (pure;
+no database). The limit is the assignment's own, else its course's, else the service's
+KG_QUOTA_RUNS (grader.course.policies.run_limit); the window is the service's.
 
 A run started at t counts against the window (now - window, now]: it stops counting exactly
 `window` after it was created, which is when its place frees up. Staff are exempt, and
@@ -32,6 +34,14 @@ class QuotaDecision:
     frees_at: datetime | None  # refused: when the oldest counted run leaves the window
     reason: str
 
+    @property
+    def words(self) -> str | None:
+        """`N of M runs left`, for the upload page; None when no quota applies."""
+        if not self.limit:
+            return None
+        left = max(0, self.limit - self.used)
+        return f"{left} of {self.limit} run{'' if self.limit == 1 else 's'} left"
+
     def retry_after_s(self, now: datetime) -> int | None:
         """Whole seconds until an upload would be accepted (for a Retry-After header)."""
         if self.frees_at is None:
@@ -50,13 +60,24 @@ def check(policy: QuotaPolicy, run_times: Iterable[datetime], now: datetime, exe
     used = len(counted)
     if used < policy.limit:
         return QuotaDecision(True, used, policy.limit, None,
-                             f"run {used + 1} of {policy.limit} in the last {_hours(policy.window)}")
+                             f"run {used + 1} of {policy.limit} in the last {hours(policy.window)}")
     frees_at = counted[used - policy.limit] + policy.window
     return QuotaDecision(False, used, policy.limit, frees_at,
-                         f"quota reached: {policy.limit} graded runs in {_hours(policy.window)}; "
+                         f"quota reached: {policy.limit} graded runs of this assignment in {hours(policy.window)}; "
                          f"the next one is possible at {frees_at.strftime('%Y-%m-%d %H:%M:%S %Z')}")
 
 
-def _hours(window: timedelta) -> str:
+def parse_runs(text: str) -> int | None:
+    """A run quota as a settings form takes it: a whole number of runs (0: no quota), or "" for
+    the default above it (None); ValueError saying what to type otherwise."""
+    if not text:
+        return None
+    if not (text.isascii() and text.isdigit() and int(text) <= 100_000):
+        raise ValueError(f"“{text}” is not a number of runs: give a whole number such as 10, 0 for no quota, or "
+                         "leave it empty for the default.")
+    return int(text)
+
+
+def hours(window: timedelta) -> str:
     hours = window.total_seconds() / 3600
     return f"{hours:g} h"

@@ -10,8 +10,8 @@ absent). Browser sessions and CSRF tokens are grader.auth.sessions's.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlencode, urlsplit
@@ -29,7 +29,7 @@ from grader.course.adjustments import waiting
 from grader.course.membership import assignments_of, course_roles_of, role_in, role_in_course
 from grader.db import session_scope
 from grader.models import Assignment, Course, CourseRole, Role, Submission, User
-from grader.roles import STAFF, Power, may, refusal
+from grader.roles import STAFF, Power, granted_powers, held_powers, may, refusal
 
 templates = Jinja2Templates(directory=str(Path(__file__).parent.parent / "templates"))
 
@@ -107,23 +107,26 @@ Sender = Annotated[User, Depends(form_sender)]
 csrf_checked = Depends(check_form)  # for a form anyone may send (login, logout, reset)
 
 
-def check_power(role: CourseRole | None, power: Power, course: Course | None, what: str) -> CourseRole:
-    """`role` (the user's in `course`) when it has `power` there: absent (`what` names the thing
-    asked for) outside the course, forbidden with why inside it."""
+def check_power(role: CourseRole | None, power: Power, course: Course | None, what: str,
+                also: tuple[Power, ...] = ()) -> CourseRole:
+    """`role` (the user's in `course`) when it has `power` (or one of `also`) there, the powers
+    the course gives its TAs included: absent (`what` names the thing asked for) outside the
+    course, forbidden with why (`power`'s sentence) inside it."""
     if role is None or course is None:
         raise absent(what)
-    if not may(role, power):
+    if not any(may(role, held, course.ta_granted) for held in (power, *also)):
         raise forbidden(refusal(power, role, course.slug))
     return role
 
 
-def staff_assignment(session: Session, user: User, slug: str, power: Power = Power.view) -> Assignment:
-    """The assignment `slug` when `user` has `power` in its course (check_power)."""
+def staff_assignment(session: Session, user: User, slug: str, power: Power = Power.view,
+                     also: tuple[Power, ...] = ()) -> Assignment:
+    """The assignment `slug` when `user` has `power` (or one of `also`) in its course (check_power)."""
     assignment = session.scalar(select(Assignment).where(Assignment.slug == slug))
     what = f"assignment {slug!r} among those of your courses"
     if assignment is None:
         raise absent(what)
-    check_power(role_in(session, user.id, assignment.id), power, assignment.course, what)
+    check_power(role_in(session, user.id, assignment.id), power, assignment.course, what, also)
     return assignment
 
 
@@ -161,13 +164,14 @@ class StaffOf:
 
 
 class _OnPage:
-    """The dependency of a page that needs `power` in the course of the assignment `{slug}`."""
+    """The dependency of a page that needs `power` (or one of `also`) in the course of the
+    assignment `{slug}`."""
 
-    def __init__(self, power: Power) -> None:
-        self.power = power
+    def __init__(self, power: Power, also: tuple[Power, ...] = ()) -> None:
+        self.power, self.also = power, also
 
     def __call__(self, slug: str, user: Viewer, session: Db) -> StaffOf:
-        return StaffOf(user, staff_assignment(session, user, slug, self.power))
+        return StaffOf(user, staff_assignment(session, user, slug, self.power, self.also))
 
 
 class _OnForm(_OnPage):
@@ -181,6 +185,14 @@ Staff = Annotated[StaffOf, Depends(_OnPage(Power.view))]  # see everything of th
 GraderForm = Annotated[StaffOf, Depends(_OnForm(Power.grade))]  # grade: TAs and instructors
 Instructor = Annotated[StaffOf, Depends(_OnPage(Power.manage))]  # its instructors only
 InstructorForm = Annotated[StaffOf, Depends(_OnForm(Power.manage))]
+# What instructors may also let TAs do (grader.roles.TA_GRANTABLE): the settings page shows those
+# of its forms the user may send
+SettingsPage = Annotated[StaffOf, Depends(_OnPage(Power.schedule, (Power.extend,)))]
+ScheduleForm = Annotated[StaffOf, Depends(_OnForm(Power.schedule))]
+ExtensionPage = Annotated[StaffOf, Depends(_OnPage(Power.extend))]
+ExtensionForm = Annotated[StaffOf, Depends(_OnForm(Power.extend))]
+QueuePage = Annotated[StaffOf, Depends(_OnPage(Power.queue))]
+QueueForm = Annotated[StaffOf, Depends(_OnForm(Power.queue))]
 
 
 @dataclass(frozen=True)
@@ -233,6 +245,11 @@ class Nav:
     roles: str  # the roles they hold, in words, for the header
     requests: int = 0  # regrade requests waiting for an answer in the assignments they are staff of
     queue: str | None = None  # the queue where one has waited longest, else their first assignment's
+    powers: Mapping[int, frozenset[Power]] = field(default_factory=dict)  # course id -> what they may do there
+
+    def may(self, course_id: int | None, power: str) -> bool:
+        """Whether they hold `power` (a grader.roles.Power's name) in the course, for the links offered."""
+        return course_id is not None and power in self.powers.get(course_id, frozenset())
 
     @property
     def home(self) -> str | None:
@@ -251,10 +268,14 @@ def nav_for(session: Session, user: User) -> Nav:
     taught = assignments_of(session, user.id, STAFF) if staff else []
     requests, oldest = waiting(session, [a.id for a in taught])
     queue = oldest or (taught[0].slug if taught else None)
+    ta_of = [cid for cid, role in roles.items() if role is CourseRole.ta]
+    granted = {cid: text for cid, text in session.execute(select(Course.id, Course.ta_powers)
+                                                          .where(Course.id.in_(ta_of)))} if ta_of else {}
     return Nav(student=CourseRole.student in held or not (staff or creates), staff=staff,
                instructs=frozenset(cid for cid, role in roles.items() if role is CourseRole.instructor),
                creates=creates, roles=words, requests=requests,
-               queue=f"/assignments/{queue}/regrade-requests" if queue else None)
+               queue=f"/assignments/{queue}/regrade-requests" if queue else None,
+               powers={cid: held_powers(role, granted_powers(granted.get(cid, ""))) for cid, role in roles.items()})
 
 
 def page(request: Request, name: str, user: User | None, status_code: int = 200, **values: Any) -> HTMLResponse:

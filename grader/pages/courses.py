@@ -1,6 +1,7 @@
 """The course pages: the courses a user is staff of (with the form that makes one, for an
 account that may: site role instructor), a course's page (its assignments and its staff's
-pages of each; its instructors add an assignment there) and its members (who is an
+pages of each; its instructors add an assignment there, set its run quota and choose what its TAs
+may do besides viewing and grading: grader.roles.TA_GRANTABLE) and its members (who is an
 instructor, TA or student: add an existing account or change its part, or take someone out
 after a confirmation page). The same functions as `grader course` and `grader user enroll`:
 grader.course.courses and grader.course.membership.
@@ -20,6 +21,8 @@ from grader.auth.client_address import request_address
 from grader.auth.ownership import record_enrollment
 from grader.course.courses import CourseError, add_assignment, create_course, free_assignments
 from grader.course.membership import courses_of, enroll, members_of, unenroll
+from grader.course.policies import course_run_limit
+from grader.course.quotas import parse_runs
 from grader.course.roster_entries import entry_of, shown_name
 from grader.models import Course, CourseRole, Role, Submission, User
 from grader.pages.common import (
@@ -36,6 +39,7 @@ from grader.pages.common import (
     see_other,
 )
 from grader.pages.members_view import members_page
+from grader.roles import TA_GRANTABLE, TA_POWER_WORDS, powers_text
 from grader.service import find_user
 
 router = APIRouter(include_in_schema=False)
@@ -75,8 +79,15 @@ async def course_create(request: Request, session: Db, user: Sender) -> Response
 def _course_page(request: Request, session: Session, staff: CourseOf, status_code: int = 200,
                  **values: Any) -> HTMLResponse:
     values.setdefault("error", None)
+    values.setdefault("runs_error", None)
+    values.setdefault("runs_typed", "" if staff.course.quota_runs is None else str(staff.course.quota_runs))
+    settings = get_context(request).settings
     members = members_of(session, staff.course)
+    runs, whose = course_run_limit(settings, staff.course)
     return page(request, "course.html", staff.user, status_code, course=staff.course, role=staff.role,
+                grantable=[(p.value, TA_POWER_WORDS[p], p in staff.course.ta_granted) for p in TA_GRANTABLE],
+                runs_now=f"{runs if runs else 'no quota'} ({whose})", service_runs=settings.quota_runs or "no quota",
+                saved=request.query_params.get("saved"),
                 staff_members=[(u, part) for u, part in members if part.is_staff],
                 students=sum(1 for _, part in members if part is CourseRole.student),
                 free=free_assignments(session) if staff.role is CourseRole.instructor else [],
@@ -98,6 +109,28 @@ async def assignment_add(request: Request, session: Db, staff: CourseInstructorF
         session.rollback()
         return _course_page(request, session, staff, status.HTTP_400_BAD_REQUEST, error=str(exc))
     return see_other(f"/courses/{staff.course.slug}?added={quote(slug)}")
+
+
+@router.post("/courses/{course}/ta-powers", response_class=HTMLResponse)
+async def ta_powers_save(request: Request, session: Db, staff: CourseInstructorForm) -> Response:
+    """What the course's TAs may do besides viewing and grading: each checked power of
+    grader.roles.TA_GRANTABLE (none checked: nothing more)."""
+    form = await request.form()
+    staff.course.ta_powers = powers_text(frozenset(p for p in TA_GRANTABLE if form.get(p.value) == "on"))
+    return see_other(f"/courses/{staff.course.slug}?saved=ta-powers#ta-powers")
+
+
+@router.post("/courses/{course}/quota", response_class=HTMLResponse)
+async def quota_save(request: Request, session: Db, staff: CourseInstructorForm) -> Response:
+    """The graded runs each student may start per assignment of the course that sets none of its
+    own: a number, 0 for no quota, empty for the service's KG_QUOTA_RUNS."""
+    typed = str((await request.form()).get("quota_runs", "")).strip()
+    try:
+        staff.course.quota_runs = parse_runs(typed)
+    except ValueError as exc:
+        return _course_page(request, session, staff, status.HTTP_400_BAD_REQUEST, runs_error=str(exc),
+                            runs_typed=typed)
+    return see_other(f"/courses/{staff.course.slug}?saved=quota#quota")
 
 
 # ---- members -------------------------------------------------------------------------------

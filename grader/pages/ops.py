@@ -1,12 +1,14 @@
 """Course operations pages of an assignment, for its course's instructors: settings (schedule,
-late policy, score policy, its Canvas id, extensions, the similarity check's base: its form's POST is here) and
-grading controls (pause / drain / resume, re-grade everything). The similarity report's pages
+late policy, score policy, its Canvas id, extensions, the storage and run quotas, the similarity check's base:
+its form's POST is here) and grading controls (pause / drain / resume, re-grade everything). The similarity report's pages
 are grader.pages.similarity, the course's members grader.pages.courses. Removing an extension
 and pausing grading go through a confirmation page (confirm.html) that says what will happen; a
 POST without its `confirm` field lands there and changes nothing.
 
 Someone outside the course gets the 404 page, its TAs and students a 403 page saying who may
-(grader.pages.common's Instructor and InstructorForm). Each page uses the same functions as the
+(grader.pages.common's InstructorForm); its instructors may let its TAs change the schedule, grant
+extensions or use the grading controls (grader.roles.TA_GRANTABLE): the settings page then shows
+a TA the forms they may send. Each page uses the same functions as the
 `grader` commands: grader.course.assignment_settings, grader.runs.grading_control.
 """
 from __future__ import annotations
@@ -31,11 +33,26 @@ from grader.course.assignment_settings import (
     extensions_of,
     settings_texts,
 )
-from grader.course.policies import SCORE_POLICIES, late_policy
+from grader.course.membership import role_in
+from grader.course.policies import SCORE_POLICIES, course_run_limit, late_policy, run_limit
+from grader.course.quotas import hours, parse_runs
 from grader.course.storage import MiB, mib, parse_quota_mib
 from grader.models import Assignment, User, utcnow
-from grader.pages.common import Db, Instructor, InstructorForm, StaffOf, page, see_other
+from grader.pages.common import (
+    Db,
+    ExtensionForm,
+    ExtensionPage,
+    InstructorForm,
+    QueueForm,
+    QueuePage,
+    ScheduleForm,
+    SettingsPage,
+    StaffOf,
+    page,
+    see_other,
+)
 from grader.reads.service_metrics import health
+from grader.roles import held_powers
 from grader.runs.engine_config import pipeline_config
 from grader.runs.grading_control import grading_state, resume, set_paused
 from grader.schedule_changes import (
@@ -88,14 +105,10 @@ def _settings_page(request: Request, session: Session, user: User, assignment: A
     values.setdefault("extension", {})  # the extension form's fields as sent, when refused
     values.setdefault("base_error", None)
     values.setdefault("base_git", "")
-    values.setdefault("storage_error", None)
-    values.setdefault("storage_mib", "" if assignment.storage_quota_bytes is None
-                      else f"{assignment.storage_quota_bytes / MiB:g}")
-    default = get_context(request).settings.storage_quota_bytes
-    quota = default if assignment.storage_quota_bytes is None else assignment.storage_quota_bytes
-    values.setdefault("storage_default", mib(default) if default else "no quota")
-    values.setdefault("storage_now", (f"{mib(quota)} per student" if quota else "no quota")
-                      + (" (the service's default)" if assignment.storage_quota_bytes is None else ""))
+    values = _quota_values(request, assignment) | values
+    role = role_in(session, user.id, assignment.id)
+    values.setdefault("powers", held_powers(role, assignment.course.ta_granted) if role and assignment.course
+                      else frozenset())
     due = late_policy(assignment).due_at
     extensions = [{"user": ext_user, "extra": duration_field(timedelta(seconds=row.extra_s)), "reason": row.reason,
                    "due": _instant_text(due + timedelta(seconds=row.extra_s), zone) if due else None}
@@ -110,6 +123,28 @@ def _settings_page(request: Request, session: Session, user: User, assignment: A
                 base_refused=_base_refusal(request, assignment),
                 base_hosts=", ".join(get_context(request).settings.similarity_base_hosts),
                 base_message=request.query_params.get("base"), **values)
+
+
+def _quota_values(request: Request, assignment: Assignment) -> dict[str, Any]:
+    """The storage and run quota forms' fields and what applies now."""
+    settings = get_context(request).settings
+    stored, default = assignment.storage_quota_bytes, settings.storage_quota_bytes
+    quota = default if stored is None else stored
+    runs, whose = run_limit(settings, assignment)
+    return {"storage_error": None, "storage_mib": "" if stored is None else f"{stored / MiB:g}",
+            "storage_default": mib(default) if default else "no quota",
+            "storage_now": (f"{mib(quota)} per student" if quota else "no quota")
+            + (" (the service's default)" if stored is None else ""),
+            "runs_error": None, "runs_typed": "" if assignment.quota_runs is None else str(assignment.quota_runs),
+            "runs_now": (f"{runs} graded run{'' if runs == 1 else 's'} per student in any "
+                         f"{hours(timedelta(seconds=settings.quota_window_s))}" if runs else "no run quota")
+            + f" ({whose})",
+            "runs_default": _runs_words(*course_run_limit(settings, assignment.course))}
+
+
+def _runs_words(runs: int, whose: str) -> str:
+    """`course cs500's: 10` or `the service's default: no quota`, for the form's hint."""
+    return f"{whose}: {runs if runs else 'no quota'}"
 
 
 def _saved_change(request: Request, session: Session, assignment: Assignment) -> LoggedChange | None:
@@ -129,12 +164,12 @@ def _base_refusal(request: Request, assignment: Assignment) -> str | None:
 
 
 @router.get("/assignments/{slug}/settings", response_class=HTMLResponse)
-def settings_form(request: Request, session: Db, staff: Instructor) -> Response:
+def settings_form(request: Request, session: Db, staff: SettingsPage) -> Response:
     return _settings_page(request, session, staff.user, staff.assignment)
 
 
 @router.post("/assignments/{slug}/settings", response_class=HTMLResponse)
-async def settings_save(request: Request, session: Db, staff: InstructorForm) -> Response:
+async def settings_save(request: Request, session: Db, staff: ScheduleForm) -> Response:
     """Save the schedule form: at once when it changes no grade, else through its preview (the
     confirmation posts the same fields back with the preview's `confirm`)."""
     form = await request.form()
@@ -145,7 +180,7 @@ async def settings_save(request: Request, session: Db, staff: InstructorForm) ->
 
 
 @router.post("/assignments/{slug}/settings/undo", response_class=HTMLResponse)
-async def settings_undo(request: Request, session: Db, staff: InstructorForm) -> Response:
+async def settings_undo(request: Request, session: Db, staff: ScheduleForm) -> Response:
     """Put back what a saved change (its audit event, `change`) altered, the other settings as
     they are now: previewed and confirmed like any change."""
     raw, slug = str((await request.form()).get("change", "")), staff.assignment.slug
@@ -197,7 +232,7 @@ def _preview_page(request: Request, user: User, shown: SchedulePreview, stale: b
 
 
 @router.post("/assignments/{slug}/extensions", response_class=HTMLResponse)
-async def extension_save(request: Request, slug: str, session: Db, staff: InstructorForm) -> Response:
+async def extension_save(request: Request, slug: str, session: Db, staff: ExtensionForm) -> Response:
     """Grant or replace one student's extension (an extra time of 0 asks to confirm its removal)."""
     form = await request.form()
     student, extra = str(form.get("student", "")).strip(), str(form.get("extra", ""))
@@ -220,7 +255,7 @@ def _removal_path(slug: str, username: str) -> str:
 
 
 @router.get("/assignments/{slug}/extensions/{username}/remove", response_class=HTMLResponse)
-def extension_remove_confirm(request: Request, username: str, session: Db, staff: Instructor) -> Response:
+def extension_remove_confirm(request: Request, username: str, session: Db, staff: ExtensionPage) -> Response:
     """The confirmation of an extension's removal: whose, the due time it gives back, and that
     the uploads already made are judged against that due time from then on."""
     assignment, zone = staff.assignment, ZoneInfo(get_context(request).settings.course_timezone)
@@ -246,7 +281,7 @@ def extension_remove_confirm(request: Request, username: str, session: Db, staff
 
 
 @router.post("/assignments/{slug}/extensions/{username}/remove")
-async def extension_remove(request: Request, slug: str, username: str, session: Db, staff: InstructorForm) -> Response:
+async def extension_remove(request: Request, slug: str, username: str, session: Db, staff: ExtensionForm) -> Response:
     """Remove the student's extension once confirmed; without the confirmation's field, its page."""
     if (await request.form()).get("confirm") != "remove":
         return see_other(_removal_path(slug, username))
@@ -268,6 +303,19 @@ async def storage_save(request: Request, slug: str, session: Db, staff: Instruct
         return _settings_page(request, session, staff.user, staff.assignment, status.HTTP_400_BAD_REQUEST,
                               storage_error=str(exc), storage_mib=typed)
     return see_other(f"/assignments/{slug}/settings?saved=storage#storage")
+
+
+@router.post("/assignments/{slug}/quota", response_class=HTMLResponse)
+async def quota_save(request: Request, slug: str, session: Db, staff: InstructorForm) -> Response:
+    """The graded runs each student may start in the assignment per quota window: a number, 0
+    for no quota, empty for the course's (else the service's)."""
+    typed = str((await request.form()).get("quota_runs", "")).strip()
+    try:
+        staff.assignment.quota_runs = parse_runs(typed)
+    except ValueError as exc:
+        return _settings_page(request, session, staff.user, staff.assignment, status.HTTP_400_BAD_REQUEST,
+                              runs_error=str(exc), runs_typed=typed)
+    return see_other(f"/assignments/{slug}/settings?saved=runs#runs")
 
 
 @router.post("/assignments/{slug}/similarity/base", response_class=HTMLResponse)
@@ -309,7 +357,7 @@ async def similarity_base(request: Request, slug: str, ctx: Context, session: Db
 
 
 @router.get("/assignments/{slug}/grading", response_class=HTMLResponse)
-def grading_controls(request: Request, session: Db, staff: Instructor) -> Response:
+def grading_controls(request: Request, session: Db, staff: QueuePage) -> Response:
     """Pause and resume, what is in flight, and how grading is going: the oldest queued run,
     runs whose worker stopped reporting, the last hour's outcomes and times (the metrics' figures)."""
     sent = request.query_params.get("sent", "")
@@ -322,7 +370,7 @@ def grading_controls(request: Request, session: Db, staff: Instructor) -> Respon
 
 
 @router.get("/assignments/{slug}/grading/pause", response_class=HTMLResponse)
-def pause_confirm(request: Request, session: Db, staff: Instructor) -> Response:
+def pause_confirm(request: Request, session: Db, staff: QueuePage) -> Response:
     """The confirmation of a pause: what it holds and what still finishes."""
     slug, state = staff.assignment.slug, grading_state(session, staff.assignment)
     back = f"/assignments/{slug}/grading"
@@ -343,7 +391,7 @@ def pause_confirm(request: Request, session: Db, staff: Instructor) -> Response:
 
 
 @router.post("/assignments/{slug}/grading")
-async def grading_change(request: Request, slug: str, ctx: Context, session: Db, staff: InstructorForm) -> Response:
+async def grading_change(request: Request, slug: str, ctx: Context, session: Db, staff: QueueForm) -> Response:
     """`action` pause (once confirmed): nothing more of the assignment is sent (what is in
     flight drains); resume: send each waiting student's next run now."""
     form = await request.form()

@@ -126,8 +126,8 @@ def test_an_instructor_makes_a_course_and_its_ta_grades_but_changes_no_policy(
     assert refused is not None and refused.status == 403
     expect(ta.get_by_role("heading", level=1)).to_have_text("Not allowed")
     expect(ta.get_by_role("alert")).to_have_text(
-        f"Only the course's instructors change its schedule, policies, roster or members, pause grading or "
-        f"remove anything in {semester.course}; you are a TA there.")
+        f"Only the course's instructors, and the TAs they allow, change the schedule in {semester.course}; you are "
+        "a TA there. An instructor of the course may grant its TAs this on the course's page.")
     check_page(ta)
     ta.screenshot(path=str(screenshot_dir / "ta-refused.png"), full_page=True)
     # The settings form itself, sent with the TA's session and CSRF token, is refused the same way

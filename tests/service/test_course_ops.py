@@ -66,12 +66,12 @@ def test_quota_counts_own_uploads_but_not_regrades_or_infra_failures(sessions: s
             run.reason, run.error_class, run.created_at = reason, error, now - timedelta(minutes=minutes_ago)
             run.state = RunState.failed if error is not None else RunState.built  # final: never sent
         session.flush()
-        decision = quota_decision(session, quota, student, now)
+        decision = quota_decision(session, quota, student, assignment, now)
         assert not decision.allowed and decision.used == 2
         assert decision.frees_at is not None
         assert abs((decision.frees_at - (now + timedelta(minutes=50))).total_seconds()) < 1
         teacher = get_or_create_user(session, "ops-teacher", Role.instructor)
-        assert quota_decision(session, quota, teacher, now).allowed
+        assert quota_decision(session, quota, teacher, assignment, now).allowed
 
 
 def _kit_zip(edit: str | None = None) -> bytes:

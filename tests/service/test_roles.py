@@ -222,6 +222,11 @@ STAFF_ROUTES: dict[tuple[str, str], Rule] = {
                                                         "no saved change"),
     ("POST", "/assignments/{slug}/storage"): Rule(INSTRUCTOR, post(A + "/storage", quota_mib="lots"), 400,
                                                   "is not a size in MiB"),
+    ("POST", "/assignments/{slug}/quota"): Rule(INSTRUCTOR, post(A + "/quota", quota_runs="lots"), 400,
+                                                "is not a number of runs"),
+    ("POST", "/courses/{course}/quota"): Rule(INSTRUCTOR, post(C + "/quota", quota_runs="lots"), 400,
+                                              "is not a number of runs"),
+    ("POST", "/courses/{course}/ta-powers"): Rule(INSTRUCTOR, post(C + "/ta-powers"), 303),
     ("POST", "/assignments/{slug}/extensions"): Rule(INSTRUCTOR, post(A + "/extensions",
                                                                       student="{w.logins[student]}", extra="0"), 303),
     ("GET", "/assignments/{slug}/extensions/{username}/remove"): Rule(
@@ -337,3 +342,36 @@ def test_staff_of_a_course_without_assignments_land_on_the_course_list(settings:
     browser = Browser(settings, f"empty-ta-{tag}")
     landed = browser.client.get("/", follow_redirects=True)
     assert landed.url.path == "/courses" and f'href="/courses/empty-{tag}"' in landed.text
+
+
+def test_a_ta_is_refused_until_the_instructor_grants_the_power(world: World) -> None:
+    """By default a TA may not use the grading controls, the schedule or extensions (403, saying
+    that an instructor may grant it); once the course's instructor ticks those powers on the
+    course page, the TA uses them (the settings page showing only their forms), and unticked
+    they are refused again."""
+    ta, slug = "ta", world.slug
+    for path in (f"/assignments/{slug}/grading", f"/assignments/{slug}/settings"):
+        refused = world.web(ta).get(path)
+        assert refused.status_code == 403, refused.text[:300]
+        assert "An instructor of the course may grant its TAs this on the course&#39;s page." in refused.text
+    refused = world.post(ta, f"/assignments/{slug}/extensions", student=world.logins["student"], extra="1d")
+    assert refused.status_code == 403 and "grant or remove extensions" in refused.text
+
+    granted = world.post("instructor", f"/courses/{world.course}/ta-powers", extend="on", queue="on", schedule="on")
+    assert granted.status_code == 303
+    course_page = world.web("instructor").get(granted.headers["location"]).text
+    assert "TA powers saved." in course_page and 'id="ta-queue" name="queue" checked' in course_page
+    assert 'aria-label="Grading controls of ' + slug in world.web(ta).get(f"/courses/{world.course}").text
+    assert world.web(ta).get(f"/assignments/{slug}/grading").status_code == 200
+    settings_page = world.web(ta).get(f"/assignments/{slug}/settings").text
+    assert 'id="schedule-form"' in settings_page and 'id="extension-form"' in settings_page
+    assert 'id="storage-form"' not in settings_page and 'id="runs-form"' not in settings_page  # still instructors'
+    extended = world.post(ta, f"/assignments/{slug}/extensions", student=world.logins["student"], extra="1d")
+    assert extended.status_code == 303
+    assert world.logins["student"] in world.web(ta).get(f"/assignments/{slug}/settings").text
+    removed = world.post(ta, f"/assignments/{slug}/extensions/{world.logins['student']}/remove", confirm="remove")
+    assert removed.status_code == 303
+    assert world.post(ta, f"/assignments/{slug}/quota", quota_runs="3").status_code == 403  # never a TA's
+
+    assert world.post("instructor", f"/courses/{world.course}/ta-powers").status_code == 303  # none ticked
+    assert world.web(ta).get(f"/assignments/{slug}/grading").status_code == 403

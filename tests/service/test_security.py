@@ -405,7 +405,8 @@ def _hw4_row(w: World) -> tuple:
     with session_scope(w.sessions) as session:
         row = session.scalars(select(Assignment).where(Assignment.slug == "hw4")).one()
         return (row.due_at, row.late_window_s, row.score_policy, row.grading_paused, row.course_id,
-                row.storage_quota_bytes)
+                row.storage_quota_bytes, row.quota_runs, row.course.quota_runs if row.course else None,
+                row.course.ta_powers if row.course else None)
 
 
 def _enrollments(w: World) -> list[tuple]:
@@ -737,6 +738,9 @@ ROUTES: dict[tuple[str, str], Check] = {
     ("POST", "/assignments/{slug}/similarity"): _ops_post_denied("/assignments/hw4/similarity", {}),
     ("POST", "/assignments/{slug}/similarity/base"): _ops_post_denied("/assignments/hw4/similarity/base", {}),
     ("POST", "/assignments/{slug}/storage"): _ops_post_denied("/assignments/hw4/storage", {"quota_mib": "1"}),
+    ("POST", "/assignments/{slug}/quota"): _ops_post_denied("/assignments/hw4/quota", {"quota_runs": "1"}),
+    ("POST", "/courses/{course}/quota"): _ops_post_denied(f"/courses/{COURSE}/quota", {"quota_runs": "1"}),
+    ("POST", "/courses/{course}/ta-powers"): _ops_post_denied(f"/courses/{COURSE}/ta-powers", {"extend": "on"}),
     ("POST", "/runs/{run_id}/regrade-request"): _regrade_request_of_b,
     ("POST", "/runs/{run_id}/adjustments"): _adjust_b,
     ("POST", "/runs/{run_id}/comments"): _comment_on_b,

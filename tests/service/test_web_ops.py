@@ -250,7 +250,7 @@ def test_members_page_makes_a_ta_and_takes_them_out(course: Course, prof: Browse
     assert re.search(rf"<th scope=\"row\">{ta}</th>\s*<td>TA</td>\s*<td>Tess Assistant</td>\s*<td>B</td>", listing), listing
     assert ta_browser.client.get(gradebook).status_code == 200
     refused = ta_browser.client.get(settings_page)
-    assert refused.status_code == 403 and "instructors change its schedule, policies" in refused.text
+    assert refused.status_code == 403 and "and the TAs they allow, change the schedule" in refused.text
     assert course.slug in ta_browser.client.get("/").text
 
     removed = _members_post(prof, course, f"/{ta}/remove", confirm="remove")
