@@ -21,6 +21,7 @@ from typing import IO, Literal
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from grader.course.roster_csv import looks_like_formula
 from grader.datadir import private_dir
 from grader.models import Assignment, Submission
 from grader.reads.gradebook_reads import Gradebook, GradebookRow
@@ -77,6 +78,11 @@ def _member_name(picked: Picked) -> str:
     return f"{picked.row.username}/{picked.submission.id}-{original}"
 
 
+def _text_cell(value: str) -> str:
+    """A cell a spreadsheet would run as a formula (a roster's name) written as text."""
+    return "'" + value if looks_like_formula(value) else value
+
+
 def write_archive(picks: list[Picked], blobs: BlobStore) -> IO[bytes]:
     """The zip of `picks`' uploads and its manifest, in an unnamed temp file rewound to its start
     (the caller closes it). An upload whose stored file is gone is named so in the manifest."""
@@ -94,7 +100,7 @@ def write_archive(picks: list[Picked], blobs: BlobStore) -> IO[bytes]:
                     shutil.copyfileobj(source, dest, CHUNK)
             elif sub is not None:
                 rule += "; its stored file is missing"
-            writer.writerow([p.row.username, p.row.full_name or "", sub.id if sub else "", p.run_id or "",
+            writer.writerow([p.row.username, _text_cell(p.row.full_name or ""), sub.id if sub else "", p.run_id or "",
                              sub.uploaded_at.replace(tzinfo=UTC).isoformat() if sub else "", sub.sha256 if sub else "",
                              rule, member])
         archive.writestr(MANIFEST, manifest.getvalue())
