@@ -15,13 +15,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.auth.credentials import issue_token
 from grader.course.membership import get_or_create_user
 from grader.db import session_scope
-from grader.models import Assignment, GradeAdjustment, Role, RunState, User, utcnow
+from grader.models import Assignment, Enrollment, GradeAdjustment, Role, RunState, User, utcnow
 from grader.models import Course as CourseRow
 from grader.passwords import set_password
 from grader.service import record_submission
@@ -73,6 +73,10 @@ def course(settings: Settings, sessions: sessionmaker[Session]) -> Iterator[Cour
         uploads = {logins[1]: [_upload(session, blobs, logins[1], assignment, 80.0),
                                _upload(session, blobs, logins[1], assignment, 50.0)],
                    logins[2]: [_upload(session, blobs, logins[2], assignment, None)]}
+        waiting = get_or_create_user(session, logins[2], Role.student)
+        session.execute(update(Enrollment).where(Enrollment.user_id == waiting.id,
+                                                 Enrollment.course_id == assignment.course_id)
+                        .values(full_name="=HYPERLINK(1)"))  # a roster's name a spreadsheet would run
         token = issue_token(session, get_or_create_user(session, logins[0], Role.instructor), "bulk")
         student_token = issue_token(session, get_or_create_user(session, logins[1], Role.student), "bulk")
     own = settings.model_copy(update={"task_queue": f"kg-bulk-{tag}"})
@@ -104,7 +108,7 @@ def test_the_counted_uploads_zip_holds_each_students_bytes_and_says_why(course: 
     waiting_sub, _, waiting_bytes = course.uploads[course.waiting][0]
     waiting = rows[course.waiting]
     assert (waiting["submission_id"], waiting["run_id"]) == (str(waiting_sub), "")
-    assert waiting["rule"] == "latest upload (no scored run counts)"
+    assert waiting["rule"] == "latest upload (no scored run counts)" and waiting["name"] == "'=HYPERLINK(1)"
     assert archive.read(waiting["file"]) == waiting_bytes
     assert rows[course.absent]["rule"] == "no upload" and rows[course.absent]["file"] == ""
     assert sorted(archive.namelist()) == sorted([counted["file"], waiting["file"], "manifest.csv"])
