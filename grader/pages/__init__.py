@@ -8,6 +8,7 @@ from __future__ import annotations
 from grader.pages import (
     account,
     accounts,
+    bulk,
     code,
     courses,
     first_logins,
@@ -27,7 +28,7 @@ from grader.pages import (
 )
 
 routers = [login.router, sso.router, saml.router, lti.router, lms.router, submit.router, runs.router, gradebook.router,
-           roster.router,
+           bulk.router, roster.router,
            account.router, accounts.router,
            courses.router, first_logins.router, ops.router, similarity.router, requests.router, code.router,
            student.router]

@@ -191,6 +191,12 @@ STAFF_ROUTES: dict[tuple[str, str], Rule] = {
     ("GET", "/courses/{course}/gradebook.csv"): Rule(STAFF, get(C + "/gradebook.csv"), 200, "Points Possible"),
     ("GET", "/gradebook/regrade"): Rule(STAFF, get("/gradebook/regrade?assignment={w.slug}&which=all")),
     ("POST", "/gradebook/regrade"): Rule(STAFF, post("/gradebook/regrade", assignment="{w.slug}", which="all"), 303),
+    ("GET", "/gradebook/submissions.zip"): Rule(STAFF, get("/gradebook/submissions.zip?assignment={w.slug}"), 200,
+                                                "manifest.csv"),
+    ("GET", "/gradebook/import"): Rule(STAFF, get("/gradebook/import?assignment={w.slug}")),
+    ("POST", "/gradebook/import"): Rule(STAFF, post("/gradebook/import", assignment="{w.slug}",
+                                                    text="login,kind,points,reason\nnobody-here,manual,1,x\n"),
+                                        400, "Line 2: no student"),
     ("POST", "/submissions/{submission_id}/regrade"): Rule(STAFF, post("/submissions/{w.submission}/regrade"), 303),
     ("POST", "/runs/{run_id}/adjustments"): Rule(STAFF, post("/runs/{w.run}/adjustments", points="many", reason="x"),
                                                  400, "are not a number"),
@@ -274,6 +280,12 @@ STAFF_ROUTES: dict[tuple[str, str], Rule] = {
         STAFF, api("POST", "/api/v1" + A + "/students/{w.logins[student]}/grade",
                    {"kind": "manual", "points": 1000, "reason": "too much"}), 409, "A manual grade is from 0"),
     ("GET", "/api/v1/assignments/{slug}/regrade-requests"): Rule(STAFF, api("GET", "/api/v1" + A + "/regrade-requests")),
+    ("GET", "/api/v1/assignments/{slug}/submissions.zip"): Rule(
+        STAFF, api("GET", "/api/v1" + A + "/submissions.zip?which=latest"), 200, "manifest.csv"),
+    ("POST", "/api/v1/assignments/{slug}/grade-entries"): Rule(
+        STAFF, api("POST", "/api/v1" + A + "/grade-entries", lambda w: {
+            "csv": f"login,kind,points,reason\n{w.logins['student']},manual,1000,too much\n", "dry_run": True}),
+        200, "A manual grade is from 0"),
     ("POST", "/api/v1/assignments/{slug}/regrade"): Rule(
         STAFF, api("POST", "/api/v1" + A + "/regrade", lambda w: {"submissions": [w.submission]}), 201),
     ("POST", "/api/v1/submissions/{submission_id}/regrade"): Rule(

@@ -529,6 +529,27 @@ def _decide_b_request(w: World) -> None:
     assert w.count(RegradeRequest, RegradeRequest.run_id == w.b_run, RegradeRequest.state == "open") == 1
 
 
+def _grade_import_of_b(web: bool) -> Check:
+    """A student imports no grades, on the page or through the API (403, nothing stored); staff's
+    file with a refused line reaches the import and applies nothing (400 on the page, 409 by API)."""
+    text = "login,kind,points,reason\n{b},manual,100,mine\nnobody-at-all,manual,1,x\n"
+
+    def check(w: World) -> None:
+        before, csv_text = w.count(GradeAdjustment), text.format(b=w.b_name)
+        if web:
+            refused(w.a_web.post("/gradebook/import", data={"csrf_token": w.a_csrf(), "assignment": "hw4",
+                                                            "text": csv_text}, follow_redirects=False), 403, w=w)
+            staff = w.staff_web.post("/gradebook/import", data={"csrf_token": csrf_of(w.staff_web.get("/").text),
+                                                                "assignment": "hw4", "text": csv_text})
+            assert staff.status_code == 400 and "Line 3:" in staff.text
+        else:
+            url = "/api/v1/assignments/hw4/grade-entries"
+            refused(w.api.post(url, headers=auth(w.a_token), json={"csv": csv_text}), 403, w=w)
+            assert w.api.post(url, headers=auth(w.staff_token), json={"csv": csv_text}).status_code == 409
+        assert w.count(GradeAdjustment) == before
+    return check
+
+
 def _api_post_of_b(path: str, model: type, field: str) -> Check:
     """A's token cannot write `field` on B's run through the API (404, nothing stored); B's own
     request reaches the route's validation (blank: 422)."""
@@ -638,6 +659,9 @@ ROUTES: dict[tuple[str, str], Check] = {
     ("GET", "/api/v1/metrics"): _api_get_denied("/api/v1/metrics", 403, owner="staff"),
     ("GET", "/api/v1/assignments/{slug}/gradebook"):
         _api_get_denied("/api/v1/assignments/hw4/gradebook", 403, owner="staff"),
+    ("GET", "/api/v1/assignments/{slug}/submissions.zip"):
+        _api_get_denied("/api/v1/assignments/hw4/submissions.zip", 403, owner="staff"),
+    ("POST", "/api/v1/assignments/{slug}/grade-entries"): _grade_import_of_b(web=False),
     ("GET", "/api/v1/assignments/{slug}/gradebook.csv"):
         _api_get_denied("/api/v1/assignments/hw4/gradebook.csv", 403, owner="staff"),
     ("GET", "/api/v1/assignments/{slug}/gradebook-detailed.csv"):
@@ -667,6 +691,10 @@ ROUTES: dict[tuple[str, str], Check] = {
     ("GET", "/gradebook.csv"): _web_get_denied("/gradebook.csv", 403, owner="staff"),
     ("GET", "/gradebook-detailed.csv"): _web_get_denied("/gradebook-detailed.csv", 403, owner="staff"),
     ("GET", "/gradebook.json"): _web_get_denied("/gradebook.json", 403, owner="staff"),
+    ("GET", "/gradebook/submissions.zip"):
+        _web_get_denied("/gradebook/submissions.zip?assignment=hw4", 403, owner="staff"),
+    ("GET", "/gradebook/import"): _web_get_denied("/gradebook/import?assignment=hw4", 403, owner="staff"),
+    ("POST", "/gradebook/import"): _grade_import_of_b(web=True),
     ("GET", "/gradebook/regrade"): _web_get_denied("/gradebook/regrade?assignment=hw4&which=all", 403, owner="staff"),
     ("POST", "/gradebook/regrade"): _no_new_run(
         lambda w: w.a_web.post("/gradebook/regrade", data={"csrf_token": w.a_csrf(), "which": "all"},
