@@ -49,16 +49,18 @@ sys.path[:0] = [str(PROJECT_ROOT), str(PROJECT_ROOT / "bench")]  # also imported
 
 import httpx  # noqa: E402
 import psycopg  # noqa: E402
-import redis  # noqa: E402
 from benchmarks_md import append_section  # noqa: E402
+from kombu import Connection  # noqa: E402
 from sqlalchemy import select  # noqa: E402
 
 from grader.auth.credentials import issue_token  # noqa: E402
+from grader.celery_app import REDIS_PRIORITY_STEPS  # noqa: E402
 from grader.cli import init_database  # noqa: E402
 from grader.course.courses import course_of_free_assignments  # noqa: E402
 from grader.course.membership import get_or_create_user  # noqa: E402
 from grader.db import make_engine, make_session_factory, session_scope  # noqa: E402
 from grader.models import Role, Run, Submission  # noqa: E402
+from grader.runs.dispatch import queue_keys  # noqa: E402
 from grader.settings import Settings  # noqa: E402
 from grader.storage.blobstore import BlobStore  # noqa: E402
 from worker.rubric import load_rubric  # noqa: E402
@@ -172,9 +174,13 @@ class Service:
         raise TimeoutError("grader serve did not come up in 60 s")
 
     def queued_run_ids(self) -> list[int]:
-        """The broker queue's run ids, in the order a worker would take them."""
-        raw = redis.Redis.from_url(REDIS_URL).lrange(self.env["KG_TASK_QUEUE"], 0, -1)
-        return [json.loads(base64.b64decode(json.loads(m)["body"]))[0][0] for m in reversed(raw)]
+        """The broker queue's run ids, in the order a worker would take them: kombu keeps one list
+        per priority step and pops the lowest step's first, each from its right end."""
+        with Connection(REDIS_URL, transport_options={"priority_steps": REDIS_PRIORITY_STEPS}) as connection:
+            channel = connection.default_channel
+            keys = [channel._q_for_pri(self.env["KG_TASK_QUEUE"], step) for step in channel.priority_steps]
+            raw = [m for key in keys for m in reversed(channel.client.lrange(key, 0, -1))]
+        return [json.loads(base64.b64decode(json.loads(m)["body"]))[0][0] for m in raw]
 
     def close(self) -> None:
         self.server.terminate()
@@ -183,7 +189,9 @@ class Service:
         except subprocess.TimeoutExpired:
             self.server.kill()
         self.log.close()
-        redis.Redis.from_url(REDIS_URL).delete(self.env["KG_TASK_QUEUE"])
+        with Connection(REDIS_URL, transport_options={"priority_steps": REDIS_PRIORITY_STEPS}) as connection:
+            channel = connection.default_channel
+            channel.client.delete(*queue_keys(channel, [self.env["KG_TASK_QUEUE"]]))
         self.engine.dispose()
         with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{self.db_name}" WITH (FORCE)')

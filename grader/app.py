@@ -25,6 +25,10 @@ from grader.ratelimit import UPLOAD_ROUTES, UploadRateLimit
 from grader.security import SameOriginForms, SecureHeaders
 from grader.settings import Settings, get_settings
 
+# The forms other sites post by design (an LMS's launch, an identity provider's answer): their
+# credential is what they carry, signed, never a session of ours
+CROSS_SITE_POSTS = lti.CROSS_SITE_POSTS + saml.CROSS_SITE_POSTS
+
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     context = AppContext.from_settings(settings or get_settings())
@@ -46,7 +50,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(UploadRateLimit, sessions=context.sessions, limit=context.settings.upload_rate_limit,
                        window_s=context.settings.upload_rate_window_s)
     app.add_middleware(SameOriginForms, public_url=context.settings.public_url, refusal=_foreign_form,
-                       cross_site=lti.CROSS_SITE_POSTS + saml.CROSS_SITE_POSTS)
+                       cross_site=CROSS_SITE_POSTS)
     # Signed cookie session: HttpOnly always, SameSite=Lax, Secure with KG_SESSION_HTTPS_ONLY.
     app.add_middleware(
         SessionMiddleware,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed (test extra)")
-from playwright.sync_api import Browser, BrowserContext, sync_playwright  # noqa: E402
+from playwright.sync_api import Browser, BrowserContext, Playwright, sync_playwright  # noqa: E402
 from playwright.sync_api import Error as PlaywrightError
 
 from grader.settings import Settings  # noqa: E402
@@ -27,23 +27,29 @@ CHROMIUM_ARGS = [
 ]
 
 
-def chromium(*extra_args: str) -> Iterator[Browser]:
+@pytest.fixture(scope="session")
+def playwright() -> Iterator[Playwright]:
+    """One Playwright per test process: its sync API cannot be started twice in one thread."""
+    with sync_playwright() as pw:
+        yield pw
+
+
+def chromium(pw: Playwright, *extra_args: str) -> Iterator[Browser]:
     """Debian's Chromium, headless, with CHROMIUM_ARGS and `extra_args` (skips where it is missing)."""
     path = CHROMIUM if os.path.exists(CHROMIUM) else shutil.which("chromium")
     if not path:
         pytest.skip(f"no Chromium at {CHROMIUM} (install Debian's `chromium` package)")
-    with sync_playwright() as pw:
-        try:
-            b = pw.chromium.launch(executable_path=path, headless=True, args=[*CHROMIUM_ARGS, *extra_args])
-        except PlaywrightError as exc:
-            pytest.skip(f"Chromium did not start: {str(exc).splitlines()[0]}")
-        yield b
-        b.close()
+    try:
+        b = pw.chromium.launch(executable_path=path, headless=True, args=[*CHROMIUM_ARGS, *extra_args])
+    except PlaywrightError as exc:
+        pytest.skip(f"Chromium did not start: {str(exc).splitlines()[0]}")
+    yield b
+    b.close()
 
 
 @pytest.fixture(scope="session")
-def browser() -> Iterator[Browser]:
-    yield from chromium()
+def browser(playwright: Playwright) -> Iterator[Browser]:
+    yield from chromium(playwright)
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Browser, Page, Playwright, expect
 from sqlalchemy.orm import Session, sessionmaker
 
 from tests.browser.conftest import chromium
@@ -26,8 +26,8 @@ BLOCK_THIRD_PARTY_COOKIES = "--test-third-party-cookie-phaseout"
 
 
 @pytest.fixture(scope="module")
-def blocking_browser() -> Iterator[Browser]:
-    yield from chromium(BLOCK_THIRD_PARTY_COOKIES)
+def blocking_browser(playwright: Playwright) -> Iterator[Browser]:
+    yield from chromium(playwright, BLOCK_THIRD_PARTY_COOKIES)
 
 
 @pytest.fixture

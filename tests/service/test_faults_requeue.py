@@ -15,12 +15,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from sqlalchemy.orm import Session, sessionmaker
 
 from grader.celery_app import make_celery
+from grader.db import make_engine, make_session_factory
 from grader.runs.dispatch import held_runs, queue_lengths
 from grader.settings import Settings
-from tests.service.conftest import WorkerProcess, new_student, wait_for_run
+from tests.service.conftest import WorkerProcess, new_student, own_database, wait_for_run
 from tests.service.test_faults import (  # noqa: F401  (fixtures)
     Rig,
     graded_once,
@@ -60,11 +60,19 @@ def _final(rig: Rig, run_ids: list[int]) -> bool:
 
 @pytest.mark.timeout(600)
 def test_a_run_whose_worker_died_is_taken_before_the_runs_uploaded_after_it(
-    settings: Settings, settings_env: dict[str, str], sessions: sessionmaker[Session], standin_zip: bytes,
-    tmp_path: Path,
+    settings_env: dict[str, str], standin_zip: bytes, tmp_path: Path,
 ) -> None:
-    # No fallback re-send of the later runs (requeue_after_s): only the dead worker's run is re-sent.
-    rig = make_rig(settings, settings_env, sessions, tmp_path, requeue_after_s="900", reconcile_interval_s="1")
+    # A database of its own: the reconciler re-sends what it finds unsent, and the session's database
+    # holds other tests' runs. No fallback re-send of the later runs (requeue_after_s): only the dead
+    # worker's run is re-sent.
+    with own_database(settings_env, tmp_path / "kgdata", "kg_requeue") as env:
+        own = Settings.from_variables(env)
+        _drill(make_rig(own, env, make_session_factory(make_engine(own)), tmp_path, requeue_after_s="900",
+                        reconcile_interval_s="1"), standin_zip, tmp_path)
+
+
+def _drill(rig: Rig, standin_zip: bytes, tmp_path: Path) -> None:
+    sessions = rig.sessions
     queue = rig.settings.task_queue
     celery = make_celery(rig.settings)
     first, second = rig.worker("first"), rig.worker("second")
