@@ -1,5 +1,6 @@
 """Accessibility checks run in the page itself (no external tool): every form control has a
-label, all text meets WCAG AA contrast, and the keyboard reaches every control with a
+label, all text meets WCAG AA contrast, every box that scrolls is itself focusable and named
+(the keyboard scrolls it), and the keyboard reaches every control and scrolling box with a
 visible focus indicator."""
 from __future__ import annotations
 
@@ -49,9 +50,20 @@ LOW_CONTRAST_JS = """() => {
   return bad;
 }"""
 
-FOCUSABLE_JS = """() => [...document.querySelectorAll("a[href], button, input, select, textarea, summary")]
+# Boxes that scroll now (overflow auto or scroll, content past an edge) that Tab cannot focus or
+# that have no name: a keyboard user could not scroll them, or would not know what they are.
+UNREACHABLE_SCROLL_JS = """() => [...document.querySelectorAll("body *")].filter((el) => {
+    const s = getComputedStyle(el), scrolls = (v) => v === "auto" || v === "scroll";
+    const past = (scrolls(s.overflowX) && el.scrollWidth > el.clientWidth + 1)
+      || (scrolls(s.overflowY) && el.scrollHeight > el.clientHeight + 1);
+    if (!past || !el.checkVisibility()) return false;
+    const named = el.getAttribute("aria-label") || el.getAttribute("aria-labelledby") || el.labels?.length;
+    return el.tabIndex < 0 || !named;
+  }).map((el) => el.outerHTML.slice(0, 120))"""
+
+FOCUSABLE_JS = """() => [...document.querySelectorAll("a[href], button, input, select, textarea, summary, [tabindex]:not([tabindex='-1'])")]
   .filter((el) => el.type !== "hidden" && !el.disabled && el.getClientRects().length > 0
-                  && getComputedStyle(el).visibility !== "hidden")
+                  && getComputedStyle(el).visibility !== "hidden" && el.checkVisibility())
   .map((el) => el.outerHTML.slice(0, 160))"""
 
 ACTIVE_JS = """() => { const el = document.activeElement; const s = getComputedStyle(el);
@@ -59,11 +71,13 @@ ACTIVE_JS = """() => { const el = document.activeElement; const s = getComputedS
 
 
 def check_page(page: Page, max_tabs: int = 400) -> None:
-    """Assert labels, contrast and keyboard reach on the page as it is now."""
+    """Assert labels, contrast, focusable scrolling boxes and keyboard reach on the page as it is now."""
     unlabelled = page.evaluate(UNLABELLED_JS)
     assert not unlabelled, f"{page.url}: controls without a label: {unlabelled}"
     low = page.evaluate(LOW_CONTRAST_JS)
     assert not low, f"{page.url}: text below WCAG AA contrast: {low}"
+    unreachable = page.evaluate(UNREACHABLE_SCROLL_JS)
+    assert not unreachable, f"{page.url}: scrolling boxes the keyboard cannot focus, or unnamed: {unreachable}"
     wanted = set(page.evaluate(FOCUSABLE_JS))
     page.evaluate("document.activeElement && document.activeElement.blur()")
     reached: set[str] = set()

@@ -1,6 +1,6 @@
 """The run page's per-case feedback in Chromium (issue 18), on runs recorded as the pipeline
-records them (tests/fixtures/feedback_runs.py): each problem's cases in a box that opens and
-scrolls inside the page at phone width, hidden cases as the rubric's disclosure setting says,
+records them (tests/fixtures/feedback_runs.py): each problem's cases in a box that opens, a card
+per case at phone width, hidden cases as the rubric's disclosure setting says,
 "partial" at 14 of 20, and one banner in words for a run that graded nothing."""
 from __future__ import annotations
 
@@ -63,11 +63,11 @@ def test_cases_statuses_and_phone_width(browser: Browser, base_url: str, session
         expect(passed.locator("tbody tr")).to_have_count(2)
         expect(passed.locator("tbody tr").first).to_contain_text("passed")
         expect(page.locator("#cases-3")).to_have_count(0)  # not measured
-        # The case tables scroll in their own boxes: the page itself is no wider than the phone.
+        # Each case is a card as wide as the phone: neither the page nor the case table's box scrolls.
         seen = page.evaluate(OVERFLOW_JS)
         assert seen["page"] <= 390, seen
         box = failed.locator(".scroll-x")
-        assert box.evaluate("el => el.scrollWidth > el.clientWidth")  # wider than the phone: scrolls inside
+        assert box.evaluate("el => el.scrollWidth <= el.clientWidth")
         check_page(page)
     finally:
         context.close()

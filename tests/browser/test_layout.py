@@ -4,7 +4,10 @@ the gradebook's per-row Re-grade button can be brought on screen and pressed, an
 accessibility checks (tests/browser/a11y.py) pass at both widths. Each page has data to show:
 the run page a regrade request answered and one open, and comments; the regrade queue both
 requests; the staff's history of one student; the code view a file with a long line; the
-confirmation pages (a member's removal, a bulk re-grade, a roster import) what they would do."""
+confirmation pages (a member's removal, a bulk re-grade, a roster import) what they would do.
+On a phone a table wider than the window says so and the keyboard scrolls it to its last
+column, a run's correctness cases are cards whose errors read whole, and the build log is
+reached by Tab and scrolled by the arrow keys."""
 from __future__ import annotations
 
 from typing import Any
@@ -26,6 +29,7 @@ from grader.settings import Settings
 from grader.storage.blobstore import BlobStore
 from tests.browser.a11y import check_page
 from tests.browser.test_pages import PASSWORD, _scored_run, log_in
+from tests.fixtures import feedback_runs
 from tests.fixtures.passwords import SUITE_ARGON2
 from tests.service.conftest import COURSE, WorkerProcess
 from worker.starter_kit import ZIP_TOP_FOLDER, zip_tree
@@ -243,3 +247,80 @@ def test_the_breakdown_shows_score_status_and_speed_on_a_phone(browser: Browser,
             assert first.locator("td.points").evaluate("el => getComputedStyle(el).display") == "table-cell"
         check_page(page)
         ctx.close()
+
+
+def _tab_to(page: Page, selector: str) -> None:
+    """Press Tab from the top of the page until the element at `selector` has the focus."""
+    page.evaluate("document.activeElement && document.activeElement.blur()")
+    for _ in range(200):
+        page.keyboard.press("Tab")
+        if page.evaluate("(sel) => document.activeElement === document.querySelector(sel)", selector):
+            return
+    raise AssertionError(f"{page.url}: Tab never reached {selector}")
+
+
+def _scroll_right_by_keys(page: Page, selector: str) -> None:
+    """With the box at `selector` focused by Tab, ArrowRight scrolls it to its right edge."""
+    _tab_to(page, selector)
+    box = page.locator(selector)
+    for _ in range(200):
+        if box.evaluate("el => el.scrollLeft + el.clientWidth >= el.scrollWidth - 1"):
+            break
+        page.keyboard.press("ArrowRight")
+    assert box.evaluate("el => el.scrollLeft > 0 && el.scrollLeft + el.clientWidth >= el.scrollWidth - 1")
+
+
+# Where a cell lies against the window and its scrolling box, and whether its own text is cut.
+CELL_JS = """(cell) => {
+  const r = cell.getBoundingClientRect(), box = cell.closest(".scroll-x").getBoundingClientRect();
+  return { left: r.left, right: r.right, width: r.width, cut: cell.scrollWidth > cell.clientWidth + 1,
+           inBox: r.left >= box.left - 0.5 && r.right <= box.right + 0.5, text: cell.innerText.trim(),
+           label: getComputedStyle(cell, "::before").content };
+}"""
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_narrow_tables_and_logs(browser: Browser, base_url: str, runs: dict[str, Any],
+                                sessions: sessionmaker[Session], width: int) -> None:
+    """/submissions: at 390 px its table (wider than the phone) says so and the keyboard scrolls
+    it to its last columns; at 1280 px it fits. A run's failing case shows its whole error (a
+    labelled card on the phone, a column on the laptop). The build log (a line wider than the
+    window) is reached by Tab and scrolled by the arrow keys. The accessibility checks pass."""
+    failing = feedback_runs.scored_run(sessions, STUDENT)
+    ctx = browser.new_context(base_url=base_url, viewport={"width": width, "height": 844})
+    page = log_in(ctx, STUDENT)
+
+    page.goto("/submissions")
+    table = page.get_by_role("region", name="Submissions table")
+    hint = page.get_by_text("Scroll the table sideways for every column")
+    uploaded = page.get_by_role("columnheader", name="Uploaded")
+    if width < 600:
+        expect(hint).to_be_visible()
+        assert table.evaluate("el => el.scrollWidth > el.clientWidth")  # Uploaded, Runs start past the edge
+        assert not uploaded.evaluate(CELL_JS)["inBox"]
+        _scroll_right_by_keys(page, "main .scroll-x")
+    else:
+        expect(hint).to_be_hidden()
+        assert table.evaluate("el => el.scrollWidth <= el.clientWidth")
+    for name in ("Uploaded", "Runs"):
+        assert page.get_by_role("columnheader", name=name).evaluate(CELL_JS)["inBox"], (width, name)
+    _assert_no_page_scroll(page, width)
+    check_page(page)
+
+    page.goto(f"/runs/{failing}")
+    error = page.locator("#cases-1\\.1 tbody tr").nth(2).locator("td.case-error")
+    cell = error.evaluate(CELL_JS)
+    assert cell["text"] == "Largest error 0.5 at index [2, 4, 6, 0]; values off where to_len is 1.", cell
+    assert not cell["cut"] and cell["inBox"] and 0 <= cell["left"] and cell["right"] <= width, (width, cell)
+    assert cell["width"] > width / 3, (width, cell)  # a readable width, not a column of a few letters
+    assert page.locator("#cases-1\\.1 .scroll-x").evaluate("el => el.scrollWidth <= el.clientWidth"), width
+    assert cell["label"] == ('"Error: "' if width < 600 else "none"), cell
+    _assert_no_page_scroll(page, width)
+    check_page(page)
+
+    page.goto(f"/runs/{runs['built']}")
+    log = page.get_by_role("list", name="build log, numbered lines")
+    assert log.evaluate("el => el.scrollWidth > el.clientWidth")  # the long line goes past its edge
+    _scroll_right_by_keys(page, "#log-build")
+    check_page(page)
+    ctx.close()
