@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import BrowserContext, expect
+from playwright.sync_api import BrowserContext, Page, expect
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.course.membership import get_or_create_user
@@ -76,11 +76,7 @@ def test_similarity_and_settings_pages(context: BrowserContext, screenshot_dir: 
     expect(page.get_by_label("Grace period")).to_have_attribute("aria-invalid", "true")
     page.get_by_label("Grace period").fill("2h")
     page.get_by_label("Late window").fill("3d")
-    page.get_by_role("button", name="Save schedule").click()
-    # hw4's grades are the session's (other tests' runs): where the change moves any, its preview asks first
-    page.locator("#saved, #confirm-button").first.wait_for()
-    if page.locator("#confirm-button").count():
-        page.locator("#confirm-button").click()
+    _save_schedule(page)
     expect(page.locator("#saved")).to_have_text("Schedule saved.")
     page.get_by_label("Student login").fill(STUDENTS[0])
     page.get_by_label("Extra time").fill("2d")
@@ -98,7 +94,7 @@ def test_similarity_and_settings_pages(context: BrowserContext, screenshot_dir: 
     # Leave hw4 without a schedule for the other browser tests.
     for label in ("Due", "Grace period", "Late window"):
         page.get_by_label(label).fill("")
-    page.get_by_role("button", name="Save schedule").click()
+    _save_schedule(page)
     expect(page.locator("#saved")).to_be_visible()
 
     page.get_by_role("link", name="Grading controls").click()
@@ -131,3 +127,12 @@ def test_members_page_makes_a_student_a_ta_and_takes_them_out(context: BrowserCo
     page.get_by_role("button", name="Save").click()
     expect(page.locator("#member-error")).to_contain_text("cannot change your own part")
     check_page(page)
+
+
+def _save_schedule(page: Page) -> None:
+    """Save the settings form's schedule. hw4's grades are the session's (other tests' runs):
+    where the change moves any, its preview asks first, and is confirmed."""
+    page.get_by_role("button", name="Save schedule").click()
+    page.locator("#saved, #confirm-button").first.wait_for()
+    if page.locator("#confirm-button").count():
+        page.locator("#confirm-button").click()
