@@ -11,9 +11,11 @@ The rules every door follows (grader.lti.launch, grader.auth.sso, grader.auth.sa
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from grader.auth.audit import Event, Via, record
@@ -59,3 +61,21 @@ def tie(db: Session, identity: Identity, user: User, via: Via) -> None:
         raise IdentityRefused(why)
     db.add(ExternalIdentity(issuer=identity.issuer, subject=identity.subject, kind=identity.kind, user_id=user.id))
     record(db, Event.identity_linked, via, user=user, detail=identity.describe())
+
+
+def made_for(db: Session, identity: Identity, make: Callable[[], User], via: Via) -> User:
+    """A new account (`make`'s) tied to `identity`; or, where the same person's other sign-in or
+    launch made theirs at the same instant (ours meets its unique keys, or finds the identity
+    tied meanwhile), that account: one person, one account, and no error page for either."""
+    try:
+        with db.begin_nested():  # what a race undoes: our account and the refusal it would audit
+            user = make()
+            db.add(user)
+            db.flush()
+            tie(db, identity, user, via)
+            return user
+    except (IntegrityError, IdentityRefused):
+        found = account_of(db, identity)
+        if found is None:
+            raise
+        return found

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from grader.auth.audit import Via
-from grader.auth.identities import Identity, IdentityRefused, account_of, tie
+from grader.auth.identities import Identity, IdentityRefused, account_of, made_for, tie
 from grader.course.roster_csv import EMAIL, LOGIN, MAX_EMAIL, MAX_LOGIN
 from grader.models import User
 from grader.roles import Role
@@ -69,9 +69,8 @@ def account_for(db: Session, person: Person, via: Via) -> User:
         return user
     user = find_user(db, person.login)
     if user is None:
-        user = User(username=person.login, role=Role.student, full_name=person.name, email=person.email)
-        db.add(user)
-        db.flush()
+        return made_for(db, person.identity, lambda: User(username=person.login, role=Role.student,
+                                                           full_name=person.name, email=person.email), via)
     try:
         tie(db, person.identity, user, via)
     except IdentityRefused as exc:

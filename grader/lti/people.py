@@ -16,7 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from grader.auth.audit import Via
-from grader.auth.identities import Identity, account_of, tie
+from grader.auth.identities import Identity, account_of, made_for, tie
 from grader.course.membership import enroll
 from grader.lti import claims as c
 from grader.lti.launch import Launch
@@ -69,16 +69,13 @@ def _new_login(db: Session, platform: LtiPlatform, member: Member) -> str:
 def person_of(db: Session, platform: LtiPlatform, member: Member, course: Course | None, role: CourseRole) -> User:
     """The member's account (made when new); IdentityRefused when their identity is another's."""
     identity = Identity(platform.issuer, member.subject, "lti")
-    user = account_of(db, identity)
-    if user is None:
-        user = _roster_match(db, member, course)
-        if user is None:
-            user = User(username=_new_login(db, platform, member), full_name=member.name, email=member.email,
-                        role=Role.instructor if role is CourseRole.instructor else Role.student)
-            db.add(user)
-            db.flush()
-        tie(db, identity, user, Via.lti)
-    return user
+    user = account_of(db, identity) or _roster_match(db, member, course)
+    if user is not None:
+        tie(db, identity, user, Via.lti)  # nothing to do when it is the identity's own
+        return user
+    return made_for(db, identity, lambda: User(
+        username=_new_login(db, platform, member), full_name=member.name, email=member.email,
+        role=Role.instructor if role is CourseRole.instructor else Role.student), Via.lti)
 
 
 def take_part(db: Session, member: Member, user: User, course: Course, role: CourseRole) -> None:

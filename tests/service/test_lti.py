@@ -22,12 +22,14 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.auth.audit import Via
-from grader.auth.identities import Identity, IdentityRefused, tie
+from grader.auth.identities import Identity, IdentityRefused, account_of, tie
 from grader.celery_app import make_celery
 from grader.course.adjustments import MANUAL, add_entry
 from grader.db import session_scope
+from grader.lti import people
 from grader.lti.launch import begin_login
 from grader.lti.passback import links_of, send_link_grades
+from grader.lti.people import Member, person_of
 from grader.lti.registry import add_platform
 from grader.lti.roster_sync import sync_roster
 from grader.models import (
@@ -450,3 +452,32 @@ def test_login_states_a_day_past_their_expiry_are_removed(lms_class: Class, sess
         assert redirect.startswith(platform.auth_login_url)
     with session_scope(sessions) as db:
         assert db.get(LtiLaunchState, ids[0]) is None and db.get(LtiLaunchState, ids[1]) is not None
+
+
+def test_two_first_launches_of_one_person_at_once_make_one_account(lms_class: Class, sessions: sessionmaker[Session],  # noqa: F811
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The race: this launch looked the identity up before the same person's other launch, at the
+    same instant, made their account and tied it. Its own new account and the refusal it met are
+    undone, and it logs in to the other launch's account: one person, one account, no error."""
+    c = lms_class
+    s1 = c.people["s1"]
+    with session_scope(sessions) as db:
+        platform = db.scalar(select(LtiPlatform).where(LtiPlatform.issuer == c.lms.issuer))
+        assert platform is not None
+        first = person_of(db, platform, Member(s1.sub, "S1 Person", None, None, LEARNER), None, CourseRole.student)
+        users_before = db.scalar(select(func.count()).select_from(User))
+    calls: list[Identity] = []
+
+    def late_lookup(db: Session, identity: Identity) -> User | None:
+        calls.append(identity)  # the first lookup, before the other launch committed, sees nothing
+        return None if len(calls) == 1 else account_of(db, identity)
+    monkeypatch.setattr(people, "account_of", late_lookup)
+    with session_scope(sessions) as db:
+        platform = db.scalar(select(LtiPlatform).where(LtiPlatform.issuer == c.lms.issuer))
+        assert platform is not None
+        second = person_of(db, platform, Member(s1.sub, "S1 Person", None, None, LEARNER), None, CourseRole.student)
+        assert second.id == first.id and len(calls) == 1
+    with session_scope(sessions) as db:
+        assert db.scalar(select(func.count()).select_from(User)) == users_before
+        assert not db.scalar(select(AuditEvent.id).where(AuditEvent.event == "identity_refused",
+                                                         AuditEvent.detail.contains(s1.sub)))
