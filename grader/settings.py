@@ -174,6 +174,12 @@ class Argon2Settings(BaseModel):
         return self
 
 
+def _site_address(value: str) -> bool:
+    """An http(s) address of a site (scheme and host, an optional path; no query or fragment)."""
+    parts = urlsplit(value.strip())
+    return parts.scheme in ("http", "https") and bool(parts.netloc) and not parts.query and not parts.fragment
+
+
 def _text_list(value: Any) -> Any:
     """A list given as text: a JSON list, or words separated by commas (KG_PASSWORD_LOGIN_ROLES=instructor)."""
     if not isinstance(value, str):
@@ -208,8 +214,7 @@ class SsoSettings(BaseModel):
     @field_validator("issuer")
     @classmethod
     def _issuer_url(cls, value: str) -> str:
-        parts = urlsplit(value.strip())
-        if value and (parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment):
+        if value and not _site_address(value):
             raise ValueError(f"KG_SSO_ISSUER {value!r} is not a provider's issuer; give the address its "
                              "/.well-known/openid-configuration is under, such as https://login.example.edu")
         return value.strip()
@@ -508,8 +513,7 @@ class Settings(BaseSettings):
     @field_validator("public_url")
     @classmethod
     def _absolute_url(cls, value: str) -> str:
-        parts = urlsplit(value.strip())
-        if value and (parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment):
+        if value and not _site_address(value):
             raise ValueError(f"KG_PUBLIC_URL {value!r} is not the service's address; give one such as "
                              "https://grader.example.edu (scheme and host, an optional path)")
         return value.strip().rstrip("/")

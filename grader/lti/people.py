@@ -69,9 +69,12 @@ def _new_login(db: Session, platform: LtiPlatform, member: Member) -> str:
 def person_of(db: Session, platform: LtiPlatform, member: Member, course: Course | None, role: CourseRole) -> User:
     """The member's account (made when new); IdentityRefused when their identity is another's."""
     identity = Identity(platform.issuer, member.subject, "lti")
-    user = account_of(db, identity) or _roster_match(db, member, course)
+    user = account_of(db, identity)
     if user is not None:
-        tie(db, identity, user, Via.lti)  # nothing to do when it is the identity's own
+        return user
+    user = _roster_match(db, member, course)
+    if user is not None:
+        tie(db, identity, user, Via.lti)
         return user
     return made_for(db, identity, lambda: User(
         username=_new_login(db, platform, member), full_name=member.name, email=member.email,

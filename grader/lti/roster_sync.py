@@ -8,6 +8,7 @@ alone. A member whose identity is another account's is reported, not enrolled.""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -20,6 +21,9 @@ from grader.models import Course, Enrollment, ExternalIdentity, LtiContext, LtiP
 from grader.settings import Settings
 
 INACTIVE = ("Inactive", "Deleted")
+# An instructor's launch reads the roster again only when it was read longer ago than this (a
+# class's instructors launch often; the LMS page's button reads it at once)
+LAUNCH_READ_AFTER = timedelta(minutes=10)
 
 
 @dataclass
@@ -32,6 +36,12 @@ class RosterSync:
     def summary(self) -> str:
         return (f"{len(self.enrolled)} enrolled or updated, {self.kept} unchanged, {len(self.dropped)} dropped, "
                 f"{len(self.refused)} refused")
+
+
+def roster_due(context: LtiContext, now: datetime) -> bool:
+    """Whether an instructor's launch should queue the context's roster read."""
+    return bool(context.memberships_url) and (context.roster_synced_at is None
+                                              or now - context.roster_synced_at >= LAUNCH_READ_AFTER)
 
 
 def sync_roster(db: Session, settings: Settings, context: LtiContext) -> RosterSync:

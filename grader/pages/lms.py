@@ -10,6 +10,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 from sqlalchemy import select
 
+from grader.ids import parse_row_id
 from grader.lti.keys import public_key_set
 from grader.lti.overview import course_lms
 from grader.lti.registry import platforms
@@ -53,7 +54,7 @@ async def send_grades(request: Request, session: Db, staff: CourseInstructorForm
     """Queue the send of one link's grades; `resend`: every grade again, not only what changed."""
     form = await request.form()
     link = session.scalar(select(LtiResourceLink).join(LtiContext)
-                          .where(LtiResourceLink.id == _number(form.get("link")), LtiContext.course_id == staff.course.id))
+                          .where(LtiResourceLink.id == _row_id(form.get("link")), LtiContext.course_id == staff.course.id))
     if link is None:
         raise absent("that LMS link among this course's")
     ctx = get_context(request)
@@ -64,7 +65,7 @@ async def send_grades(request: Request, session: Db, staff: CourseInstructorForm
 @router.post("/courses/{course}/lms/roster")
 async def read_roster(request: Request, session: Db, staff: CourseInstructorForm) -> Response:
     form = await request.form()
-    context = session.scalar(select(LtiContext).where(LtiContext.id == _number(form.get("context")),
+    context = session.scalar(select(LtiContext).where(LtiContext.id == _row_id(form.get("context")),
                                                       LtiContext.course_id == staff.course.id))
     if context is None:
         raise absent("that LMS course among this course's")
@@ -73,6 +74,6 @@ async def read_roster(request: Request, session: Db, staff: CourseInstructorForm
     return see_other(f"/courses/{staff.course.slug}/lms?queued=roster")
 
 
-def _number(value: object) -> int:
-    text = str(value or "")
-    return int(text) if text.isdigit() and len(text) < 12 else -1
+def _row_id(value: object) -> int:
+    """The id a form field names; 0 (no row) for anything else."""
+    return parse_row_id(str(value or "")) or 0

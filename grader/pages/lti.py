@@ -30,8 +30,9 @@ from grader.lti.keys import public_key_set
 from grader.lti.launch import STATE_LIFETIME, Launch, LaunchRefused, begin_login, check_launch
 from grader.lti.links import NoContext, choosable_assignments, context_of, link_of, open_assignment
 from grader.lti.people import Member, person_of, take_part
+from grader.lti.roster_sync import roster_due
 from grader.lti.tasks import queue_roster_sync
-from grader.models import Course, CourseRole, LtiContext, LtiPlatform, LtiResourceLink, User
+from grader.models import Course, CourseRole, LtiContext, LtiPlatform, LtiResourceLink, User, utcnow
 from grader.pages.common import Db, error_page, page, see_other, templates
 
 router = APIRouter(include_in_schema=False)
@@ -100,7 +101,7 @@ async def launch(request: Request, session: Db) -> Response:
         return _refused(request, str(exc))
     if course is not None:
         take_part(session, member, user, course, role)
-        if role is CourseRole.instructor and context.memberships_url:
+        if role is CourseRole.instructor and roster_due(context, utcnow()):
             _read_roster(request, context)
     link = link_of(session, checked, context)
     if checked.message_type == c.DEEP_LINKING_REQUEST or (link is not None and link.assignment_id is None):

@@ -37,6 +37,7 @@ from grader.course.membership import role_in
 from grader.course.policies import SCORE_POLICIES, course_run_limit, late_policy, run_limit
 from grader.course.quotas import hours, parse_runs
 from grader.course.storage import MiB, mib, parse_quota_mib
+from grader.ids import parse_row_id
 from grader.models import Assignment, User, utcnow
 from grader.pages.common import (
     Db,
@@ -149,8 +150,8 @@ def _runs_words(runs: int, whose: str) -> str:
 
 def _saved_change(request: Request, session: Session, assignment: Assignment) -> LoggedChange | None:
     """The change just saved (`change`: its audit event), for the notice and its undo button."""
-    raw = request.query_params.get("change", "")
-    return logged_change(session, int(raw), assignment.slug) if raw.isdigit() and len(raw) < 16 else None
+    change = parse_row_id(request.query_params.get("change", ""))
+    return logged_change(session, change, assignment.slug) if change is not None else None
 
 
 def _base_refusal(request: Request, assignment: Assignment) -> str | None:
@@ -183,8 +184,8 @@ async def settings_save(request: Request, session: Db, staff: ScheduleForm) -> R
 async def settings_undo(request: Request, session: Db, staff: ScheduleForm) -> Response:
     """Put back what a saved change (its audit event, `change`) altered, the other settings as
     they are now: previewed and confirmed like any change."""
-    raw, slug = str((await request.form()).get("change", "")), staff.assignment.slug
-    logged = logged_change(session, int(raw), slug) if raw.isdigit() and len(raw) < 16 else None
+    change, slug = parse_row_id(str((await request.form()).get("change", ""))), staff.assignment.slug
+    logged = logged_change(session, change, slug) if change is not None else None
     if logged is None:
         return page(request, "confirm.html", staff.user, status.HTTP_404_NOT_FOUND, title="Undo a schedule change",
                     question=f"There is no saved change of {slug}'s schedule to undo here.", details=[],
