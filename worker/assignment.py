@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from worker.states import Piece
+
 if TYPE_CHECKING:  # pragma: no cover
     from worker.affinity import TimingCpus
     from worker.measurements import ProblemMeasurement
@@ -48,6 +50,8 @@ class StageConfig:
     budget_s: float | None = None
     # CUDA's compute-sanitizer on a failed case (KG_SANITIZER, KG_SANITIZER_CAP_S): None, off.
     sanitizer: SanitizerConfig | None = None
+    # Which part of the grade the stage measures (worker.states.Piece, worker.pieces).
+    piece: Piece = Piece.whole
 
 
 # The GPU stage: (rubric, staged tree, reference tree, work dir, ids of the problems to run:

@@ -44,13 +44,15 @@ from worker.build_isolation import (
     not_graded,
     unusable_kernels,
 )
+from worker.gpu.gpu_lock import GpuLock, held
 from worker.measurements import ProblemMeasurement
+from worker.pieces import merge_timing, pending_problems
 from worker.report import gradescope_results
 from worker.rubric import PROJECT_ROOT, REFERENCE_OPS_BUILT, Rubric
 from worker.sandbox import Sandbox, SandboxLimits, SandboxPolicy
 from worker.scoring import score_run
 from worker.stage import Staged, stage_submission
-from worker.states import ErrorClass, RunState
+from worker.states import ErrorClass, Piece, RunState
 from worker.unpack import BadArchive, UnpackLimits, find_assignment_root, unpack_zip
 
 NO_GPU_STAGE_MESSAGE = (
@@ -74,6 +76,9 @@ class PipelineConfig:
     # Every nvcc of a submission runs in this sandbox (by default as "nobody", without network).
     build_limits: SandboxLimits = BUILD_LIMITS
     build_policy: SandboxPolicy = SandboxPolicy()
+    # The GPU's lock between the worker processes of a host, when runs are graded in two pieces
+    # (worker.gpu.gpu_lock): builds and checks share it, a timing piece holds it alone.
+    gpu_lock: GpuLock | None = None
 
 
 @dataclass
@@ -195,28 +200,80 @@ def grade_submission(
     on_stage: StageListener = lambda _stage: None,
     gpu_stage: GpuStage | None = None,
     targets: dict[str, float] | None = None,
+    piece: Piece = Piece.whole,
 ) -> Outcome:
     """Run every stage for one archive in the fresh folder `job_dir`. Without a GPU stage a
     successful build ends `built`; with one, the run is measured and scored (against
-    `targets`, per-GPU calibrated speedups, where given; else the rubric's)."""
+    `targets`, per-GPU calibrated speedups, where given; else the rubric's). With `piece`
+    `checks` (the GPU stage made for that piece) it ends `checked`: correctness verdicts and
+    points, the timings left to `time_submission`; or `scored` when no problem is left to time."""
     outcome = Outcome(state=RunState.building, toolchain=toolchain_info(config.toolchain))
-    on_stage("unpack")
-    student_root = _unpack(archive, rubric, job_dir, config, outcome)
-    if student_root is None:
+    prepared = _prepare(archive, rubric, job_dir, config, outcome, on_stage)
+    if prepared is None:
         return outcome
-    on_stage("stage")
-    staged = _stage(student_root, rubric, job_dir, config, outcome)
-    on_stage("build")
-    built = _build(staged, rubric, job_dir, config, outcome)
+    root, built = prepared
     if not built.gradable:
         return _failed(outcome, rubric, ErrorClass.build_error, build_error_message(rubric, built.unusable),
                        built.blocked)
-    if built.unusable:
-        _stand_in_for_unusable(staged.root, built.unusable, job_dir, config)
     if gpu_stage is None:
         return _built_without_gpu_stage(outcome, rubric, built)
     on_stage("run")
-    return _measure_and_score(gpu_stage, staged.root, rubric, job_dir, config, outcome, built, targets)
+    measurements = _measure(gpu_stage, root, rubric, job_dir, config, outcome, built, built.gradable, targets,
+                            alone=piece is not Piece.checks)
+    if piece is Piece.checks and pending_problems(measurements):
+        return _checked(outcome, rubric, measurements, targets, built)
+    return _scored_with_blocked(outcome, rubric, measurements, targets, built)
+
+
+class PieceMismatch(RuntimeError):
+    """The timing piece found the submission other than its checks piece did (a build that
+    failed only now): our side's fault, retried as an infrastructure error."""
+
+
+def time_submission(
+    archive: Path,
+    rubric: Rubric,
+    job_dir: Path,
+    config: PipelineConfig,
+    gpu_stage: GpuStage,
+    checked: list[ProblemMeasurement],
+    targets: dict[str, float] | None = None,
+    on_stage: StageListener = lambda _stage: None,
+) -> Outcome:
+    """The timing piece of a run whose checks piece left `checked`: the same archive unpacked,
+    staged and built again (the build cache's), the pending problems timed by `gpu_stage` (made
+    for the timing piece) with the GPU held alone, and the whole scored. Its stage records are
+    named `timing_<stage>`."""
+    outcome = Outcome(state=RunState.building, toolchain=toolchain_info(config.toolchain))
+    prepared = _prepare(archive, rubric, job_dir, config, outcome, on_stage)
+    pending = pending_problems(checked)
+    if prepared is None or any(p not in prepared[1].gradable for p in pending):
+        raise PieceMismatch(f"the submission did not build for its timing as it did for its checks: {outcome.message}")
+    root, built = prepared
+    on_stage("run")
+    timed = _measure(gpu_stage, root, rubric, job_dir, config, outcome, built, pending, targets, alone=True)
+    scored = _scored_with_blocked(outcome, rubric, merge_timing(checked, timed), targets, built)
+    scored.stages = {f"timing_{name}": record for name, record in scored.stages.items()}
+    return scored
+
+
+def _prepare(archive: Path, rubric: Rubric, job_dir: Path, config: PipelineConfig, outcome: Outcome,
+             on_stage: StageListener) -> tuple[Path, _Built] | None:
+    """The archive unpacked, staged and built (a stand-in library for each unusable kernel):
+    the staged root and what the build left gradable; None when the archive is refused (the
+    outcome says why)."""
+    on_stage("unpack")
+    student_root = _unpack(archive, rubric, job_dir, config, outcome)
+    if student_root is None:
+        return None
+    on_stage("stage")
+    staged = _stage(student_root, rubric, job_dir, config, outcome)
+    on_stage("build")
+    with held(config.gpu_lock, alone=False):  # nvcc is CPU-heavy: never beside a timing
+        built = _build(staged, rubric, job_dir, config, outcome)
+    if built.unusable and built.gradable:
+        _stand_in_for_unusable(staged.root, built.unusable, job_dir, config)
+    return staged.root, built
 
 
 @dataclass(frozen=True)
@@ -302,25 +359,45 @@ def _built_without_gpu_stage(outcome: Outcome, rubric: Rubric, built: _Built) ->
     return outcome
 
 
-def _measure_and_score(gpu_stage: GpuStage, root: Path, rubric: Rubric, job_dir: Path, config: PipelineConfig,
-                       outcome: Outcome, built: _Built, targets: dict[str, float] | None) -> Outcome:
-    """The reference kit built, the GPU stage run on the gradable problems, its measurements scored."""
-    started = time.monotonic()
-    reference = build_reference(rubric, config, job_dir / "reference")
-    _timed_stage(outcome, "reference", started, "ok", "reference kit built")
-    started = time.monotonic()
+def _measure(gpu_stage: GpuStage, root: Path, rubric: Rubric, job_dir: Path, config: PipelineConfig,
+             outcome: Outcome, built: _Built, problems: tuple[str, ...], targets: dict[str, float] | None,
+             alone: bool) -> list[ProblemMeasurement]:
+    """The reference kit built, the GPU stage run on `problems` (the GPU's lock held shared, or
+    `alone` for a timing), its measurements with paths as the student reads them."""
+    with held(config.gpu_lock, alone):
+        started = time.monotonic()
+        reference = build_reference(rubric, config, job_dir / "reference")
+        _timed_stage(outcome, "reference", started, "ok", "reference kit built")
+        started = time.monotonic()
+        measured = gpu_stage(rubric.with_targets(targets), root, reference, job_dir / "run", problems)
     relative = submission_paths(job_dir, root)
-    measured = gpu_stage(rubric.with_targets(targets), root, reference, job_dir / "run", built.gradable)
     # A problem left out never scores, whatever a GPU stage returns for it.
-    measurements = [_rewrite_strings(m, relative) for m in measured if m.problem_id in built.gradable]
+    measurements = [_rewrite_strings(m, relative) for m in measured if m.problem_id in problems]
     run_log = "".join(f"{pid}: {not_graded(why)}\n" for pid, why in built.blocked.items()) + _run_log(measurements)
     _timed_stage(outcome, "run", started, "ok", _truncate(run_log, config.log_limit_bytes))
     outcome.toolchain["targets"] = targets or {p.id: p.reference_speedup for p in rubric.problems}
     outcome.toolchain["targets_calibrated"] = bool(targets)
+    return measurements
+
+
+def _scored_with_blocked(outcome: Outcome, rubric: Rubric, measurements: list[ProblemMeasurement],
+                         targets: dict[str, float] | None, built: _Built) -> Outcome:
     scored = _scored(outcome, rubric, measurements, targets, built.blocked)
     if built.blocked:
         scored.message += " " + blocked_summary(built.unusable, built.blocked)
     return scored
+
+
+def _checked(outcome: Outcome, rubric: Rubric, measurements: list[ProblemMeasurement],
+             targets: dict[str, float] | None, built: _Built) -> Outcome:
+    """The checks piece's end: every problem scored as far as its checks go (no speed points
+    yet), the run `checked` with no score until its timing."""
+    checked = _scored_with_blocked(outcome, rubric, measurements, targets, built)
+    correctness = sum(p.details["score"]["correctness_points"] for p in checked.problems if p.details)
+    checked.state, checked.score, checked.report = RunState.checked, None, None
+    checked.message = (f"Correctness checked: {correctness:g} correctness points. The speed of "
+                       f"{len(pending_problems(measurements))} problem(s) is measured when the GPU is free.")
+    return checked
 
 
 def submission_paths(job_dir: Path, staged_root: Path) -> Callable[[str], str]:

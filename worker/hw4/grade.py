@@ -33,6 +33,7 @@ from worker.hw4.loading import MINITORCH, PROBE_ARENA_BYTES, LoadGate
 from worker.measurements import ProblemMeasurement
 from worker.rubric import REFERENCE_OPS_BUILT, Rubric
 from worker.sandbox import Sandbox
+from worker.states import Piece
 from worker.telemetry import GpuBusySampler, gpu_snapshot
 
 KERNEL_PROBLEMS = ("1.1", "1.2", "2.1", "2.2")
@@ -187,20 +188,22 @@ def run_gpu_stage(
         return open_child(label, staged_root, kernels.HANDLERS, KERNEL_ARENA_BYTES, cap, wrapper)
 
     measurements: list[ProblemMeasurement] = []
+    piece = config.piece
     kernel_problems = _kernel_problems(rubric, config.problems)
     gate = LoadGate(deadline, config.load_timeout_s, cuda=config.policy.gpu_index is not None)
     failed_abi: dict[str, list[Check]] = {}
     try:
         gate.open([*(k.output for k in rubric.kernels), MINITORCH],
                   lambda label: open_child(label, staged_root, kernels.HANDLERS, PROBE_ARENA_BYTES))
-        sides = _open_sides(rubric, staged_root, trusted_root if kernel_problems else None, work_dir, open_child)
+        timed = kernel_problems and piece is not Piece.checks
+        sides = _open_sides(rubric, staged_root, trusted_root if timed else None, work_dir, open_child)
         # GPU utilisation is recorded per part of the stage: the kernel problems share one figure.
         try:
             with GpuBusySampler(gpu) as busy:
                 measurements.extend(kernels.grade_kernel_problems(
                     kernel_problems,
                     lambda label: open_child(f"problem-{label}", staged_root, kernels.HANDLERS, KERNEL_ARENA_BYTES),
-                    sides, gate, rng, config.timing, telemetry, progress, config.timing_cpus, failed_abi,
+                    sides, gate, rng, config.timing, telemetry, progress, config.timing_cpus, failed_abi, piece,
                 ))
         finally:
             sides.close()
@@ -208,7 +211,8 @@ def run_gpu_stage(
             m.telemetry["gpu_busy"] = busy.summary()
         if "3" in config.problems:
             progress.problem("3")
-            measurements.append(_grade_problem3(rubric, config, gate, rng, telemetry,
+            p3 = replace(config, problem3=replace(config.problem3, timed=piece is not Piece.checks))
+            measurements.append(_grade_problem3(rubric, p3, gate, rng, telemetry,
                                                 lambda: open_child("problem-3", staged_root, (problem3.HANDLERS,),
                                                                    problem3.arena_bytes(config.problem3))))
         # last, so that it cannot take time from anything that scores

@@ -37,6 +37,8 @@ from worker.hw4.speed import (
     warm_student,
 )
 from worker.measurements import BANDWIDTH_KEY, SANDBOX_REFUSED_KEY, Bandwidth, CaseOutcome, ProblemMeasurement
+from worker.pieces import mark_timing_pending
+from worker.states import Piece
 
 HANDLERS = ("worker.hw4.child_kernels",)
 # A kernel problem to run: its id, its cases, the speedups where its points change, the
@@ -318,6 +320,7 @@ def grade_kernel_problems(
     progress: StageProgress = StageProgress(),
     cpus: TimingCpus | None = None,
     failed_abi: dict[str, list[Check]] | None = None,
+    piece: Piece = Piece.whole,
 ) -> list[ProblemMeasurement]:
     """Every kernel problem (id, cases, thresholds, the libraries it needs), each in a fresh
     child of its own.
@@ -334,9 +337,14 @@ def grade_kernel_problems(
     problems whose public cases all passed, one after another, the other children frozen
     meanwhile, so no code of this submission runs beside a timing; with `cpus`, on the same
     two cores every grade. `failed_abi` receives each problem's failed C ABI checks (those
-    that ran), for worker.hw4.sanitize."""
+    that ran), for worker.hw4.sanitize.
+
+    `piece` (worker.states.Piece): `checks` runs phase 1 without the timing children and marks
+    the problems phase 2 would time `timing_pending` (worker.pieces); `timing` runs only phase 2,
+    for problems whose checks passed in an earlier piece, each timing child warmed first."""
     seeds = rng.integers(2**63 - 1, size=(len(problems), 3))
-    states = [KernelProblem(pid, plan_checks(cases, np.random.default_rng(int(seed[2]))), gate,
+    states = [KernelProblem(pid, [] if piece is Piece.timing else plan_checks(cases, np.random.default_rng(int(seed[2]))),
+                            gate,
                             paths_parts(cases[0].kind, needs), thresholds,
                             np.random.default_rng(int(seed[0])), np.random.default_rng(int(seed[1])),
                             ProblemMeasurement(pid, telemetry={"before": telemetry()}), Stopwatch({}))
@@ -344,9 +352,16 @@ def grade_kernel_problems(
     for problem in states:
         problem.measurement.telemetry["seconds"] = problem.clock.seconds  # where its wall time went
     try:
-        _check_all(states, open_student, sides, gate, config, progress)
-        waiting = _hand_over_to_timing(states, open_student, gate, progress)
-        _time_each(waiting, sides, gate, config, telemetry, progress, cpus)
+        if piece is Piece.timing:
+            waiting = _warm_for_timing(states, open_student, sides, gate, config)
+        else:
+            _check_all(states, open_student, sides, gate, config, progress, timers=piece is Piece.whole)
+            waiting = _hand_over_to_timing(states, open_student, gate, progress, timers=piece is Piece.whole)
+        if piece is Piece.checks:
+            for problem in waiting:
+                mark_timing_pending(problem.measurement)
+        else:
+            _time_each(waiting, sides, gate, config, telemetry, progress, cpus)
     finally:
         for problem in states:
             _finish(problem)
@@ -367,22 +382,23 @@ def _fresh_child(problem: KernelProblem, open_student: ClientFactory) -> None:
 
 
 def _check_all(states: list[KernelProblem], open_student: ClientFactory, sides: Sides, gate: LoadGate,
-               config: TimingConfig, progress: StageProgress) -> None:
-    """Phase 1: every problem's children spawned, then its checks, profile and timing child's
-    warm-up at once, a crashed check child replaced until its checks are done."""
+               config: TimingConfig, progress: StageProgress, timers: bool) -> None:
+    """Phase 1: every problem's children spawned, then its checks, profile and (with `timers`)
+    timing child's warm-up at once, a crashed check child replaced until its checks are done."""
     for problem in states:
         _fresh_child(problem, open_student)
         with problem.clock("start"):
             problem.profiler = open_student(f"{problem.problem_id}-profile")
-            problem.timer = open_student(f"{problem.problem_id}-timing")
+            problem.timer = open_student(f"{problem.problem_id}-timing") if timers else None
     gate.start()
     if states:
         progress.problem(states[0].problem_id)
     with ThreadPoolExecutor(max_workers=max(1, 3 * len(states) + 1)) as pool:
         # beside the checks: profiles and the warming of the timing children (never a timing)
         aside = [pool.submit(profile_phase, problem, config) for problem in states]
-        aside += [pool.submit(warm_phase, problem, config) for problem in states]
-        aside.append(pool.submit(_warm_sides, sides, gate, config.call_timeout_s))
+        if timers:
+            aside += [pool.submit(warm_phase, problem, config) for problem in states]
+            aside.append(pool.submit(_warm_sides, sides, gate, config.call_timeout_s))
         rounds = states
         while rounds:  # a crash ends its child: the problem's remaining checks get a fresh one
             for done in [pool.submit(check_phase, problem, config) for problem in rounds]:
@@ -400,16 +416,21 @@ def _check_all(states: list[KernelProblem], open_student: ClientFactory, sides: 
 
 
 def _hand_over_to_timing(states: list[KernelProblem], open_student: ClientFactory, gate: LoadGate,
-                         progress: StageProgress) -> list[KernelProblem]:
+                         progress: StageProgress, timers: bool) -> list[KernelProblem]:
     """The verdicts known (said to `progress`), each problem to be timed gets its timing child
     (fresh: it ran no check, and a hidden case may break a CUDA context), frozen until its turn;
-    the others' children close. Returns the problems to time."""
+    the others' children close. Returns the problems to time. Without `timers` (the checks
+    piece) every child closes and the problems to time are only named."""
     for problem in states:  # a part that did not load, named with what its child printed
         logs = [log for log in map(gate.log, dict.fromkeys(sum(problem.parts.values(), ()))) if log]
         if logs:
             problem.measurement.log_tail = "\n".join(logs)
     waiting = [p for p in states if ready_for_timing(p)]
     progress.checked([p.measurement for p in states], frozenset(p.problem_id for p in waiting))
+    if not timers:
+        for problem in states:
+            _finish(problem)
+        return waiting
     for problem in states:
         _finish(problem)
         timer, problem.timer = problem.timer, None
@@ -423,6 +444,42 @@ def _hand_over_to_timing(states: list[KernelProblem], open_student: ClientFactor
     for problem in waiting:
         problem.client.pause()  # type: ignore[union-attr]
     return waiting
+
+
+def _warm_for_timing(states: list[KernelProblem], open_student: ClientFactory, sides: Sides, gate: LoadGate,
+                     config: TimingConfig) -> list[KernelProblem]:
+    """The timing piece's phase 1: each problem's timing child and the side children pay their
+    one-time costs at once (the problems' checks passed in the checks piece), then wait frozen."""
+    for problem in states:
+        with problem.clock("start"):
+            problem.timer = open_student(f"{problem.problem_id}-timing")
+    gate.start()
+    with ThreadPoolExecutor(max_workers=len(states) + 1) as pool:
+        warming = [pool.submit(warm_phase, problem, config) for problem in states]
+        warming.append(pool.submit(_warm_sides, sides, gate, config.call_timeout_s))
+        for done in warming:
+            done.result()
+    gate.settle()  # no load probe runs beside the spawns that follow
+    waiting = [p for p in states if not _timing_blocked(p)]
+    for problem in waiting:
+        timer, problem.timer = problem.timer, None
+        if timer is not None:
+            problem.client = timer
+        else:  # its warm-up failed: a fresh child, where a failure that repeats ends the problem
+            _fresh_child(problem, open_student)
+        problem.client.pause()  # type: ignore[union-attr]
+    return waiting
+
+
+def _timing_blocked(problem: KernelProblem) -> bool:
+    """Whether a part the timing needs did not load this time (said, and the problem not timed)."""
+    blocked = problem.gate.blocked(*problem.parts["abi"], *problem.parts["binding"])
+    if blocked:
+        _skip_timing(problem, blocked)
+        if problem.timer is not None:
+            problem.timer.close()
+            problem.timer = None
+    return bool(blocked)
 
 
 def _time_each(waiting: list[KernelProblem], sides: Sides, gate: LoadGate, config: TimingConfig,
