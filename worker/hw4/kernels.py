@@ -352,11 +352,7 @@ def grade_kernel_problems(
     for problem in states:
         problem.measurement.telemetry["seconds"] = problem.clock.seconds  # where its wall time went
     try:
-        if piece is Piece.timing:
-            waiting = _warm_for_timing(states, open_student, sides, gate, config)
-        else:
-            _check_all(states, open_student, sides, gate, config, progress, timers=piece is Piece.whole)
-            waiting = _hand_over_to_timing(states, open_student, gate, progress, timers=piece is Piece.whole)
+        waiting = _to_time(states, open_student, sides, gate, config, progress, piece)
         if piece is Piece.checks:
             for problem in waiting:
                 mark_timing_pending(problem.measurement)
@@ -373,6 +369,15 @@ def grade_kernel_problems(
     if failed_abi is not None:
         failed_abi.update({p.problem_id: list(p.failed_abi) for p in states if p.failed_abi})
     return [p.measurement for p in states]
+
+
+def _to_time(states: list[KernelProblem], open_student: ClientFactory, sides: Sides, gate: LoadGate,
+             config: TimingConfig, progress: StageProgress, piece: Piece) -> list[KernelProblem]:
+    """Phase 1 of `piece`: the problems to time, their timing children (but in the checks piece) ready."""
+    if piece is Piece.timing:
+        return _warm_for_timing(states, open_student, sides, gate, config)
+    _check_all(states, open_student, sides, gate, config, progress, timers=piece is Piece.whole)
+    return _hand_over_to_timing(states, open_student, gate, progress, timers=piece is Piece.whole)
 
 
 def _fresh_child(problem: KernelProblem, open_student: ClientFactory) -> None:
