@@ -16,7 +16,11 @@ Queues (names from grader.settings):
 Priorities (Redis brokers): a run the reconciler sends again because our side failed it (its
 worker died, the broker lost its message, the broker was down at upload) is published at
 `PRIORITY_RESENT`, every other message at `PRIORITY_ORDINARY`, so the re-sent run is delivered
-before the runs uploaded after it that are still waiting. The embedded SQLite broker ignores
+before the runs uploaded after it that are still waiting. A run's timing piece
+(`TASK_TIME_RUN`, worker.pieces) travels at `PRIORITY_TIMING`, behind every check waiting in its
+queue: correctness verdicts first, speed when the GPU is free; one re-sent, or of a run chosen to
+count after it was passed over, at `PRIORITY_TIMING_FIRST`, ahead of the other timings but still
+behind the checks. The embedded SQLite broker ignores
 priorities (its messages are delivered in the order they were sent): there a re-sent run waits
 at the back, as before.
 
@@ -33,6 +37,7 @@ from grader.settings import Settings, get_settings
 
 TASK_GRADE_RUN = "kernelgrade.grade_run"
 TASK_PREBUILD = "kernelgrade.prebuild"
+TASK_TIME_RUN = "kernelgrade.time_run"
 
 # kombu's Redis transport keeps one list per priority step and a worker pops the lowest step
 # first, so 0 is the most urgent and the default (a message with no priority) is 0 too: every
@@ -41,7 +46,9 @@ TASK_PREBUILD = "kernelgrade.prebuild"
 # this app's `priority_steps` still reads the ordinary list.
 PRIORITY_RESENT = 0
 PRIORITY_ORDINARY = 3
-REDIS_PRIORITY_STEPS = [PRIORITY_RESENT, PRIORITY_ORDINARY]
+PRIORITY_TIMING_FIRST = 5
+PRIORITY_TIMING = 6
+REDIS_PRIORITY_STEPS = [PRIORITY_RESENT, PRIORITY_ORDINARY, PRIORITY_TIMING_FIRST, PRIORITY_TIMING]
 
 
 def task_routes(settings: Settings) -> dict[str, dict[str, str | int]]:
@@ -50,7 +57,8 @@ def task_routes(settings: Settings) -> dict[str, dict[str, str | int]]:
     run queue and the CPU queue keeps taking them in turn, as without priorities. A priority
     given when sending (a re-send's) wins over the route's."""
     routes: dict[str, dict[str, str | int]] = {
-        TASK_GRADE_RUN: {"queue": settings.task_queue, "priority": PRIORITY_ORDINARY}}
+        TASK_GRADE_RUN: {"queue": settings.task_queue, "priority": PRIORITY_ORDINARY},
+        TASK_TIME_RUN: {"queue": settings.task_queue, "priority": PRIORITY_TIMING}}
     if settings.build.queue:
         routes[TASK_PREBUILD] = {"queue": settings.build.queue, "priority": PRIORITY_ORDINARY}
     routes["*"] = {"priority": PRIORITY_ORDINARY}

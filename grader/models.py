@@ -25,9 +25,9 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship,
 from sqlalchemy.types import TypeDecorator
 
 from grader.roles import CourseRole, Power, Role, granted_powers
-from worker.states import ACTIVE_STATES, FINAL_STATES, ErrorClass, RunState
+from worker.states import ACTIVE_STATES, FINAL_STATES, WAITING_STATES, ErrorClass, RunState
 
-__all__ = ["ACTIVE_STATES", "FINAL_STATES", "CourseRole", "ErrorClass", "Role", "RunState"]
+__all__ = ["ACTIVE_STATES", "FINAL_STATES", "WAITING_STATES", "CourseRole", "ErrorClass", "Role", "RunState"]
 
 
 def utcnow() -> datetime:

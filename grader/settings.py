@@ -338,6 +338,14 @@ class Settings(BaseSettings):
     # on an H200 (BENCHMARKS.md), an honest slow one up to ~250 s (Problem 3's own budget is
     # 180 s); past it, what is left is settled as not run and the run is still scored.
     gpu_budget_s: float = Field(default=300.0, gt=0)
+    # A GPU worker grades a run in two pieces (worker.pieces): its checks, sharing the GPU with the
+    # checks of other runs, end it `checked` with every correctness verdict; its timing, a task of
+    # its own queued behind every waiting check, holds the GPU (and its timing cores) alone and
+    # scores it. False: one task grades the whole run, as before.
+    timing_split: bool = True
+    # Worker processes per GPU (`grader worker`'s default concurrency): with the split, that many
+    # runs' builds and checks share the GPU while a timing waits for them and then runs alone.
+    gpu_slots: int = Field(default=1, ge=1, le=16)
     # CUDA's compute-sanitizer on a kernel problem's smallest failed case (worker/sanitizer.py):
     # "auto" (on PATH, beside nvcc, in $CUDA_HOME/bin), "off", or the tool's path; its findings
     # are shown beside the lost points and never change them. sanitizer_cap_s bounds a run's
@@ -582,6 +590,11 @@ class Settings(BaseSettings):
     @property
     def jobs_dir(self) -> Path:
         return self.data_dir / "jobs"
+
+    @property
+    def gpu_lock_dir(self) -> Path:
+        """The GPU locks of this host's workers (worker.gpu.gpu_lock): one folder per data dir."""
+        return self.data_dir / "gpu-locks"
 
     @property
     def build_cache_dir(self) -> Path:

@@ -16,6 +16,8 @@ from worker.measurements import ProblemMeasurement
 
 TIMING_PENDING = "timing_pending"
 RECHECKED = "rechecked"  # a measurement that holds its own checks beside its timing
+# The toolchain record's list of the problems whose timing a run passed over (a newer upload counted).
+PASSED_OVER = "timing_passed_over"
 PENDING_WORDS = "speed is measured once the GPU is free; your correctness verdicts are final"
 # What a timing piece records of itself (its own start, loads and budget): kept apart, under
 # `timing_piece`, so the checks' record of the same names stays the one the page shows.

@@ -46,7 +46,7 @@ from worker.build_isolation import (
 )
 from worker.gpu.gpu_lock import GpuLock, held
 from worker.measurements import ProblemMeasurement
-from worker.pieces import merge_timing, pending_problems
+from worker.pieces import PASSED_OVER, merge_timing, pending_problems, settle_pending
 from worker.report import gradescope_results
 from worker.rubric import PROJECT_ROOT, REFERENCE_OPS_BUILT, Rubric
 from worker.sandbox import Sandbox, SandboxLimits, SandboxPolicy
@@ -239,20 +239,27 @@ def time_submission(
     checked: list[ProblemMeasurement],
     targets: dict[str, float] | None = None,
     on_stage: StageListener = lambda _stage: None,
+    not_timed: str | None = None,
 ) -> Outcome:
     """The timing piece of a run whose checks piece left `checked`: the same archive unpacked,
     staged and built again (the build cache's), the pending problems timed by `gpu_stage` (made
     for the timing piece) with the GPU held alone, and the whole scored. Its stage records are
-    named `timing_<stage>`."""
+    named `timing_<stage>`. With `not_timed` (why) nothing is timed: the pending problems are
+    scored without speed, saying why, and listed under PASSED_OVER in the toolchain record."""
     outcome = Outcome(state=RunState.building, toolchain=toolchain_info(config.toolchain))
     prepared = _prepare(archive, rubric, job_dir, config, outcome, on_stage)
     pending = pending_problems(checked)
     if prepared is None or any(p not in prepared[1].gradable for p in pending):
         raise PieceMismatch(f"the submission did not build for its timing as it did for its checks: {outcome.message}")
     root, built = prepared
-    on_stage("run")
-    timed = _measure(gpu_stage, root, rubric, job_dir, config, outcome, built, pending, targets, alone=True)
-    scored = _scored_with_blocked(outcome, rubric, merge_timing(checked, timed), targets, built)
+    if not_timed is not None:
+        outcome.toolchain[PASSED_OVER] = list(pending)
+        merged = settle_pending(checked, not_timed)
+    else:
+        on_stage("run")
+        merged = merge_timing(checked, _measure(gpu_stage, root, rubric, job_dir, config, outcome, built, pending,
+                                                targets, alone=True))
+    scored = _scored_with_blocked(outcome, rubric, merged, targets, built)
     scored.stages = {f"timing_{name}": record for name, record in scored.stages.items()}
     return scored
 

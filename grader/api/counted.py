@@ -26,6 +26,8 @@ from grader.models import Assignment, Submission, User
 from grader.notify import answer_messages, send_quietly
 from grader.reads.submission_reads import student_submissions
 from grader.roles import Power
+from grader.runs.dispatch import chosen_timing
+from grader.runs.timing_piece import time_if_passed_over
 
 router = APIRouter()
 REFUSED = {**ERRORS, 409: {"model": ErrorBody, "description": "the run is not a scored run of that student"}}
@@ -107,7 +109,7 @@ def choose_counted(slug: str, login: str, body: CountedRunIn, ctx: Context, sess
     if run is None or not is_scored(run):
         raise ApiError(status.HTTP_409_CONFLICT, f"run {body.run_id} is not a scored run of {login} in {slug}")
     choose(session, assignment, student.id, run, caller.user, (body.reason or None) if as_staff else None)
-    session.commit()  # stored before the answer
+    time_if_passed_over(session, run, chosen_timing(ctx))  # stored before the answer
     return _out(ctx, session, assignment, student, subs)
 
 

@@ -22,6 +22,8 @@ from grader.models import Assignment, GradeAdjustment, Run, Submission, User
 from grader.pages.common import Db, Sender, Viewer, absent, logged_in, page, see_other
 from grader.pages.run_view import render_run
 from grader.reads.runstatus import run_status
+from grader.runs.dispatch import chosen_timing
+from grader.runs.timing_piece import time_if_passed_over
 
 router = APIRouter(include_in_schema=False)
 
@@ -81,7 +83,7 @@ async def choose_counted(request: Request, session: Db, user: Sender) -> Respons
     if refusal is not None:
         return _refused(refusal, assignment)
     choose(session, assignment, user.id, run, user)
-    session.commit()
+    time_if_passed_over(session, run, chosen_timing(get_context(request)))
     return see_other(f"/runs/{run.id}#run-counts" if form.get("back") == "run" else f"/submissions#counts-{assignment.slug}")
 
 

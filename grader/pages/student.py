@@ -24,6 +24,8 @@ from grader.models import Assignment, Run, Submission, User
 from grader.notify import answer_messages, send_quietly
 from grader.pages.common import Db, GraderForm, Staff, StaffOf, absent, page, see_other
 from grader.reads.submission_reads import student_submissions
+from grader.runs.dispatch import chosen_timing
+from grader.runs.timing_piece import time_if_passed_over
 
 router = APIRouter(include_in_schema=False)
 
@@ -93,7 +95,7 @@ async def pin_counted(request: Request, username: str, session: Db, staff: Grade
     if run is None or run.submission not in subs or not is_scored(run):
         return see_other(f"{here}?error=unscored#counted")
     choose(session, assignment, student.id, run, staff.user, str(form.get("reason", "")).strip() or None)
-    session.commit()
+    time_if_passed_over(session, run, chosen_timing(get_context(request)))
     return see_other(f"{here}#counted")
 
 

@@ -20,18 +20,36 @@ import base64
 import json
 import logging
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from celery import Celery
 from celery.canvas import Signature, chain
 from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader.celery_app import PRIORITY_RESENT, TASK_GRADE_RUN, TASK_PREBUILD, build_queue_of
+from grader.celery_app import (
+    PRIORITY_RESENT,
+    PRIORITY_TIMING,
+    PRIORITY_TIMING_FIRST,
+    TASK_GRADE_RUN,
+    TASK_PREBUILD,
+    TASK_TIME_RUN,
+    build_queue_of,
+)
 from grader.db import session_scope
 from grader.models import Run, utcnow
+from grader.settings import Settings
 
 log = logging.getLogger(__name__)
+
+
+class HasBroker(Protocol):
+    """What sending needs of the app's context (grader.context.AppContext)."""
+
+    celery: Celery
+    sessions: sessionmaker[Session]
+    settings: Settings
+
 T = TypeVar("T")
 
 # Fail fast when the broker is down: the upload is already safe, a client should not wait.
@@ -52,10 +70,28 @@ def run_signature(celery: Celery, run_id: int, queue: str, resent: bool = False)
 
 def send_run(celery: Celery, sessions: sessionmaker[Session], run_id: int, queue: str, resent: bool = False) -> bool:
     """Publish the grading task for `run_id` (see run_signature); True when the broker accepted it."""
+    return _published(sessions, run_id, lambda: run_signature(celery, run_id, queue, resent))
+
+
+def send_timing(celery: Celery, sessions: sessionmaker[Session], run_id: int, queue: str, first: bool = False) -> bool:
+    """Publish the timing piece of the `checked` run `run_id` (behind the waiting checks; ahead of
+    the other timings when `first`: re-sent, or chosen to count); True when the broker accepted it."""
+    priority = PRIORITY_TIMING_FIRST if first else PRIORITY_TIMING
+    return _published(sessions, run_id, lambda: celery.signature(
+        TASK_TIME_RUN, args=[run_id], queue=queue, immutable=True, priority=priority))
+
+
+def chosen_timing(ctx: HasBroker) -> Callable[[int], bool]:
+    """A run's timing sent first (a run chosen to count after its timing was passed over)."""
+    return lambda run_id: send_timing(ctx.celery, ctx.sessions, run_id, ctx.settings.task_queue, first=True)
+
+
+def _published(sessions: sessionmaker[Session], run_id: int, signature: Callable[[], Signature]) -> bool:
+    """`signature()` published, and the run's `enqueued_at` set; False (and logged) when the broker refused it."""
     try:
-        run_signature(celery, run_id, queue, resent).apply_async(retry=True, retry_policy=_PUBLISH_RETRY)
+        signature().apply_async(retry=True, retry_policy=_PUBLISH_RETRY)
     except Exception as exc:  # kombu raises OperationalError and friends; any failure counts
-        log.warning("broker unavailable, run %s stays queued: %s", run_id, exc)
+        log.warning("broker unavailable, run %s waits to be sent: %s", run_id, exc)
         return False
     with session_scope(sessions) as session:
         session.execute(update(Run).where(Run.id == run_id).values(enqueued_at=utcnow()))
@@ -116,11 +152,11 @@ def _loads(raw: bytes | str) -> Any:
 
 
 def _run_of(payload: Any) -> int | None:
-    """The run id of a grading or prebuild task message (protocol 2, JSON body), else None."""
+    """The run id of a grading, timing or prebuild task message (protocol 2, JSON body), else None."""
     if not isinstance(payload, dict):
         return None
     headers = payload.get("headers") or {}
-    if headers.get("task") not in (TASK_GRADE_RUN, TASK_PREBUILD):
+    if headers.get("task") not in (TASK_GRADE_RUN, TASK_PREBUILD, TASK_TIME_RUN):
         return None
     try:
         body: Any = payload["body"]

@@ -15,10 +15,12 @@ from typing import TYPE_CHECKING
 from worker.affinity import choose_timing_cpus
 from worker.assignment import GpuStage, StageConfig, StageProgress, assignment_of
 from worker.build import Toolchain, cuda_include_dirs, system_includes
+from worker.gpu.gpu_lock import GpuLock
 from worker.pipeline import PipelineConfig
 from worker.rubric import Rubric
 from worker.sandbox import DockerOptions, SandboxLimits, SandboxPolicy
 from worker.sanitizer import sanitizer_config
+from worker.states import Piece
 from worker.telemetry import gpu_count
 from worker.unpack import UnpackLimits
 
@@ -26,8 +28,10 @@ if TYPE_CHECKING:
     from grader.settings import ChildSettings, Settings
 
 
-def pipeline_config(settings: Settings, rubric: Rubric) -> PipelineConfig:
+def pipeline_config(settings: Settings, rubric: Rubric, piece: Piece = Piece.whole) -> PipelineConfig:
+    """The pipeline's configuration; a piece of a split grade holds this GPU's lock."""
     return PipelineConfig(
+        gpu_lock=None if piece is Piece.whole else GpuLock(settings.gpu_lock_dir, settings.gpu_index),
         limits=UnpackLimits(
             max_total_bytes=settings.unpack.max_total_bytes,
             max_file_bytes=settings.unpack.max_file_bytes,
@@ -87,8 +91,9 @@ def gpu_available(settings: Settings) -> bool:
     return settings.gpu_grading == "on" or (settings.gpu_grading == "auto" and gpu_count() > 0)
 
 
-def gpu_stage_config(settings: Settings) -> StageConfig:
+def gpu_stage_config(settings: Settings, piece: Piece = Piece.whole) -> StageConfig:
     return StageConfig(
+        piece=piece,
         limits=child_limits(settings.sandbox, settings.sandbox.wall_s, settings.sandbox.disk_bytes),
         policy=sandbox_policy(settings, settings.gpu_index, docker_options(settings)),
         seed=settings.grading_seed,
@@ -98,11 +103,12 @@ def gpu_stage_config(settings: Settings) -> StageConfig:
     )
 
 
-def gpu_stage_for(settings: Settings, rubric: Rubric, progress: StageProgress = StageProgress()) -> GpuStage | None:
+def gpu_stage_for(settings: Settings, rubric: Rubric, progress: StageProgress = StageProgress(),
+                  piece: Piece = Piece.whole) -> GpuStage | None:
     """The assignment's stage when this worker can run it (a GPU stage needs GPU grading on),
     else None (runs end `built`); it tells `progress` what it measures (grader.runs.progress)
-    and runs only the problems whose kernels built."""
+    and runs only the problems whose kernels built, measuring `piece` of them."""
     assignment = assignment_of(rubric)
     if assignment.make_stage is None or (assignment.stage_needs_gpu and not gpu_available(settings)):
         return None
-    return assignment.make_stage(gpu_stage_config(settings), progress)
+    return assignment.make_stage(gpu_stage_config(settings, piece), progress)

@@ -31,23 +31,26 @@ from enum import Enum
 from pathlib import Path
 from typing import TypeVar
 
-from sqlalchemy import and_, case, func, or_, update
+from sqlalchemy import and_, case, func, or_, select, update
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.datadir import private_dir
 from grader.db import session_scope
-from grader.models import ACTIVE_STATES, REDUCED_ISOLATION, ErrorClass, ProblemResult, Run, RunState, utcnow
+from grader.models import FINAL_STATES, REDUCED_ISOLATION, ErrorClass, ProblemResult, Run, RunState, utcnow
 from grader.notify import notify_run_ended
 from grader.runs.engine_config import gpu_stage_for, pipeline_config
-from grader.runs.progress import ProgressNotes
+from grader.runs.progress import ProgressNotes, checked_progress
+from grader.runs.timing_piece import checked_measurements, claim_timing, passed_over
 from grader.service import calibrated_targets_for
 from grader.settings import Settings
 from grader.storage.blobstore import BlobStore
 from worker.build import ToolchainFault
-from worker.pipeline import Outcome, grade_submission, not_run_problems
+from worker.measurements import ProblemMeasurement
+from worker.pipeline import Outcome, grade_submission, not_run_problems, time_submission
 from worker.rubric import Rubric, load_rubric
+from worker.states import Piece
 from worker.telemetry import gpu_snapshot
 
 log = logging.getLogger(__name__)
@@ -88,7 +91,7 @@ def claim_run(session: Session, run_id: int, me: str, stale_before: datetime) ->
             or_(
                 Run.state == RunState.queued,
                 and_(
-                    Run.state.in_(ACTIVE_STATES),
+                    Run.state.in_((RunState.building, RunState.running)),
                     or_(mine, Run.heartbeat_at.is_(None), Run.heartbeat_at < stale_before),
                 ),
             ),
@@ -137,6 +140,15 @@ class Heartbeat:
         self._thread.join(timeout=self._interval + 5)
 
 
+@dataclass(frozen=True)
+class _TimingInput:
+    """What a timing piece reads with its claim: its checks' measurements, and why its timing is
+    passed over (a newer upload counts), if it is."""
+
+    checked: list[ProblemMeasurement]
+    passed_over: str | None
+
+
 @dataclass
 class RunExecutor:
     settings: Settings
@@ -156,17 +168,34 @@ class RunExecutor:
 
     def execute(self, run_id: int, me: str | None = None) -> Disposition:
         """Claim, grade and record `run_id` as `me` (a new identity by default; a task retried
-        after `unclaimed` passes the one it had, to take its own claim back)."""
-        me = me or worker_identity()
+        after `unclaimed` passes the one it had, to take its own claim back). A GPU worker with
+        the split (KG_TIMING_SPLIT) grades its checks piece: the run ends `checked` and
+        `timing_due` says so, unless nothing is left to time."""
+        return self._execute(run_id, me or worker_identity(), Piece.whole)
+
+    def execute_timing(self, run_id: int, me: str | None = None) -> Disposition:
+        """Claim the timing piece of the `checked` run `run_id`, time what its checks left
+        (grader.runs.timing_piece: or pass it over when a newer upload counts) and record the score."""
+        return self._execute(run_id, me or worker_identity(), Piece.timing)
+
+    def timing_due(self, run_id: int) -> bool:
+        """Whether `run_id` waits for its timing piece (its checks piece was just recorded)."""
+        with session_scope(self.sessions) as session:
+            return session.scalar(select(Run.state).where(Run.id == run_id)) is RunState.checked
+
+    def _execute(self, run_id: int, me: str, piece: Piece) -> Disposition:
         stale_before = utcnow() - timedelta(seconds=self.settings.heartbeat_timeout_s)
+        claim = claim_timing if piece is Piece.timing else claim_run
         try:
             with session_scope(self.sessions) as session:  # the claim and what it needs: all or nothing
-                claimed = claim_run(session, run_id, me, stale_before)
+                claimed = claim(session, run_id, me, stale_before)
                 if claimed:
                     run = session.get(Run, run_id)
                     assert run is not None
                     attempts, sha256 = run.attempts, run.submission.sha256
                     slug = run.submission.assignment.slug
+                    timing = _TimingInput(checked_measurements(run), passed_over(session, run)) \
+                        if piece is Piece.timing else None
         except SQLAlchemyError:
             # Nothing was claimed, or the commit's answer was lost after it was saved: the task
             # retries with `me`, which takes such a claim back.
@@ -178,10 +207,10 @@ class RunExecutor:
         if attempts > self.settings.max_attempts:
             return self._finish(run_id, me, _infra_failure(self._rubric(slug), f"grading was interrupted {attempts - 1} times"))
 
-        job_dir = self.settings.jobs_dir / f"run-{run_id}-attempt-{attempts}"
+        job_dir = self.settings.jobs_dir / f"run-{run_id}-attempt-{attempts}{'-timing' if timing else ''}"
         try:
             with Heartbeat(self.sessions, run_id, me, self.settings.heartbeat_interval_s):
-                outcome = self._grade(run_id, me, sha256, slug, job_dir)
+                outcome = self._grade(run_id, me, sha256, slug, job_dir, timing)
         except DATABASE_DOWN:  # e.g. reading the calibrated targets: nothing graded yet; keep the claim
             log.exception("run %s: the database failed while grading; the task retries and takes its claim back", run_id)
             return Disposition.unclaimed
@@ -193,7 +222,8 @@ class RunExecutor:
                 kind = "the grading machine's CUDA toolchain failed" if isinstance(exc, ToolchainFault) else type(exc).__name__
                 disposition = self._finish(run_id, me, _infra_failure(self._rubric(slug), f"{kind}; details in the worker log"))
             else:
-                disposition = _retrying_db(f"run {run_id}: release", lambda: self._release(run_id, me)) or Disposition.unclaimed
+                disposition = _retrying_db(f"run {run_id}: release",
+                                           lambda: self._release(run_id, me, piece)) or Disposition.unclaimed
             if isinstance(exc, ToolchainFault):
                 self.on_toolchain_fault(str(exc))
             return disposition
@@ -201,12 +231,12 @@ class RunExecutor:
             shutil.rmtree(job_dir, ignore_errors=True)
         return self._finish(run_id, me, outcome)
 
-    def _grade(self, run_id: int, me: str, sha256: str, slug: str, job_dir: Path) -> Outcome:
+    def _grade(self, run_id: int, me: str, sha256: str, slug: str, job_dir: Path,
+               timing: _TimingInput | None) -> Outcome:
         archive = self.blobs.path(sha256)
         if not archive.is_file():
             raise FileNotFoundError(f"blob {sha256} is missing from the blob store")
         rubric = self._rubric(slug)
-        config = pipeline_config(self.settings, rubric)
         shutil.rmtree(job_dir, ignore_errors=True)
         private_dir(job_dir)  # jobs/ and the job's folder 0700 (the sandbox gets its own folders: worker.sandbox)
 
@@ -218,24 +248,35 @@ class RunExecutor:
             except SQLAlchemyError:
                 log.warning("run %s: progress not recorded (database error); grading goes on", run_id, exc_info=True)
 
-        def write(progress: dict[str, object], running: bool) -> None:
-            record(progress=progress, **({"state": RunState.running} if running else {}))
+        def write(progress: dict[str, object], running: bool) -> None:  # a timing piece stays `timing`
+            record(progress=progress, **({"state": RunState.running} if running and timing is None else {}))
 
         notes = ProgressNotes(rubric, write, lambda line: log.info("run %s: %s", run_id, line))
-        gpu_stage = gpu_stage_for(self.settings, rubric, notes.for_stage())
+        piece = Piece.timing if timing else Piece.checks if self.settings.timing_split else Piece.whole
+        gpu_stage = gpu_stage_for(self.settings, rubric, notes.for_stage(), piece)
+        if gpu_stage is None and piece is Piece.checks:  # no GPU here: nothing to split
+            piece = Piece.whole
+        config = pipeline_config(self.settings, rubric, piece)
         targets = None
         if gpu_stage is not None:
             with session_scope(self.sessions) as session:
                 targets = calibrated_targets_for(session, slug, gpu_snapshot(self.settings.gpu_index).get("name"))
-        return grade_submission(archive, rubric, job_dir, config, notes.stage, gpu_stage, targets)
+        if timing is None:
+            return grade_submission(archive, rubric, job_dir, config, notes.stage, gpu_stage, targets, piece)
+        if gpu_stage is None:
+            raise RuntimeError("a timing piece reached a worker without a GPU stage")
+        return time_submission(archive, rubric, job_dir, config, gpu_stage, timing.checked, targets, notes.stage,
+                               not_timed=timing.passed_over)
 
-    def _release(self, run_id: int, me: str) -> Disposition:
-        """Give a run back to the queue after an infrastructure fault (no result recorded)."""
+    def _release(self, run_id: int, me: str, piece: Piece) -> Disposition:
+        """Give a run back to the queue after an infrastructure fault (no result recorded); a
+        timing piece's back to `checked`, its checks' verdicts kept."""
+        back = {"state": RunState.checked} if piece is Piece.timing else {"state": RunState.queued, "progress": None}
         with session_scope(self.sessions) as session:
             session.execute(
                 update(Run)
                 .where(Run.id == run_id, Run.claimed_by == me)
-                .values(state=RunState.queued, claimed_by=None, heartbeat_at=None, enqueued_at=None, progress=None)
+                .values(claimed_by=None, heartbeat_at=None, enqueued_at=None, **back)
             )
         return Disposition.retry
 
@@ -243,7 +284,7 @@ class RunExecutor:
         """Record `outcome` if this worker still holds the claim: `done`, else `discarded`;
         `unclaimed` when the database stayed away (the task retries and grades again)."""
         recorded = _retrying_db(f"run {run_id}: record the outcome", lambda: self._record(run_id, me, outcome))
-        if recorded is Disposition.done:
+        if recorded is Disposition.done and outcome.state in FINAL_STATES:
             notify_run_ended(self.settings, self.sessions, run_id)  # after the commit; never raises
         return recorded or Disposition.unclaimed
 
@@ -254,17 +295,21 @@ class RunExecutor:
                 log.warning("run %s: result discarded (%s): the claim was lost, another attempt owns the run",
                             run_id, outcome.state.value)
                 return Disposition.discarded
+            timed = run.state is RunState.timing  # the second piece: the first's record stays beside it
             run.state = outcome.state
             run.error_class = outcome.error_class
             run.message = outcome.message
             run.score = outcome.score
-            run.stages = {name: rec.as_dict() for name, rec in outcome.stages.items()}
-            run.toolchain = ({**outcome.toolchain, REDUCED_ISOLATION: list(self.reduced_isolation)}
-                             if self.reduced_isolation else outcome.toolchain)
+            stages = {name: rec.as_dict() for name, rec in outcome.stages.items()}
+            run.stages = {**(run.stages or {}), **stages} if timed else stages
+            toolchain = {**(run.toolchain or {}), **outcome.toolchain} if timed else outcome.toolchain
+            run.toolchain = ({**toolchain, REDUCED_ISOLATION: list(self.reduced_isolation)}
+                             if self.reduced_isolation else toolchain)
             run.report = outcome.report
-            run.finished_at = utcnow()
             run.claimed_by = None
-            run.progress = None
+            run.finished_at = None if outcome.state is RunState.checked else utcnow()
+            run.enqueued_at = None if outcome.state is RunState.checked else run.enqueued_at  # its timing is sent next
+            run.progress = checked_progress(self._rubric(run.submission.assignment.slug), outcome) if outcome.state is RunState.checked else None
             run.results.clear()
             run.results.extend(
                 ProblemResult(

@@ -13,16 +13,19 @@ from typing import Any
 
 from worker.assignment import StageProgress, assignment_of
 from worker.measurements import ProblemMeasurement
+from worker.pieces import pending_problems
+from worker.pipeline import Outcome
 from worker.rubric import Rubric
 from worker.scoring import score_problem
 
-BEING_MEASURED, NOT_TIMED = "being measured", "not timed"
+BEING_MEASURED, NOT_TIMED, WAITING_FOR_GPU = "being measured", "not timed", "waiting for the GPU"
 
 
-def checked_verdicts(rubric: Rubric, measurements: list[ProblemMeasurement], timed: frozenset[str]) -> list[dict[str, Any]]:
+def checked_verdicts(rubric: Rubric, measurements: list[ProblemMeasurement], timed: frozenset[str],
+                     speed: str = BEING_MEASURED) -> list[dict[str, Any]]:
     """Per measured problem of the rubric: whether every correctness case passed, the
     correctness points scoring gives it (speed points come with the timing), and whether its
-    speed is still being measured."""
+    speed is still to come (`speed`: being measured, or waiting for the GPU)."""
     specs = {p.id: p.scoring for p in rubric.problems}
     words = assignment_of(rubric).words
     verdicts = []
@@ -36,7 +39,7 @@ def checked_verdicts(rubric: Rubric, measurements: list[ProblemMeasurement], tim
             "correct": m.status == "ok" and m.all_passed,
             "correctness_points": round(score.correctness_points, 2),
             "correctness_max": spec.correctness_points,
-            "speed": BEING_MEASURED if m.problem_id in timed else NOT_TIMED,
+            "speed": speed if m.problem_id in timed else NOT_TIMED,
         })
     return verdicts
 
@@ -74,3 +77,12 @@ class ProgressNotes:
 
     def for_stage(self) -> StageProgress:
         return StageProgress(problem=self.problem, checked=self.verdicts)
+
+
+def checked_progress(rubric: Rubric, outcome: Outcome) -> dict[str, Any]:
+    """Run.progress of a run its checks piece left `checked`: every problem's verdict and
+    correctness points, those still to be timed waiting for the GPU (the run page's two-step result)."""
+    measurements = [ProblemMeasurement.from_dict(p.details["measurement"]) for p in outcome.problems
+                    if p.details and p.details.get("measurement")]
+    return {"stage": "timing", "checked": checked_verdicts(rubric, measurements, frozenset(pending_problems(measurements)),
+                                                           speed=WAITING_FOR_GPU)}

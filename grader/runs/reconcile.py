@@ -21,8 +21,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from grader.db import session_scope
 from grader.lti.tasks import queue_grade_sends
-from grader.models import ACTIVE_STATES, Run, RunState, utcnow
-from grader.runs.dispatch import held_runs, send_run
+from grader.models import ACTIVE_STATES, WAITING_STATES, Run, RunState, utcnow
+from grader.runs.dispatch import held_runs, send_run, send_timing
 from grader.runs.fairshare import dispatchable
 from grader.settings import Settings
 
@@ -50,8 +50,11 @@ def forgotten_runs(session: Session, settings: Settings) -> dict[int, Resend]:
     """Queued runs sent so long ago that the message was probably lost, and the never-sent runs
     that fair share lets go now (each student's oldest, when nothing of theirs is in flight)."""
     sent_long_ago = utcnow() - timedelta(seconds=settings.requeue_after_s)
-    lost = select(Run.id).where(Run.state == RunState.queued, Run.enqueued_at < sent_long_ago)
+    lost = select(Run.id).where(Run.state.in_(WAITING_STATES), Run.enqueued_at < sent_long_ago)
+    # a checked run's timing is never held back by fair share: its student's checks are done
+    untimed = select(Run.id).where(Run.state == RunState.checked, Run.enqueued_at.is_(None))
     return {**dict.fromkeys(dispatchable(session), Resend.never_sent),
+            **dict.fromkeys(session.scalars(untimed), Resend.never_sent),
             **dict.fromkeys(session.scalars(lost), Resend.message_lost)}
 
 
@@ -60,7 +63,7 @@ def unheld_runs(session: Session, settings: Settings, held: set[int], checked_at
     message it did not hold. The margin covers a worker between taking a message and claiming
     its run; a run sent after the read is never counted as lost."""
     cutoff = checked_at - timedelta(seconds=settings.resend_unheld_after_s)
-    sent = session.scalars(select(Run.id).where(Run.state == RunState.queued, Run.enqueued_at < cutoff))
+    sent = session.scalars(select(Run.id).where(Run.state.in_(WAITING_STATES), Run.enqueued_at < cutoff))
     return sorted(set(sent) - held)
 
 
@@ -68,18 +71,22 @@ def _mark_unsent(session: Session, run_ids: list[int]) -> None:
     """A lost message's run is unsent again: the run page says it waits to be re-sent, and if the
     send below fails, fair share and the next pass treat it as never sent."""
     if run_ids:
-        session.execute(update(Run).where(Run.id.in_(run_ids), Run.state == RunState.queued)
+        session.execute(update(Run).where(Run.id.in_(run_ids), Run.state.in_(WAITING_STATES))
                         .values(enqueued_at=None))
 
 
 def _requeue_abandoned(session: Session, settings: Settings) -> list[int]:
-    """Active runs whose worker stopped beating go back to `queued` (and lose their claim, so
-    a worker that was merely slow cannot record a result over the next attempt's); their ids."""
+    """Active runs whose worker stopped beating go back to waiting (and lose their claim, so
+    a worker that was merely slow cannot record a result over the next attempt's): `queued`, or
+    `checked` for a timing piece (its checks' verdicts stay); their ids."""
     stale = utcnow() - timedelta(seconds=settings.heartbeat_timeout_s)
-    return list(session.scalars(
+    gone = or_(Run.heartbeat_at.is_(None), Run.heartbeat_at < stale)
+    back = [(RunState.timing, RunState.checked)] + [(state, RunState.queued) for state in ACTIVE_STATES
+                                                    if state is not RunState.timing]
+    return sorted(run_id for active, waiting in back for run_id in session.scalars(
         update(Run)
-        .where(Run.state.in_(ACTIVE_STATES), or_(Run.heartbeat_at.is_(None), Run.heartbeat_at < stale))
-        .values(state=RunState.queued, claimed_by=None, heartbeat_at=None, enqueued_at=None)
+        .where(Run.state == active, gone)
+        .values(state=waiting, claimed_by=None, heartbeat_at=None, enqueued_at=None)
         .returning(Run.id)
     ))
 
@@ -103,10 +110,14 @@ def reconcile(settings: Settings, sessions: sessionmaker[Session], celery: Celer
         # a requeued run is also unsent (fair share lets it go): its reason is its worker's death
         report.reasons = {**forgotten_runs(session, settings), **dict.fromkeys(report.lost, Resend.message_lost)}
         report.reasons.update((run_id, Resend.worker_died) for run_id in abandoned if run_id in report.reasons)
+        timings = set(session.scalars(select(Run.id).where(Run.id.in_(report.reasons), Run.state == RunState.checked)))
     if report.lost:
         log.warning("the broker no longer holds the tasks of queued runs %s; sending them again", report.lost)
     for run_id, reason in sorted(report.reasons.items()):
-        if send_run(celery, sessions, run_id, settings.task_queue, resent=True):
+        if run_id in timings and send_timing(celery, sessions, run_id, settings.task_queue, first=True):
+            report.resent.append(run_id)
+            log.info("run %s: its timing sent ahead of the other timings: %s", run_id, reason.value)
+        elif run_id not in timings and send_run(celery, sessions, run_id, settings.task_queue, resent=True):
             report.resent.append(run_id)
             log.info("run %s sent to the front of its queue: %s", run_id, reason.value)
         else:

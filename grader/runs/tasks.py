@@ -1,6 +1,9 @@
 """Celery tasks: thin adapters from a message to the worker's code.
 
-- grade_run (run queue, GPU workers): RunExecutor.execute claims, grades and records the run.
+- grade_run (run queue, GPU workers): RunExecutor.execute claims, grades and records the run;
+  with the split (KG_TIMING_SPLIT) its checks piece, and a run left `checked` has its timing sent.
+- time_run (run queue, behind every check: grader.celery_app's PRIORITY_TIMING):
+  RunExecutor.execute_timing times and scores a `checked` run.
 - prebuild (build queue, CPU workers): compiles the run's kernels so that they land in the
   shared build cache (`KG_DATA_DIR/build-cache`, keyed by the hash of sources, headers, nvcc
   version and flags); the grading task that follows it in the chain then finds them there
@@ -17,10 +20,11 @@ import uuid
 
 from celery import Task, shared_task
 
-from grader.celery_app import TASK_GRADE_RUN, TASK_PREBUILD
+from grader.celery_app import TASK_GRADE_RUN, TASK_PREBUILD, TASK_TIME_RUN
 from grader.datadir import private_dir
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import Run, RunState
+from grader.runs.dispatch import send_timing
 from grader.runs.engine_config import pipeline_config
 from grader.runs.fairshare import release_after
 from grader.runs.lifecycle import Disposition, RunExecutor, worker_identity
@@ -53,16 +57,34 @@ def grade_run(self: Task, run_id: int, claim: str | None = None) -> str:
     # Celery logs.
     ex = executor()
     claim = claim or worker_identity()
-    disposition = ex.execute(run_id, claim)
+    disposition = _retried_unless_ended(self, ex, run_id, claim, ex.execute(run_id, claim))
+    if disposition is Disposition.done and ex.timing_due(run_id):
+        send_timing(self.app, ex.sessions, run_id, ex.settings.task_queue)  # not sent: the reconciler sends it
+    elif disposition is Disposition.done:  # fair share: the student's next waiting run may go
+        release_after(self.app, ex.sessions, run_id, ex.settings.task_queue)
+    return disposition.value
+
+
+@shared_task(name=TASK_TIME_RUN, bind=True, max_retries=None)
+def time_run(self: Task, run_id: int, claim: str | None = None) -> str:
+    """The timing piece of a `checked` run; retried as grade_run is."""
+    ex = executor()
+    claim = claim or worker_identity()
+    disposition = _retried_unless_ended(self, ex, run_id, claim, ex.execute_timing(run_id, claim))
+    if disposition is Disposition.done:
+        release_after(self.app, ex.sessions, run_id, ex.settings.task_queue)
+    return disposition.value
+
+
+def _retried_unless_ended(task: Task, ex: RunExecutor, run_id: int, claim: str, disposition: Disposition) -> Disposition:
+    """`disposition`, unless it asks for a retry: then the task is retried (Celery's Retry raised)."""
     if disposition is Disposition.retry:
-        raise self.retry(countdown=RETRY_COUNTDOWN_S)
+        raise task.retry(countdown=RETRY_COUNTDOWN_S)
     if disposition is Disposition.unclaimed:
         log.warning("run %s: the database failed around the claim; retrying in %s s with the same claim", run_id,
                     ex.settings.claim_retry_after_s)
-        raise self.retry(kwargs={"claim": claim}, countdown=ex.settings.claim_retry_after_s)
-    if disposition is Disposition.done:  # fair share: the student's next waiting run may go
-        release_after(self.app, ex.sessions, run_id, ex.settings.task_queue)
-    return disposition.value
+        raise task.retry(kwargs={"claim": claim}, countdown=ex.settings.claim_retry_after_s)
+    return disposition
 
 
 @shared_task(name=TASK_PREBUILD)

@@ -10,6 +10,7 @@ logs "fault: the database was stopped right after the claim of run N".
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -28,6 +29,7 @@ import grader.runs.engine_config  # noqa: E402
 import grader.runs.lifecycle  # noqa: E402
 from grader.celery_app import celery  # noqa: E402
 from worker.sandbox import SandboxPolicy  # noqa: E402
+from worker.states import Piece
 
 
 def stop_database_after_first_claim(patch: pytest.MonkeyPatch, argv: list[str]) -> None:
@@ -54,7 +56,8 @@ def main(queue: str) -> None:
     patch = pytest.MonkeyPatch()  # kept for the life of the process
     gpu_stage_support.shorten_cases(patch)
     patch.setattr(grader.runs.engine_config, "gpu_stage_config",
-                  lambda _settings: gpu_stage_support.stage_config(SandboxPolicy(user=None)))
+                  lambda _settings, piece=Piece.whole: dataclasses.replace(
+                      gpu_stage_support.stage_config(SandboxPolicy(user=None)), piece=piece))
     if os.environ.get("KG_FAULT_STOP_DB_AFTER_CLAIM"):
         stop_database_after_first_claim(patch, json.loads(os.environ["KG_FAULT_STOP_DB_AFTER_CLAIM"]))
     celery.worker_main(["worker", "-Q", queue, "--concurrency", "1", "--loglevel", "info", "--without-gossip",

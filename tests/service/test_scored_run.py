@@ -3,6 +3,7 @@ read back over the API: the GPU stage runs on the CPU stand-in submission (host-
 built by a g++ "nvcc", the kit's MiniTorch on the CPU), since CI has no GPU."""
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import zipfile
 from collections.abc import Iterator
@@ -28,6 +29,7 @@ from worker.hw4.cases import load_cases
 from worker.hw4.grade import GpuStageConfig
 from worker.hw4.problem3 import Problem3Config
 from worker.sandbox import SandboxLimits, SandboxPolicy
+from worker.states import Piece
 
 GiB = 1024**3
 SMALL = GpuStageConfig(
@@ -46,7 +48,8 @@ def small_stage(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(grade, "load_cases", lambda _slug: short)
     for pid, case in SMALL_TIMING_CASES.items():
         monkeypatch.setitem(speed.TIMING_CASES, pid, [case])
-    monkeypatch.setattr(grader.runs.engine_config, "gpu_stage_config", lambda _settings: SMALL)
+    monkeypatch.setattr(grader.runs.engine_config, "gpu_stage_config",
+                        lambda _settings, piece=Piece.whole: dataclasses.replace(SMALL, piece=piece))
 
 
 @pytest.fixture
@@ -56,13 +59,11 @@ def work() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-@pytest.mark.skipif(not cpu_standin.have_compiler(), reason="needs g++ for the CPU stand-in")
-def test_executor_scores_a_run_and_the_api_shows_results_and_report(
-    settings: Settings, sessions: sessionmaker[Session], client: TestClient, tokens: dict[str, str],
-    small_stage: None, work: Path,
-) -> None:
-    source = cpu_standin.make_cpu_submission(work / "src" / "llmsys_hw4")
-    archive = work / "standin.zip"
+def _upload(settings: Settings, sessions: sessionmaker[Session], work: Path, note: str = "") -> int:
+    """alice's upload of the CPU stand-in (`note` changes a byte of a file the grade ignores); its run's id."""
+    source = cpu_standin.make_cpu_submission(work / f"src{note}" / "llmsys_hw4")
+    (source / "NOTES.txt").write_text(note)
+    archive = work / f"standin{note}.zip"
     with zipfile.ZipFile(archive, "w") as zf:
         for path in sorted(source.rglob("*")):
             if path.is_file() and path.suffix != ".so":
@@ -70,14 +71,29 @@ def test_executor_scores_a_run_and_the_api_shows_results_and_report(
     blob = BlobStore(settings.blob_dir).put_bytes(archive.read_bytes())
     with session_scope(sessions) as session:
         user = get_or_create_user(session, "alice", Role.student)
-        _, run = record_submission(session, user, get_assignment(session, "hw4"), "standin.zip", blob)
-        run_id = run.id
+        _, run = record_submission(session, user, get_assignment(session, "hw4"), archive.name, blob)
+        return run.id
+
+
+def _gpu_settings(settings: Settings, work: Path, timing_split: bool) -> Settings:
+    """A GPU worker's settings whose "GPU" is the CPU stand-in, with the blobs uploaded so far."""
     gpu_settings = settings.model_copy(update={
         "gpu_grading": "on", "nvcc": str(cpu_standin.write_fake_nvcc(work / "bin" / "nvcc")),
-        "data_dir": work / "data",
+        "data_dir": work / "data", "timing_split": timing_split,
     })
-    gpu_settings.blob_dir.parent.mkdir(parents=True)
+    shutil.rmtree(gpu_settings.blob_dir, ignore_errors=True)
+    gpu_settings.blob_dir.parent.mkdir(parents=True, exist_ok=True)
     shutil.copytree(settings.blob_dir, gpu_settings.blob_dir)
+    return gpu_settings
+
+
+@pytest.mark.skipif(not cpu_standin.have_compiler(), reason="needs g++ for the CPU stand-in")
+def test_executor_scores_a_run_and_the_api_shows_results_and_report(
+    settings: Settings, sessions: sessionmaker[Session], client: TestClient, tokens: dict[str, str],
+    small_stage: None, work: Path,
+) -> None:
+    run_id = _upload(settings, sessions, work)
+    gpu_settings = _gpu_settings(settings, work, timing_split=False)  # one task grades the whole run
 
     assert RunExecutor(gpu_settings, sessions, BlobStore(gpu_settings.blob_dir)).execute(run_id) is Disposition.done
 
@@ -101,3 +117,56 @@ def test_executor_scores_a_run_and_the_api_shows_results_and_report(
     shares = [r["run_s"] for r in gpu_time["rows"] if r["run_s"] is not None]
     assert sum(shares) == pytest.approx(gpu_time["stage_s"], abs=0.6) and min(shares) >= 0
     assert run["gpu_time"] is None
+
+
+@pytest.mark.skipif(not cpu_standin.have_compiler(), reason="needs g++ for the CPU stand-in")
+def test_a_split_grade_shows_verdicts_first_then_the_score(
+    settings: Settings, sessions: sessionmaker[Session], client: TestClient, tokens: dict[str, str],
+    small_stage: None, work: Path,
+) -> None:
+    run_id = _upload(settings, sessions, work)
+    executor = RunExecutor(_gpu_settings(settings, work, timing_split=True), sessions, BlobStore(work / "data" / "blobs"))
+    assert executor.execute(run_id) is Disposition.done and executor.timing_due(run_id)
+
+    run = client.get(f"/api/v1/runs/{run_id}", headers=auth(tokens["alice"])).json()
+    assert run["state"] == "checked" and run["score"] is None and run["report"] is None, run["message"]
+    assert "measured when the GPU is free" in run["message"]
+    assert [r["details"]["score"]["correctness_points"] for r in run["results"]] == [14] * 5
+    assert all(r["details"]["measurement"]["speedup_student"] is None for r in run["results"])
+    assert executor.execute(run_id) is Disposition.skipped  # a second grade task finds it checked: no double grade
+
+    assert executor.execute_timing(run_id) is Disposition.done
+    run = client.get(f"/api/v1/runs/{run_id}", headers=auth(tokens["alice"])).json()
+    assert run["state"] == "scored" and not executor.timing_due(run_id), run["message"]
+    assert {"run", "timing_run", "timing_build"} <= set(run["stages"])  # the checks' record stays beside the timing's
+    assert run["score"] == pytest.approx(sum(r["points"] for r in run["results"]))
+    assert all(r["details"]["measurement"]["speedup_student"] is not None for r in run["results"])
+    assert run["score"] > 5 * 14, run["results"]  # speed points came with the timing
+    assert executor.execute_timing(run_id) is Disposition.skipped  # scored: nothing left to time
+
+
+@pytest.mark.skipif(not cpu_standin.have_compiler(), reason="needs g++ for the CPU stand-in")
+def test_an_upload_passed_over_is_timed_once_chosen_to_count(
+    settings: Settings, sessions: sessionmaker[Session], client: TestClient, tokens: dict[str, str],
+    small_stage: None, work: Path,
+) -> None:
+    first = _upload(settings, sessions, work, note="first")
+    executor = RunExecutor(_gpu_settings(settings, work, timing_split=True), sessions, BlobStore(work / "data" / "blobs"))
+    assert executor.execute(first) is Disposition.done
+    _upload(settings, sessions, work, note="second")  # before the first's timing began
+    executor = RunExecutor(_gpu_settings(settings, work, timing_split=True), sessions, BlobStore(work / "data" / "blobs"))
+
+    assert executor.execute_timing(first) is Disposition.done
+    run = client.get(f"/api/v1/runs/{first}", headers=auth(tokens["alice"])).json()
+    assert run["state"] == "scored" and run["score"] == 5 * 14, run["results"]  # correctness stays, no speed
+    assert all("uploaded again" in r["message"] for r in run["results"]), [r["message"] for r in run["results"]]
+    assert "timing_run" not in run["stages"]
+
+    chosen = client.put("/api/v1/assignments/hw4/students/alice/counted-run", headers=auth(tokens["staff"]),
+                        json={"run_id": first, "reason": "the student asked"})
+    assert chosen.status_code == 200, chosen.text
+    run = client.get(f"/api/v1/runs/{first}", headers=auth(tokens["alice"])).json()
+    assert run["state"] == "checked" and run["score"] is None  # its timing comes next
+    assert executor.execute_timing(first) is Disposition.done
+    run = client.get(f"/api/v1/runs/{first}", headers=auth(tokens["alice"])).json()
+    assert run["state"] == "scored" and run["score"] > 5 * 14 and "timing_run" in run["stages"], run["message"]

@@ -325,7 +325,7 @@ def test_the_gpu_stage_measures_against_the_calibrated_targets(tmp_path: Path, c
 def captured(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, ...]]]:
     seen: list[tuple[str, ...]] = []
     monkeypatch.setattr(engine_config, "gpu_available", lambda _settings: True)
-    monkeypatch.setattr(engine_config, "gpu_stage_config", lambda _settings: StageConfig(
+    monkeypatch.setattr(engine_config, "gpu_stage_config", lambda _settings, _piece=None: StageConfig(
         limits=SandboxLimits(wall_s=1, cpu_s=1, memory_bytes=MiB, max_processes=1, file_size_bytes=MiB),
         policy=POLICY))
     monkeypatch.setattr(hw4_grade, "run_gpu_stage",
