@@ -62,7 +62,7 @@ def run_job(spec: dict[str, Any]) -> dict[str, Any]:
     config, stage_config, _ = production_configs(rubric, work / "data", tuple(spec["problems"]))
     config = replace(config, build_cache_dir=Path(spec["cache"]),
                      gpu_lock=GpuLock(Path(spec["locks"]), 0) if spec["split"] else None)
-    stage_config = replace(stage_config, piece=piece)
+    stage_config = replace(stage_config, piece=piece, gpu_lock=config.gpu_lock if piece is Piece.timing else None)
 
     def gpu_stage(r: Any, staged: Path, reference: Path, work_dir: Path, problems: tuple[str, ...]) -> list[Any]:
         chosen = replace(stage_config, problems=tuple(p for p in stage_config.problems if p in problems))

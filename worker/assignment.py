@@ -25,6 +25,7 @@ from worker.states import Piece
 
 if TYPE_CHECKING:  # pragma: no cover
     from worker.affinity import TimingCpus
+    from worker.gpu.gpu_lock import GpuLock
     from worker.measurements import ProblemMeasurement
     from worker.rubric import Rubric
     from worker.sandbox import SandboxLimits, SandboxPolicy
@@ -52,6 +53,9 @@ class StageConfig:
     sanitizer: SanitizerConfig | None = None
     # Which part of the grade the stage measures (worker.states.Piece, worker.pieces).
     piece: Piece = Piece.whole
+    # The GPU's lock between the host's worker processes (worker.gpu.gpu_lock): a timing piece's
+    # stage takes its turns with it (shared while warming, alone while timing). None: no lock.
+    gpu_lock: GpuLock | None = None
 
 
 # The GPU stage: (rubric, staged tree, reference tree, work dir, ids of the problems to run:

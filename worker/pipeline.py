@@ -369,13 +369,16 @@ def _built_without_gpu_stage(outcome: Outcome, rubric: Rubric, built: _Built) ->
 def _measure(gpu_stage: GpuStage, root: Path, rubric: Rubric, job_dir: Path, config: PipelineConfig,
              outcome: Outcome, built: _Built, problems: tuple[str, ...], targets: dict[str, float] | None,
              alone: bool) -> list[ProblemMeasurement]:
-    """The reference kit built, the GPU stage run on `problems` (the GPU's lock held shared, or
-    `alone` for a timing), its measurements with paths as the student reads them."""
-    with held(config.gpu_lock, alone):
+    """The reference kit built, the GPU stage run on `problems`, its measurements with paths as
+    the student reads them. The GPU's lock is held shared, but for a timing (`alone`): its stage
+    holds the lock itself (StageConfig.gpu_lock), shared while its children start and warm,
+    alone only while it times."""
+    with held(config.gpu_lock, alone=False):
         started = time.monotonic()
         reference = build_reference(rubric, config, job_dir / "reference")
         _timed_stage(outcome, "reference", started, "ok", "reference kit built")
-        started = time.monotonic()
+    started = time.monotonic()
+    with held(None if alone else config.gpu_lock, alone=False):
         measured = gpu_stage(rubric.with_targets(targets), root, reference, job_dir / "run", problems)
     relative = submission_paths(job_dir, root)
     # A problem left out never scores, whatever a GPU stage returns for it.

@@ -94,6 +94,7 @@ def gpu_available(settings: Settings) -> bool:
 def gpu_stage_config(settings: Settings, piece: Piece = Piece.whole) -> StageConfig:
     return StageConfig(
         piece=piece,
+        gpu_lock=GpuLock(settings.gpu_lock_dir, settings.gpu_index) if piece is Piece.timing else None,
         limits=child_limits(settings.sandbox, settings.sandbox.wall_s, settings.sandbox.disk_bytes),
         policy=sandbox_policy(settings, settings.gpu_index, docker_options(settings)),
         seed=settings.grading_seed,

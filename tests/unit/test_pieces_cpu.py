@@ -39,8 +39,10 @@ def _zip(base: Path, name: str, defines: tuple[str, ...] = ()) -> Path:
     return archive
 
 
-def _stage_for(trusted: Path, policy: SandboxPolicy, piece: Piece, asked: list[tuple[str, ...]]):
-    config = dataclasses.replace(_config(policy), piece=piece)
+def _stage_for(trusted: Path, policy: SandboxPolicy, piece: Piece, asked: list[tuple[str, ...]],
+               lock: GpuLock | None = None):
+    """hw4's stage for `piece`; a timing piece's takes its turns with `lock` (the pipeline's)."""
+    config = dataclasses.replace(_config(policy), piece=piece, gpu_lock=lock if piece is Piece.timing else None)
 
     def gpu_stage(rubric, staged: Path, reference: Path, work: Path, problems: tuple[str, ...]):
         asked.append(problems)  # the trusted stand-in plays our kit (the fake nvcc's is unusable on a CPU)
@@ -75,7 +77,7 @@ def test_checks_then_timing_scores_the_whole(base: Path, trusted: Path, policy: 
     assert pending_problems(pending) == tuple(p.id for p in rubric.problems)
 
     scored = time_submission(archive, rubric, base / "job-timing", config,
-                             _stage_for(trusted, policy, Piece.timing, asked), pending)
+                             _stage_for(trusted, policy, Piece.timing, asked, config.gpu_lock), pending)
     assert asked == [tuple(p.id for p in rubric.problems)] * 2
     assert scored.state == RunState.scored and scored.score is not None, scored.message
     assert set(scored.stages) == {"timing_unpack", "timing_stage", "timing_build", "timing_reference", "timing_run"}
@@ -107,7 +109,7 @@ def test_only_what_passed_its_checks_is_timed(base: Path, trusted: Path, policy:
     assert pending_problems(pending) == ("2.1",)
     verdicts = {p.problem_id: (p.status, p.points) for p in checked.problems}
     scored = time_submission(archive, rubric, base / "job-broken-timing", config,
-                             _stage_for(trusted, policy, Piece.timing, asked), pending)
+                             _stage_for(trusted, policy, Piece.timing, asked, config.gpu_lock), pending)
     assert asked[-1] == ("2.1",)
     final = {p.problem_id: p for p in scored.problems}
     for pid in ("1.1", "1.2", "2.2", "3"):

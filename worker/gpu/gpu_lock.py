@@ -72,3 +72,18 @@ def held(lock: GpuLock | None, alone: bool) -> Iterator[None]:
     else:
         with lock.shared():
             yield
+
+
+class GpuTurns:
+    """A timing stage's turns on the GPU (worker.hw4's timing piece): `sharing()` while its
+    children start and warm, beside other runs' checks; `alone()` while it times. Without a lock
+    (a whole grade, a test) both hold nothing."""
+
+    def __init__(self, lock: GpuLock | None) -> None:
+        self.lock = lock
+
+    def sharing(self) -> contextlib.AbstractContextManager[None]:
+        return held(self.lock, alone=False)
+
+    def alone(self) -> contextlib.AbstractContextManager[None]:
+        return held(self.lock, alone=True)

@@ -26,6 +26,7 @@ import numpy as np
 from worker.assignment import GpuStage, StageConfig, StageProgress
 from worker.gpu.budget import Deadline
 from worker.gpu.client import ChildClient
+from worker.gpu.gpu_lock import GpuTurns
 from worker.hw4 import kernels, problem3, sanitize, speed
 from worker.hw4.cases import load_cases
 from worker.hw4.kernel_checks import Check
@@ -114,7 +115,9 @@ def _problem3(client: ChildClient, config: GpuStageConfig, deadline: Deadline, r
               telemetry: Callable[[], dict[str, Any]], thresholds: tuple[float, ...]) -> ProblemMeasurement:
     """Problem 3 in its child, its timed pairs stopping in time for what is left of the run's
     budget (its own budget is the most it takes)."""
-    own = replace(config.problem3, budget_s=min(config.problem3.budget_s, deadline.left()))
+    # its timed pairs wait for the timing piece when this is the checks piece
+    own = replace(config.problem3, budget_s=min(config.problem3.budget_s, deadline.left()),
+                  timed=config.piece is not Piece.checks)
     with GpuBusySampler(config.policy.gpu_index or 0) as busy:
         m3 = problem3.measure_problem3(client, own, rng, telemetry, thresholds=thresholds)
     m3.telemetry["gpu_busy"] = busy.summary()
@@ -188,15 +191,16 @@ def run_gpu_stage(
         return open_child(label, staged_root, kernels.HANDLERS, KERNEL_ARENA_BYTES, cap, wrapper)
 
     measurements: list[ProblemMeasurement] = []
-    piece = config.piece
+    piece, turns = config.piece, GpuTurns(config.gpu_lock if config.piece is Piece.timing else None)
     kernel_problems = _kernel_problems(rubric, config.problems)
     gate = LoadGate(deadline, config.load_timeout_s, cuda=config.policy.gpu_index is not None)
     failed_abi: dict[str, list[Check]] = {}
     try:
-        gate.open([*(k.output for k in rubric.kernels), MINITORCH],
-                  lambda label: open_child(label, staged_root, kernels.HANDLERS, PROBE_ARENA_BYTES))
-        timed = kernel_problems and piece is not Piece.checks
-        sides = _open_sides(rubric, staged_root, trusted_root if timed else None, work_dir, open_child)
+        with turns.sharing():  # a timing piece's children start beside other runs' checks, never a timing
+            gate.open([*(k.output for k in rubric.kernels), MINITORCH],
+                      lambda label: open_child(label, staged_root, kernels.HANDLERS, PROBE_ARENA_BYTES))
+            timed = kernel_problems and piece is not Piece.checks
+            sides = _open_sides(rubric, staged_root, trusted_root if timed else None, work_dir, open_child)
         # GPU utilisation is recorded per part of the stage: the kernel problems share one figure.
         try:
             with GpuBusySampler(gpu) as busy:
@@ -204,6 +208,7 @@ def run_gpu_stage(
                     kernel_problems,
                     lambda label: open_child(f"problem-{label}", staged_root, kernels.HANDLERS, KERNEL_ARENA_BYTES),
                     sides, gate, rng, config.timing, telemetry, progress, config.timing_cpus, failed_abi, piece,
+                    turns,
                 ))
         finally:
             sides.close()
@@ -211,10 +216,9 @@ def run_gpu_stage(
             m.telemetry["gpu_busy"] = busy.summary()
         if "3" in config.problems:
             progress.problem("3")
-            p3 = replace(config, problem3=replace(config.problem3, timed=piece is not Piece.checks))
-            measurements.append(_grade_problem3(rubric, p3, gate, rng, telemetry,
-                                                lambda: open_child("problem-3", staged_root, (problem3.HANDLERS,),
-                                                                   problem3.arena_bytes(config.problem3))))
+            with turns.alone():  # its timing checks again: the child's every step is timed or a warm-up
+                measurements.append(_grade_problem3(rubric, config, gate, rng, telemetry, partial(
+                    open_child, "problem-3", staged_root, (problem3.HANDLERS,), problem3.arena_bytes(config.problem3))))
         # last, so that it cannot take time from anything that scores
         sanitize.sanitize_failed(failed_abi, measurements, config.sanitizer, open_wrapped, deadline,
                                  config.policy.gpu_index is not None, config.timing.call_timeout_s)

@@ -23,6 +23,7 @@ import numpy as np
 from worker.affinity import TimingCpus, this_thread_on
 from worker.assignment import StageProgress
 from worker.gpu.client import ChildClient, ChildFailure, OutOfBudget, StudentError
+from worker.gpu.gpu_lock import GpuTurns
 from worker.hw4.abi import library_of, traffic_bytes
 from worker.hw4.cases import Case
 from worker.hw4.kernel_checks import Check, crash_outcome, measure_kernel_ms, not_run_outcome, plan_checks, run_check
@@ -321,6 +322,7 @@ def grade_kernel_problems(
     cpus: TimingCpus | None = None,
     failed_abi: dict[str, list[Check]] | None = None,
     piece: Piece = Piece.whole,
+    turns: GpuTurns = GpuTurns(None),
 ) -> list[ProblemMeasurement]:
     """Every kernel problem (id, cases, thresholds, the libraries it needs), each in a fresh
     child of its own.
@@ -341,7 +343,8 @@ def grade_kernel_problems(
 
     `piece` (worker.states.Piece): `checks` runs phase 1 without the timing children and marks
     the problems phase 2 would time `timing_pending` (worker.pieces); `timing` runs only phase 2,
-    for problems whose checks passed in an earlier piece, each timing child warmed first."""
+    for problems whose checks passed in an earlier piece, each timing child warmed first;
+    `turns` holds the GPU's lock shared for phase 1 and alone for phase 2."""
     seeds = rng.integers(2**63 - 1, size=(len(problems), 3))
     states = [KernelProblem(pid, [] if piece is Piece.timing else plan_checks(cases, np.random.default_rng(int(seed[2]))),
                             gate,
@@ -352,12 +355,10 @@ def grade_kernel_problems(
     for problem in states:
         problem.measurement.telemetry["seconds"] = problem.clock.seconds  # where its wall time went
     try:
-        waiting = _to_time(states, open_student, sides, gate, config, progress, piece)
-        if piece is Piece.checks:
-            for problem in waiting:
-                mark_timing_pending(problem.measurement)
-        else:
-            _time_each(waiting, sides, gate, config, telemetry, progress, cpus)
+        with turns.sharing():
+            waiting = _to_time(states, open_student, sides, gate, config, progress, piece)
+        with turns.alone() if piece is not Piece.checks else contextlib.nullcontext():
+            _time_or_leave(waiting, sides, gate, config, telemetry, progress, cpus, piece)
     finally:
         for problem in states:
             _finish(problem)
@@ -378,6 +379,17 @@ def _to_time(states: list[KernelProblem], open_student: ClientFactory, sides: Si
         return _warm_for_timing(states, open_student, sides, gate, config)
     _check_all(states, open_student, sides, gate, config, progress, timers=piece is Piece.whole)
     return _hand_over_to_timing(states, open_student, gate, progress, timers=piece is Piece.whole)
+
+
+def _time_or_leave(waiting: list[KernelProblem], sides: Sides, gate: LoadGate, config: TimingConfig,
+                   telemetry: Callable[[], dict[str, Any]], progress: StageProgress, cpus: TimingCpus | None,
+                   piece: Piece) -> None:
+    """Phase 2, or in the checks piece the problems it would time marked pending (worker.pieces)."""
+    if piece is Piece.checks:
+        for problem in waiting:
+            mark_timing_pending(problem.measurement)
+    else:
+        _time_each(waiting, sides, gate, config, telemetry, progress, cpus)
 
 
 def _fresh_child(problem: KernelProblem, open_student: ClientFactory) -> None:
