@@ -44,6 +44,7 @@ from worker.build_isolation import (
     not_graded,
     unusable_kernels,
 )
+from worker.measure_key import measurement_key
 from worker.measurements import ProblemMeasurement
 from worker.report import gradescope_results
 from worker.rubric import PROJECT_ROOT, REFERENCE_OPS_BUILT, Rubric
@@ -107,9 +108,22 @@ class Outcome:
     toolchain: dict[str, Any] = field(default_factory=dict)
     problems: list[ProblemOutcome] = field(default_factory=list)
     report: dict[str, Any] | None = None  # Gradescope-format results.json
+    measure_key: str | None = None  # worker.measure_key's, where a Reuse was given and there is a stage
+    reused_from: int | None = None  # the run whose measurements these are, where they were reused
 
 
 StageListener = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Reuse:
+    """Measurements taken before for the same inputs (grader.runs.reuse). `context`: what besides
+    the staged tree, the rubric and the toolchain shapes a measurement (the GPU model, the
+    targets, the stage's settings), for the key. `lookup` (None: measure afresh) is asked after
+    staging with the key and the outcome so far, and answers an earlier run's outcome or None."""
+
+    context: dict[str, Any]
+    lookup: Callable[[str, Outcome], Outcome | None] | None = None
 
 
 def _truncate(text: str, limit: int) -> str:
@@ -195,10 +209,12 @@ def grade_submission(
     on_stage: StageListener = lambda _stage: None,
     gpu_stage: GpuStage | None = None,
     targets: dict[str, float] | None = None,
+    reuse: Reuse | None = None,
 ) -> Outcome:
     """Run every stage for one archive in the fresh folder `job_dir`. Without a GPU stage a
     successful build ends `built`; with one, the run is measured and scored (against
-    `targets`, per-GPU calibrated speedups, where given; else the rubric's)."""
+    `targets`, per-GPU calibrated speedups, where given; else the rubric's), unless `reuse`
+    finds the same staged tree measured before."""
     outcome = Outcome(state=RunState.building, toolchain=toolchain_info(config.toolchain))
     on_stage("unpack")
     student_root = _unpack(archive, rubric, job_dir, config, outcome)
@@ -206,6 +222,12 @@ def grade_submission(
         return outcome
     on_stage("stage")
     staged = _stage(student_root, rubric, job_dir, config, outcome)
+    if gpu_stage is not None and reuse is not None:
+        outcome.measure_key = measurement_key(staged.root, rubric, outcome.toolchain, reuse.context)
+        earlier = reuse.lookup(outcome.measure_key, outcome) if reuse.lookup else None
+        if earlier is not None:
+            earlier.measure_key = outcome.measure_key
+            return earlier
     on_stage("build")
     built = _build(staged, rubric, job_dir, config, outcome)
     if not built.gradable:

@@ -42,6 +42,7 @@ from grader.models import ACTIVE_STATES, REDUCED_ISOLATION, ErrorClass, ProblemR
 from grader.notify import notify_run_ended
 from grader.runs.engine_config import gpu_stage_for, pipeline_config
 from grader.runs.progress import ProgressNotes
+from grader.runs.reuse import reuse_for
 from grader.service import calibrated_targets_for
 from grader.settings import Settings
 from grader.storage.blobstore import BlobStore
@@ -223,11 +224,13 @@ class RunExecutor:
 
         notes = ProgressNotes(rubric, write, lambda line: log.info("run %s: %s", run_id, line))
         gpu_stage = gpu_stage_for(self.settings, rubric, notes.for_stage())
-        targets = None
+        targets, reuse = None, None
         if gpu_stage is not None:
+            gpu_model = gpu_snapshot(self.settings.gpu_index).get("name")
             with session_scope(self.sessions) as session:
-                targets = calibrated_targets_for(session, slug, gpu_snapshot(self.settings.gpu_index).get("name"))
-        return grade_submission(archive, rubric, job_dir, config, notes.stage, gpu_stage, targets)
+                targets = calibrated_targets_for(session, slug, gpu_model)
+            reuse = reuse_for(self.settings, self.sessions, run_id, rubric, gpu_model, targets)
+        return grade_submission(archive, rubric, job_dir, config, notes.stage, gpu_stage, targets, reuse)
 
     def _release(self, run_id: int, me: str) -> Disposition:
         """Give a run back to the queue after an infrastructure fault (no result recorded)."""
@@ -262,6 +265,7 @@ class RunExecutor:
             run.toolchain = ({**outcome.toolchain, REDUCED_ISOLATION: list(self.reduced_isolation)}
                              if self.reduced_isolation else outcome.toolchain)
             run.report = outcome.report
+            run.measure_key, run.reused_from = outcome.measure_key, outcome.reused_from
             run.finished_at = utcnow()
             run.claimed_by = None
             run.progress = None
