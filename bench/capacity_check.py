@@ -162,7 +162,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="kg-bench-cap-") as tmp, profile_env(args.profile, Path(tmp)) as extra:
         data = Path(tmp) / "data"
         env = {**os.environ, **extra, "KG_DATA_DIR": str(data), "KG_UPLOAD_RATE_LIMIT": "0",
-               "KG_UPLOAD_DEDUP_WINDOW_S": "0", "KG_RUBRICS": f'["{args.assignment}"]', "KG_RUBRIC_DIRS": f'["{STANDIN}"]',
+               "KG_UPLOAD_DEDUP_WINDOW_S": "0", "KG_REUSE_MEASUREMENTS": "false", "KG_RUBRICS": f'["{args.assignment}"]', "KG_RUBRIC_DIRS": f'["{STANDIN}"]',
                **({"KG_GPU_GRADING": "off"} if standin else {})}
         settings = Settings.from_variables({k: v for k, v in env.items() if k.startswith("KG_") and "RUBRIC" not in k},
                                            rubrics=[args.assignment], rubric_dirs=[STANDIN])

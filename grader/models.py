@@ -426,6 +426,10 @@ class Run(Base):
     report: Mapped[dict[str, Any] | None]  # Gradescope-format results.json of a scored run
     # Where an active run is: {"stage": ...} or {"stage": "run", "problem", "index", "total"}
     progress: Mapped[dict[str, Any] | None]
+    # worker.measure_key's sha256 of what its measurements depend on (runs with a GPU stage), and
+    # the run whose measurements it took instead of measuring, where it did (grader.runs.reuse)
+    measure_key: Mapped[str | None] = mapped_column(String(64), index=True)
+    reused_from: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
 
     submission: Mapped[Submission] = relationship(back_populates="runs")
     results: Mapped[list[ProblemResult]] = relationship(

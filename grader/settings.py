@@ -359,6 +359,10 @@ class Settings(BaseSettings):
     heartbeat_interval_s: float = 5.0
     heartbeat_timeout_s: float = 60.0  # a claim older than this is presumed dead
     max_attempts: int = 3  # infrastructure retries before a run is failed as infra_error
+    # A run whose staged sources, rubric, engine, toolchain, GPU model and stage settings equal
+    # those of the same student's earlier scored run takes that run's measurements instead of
+    # measuring again (grader/runs/reuse.py); a staff re-grade always measures. False: every run measures.
+    reuse_measurements: bool = True
     # A queued run whose task was sent this long ago without being claimed is sent again (the
     # fallback when the broker cannot be read: the embedded SQLite transport, Redis down).
     requeue_after_s: float = 900.0

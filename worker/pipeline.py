@@ -45,6 +45,7 @@ from worker.build_isolation import (
     unusable_kernels,
 )
 from worker.gpu.gpu_lock import GpuLock, held
+from worker.measure_key import measurement_key
 from worker.measurements import ProblemMeasurement
 from worker.pieces import PASSED_OVER, merge_timing, pending_problems, settle_pending
 from worker.report import gradescope_results
@@ -112,9 +113,22 @@ class Outcome:
     toolchain: dict[str, Any] = field(default_factory=dict)
     problems: list[ProblemOutcome] = field(default_factory=list)
     report: dict[str, Any] | None = None  # Gradescope-format results.json
+    measure_key: str | None = None  # worker.measure_key's, where a Reuse was given and there is a stage
+    reused_from: int | None = None  # the run whose measurements these are, where they were reused
 
 
 StageListener = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Reuse:
+    """Measurements taken before for the same inputs (grader.runs.reuse). `context`: what besides
+    the staged tree, the rubric and the toolchain shapes a measurement (the GPU model, the
+    targets, the stage's settings), for the key. `lookup` (None: measure afresh) is asked after
+    staging with the key and the outcome so far, and answers an earlier run's outcome or None."""
+
+    context: dict[str, Any]
+    lookup: Callable[[str, Outcome], Outcome | None] | None = None
 
 
 def _truncate(text: str, limit: int) -> str:
@@ -201,16 +215,18 @@ def grade_submission(
     gpu_stage: GpuStage | None = None,
     targets: dict[str, float] | None = None,
     piece: Piece = Piece.whole,
+    reuse: Reuse | None = None,
 ) -> Outcome:
     """Run every stage for one archive in the fresh folder `job_dir`. Without a GPU stage a
     successful build ends `built`; with one, the run is measured and scored (against
-    `targets`, per-GPU calibrated speedups, where given; else the rubric's). With `piece`
-    `checks` (the GPU stage made for that piece) it ends `checked`: correctness verdicts and
-    points, the timings left to `time_submission`; or `scored` when no problem is left to time."""
+    `targets`, per-GPU calibrated speedups, where given; else the rubric's), unless `reuse`
+    finds the same staged tree measured before. With `piece` `checks` (the GPU stage made for
+    that piece) it ends `checked`: correctness verdicts and points, the timings left to
+    `time_submission`; or `scored` when no problem is left to time."""
     outcome = Outcome(state=RunState.building, toolchain=toolchain_info(config.toolchain))
-    prepared = _prepare(archive, rubric, job_dir, config, outcome, on_stage)
-    if prepared is None:
-        return outcome
+    prepared = _prepare(archive, rubric, job_dir, config, outcome, on_stage, reuse if gpu_stage is not None else None)
+    if not isinstance(prepared, tuple):
+        return prepared or outcome  # refused (the outcome says why), or measured before
     root, built = prepared
     if not built.gradable:
         return _failed(outcome, rubric, ErrorClass.build_error, build_error_message(rubric, built.unusable),
@@ -249,7 +265,7 @@ def time_submission(
     outcome = Outcome(state=RunState.building, toolchain=toolchain_info(config.toolchain))
     prepared = _prepare(archive, rubric, job_dir, config, outcome, on_stage)
     pending = pending_problems(checked)
-    if prepared is None or any(p not in prepared[1].gradable for p in pending):
+    if not isinstance(prepared, tuple) or any(p not in prepared[1].gradable for p in pending):
         raise PieceMismatch(f"the submission did not build for its timing as it did for its checks: {outcome.message}")
     root, built = prepared
     if not_timed is not None:
@@ -265,16 +281,22 @@ def time_submission(
 
 
 def _prepare(archive: Path, rubric: Rubric, job_dir: Path, config: PipelineConfig, outcome: Outcome,
-             on_stage: StageListener) -> tuple[Path, _Built] | None:
+             on_stage: StageListener, reuse: Reuse | None = None) -> tuple[Path, _Built] | Outcome | None:
     """The archive unpacked, staged and built (a stand-in library for each unusable kernel):
     the staged root and what the build left gradable; None when the archive is refused (the
-    outcome says why)."""
+    outcome says why); an earlier run's outcome when `reuse` finds the staged tree measured."""
     on_stage("unpack")
     student_root = _unpack(archive, rubric, job_dir, config, outcome)
     if student_root is None:
         return None
     on_stage("stage")
     staged = _stage(student_root, rubric, job_dir, config, outcome)
+    if reuse is not None:
+        outcome.measure_key = measurement_key(staged.root, rubric, outcome.toolchain, reuse.context)
+        earlier = reuse.lookup(outcome.measure_key, outcome) if reuse.lookup else None
+        if earlier is not None:
+            earlier.measure_key = outcome.measure_key
+            return earlier
     on_stage("build")
     with held(config.gpu_lock, alone=False):  # nvcc is CPU-heavy: never beside a timing
         built = _build(staged, rubric, job_dir, config, outcome)

@@ -171,6 +171,8 @@ class RunOut(FromRow):
     stages: dict[str, StageOut]
     results: list[ProblemResultOut]
     report: dict[str, Any] | None = None  # Gradescope-format results.json once scored
+    reused_from: int | None = Field(default=None, description="the run whose measurements this run took instead of "
+                                    "measuring: the same staged sources, rubric, toolchain and GPU model")
     progress: dict[str, Any] | None = Field(
         default=None, description='while active: {"stage"} or {"stage": "run", "problem", "index", "total"}, '
                                   'with "checked" once correctness verdicts are known while speed is measured: '

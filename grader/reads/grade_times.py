@@ -3,7 +3,8 @@ run page's queue ETA both read them here, so the two agree (grader/capacity.py).
 
 A grade's time is from its worker's claim to its end: what the run holds its worker for, and a
 GPU worker's GPU (one run at a time per GPU). Runs that took more than one attempt are left out:
-their span includes the wait between attempts. The GPU model is read from the measurements'
+their span includes the wait between attempts; so are runs that reused an earlier run's
+measurements (grader/runs/reuse.py): they measured nothing, in a second or two. The GPU model is read from the measurements'
 telemetry (grader/reads/gpu_info.py).
 
 The capacity model's second schedule runs a grade's timing apart from its checks, so it needs
@@ -39,7 +40,7 @@ def _recent(query: Select, sample: int, assignment_id: int | None, gpu_model: st
     """`query` narrowed to the `sample` most recent single-attempt runs in `states` (of the
     assignment and GPU model, when given), newest first."""
     query = query.where(Run.state.in_(list(states)), Run.started_at.is_not(None), Run.finished_at.is_not(None),
-                        Run.attempts <= 1)
+                        Run.attempts <= 1, Run.reused_from.is_(None))
     if assignment_id is not None:
         query = query.join(Submission, Run.submission_id == Submission.id).where(Submission.assignment_id == assignment_id)
     if gpu_model is not None:

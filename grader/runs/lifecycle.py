@@ -42,6 +42,7 @@ from grader.models import FINAL_STATES, REDUCED_ISOLATION, ErrorClass, ProblemRe
 from grader.notify import notify_run_ended
 from grader.runs.engine_config import gpu_stage_for, pipeline_config
 from grader.runs.progress import ProgressNotes, checked_progress
+from grader.runs.reuse import reuse_for
 from grader.runs.timing_piece import checked_measurements, claim_timing, passed_over
 from grader.service import calibrated_targets_for
 from grader.settings import Settings
@@ -257,12 +258,14 @@ class RunExecutor:
         if gpu_stage is None and piece is Piece.checks:  # no GPU here: nothing to split
             piece = Piece.whole
         config = pipeline_config(self.settings, rubric, piece)
-        targets = None
+        targets, reuse = None, None
         if gpu_stage is not None:
+            gpu_model = gpu_snapshot(self.settings.gpu_index).get("name")
             with session_scope(self.sessions) as session:
-                targets = calibrated_targets_for(session, slug, gpu_snapshot(self.settings.gpu_index).get("name"))
+                targets = calibrated_targets_for(session, slug, gpu_model)
+            reuse = reuse_for(self.settings, self.sessions, run_id, rubric, gpu_model, targets)
         if timing is None:
-            return grade_submission(archive, rubric, job_dir, config, notes.stage, gpu_stage, targets, piece)
+            return grade_submission(archive, rubric, job_dir, config, notes.stage, gpu_stage, targets, piece, reuse)
         if gpu_stage is None:
             raise RuntimeError("a timing piece reached a worker without a GPU stage")
         return time_submission(archive, rubric, job_dir, config, gpu_stage, timing.checked, targets, notes.stage,
@@ -306,10 +309,13 @@ class RunExecutor:
             run.toolchain = ({**toolchain, REDUCED_ISOLATION: list(self.reduced_isolation)}
                              if self.reduced_isolation else toolchain)
             run.report = outcome.report
+            if not timed:  # a timing piece keeps the key its checks piece recorded
+                run.measure_key, run.reused_from = outcome.measure_key, outcome.reused_from
             run.claimed_by = None
             run.finished_at = None if outcome.state is RunState.checked else utcnow()
             run.enqueued_at = None if outcome.state is RunState.checked else run.enqueued_at  # its timing is sent next
-            run.progress = checked_progress(self._rubric(run.submission.assignment.slug), outcome) if outcome.state is RunState.checked else None
+            run.progress = (checked_progress(self._rubric(run.submission.assignment.slug), outcome)
+                            if outcome.state is RunState.checked else None)
             run.results.clear()
             run.results.extend(
                 ProblemResult(
