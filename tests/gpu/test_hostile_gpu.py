@@ -156,14 +156,15 @@ def _case(id: str, threat: str, problem: str, edits: list[dict[str, str]], expec
 
 
 LN_FW = "// BEGIN SOLUTION: Problem 2.1 ker_layer_norm"
+# ker_attn_softmax never returns (also graded whole by tests/gpu/test_load_failures_gpu.py).
+SOFTMAX_FW_SPINS = {"file": "src/softmax_kernel.cu", "find": "// BEGIN SOLUTION: Problem 1.1 ker_attn_softmax",
+                    "replace": "// BEGIN SOLUTION: Problem 1.1 ker_attn_softmax\n  while (clock64() >= 0) {}"}
 SOFTMAX_ROWS = "  const int rows = batch_size * nhead * from_len;\n  if (rows == 0 || to_len == 0) return;\n"
 
 
 def cases(secrets: Path, port: int, open_files: list[Path]) -> list[GpuCase]:
     return [
-        _case("kernel-spins-forever", "kernels that loop forever", "1.1",
-              [{"file": "src/softmax_kernel.cu", "find": "// BEGIN SOLUTION: Problem 1.1 ker_attn_softmax",
-                "replace": "// BEGIN SOLUTION: Problem 1.1 ker_attn_softmax\n  while (clock64() >= 0) {}"}], ZERO),
+        _case("kernel-spins-forever", "kernels that loop forever", "1.1", [SOFTMAX_FW_SPINS], ZERO),
         _case("kernel-traps", "kernels that trap", "2.1",
               [{"file": "src/layernorm_kernel.cu", "find": LN_FW, "replace": LN_FW + '\n  asm volatile("trap;");'}], ZERO),
         _case("kernel-writes-out-of-bounds", "kernels that write out of bounds", "2.1",

@@ -1,15 +1,21 @@
-"""A submission that fails while it loads costs no more GPU time than a correct one (issue 36).
+"""A submission that fails while it loads, or whose kernel never returns, costs no more GPU time
+than a correct one, plus one call timeout for the kernel (issues 36 and 55).
 
-Two submissions from the hostile drills, each the reference kit with one edit, graded by the
-production stage settings (timing, Problem 3, the 60 s load timeout, KG_GPU_BUDGET_S's 300 s):
+Three submissions from the hostile drills, each the reference kit with one edit, graded by the
+production stage settings (timing, Problem 3, the 60 s load and call timeouts,
+KG_GPU_BUDGET_S's 300 s):
 - its minitorch package hangs at import (it walks the file system forever, as the drill's
   did): the drill's grade waited it out per problem, 427 s of GPU;
 - its softmax library aborts in a constructor, and its CUDA backend loads every library at
-  import as the course's does: the drill's cost 81-112 s.
+  import as the course's does: the drill's cost 81-112 s;
+- its softmax forward kernel spins forever: through the production service it cost 310 s of
+  GPU on an H100 (2.3x a correct grade), every path and problem calling it waiting out its own
+  timeouts (worker.hw4.hangs).
 Each must be named once in words, every case, timing and problem that needs the failing part
 settled with them, what does not need it graded, and the whole GPU stage must take no longer
 than the reference kit's correct grade with the same settings on the same GPU, in this
-session. The seconds are printed for the issue's note.
+session (the spinning kernel: plus one call timeout). The seconds are printed for the issue's
+note.
 
 Run: KG_SKIP_BENCH=1 bash tests/gpu/suite.sh tests/gpu/test_load_failures_gpu.py -s
 """
@@ -23,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from tests.gpu.test_grading_gpu import build_variant, grade_tree, stage_config, work  # noqa: F401  (work: a fixture)
+from tests.gpu.test_hostile_gpu import SOFTMAX_FW_SPINS
 from worker.hw4.grade import GpuStageConfig
 from worker.hw4.problem3 import Problem3Config
 from worker.measurements import ProblemMeasurement
@@ -51,6 +58,8 @@ LOAD_FAILURES = {m.id: m for m in parse_mutants({"mutants": [
                {"file": "minitorch/cuda_kernel_ops.py", "regex": r"\Z",
                 "replace": '\nfor _kg_name in ("combine", "softmax_kernel", "layernorm_kernel"):\n'
                            "    _lib(_kg_name)\n"}]},
+    {"id": "softmax-forward-spins-forever", "kind": "correctness", "must_fail": ["1.1", "1.2", "3"],
+     "description": "ker_attn_softmax never returns", "edits": [SOFTMAX_FW_SPINS]},
 ]})}
 SOFTMAX_SO = "minitorch/cuda_kernels/softmax_kernel.so"
 
@@ -120,4 +129,33 @@ def test_a_library_that_aborts_at_load_costs_less_than_a_correct_grade(  # noqa:
         _settled(m, "binding", package)
     assert by_id["3"].status == "not_run" and score.problem("3").reasons[0].startswith(f"3: was not run: {library}")
     assert SECONDS["library-aborts-at-load"] <= correct_grade_s, SECONDS
+
+
+@pytest.mark.timeout(900)
+def test_a_kernel_that_never_returns_costs_one_call_timeout(  # noqa: F811
+        kit_root: Path, tmp_path: Path, work: Path, correct_grade_s: float) -> None:
+    """The first case that waits out its call timeout names the launcher; every other check,
+    timing and problem calling it is settled at once with those words (calls of it already
+    waiting in other children are cut short); the LayerNorm problems are graded in full. The
+    kit's launcher sends rows of up to 64 to a kernel of the starter's, so the cases it serves
+    there still run and pass until the launcher is named."""
+    by_id, score = _graded("softmax-forward-spins-forever", kit_root, tmp_path, work)
+    timeout_s = PRODUCTION.timing.call_timeout_s
+    hung = [c for pid in ("1.1", "1.2") for c in by_id[pid].cases if c.ran and not c.ok]
+    assert len(hung) == 1 and hung[0] in by_id["1.1"].abi_cases, [c.message for c in hung][:3]
+    words = f"your softmax forward (launch_attn_softmax) did not return within {timeout_s:g} s in case {hung[0].case_id}"
+    assert hung[0].message.startswith(f"hung: {words}"), hung[0].message
+    m11, m12 = by_id["1.1"], by_id["1.2"]  # 1.2's own launcher, alone through the C ABI, passes
+    assert m12.abi_cases and all(c.ok for c in m12.abi_cases), (m12.first_failure, m12.log_tail[-1500:])
+    for cases in (m11.cases, m12.binding_cases):  # its binding runs the forward first
+        rest = [c for c in cases if c is not hung[0] and not c.ok]
+        assert rest and all(not c.ran and c.message.startswith(f"not run: {words}") for c in rest), \
+            [c.message for c in rest][:3]
+    assert m11.speedup_student is None and m12.speedup_student is None and score.problem("1.1").points == 0
+    for pid in ("2.1", "2.2"):
+        m = by_id[pid]
+        assert m.status == "ok" and m.all_passed and m.speedup_student is not None, (pid, m.first_failure)
+        assert score.problem(pid).correctness_points == 14, score.problem(pid).reasons
+    assert by_id["3"].status == "not_run" and by_id["3"].log_tail == words, by_id["3"].log_tail[-1500:]
+    assert SECONDS["softmax-forward-spins-forever"] < correct_grade_s + timeout_s, SECONDS
     print(f"\nGPU stage seconds: {SECONDS}")

@@ -39,7 +39,6 @@ from worker.build import Toolchain  # noqa: E402
 from worker.hw4.cases import load_cases  # noqa: E402
 from worker.hw4.grade import GpuStageConfig, run_gpu_stage  # noqa: E402
 from worker.hw4.kernel_checks import binding_eligible  # noqa: E402
-from worker.hw4.kernels import MAX_HANGS, TimingConfig  # noqa: E402
 from worker.pipeline import PipelineConfig, grade_submission  # noqa: E402
 from worker.rubric import load_rubric  # noqa: E402
 from worker.sandbox import SandboxPolicy  # noqa: E402
@@ -119,36 +118,6 @@ def test_ignored_mask_fails_only_softmax_forward(base: Path, trusted: Path, poli
     assert score.problem("1.1").status == "failed" and score.problem("1.1").points == 0
     for problem in rubric.problems[1:]:
         assert score.problem(problem.id).correctness_points == problem.scoring.correctness_points
-
-
-def test_hung_layernorm_times_out_and_grading_goes_on(base: Path, trusted: Path, policy: SandboxPolicy,
-                                                      short_cases: dict) -> None:
-    timing = TimingConfig(warmup=1, min_trials=4, max_trials=6, round_trials=2, call_timeout_s=3.0)
-    p3 = dataclasses.replace(P3, step_timeout_s=3.0)
-    by_id = _run(base, "spin", trusted, _config(policy, timing, p3), ("SPIN_FOREVER",))
-    m = by_id["2.1"]
-    # Each hang fails the case that caused it, and the next case gets a fresh child, up to
-    # MAX_HANGS per path (C ABI, binding); the rest are not run. The problem itself finishes.
-    assert m.status == "ok" and m.speedup_student is None, _describe(m)
-    hung = [c for c in m.cases if "hung: no answer" in c.message]
-    assert [c.case_id.split(":")[0] for c in hung] == ["abi"] * MAX_HANGS + ["binding"] * MAX_HANGS, _describe(m)
-    assert hung[0].case_id == m.first_failure.case_id == "abi:" + short_cases["2.1"][0].id
-    assert "within 3 s" in hung[0].message and "seed " in hung[0].message and "uniform(-1, 1)" in hung[0].message
-    assert all(not c.ok for c in m.cases)
-    assert all(f"not run: the code crashed on 0 and hung on {MAX_HANGS} earlier cases" in c.message and not c.ran
-               for c in m.cases if c not in hung)
-    assert all(c.ran for c in hung)
-    for pid in ("1.1", "1.2"):  # measured before and unaffected
-        assert by_id[pid].status == "ok" and not by_id[pid].failed_cases, _describe(by_id[pid])
-        assert _measured(by_id[pid]), (by_id[pid].telemetry.get("timing_dropped"), by_id[pid].speedup_student, by_id[pid].speedup_reference_ops, by_id[pid].log_tail[-500:])
-    # 2.2's own kernel is fine (its C ABI cases pass); its binding runs the forward first, and
-    # Problem 3's fused model runs it too: both are measured, and hang there.
-    assert by_id["2.2"].abi_cases and all(c.ok for c in by_id["2.2"].abi_cases)
-    assert by_id["2.2"].binding_cases and all("hung" in c.message for c in by_id["2.2"].binding_cases)
-    assert by_id["3"].status == "timeout"
-    score = score_run(load_rubric("hw4"), list(by_id.values()))
-    assert score.problem("2.1").points == 0 and any("hung" in r for r in score.problem("2.1").reasons)
-    assert score.problem("1.1").correctness_points == 14 and score.problem("1.2").correctness_points == 14
 
 
 def test_crash_in_softmax_backward_is_reported_with_output(base: Path, trusted: Path, policy: SandboxPolicy,

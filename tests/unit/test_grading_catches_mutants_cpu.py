@@ -55,9 +55,10 @@ BROKEN_KERNELS = {"BREAK_MASK": "1.1", "BREAK_LN_BW_GAMMA": "2.2"}
 # comments allow, and the convention mutant whose Python side (the binding) goes with each.
 CONVENTION_KERNELS = {"LN_BW_READS_OUTPUT": "layernorm_bw_reads_output"}
 # Switches that hang or crash a kernel instead: graded (0 points, the rest goes on) by
-# tests/unit/test_gpu_stage_cpu.py; a library that cannot be loaded at all, by
+# tests/unit/test_gpu_stage_cpu.py (a crash) and tests/unit/test_gpu_stage_hangs.py (a launcher
+# that never returns, named once); a library that cannot be loaded at all, by
 # tests/unit/test_gpu_stage_loading.py.
-HANG_OR_CRASH = {"SPIN_FOREVER", "CRASH_SOFTMAX_BW", "ABORT_AT_LOAD"}
+HANG_OR_CRASH = {"SPIN_SOFTMAX_FW", "SPIN_LN_FW_HIDDEN_4", "CRASH_SOFTMAX_BW", "ABORT_AT_LOAD"}
 
 
 @pytest.fixture(scope="module")

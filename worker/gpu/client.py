@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -39,11 +39,14 @@ STEADY_MEMORY_ENV = {
 
 class ChildFailure(Exception):
     """The child timed out or died; `kind` is "timeout" or "crashed" (then `ended` says how it
-    ended), or "budget" (OutOfBudget)."""
+    ended), or "budget" (OutOfBudget). `request`: the message it got no answer to, so a caller
+    can tell what the child was running (worker.hw4.hangs names a launcher that never returned)."""
 
-    def __init__(self, kind: str, detail: str, tail: str, ended: SandboxExit | None = None) -> None:
+    def __init__(self, kind: str, detail: str, tail: str, ended: SandboxExit | None = None,
+                 request: dict[str, Any] | None = None) -> None:
         super().__init__(f"{kind}: {detail}")
         self.kind, self.detail, self.tail, self.ended = kind, detail, tail, ended
+        self.request = request or {}
 
 
 class OutOfBudget(ChildFailure):
@@ -134,6 +137,9 @@ class ChildClient:
         """`wrapper`: an argv prefix the child runs under (its program reads the child's argv
         after its own, and passes the channel's descriptor on), in a sandbox that can read it."""
         self.deadline = deadline  # every call waits at most what is left of it
+        # Called with a request that got no answer in time, before the child is killed (which
+        # takes seconds): a caller settles at once what that hang decides (worker.hw4.hangs).
+        self.on_timeout: Callable[[dict[str, Any]], None] | None = None
         self.cwd = cwd
         self.arena = Arena(cwd / ARENA_NAME, arena_bytes, create=True)
         parent_sock, child_sock = socket.socketpair()
@@ -178,19 +184,22 @@ class ChildClient:
             elapsed = (time.perf_counter_ns() - started) / 1e9
             cpu_after = self.process.cpu_seconds()
         except TimeoutError:
+            cut_by_budget = self.deadline is not None and wait < timeout
+            if self.on_timeout is not None and not cut_by_budget:
+                self.on_timeout(message)
             self.process.kill()
             try:
                 self.process.wait(timeout=5)  # let the output thread drain the last lines
             except Exception:
                 pass
-            if self.deadline is not None and wait < timeout:
+            if cut_by_budget and self.deadline is not None:
                 raise OutOfBudget(self.deadline, self.process.output_tail()) from None
             raise ChildFailure("timeout", f"no answer to {message.get('op')!r} within {timeout:.0f} s",
-                               self.process.output_tail()) from None
+                               self.process.output_tail(), request=message) from None
         except (ChannelClosed, OSError):
             exit_ = self.process.wait(timeout=10)
             raise ChildFailure("crashed", f"{exit_.reason}: {exit_.detail}", self.process.output_tail(),
-                               exit_) from None
+                               exit_, message) from None
         if not reply.get("ok"):
             raise StudentError(str(reply.get("error")), str(reply.get("trace", "")))
         return reply, elapsed, cpu_used(cpu_before, cpu_after)

@@ -26,6 +26,16 @@ def family(kind: str) -> str:
     return kind.split("_")[0]  # softmax_fw -> softmax
 
 
+def prepared_forward(kind: str, variant: str) -> str | None:
+    """The forward the binding runs while it prepares a computation of a backward `kind`,
+    before the clock as the course's tests do (worker.hw4.child_kernels' `binding_forward`):
+    the fused op's ("custom"), or the softmax composition's nn.softmax ("baseline"); None for
+    a forward kind. Only "custom" reaches a launcher (worker.hw4.hangs)."""
+    if kind.endswith("_fw"):
+        return None
+    return "baseline" if kind == "softmax_bw" and variant != "custom" else "custom"
+
+
 def library_of(kind: str) -> str:
     """The built library, relative to the submission's root, whose launcher a case kind calls."""
     return f"minitorch/cuda_kernels/{family(kind)}_kernel.so"
@@ -88,6 +98,12 @@ _FUNCTIONS = {
     "softmax": ("launch_attn_softmax", "launch_attn_softmax_bw"),
     "layernorm": ("launch_layernorm", "launch_layernorm_bw"),
 }
+
+
+def launcher_of(kind: str) -> str:
+    """The launch function a case kind calls."""
+    [name] = _FUNCTIONS[kind]
+    return name
 
 
 def load_abi(kind: str, so_path: str | Path) -> ctypes.CDLL:

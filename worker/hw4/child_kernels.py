@@ -1,8 +1,8 @@
 """Child-side operations for hw4's kernel problems (run inside the sandbox).
 
 `abi`: call the student's launch function through ctypes on arrays in the arena.
-`binding_prepare` / `binding_run` / `binding_read`: the same computation through the
-student's MiniTorch, either the fused op ("custom") or the composition of basic ops
+`binding_prepare` / `binding_forward` / `binding_run` / `binding_read`: the same computation
+through the student's MiniTorch, either the fused op ("custom") or the composition of basic ops
 ("baseline"), called exactly as the course's current kernel_tests call them
 (worker/hw4/CONTRACT.md). As in the course's tests, tensors are made (and a backward's forward
 is run) before the clock, `binding_run` is what each test's custom() and baseline() put inside
@@ -20,7 +20,7 @@ import numpy as np
 
 from worker.gpu.channel import ArrayRef
 from worker.gpu.child import ChildState, handler
-from worker.hw4.abi import abi_call, family, library_of, load_abi
+from worker.hw4.abi import abi_call, family, library_of, load_abi, prepared_forward
 from worker.hw4.cases import LN_EPS, Case
 
 # The LayerNorm backward's leaves and the names of their gradients sent back.
@@ -170,28 +170,38 @@ def binding_warm(state: ChildState, msg: dict[str, Any]) -> dict[str, Any]:
 @handler("binding_prepare")
 def binding_prepare(state: ChildState, msg: dict[str, Any]) -> dict[str, Any]:
     """`reps` independent computations, each with its own tensors made from the real inputs
-    (arrays with a leading `reps` axis), outside the clock as in the course's tests. Backward
-    kinds also run their forward here, as the tests do before their clock starts (a softmax
-    backward's baseline takes nn.softmax(inp), its custom attn_softmax(inp, mask)); the
-    upstream gradient becomes a tensor of its own."""
+    (arrays with a leading `reps` axis), outside the clock as in the course's tests; the
+    upstream gradient becomes a tensor of its own. A backward's forward follows in
+    `binding_forward`."""
     mt, backend = _minitorch(state)
-    kind, variant, reps = msg["kind"], msg["variant"], int(msg.get("reps", 1))
+    variant = msg["variant"]
     course = bool(msg.get("course_tensors", False))
     stacked = _views(state, msg["arrays"])
     prepared = []
-    for i in range(reps):
+    for i in range(int(msg.get("reps", 1))):
         inputs = {name: a[i] for name, a in stacked.items()}
         grad = inputs.pop("out_grad", None)
-        leaves = {name: _tensor(mt, backend, a, course) for name, a in inputs.items()}
-        one: dict[str, Any] = {"leaves": leaves}
+        one: dict[str, Any] = {"leaves": {name: _tensor(mt, backend, a, course) for name, a in inputs.items()}}
         if grad is not None:
-            if kind == "softmax_bw" and variant != "custom":
-                one["out"] = mt.nn.softmax(leaves["inp"], dim=3)
-            else:
-                one["out"] = _forward(mt, kind, "custom", leaves)
             one["grad"] = _tensor(mt, backend, grad, course)
         prepared.append(one)
     state.memo[f"prepared:{variant}"] = prepared
+    return {}
+
+
+@handler("binding_forward")
+def binding_forward(state: ChildState, msg: dict[str, Any]) -> dict[str, Any]:
+    """A backward kind's forward on each prepared computation, as the course's tests run it
+    before their clock starts (abi.prepared_forward: a softmax backward's baseline takes
+    nn.softmax(inp), its custom attn_softmax(inp, mask)). A request of its own, so a forward
+    that never returns is told apart from the tensors' making (worker.hw4.hangs)."""
+    mt, _ = _minitorch(state)
+    kind, variant = msg["kind"], msg["variant"]
+    for one in state.memo[f"prepared:{variant}"]:
+        if prepared_forward(kind, variant) == "baseline":
+            one["out"] = mt.nn.softmax(one["leaves"]["inp"], dim=3)
+        else:
+            one["out"] = _forward(mt, kind, "custom", one["leaves"])
     return {}
 
 

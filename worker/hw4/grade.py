@@ -29,6 +29,7 @@ from worker.gpu.client import ChildClient
 from worker.gpu.gpu_lock import GpuTurns
 from worker.hw4 import kernels, problem3, sanitize, speed
 from worker.hw4.cases import load_cases
+from worker.hw4.hangs import FUSED_KINDS
 from worker.hw4.kernel_checks import Check
 from worker.hw4.loading import MINITORCH, PROBE_ARENA_BYTES, LoadGate
 from worker.measurements import ProblemMeasurement
@@ -126,10 +127,11 @@ def _problem3(client: ChildClient, config: GpuStageConfig, deadline: Deadline, r
 
 def _grade_problem3(rubric: Rubric, config: GpuStageConfig, gate: LoadGate, rng: np.random.Generator,
                     telemetry: Callable[[], dict[str, Any]], open_child: Callable[[], ChildClient]) -> ProblemMeasurement:
-    """Problem 3 in a child of its own, or not run (no child) when a part it needs did not load."""
+    """Problem 3 in a child of its own, or not run (no child) when a part it needs did not load
+    or a launcher its fused model calls hung (worker.hw4.hangs)."""
     gate.settle()  # no load probe runs beside the spawn below
     parts = (*_libraries(rubric, "3"), MINITORCH)
-    blocked = gate.blocked(*parts)
+    blocked = gate.blocked(*parts) or gate.hangs.why(FUSED_KINDS)
     if blocked:
         logs = [log for log in map(gate.log, parts) if log]
         return ProblemMeasurement("3", status="not_run", log_tail="\n".join(logs) or blocked,
@@ -147,9 +149,12 @@ def _kernel_problems(rubric: Rubric, problems: tuple[str, ...]) -> list[kernels.
 
 
 def _record_run(measurements: list[ProblemMeasurement], gate: LoadGate, budget_s: float | None, deadline: Deadline) -> None:
-    """The record of what loaded and of the budget, once per run, in every problem's telemetry."""
+    """The record of what loaded, what hung and of the budget, once per run, in every problem's telemetry."""
+    hung = gate.hangs.record()
     for m in measurements:
         m.telemetry["load"] = gate.record()
+        if hung:
+            m.telemetry["hung"] = hung
         m.telemetry["budget"] = {"budget_s": budget_s, "stage_s": round(time.monotonic() - deadline.started, 1)}
 
 
@@ -221,7 +226,8 @@ def run_gpu_stage(
                     open_child, "problem-3", staged_root, (problem3.HANDLERS,), problem3.arena_bytes(config.problem3))))
         # last, so that it cannot take time from anything that scores
         sanitize.sanitize_failed(failed_abi, measurements, config.sanitizer, open_wrapped, deadline,
-                                 config.policy.gpu_index is not None, config.timing.call_timeout_s)
+                                 config.policy.gpu_index is not None, config.timing.call_timeout_s,
+                                 lambda check: gate.hangs.why(check.launchers, check.case.public))
         _record_run(measurements, gate, config.budget_s, deadline)
     finally:
         gate.close()

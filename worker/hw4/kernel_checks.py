@@ -21,6 +21,7 @@ from worker.hw4.abi import abi_output_names
 from worker.hw4.case_inputs import make_binding_inputs, make_inputs
 from worker.hw4.cases import MAX_SOFTMAX_LEN, Case
 from worker.hw4.conventions import open_readings
+from worker.hw4.hangs import path_calls
 from worker.hw4.references import binding_reference, reference, verify
 from worker.hw4.speed import TimingConfig, run_binding
 from worker.measurements import CaseOutcome, salient_lines
@@ -45,6 +46,11 @@ class Check:
     @property
     def id(self) -> str:
         return f"{self.path}:{self.case.id}"
+
+    @property
+    def launchers(self) -> tuple[str, ...]:
+        """The fused launchers (by kind) the check calls (worker.hw4.hangs)."""
+        return path_calls(self.path, self.case.kind)
 
     def rng(self) -> np.random.Generator:
         return np.random.default_rng(self.seed)
@@ -75,11 +81,13 @@ def not_run_outcome(check: Check, why: str) -> CaseOutcome:
     return dataclasses.replace(check_outcome(check, False, None, None, f"not run: {why}"), ran=False)
 
 
-def crash_outcome(check: Check, failure: ChildFailure) -> CaseOutcome:
-    """A crash or hang of the submission's code, attributed to the check that caused it."""
+def crash_outcome(check: Check, failure: ChildFailure, detail: str | None = None) -> CaseOutcome:
+    """A crash or hang of the submission's code, attributed to the check that caused it;
+    `detail` in place of the failure's own (a hang that names its launcher)."""
     said = " | ".join(salient_lines(failure.tail))
     words = "hung" if failure.kind == "timeout" else "crashed"
-    return check_outcome(check, False, None, None, f"{words}: {failure.detail}" + (f" | {said}" if said else ""))
+    return check_outcome(check, False, None, None,
+                         f"{words}: {detail or failure.detail}" + (f" | {said}" if said else ""))
 
 
 def _call_abi(client: ChildClient, case: Case, arrays: dict[str, np.ndarray], expected: dict[str, np.ndarray],
@@ -149,8 +157,8 @@ def binding_eligible(case: Case) -> bool:
 def measure_kernel_ms(client: ChildClient, case: Case, rng: np.random.Generator,
                       config: TimingConfig) -> tuple[float | None, str]:
     """The fused kernels' own GPU time per C ABI call (CUPTI, in the child), or None and why.
-    Informational: a profiler that is missing or refuses, or a kernel that crashes or hangs
-    there (the checks say so), is not scored."""
+    Informational: a profiler that is missing or refuses is not scored; a kernel that crashes
+    or hangs there raises ChildFailure (the caller notes it; the checks say so)."""
     client.arena.reset()
     refs = client.arena.put_all(make_inputs(case, rng))
     try:
@@ -158,6 +166,4 @@ def measure_kernel_ms(client: ChildClient, case: Case, rng: np.random.Generator,
                              "calls": config.kernel_calls}, config.call_timeout_s)
     except StudentError as exc:
         return None, f"kernel GPU time not measured: {exc.error}"
-    except ChildFailure as exc:
-        return None, f"kernel GPU time not measured: {exc}"
     return float(reply["kernel_ms"]), ", ".join(reply.get("kernels", []))

@@ -26,6 +26,7 @@ from worker.gpu.client import ChildClient, ChildFailure, OutOfBudget, StudentErr
 from worker.gpu.gpu_lock import GpuTurns
 from worker.hw4.abi import library_of, traffic_bytes
 from worker.hw4.cases import Case
+from worker.hw4.hangs import LauncherHung, binding_calls
 from worker.hw4.kernel_checks import Check, crash_outcome, measure_kernel_ms, not_run_outcome, plan_checks, run_check
 from worker.hw4.loading import MINITORCH, LoadGate
 from worker.hw4.speed import (
@@ -75,7 +76,9 @@ class Stopwatch:
 # Fresh children per problem and path (C ABI, binding) after checks that killed the child, or
 # hung it (each hang costs the call's timeout); past either, that path's other checks are not
 # run. Per path: a launcher whose signature differs from the starter's crashes every C ABI
-# call, and the binding checks, the course's own path, still deserve their run.
+# call, and the binding checks, the course's own path, still deserve their run. A hang in a
+# launcher names it for the whole stage at once (worker.hw4.hangs); MAX_HANGS bounds the
+# hangs no launcher is blamed for (the binding making its tensors).
 MAX_CRASHES = 6
 MAX_HANGS = 2
 
@@ -85,6 +88,7 @@ class KernelProblem:
     """One kernel problem on its way through the two phases of `grade_kernel_problems`."""
 
     problem_id: str
+    kind: str  # its cases' kind: the launcher its C ABI cases call (worker.hw4.abi)
     checks: list[Check]  # still to run, in order
     gate: LoadGate  # whether what a path needs loads, and whether the run's budget is left
     parts: dict[str, tuple[str, ...]]  # path -> what it loads of the submission (`paths_parts`)
@@ -101,10 +105,11 @@ class KernelProblem:
     # C ABI checks that ran and failed (wrong, raised, crashed or hung): worker.hw4.sanitize's
     failed_abi: list[Check] = field(default_factory=list)
 
-    def why_not(self, path: str) -> str | None:
-        """Why the checks of `path` are not run (a part it needs does not load, the run's
-        budget is used up, or the path used up its fresh children), or None."""
-        blocked = self.gate.blocked(*self.parts[path])
+    def why_not(self, check: Check) -> str | None:
+        """Why `check` is not run (a part its path needs does not load, the run's budget is
+        used up, a launcher it calls hung, or its path used up its fresh children), or None."""
+        path = check.path
+        blocked = self.gate.blocked(*self.parts[path]) or self.gate.hangs.why(check.launchers, check.case.public)
         if blocked:
             return blocked
         crashes, hangs = self.failures.get((path, "crashed"), 0), self.failures.get((path, "timeout"), 0)
@@ -134,10 +139,11 @@ def _close_client(problem: KernelProblem) -> None:
 
 
 @contextlib.contextmanager
-def _ends_on_failure(problem: KernelProblem, during: str) -> Iterator[None]:
+def _ends_on_failure(problem: KernelProblem, during: str, timeout_s: float) -> Iterator[None]:
     """A crash, hang or raise of the submission's code during its timing ends the problem;
     the log says what it was doing (`during`), as the course's harness would have crashed
-    on that very call."""
+    on that very call. A hang in a launcher names it (worker.hw4.hangs): no later timing or
+    Problem 3 waits for it again."""
     m = problem.measurement
     try:
         yield
@@ -145,7 +151,8 @@ def _ends_on_failure(problem: KernelProblem, during: str) -> Iterator[None]:
         _skip_timing(problem, exc.detail)
     except ChildFailure as exc:
         m.status = exc.kind
-        m.log_tail = f"{exc.detail} {during}\n{exc.tail}"[-8000:]
+        named = problem.gate.hangs.named_by(exc, timeout_s, during, public=True)
+        m.log_tail = f"{named or exc.detail + ' ' + during}\n{exc.tail}"[-8000:]
     except StudentError as exc:
         m.status = "error"
         m.log_tail = f"{exc.error} {during}\n{exc.trace}"[-8000:]
@@ -168,20 +175,28 @@ def check_phase(problem: KernelProblem, config: TimingConfig) -> None:
     path cannot run (`why_not`) is recorded as not run, with the reason. Safe to run beside
     other problems' checks and profiles: nothing here is a speedup."""
     assert problem.client is not None
+    hangs = problem.gate.hangs
     while problem.checks and problem.client is not None:
         check = problem.checks.pop(0)
-        why = problem.why_not(check.path)
+        why = problem.why_not(check)
         if why:
             problem.record(not_run_outcome(check, why), check)
             continue
         with problem.clock(f"{check.path}_cases"):
             try:
-                outcome = run_check(problem.client, check, config.call_timeout_s)
+                with hangs.calling(problem.client, check.launchers, check.case.public, f"in case {check.id}",
+                                   config.call_timeout_s):
+                    outcome = run_check(problem.client, check, config.call_timeout_s)
+            except LauncherHung as exc:  # named by another call meanwhile
+                outcome = not_run_outcome(check, exc.words)
+                if exc.killed:
+                    _close_client(problem)
             except OutOfBudget as exc:
                 outcome = not_run_outcome(check, exc.detail)
                 _close_client(problem)
             except ChildFailure as exc:
-                outcome = crash_outcome(check, exc)
+                named = hangs.named_by(exc, config.call_timeout_s, f"in case {check.id}", check.case.public)
+                outcome = crash_outcome(check, exc, named)
                 key = (check.path, exc.kind)
                 problem.failures[key] = problem.failures.get(key, 0) + 1
                 _close_client(problem)
@@ -192,7 +207,7 @@ def needs_fresh_child(problem: KernelProblem) -> bool:
     """Whether the problem's child is gone with checks left to run; checks that cannot run
     (`why_not`) are recorded as not run first (no child is started for them)."""
     for check in list(problem.checks):
-        why = problem.why_not(check.path)
+        why = problem.why_not(check)
         if why:
             problem.checks.remove(check)
             problem.record(not_run_outcome(check, why), check)
@@ -215,7 +230,7 @@ def ready_for_timing(problem: KernelProblem) -> bool:
         if problem.measurement.log_tail == "":
             problem.measurement.log_tail = "not timed: a public correctness case failed"
         return False
-    blocked = problem.gate.deadline.spent()
+    blocked = problem.gate.deadline.spent() or problem.gate.hangs.why(binding_calls(problem.kind))
     if blocked:
         _skip_timing(problem, blocked)
         return False
@@ -225,9 +240,9 @@ def ready_for_timing(problem: KernelProblem) -> bool:
 def profile_phase(problem: KernelProblem, config: TimingConfig) -> None:
     """The kernels' own GPU time, in the problem's second child, beside its checks: CUPTI's
     start-up takes seconds, which the checks then hide."""
-    profiler, m = problem.profiler, problem.measurement
+    profiler, m, gate = problem.profiler, problem.measurement, problem.gate
     assert profiler is not None
-    blocked = problem.gate.blocked(*problem.parts["abi"])
+    blocked = gate.blocked(*problem.parts["abi"]) or gate.hangs.why((problem.kind,))
     if blocked:
         problem.profiler = None
         profiler.close()
@@ -235,12 +250,14 @@ def profile_phase(problem: KernelProblem, config: TimingConfig) -> None:
         return
     largest = max(TIMING_CASES[problem.problem_id], key=lambda c: math.prod(c.shape))
     try:
-        with problem.clock("kernel_profile"):
+        with problem.clock("kernel_profile"), gate.hangs.calling(profiler, (problem.kind,), public=True):
             m.kernel_ms, m.telemetry["kernel_profile"] = measure_kernel_ms(profiler, largest, problem.profile_rng,
                                                                            config)
         bandwidth = Bandwidth.of(largest.id, largest.shape, traffic_bytes(largest), m.kernel_ms)
         if bandwidth is not None:
             m.telemetry[BANDWIDTH_KEY] = bandwidth.to_dict()
+    except (ChildFailure, LauncherHung) as exc:  # the checks say what it did
+        m.telemetry["kernel_profile"] = f"kernel GPU time not measured: {exc}"
     finally:
         problem.profiler = None
         profiler.close()
@@ -250,16 +267,16 @@ def warm_phase(problem: KernelProblem, config: TimingConfig) -> None:
     """The timing child's one-time costs (seconds: imports, CUDA context) paid beside the
     checks. If the submission's code fails there, the child is closed and the timing gets a
     fresh one, where the failure, if it repeats, ends the problem as it would have."""
-    timer = problem.timer
+    timer, gate, calls = problem.timer, problem.gate, binding_calls(problem.kind)
     assert timer is not None
-    if problem.gate.blocked(*problem.parts["abi"], *problem.parts["binding"]):
+    if gate.blocked(*problem.parts["abi"], *problem.parts["binding"]) or gate.hangs.why(calls):
         problem.timer = None  # it would not be timed: its cases cannot pass
         timer.close()
         return
     try:
-        with problem.clock("timing_warm"):
+        with problem.clock("timing_warm"), gate.hangs.calling(timer, calls, public=True):
             warm_student(timer, problem.problem_id, config.call_timeout_s)
-    except (ChildFailure, StudentError):
+    except (ChildFailure, StudentError, LauncherHung):
         problem.timer = None
         timer.close()
 
@@ -270,7 +287,7 @@ def timing_phase(problem: KernelProblem, sides: Sides, config: TimingConfig) -> 
     assert client is not None
     shapes = ", ".join(c.describe_shape() for c in cases)
     during = f"(while timing your fused op and your MiniTorch's composition on the course's shapes: {shapes})"
-    with _ends_on_failure(problem, during):
+    with _ends_on_failure(problem, during, config.call_timeout_s):
         with problem.clock("timing"):
             timing = time_problem(client, sides, cases, problem.rng, config, problem.thresholds)
         m.speedup_student, m.speedup_reference_ops, m.speedup_trusted = (
@@ -346,7 +363,8 @@ def grade_kernel_problems(
     for problems whose checks passed in an earlier piece, each timing child warmed first;
     `turns` holds the GPU's lock shared for phase 1 and alone for phase 2."""
     seeds = rng.integers(2**63 - 1, size=(len(problems), 3))
-    states = [KernelProblem(pid, [] if piece is Piece.timing else plan_checks(cases, np.random.default_rng(int(seed[2]))),
+    states = [KernelProblem(pid, cases[0].kind,
+                            [] if piece is Piece.timing else plan_checks(cases, np.random.default_rng(int(seed[2]))),
                             gate,
                             paths_parts(cases[0].kind, needs), thresholds,
                             np.random.default_rng(int(seed[0])), np.random.default_rng(int(seed[1])),
@@ -503,7 +521,8 @@ def _time_each(waiting: list[KernelProblem], sides: Sides, gate: LoadGate, confi
                telemetry: Callable[[], dict[str, Any]], progress: StageProgress, cpus: TimingCpus | None) -> None:
     """Phase 2: each problem timed alone in its child, in turn, while the budget lasts."""
     for problem in waiting:
-        spent = gate.deadline.spent()  # an earlier timing may have used up the budget
+        # an earlier timing may have used up the budget, or named a launcher this one calls
+        spent = gate.deadline.spent() or gate.hangs.why(binding_calls(problem.kind))
         if spent:
             problem.client.resume()  # type: ignore[union-attr]
             _skip_timing(problem, spent)

@@ -17,7 +17,9 @@ infrastructure fault (retried, never a grade). Only a failure after `ready`, whi
 loads, is the submission's.
 
 `LoadGate.blocked(part)` answers, for every caller, whether code needing `part` may run now
-and if not why: the part did not load, or the run's GPU time budget is used up.
+and if not why: the part did not load, or the run's GPU time budget is used up. The gate also
+carries the run's record of launchers that hung once loaded (`LoadGate.hangs`,
+worker.hw4.hangs), settled the same way.
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from typing import Any
 
 from worker.gpu.budget import Deadline
 from worker.gpu.client import ChildClient, ChildFailure, OutOfBudget, StageInfraError, StudentError
+from worker.hw4.hangs import HungLaunchers
 from worker.measurements import salient_lines
 
 MINITORCH = "minitorch"  # the submission's package with its CUDA backend; any other part is a library's path
@@ -80,6 +83,7 @@ class LoadGate:
         self._probes: dict[str, ChildClient] = {}
         self._verdicts: dict[str, Future[Verdict]] = {}
         self._pool: ThreadPoolExecutor | None = None
+        self.hangs = HungLaunchers()  # launchers that never returned: what calls them is settled too
 
     def open(self, parts: Iterable[str], open_probe: ProbeFactory) -> None:
         """Spawn a probe child per part (from the spawning thread, before `start`)."""

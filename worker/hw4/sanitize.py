@@ -114,15 +114,18 @@ def run_tool(tool: str, label: str, check: Check, executable: str, open_wrapped:
     return [], f"{TOOL} {tool}: {trouble}" + (f": {said}" if said else "")
 
 
+def _skipped(check: Check, why: str) -> dict[str, Any]:
+    """The telemetry of a session that did not run (`why` "" while it runs)."""
+    return {"case": check.id, "tool": None, "tools": [], "seconds": 0.0, "findings": [], "note": why}
+
+
 def session(problem_id: str, check: Check, config: SanitizerConfig, open_wrapped: WrappedFactory, cap: Deadline,
             cuda: bool, timeout: float) -> dict[str, Any]:
     """The problem's one session: the tools in turn (worker.sanitizer.TOOLS' order) until one
     finds something or cannot do its work; what the telemetry keeps of it."""
-    record: dict[str, Any] = {"case": check.id, "tool": None, "tools": [], "seconds": 0.0, "findings": [],
-                              "note": ""}
     if config.executable is None:
-        record["note"] = f"skipped: {TOOL} was not found (KG_SANITIZER={config.setting})"
-        return record
+        return _skipped(check, f"skipped: {TOOL} was not found (KG_SANITIZER={config.setting})")
+    record = _skipped(check, "")
     started = time.monotonic()
     for tool in TOOLS:
         if cap.left() <= 0:
@@ -141,11 +144,12 @@ def session(problem_id: str, check: Check, config: SanitizerConfig, open_wrapped
 
 def sanitize_failed(failed: Mapping[str, Sequence[Check]], measurements: Sequence[ProblemMeasurement],
                     config: SanitizerConfig | None, open_wrapped: WrappedFactory, run_deadline: Deadline,
-                    cuda: bool, timeout: float) -> None:
+                    cuda: bool, timeout: float, settled: Callable[[Check], str | None] = lambda _check: None) -> None:
     """A session for each problem with a failed C ABI check (`failed`: problem id -> its
     failed checks), into its measurement's telemetry; none without the tool's configuration
-    (KG_SANITIZER=off) or without a failed C ABI check. Every session of the run shares one
-    cap: the configured seconds, or what is left of the run's budget if less."""
+    (KG_SANITIZER=off) or without a failed C ABI check, and none for a check `settled` gives a
+    reason not to run (its launcher hung: under the tool it would hang again). Every session of
+    the run shares one cap: the configured seconds, or what is left of the run's budget if less."""
     chosen = {pid: check for pid, checks in failed.items() if (check := smallest_failed(checks)) is not None}
     if config is None or not chosen:
         return
@@ -153,4 +157,6 @@ def sanitize_failed(failed: Mapping[str, Sequence[Check]], measurements: Sequenc
     cap = Deadline(max(0.0, min(config.cap_s, run_deadline.left())))
     for pid, check in chosen.items():
         if pid in by_id:
-            by_id[pid].telemetry[TELEMETRY_KEY] = session(pid, check, config, open_wrapped, cap, cuda, timeout)
+            why = settled(check)
+            by_id[pid].telemetry[TELEMETRY_KEY] = (_skipped(check, f"skipped: {why}") if why else
+                                                   session(pid, check, config, open_wrapped, cap, cuda, timeout))
