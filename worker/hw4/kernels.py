@@ -23,6 +23,7 @@ import numpy as np
 from worker.affinity import TimingCpus, this_thread_on
 from worker.assignment import StageProgress
 from worker.gpu.client import ChildClient, ChildFailure, OutOfBudget, StudentError
+from worker.gpu_conditions import ConditionsWatch, GpuConditions
 from worker.hw4.abi import library_of, traffic_bytes
 from worker.hw4.cases import Case
 from worker.hw4.kernel_checks import Check, crash_outcome, measure_kernel_ms, not_run_outcome, plan_checks, run_check
@@ -32,11 +33,20 @@ from worker.hw4.speed import (
     Sides,
     TimingConfig,
     describe_timing,
+    measure_copy_peak,
     time_problem,
     warm_sides,
     warm_student,
 )
-from worker.measurements import BANDWIDTH_KEY, SANDBOX_REFUSED_KEY, Bandwidth, CaseOutcome, ProblemMeasurement
+from worker.measurements import (
+    BANDWIDTH_KEY,
+    CONDITIONS_KEY,
+    COPY_PEAK_KEY,
+    SANDBOX_REFUSED_KEY,
+    Bandwidth,
+    CaseOutcome,
+    ProblemMeasurement,
+)
 
 HANDLERS = ("worker.hw4.child_kernels",)
 # A kernel problem to run: its id, its cases, the speedups where its points change, the
@@ -261,20 +271,22 @@ def warm_phase(problem: KernelProblem, config: TimingConfig) -> None:
         timer.close()
 
 
-def timing_phase(problem: KernelProblem, sides: Sides, config: TimingConfig) -> None:
-    """The speedups, with nothing else of this grade running (the caller freezes the others)."""
+def timing_phase(problem: KernelProblem, sides: Sides, config: TimingConfig, watch: ConditionsWatch | None = None) -> None:
+    """The speedups, with nothing else of this grade running (the caller freezes the others);
+    each trial a window whose GPU conditions `watch` reads."""
     client, m, cases = problem.client, problem.measurement, TIMING_CASES[problem.problem_id]
     assert client is not None
     shapes = ", ".join(c.describe_shape() for c in cases)
     during = f"(while timing your fused op and your MiniTorch's composition on the course's shapes: {shapes})"
     with _ends_on_failure(problem, during):
         with problem.clock("timing"):
-            timing = time_problem(client, sides, cases, problem.rng, config, problem.thresholds)
+            timing = time_problem(client, sides, cases, problem.rng, config, problem.thresholds, watch)
         m.speedup_student, m.speedup_reference_ops, m.speedup_trusted = (
             timing.student, timing.reference_ops, timing.kit)
         m.telemetry.update(timing_shapes=timing.shapes, timing_evidence=timing.evidence,
                            timing_dropped=timing.dropped, timing_stopped=timing.stopped,
                            timing_thresholds=list(problem.thresholds), timed=describe_timing(cases))
+        m.telemetry[CONDITIONS_KEY] = timing.conditions
         if timing.wrong_trials:
             m.binding_cases.append(CaseOutcome(
                 case_id="timing:course-shapes", shape=tuple(cases[0].shape), ok=False,
@@ -318,6 +330,7 @@ def grade_kernel_problems(
     progress: StageProgress = StageProgress(),
     cpus: TimingCpus | None = None,
     failed_abi: dict[str, list[Check]] | None = None,
+    conditions: GpuConditions | None = None,
 ) -> list[ProblemMeasurement]:
     """Every kernel problem (id, cases, thresholds, the libraries it needs), each in a fresh
     child of its own.
@@ -334,7 +347,8 @@ def grade_kernel_problems(
     problems whose public cases all passed, one after another, the other children frozen
     meanwhile, so no code of this submission runs beside a timing; with `cpus`, on the same
     two cores every grade. `failed_abi` receives each problem's failed C ABI checks (those
-    that ran), for worker.hw4.sanitize."""
+    that ran), for worker.hw4.sanitize. `conditions`: the GPU's, read around every timing
+    window (worker.gpu_conditions); the GPU's copy peak is measured once before the timings."""
     seeds = rng.integers(2**63 - 1, size=(len(problems), 3))
     states = [KernelProblem(pid, plan_checks(cases, np.random.default_rng(int(seed[2]))), gate,
                             paths_parts(cases[0].kind, needs), thresholds,
@@ -346,7 +360,7 @@ def grade_kernel_problems(
     try:
         _check_all(states, open_student, sides, gate, config, progress)
         waiting = _hand_over_to_timing(states, open_student, gate, progress)
-        _time_each(waiting, sides, gate, config, telemetry, progress, cpus)
+        _time_each(waiting, sides, gate, config, telemetry, progress, cpus, conditions or GpuConditions(None, None))
     finally:
         for problem in states:
             _finish(problem)
@@ -426,9 +440,13 @@ def _hand_over_to_timing(states: list[KernelProblem], open_student: ClientFactor
 
 
 def _time_each(waiting: list[KernelProblem], sides: Sides, gate: LoadGate, config: TimingConfig,
-               telemetry: Callable[[], dict[str, Any]], progress: StageProgress, cpus: TimingCpus | None) -> None:
-    """Phase 2: each problem timed alone in its child, in turn, while the budget lasts."""
+               telemetry: Callable[[], dict[str, Any]], progress: StageProgress, cpus: TimingCpus | None,
+               conditions: GpuConditions) -> None:
+    """Phase 2: first the GPU's copy peak (our kit's child; the submission's are frozen), then
+    each problem timed alone in its child, in turn, while the budget lasts."""
+    peak = measure_copy_peak(sides, config.call_timeout_s) if waiting else None
     for problem in waiting:
+        problem.measurement.telemetry[COPY_PEAK_KEY] = peak
         spent = gate.deadline.spent()  # an earlier timing may have used up the budget
         if spent:
             problem.client.resume()  # type: ignore[union-attr]
@@ -439,6 +457,6 @@ def _time_each(waiting: list[KernelProblem], sides: Sides, gate: LoadGate, confi
         problem.client.resume()  # type: ignore[union-attr]
         problem.measurement.telemetry["timing_cpus"] = dataclasses.asdict(cpus) if cpus else None
         with _placed_for_timing(problem.client, sides, cpus):  # type: ignore[arg-type]
-            timing_phase(problem, sides, config)
+            timing_phase(problem, sides, config, conditions.watch())
         _finish(problem)
         problem.measurement.telemetry["after"] = telemetry()
