@@ -60,6 +60,55 @@ class Bandwidth:
 
 
 BANDWIDTH_KEY = "bandwidth"
+# A timed problem's GPU conditions over its timing windows (worker.gpu_conditions.conditions_summary).
+CONDITIONS_KEY = "timing_conditions"
+# The GPU's peak copy bandwidth as the stage measured it before its timings
+# (worker.gpu.copy_peak.CopyPeak.to_dict, or {"error": why not}).
+COPY_PEAK_KEY = "copy_peak"
+# In each shape record of a timed kernel problem (telemetry `timing_shapes`): the bytes its fused
+# op must move (worker.hw4.abi.traffic_bytes), which with its median timed milliseconds
+# (`ms` -> `custom`) is the timed call's bandwidth.
+FUSED_BYTES_KEY = "fused_bytes"
+
+
+@dataclass(frozen=True)
+class TimedRate:
+    """The bandwidth a fused op's timed call achieved on one shape: the bytes the operation must
+    move over its median timed milliseconds (the call as the course times it, host work included)."""
+
+    case: str
+    shape: tuple[int, ...]
+    bytes: int
+    ms: float
+
+    @property
+    def gb_s(self) -> float:
+        return self.bytes / (self.ms * 1e-3) / 1e9
+
+
+def _positive(value: Any) -> float | None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    return float(value) if ok else None
+
+
+def timed_rates(telemetry: dict[str, Any]) -> list[TimedRate]:
+    """Each timed shape's TimedRate, where its record holds the bytes and a positive time
+    (stored telemetry is read as it comes: anything else is left out)."""
+    rates = []
+    for shape in telemetry.get("timing_shapes") or []:
+        if not isinstance(shape, dict):
+            continue
+        size, ms = _positive(shape.get(FUSED_BYTES_KEY)), _positive((shape.get("ms") or {}).get("custom"))
+        if size is not None and ms is not None:
+            dims = tuple(int(d) for d in shape.get("shape") or () if isinstance(d, int))
+            rates.append(TimedRate(str(shape.get("case", "")), dims, int(size), ms))
+    return rates
+
+
+def copy_peak_gb_s(telemetry: dict[str, Any]) -> float | None:
+    """The stage's measured peak copy bandwidth (COPY_PEAK_KEY), None where it has none."""
+    record = telemetry.get(COPY_PEAK_KEY)
+    return _positive(record.get("gb_s")) if isinstance(record, dict) else None
 
 # Lines of a dying child's output that say what went wrong (a CUDA error, an exception, a
 # failed assertion), as opposed to the boilerplate printed after them: PyCUDA's "context

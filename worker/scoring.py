@@ -14,6 +14,9 @@ Rules (per problem, from its `scoring:` section, worker.rubric.ProblemScoring):
 - `speed_figure` picks which measured speedup scores: the student's composition on our basic
   ops in the starter's ABI (`reference_ops`, falling back to its own basic ops with a flag)
   or on its own (`student`). The reference kit's figure is information only.
+- A fused op whose timed call moved its operation's bytes faster than the GPU's measured copy
+  peak (`impossible_figure`) cannot have been timed right: its speed points are not scored, with
+  a reason and a flag for staff.
 - Every lost point has a reason a student can read, in the assignment's own words
   (worker.assignment.Words); flags for staff (evidence of a gamed timing, from the stage's
   telemetry) are also shown to the student as notes; what CUDA's compute-sanitizer found in a
@@ -29,7 +32,15 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from worker.assignment import Words, assignment_of
-from worker.measurements import SANDBOX_REFUSED_KEY, CaseOutcome, ProblemMeasurement, salient_lines
+from worker.measurements import (
+    CONDITIONS_KEY,
+    SANDBOX_REFUSED_KEY,
+    CaseOutcome,
+    ProblemMeasurement,
+    copy_peak_gb_s,
+    salient_lines,
+    timed_rates,
+)
 from worker.rubric import ProblemScoring, Rubric
 from worker.sanitizer import TOOL, shown
 from worker.timing import RatioSummary, waited_beyond_slack
@@ -180,9 +191,40 @@ def waited_off_cpu(m: ProblemMeasurement) -> str | None:
     return None
 
 
+def impossible_figure(m: ProblemMeasurement) -> str | None:
+    """Why the fused op's timing cannot be trusted, when on some shape its timed call moved the
+    bytes its operation must move (worker.measurements.timed_rates) faster than the GPU's peak
+    copy bandwidth, as the stage measured it (COPY_PEAK_KEY): no call can, so it was mis-timed
+    or did less than the operation needs. None otherwise, also where no peak was measured."""
+    peak = copy_peak_gb_s(m.telemetry)
+    fastest = max(timed_rates(m.telemetry), key=lambda r: r.gb_s, default=None)
+    if peak is None or fastest is None or fastest.gb_s <= peak:
+        return None
+    return (f"your fused op's timed call moved {fastest.gb_s:.0f} GB/s (shape {list(fastest.shape)}), more than the "
+            f"GPU's measured peak of {peak:.0f} GB/s: the timing cannot be trusted; ask the staff")
+
+
+def conditions_flag(m: ProblemMeasurement) -> str | None:
+    """Staff's word on timing windows kept though the GPU's conditions called for a retake
+    (worker.gpu_conditions: after its retakes, or with no room for one), or None."""
+    record = m.telemetry.get(CONDITIONS_KEY) or {}
+    kept = record.get("kept_flagged") or 0
+    if not isinstance(kept, int) or kept <= 0:
+        return None
+    first = next(iter(record.get("kept") or []), "")
+    return (f"{m.problem_id}: {kept} of {record.get('windows')} timing windows were kept though the GPU's "
+            f"conditions called for measuring them again" + (f" ({first})" if first else ""))
+
+
 def timing_flags(spec: ProblemScoring, m: ProblemMeasurement, words: Words) -> list[str]:
     """What the timing's evidence (the stage's telemetry) says a student or staff should know."""
     pid, ev, flags = m.problem_id, m.telemetry.get("timing_evidence") or {}, []
+    impossible = impossible_figure(m)
+    if impossible:
+        flags.append(f"{pid}: impossible timing, its speed points are not scored: {impossible}")
+    kept = conditions_flag(m)
+    if kept:
+        flags.append(kept)
     gap = ev.get("own_ops_vs_reference_ops")
     if spec.basic_ops_gap_flag is not None and gap is not None and gap >= spec.basic_ops_gap_flag:
         where = f" ({words.own_ops_file})" if words.own_ops_file else ""
@@ -307,6 +349,8 @@ def _score_speed(spec: ProblemScoring, m: ProblemMeasurement, words: Words, scor
     elif figure is None:
         why = m.telemetry.get("timing_skipped")  # the stage's reason for not timing, when it gave one
         score.reasons.append(f"{pid}: speedup was not measured{f' ({why})' if why else ''}: 0 {out_of}")
+    elif (impossible := impossible_figure(m)) is not None:
+        score.reasons.append(f"{pid}: speed points not scored (0 {out_of}): {impossible}")
     elif waited_off_cpu(m):
         score.reasons.append(f"{pid}: speed points withheld for review (see the flag): 0 {out_of}")
     else:

@@ -27,6 +27,7 @@ from grader.pages.common import page
 from grader.reads.bandwidth import run_bandwidth
 from grader.reads.gpu_phases import run_gpu_time
 from grader.reads.runstatus import run_status
+from grader.reads.timing_conditions import run_timing_conditions
 from grader.roles import Power, may
 from worker.assignment import AssignmentError, Words, assignment_of
 from worker.build_isolation import first_compiler_error
@@ -61,6 +62,7 @@ def render_run(request: Request, session: Session, user: User, run: Run, status_
                 may_grade=may(role, Power.grade), gpu_time=run_gpu_time(run) if may(role, Power.view) else None,
                 reduced_isolation=(run.toolchain or {}).get(REDUCED_ISOLATION) if may(role, Power.view) else None,
                 bandwidth=run_bandwidth(session, run), may_see_flags=may(role, Power.view),
+                conditions=run_timing_conditions(run) if may(role, Power.view) else [],
                 grade=counted.grade if counted.run_id == run.id else own, own_grade=own,
                 zone=settings.course_zone, refused=refused,
                 problems=[problem_view(r.details or {}, r, rubric.problems.get(r.problem_id), rubric.words)

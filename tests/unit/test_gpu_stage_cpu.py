@@ -36,14 +36,17 @@ from gpu_stage_support import stage_config as _config  # noqa: E402
 
 from worker.assignment import StageProgress  # noqa: E402
 from worker.build import Toolchain  # noqa: E402
+from worker.gpu_conditions import NO_NVML  # noqa: E402
 from worker.hw4.cases import load_cases  # noqa: E402
 from worker.hw4.grade import GpuStageConfig, run_gpu_stage  # noqa: E402
 from worker.hw4.kernel_checks import binding_eligible  # noqa: E402
+from worker.measurements import CONDITIONS_KEY, COPY_PEAK_KEY, FUSED_BYTES_KEY  # noqa: E402
 from worker.pipeline import PipelineConfig, grade_submission  # noqa: E402
 from worker.rubric import load_rubric  # noqa: E402
 from worker.sandbox import SandboxPolicy  # noqa: E402
 from worker.scoring import score_run  # noqa: E402
 from worker.states import RunState  # noqa: E402
+from worker.telemetry import gpu_count  # noqa: E402
 from worker.trials import STOP_REASONS  # noqa: E402
 from worker.unpack import UnpackLimits  # noqa: E402
 
@@ -51,6 +54,15 @@ pytestmark = pytest.mark.skipif(not cpu_standin.have_compiler(), reason="g++ is 
 
 # Setup shared with test_grading_catches_mutants_cpu.py: tests/fixtures/gpu_stage_support.py
 # (limits, timing, the tiny Problem 3, the short case list, the sandbox user, the stand-in run).
+
+
+def _no_conditions(m) -> None:  # noqa: ANN001
+    """Where this machine has no NVML (no driver), the timing's record says so: nothing was read
+    and no window was taken again."""
+    record = m.telemetry[CONDITIONS_KEY]
+    if gpu_count() == 0:
+        assert record["recorded"] is False and record["note"].startswith(f"{NO_NVML} ("), record
+        assert record["windows"] > 0
 
 
 # ----------------------------------------------------------------------------- tests
@@ -81,6 +93,11 @@ def test_standin_scores_full_correctness(base: Path, trusted: Path, policy: Sand
         for shape in m.telemetry["timing_shapes"]:
             assert {"custom", "baseline", "reference_ops", "inputs", "verify"} <= set(shape["wall_s"]), shape
             assert all(v >= 0 for v in shape["wall_s"].values()) and shape["wall_s"]["custom"] > 0, shape
+            # each trial a window with its record; the bytes its fused op must move beside its figure
+            assert len(shape["windows"]) == shape["trials"] and shape[FUSED_BYTES_KEY] > 0, shape
+        # no GPU here: no copy peak (nothing is judged impossible) and, without NVML, no conditions
+        assert m.telemetry[COPY_PEAK_KEY] == {"error": "not measured: no GPU"}
+        _no_conditions(m)
     p3 = by_id["3"]
     assert p3.status == "ok", _describe(p3)
     assert p3.binding_cases and all(c.ok for c in p3.binding_cases), _describe(p3)
@@ -88,6 +105,8 @@ def test_standin_scores_full_correctness(base: Path, trusted: Path, policy: Sand
     assert p3.speedup_student is not None and p3.speedup_student.trials >= P3.min_pairs
     assert p3.telemetry["problem3"]["timing"]["thresholds"] == [1.0, 1.1]
     assert p3.telemetry["problem3"]["timing"]["stop"] in STOP_REASONS
+    assert len(p3.telemetry["problem3"]["timing"]["windows"]) == p3.speedup_student.trials
+    _no_conditions(p3)
 
     score = score_run(rubric, list(by_id.values()))
     for problem in rubric.problems:

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from worker.gpu.client import ChildClient
+from worker.gpu_conditions import NO_NVML
 from worker.hw4.problem3 import HANDLERS, Problem3Config, arena_bytes, measure_problem3
 from worker.rubric import load_rubric
 from worker.sandbox import Sandbox, SandboxLimits, SandboxPolicy
@@ -126,6 +127,9 @@ def test_reference_passes_and_is_timed(tmp_path: Path) -> None:
     assert s is not None and TINY.min_pairs <= s.trials <= TINY.max_pairs
     assert s.low <= s.speedup <= s.high and s.median_baseline_ms > 0 and s.median_custom_ms > 0
     assert info["timing"]["stop"] in STOP_REASONS
+    # every kept pair is a window; without a watch (NVML) nothing was read and none was taken again
+    assert len(info["timing"]["windows"]) == s.trials
+    assert m.telemetry["timing_conditions"] == {"recorded": False, "note": NO_NVML, "windows": s.trials}
     orders = [st["model"] for st in info["steps"] if st["pair"] < 2]
     assert orders == ["unfused", "fused", "fused", "unfused"]  # alternating which goes first
     assert m.telemetry["gpu_before"] == {"probe": "telemetry"}

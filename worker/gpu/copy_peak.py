@@ -7,7 +7,9 @@ folder); its CUDA events time each copy, and the parent takes the median of the 
 reads and writes every byte, so its bandwidth counts both: the same count as a kernel's
 traffic (worker.hw4.abi.traffic_bytes). Softmax and LayerNorm kernels are memory-bound, so a
 good one gets close to this figure and none should pass it (one that does was mis-timed, or
-does less work than its operation needs).
+does less work than its operation needs). hw4's GPU stage also measures it in its kit's child
+before its timings (`copy_peak_in`), the figure no fused op's timed call may pass
+(worker.scoring.impossible_figure).
 """
 from __future__ import annotations
 
@@ -42,6 +44,8 @@ def copy_peak(state: ChildState, msg: dict[str, Any]) -> dict[str, Any]:
         end.record()
         end.synchronize()
         times.append(float(start.elapsed_time(end)))
+    del src, dst
+    torch.cuda.empty_cache()  # a child that goes on working (hw4's kit child) keeps no copy buffers
     return {"ms": times, "device": torch.cuda.get_device_name()}
 
 
@@ -63,6 +67,16 @@ def copy_rates(size_bytes: int, milliseconds: list[float]) -> list[float]:
     return [2 * size_bytes / (ms * 1e-3) / 1e9 for ms in milliseconds if ms > 0]
 
 
+def copy_peak_in(client: ChildClient, size_bytes: int, reps: int, timeout_s: float) -> CopyPeak:
+    """The peak copy bandwidth measured in `client`, a child of ours whose handlers include
+    HANDLERS (raises what the call raises, or RuntimeError when no copy was timed)."""
+    reply = client.call({"op": "copy_peak", "bytes": size_bytes, "reps": reps}, timeout_s)
+    rates = copy_rates(size_bytes, [float(ms) for ms in reply["ms"]])
+    if not rates:
+        raise RuntimeError("the copy-bandwidth child timed no copy")
+    return CopyPeak(statistics.median(rates), min(rates), max(rates), size_bytes, len(rates))
+
+
 def measure_copy_peak(sandbox: Sandbox, work_dir: Path, gpu_index: int | None, size_bytes: int = 1 << 30,
                       reps: int = 20, timeout_s: float = 120.0) -> CopyPeak:
     """The peak copy bandwidth of the GPU `gpu_index`, in a child of `sandbox` started in
@@ -70,8 +84,4 @@ def measure_copy_peak(sandbox: Sandbox, work_dir: Path, gpu_index: int | None, s
     work_dir.mkdir(parents=True, exist_ok=True)
     work_dir.chmod(0o755)  # the sandbox's user maps the arena there
     with ChildClient(sandbox, work_dir, (HANDLERS,), ARENA_BYTES, gpu_index) as client:
-        reply = client.call({"op": "copy_peak", "bytes": size_bytes, "reps": reps}, timeout_s)
-    rates = copy_rates(size_bytes, list(reply["ms"]))
-    if not rates:
-        raise RuntimeError("the copy-bandwidth child timed no copy")
-    return CopyPeak(statistics.median(rates), min(rates), max(rates), size_bytes, len(rates))
+        return copy_peak_in(client, size_bytes, reps, timeout_s)

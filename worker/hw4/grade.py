@@ -24,9 +24,11 @@ from typing import Any
 import numpy as np
 
 from worker.assignment import GpuStage, StageConfig, StageProgress
+from worker.gpu import copy_peak
 from worker.gpu.budget import Deadline
 from worker.gpu.client import ChildClient
 from worker.gpu.gpu_lock import GpuTurns
+from worker.gpu_conditions import ConditionsWatch, GpuConditions
 from worker.hw4 import kernels, problem3, sanitize, speed
 from worker.hw4.cases import load_cases
 from worker.hw4.hangs import FUSED_KINDS
@@ -113,20 +115,22 @@ def _thresholds(rubric: Rubric, problem_id: str) -> tuple[float, ...]:
 
 
 def _problem3(client: ChildClient, config: GpuStageConfig, deadline: Deadline, rng: np.random.Generator,
-              telemetry: Callable[[], dict[str, Any]], thresholds: tuple[float, ...]) -> ProblemMeasurement:
+              telemetry: Callable[[], dict[str, Any]], thresholds: tuple[float, ...],
+              watch: ConditionsWatch) -> ProblemMeasurement:
     """Problem 3 in its child, its timed pairs stopping in time for what is left of the run's
-    budget (its own budget is the most it takes)."""
-    # its timed pairs wait for the timing piece when this is the checks piece
+    budget (its own budget is the most it takes), each pair a window `watch` reads; its timed
+    pairs wait for the timing piece when this is the checks piece."""
     own = replace(config.problem3, budget_s=min(config.problem3.budget_s, deadline.left()),
                   timed=config.piece is not Piece.checks)
     with GpuBusySampler(config.policy.gpu_index or 0) as busy:
-        m3 = problem3.measure_problem3(client, own, rng, telemetry, thresholds=thresholds)
+        m3 = problem3.measure_problem3(client, own, rng, telemetry, thresholds=thresholds, watch=watch)
     m3.telemetry["gpu_busy"] = busy.summary()
     return m3
 
 
 def _grade_problem3(rubric: Rubric, config: GpuStageConfig, gate: LoadGate, rng: np.random.Generator,
-                    telemetry: Callable[[], dict[str, Any]], open_child: Callable[[], ChildClient]) -> ProblemMeasurement:
+                    telemetry: Callable[[], dict[str, Any]], conditions: GpuConditions,
+                    open_child: Callable[[], ChildClient]) -> ProblemMeasurement:
     """Problem 3 in a child of its own, or not run (no child) when a part it needs did not load
     or a launcher its fused model calls hung (worker.hw4.hangs)."""
     gate.settle()  # no load probe runs beside the spawn below
@@ -137,7 +141,7 @@ def _grade_problem3(rubric: Rubric, config: GpuStageConfig, gate: LoadGate, rng:
         return ProblemMeasurement("3", status="not_run", log_tail="\n".join(logs) or blocked,
                                   telemetry={"gpu_before": telemetry()})
     with open_child() as client:
-        return _problem3(client, config, gate.deadline, rng, telemetry, _thresholds(rubric, "3"))
+        return _problem3(client, config, gate.deadline, rng, telemetry, _thresholds(rubric, "3"), conditions.watch())
 
 
 def _kernel_problems(rubric: Rubric, problems: tuple[str, ...]) -> list[kernels.KernelSpec]:
@@ -159,12 +163,14 @@ def _record_run(measurements: list[ProblemMeasurement], gate: LoadGate, budget_s
 
 
 def _open_sides(rubric: Rubric, staged_root: Path, trusted_root: Path | None, work_dir: Path,
-                open_child: Callable[..., ChildClient]) -> speed.Sides:
+                open_child: Callable[..., ChildClient], gpu: bool) -> speed.Sides:
     """The timing's side children (our kit's, the submission's on our basic ops), where there
-    is a trusted tree (none: no kernel problem to time)."""
-    sides = speed.Sides({})
+    is a trusted tree (none: no kernel problem to time); on a GPU (`gpu`) the kit's child also
+    measures the GPU's copy peak (worker.gpu.copy_peak)."""
+    sides = speed.Sides({}, copy_peak=gpu)
     if trusted_root is not None:
-        sides.clients["kit"] = open_child("trusted", trusted_root, kernels.HANDLERS, KERNEL_ARENA_BYTES)
+        handlers = (*kernels.HANDLERS, copy_peak.HANDLERS) if gpu else kernels.HANDLERS
+        sides.clients["kit"] = open_child("trusted", trusted_root, handlers, KERNEL_ARENA_BYTES)
         sides.clients["reference_ops"] = _reference_ops_child(rubric, staged_root, trusted_root, work_dir, open_child)
     if sides.client("reference_ops") is None:
         sides.drop("reference_ops", "no library of reference basic ops was available")
@@ -199,21 +205,23 @@ def run_gpu_stage(
     piece, turns = config.piece, GpuTurns(config.gpu_lock if config.piece is Piece.timing else None)
     kernel_problems = _kernel_problems(rubric, config.problems)
     gate = LoadGate(deadline, config.load_timeout_s, cuda=config.policy.gpu_index is not None)
+    conditions = GpuConditions.open(gpu)  # NVML for the timing windows' readings, or why there is none
     failed_abi: dict[str, list[Check]] = {}
     try:
         with turns.sharing():  # a timing piece's children start beside other runs' checks, never a timing
             gate.open([*(k.output for k in rubric.kernels), MINITORCH],
                       lambda label: open_child(label, staged_root, kernels.HANDLERS, PROBE_ARENA_BYTES))
             timed = kernel_problems and piece is not Piece.checks
-            sides = _open_sides(rubric, staged_root, trusted_root if timed else None, work_dir, open_child)
+            sides = _open_sides(rubric, staged_root, trusted_root if timed else None, work_dir, open_child,
+                                config.policy.gpu_index is not None)
         # GPU utilisation is recorded per part of the stage: the kernel problems share one figure.
         try:
             with GpuBusySampler(gpu) as busy:
                 measurements.extend(kernels.grade_kernel_problems(
                     kernel_problems,
                     lambda label: open_child(f"problem-{label}", staged_root, kernels.HANDLERS, KERNEL_ARENA_BYTES),
-                    sides, gate, rng, config.timing, telemetry, progress, config.timing_cpus, failed_abi, piece,
-                    turns,
+                    sides, gate, rng, config.timing, telemetry, progress, config.timing_cpus, failed_abi, conditions,
+                    piece, turns,
                 ))
         finally:
             sides.close()
@@ -222,7 +230,7 @@ def run_gpu_stage(
         if "3" in config.problems:
             progress.problem("3")
             with turns.alone():  # its timing checks again: the child's every step is timed or a warm-up
-                measurements.append(_grade_problem3(rubric, config, gate, rng, telemetry, partial(
+                measurements.append(_grade_problem3(rubric, config, gate, rng, telemetry, conditions, partial(
                     open_child, "problem-3", staged_root, (problem3.HANDLERS,), problem3.arena_bytes(config.problem3))))
         # last, so that it cannot take time from anything that scores
         sanitize.sanitize_failed(failed_abi, measurements, config.sanitizer, open_wrapped, deadline,
@@ -231,4 +239,5 @@ def run_gpu_stage(
         _record_run(measurements, gate, config.budget_s, deadline)
     finally:
         gate.close()
+        conditions.close()
     return measurements

@@ -24,6 +24,7 @@ from worker.affinity import TimingCpus, this_thread_on
 from worker.assignment import StageProgress
 from worker.gpu.client import ChildClient, ChildFailure, OutOfBudget, StudentError
 from worker.gpu.gpu_lock import GpuTurns
+from worker.gpu_conditions import ConditionsWatch, GpuConditions
 from worker.hw4.abi import library_of, traffic_bytes
 from worker.hw4.cases import Case
 from worker.hw4.hangs import LauncherHung, binding_calls
@@ -34,11 +35,20 @@ from worker.hw4.speed import (
     Sides,
     TimingConfig,
     describe_timing,
+    measure_copy_peak,
     time_problem,
     warm_sides,
     warm_student,
 )
-from worker.measurements import BANDWIDTH_KEY, SANDBOX_REFUSED_KEY, Bandwidth, CaseOutcome, ProblemMeasurement
+from worker.measurements import (
+    BANDWIDTH_KEY,
+    CONDITIONS_KEY,
+    COPY_PEAK_KEY,
+    SANDBOX_REFUSED_KEY,
+    Bandwidth,
+    CaseOutcome,
+    ProblemMeasurement,
+)
 from worker.pieces import mark_timing_pending
 from worker.states import Piece
 
@@ -281,20 +291,22 @@ def warm_phase(problem: KernelProblem, config: TimingConfig) -> None:
         timer.close()
 
 
-def timing_phase(problem: KernelProblem, sides: Sides, config: TimingConfig) -> None:
-    """The speedups, with nothing else of this grade running (the caller freezes the others)."""
+def timing_phase(problem: KernelProblem, sides: Sides, config: TimingConfig, watch: ConditionsWatch | None = None) -> None:
+    """The speedups, with nothing else of this grade running (the caller freezes the others);
+    each trial a window whose GPU conditions `watch` reads."""
     client, m, cases = problem.client, problem.measurement, TIMING_CASES[problem.problem_id]
     assert client is not None
     shapes = ", ".join(c.describe_shape() for c in cases)
     during = f"(while timing your fused op and your MiniTorch's composition on the course's shapes: {shapes})"
     with _ends_on_failure(problem, during, config.call_timeout_s):
         with problem.clock("timing"):
-            timing = time_problem(client, sides, cases, problem.rng, config, problem.thresholds)
+            timing = time_problem(client, sides, cases, problem.rng, config, problem.thresholds, watch)
         m.speedup_student, m.speedup_reference_ops, m.speedup_trusted = (
             timing.student, timing.reference_ops, timing.kit)
         m.telemetry.update(timing_shapes=timing.shapes, timing_evidence=timing.evidence,
                            timing_dropped=timing.dropped, timing_stopped=timing.stopped,
                            timing_thresholds=list(problem.thresholds), timed=describe_timing(cases))
+        m.telemetry[CONDITIONS_KEY] = timing.conditions
         if timing.wrong_trials:
             m.binding_cases.append(CaseOutcome(
                 case_id="timing:course-shapes", shape=tuple(cases[0].shape), ok=False,
@@ -338,6 +350,7 @@ def grade_kernel_problems(
     progress: StageProgress = StageProgress(),
     cpus: TimingCpus | None = None,
     failed_abi: dict[str, list[Check]] | None = None,
+    conditions: GpuConditions | None = None,
     piece: Piece = Piece.whole,
     turns: GpuTurns = GpuTurns(None),
 ) -> list[ProblemMeasurement]:
@@ -356,7 +369,8 @@ def grade_kernel_problems(
     problems whose public cases all passed, one after another, the other children frozen
     meanwhile, so no code of this submission runs beside a timing; with `cpus`, on the same
     two cores every grade. `failed_abi` receives each problem's failed C ABI checks (those
-    that ran), for worker.hw4.sanitize.
+    that ran), for worker.hw4.sanitize. `conditions`: the GPU's, read around every timing
+    window (worker.gpu_conditions); the GPU's copy peak is measured once before the timings.
 
     `piece` (worker.states.Piece): `checks` runs phase 1 without the timing children and marks
     the problems phase 2 would time `timing_pending` (worker.pieces); `timing` runs only phase 2,
@@ -376,7 +390,8 @@ def grade_kernel_problems(
         with turns.sharing():
             waiting = _to_time(states, open_student, sides, gate, config, progress, piece)
         with turns.alone() if piece is not Piece.checks else contextlib.nullcontext():
-            _time_or_leave(waiting, sides, gate, config, telemetry, progress, cpus, piece)
+            _time_or_leave(waiting, sides, gate, config, telemetry, progress, cpus, piece,
+                           conditions or GpuConditions(None, None))
     finally:
         for problem in states:
             _finish(problem)
@@ -401,13 +416,13 @@ def _to_time(states: list[KernelProblem], open_student: ClientFactory, sides: Si
 
 def _time_or_leave(waiting: list[KernelProblem], sides: Sides, gate: LoadGate, config: TimingConfig,
                    telemetry: Callable[[], dict[str, Any]], progress: StageProgress, cpus: TimingCpus | None,
-                   piece: Piece) -> None:
+                   piece: Piece, conditions: GpuConditions) -> None:
     """Phase 2, or in the checks piece the problems it would time marked pending (worker.pieces)."""
     if piece is Piece.checks:
         for problem in waiting:
             mark_timing_pending(problem.measurement)
     else:
-        _time_each(waiting, sides, gate, config, telemetry, progress, cpus)
+        _time_each(waiting, sides, gate, config, telemetry, progress, cpus, conditions)
 
 
 def _fresh_child(problem: KernelProblem, open_student: ClientFactory) -> None:
@@ -518,9 +533,13 @@ def _timing_blocked(problem: KernelProblem) -> bool:
 
 
 def _time_each(waiting: list[KernelProblem], sides: Sides, gate: LoadGate, config: TimingConfig,
-               telemetry: Callable[[], dict[str, Any]], progress: StageProgress, cpus: TimingCpus | None) -> None:
-    """Phase 2: each problem timed alone in its child, in turn, while the budget lasts."""
+               telemetry: Callable[[], dict[str, Any]], progress: StageProgress, cpus: TimingCpus | None,
+               conditions: GpuConditions) -> None:
+    """Phase 2: first the GPU's copy peak (our kit's child; the submission's are frozen), then
+    each problem timed alone in its child, in turn, while the budget lasts."""
+    peak = measure_copy_peak(sides, config.call_timeout_s) if waiting else None
     for problem in waiting:
+        problem.measurement.telemetry[COPY_PEAK_KEY] = peak
         # an earlier timing may have used up the budget, or named a launcher this one calls
         spent = gate.deadline.spent() or gate.hangs.why(binding_calls(problem.kind))
         if spent:
@@ -532,6 +551,6 @@ def _time_each(waiting: list[KernelProblem], sides: Sides, gate: LoadGate, confi
         problem.client.resume()  # type: ignore[union-attr]
         problem.measurement.telemetry["timing_cpus"] = dataclasses.asdict(cpus) if cpus else None
         with _placed_for_timing(problem.client, sides, cpus):  # type: ignore[arg-type]
-            timing_phase(problem, sides, config)
+            timing_phase(problem, sides, config, conditions.watch())
         _finish(problem)
         problem.measurement.telemetry["after"] = telemetry()

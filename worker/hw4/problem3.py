@@ -45,13 +45,14 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from worker.gpu.channel import ALIGN
 from worker.gpu.client import ChildClient, ChildFailure, OutOfBudget, StudentError
+from worker.gpu_conditions import NO_NVML, ConditionsWatch
 from worker.hw4.parameter_roles import listing
 from worker.hw4.problem3_compare import (
     CAUSAL_RTOL,
@@ -62,7 +63,7 @@ from worker.hw4.problem3_compare import (
     grad_case,
     max_diff,
 )
-from worker.measurements import CaseOutcome, ProblemMeasurement
+from worker.measurements import CONDITIONS_KEY, CaseOutcome, ProblemMeasurement
 from worker.pieces import RECHECKED, mark_timing_pending
 from worker.timing import RatioSummary, ratio_summary
 from worker.trials import StoppingRule, rotated, verified_indices
@@ -268,20 +269,23 @@ def _causality_case(s: _Session, tokens: np.ndarray) -> CaseOutcome:
     return CaseOutcome("p3-causal-fused", tuple(before.shape), c_ok, max_err=c_err, where=c_at, message=measured)
 
 
-def _time_pairs(s: _Session, rule: StoppingRule) -> tuple[RatioSummary | None, list[dict[str, Any]], CaseOutcome]:
-    """Interleaved pairs until `rule` stops them; then one fused timed step, picked at random
-    afterwards, is verified against an untimed unfused step on the same inputs (so no step can
-    skip or defer work)."""
-    unfused_ms: list[float] = []
-    fused_ms: list[float] = []
-    steps: list[dict[str, Any]] = []
-    pair_s: list[float] = []
-    kept: list[tuple[int, np.ndarray]] = []  # (input seed, gradients) of each timed fused step
-    summary: RatioSummary | None = None
-    stop = None
-    while stop is None:
-        i = len(pair_s)
-        # Each model gets its own fresh inputs: nothing computed by one can be reused by the other.
+@dataclass
+class _Pairs:
+    """The timed pairs kept so far: each model's milliseconds, each step's record, each kept
+    pair's wall seconds and GPU conditions, and (input seed, gradients) of each timed fused step."""
+
+    unfused_ms: list[float] = field(default_factory=list)
+    fused_ms: list[float] = field(default_factory=list)
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    pair_s: list[float] = field(default_factory=list)
+    windows: list[dict[str, Any]] = field(default_factory=list)
+    kept: list[tuple[int, np.ndarray]] = field(default_factory=list)
+    last_take_s: float = 0.0  # the last pair taken, kept or not: what a retake would cost
+
+    def take(self, s: _Session) -> tuple[dict[str, float], list[dict[str, Any]], tuple[int, np.ndarray], float]:
+        """One pair on fresh inputs (each model its own: nothing one computes can serve the
+        other), in this pair's order: its milliseconds, step records, fused step and seconds."""
+        i = len(self.pair_s)
         seeds = {"unfused": s.new_seed(), "fused": s.new_seed()}
         s.arena.reset()
         refs = {}
@@ -292,27 +296,56 @@ def _time_pairs(s: _Session, rule: StoppingRule) -> tuple[RatioSummary | None, l
         p_ref = s.grads_buffer()
         started = time.monotonic()
         times: dict[str, float] = {}
+        steps: list[dict[str, Any]] = []
+        fused: tuple[int, np.ndarray] | None = None
         for model in rotated(("unfused", "fused"), i):
             reply, seconds = s.step(model, *refs[model], grads_ref=p_ref)
             times[model] = seconds * 1e3
             if model == "fused":
-                kept.append((seeds["fused"], s.arena.view(p_ref).copy()))
+                fused = (seeds["fused"], s.arena.view(p_ref).copy())
             steps.append({"pair": i, "model": model, "ms": times[model], "counts": reply.get("counts", {}),
                           "memory": reply.get("memory")})
-        pair_s.append(time.monotonic() - started)
-        unfused_ms.append(times["unfused"])
-        fused_ms.append(times["fused"])
-        summary = ratio_summary(unfused_ms, fused_ms)
+        assert fused is not None
+        self.last_take_s = time.monotonic() - started
+        return times, steps, fused, self.last_take_s
+
+    def keep(self, taken: tuple[dict[str, float], list[dict[str, Any]], tuple[int, np.ndarray], float],
+             window: dict[str, Any]) -> None:
+        times, steps, fused, seconds = taken
+        self.unfused_ms.append(times["unfused"])
+        self.fused_ms.append(times["fused"])
+        self.steps += steps
+        self.kept.append(fused)
+        self.pair_s.append(seconds)
+        self.windows.append(window)
+
+
+def _time_pairs(s: _Session, rule: StoppingRule,
+                watch: ConditionsWatch) -> tuple[RatioSummary | None, list[dict[str, Any]], CaseOutcome]:
+    """Interleaved pairs until `rule` stops them, each a window whose GPU conditions `watch`
+    reads (taken again while they call for it and the budget has room); then one fused timed
+    step, picked at random afterwards, is verified against an untimed unfused step on the same
+    inputs (so no step can skip or defer work)."""
+    pairs = _Pairs()
+    summary: RatioSummary | None = None
+    stop = None
+    while stop is None:
+        # a retake only while it and the pairs still to come fit the budget
+        taken, window = watch.window(lambda: pairs.take(s),
+                                     lambda: s.elapsed() + 2.5 * pairs.last_take_s <= s.config.budget_s)
+        pairs.keep(taken, window)
+        summary = ratio_summary(pairs.unfused_ms, pairs.fused_ms)
         # Room for the next pair and for the verification step (about half a pair).
-        stop = rule.verdict(len(pair_s), summary, s.elapsed(), 1.5 * float(np.median(pair_s)))
+        stop = rule.verdict(len(pairs.pair_s), summary, s.elapsed(), 1.5 * float(np.median(pairs.pair_s)))
+    unfused_ms, fused_ms, steps = pairs.unfused_ms, pairs.fused_ms, pairs.steps
     s.info["timing"] = {
         "unfused_ms": unfused_ms, "fused_ms": fused_ms, "pairs": len(unfused_ms), "stop": stop,
-        "thresholds": list(rule.thresholds), "timing_ended_s": s.elapsed(),
+        "thresholds": list(rule.thresholds), "timing_ended_s": s.elapsed(), "windows": pairs.windows,
     }
     # Verify one timed fused step, chosen only now.
-    k = verified_indices(len(kept), 1)[0]
-    seed, fused_grads = kept[k]
-    del kept
+    k = verified_indices(len(pairs.kept), 1)[0]
+    seed, fused_grads = pairs.kept[k]
+    pairs.kept.clear()
     s.arena.reset()
     tokens, grad = s.inputs(seed)
     t_ref, g_ref = s.arena.put(tokens), s.arena.put(grad)
@@ -355,7 +388,8 @@ def _display_names(unfused: list[Any], fused: list[Any] | None) -> list[str]:
     return [str(u) if u == f else f"{u} (fused {f})" for u, f in zip(unfused, fused)]
 
 
-def _measure_built(s: _Session, m: ProblemMeasurement, setup: dict[str, Any], thresholds: tuple[float, ...]) -> None:
+def _measure_built(s: _Session, m: ProblemMeasurement, setup: dict[str, Any], thresholds: tuple[float, ...],
+                   watch: ConditionsWatch) -> None:
     """Everything after a successful p3_setup: checks (a)-(c), timing, (d) and (e)."""
     config = s.config
     s.names = _display_names(setup.get("parameter_names", []), setup.get("fused_parameter_names"))
@@ -385,7 +419,8 @@ def _measure_built(s: _Session, m: ProblemMeasurement, setup: dict[str, Any], th
         mark_timing_pending(m)
     elif failed is None:
         s.phase = "timed steps"
-        summary, steps, case = _time_pairs(s, config.stopping(thresholds))
+        summary, steps, case = _time_pairs(s, config.stopping(thresholds), watch)
+        m.telemetry[CONDITIONS_KEY] = watch.summary()
         verified.append(case)
         all_steps += steps
         counted = count_cases(all_steps, defined)  # the timed steps may not call what the first did
@@ -406,10 +441,11 @@ def measure_problem3(
     telemetry: Callable[[], dict[str, Any]] | None = None,
     problem_id: str = "3",
     thresholds: tuple[float, ...] = (),
+    watch: ConditionsWatch | None = None,
 ) -> ProblemMeasurement:
     """Checks (a)-(e) and the unfused/fused step-time ratio of the submission's DecoderLM,
     timed until clear of `thresholds` (the speedups where its points change) by the config's
-    stopping rule.
+    stopping rule, each timed pair a window whose GPU conditions `watch` reads (none without).
 
     `client` must have been started with handlers including worker.hw4.child_problem3 and an
     arena of at least `arena_bytes(config)`."""
@@ -422,7 +458,7 @@ def measure_problem3(
         setup = client.call({"op": "p3_setup", "config": config.child_config()}, config.setup_timeout_s)
         failure = setup.get("setup_failure")
         if failure is None:
-            _measure_built(s, m, setup, thresholds)
+            _measure_built(s, m, setup, thresholds, watch or ConditionsWatch(lambda: None, note=NO_NVML))
         else:  # not buildable or not pairable as the driver builds it: the only case, failed (0 points)
             case = CaseOutcome(str(failure.get("case_id", "p3-constructs")), (), False,
                                message=str(failure.get("message", "")))

@@ -36,16 +36,25 @@ from typing import Any
 import numpy as np
 
 from worker.gpu.client import ChildClient, ChildFailure, StudentError
-from worker.hw4.abi import prepared_forward
+from worker.gpu.copy_peak import copy_peak_in
+from worker.gpu_conditions import NO_NVML, ConditionsWatch
+from worker.hw4.abi import prepared_forward, traffic_bytes
 from worker.hw4.case_inputs import binding_factors, make_binding_inputs
 from worker.hw4.cases import Case
 from worker.hw4.course_shapes import timing_cases
 from worker.hw4.references import binding_output_names, binding_reference, verify
+from worker.measurements import FUSED_BYTES_KEY
 from worker.timing import RatioSummary, deferred_excess, mean_over_shapes, ratio_summary, waiting_removed
 from worker.trials import StoppingRule, calls_per_request, rotated, verified_indices
 
 # The shapes timed per problem: the course's (tests replace them with smaller ones).
 TIMING_CASES: dict[str, list[Case]] = {pid: timing_cases(pid) for pid in ("1.1", "1.2", "2.1", "2.2")}
+
+# The stage's copy-peak measurement (worker.gpu.copy_peak): big enough to reach the GPU's
+# bandwidth, small beside its memory; first a tiny warm copy beside the checks (the imports).
+PEAK_BYTES = 512 << 20
+PEAK_REPS = 10
+PEAK_WARM_BYTES = 1 << 20
 
 STUDENT_VARIANTS = ("custom", "baseline")
 SIDE_VARIANTS = ("reference_ops", "kit")
@@ -142,6 +151,9 @@ class Sides:
 
     clients: dict[str, ChildClient | None]
     dropped: dict[str, str] = field(default_factory=dict)
+    # the kit's child also measures the GPU's peak copy bandwidth (worker.gpu.copy_peak: its
+    # handlers are loaded there): only on a GPU
+    copy_peak: bool = False
 
     def client(self, name: str) -> ChildClient | None:
         return self.clients.get(name)
@@ -187,7 +199,8 @@ def warm_student(client: ChildClient, problem: str, timeout: float) -> None:
 
 def warm_sides(sides: Sides, timeout: float) -> None:
     """The same for the side children, which serve every problem: a few basic ops of no
-    problem in particular (a side that cannot run those could time none)."""
+    problem in particular (a side that cannot run those could time none); and the kit's child's
+    copy, once and small (its imports), where it measures the copy peak."""
     for name in SIDE_VARIANTS:
         client = sides.client(name)
         if client is None:
@@ -196,6 +209,23 @@ def warm_sides(sides: Sides, timeout: float) -> None:
             client.call({"op": "binding_warm"}, timeout)
         except (ChildFailure, StudentError) as exc:
             sides.drop(name, f"its MiniTorch's basic tensor ops failed: {exc}")
+    measure_copy_peak(sides, timeout, PEAK_WARM_BYTES, 1)
+
+
+def measure_copy_peak(sides: Sides, timeout: float, size: int = PEAK_BYTES, reps: int = PEAK_REPS) -> dict[str, Any]:
+    """The GPU's peak copy bandwidth (worker.gpu.copy_peak.CopyPeak.to_dict) measured in our
+    kit's child, or {"error": why not}: a failure there is recorded, never the grade's."""
+    client = sides.client("kit") if sides.copy_peak else None
+    if client is None:
+        why = "no GPU" if not sides.copy_peak else f"our kit's child is not running ({sides.dropped.get('kit')})"
+        return {"error": f"not measured: {why}"}
+    try:
+        return copy_peak_in(client, size, reps, timeout).to_dict()
+    except ChildFailure as exc:
+        sides.drop("kit", f"its copy-bandwidth measurement failed: {exc}")
+        return {"error": f"not measured: {exc}"}
+    except (StudentError, RuntimeError) as exc:
+        return {"error": f"not measured: {exc}"}
 
 
 @dataclass
@@ -209,6 +239,7 @@ class ShapeTiming:
     raw: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     trials: int = 0
     wrong: int = 0
+    windows: list[dict[str, Any]] = field(default_factory=list)  # each kept trial's GPU conditions
     # wall seconds, for the record of where a grade's time goes: per variant (its requests,
     # prepare and read included) and the parent's own work (inputs, verification)
     wall_s: dict[str, float] = field(default_factory=dict)
@@ -229,6 +260,7 @@ class ShapeTiming:
         return {
             "case": self.case.id, "shape": list(self.case.shape), "trials": self.trials, "reps": dict(self.reps),
             "ms": {v: med(x) for v, x in self.ms.items()},
+            FUSED_BYTES_KEY: traffic_bytes(self.case), "windows": self.windows,
             "raw": {v: {k: med(x) for k, x in d.items()} for v, d in self.raw.items()},
             "speedups": {b: (r.speedup if (r := self.ratio(b)) else None) for b in ("baseline", *SIDE_VARIANTS)},
             "wall_s": {k: round(v, 2) for k, v in self.wall_s.items()},
@@ -245,13 +277,15 @@ class TimingResult:
     evidence: dict[str, Any]
     dropped: dict[str, str]
     stopped: str  # why the trials stopped (worker.trials.STOP_REASONS)
+    conditions: dict[str, Any] = field(default_factory=dict)  # the GPU's, over every window (ConditionsWatch.summary)
 
 
 class _Timer:
     """The trials of one problem over its shapes."""
 
-    def __init__(self, student: ChildClient, sides: Sides, config: TimingConfig, rng: np.random.Generator) -> None:
-        self.student, self.sides, self.config, self.rng = student, sides, config, rng
+    def __init__(self, student: ChildClient, sides: Sides, config: TimingConfig, rng: np.random.Generator,
+                 watch: ConditionsWatch) -> None:
+        self.student, self.sides, self.config, self.rng, self.watch = student, sides, config, rng, watch
 
     def variants(self, trial: int) -> list[tuple[str, ChildClient, str]]:
         found = [("custom", self.student, "custom"), ("baseline", self.student, "baseline")]
@@ -287,6 +321,15 @@ class _Timer:
                       for name, ms in warm.items()}
 
     def trial(self, shape: ShapeTiming) -> None:
+        """One window: every variant once on fresh inputs, taken again while the GPU's
+        conditions call for it (worker.gpu_conditions), then kept."""
+        runs, record = self.watch.window(lambda: self.take(shape))
+        shape.windows.append(record)
+        self.keep(shape, runs)
+
+    def take(self, shape: ShapeTiming) -> dict[str, BindingRun]:
+        """Every variant once, in this trial's order, the fused op's results verified (a wrong
+        one counts whether or not the window is kept)."""
         case, config = shape.case, self.config
         variants = self.variants(shape.trials)
         started = time.monotonic()
@@ -310,6 +353,10 @@ class _Timer:
                     self.sides.drop(name, f"the composition gave wrong results on {case.describe_shape()}: the "
                                           "submission's MiniTorch calls combine.so other than the starter does")
                     runs.pop(name)
+        return runs
+
+    def keep(self, shape: ShapeTiming, runs: dict[str, BindingRun]) -> None:
+        """A window's figures added to its shape's trials."""
         shape.trials += 1
         custom = runs["custom"]
         reads = [runs[v].read_ms for v in ("baseline", "reference_ops") if v in runs]
@@ -361,10 +408,12 @@ def _evidence(shapes: list[ShapeTiming]) -> dict[str, Any]:
 
 
 def time_problem(student: ChildClient, sides: Sides, cases: list[Case], rng: np.random.Generator,
-                 config: TimingConfig, thresholds: tuple[float, ...]) -> TimingResult:
+                 config: TimingConfig, thresholds: tuple[float, ...],
+                 watch: ConditionsWatch | None = None) -> TimingResult:
     """Interleaved trials on every shape, in rounds of config.round_trials, until the stopping
-    rule (worker.trials) stops the scored figure, the mean over the shapes."""
-    timer = _Timer(student, sides, config, rng)
+    rule (worker.trials) stops the scored figure, the mean over the shapes; each trial a window
+    `watch` reads the GPU's conditions around (none read without one)."""
+    timer = _Timer(student, sides, config, rng, watch or ConditionsWatch(lambda: None, note=NO_NVML))
     rule = config.stopping(thresholds)
     shapes = [ShapeTiming(case) for case in cases]
     for shape in shapes:
@@ -385,4 +434,5 @@ def time_problem(student: ChildClient, sides: Sides, cases: list[Case], rng: np.
         evidence=_evidence(shapes),
         dropped=dict(sides.dropped),
         stopped=stopped,
+        conditions=timer.watch.summary(),
     )
