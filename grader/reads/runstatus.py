@@ -25,6 +25,11 @@ STAGE_WORDS = {
 }
 
 
+CHECKED_TEXT = ("Correctness checked: your verdicts and correctness points are below. Speed is measured when "
+                "the GPU is free (after every upload waiting for its checks); the score comes then.")
+TIMING_TEXT = "Timing: your kernels' speed is being measured, the GPU held for this run alone."
+
+
 class Waiting(str, enum.Enum):
     """Why a queued run is not in the broker's queue (only a run that is has a position)."""
     sent = "sent"  # in the broker: position and ETA apply
@@ -116,8 +121,18 @@ def describe_duration(seconds: float) -> str:
     return f"about {minutes} minutes" if minutes < 90 else f"about {seconds / 3600:.1f} hours"
 
 
+def timing_position(session: Session, run: Run) -> int | None:
+    """A `checked` run's place among the timings sent and waiting (timings go in the order their
+    checks ended, behind every check: grader.celery_app); None for any other run or one not sent."""
+    if run.state != RunState.checked or run.enqueued_at is None:
+        return None
+    ahead = session.scalar(select(func.count(Run.id)).where(
+        Run.state == RunState.checked, Run.enqueued_at.is_not(None), Run.enqueued_at < run.enqueued_at)) or 0
+    return int(ahead) + 1
+
+
 def progress_text(run: Run, queue: QueueEstimate | None, waiting: Waiting = Waiting.sent,
-                  search: Sequence[Path] = ()) -> str:
+                  search: Sequence[Path] = (), timing_position: int | None = None) -> str:
     """One sentence for the page: where the run is now ("" once it is final); the problem's title
     from the rubric found along `search` (the settings' rubric_dirs) after rubrics/."""
     if run.state in FINAL_STATES:
@@ -135,6 +150,10 @@ def progress_text(run: Run, queue: QueueEstimate | None, waiting: Waiting = Wait
         if queue.eta_s is None:
             return text + "; no estimate yet (no finished runs to learn from)."
         return text + f"; estimated result in {describe_duration(queue.eta_s)} (from recent runs)."
+    if run.state == RunState.checked:
+        return CHECKED_TEXT + (f" Position {timing_position} among the timings waiting." if timing_position else "")
+    if run.state == RunState.timing:
+        return TIMING_TEXT
     progress = run.progress or {}
     if run.state == RunState.running and progress.get("problem"):
         title = _problem_title(run.submission.assignment.slug, str(progress["problem"]), search)
@@ -151,7 +170,7 @@ def run_status(session: Session, run: Run, eta_sample: int, search: Sequence[Pat
     """The JSON the run page polls (and renders from at first); `search`: the settings' rubric_dirs."""
     queue = queue_estimate(session, run, eta_sample)
     waiting = waiting_reason(session, run) if run.state == RunState.queued else None
-    active = run.state in ACTIVE_STATES
+    active = run.state in ACTIVE_STATES or run.state == RunState.checked  # a checked run's notes hold its verdicts
     gpu = gpu_notes(session, run.submission.assignment_id, [run.id]).get(run.id)
     return {
         "id": run.id,
@@ -163,7 +182,7 @@ def run_status(session: Session, run: Run, eta_sample: int, search: Sequence[Pat
         "queue_position": queue.position if queue else None,
         "eta_s": round(queue.eta_s) if queue and queue.eta_s is not None else None,
         "progress": run.progress if active else None,
-        "progress_text": progress_text(run, queue, waiting or Waiting.sent, search),
+        "progress_text": progress_text(run, queue, waiting or Waiting.sent, search, timing_position(session, run)),
         "checked": checked_lines(run, search),  # the two-step result: verdicts known while speed is measured
         "waiting": waiting.value if waiting else None,  # why a queued run has no position (or "sent")
         "gpu_model": gpu.model if gpu else None,  # from the run's telemetry; None: not run on a GPU

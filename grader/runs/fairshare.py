@@ -27,7 +27,10 @@ log = logging.getLogger(__name__)
 
 
 def _in_flight(run: type[Run]) -> ColumnElement[bool]:
-    return or_(run.state.in_(ACTIVE_STATES), and_(run.state == RunState.queued, run.enqueued_at.is_not(None)))
+    """A run whose checks (or whole grade) are sent or under way: a run waiting for or in its timing
+    no longer holds its student's next upload back (their checks come first)."""
+    checking = [state for state in ACTIVE_STATES if state is not RunState.timing]
+    return or_(run.state.in_(checking), and_(run.state == RunState.queued, run.enqueued_at.is_not(None)))
 
 
 def dispatchable(session: Session, user_id: int | None = None) -> list[int]:
@@ -105,7 +108,7 @@ def admit(celery: Celery, sessions: sessionmaker[Session], run_id: int, queue: s
 
 
 def release_after(celery: Celery, sessions: sessionmaker[Session], finished_run_id: int, queue: str) -> int | None:
-    """When a run is final: send its student's next waiting run, if any; its id, if sent."""
+    """When a run is final or checked (its checks ended): send its student's next waiting run, if any; its id, if sent."""
     with session_scope(sessions) as session:
         user_id = _owner(session, finished_run_id)
     return release_next(celery, sessions, user_id, queue)

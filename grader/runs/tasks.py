@@ -58,10 +58,10 @@ def grade_run(self: Task, run_id: int, claim: str | None = None) -> str:
     ex = executor()
     claim = claim or worker_identity()
     disposition = _retried_unless_ended(self, ex, run_id, claim, ex.execute(run_id, claim))
-    if disposition is Disposition.done and ex.timing_due(run_id):
-        send_timing(self.app, ex.sessions, run_id, ex.settings.task_queue)  # not sent: the reconciler sends it
-    elif disposition is Disposition.done:  # fair share: the student's next waiting run may go
-        release_after(self.app, ex.sessions, run_id, ex.settings.task_queue)
+    if disposition is Disposition.done:
+        if ex.timing_due(run_id):
+            send_timing(self.app, ex.sessions, run_id, ex.settings.task_queue)  # not sent: the reconciler sends it
+        release_after(self.app, ex.sessions, run_id, ex.settings.task_queue)  # fair share: the student's next run
     return disposition.value
 
 
@@ -70,10 +70,7 @@ def time_run(self: Task, run_id: int, claim: str | None = None) -> str:
     """The timing piece of a `checked` run; retried as grade_run is."""
     ex = executor()
     claim = claim or worker_identity()
-    disposition = _retried_unless_ended(self, ex, run_id, claim, ex.execute_timing(run_id, claim))
-    if disposition is Disposition.done:
-        release_after(self.app, ex.sessions, run_id, ex.settings.task_queue)
-    return disposition.value
+    return _retried_unless_ended(self, ex, run_id, claim, ex.execute_timing(run_id, claim)).value
 
 
 def _retried_unless_ended(task: Task, ex: RunExecutor, run_id: int, claim: str, disposition: Disposition) -> Disposition:

@@ -8,10 +8,10 @@
   var progress = document.getElementById("run-progress");
   var message = document.getElementById("run-message");
   var checked = document.getElementById("run-checked");
-  var order = ["queued", "building", "running", "scored"];
+  var order = ["queued", "building", "running", "checked", "timing", "scored"];
   // The last step a final run completed: a built run stopped after building, a failed one
   // is only known to have left the queue.
-  var finalStep = { scored: 3, built: 1, failed: 0 };
+  var finalStep = { scored: 5, built: 1, failed: 0 };
   function mark(current, isFinal) {
     var reached = isFinal ? finalStep[current] : order.indexOf(current);
     var steps = box.querySelectorAll("[data-step]");

@@ -177,6 +177,29 @@ def _open_sides(rubric: Rubric, staged_root: Path, trusted_root: Path | None, wo
     return sides
 
 
+def _open_problem_child(open_child: Callable[..., ChildClient], staged_root: Path, label: str) -> ChildClient:
+    return open_child(f"problem-{label}", staged_root, kernels.HANDLERS, KERNEL_ARENA_BYTES)
+
+
+def _kernel_measurements(kernel_problems: list[kernels.KernelSpec], config: GpuStageConfig,
+                         open_student: kernels.ClientFactory, sides: speed.Sides, gate: LoadGate,
+                         rng: np.random.Generator, telemetry: Callable[[], dict[str, Any]], progress: StageProgress,
+                         failed_abi: dict[str, list[Check]], conditions: GpuConditions,
+                         turns: GpuTurns) -> list[ProblemMeasurement]:
+    """The kernel problems (worker.hw4.kernels), the side children closed after; GPU utilisation is
+    recorded per part of the stage: the kernel problems share one figure."""
+    try:
+        with GpuBusySampler(config.policy.gpu_index or 0) as busy:
+            measured = kernels.grade_kernel_problems(
+                kernel_problems, open_student, sides, gate, rng, config.timing, telemetry, progress,
+                config.timing_cpus, failed_abi, conditions, config.piece, turns)
+    finally:
+        sides.close()
+    for m in measured:
+        m.telemetry["gpu_busy"] = busy.summary()
+    return measured
+
+
 def run_gpu_stage(
     rubric: Rubric,
     staged_root: Path,
@@ -214,19 +237,9 @@ def run_gpu_stage(
             timed = kernel_problems and piece is not Piece.checks
             sides = _open_sides(rubric, staged_root, trusted_root if timed else None, work_dir, open_child,
                                 config.policy.gpu_index is not None)
-        # GPU utilisation is recorded per part of the stage: the kernel problems share one figure.
-        try:
-            with GpuBusySampler(gpu) as busy:
-                measurements.extend(kernels.grade_kernel_problems(
-                    kernel_problems,
-                    lambda label: open_child(f"problem-{label}", staged_root, kernels.HANDLERS, KERNEL_ARENA_BYTES),
-                    sides, gate, rng, config.timing, telemetry, progress, config.timing_cpus, failed_abi, conditions,
-                    piece, turns,
-                ))
-        finally:
-            sides.close()
-        for m in measurements:
-            m.telemetry["gpu_busy"] = busy.summary()
+        measurements.extend(_kernel_measurements(kernel_problems, config, partial(
+            _open_problem_child, open_child, staged_root), sides, gate, rng, telemetry, progress, failed_abi,
+            conditions, turns))
         if "3" in config.problems:
             progress.problem("3")
             with turns.alone():  # its timing checks again: the child's every step is timed or a warm-up

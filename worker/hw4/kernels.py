@@ -376,16 +376,7 @@ def grade_kernel_problems(
     the problems phase 2 would time `timing_pending` (worker.pieces); `timing` runs only phase 2,
     for problems whose checks passed in an earlier piece, each timing child warmed first;
     `turns` holds the GPU's lock shared for phase 1 and alone for phase 2."""
-    seeds = rng.integers(2**63 - 1, size=(len(problems), 3))
-    states = [KernelProblem(pid, cases[0].kind,
-                            [] if piece is Piece.timing else plan_checks(cases, np.random.default_rng(int(seed[2]))),
-                            gate,
-                            paths_parts(cases[0].kind, needs), thresholds,
-                            np.random.default_rng(int(seed[0])), np.random.default_rng(int(seed[1])),
-                            ProblemMeasurement(pid, telemetry={"before": telemetry()}), Stopwatch({}))
-              for (pid, cases, thresholds, needs), seed in zip(problems, seeds)]
-    for problem in states:
-        problem.measurement.telemetry["seconds"] = problem.clock.seconds  # where its wall time went
+    states = _problem_states(problems, gate, rng, telemetry, piece)
     try:
         with turns.sharing():
             waiting = _to_time(states, open_student, sides, gate, config, progress, piece)
@@ -403,6 +394,21 @@ def grade_kernel_problems(
     if failed_abi is not None:
         failed_abi.update({p.problem_id: list(p.failed_abi) for p in states if p.failed_abi})
     return [p.measurement for p in states]
+
+
+def _problem_states(problems: list[KernelSpec], gate: LoadGate, rng: np.random.Generator,
+                    telemetry: Callable[[], dict[str, Any]], piece: Piece) -> list[KernelProblem]:
+    """Each problem's state, with its own streams of random numbers (no checks to run in a timing piece)."""
+    seeds = rng.integers(2**63 - 1, size=(len(problems), 3))
+    states = [KernelProblem(pid, cases[0].kind,
+                            [] if piece is Piece.timing else plan_checks(cases, np.random.default_rng(int(seed[2]))),
+                            gate, paths_parts(cases[0].kind, needs), thresholds,
+                            np.random.default_rng(int(seed[0])), np.random.default_rng(int(seed[1])),
+                            ProblemMeasurement(pid, telemetry={"before": telemetry()}), Stopwatch({}))
+              for (pid, cases, thresholds, needs), seed in zip(problems, seeds)]
+    for problem in states:
+        problem.measurement.telemetry["seconds"] = problem.clock.seconds  # where its wall time went
+    return states
 
 
 def _to_time(states: list[KernelProblem], open_student: ClientFactory, sides: Sides, gate: LoadGate,
