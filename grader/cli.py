@@ -127,7 +127,8 @@ def starter_build(
 
 @app.command()
 def worker(
-    concurrency: Annotated[int, typer.Option(help="processes; keep 1 per GPU")] = 1,
+    concurrency: Annotated[int | None, typer.Option(
+        help="processes; default KG_GPU_SLOTS (with the split, that many runs' checks share the GPU)")] = None,
     loglevel: str = "info",
     similarity: Annotated[bool, typer.Option(help="also take the CPU queue (KG_SIMILARITY_QUEUE): similarity reports and roster imports")] = False,
 ) -> None:
@@ -140,7 +141,8 @@ def worker(
         if mismatch:
             typer.echo(mismatch, err=True)
             raise typer.Exit(2)
-    os.execvp(sys.executable, [sys.executable, *_worker_argv(settings, concurrency, loglevel, similarity)])
+    slots = concurrency if concurrency is not None else settings.gpu_slots
+    os.execvp(sys.executable, [sys.executable, *_worker_argv(settings, slots, loglevel, similarity)])
 
 
 CELERY_ROOT_WARNING = "You're running the worker with superuser privileges"

@@ -76,10 +76,10 @@ def queue_estimate(session: Session, run: Run, sample: int) -> QueueEstimate | N
     for the queue as it is now: the workers busy now (one when none is), each free when its run's
     grade would end, and every grade the median of the assignment's `sample` recent ones.
 
-    This is today's schedule, one piece per run (a grade holds its worker from claim to result),
-    the only one the service runs. The seam for the two-piece schedule (issue 55; checks shared,
-    timing alone: grader/capacity_split.py) is here: once the service runs it, this estimate
-    becomes two, the verdict's and the final score's, from that simulation on the same snapshot."""
+    The model is one piece per run; with the split (issue 55) it estimates when the run's
+    checks end, its verdicts (a checked run's page gives its place among the timings instead:
+    `timing_position`). Not yet: a final-score ETA from the two-piece simulation
+    (grader/capacity_split.py) on this snapshot."""
     if run.state != RunState.queued or run.enqueued_at is None:
         return None
     ahead = session.scalar(select(func.count(Run.id)).where(Run.state == RunState.queued, Run.id < run.id)) or 0
