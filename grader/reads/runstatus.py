@@ -76,10 +76,10 @@ def queue_estimate(session: Session, run: Run, sample: int) -> QueueEstimate | N
     for the queue as it is now: the workers busy now (one when none is), each free when its run's
     grade would end, and every grade the median of the assignment's `sample` recent ones.
 
-    The model is one piece per run; with the split (issue 55) it estimates when the run's
-    checks end, its verdicts (a checked run's page gives its place among the timings instead:
-    `timing_position`). Not yet: a final-score ETA from the two-piece simulation
-    (grader/capacity_split.py) on this snapshot."""
+    The model is one piece per run, on whole grades' durations; with the split (issue 55) the
+    verdicts come sooner than it says (a checked run's page gives its place among the timings:
+    `timing_position`). Not yet: the verdict's and the final score's ETAs from the two-piece
+    simulation (grader/capacity_split.py) on this snapshot."""
     if run.state != RunState.queued or run.enqueued_at is None:
         return None
     ahead = session.scalar(select(func.count(Run.id)).where(Run.state == RunState.queued, Run.id < run.id)) or 0
