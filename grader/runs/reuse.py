@@ -33,6 +33,7 @@ from grader.db import session_scope
 from grader.models import Run, RunState, Submission
 from grader.settings import Settings
 from worker.assignment import assignment_of
+from worker.pieces import PASSED_OVER
 from worker.pipeline import Outcome, ProblemOutcome, Reuse, StageRecord
 from worker.rubric import Rubric
 
@@ -102,9 +103,11 @@ def earlier_measurement(session: Session, run: Run, key: str) -> Run | None:
 
 
 def measured_cleanly(run: Run) -> bool:
-    """Every measurement of `run` ended `ok` (a problem without one was not graded for its build)."""
+    """Every measurement of `run` ended `ok` (a problem without one was not graded for its build),
+    and its timing was not passed over (worker.pieces: a newer upload counted, so it has no speed)."""
     measurements = [(r.details or {}).get("measurement") for r in run.results]
-    return bool(run.results) and all(m is None or m.get("status") == "ok" for m in measurements)
+    passed_over = bool((run.toolchain or {}).get(PASSED_OVER))
+    return bool(run.results) and not passed_over and all(m is None or m.get("status") == "ok" for m in measurements)
 
 
 def reused_outcome(source: Run, so_far: Outcome) -> Outcome:

@@ -16,8 +16,9 @@ from sqlalchemy.orm import Session, sessionmaker
 import grader.runs.engine_config
 from grader.course.membership import get_or_create_user
 from grader.db import session_scope
-from grader.models import Role
+from grader.models import Role, Run
 from grader.runs.lifecycle import Disposition, RunExecutor
+from grader.runs.reuse import measured_cleanly
 from grader.service import get_assignment, record_submission
 from grader.settings import Settings
 from grader.storage.blobstore import BlobStore
@@ -161,6 +162,8 @@ def test_an_upload_passed_over_is_timed_once_chosen_to_count(
     assert run["state"] == "scored" and run["score"] == 5 * 14, run["results"]  # correctness stays, no speed
     assert all("uploaded again" in r["message"] for r in run["results"]), [r["message"] for r in run["results"]]
     assert "timing_run" not in run["stages"]
+    with session_scope(sessions) as session:  # a later identical upload must not reuse a run never timed
+        assert not measured_cleanly(session.get(Run, first))
 
     chosen = client.put("/api/v1/assignments/hw4/students/alice/counted-run", headers=auth(tokens["staff"]),
                         json={"run_id": first, "reason": "the student asked"})
