@@ -2,7 +2,8 @@
 run page's queue ETA both read them here, so the two agree (grader/capacity.py).
 
 A grade's time is from its worker's claim to its end: what the run holds its worker for, and a
-GPU worker's GPU (one run at a time per GPU). Runs that took more than one attempt are left out:
+GPU worker's GPU (one run at a time per GPU); for a run graded in two pieces (issue 55), the two
+pieces' own seconds, not the wait for the GPU between them. Runs that took more than one attempt are left out:
 their span includes the wait between attempts; so are runs that reused an earlier run's
 measurements (grader/runs/reuse.py): they measured nothing, in a second or two. The GPU model is read from the measurements'
 telemetry (grader/reads/gpu_info.py).
@@ -17,6 +18,7 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 from collections.abc import Collection, Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Select, exists, select
@@ -48,26 +50,35 @@ def _recent(query: Select, sample: int, assignment_id: int | None, gpu_model: st
     return query.order_by(Run.finished_at.desc(), Run.id.desc()).limit(sample)
 
 
+def _held_seconds(started: datetime, finished: datetime, stages: dict[str, Any] | None) -> float:
+    """What a run held its worker for: claim to end; for a run graded in two pieces (a
+    `timing_run` record), its pieces' stage records added up: between the two it only waited."""
+    if stages and "timing_run" in stages:
+        return float(sum(float((record or {}).get("seconds") or 0.0) for record in stages.values()))
+    return (finished - started).total_seconds()
+
+
 def grade_seconds(session: Session, sample: int, assignment_id: int | None = None, gpu_model: str | None = None,
                   states: Collection[RunState] = GRADED) -> list[float]:
-    """Claim-to-end seconds of the `sample` most recent runs (newest first)."""
-    rows = session.execute(_recent(select(Run.started_at, Run.finished_at), sample, assignment_id, gpu_model, states))
-    return [(finished - started).total_seconds() for started, finished in rows]
+    """Seconds each of the `sample` most recent runs held its worker (newest first)."""
+    rows = session.execute(_recent(select(Run.started_at, Run.finished_at, Run.stages), sample, assignment_id,
+                                   gpu_model, states))
+    return [_held_seconds(started, finished, stages) for started, finished, stages in rows]
 
 
 def grade_splits(session: Session, sample: int, assignment_id: int | None = None, gpu_model: str | None = None,
                  states: Collection[RunState] = GRADED) -> list[tuple[float, float | None]]:
     """The same runs as `grade_seconds`: each one's claim-to-end seconds and the seconds of it
     that were timing (None: its measurements recorded no phases)."""
-    runs = session.execute(_recent(select(Run.id, Run.started_at, Run.finished_at), sample, assignment_id, gpu_model,
-                                   states)).all()
-    measurements: dict[int, dict[str, dict[str, Any]]] = {run_id: {} for run_id, _, _ in runs}
+    runs = session.execute(_recent(select(Run.id, Run.started_at, Run.finished_at, Run.stages), sample, assignment_id,
+                                   gpu_model, states)).all()
+    measurements: dict[int, dict[str, dict[str, Any]]] = {run_id: {} for run_id, _, _, _ in runs}
     rows = session.execute(select(ProblemResult.run_id, ProblemResult.problem_id, ProblemResult.details)
                            .where(ProblemResult.run_id.in_(list(measurements))))
     for run_id, problem_id, details in rows:
         measurements[run_id][problem_id] = (details or {}).get("measurement") or {}
-    return [((finished - started).total_seconds(), timing_seconds(measurements[run_id]))
-            for run_id, started, finished in runs]
+    return [(_held_seconds(started, finished, stages), timing_seconds(measurements[run_id]))
+            for run_id, started, finished, stages in runs]
 
 
 def with_timing(splits: Sequence[tuple[float, float | None]], share: float = DEFAULT_TIMING_SHARE) -> list[float]:

@@ -274,7 +274,9 @@ class RunExecutor:
     def _release(self, run_id: int, me: str, piece: Piece) -> Disposition:
         """Give a run back to the queue after an infrastructure fault (no result recorded); a
         timing piece's back to `checked`, its checks' verdicts kept."""
-        back = {"state": RunState.checked} if piece is Piece.timing else {"state": RunState.queued, "progress": None}
+        # a timing's claim of a checked run counts no attempt (its checks' did): its release does
+        back = ({"state": RunState.checked, "attempts": Run.attempts + 1} if piece is Piece.timing
+                else {"state": RunState.queued, "progress": None})
         with session_scope(self.sessions) as session:
             session.execute(
                 update(Run)

@@ -86,7 +86,9 @@ def _requeue_abandoned(session: Session, settings: Settings) -> list[int]:
     return sorted(run_id for active, waiting in back for run_id in session.scalars(
         update(Run)
         .where(Run.state == active, gone)
-        .values(state=waiting, claimed_by=None, heartbeat_at=None, enqueued_at=None)
+        # a timing's next claim (of a checked run) counts no attempt: this one is counted here
+        .values(state=waiting, claimed_by=None, heartbeat_at=None, enqueued_at=None,
+                attempts=Run.attempts + (1 if active is RunState.timing else 0))
         .returning(Run.id)
     ))
 

@@ -24,7 +24,8 @@ from worker.pieces import PASSED_OVER, mark_timing_pending
 
 def claim_timing(session: Session, run_id: int, me: str, stale_before: datetime) -> bool:
     """Claim the timing of `run_id` for `me`: a `checked` run, or one in `timing` whose worker
-    is gone (stale heartbeat) or is `me` (a retry taking its claim back)."""
+    is gone (stale heartbeat) or is `me` (a retry taking its claim back). A first timing is part
+    of the run's attempt (its checks' claim counted it); only a timing taken over counts another."""
     mine = Run.claimed_by == me
     result = session.execute(
         update(Run)
@@ -33,7 +34,8 @@ def claim_timing(session: Session, run_id: int, me: str, stale_before: datetime)
                    and_(Run.state == RunState.timing,
                         or_(mine, Run.heartbeat_at.is_(None), Run.heartbeat_at < stale_before))))
         .values(state=RunState.timing, claimed_by=me, heartbeat_at=utcnow(),
-                attempts=case((mine, Run.attempts), else_=Run.attempts + 1), worker_host=socket.gethostname())
+                attempts=case((or_(mine, Run.state == RunState.checked), Run.attempts), else_=Run.attempts + 1),
+                worker_host=socket.gethostname())
     )
     return result.rowcount == 1  # type: ignore[attr-defined]
 

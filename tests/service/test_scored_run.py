@@ -17,6 +17,7 @@ import grader.runs.engine_config
 from grader.course.membership import get_or_create_user
 from grader.db import session_scope
 from grader.models import Role, Run
+from grader.reads.grade_times import grade_seconds
 from grader.runs.lifecycle import Disposition, RunExecutor
 from grader.runs.reuse import measured_cleanly
 from grader.service import get_assignment, record_submission
@@ -144,6 +145,9 @@ def test_a_split_grade_shows_verdicts_first_then_the_score(
     assert all(r["details"]["measurement"]["speedup_student"] is not None for r in run["results"])
     assert run["score"] > 5 * 14, run["results"]  # speed points came with the timing
     assert executor.execute_timing(run_id) is Disposition.skipped  # scored: nothing left to time
+    held = sum(stage["seconds"] for stage in run["stages"].values())  # both pieces, not the wait between them
+    with session_scope(sessions) as session:
+        assert any(abs(seconds - held) < 1e-6 for seconds in grade_seconds(session, 50)), held
 
 
 @pytest.mark.skipif(not cpu_standin.have_compiler(), reason="needs g++ for the CPU stand-in")
