@@ -181,6 +181,20 @@ def queue_eta(position: int, busy_remaining: Sequence[float], service_s: float) 
     return float(simulate(jobs, len(remaining), fair_share=False, busy_for=remaining).finishes[-1])
 
 
+def split_queue_eta(position: int, checking_remaining: Sequence[float], timings_waiting: int, checks_s: float,
+                    timing_s: float, slots: int) -> tuple[float, float]:
+    """(verdicts, final score): seconds until the run at `position` in the broker's queue (1:
+    next) has its correctness verdicts and its score under the two-piece schedule on one GPU with
+    `slots` check slots: the runs in their checks end after their `checking_remaining` seconds
+    and are timed too, `timings_waiting` runs wait for their timing, every run's checks take
+    `checks_s` and its timing `timing_s` (capacity_split.simulate_split on this snapshot)."""
+    waiting = [Job(0.0, -1 - i, timing_s, timing_s) for i in range(timings_waiting)]  # verdicts in: timing only
+    busy = [Job(0.0, 10**6 + i, left + timing_s, timing_s) for i, left in enumerate(checking_remaining)]
+    queued = [Job(0.0, 2 * 10**6 + i, checks_s + timing_s, timing_s) for i in range(position)]
+    outcome = simulate_split([*waiting, *busy, *queued], gpus=1, check_slots=slots, fair_share=False)
+    return float(outcome.verdicts[-1]), float(outcome.finals[-1])
+
+
 def course_jobs(course: Course, grade_seconds: Sequence[float], rng: np.random.Generator,
                 timing_seconds: Sequence[float] | None = None) -> list[Job]:
     """One deadline's uploads: each student's count (per_student, a fraction rounded up for that

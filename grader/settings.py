@@ -596,6 +596,11 @@ class Settings(BaseSettings):
         return self.data_dir / "jobs"
 
     @property
+    def split_slots(self) -> int | None:
+        """Check slots per GPU when runs are graded in two pieces (the queue's two waits); None: whole grades."""
+        return self.gpu_slots if self.timing_split and self.gpu_grading != "off" else None
+
+    @property
     def gpu_lock_dir(self) -> Path:
         """The GPU locks of this host's workers (worker.gpu.gpu_lock): one folder per data dir."""
         return self.data_dir / "gpu-locks"

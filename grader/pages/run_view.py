@@ -58,7 +58,7 @@ def render_run(request: Request, session: Session, user: User, run: Run, status_
                   and student_refusal(session, sub.assignment, user, run) is None)
     role = role_in(session, user.id, run.submission.assignment_id)
     return page(request, "run.html", user, status_code, run=run, sub=sub, counted=counted,
-                may_choose=may_choose, status=run_status(session, run, settings.eta_recent_runs, settings.rubric_dirs),
+                may_choose=may_choose, status=run_status(session, run, settings.eta_recent_runs, settings.rubric_dirs, settings.split_slots),
                 may_grade=may(role, Power.grade), gpu_time=run_gpu_time(run) if may(role, Power.view) else None,
                 reduced_isolation=(run.toolchain or {}).get(REDUCED_ISOLATION) if may(role, Power.view) else None,
                 bandwidth=run_bandwidth(session, run), may_see_flags=may(role, Power.view),

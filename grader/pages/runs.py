@@ -138,5 +138,5 @@ def run_status_json(request: Request, run_id: RowId, session: Db) -> JSONRespons
     if run is None:
         return JSONResponse({"detail": f"no run {run_id}"}, status.HTTP_404_NOT_FOUND)
     settings = get_context(request).settings
-    return JSONResponse(run_status(session, run, settings.eta_recent_runs, settings.rubric_dirs),
+    return JSONResponse(run_status(session, run, settings.eta_recent_runs, settings.rubric_dirs, settings.split_slots),
                         headers={"Cache-Control": "no-store"})

@@ -66,6 +66,13 @@ def grade_seconds(session: Session, sample: int, assignment_id: int | None = Non
     return [_held_seconds(started, finished, stages) for started, finished, stages in rows]
 
 
+def graded_in_pieces(session: Session, sample: int, assignment_id: int | None = None) -> bool:
+    """Whether the workers grade in two pieces now: the newest of the `sample` recent runs was
+    (its `timing_run` record)."""
+    newest = session.scalars(_recent(select(Run.stages), 1, assignment_id, None, GRADED)).first()
+    return bool(newest and "timing_run" in newest)
+
+
 def grade_splits(session: Session, sample: int, assignment_id: int | None = None, gpu_model: str | None = None,
                  states: Collection[RunState] = GRADED) -> list[tuple[float, float | None]]:
     """The same runs as `grade_seconds`: each one's claim-to-end seconds and the seconds of it

@@ -3,6 +3,7 @@ worker is on, and the final state. Shared by the server-rendered page and its JS
 from __future__ import annotations
 
 import enum
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,10 +12,10 @@ from typing import Any
 from sqlalchemy import and_, exists, func, or_, select
 from sqlalchemy.orm import Session, aliased
 
-from grader.capacity import queue_eta, service_estimate
+from grader.capacity import queue_eta, service_estimate, split_queue_eta
 from grader.models import ACTIVE_STATES, FINAL_STATES, Run, RunState, Submission, utcnow
 from grader.reads.gpu_info import gpu_notes
-from grader.reads.grade_times import grade_seconds
+from grader.reads.grade_times import grade_seconds, grade_splits, graded_in_pieces, with_timing
 from worker.rubric import RubricError, load_rubric
 
 STAGE_WORDS = {
@@ -61,6 +62,7 @@ def waiting_reason(session: Session, run: Run) -> Waiting:
 class QueueEstimate:
     position: int  # 1: next to be taken
     eta_s: float | None  # until the run is final; None without finished runs to learn from
+    verdict_eta_s: float | None = None  # with the two pieces: until its correctness verdicts
 
 
 def busy_remaining(session: Session, service_s: float) -> list[float]:
@@ -70,20 +72,41 @@ def busy_remaining(session: Session, service_s: float) -> list[float]:
     return [max(0.0, service_s - ((now - at).total_seconds() if at else 0.0)) for at in started]
 
 
-def queue_estimate(session: Session, run: Run, sample: int) -> QueueEstimate | None:
+def split_estimate(session: Session, run: Run, position: int, sample: int, slots: int) -> QueueEstimate | None:
+    """The two-piece schedule's estimate (grader.capacity.split_queue_eta) for the queued run at
+    `position`: the runs in their checks, the timings waiting, and each piece's median seconds
+    among the assignment's `sample` recent grades; None without any, or when the newest was a
+    whole grade (the workers do not split)."""
+    splits = grade_splits(session, sample, run.submission.assignment_id)
+    if not splits or not graded_in_pieces(session, sample, run.submission.assignment_id):
+        return None
+    timings = with_timing(splits)
+    checks_s = statistics.median(held - timing for (held, _), timing in zip(splits, timings))
+    timing_s = statistics.median(timings)
+    now = utcnow()
+    started = session.scalars(select(Run.started_at).where(Run.state.in_((RunState.building, RunState.running))))
+    checking = [max(0.0, checks_s - ((now - at).total_seconds() if at else 0.0)) for at in started]
+    waiting = session.scalar(select(func.count(Run.id)).where(Run.state.in_((RunState.checked, RunState.timing)))) or 0
+    verdict_s, final_s = split_queue_eta(position, checking, int(waiting), checks_s, timing_s, slots)
+    return QueueEstimate(position, final_s, verdict_s)
+
+
+def queue_estimate(session: Session, run: Run, sample: int, slots: int | None = None) -> QueueEstimate | None:
     """Position and ETA of a run in the broker's queue; None for any other run (a run not sent
     has no place in the queue to promise). The ETA is the capacity model's (grader/capacity.py)
     for the queue as it is now: the workers busy now (one when none is), each free when its run's
     grade would end, and every grade the median of the assignment's `sample` recent ones.
 
-    The model is one piece per run, on whole grades' durations; with the split (issue 55) the
-    verdicts come sooner than it says (a checked run's page gives its place among the timings:
-    `timing_position`). Not yet: the verdict's and the final score's ETAs from the two-piece
-    simulation (grader/capacity_split.py) on this snapshot."""
+    With `slots` (the workers grade in two pieces, issue 55: that many checks share the GPU) the
+    estimate is two, the verdicts' and the score's (`split_estimate`); a checked run's page gives
+    its place among the timings instead (`timing_position`)."""
     if run.state != RunState.queued or run.enqueued_at is None:
         return None
     ahead = session.scalar(select(func.count(Run.id)).where(Run.state == RunState.queued, Run.id < run.id)) or 0
     position = int(ahead) + 1
+    split = split_estimate(session, run, position, sample, slots) if slots is not None else None
+    if split is not None:  # the two pieces: verdicts and the score, two waits
+        return split
     recent = grade_seconds(session, sample, run.submission.assignment_id)
     if not recent:
         return QueueEstimate(position, None)
@@ -149,6 +172,9 @@ def progress_text(run: Run, queue: QueueEstimate | None, waiting: Waiting = Wait
         text = f"Position {queue.position} in the queue"
         if queue.eta_s is None:
             return text + "; no estimate yet (no finished runs to learn from)."
+        if queue.verdict_eta_s is not None:
+            return text + (f"; estimated correctness verdicts in {describe_duration(queue.verdict_eta_s)}, "
+                           f"the score (speed measured) in {describe_duration(queue.eta_s)} (from recent runs).")
         return text + f"; estimated result in {describe_duration(queue.eta_s)} (from recent runs)."
     if run.state == RunState.checked:
         return CHECKED_TEXT + (f" Position {timing_position} among the timings waiting." if timing_position else "")
@@ -166,9 +192,11 @@ def progress_text(run: Run, queue: QueueEstimate | None, waiting: Waiting = Wait
     return f"{word}: {stage}." if stage else f"{word}."
 
 
-def run_status(session: Session, run: Run, eta_sample: int, search: Sequence[Path]) -> dict[str, Any]:
-    """The JSON the run page polls (and renders from at first); `search`: the settings' rubric_dirs."""
-    queue = queue_estimate(session, run, eta_sample)
+def run_status(session: Session, run: Run, eta_sample: int, search: Sequence[Path],
+               slots: int | None = None) -> dict[str, Any]:
+    """The JSON the run page polls (and renders from at first); `search`: the settings' rubric_dirs;
+    `slots`: the check slots per GPU when the workers grade in two pieces (None: whole grades)."""
+    queue = queue_estimate(session, run, eta_sample, slots)
     waiting = waiting_reason(session, run) if run.state == RunState.queued else None
     active = run.state in ACTIVE_STATES or run.state == RunState.checked  # a checked run's notes hold its verdicts
     gpu = gpu_notes(session, run.submission.assignment_id, [run.id]).get(run.id)
@@ -181,6 +209,7 @@ def run_status(session: Session, run: Run, eta_sample: int, search: Sequence[Pat
         "error_class": run.error_class.value if run.error_class else None,
         "queue_position": queue.position if queue else None,
         "eta_s": round(queue.eta_s) if queue and queue.eta_s is not None else None,
+        "verdict_eta_s": round(queue.verdict_eta_s) if queue and queue.verdict_eta_s is not None else None,
         "progress": run.progress if active else None,
         "progress_text": progress_text(run, queue, waiting or Waiting.sent, search, timing_position(session, run)),
         "checked": checked_lines(run, search),  # the two-step result: verdicts known while speed is measured

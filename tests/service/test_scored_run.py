@@ -18,6 +18,7 @@ from grader.course.membership import get_or_create_user
 from grader.db import session_scope
 from grader.models import Role, Run
 from grader.reads.grade_times import grade_seconds
+from grader.reads.runstatus import progress_text, queue_estimate
 from grader.runs.lifecycle import Disposition, RunExecutor
 from grader.runs.reuse import measured_cleanly
 from grader.service import get_assignment, record_submission
@@ -148,6 +149,20 @@ def test_a_split_grade_shows_verdicts_first_then_the_score(
     held = sum(stage["seconds"] for stage in run["stages"].values())  # both pieces, not the wait between them
     with session_scope(sessions) as session:
         assert any(abs(seconds - held) < 1e-6 for seconds in grade_seconds(session, 50)), held
+    # the next upload's page gives two waits: its verdicts, then its score after the timings
+    waiting = _upload(settings, sessions, work, note="waiting")
+    with session_scope(sessions) as session:
+        queued = session.get(Run, waiting)
+        assert queued is not None
+        queued.enqueued_at = queued.submission.uploaded_at
+        session.flush()
+        estimate = queue_estimate(session, queued, 20, slots=3)
+        assert estimate is not None and estimate.verdict_eta_s is not None and estimate.eta_s is not None
+        assert 0 < estimate.verdict_eta_s < estimate.eta_s
+        assert "estimated correctness verdicts in" in progress_text(queued, estimate)
+        whole = queue_estimate(session, queued, 20)  # workers not split: one wait
+        assert whole is not None and whole.verdict_eta_s is None
+        session.delete(queued)
 
 
 @pytest.mark.skipif(not cpu_standin.have_compiler(), reason="needs g++ for the CPU stand-in")
