@@ -99,7 +99,8 @@ def run_metrics(session: Session, assignment_ids: list[int], now: datetime, stal
                                  .order_by(Assignment.slug)).all())
     paused = set(session.scalars(select(Assignment.id).where(Assignment.id.in_(slugs), Assignment.grading_paused)))
     metrics = {name: Metric(name, kind, text) for name, kind, text in (
-        ("kg_runs", "gauge", "Runs in each state now (queued, building, running; and every final state)."),
+        ("kg_runs", "gauge", "Runs in each state now (queued, building, running, checked: verdicts in, waiting for the GPU's "
+                              "timing, timing; and every final state)."),
         ("kg_runs_unsent", "gauge", "Queued runs not yet sent to the broker: held by fair share (one run per "
                                     "student in flight) or a paused assignment, or waiting for the broker to come back."),
         ("kg_oldest_queued_seconds", "gauge", "Age of the oldest queued run (0: none queued)."),

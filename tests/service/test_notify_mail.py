@@ -175,7 +175,10 @@ def test_a_scored_late_run_mails_the_penalized_grade_per_problem(
     login, _ = _student(sessions, address)
     run_id, run_settings = _scored_run(mail_settings, sessions, work, login, timedelta(hours=26))
     shutil.copytree(mail_settings.blob_dir, run_settings.blob_dir, dirs_exist_ok=True)
-    assert RunExecutor(run_settings, sessions, BlobStore(run_settings.blob_dir)).execute(run_id) is Disposition.done
+    executor = RunExecutor(run_settings, sessions, BlobStore(run_settings.blob_dir))
+    assert executor.execute(run_id) is Disposition.done  # its checks: no mail until the run is final
+    assert not any(address in recipients for recipients, _ in mailbox[0].received)
+    assert executor.execute_timing(run_id) is Disposition.done
     with session_scope(sessions) as session:
         run = session.get(Run, run_id)
         assert run is not None and run.score is not None

@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
 import grader.runs.engine_config
+from grader.course.counted_choice import choose
 from grader.course.membership import get_or_create_user
 from grader.db import session_scope
 from grader.models import Role, Run
@@ -21,6 +22,7 @@ from grader.reads.grade_times import grade_seconds
 from grader.reads.runstatus import progress_text, queue_estimate
 from grader.runs.lifecycle import Disposition, RunExecutor
 from grader.runs.reuse import measured_cleanly
+from grader.runs.timing_piece import time_if_passed_over
 from grader.service import get_assignment, record_submission
 from grader.settings import Settings
 from grader.storage.blobstore import BlobStore
@@ -184,9 +186,16 @@ def test_an_upload_passed_over_is_timed_once_chosen_to_count(
     with session_scope(sessions) as session:  # a later identical upload must not reuse a run never timed
         assert not measured_cleanly(session.get(Run, first))
 
-    chosen = client.put("/api/v1/assignments/hw4/students/alice/counted-run", headers=auth(tokens["staff"]),
-                        json={"run_id": first, "reason": "the student asked"})
-    assert chosen.status_code == 200, chosen.text
+    # Chosen to count, as the counted-run routes do (grader.api.counted): the send is recorded here
+    # rather than published to the session's queue, where another test's CPU worker may listen.
+    sent: list[int] = []
+    with session_scope(sessions) as session:
+        run_row = session.get(Run, first)
+        assert run_row is not None
+        staff = get_or_create_user(session, "staff", Role.instructor)
+        choose(session, run_row.submission.assignment, run_row.submission.user_id, run_row, staff, "the student asked")
+        time_if_passed_over(session, run_row, sent.append)
+    assert sent == [first]
     run = client.get(f"/api/v1/runs/{first}", headers=auth(tokens["alice"])).json()
     assert run["state"] == "checked" and run["score"] is None  # its timing comes next
     assert executor.execute_timing(first) is Disposition.done
