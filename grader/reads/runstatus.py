@@ -137,6 +137,12 @@ def checked_lines(run: Run, search: Sequence[Path] = ()) -> list[str]:
     return lines
 
 
+def _problem_label(run: Run, progress: dict[str, Any], search: Sequence[Path]) -> str:
+    """The problem a progress note names, with its title from the rubric: "2.1 LayerNorm forward"."""
+    title = _problem_title(run.submission.assignment.slug, str(progress["problem"]), search)
+    return f"{progress['problem']}" + (f" {title}" if title else "")
+
+
 def describe_duration(seconds: float) -> str:
     if seconds < 90:
         return "under 2 minutes" if seconds >= 45 else "under a minute"
@@ -178,12 +184,11 @@ def progress_text(run: Run, queue: QueueEstimate | None, waiting: Waiting = Wait
         return text + f"; estimated result in {describe_duration(queue.eta_s)} (from recent runs)."
     if run.state == RunState.checked:
         return CHECKED_TEXT + (f" Position {timing_position} among the timings waiting." if timing_position else "")
-    if run.state == RunState.timing:
-        return TIMING_TEXT
     progress = run.progress or {}
+    if run.state == RunState.timing:
+        return TIMING_TEXT + (f" Now: {_problem_label(run, progress, search)}." if progress.get("problem") else "")
     if run.state == RunState.running and progress.get("problem"):
-        title = _problem_title(run.submission.assignment.slug, str(progress["problem"]), search)
-        label = f"{progress['problem']}" + (f" {title}" if title else "")
+        label = _problem_label(run, progress, search)
         if progress.get("index") and progress.get("total"):
             return f"Running problem {progress['index']} of {progress['total']}: {label}."
         return f"Running problem {label}."
