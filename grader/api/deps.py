@@ -14,7 +14,9 @@ from grader.auth.client_address import request_address
 from grader.auth.credentials import SCOPE_OF_POWER, Principal
 from grader.auth.logins import TokenDoor
 from grader.context import AppContext
-from grader.models import Assignment, Submission
+from grader.course.courses import find_course
+from grader.course.membership import role_in_course
+from grader.models import Assignment, Course, Submission
 from grader.roles import Power, may, refusal
 from grader.service import NotFound, get_assignment
 
@@ -106,3 +108,16 @@ def refuse_unless(caller: Principal, power: Power, assignment: Assignment) -> No
     if not may(role, power):
         raise HTTPException(status.HTTP_403_FORBIDDEN, refusal(power, role, assignment.course.slug))
     require(caller, SCOPE_OF_POWER[power])
+
+
+def taught_course(session: Session, caller: Principal, slug: str, power: Power = Power.view) -> Course:
+    """The course `slug` when the caller's role there has `power` and the token the power's
+    scope; 404 for someone outside the course (as if absent), 403 saying why inside it."""
+    course = find_course(session, slug)
+    role = role_in_course(session, caller.user.id, course.id) if course is not None else None
+    if course is None or role is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no course {slug!r}")
+    if not may(role, power, course.ta_granted):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, refusal(power, role, course.slug))
+    require(caller, SCOPE_OF_POWER[power])
+    return course

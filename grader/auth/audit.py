@@ -9,7 +9,8 @@ every enrollment of an existing account and every refusal of the ownership rules
 (grader.auth.ownership: who tried what on whose account, and the sentence they got) and of a
 course's set-up that no longer opens an account (grader.auth.set_up: the login, link or /forgot
 refused), and every change of an assignment's schedule or policies (grader.schedule_changes: the
-settings before and after, so it can be undone). A request refused while its key is blocked is not recorded: it was not checked, and a
+settings before and after, so it can be undone), and every change of a course's TA powers or run
+quotas (grader.staff_settings: what, before and after). A request refused while its key is blocked is not recorded: it was not checked, and a
 guesser hammering a lock would otherwise fill the table.
 """
 from __future__ import annotations
@@ -45,6 +46,8 @@ class Event(enum.StrEnum):
     identity_refused = "identity_refused"  # a launch or SSO login whose identity is another account's, or
     # that would tie a second identity of one issuer to the account (the detail: issuer, subject, why)
     schedule_changed = "schedule_changed"  # an assignment's schedule or policies (the detail: JSON, before/after)
+    settings_changed = "settings_changed"  # a course's TA powers or run quota, an assignment's run quota
+    # (grader.staff_settings; the detail: what, before -> after)
 
 
 class Via(enum.StrEnum):

@@ -22,10 +22,11 @@ SCOPE_SUBMIT = "submit"
 SCOPE_READ = "read"  # own submissions and runs
 SCOPE_READ_ALL = "read:all"  # every submission of the courses the owner is staff of (Power.view)
 SCOPE_REGRADE = "regrade"  # re-grade and answer requests there (Power.grade)
-ALL_SCOPES = (SCOPE_SUBMIT, SCOPE_READ, SCOPE_READ_ALL, SCOPE_REGRADE)
+SCOPE_MANAGE = "manage"  # change the TA powers and run quotas of the courses the owner instructs (Power.manage)
+ALL_SCOPES = (SCOPE_SUBMIT, SCOPE_READ, SCOPE_READ_ALL, SCOPE_REGRADE, SCOPE_MANAGE)
 STUDENT_SCOPES = (SCOPE_SUBMIT, SCOPE_READ)
-# The scope a token needs to use a staff power through the API (no API route manages a course).
-SCOPE_OF_POWER = {Power.view: SCOPE_READ_ALL, Power.grade: SCOPE_REGRADE}
+# The scope a token needs to use a staff power through the API (a TA's granted powers have no route).
+SCOPE_OF_POWER = {Power.view: SCOPE_READ_ALL, Power.grade: SCOPE_REGRADE, Power.manage: SCOPE_MANAGE}
 
 
 def scopes_for(session: Session, user: User) -> tuple[str, ...]:

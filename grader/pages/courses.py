@@ -22,7 +22,6 @@ from grader.auth.ownership import record_enrollment
 from grader.course.courses import CourseError, add_assignment, create_course, free_assignments
 from grader.course.membership import courses_of, enroll, members_of, unenroll
 from grader.course.policies import course_run_limit
-from grader.course.quotas import parse_runs
 from grader.course.roster_entries import entry_of, shown_name
 from grader.models import Course, CourseRole, Role, Submission, User
 from grader.pages.common import (
@@ -39,8 +38,9 @@ from grader.pages.common import (
     see_other,
 )
 from grader.pages.members_view import members_page
-from grader.roles import TA_GRANTABLE, TA_POWER_WORDS, powers_text
+from grader.roles import TA_GRANTABLE, TA_POWER_WORDS
 from grader.service import find_user
+from grader.staff_settings import set_course_run_quota, set_ta_powers
 
 router = APIRouter(include_in_schema=False)
 
@@ -116,7 +116,8 @@ async def ta_powers_save(request: Request, session: Db, staff: CourseInstructorF
     """What the course's TAs may do besides viewing and grading: each checked power of
     grader.roles.TA_GRANTABLE (none checked: nothing more)."""
     form = await request.form()
-    staff.course.ta_powers = powers_text(frozenset(p for p in TA_GRANTABLE if form.get(p.value) == "on"))
+    set_ta_powers(session, staff.course, frozenset(p for p in TA_GRANTABLE if form.get(p.value) == "on"), Via.web,
+                  staff.user, request_address(request))
     return see_other(f"/courses/{staff.course.slug}?saved=ta-powers#ta-powers")
 
 
@@ -126,7 +127,7 @@ async def quota_save(request: Request, session: Db, staff: CourseInstructorForm)
     own: a number, 0 for no quota, empty for the service's KG_QUOTA_RUNS."""
     typed = str((await request.form()).get("quota_runs", "")).strip()
     try:
-        staff.course.quota_runs = parse_runs(typed)
+        set_course_run_quota(session, staff.course, typed, Via.web, staff.user, request_address(request))
     except ValueError as exc:
         return _course_page(request, session, staff, status.HTTP_400_BAD_REQUEST, runs_error=str(exc),
                             runs_typed=typed)

@@ -25,6 +25,7 @@ from starlette.concurrency import run_in_threadpool
 
 from grader.api.deps import Context, get_context
 from grader.auth.audit import Via
+from grader.auth.client_address import request_address
 from grader.course.assignment_settings import (
     ScheduleError,
     change_of,
@@ -35,7 +36,7 @@ from grader.course.assignment_settings import (
 )
 from grader.course.membership import role_in
 from grader.course.policies import SCORE_POLICIES, course_run_limit, late_policy, run_limit
-from grader.course.quotas import hours, parse_runs
+from grader.course.quotas import hours
 from grader.course.storage import MiB, mib, parse_quota_mib
 from grader.ids import parse_row_id
 from grader.models import Assignment, User, utcnow
@@ -67,6 +68,7 @@ from grader.schedule_changes import (
 from grader.service import NotFound
 from grader.similarity.base import UPLOAD, describe_assignment_base, fetch_refusal, parse_git_spec, save_base
 from grader.similarity.fetch import FetchRules, check_repository
+from grader.staff_settings import set_assignment_run_quota
 from worker.rubric import RubricError, load_rubric
 from worker.unpack import BadArchive
 
@@ -312,7 +314,7 @@ async def quota_save(request: Request, slug: str, session: Db, staff: Instructor
     for no quota, empty for the course's (else the service's)."""
     typed = str((await request.form()).get("quota_runs", "")).strip()
     try:
-        staff.assignment.quota_runs = parse_runs(typed)
+        set_assignment_run_quota(session, staff.assignment, typed, Via.web, staff.user, request_address(request))
     except ValueError as exc:
         return _settings_page(request, session, staff.user, staff.assignment, status.HTTP_400_BAD_REQUEST,
                               runs_error=str(exc), runs_typed=typed)

@@ -367,6 +367,9 @@ def test_openapi_documents_every_v1_route(api: TestClient) -> None:
         ("/api/v1/submissions/{submission_id}/regrade", "post"), ("/api/v1/runs/{run_id}", "get"),
         ("/api/v1/assignments/{slug}/gradebook", "get"), ("/api/v1/assignments/{slug}/gradebook.csv", "get"),
         ("/api/v1/assignments/{slug}/regrade", "post"),
+        ("/api/v1/courses/{slug}/ta-powers", "get"), ("/api/v1/courses/{slug}/ta-powers", "put"),
+        ("/api/v1/courses/{slug}/quota", "get"), ("/api/v1/courses/{slug}/quota", "put"),
+        ("/api/v1/assignments/{slug}/quota", "get"), ("/api/v1/assignments/{slug}/quota", "put"),
     }
     for path, method in expected:
         op = spec["paths"][path][method]

@@ -298,6 +298,17 @@ STAFF_ROUTES: dict[tuple[str, str], Rule] = {
     ("DELETE", "/api/v1/assignments/{slug}/students/{login}/counted-run"): Rule(
         STAFF, api("DELETE", "/api/v1" + A + "/students/{w.logins[student]}/counted-run")),
     ("GET", "/api/v1/metrics"): Rule(STAFF, api("GET", "/api/v1/metrics")),
+    # a course's TA powers and run quotas: its staff read them, its instructors change them (each
+    # change sent here is one the use case refuses, so the world's course keeps its settings)
+    ("GET", "/api/v1/courses/{slug}/ta-powers"): Rule(STAFF, api("GET", "/api/v1" + C + "/ta-powers"), 200, "grantable"),
+    ("PUT", "/api/v1/courses/{slug}/ta-powers"): Rule(
+        INSTRUCTOR, api("PUT", "/api/v1" + C + "/ta-powers", {"granted": ["manage"]}), 400, "is not a power"),
+    ("GET", "/api/v1/courses/{slug}/quota"): Rule(STAFF, api("GET", "/api/v1" + C + "/quota"), 200, "in_force"),
+    ("PUT", "/api/v1/courses/{slug}/quota"): Rule(
+        INSTRUCTOR, api("PUT", "/api/v1" + C + "/quota", {"runs": -1}), 400, "is not a number of runs"),
+    ("GET", "/api/v1/assignments/{slug}/quota"): Rule(STAFF, api("GET", "/api/v1" + A + "/quota"), 200, "in_force"),
+    ("PUT", "/api/v1/assignments/{slug}/quota"): Rule(
+        INSTRUCTOR, api("PUT", "/api/v1" + A + "/quota", {"runs": -1}), 400, "is not a number of runs"),
 }
 
 

@@ -426,6 +426,17 @@ def _ops_post_denied(path: str, data: dict[str, str]) -> Check:
     return check
 
 
+def _api_put_denied(path: str, body: dict[str, object]) -> Check:
+    """A student's token is refused a staff setting of hw4's course through the API (403) and
+    changes nothing; the course's instructor reaches the use case's own check (400)."""
+    def check(w: World) -> None:
+        before = _hw4_row(w)
+        refused(w.api.put(path, headers=auth(w.a_token), json=body), 403, w=w)
+        assert _hw4_row(w) == before
+        assert w.api.put(path, headers=auth(w.staff_token), json={key: "x" for key in body}).status_code in (400, 422)
+    return check
+
+
 def _pin_denied(path: str, data: dict[str, str]) -> Check:
     """A student's post to the staff's choice of b's counted run in hw4 is 403 and pins or
     unpins nothing."""
@@ -734,6 +745,14 @@ ROUTES: dict[tuple[str, str], Check] = {
     ("GET", "/courses/{course}/gradebook.csv"): _web_get_denied(f"/courses/{COURSE}/gradebook.csv", 403, owner="staff"),
     ("GET", "/api/v1/courses/{slug}/gradebook.csv"):
         _api_get_denied(f"/api/v1/courses/{COURSE}/gradebook.csv", 403, owner="staff"),
+    ("GET", "/api/v1/courses/{slug}/ta-powers"): _api_get_denied(f"/api/v1/courses/{COURSE}/ta-powers", 403,
+                                                                 owner="staff"),
+    ("PUT", "/api/v1/courses/{slug}/ta-powers"): _api_put_denied(f"/api/v1/courses/{COURSE}/ta-powers",
+                                                                 {"granted": ["extend", "queue", "schedule"]}),
+    ("GET", "/api/v1/courses/{slug}/quota"): _api_get_denied(f"/api/v1/courses/{COURSE}/quota", 403, owner="staff"),
+    ("PUT", "/api/v1/courses/{slug}/quota"): _api_put_denied(f"/api/v1/courses/{COURSE}/quota", {"runs": 1}),
+    ("GET", "/api/v1/assignments/{slug}/quota"): _api_get_denied("/api/v1/assignments/hw4/quota", 403, owner="staff"),
+    ("PUT", "/api/v1/assignments/{slug}/quota"): _api_put_denied("/api/v1/assignments/hw4/quota", {"runs": 1}),
     ("POST", "/courses/{course}/assignments"): _ops_post_denied(f"/courses/{COURSE}/assignments", {"assignment": "hw4"}),
     ("GET", "/assignments/{slug}/settings"): _web_get_denied("/assignments/hw4/settings", 403, owner="staff"),
     ("GET", "/assignments/{slug}/grading"): _web_get_denied("/assignments/hw4/grading", 403, owner="staff"),

@@ -1,0 +1,71 @@
+"""A course's settings its instructors change outside the schedule: what its TAs may do besides
+viewing and grading (grader.roles.TA_GRANTABLE), the graded-run quota of its assignments that
+set none, and an assignment's own quota. One function per change, called by the course and
+settings pages, the API (grader/api/course_settings.py) and `grader course ta-powers`,
+`grader course quota`, `grader quota`; each change is one audit row (Event.settings_changed:
+what, before -> after), so who widened a TA's powers or a quota can be read back."""
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from sqlalchemy.orm import Session
+
+from grader.auth.audit import Event, Via, record
+from grader.course.quotas import parse_runs
+from grader.models import Assignment, Course, User
+from grader.roles import TA_GRANTABLE, Power, granted_powers, powers_text
+
+
+def parse_powers(names: Iterable[str]) -> frozenset[Power]:
+    """TA powers by name (grader.roles.TA_GRANTABLE); ValueError naming the one that is not."""
+    grantable = {p.value: p for p in TA_GRANTABLE}
+    wrong = [name for name in names if name not in grantable]
+    if wrong:
+        raise ValueError(f"“{wrong[0]}” is not a power a course gives its TAs: choose among "
+                         f"{', '.join(grantable)}")
+    return frozenset(grantable[name] for name in names)
+
+
+def powers_words(powers: frozenset[Power]) -> str:
+    return powers_text(powers).replace(",", ", ") or "none"
+
+
+def _runs_words(runs: int | None) -> str:
+    return "default" if runs is None else str(runs)
+
+
+def set_ta_powers(session: Session, course: Course, powers: frozenset[Power], via: Via,
+                  actor: User | None = None, address: str | None = None) -> bool:
+    """Give the course's TAs exactly `powers` (those not TA_GRANTABLE give nothing); True when
+    that changed anything (then audited)."""
+    before, after = course.ta_granted, granted_powers(powers_text(powers))
+    if before == after:
+        return False
+    course.ta_powers = powers_text(after)
+    record(session, Event.settings_changed, via, user=actor, address=address,
+           detail=f"course {course.slug}: TA powers {powers_words(before)} -> {powers_words(after)}")
+    return True
+
+
+def set_course_run_quota(session: Session, course: Course, typed: str, via: Via, actor: User | None = None,
+                         address: str | None = None) -> int | None:
+    """The course's run quota as a form types it (grader.course.quotas.parse_runs: a number, 0
+    for no quota, "" for the service's); ValueError saying what to type."""
+    runs, before = parse_runs(typed), course.quota_runs
+    course.quota_runs = runs
+    if runs != before:
+        record(session, Event.settings_changed, via, user=actor, address=address,
+               detail=f"course {course.slug}: run quota {_runs_words(before)} -> {_runs_words(runs)}")
+    return runs
+
+
+def set_assignment_run_quota(session: Session, assignment: Assignment, typed: str, via: Via,
+                             actor: User | None = None, address: str | None = None) -> int | None:
+    """The assignment's own run quota as a form types it ("" for its course's); ValueError
+    saying what to type."""
+    runs, before = parse_runs(typed), assignment.quota_runs
+    assignment.quota_runs = runs
+    if runs != before:
+        record(session, Event.settings_changed, via, user=actor, address=address,
+               detail=f"assignment {assignment.slug}: run quota {_runs_words(before)} -> {_runs_words(runs)}")
+    return runs
