@@ -1,7 +1,8 @@
 """Fingerprints of source files, computed once per content: kept in memory and, given a
 folder (`KG_DATA_DIR/reports/fingerprints` for the service), on disk by the sha256 of the
 file's text and the fingerprinting settings, so a submission compared again (or the same file
-in many submissions) is tokenized once. Misses are fingerprinted in parallel processes."""
+in many submissions) is tokenized once (an entry kept before a file's normalized digest was, has
+none: it is computed again). Misses are fingerprinted in parallel processes."""
 from __future__ import annotations
 
 import hashlib
@@ -77,7 +78,7 @@ class PrintCache:
             with np.load(self.root / key[:2] / f"{key}.npz") as data:
                 functions = tuple(Function(name, int(first), int(last)) for name, first, last in
                                   json.loads(str(data["functions"])))
-                return FilePrint(data["hashes"], data["first"], data["last"], functions)
+                return FilePrint(data["hashes"], data["first"], data["last"], functions, str(data["digest"]))
         except (FileNotFoundError, ValueError, KeyError, OSError):
             return None
 
@@ -87,6 +88,6 @@ class PrintCache:
         folder = private_dir(self.root / key[:2])
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".fp-", suffix=".npz")
         with os.fdopen(fd, "wb") as fh:
-            np.savez(fh, hashes=found.hashes, first=found.first, last=found.last,
+            np.savez(fh, hashes=found.hashes, first=found.first, last=found.last, digest=np.array(found.digest),
                      functions=np.array(json.dumps([[f.name, f.first, f.last] for f in found.functions])))
         os.replace(tmp, folder / f"{key}.npz")

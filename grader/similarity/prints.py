@@ -2,6 +2,7 @@
 the lines it covers, and the file's functions (grader.similarity.units)."""
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 
@@ -22,7 +23,9 @@ class Fingerprinting:
     kept per pair; floor: weakest match kept; literal_copies: files identical apart from
     whitespace count whole (grader.similarity.compare), right only when the base is the starter the
     students received: against a stand-in, two students who both left a file of the real
-    starter alone would hand in identical files."""
+    starter alone would hand in identical files. near_identical: the share of each side's own
+    code two files hold in common to join one cluster (grader.similarity.clusters);
+    cluster_min_prints: the least own code (fingerprints) a file needs to be clustered."""
 
     k: int = defaults.NOISE_THRESHOLD
     window: int = defaults.GUARANTEE_THRESHOLD - defaults.NOISE_THRESHOLD + 1
@@ -32,16 +35,20 @@ class Fingerprinting:
     shown: int = 4
     floor: float = 0.02
     literal_copies: bool = True
+    near_identical: float = 0.9
+    cluster_min_prints: int = 5
 
 
 @dataclass(frozen=True)
 class FilePrint:
-    """A file's winnowed fingerprints: hash, first and last line of each occurrence."""
+    """A file's winnowed fingerprints: hash, first and last line of each occurrence; and the
+    sha256 of its normalized text (`normalized_digest`)."""
 
     hashes: np.ndarray  # int64
     first: np.ndarray  # int32
     last: np.ndarray  # int32
     functions: tuple[Function, ...]
+    digest: str
 
 
 def fingerprint_file(path: str, text: str, config: Fingerprinting) -> FilePrint:
@@ -53,7 +60,14 @@ def fingerprint_file(path: str, text: str, config: Fingerprinting) -> FilePrint:
     line_starts = np.cumsum([0] + [len(line) for line in text.splitlines(keepends=True)])
     first = _line_of(_raw_offset(starts, offsets), line_starts)
     last = _line_of(_raw_offset(starts + config.k - 1, offsets), line_starts)
-    return FilePrint(hashes, first, last, functions_of(path, text))
+    return FilePrint(hashes, first, last, functions_of(path, text), normalized_digest(filtered))
+
+
+def normalized_digest(filtered: str) -> str:
+    """sha256 of a file's text as the fingerprints read it (copydetect's `filter_code`: names,
+    strings, comments and layout normalized), whitespace a lexer left in dropped too: two files
+    of one digest differ in nothing the comparison sees."""
+    return hashlib.sha256("".join(filtered.split()).encode("utf-8", errors="replace")).hexdigest()
 
 
 _COMMENT_MARKS = re.compile(r"^[ \t]*(?://+|/\*+|\*+/?|#+|\"\"\"|\'\'\')?[ \t]?|[ \t]*(?:\*+/|\"\"\"|\'\'\')[ \t]*$",

@@ -1,9 +1,10 @@
-"""The similarity report: ranked pairs as JSON, or self-contained HTML pages (no external
-assets, so they can be mailed or served as they are): every pair in the ranking, a page of
-pairs at a time, with the file or function that drives its score, and for the `detailed` first
-pairs a page each with the shared regions of their strongest matches side by side (excerpts
-around them, long lines wrapped to the window). Highlighting marks shared lines that are not
-lines of the base's file or its hints, nor a starter's markers."""
+"""The similarity report: the clusters (grader.similarity.clusters) and ranked pairs as JSON,
+or self-contained HTML pages (no external assets, so they can be mailed or served as they are):
+the clusters first, then every pair in the ranking, a page of pairs at a time, with the file or
+function that drives its score, and for the `detailed` first pairs a page each with the shared
+regions of their strongest matches side by side (excerpts around them, long lines wrapped to
+the window). Highlighting marks shared lines that are not lines of the base's file or its
+hints, nor a starter's markers."""
 from __future__ import annotations
 
 import re
@@ -14,6 +15,7 @@ from typing import Any
 from jinja2 import Environment, select_autoescape
 
 from grader.similarity.base import Base
+from grader.similarity.clusters import Cluster
 from grader.similarity.compare import LineRange, PairResult, Sources
 from grader.similarity.prints import hint_text
 
@@ -32,6 +34,13 @@ _RANKING = """<!doctype html>
 <title>{{ title }}</title><style>{{ style }}</style></head><body>
 <h1>{{ title }}</h1>
 <p>{{ summary }}</p>
+{% if page == 1 %}<h2 id="clusters">Files several students share</h2>
+<p>{{ cluster_note }}</p>
+{% if clusters %}<table class="rank" id="cluster-table"><thead><tr><th>#</th><th>students</th><th>files</th><th>kind</th><th>each one's first upload of it</th></tr></thead><tbody>
+{% for c in clusters %}<tr><td>{{ loop.index }}</td><td>{{ c.students|join(", ") }}</td><td>{{ c.files|join(", ") }}</td><td>{{ c.kind }}</td>
+<td>{% for student, times in c.uploads %}{{ student }}: {% for at, paths in times %}{{ at.strftime("%Y-%m-%d %H:%M UTC") if at else "not known" }}{% if times|length > 1 %} ({{ paths|join(", ") }}){% endif %}{% if not loop.last %}, {% endif %}{% endfor %}{% if not loop.last %}; {% endif %}{% endfor %}</td></tr>
+{% endfor %}</tbody></table>{% else %}<p>None.</p>{% endif %}
+<h2>Pairs</h2>{% endif %}
 {% if pages|length > 1 %}<p>Pages of the ranking: {% for n, name in pages %}{% if n == page %}<strong>{{ n }}</strong>{% else %}<a href="{{ name }}">{{ n }}</a>{% endif %} {% endfor %}</p>{% endif %}
 <table class="rank"><thead><tr><th>#</th><th>student A</th><th>student B</th><th>score</th><th>lines the strongest matches share (longest run)</th><th>driven by</th></tr></thead><tbody>
 {% for rank, p in pairs %}<tr><td>{{ rank }}</td><td>{{ p.a }}</td><td>{{ p.b }}</td><td>{{ "%.0f%%"|format(100 * p.score) }}</td><td>{{ p.shared_lines }} ({{ p.longest_run }})</td>
@@ -96,16 +105,24 @@ def excerpt(text: str, lines: Sequence[LineRange], starter: Set[str] = frozenset
     return shown
 
 
-def report_json(assignment: str, pairs: Sequence[PairResult]) -> dict[str, Any]:
+CLUSTER_NOTE = ("A file two or more students hand in the same after names, comments and layout are normalized "
+                "(identical), or sharing at least 90% of each one's own code (near-identical), is listed here "
+                "even when most of the class shares it and the pair scores leave it out. Files the same as "
+                "the starter's are not listed.")
+
+
+def report_json(assignment: str, pairs: Sequence[PairResult], clusters: Sequence[Cluster] = ()) -> dict[str, Any]:
     return {"assignment": assignment, "students": _student_count(pairs),
+            "clusters": [c.as_json() for c in clusters],
             "pairs": [{**asdict(p), "driver": p.driver, "shared_lines": p.shared_lines, "longest_run": p.longest_run}
                       for p in pairs]}
 
 
 def report_pages(assignment: str, pairs: Sequence[PairResult], sources: Mapping[str, Sources], base: Base,
-                 detailed: int = 50, per_page: int = 200, stem: str = "report") -> dict[str, str]:
+                 detailed: int = 50, per_page: int = 200, stem: str = "report",
+                 clusters: Sequence[Cluster] = ()) -> dict[str, str]:
     """The HTML report as self-contained pages, file name -> HTML, to write side by side: the
-    ranking of every pair, `per_page` pairs a page (`{stem}.html` first, then
+    clusters (grader.similarity.clusters) and the ranking of every pair, `per_page` pairs a page (`{stem}.html` first, then
     `{stem}-ranking-2.html`, ...), and a page of its own for each of the `detailed` first pairs
     (`{stem}-pair-1.html`, ...) with the shared regions side by side. One page held every pair's
     excerpts before (1.9 MB for a class of 30)."""
@@ -122,7 +139,8 @@ def report_pages(assignment: str, pairs: Sequence[PairResult], sources: Mapping[
     ranked = list(enumerate(pairs, start=1))
     pair_pages = {rank: f"{stem}-pair-{rank}.html" for rank, p in ranked[:detailed] if p.matches}
     out = {name: env.from_string(_RANKING).render(
-        title=f"Similarity: {assignment}", style=_STYLE, summary=summary, pages=names, page=n,
+        title=f"Similarity: {assignment}", style=_STYLE, summary=summary, pages=names, page=n, clusters=clusters,
+        cluster_note=CLUSTER_NOTE,
         pairs=ranked[(n - 1) * per_page: n * per_page], pair_pages=pair_pages) for n, name in names}
     for rank, name in pair_pages.items():
         out[name] = env.from_string(_PAIR).render(style=_STYLE, rank=rank, p=pairs[rank - 1], sources=sources,

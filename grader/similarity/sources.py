@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import tempfile
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 from sqlalchemy import func, select
@@ -38,6 +39,15 @@ def latest_submissions(session: Session, slug: str) -> list[tuple[str, str]]:
         .join(User, Submission.user_id == User.id).where(User.id.not_in(staff)).order_by(User.username)
     )
     return [(name, sha) for name, sha in rows]
+
+
+def upload_history(session: Session, slug: str, username: str) -> list[tuple[str, datetime]]:
+    """(sha256, uploaded_at) of every submission of `slug` by `username`, oldest first."""
+    rows = session.execute(
+        select(Submission.sha256, Submission.uploaded_at).join(Assignment, Submission.assignment_id == Assignment.id)
+        .join(User, Submission.user_id == User.id).where(Assignment.slug == slug, User.username == username)
+        .order_by(Submission.uploaded_at, Submission.id))
+    return [(sha, at) for sha, at in rows]
 
 
 def blob_sources(blobs: BlobStore, sha256: str, rubric: Rubric, limits: UnpackLimits, work: Path) -> Sources:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -24,13 +24,14 @@ from grader.datadir import private_dir
 from grader.models import utcnow
 from grader.similarity.base import Base, text_sha256
 from grader.similarity.cache import PrintCache, Progress
+from grader.similarity.clusters import Cluster, cluster_of, dated, find_clusters
 from grader.similarity.compare import Match, PairResult, Sources, compare_class
 from grader.similarity.prints import Fingerprinting
 from grader.similarity.report import report_json
-from grader.similarity.sources import ClassSources, blob_sources, class_sources
+from grader.similarity.sources import ClassSources, blob_sources, class_sources, upload_history
 from grader.storage.blobstore import BlobStore
 from worker.rubric import Rubric
-from worker.unpack import UnpackLimits
+from worker.unpack import BadArchive, UnpackLimits
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ class StoredReport:
     skipped: dict[str, str]  # username -> why their zip was left out
     pairs: list[PairResult]  # most similar first
     base: str  # the base compared against, in words
+    clusters: list[Cluster] = field(default_factory=list)  # most students first
 
     def pair(self, a: str, b: str) -> PairResult | None:
         return next((p for p in self.pairs if {p.a, p.b} == {a, b}), None)
@@ -58,8 +60,35 @@ def compute_report(session: Session, blobs: BlobStore, rubric: Rubric, limits: U
     told (files fingerprinted, files to fingerprint)."""
     found = class_sources(session, blobs, rubric, limits)
     config = Fingerprinting(literal_copies=base.received)
-    pairs = compare_class(found.students, base.sources, config, PrintCache(config, cache_dir), progress)
-    return StoredReport(rubric.slug, utcnow(), found.submissions, found.skipped, pairs, base.label), found
+    prints = PrintCache(config, cache_dir)
+    pairs = compare_class(found.students, base.sources, config, prints, progress)
+    clusters = find_clusters(found.students, base.sources, prints)
+    clusters = dated(clusters, first_uploads(session, blobs, rubric, limits, clusters, prints))
+    return StoredReport(rubric.slug, utcnow(), found.submissions, found.skipped, pairs, base.label, clusters), found
+
+
+def first_uploads(session: Session, blobs: BlobStore, rubric: Rubric, limits: UnpackLimits,
+                  clusters: list[Cluster], prints: PrintCache) -> dict[tuple[str, str], datetime]:
+    """(student, normalized digest) -> when the student first uploaded a file of that content,
+    for every holder of `clusters`: their submissions read oldest first until each is found (the
+    latest, which was compared, always holds it; an unreadable older zip is passed over)."""
+    wanted: dict[str, set[str]] = {}
+    for cluster in clusters:
+        for holder in cluster.holders:
+            wanted.setdefault(holder.student, set()).add(holder.digest)
+    since: dict[tuple[str, str], datetime] = {}
+    with tempfile.TemporaryDirectory(prefix="kg-since-") as tmp:
+        for student, digests in sorted(wanted.items()):
+            for number, (sha256, uploaded_at) in enumerate(upload_history(session, rubric.slug, student)):
+                try:
+                    files = blob_sources(blobs, sha256, rubric, limits, Path(tmp) / student / str(number))
+                except (BadArchive, FileNotFoundError):
+                    continue
+                for digest in digests & {prints.get(path, text).digest for path, text in files.items()}:
+                    since.setdefault((student, digest), uploaded_at)
+                if digests <= {d for s, d in since if s == student}:
+                    break
+    return since
 
 
 def report_path(data_dir: Path, slug: str) -> Path:
@@ -73,7 +102,7 @@ def base_files_path(report: Path) -> Path:
 def save_report(report: StoredReport, base: Sources, path: Path) -> None:
     """The report and its base's files, each written to a temporary file and renamed: a reader
     never sees half of either; the base goes first, so no report is seen without its own."""
-    body = {**report_json(report.assignment, report.pairs), "generated_at": report.generated_at.isoformat(),
+    body = {**report_json(report.assignment, report.pairs, report.clusters), "generated_at": report.generated_at.isoformat(),
             "submissions": report.submissions, "skipped": report.skipped, "base": report.base,
             "base_files": {path: text_sha256(text) for path, text in sorted(base.items())}}
     _write_json(base, base_files_path(path))
@@ -111,7 +140,8 @@ def load_report(path: Path) -> StoredReport | None:
     except FileNotFoundError:
         return None
     return StoredReport(data["assignment"], datetime.fromisoformat(data["generated_at"]), data["submissions"],
-                        data["skipped"], [_pair(p) for p in data["pairs"]], data.get("base", "not recorded"))
+                        data["skipped"], [_pair(p) for p in data["pairs"]], data.get("base", "not recorded"),
+                        [cluster_of(c) for c in data.get("clusters", [])])
 
 
 def pair_sources(blobs: BlobStore, report: StoredReport, pair: PairResult, rubric: Rubric,

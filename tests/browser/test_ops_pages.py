@@ -1,6 +1,6 @@
 """The course-operations pages in a real (headless) Chromium: the instructor computes the
-similarity report, opens a pair side by side, saves a schedule with a mistake (shown next to
-the field), grants an extension, makes a student a TA and takes them out; each page passes
+similarity report (the students' shared files a cluster above the ranking), opens a pair side
+by side, saves a schedule with a mistake (shown next to the field), grants an extension, makes a student a TA and takes them out; each page passes
 the accessibility checks (tests/browser/a11y.py)."""
 from __future__ import annotations
 
@@ -53,6 +53,10 @@ def test_similarity_and_settings_pages(context: BrowserContext, screenshot_dir: 
     expect(page.locator("#report-summary")).to_contain_text("students", timeout=120_000)
     pair = page.locator("#pairs tbody tr").filter(has_text=f"{STUDENTS[0]} and {STUDENTS[1]}")
     expect(pair.locator("td").nth(1)).to_have_text("100%")
+    # The same kit from both: a cluster, listed above the ranking with each one's upload of it
+    cluster = page.locator("#cluster-table tbody tr").filter(has_text=STUDENTS[0]).filter(has_text=STUDENTS[1])
+    expect(cluster.locator("td").nth(1)).to_have_text("identical")
+    expect(cluster.locator("li").filter(has_text=STUDENTS[0])).to_contain_text(re.compile(r"^ops-cara: \d{4}-\d\d-\d\d \d\d:\d\d UTC$"))
     check_page(page)
     page.screenshot(path=str(screenshot_dir / "similarity.png"), full_page=True)
     pair.get_by_role("link", name=re.compile("Side by side")).click()
