@@ -1,10 +1,19 @@
-"""Accessibility checks run in the page itself (no external tool): every form control has a
-label, all text meets WCAG AA contrast, every box that scrolls is itself focusable and named
-(the keyboard scrolls it), and the keyboard reaches every control and scrolling box with a
-visible focus indicator."""
+"""Accessibility checks of a page as it is now: the axe-core engine (bundled by
+axe-playwright-python, run in the page) fails on any serious or critical violation; our own
+checks add what axe leaves out: every form control has a label, all text meets WCAG AA
+contrast, every box that scrolls is itself focusable and named (the keyboard scrolls it), and
+the keyboard reaches every control and scrolling box with a visible focus indicator."""
 from __future__ import annotations
 
+from typing import Any
+
+from axe_playwright_python.sync_playwright import Axe
 from playwright.sync_api import Page
+
+AXE = Axe()
+# Minor and moderate findings are advice (e.g. best-practice landmarks); these two fail a test.
+FAILING_IMPACTS = {"serious", "critical"}
+SHOWN_TARGETS = 3
 
 # Controls without an accessible name: [description, ...]
 UNLABELLED_JS = """() => {
@@ -70,8 +79,25 @@ ACTIVE_JS = """() => { const el = document.activeElement; const s = getComputedS
   return { html: el.outerHTML.slice(0, 160), outline: s.outlineStyle !== "none" && parseFloat(s.outlineWidth) > 0 }; }"""
 
 
+def axe_failures(page: Page) -> list[str]:
+    """axe-core's serious and critical violations on the page, one readable line each: the rule,
+    its help text and the first few elements (CSS selectors) that break it."""
+    violations: list[dict[str, Any]] = AXE.run(page).response["violations"]
+    lines = []
+    for v in violations:
+        if v["impact"] not in FAILING_IMPACTS:
+            continue
+        targets = [" ".join(map(str, node["target"])) for node in v["nodes"]]
+        more = f" (+{len(targets) - SHOWN_TARGETS} more)" if len(targets) > SHOWN_TARGETS else ""
+        lines.append(f"{v['id']} ({v['impact']}): {v['help']} at {targets[:SHOWN_TARGETS]}{more}")
+    return lines
+
+
 def check_page(page: Page, max_tabs: int = 400) -> None:
-    """Assert labels, contrast, focusable scrolling boxes and keyboard reach on the page as it is now."""
+    """Assert axe-core's rules, labels, contrast, focusable scrolling boxes and keyboard reach on
+    the page as it is now."""
+    failures = axe_failures(page)
+    assert not failures, f"{page.url}: axe-core found:\n" + "\n".join(failures)
     unlabelled = page.evaluate(UNLABELLED_JS)
     assert not unlabelled, f"{page.url}: controls without a label: {unlabelled}"
     low = page.evaluate(LOW_CONTRAST_JS)

@@ -1,7 +1,7 @@
 """Every page at a phone's width (390 px) and a laptop's (1280 px) in a real (headless)
 Chromium: the page itself never scrolls sideways (a wide table scrolls inside its own box),
 the gradebook's per-row Re-grade button can be brought on screen and pressed, and the
-accessibility checks (tests/browser/a11y.py) pass at both widths. Each page has data to show:
+accessibility checks (tests/browser/a11y.py: axe-core's and our own) pass at both widths. Each page has data to show:
 the run page a regrade request answered and one open, and comments; the regrade queue both
 requests; the staff's history of one student; the code view a file with a long line; the
 confirmation pages (a member's removal, a bulk re-grade, a roster import) what they would do.
