@@ -139,7 +139,9 @@ def test_a_hang_on_a_hidden_case_settles_only_hidden_checks(base: Path, trusted:
     assert by_id["3"].telemetry["hung"]["layernorm_fw"]["public"] is False
     score = score_run(load_rubric("hw4"), list(by_id.values()))
     assert score.problem("2.1").correctness_points == 10, score.problem("2.1").reasons  # the hidden 4 lost
-    assert score.problem("2.1").speed_points > 0 and score.problem("3").status == "passed"
+    # timed and scored on its figure (its speed points depend on this machine's speed, not on the hang)
+    assert score.problem("2.1").speedup is not None and score.problem("3").status == "passed"
+    assert not any("not measured" in r for r in score.problem("2.1").reasons), score.problem("2.1").reasons
 
 
 # The student's minitorch.tensor (the course's tests make every checked tensor with it, from
