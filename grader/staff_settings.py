@@ -51,21 +51,22 @@ def set_course_run_quota(session: Session, course: Course, typed: str, via: Via,
                          address: str | None = None) -> int | None:
     """The course's run quota as a form types it (grader.course.quotas.parse_runs: a number, 0
     for no quota, "" for the service's); ValueError saying what to type."""
-    runs, before = parse_runs(typed), course.quota_runs
-    course.quota_runs = runs
-    if runs != before:
-        record(session, Event.settings_changed, via, user=actor, address=address,
-               detail=f"course {course.slug}: run quota {_runs_words(before)} -> {_runs_words(runs)}")
-    return runs
+    return _set_run_quota(session, course, f"course {course.slug}", typed, via, actor, address)
 
 
 def set_assignment_run_quota(session: Session, assignment: Assignment, typed: str, via: Via,
                              actor: User | None = None, address: str | None = None) -> int | None:
     """The assignment's own run quota as a form types it ("" for its course's); ValueError
     saying what to type."""
-    runs, before = parse_runs(typed), assignment.quota_runs
-    assignment.quota_runs = runs
+    return _set_run_quota(session, assignment, f"assignment {assignment.slug}", typed, via, actor, address)
+
+
+def _set_run_quota(session: Session, row: Course | Assignment, label: str, typed: str, via: Via,
+                   actor: User | None, address: str | None) -> int | None:
+    """`row`'s quota_runs set from the typed text, audited under `label` when it changed."""
+    runs, before = parse_runs(typed), row.quota_runs
+    row.quota_runs = runs
     if runs != before:
         record(session, Event.settings_changed, via, user=actor, address=address,
-               detail=f"assignment {assignment.slug}: run quota {_runs_words(before)} -> {_runs_words(runs)}")
+               detail=f"{label}: run quota {_runs_words(before)} -> {_runs_words(runs)}")
     return runs

@@ -19,7 +19,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -263,6 +263,8 @@ def time_submission(
     named `timing_<stage>`. With `not_timed` (why) nothing is timed: the pending problems are
     scored without speed, saying why, and listed under PASSED_OVER in the toolchain record."""
     outcome = Outcome(state=RunState.building, toolchain=toolchain_info(config.toolchain))
+    if not_timed is not None:  # nothing of it runs on the GPU: its build (the cache's) waits for no timing
+        config = replace(config, gpu_lock=None)
     prepared = _prepare(archive, rubric, job_dir, config, outcome, on_stage)
     pending = pending_problems(checked)
     if not isinstance(prepared, tuple) or any(p not in prepared[1].gradable for p in pending):

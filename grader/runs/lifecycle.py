@@ -263,7 +263,8 @@ class RunExecutor:
             gpu_model = gpu_snapshot(self.settings.gpu_index).get("name")
             with session_scope(self.sessions) as session:
                 targets = calibrated_targets_for(session, slug, gpu_model)
-            reuse = reuse_for(self.settings, self.sessions, run_id, rubric, gpu_model, targets)
+            if timing is None:  # only a run's first piece may take an earlier run's measurements
+                reuse = reuse_for(self.settings, self.sessions, run_id, rubric, gpu_model, targets)
         if timing is None:
             return grade_submission(archive, rubric, job_dir, config, notes.stage, gpu_stage, targets, piece, reuse)
         if gpu_stage is None:
