@@ -6,13 +6,18 @@ must be graded like the kit's."""
 from __future__ import annotations
 
 import dataclasses
+import fcntl
+import os
 import shutil
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from worker.gpu.client import ChildClient
+from worker.gpu.gpu_lock import GpuLock, GpuTurns
 from worker.gpu_conditions import NO_NVML
 from worker.hw4.problem3 import HANDLERS, Problem3Config, arena_bytes, measure_problem3
 from worker.rubric import load_rubric
@@ -45,11 +50,11 @@ def _kit_copy(tmp_path: Path, edits: tuple[tuple[str, str], ...] = (), file: str
     return root
 
 
-def _measure(root: Path, config: Problem3Config = TINY, seed: int = 3):
+def _measure(root: Path, config: Problem3Config = TINY, seed: int = 3, turns: GpuTurns = GpuTurns(None)):
     sandbox = Sandbox(LIMITS, SandboxPolicy(user=None))
     with ChildClient(sandbox, root, (HANDLERS,), arena_bytes(config)) as client:
         return measure_problem3(client, config, np.random.default_rng(seed),
-                                telemetry=lambda: {"probe": "telemetry"})
+                                telemetry=lambda: {"probe": "telemetry"}, turns=turns)
 
 
 def _cases(m) -> dict[str, object]:
@@ -127,6 +132,7 @@ def test_reference_passes_and_is_timed(tmp_path: Path) -> None:
     assert s is not None and TINY.min_pairs <= s.trials <= TINY.max_pairs
     assert s.low <= s.speedup <= s.high and s.median_baseline_ms > 0 and s.median_custom_ms > 0
     assert info["timing"]["stop"] in STOP_REASONS
+    assert "warm_up_s" not in info  # without the GPU's lock (a whole grade) the checked steps warm it
     # every kept pair is a window; without a watch (NVML) nothing was read and none was taken again
     assert len(info["timing"]["windows"]) == s.trials
     assert m.telemetry["timing_conditions"] == {"recorded": False, "note": NO_NVML, "windows": s.trials}
@@ -146,6 +152,50 @@ def test_reference_passes_and_is_timed(tmp_path: Path) -> None:
         assert last_step == timed[-1]
     assert all(st["memory"]["host_peak_mib"] > 0 and "device_used_peak_mib" not in st["memory"] for st in info["steps"])
     print("reference:", s.describe(), info["timing"], info["memory"])
+
+
+def _other_runs_checks(lock: GpuLock, seen: dict[str, float]) -> None:
+    """Another run's checks: the GPU's lock held shared until a timing asks for it alone (its
+    request holds the gate), then a second more; at most 60 s."""
+    with lock.shared():
+        gate = os.open(lock.gate, os.O_RDWR)
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                try:
+                    fcntl.flock(gate, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    fcntl.flock(gate, fcntl.LOCK_UN)
+                except BlockingIOError:
+                    seen["timing_asked"] = time.monotonic()
+                    break
+                time.sleep(0.02)
+        finally:
+            os.close(gate)
+        time.sleep(1.0)
+        seen["released"] = time.monotonic()
+
+
+def test_a_timing_piece_checks_beside_other_runs_and_times_alone(tmp_path: Path) -> None:
+    """In a timing piece, Problem 3's set-up and checked steps share the GPU with another run's
+    checks; only its timed pairs wait for the GPU alone, after an untimed warm-up pair."""
+    lock = GpuLock(tmp_path / "locks", 0)
+    seen: dict[str, float] = {}
+    other = threading.Thread(target=_other_runs_checks, args=(lock, seen))
+    other.start()
+    time.sleep(0.2)
+    started = time.monotonic()
+    m = _measure(_kit_copy(tmp_path), turns=GpuTurns(lock))
+    ended = time.monotonic()
+    other.join(70)
+    assert m.status == "ok" and m.all_passed, m.log_tail
+    info = m.telemetry["problem3"]
+    # the set-up and the checks ran while the other run held the lock shared: the timing asked
+    # for it only after them, and got it only once the other run let go
+    assert "timing_asked" in seen, "the checks waited for the GPU alone"
+    assert started + info["checks_s"] < seen["timing_asked"] < seen["released"]
+    assert seen["released"] < ended
+    assert info["warm_up_s"] > 0 and m.speedup_student is not None
+    assert TINY.min_pairs <= info["timing"]["pairs"] <= TINY.max_pairs
 
 
 def _not_timed(m, failed_case: str) -> None:  # noqa: ANN001

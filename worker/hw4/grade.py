@@ -116,23 +116,26 @@ def _thresholds(rubric: Rubric, problem_id: str) -> tuple[float, ...]:
 
 def _problem3(client: ChildClient, config: GpuStageConfig, deadline: Deadline, rng: np.random.Generator,
               telemetry: Callable[[], dict[str, Any]], thresholds: tuple[float, ...],
-              watch: ConditionsWatch) -> ProblemMeasurement:
+              watch: ConditionsWatch, turns: GpuTurns) -> ProblemMeasurement:
     """Problem 3 in its child, its timed pairs stopping in time for what is left of the run's
     budget (its own budget is the most it takes), each pair a window `watch` reads; its timed
-    pairs wait for the timing piece when this is the checks piece."""
+    pairs wait for the timing piece when this is the checks piece, and hold the GPU alone
+    (`turns`) when this is the timing piece."""
     own = replace(config.problem3, budget_s=min(config.problem3.budget_s, deadline.left()),
                   timed=config.piece is not Piece.checks)
     with GpuBusySampler(config.policy.gpu_index or 0) as busy:
-        m3 = problem3.measure_problem3(client, own, rng, telemetry, thresholds=thresholds, watch=watch)
+        m3 = problem3.measure_problem3(client, own, rng, telemetry, thresholds=thresholds, watch=watch,
+                                        turns=turns)
     m3.telemetry["gpu_busy"] = busy.summary()
     return m3
 
 
 def _grade_problem3(rubric: Rubric, config: GpuStageConfig, gate: LoadGate, rng: np.random.Generator,
                     telemetry: Callable[[], dict[str, Any]], conditions: GpuConditions,
-                    open_child: Callable[[], ChildClient]) -> ProblemMeasurement:
+                    open_child: Callable[[], ChildClient], turns: GpuTurns) -> ProblemMeasurement:
     """Problem 3 in a child of its own, or not run (no child) when a part it needs did not load
-    or a launcher its fused model calls hung (worker.hw4.hangs)."""
+    or a launcher its fused model calls hung (worker.hw4.hangs); the child starts on the GPU's
+    lock shared (`turns`)."""
     gate.settle()  # no load probe runs beside the spawn below
     parts = (*_libraries(rubric, "3"), MINITORCH)
     blocked = gate.blocked(*parts) or gate.hangs.why(FUSED_KINDS)
@@ -140,8 +143,11 @@ def _grade_problem3(rubric: Rubric, config: GpuStageConfig, gate: LoadGate, rng:
         logs = [log for log in map(gate.log, parts) if log]
         return ProblemMeasurement("3", status="not_run", log_tail="\n".join(logs) or blocked,
                                   telemetry={"gpu_before": telemetry()})
-    with open_child() as client:
-        return _problem3(client, config, gate.deadline, rng, telemetry, _thresholds(rubric, "3"), conditions.watch())
+    with turns.sharing():
+        client = open_child()
+    with client:
+        return _problem3(client, config, gate.deadline, rng, telemetry, _thresholds(rubric, "3"), conditions.watch(),
+                         turns)
 
 
 def _kernel_problems(rubric: Rubric, problems: tuple[str, ...]) -> list[kernels.KernelSpec]:
@@ -242,9 +248,9 @@ def run_gpu_stage(
             conditions, turns))
         if "3" in config.problems:
             progress.problem("3")
-            with turns.alone():  # its timing checks again: the child's every step is timed or a warm-up
-                measurements.append(_grade_problem3(rubric, config, gate, rng, telemetry, conditions, partial(
-                    open_child, "problem-3", staged_root, (problem3.HANDLERS,), problem3.arena_bytes(config.problem3))))
+            measurements.append(_grade_problem3(rubric, config, gate, rng, telemetry, conditions, partial(
+                open_child, "problem-3", staged_root, (problem3.HANDLERS,), problem3.arena_bytes(config.problem3)),
+                turns))
         # last, so that it cannot take time from anything that scores
         sanitize.sanitize_failed(failed_abi, measurements, config.sanitizer, open_wrapped, deadline,
                                  config.policy.gpu_index is not None, config.timing.call_timeout_s,

@@ -52,6 +52,7 @@ import numpy as np
 
 from worker.gpu.channel import ALIGN
 from worker.gpu.client import ChildClient, ChildFailure, OutOfBudget, StudentError
+from worker.gpu.gpu_lock import GpuTurns
 from worker.gpu_conditions import NO_NVML, ConditionsWatch
 from worker.hw4.parameter_roles import listing
 from worker.hw4.problem3_compare import (
@@ -320,6 +321,21 @@ class _Pairs:
         self.windows.append(window)
 
 
+def _warm_up(s: _Session) -> None:
+    """One untimed step of each model on fresh inputs, so that the first timed pair does not
+    pay for a GPU gone idle while the timing waited for its turn."""
+    s.phase = "warm-up steps"
+    s.arena.reset()
+    tokens, grad = s.inputs(s.new_seed())
+    t_ref, g_ref = s.arena.put(tokens), s.arena.put(grad)
+    del grad
+    p_ref = s.grads_buffer()
+    started = time.monotonic()
+    for model in ("unfused", "fused"):
+        s.step(model, t_ref, g_ref, grads_ref=p_ref)
+    s.info["warm_up_s"] = time.monotonic() - started
+
+
 def _time_pairs(s: _Session, rule: StoppingRule,
                 watch: ConditionsWatch) -> tuple[RatioSummary | None, list[dict[str, Any]], CaseOutcome]:
     """Interleaved pairs until `rule` stops them, each a window whose GPU conditions `watch`
@@ -389,8 +405,9 @@ def _display_names(unfused: list[Any], fused: list[Any] | None) -> list[str]:
 
 
 def _measure_built(s: _Session, m: ProblemMeasurement, setup: dict[str, Any], thresholds: tuple[float, ...],
-                   watch: ConditionsWatch) -> None:
-    """Everything after a successful p3_setup: checks (a)-(c), timing, (d) and (e)."""
+                   watch: ConditionsWatch, turns: GpuTurns) -> None:
+    """Everything after a successful p3_setup: checks (a)-(c), timing, (d) and (e); the checks
+    on the GPU's lock shared, the timed pairs holding it alone."""
     config = s.config
     s.names = _display_names(setup.get("parameter_names", []), setup.get("fused_parameter_names"))
     s.shapes = [[int(d) for d in sh] for sh in setup.get("parameter_shapes", [])]
@@ -407,7 +424,9 @@ def _measure_built(s: _Session, m: ProblemMeasurement, setup: dict[str, Any], th
     if needed + 16 * ALIGN > s.arena.size:
         raise StudentError(f"the DecoderLM's {s.elements} parameters do not fit the grader's buffers "
                            f"({s.arena.size} bytes); the course's model has {reference_parameter_elements(config)}", "")
-    cases, first = _checks(s)
+    with turns.sharing():  # beside other runs' checks in a timing piece (worker.gpu.gpu_lock)
+        cases, first = _checks(s)
+    s.info["checks_s"] = s.elapsed()
     all_steps = [{"model": mdl, "counts": first[mdl]["counts"], "memory": first[mdl]["memory"]} for mdl in first]
     defined = list(setup.get("fused_ops_found", []))
     counted = count_cases(all_steps, defined)
@@ -418,8 +437,11 @@ def _measure_built(s: _Session, m: ProblemMeasurement, setup: dict[str, Any], th
     if failed is None and not config.timed:
         mark_timing_pending(m)
     elif failed is None:
-        s.phase = "timed steps"
-        summary, steps, case = _time_pairs(s, config.stopping(thresholds), watch)
+        with turns.alone():
+            if turns.lock is not None:  # the checks that warmed the child may be minutes behind
+                _warm_up(s)
+            s.phase = "timed steps"
+            summary, steps, case = _time_pairs(s, config.stopping(thresholds), watch)
         m.telemetry[CONDITIONS_KEY] = watch.summary()
         verified.append(case)
         all_steps += steps
@@ -442,10 +464,13 @@ def measure_problem3(
     problem_id: str = "3",
     thresholds: tuple[float, ...] = (),
     watch: ConditionsWatch | None = None,
+    turns: GpuTurns = GpuTurns(None),
 ) -> ProblemMeasurement:
     """Checks (a)-(e) and the unfused/fused step-time ratio of the submission's DecoderLM,
     timed until clear of `thresholds` (the speedups where its points change) by the config's
     stopping rule, each timed pair a window whose GPU conditions `watch` reads (none without).
+    `turns`: the GPU's lock, shared while it sets up and checks, alone while it times (a
+    timing piece's; a whole grade holds none).
 
     `client` must have been started with handlers including worker.hw4.child_problem3 and an
     arena of at least `arena_bytes(config)`."""
@@ -455,10 +480,11 @@ def measure_problem3(
     if telemetry is not None:
         m.telemetry["gpu_before"] = telemetry()
     try:
-        setup = client.call({"op": "p3_setup", "config": config.child_config()}, config.setup_timeout_s)
+        with turns.sharing():
+            setup = client.call({"op": "p3_setup", "config": config.child_config()}, config.setup_timeout_s)
         failure = setup.get("setup_failure")
         if failure is None:
-            _measure_built(s, m, setup, thresholds, watch or ConditionsWatch(lambda: None, note=NO_NVML))
+            _measure_built(s, m, setup, thresholds, watch or ConditionsWatch(lambda: None, note=NO_NVML), turns)
         else:  # not buildable or not pairable as the driver builds it: the only case, failed (0 points)
             case = CaseOutcome(str(failure.get("case_id", "p3-constructs")), (), False,
                                message=str(failure.get("message", "")))
