@@ -38,6 +38,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from bench_common import log  # noqa: E402
 from benchmarks_md import current_commit, publish_gpu_section  # noqa: E402
+from split_model import comparison  # noqa: E402
 from timing_stability import gpu_name  # noqa: E402
 
 OUT = Path(os.environ.get("OUT", ROOT / ".gpu-out"))
@@ -74,8 +75,10 @@ def run_job(spec: dict[str, Any]) -> dict[str, Any]:
         outcome = time_submission(archive, rubric, job_dir, config, gpu_stage, checked, not_timed=spec.get("not_timed"))
     else:
         outcome = grade_submission(archive, rubric, job_dir, config, gpu_stage=gpu_stage, piece=piece)
+    measured = [p.details["measurement"] for p in outcome.problems if p.details and p.details.get("measurement")]
+    turns = next((m["telemetry"]["gpu_turns"] for m in measured if "gpu_turns" in m.get("telemetry", {})), None)
     return {"state": outcome.state.value, "score": outcome.score, "message": outcome.message[:300],
-            "points": {p.problem_id: p.points for p in outcome.problems},
+            "points": {p.problem_id: p.points for p in outcome.problems}, "gpu_turns": turns,
             "measurements": [p.details["measurement"] for p in outcome.problems
                              if p.details and p.details.get("measurement")]}
 
@@ -92,6 +95,7 @@ class Upload:
     timed: bool | None = None
     points: dict[str, float] = field(default_factory=dict)
     state: str = "waiting"
+    pieces: dict[str, dict[str, Any]] = field(default_factory=dict)  # piece -> its start, end and lock turns
 
 
 @dataclass
@@ -149,7 +153,9 @@ def _slot(schedule: Schedule, base: dict[str, Any], deadline: float, slot: int) 
         result = _spawn(spec)
         shutil.rmtree(spec["work"], ignore_errors=True)
         with schedule.lock:
-            _record(schedule, upload, piece, result, time.monotonic() - schedule.started, "not_timed" in spec)
+            at = time.monotonic() - schedule.started
+            upload.pieces[piece] = {"start_s": round(now, 1), "end_s": round(at, 1), "gpu_turns": result.get("gpu_turns")}
+            _record(schedule, upload, piece, result, at, "not_timed" in spec)
             schedule.running -= 1
             schedule.lock.notify_all()
 
@@ -183,7 +189,8 @@ def run_schedule(name: str, split: bool, slots: int, zips: list[tuple[int, Path]
     return {"name": name, "slots": slots, "wall_s": round(wall, 1), "ended": len(ended), "uploads": len(uploads),
             "grades_per_gpu_hour": round(len(ended) / (max(u.final_s for u in ended) / 3600), 1) if ended else None,
             "runs": [{"index": u.index, "student": u.student, "zip": u.zip.stem, "verdict_s": u.verdict_s,
-                      "final_s": u.final_s, "timed": u.timed, "state": u.state, "points": u.points} for u in uploads]}
+                      "final_s": u.final_s, "timed": u.timed, "state": u.state, "points": u.points,
+                      "pieces": u.pieces} for u in uploads]}
 
 
 # ----------------------------------------------------------------------------- report
@@ -210,6 +217,9 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> list
         lines.append(f"| {r['name']} ({r['slots']} slot(s)) | {r['ended']} / {r['uploads']} | "
                      f"{'-' if last is None else f'{last:.0f}'} | {r['grades_per_gpu_hour']} | "
                      f"{_waits(r, 'verdict_s')} | {_waits(r, 'final_s')} |")
+    if "split" in results:
+        lines += ["", "The capacity model (bench/split_model.py) fed each upload's measured piece seconds:", "",
+                  *comparison(results["split"])]
     if len(results) == 2:
         lines += ["", "Points per upload (timed runs of both schedules):", "",
                   "| upload | whole | split |", "| --- | --- | --- |"]

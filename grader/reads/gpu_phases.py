@@ -166,8 +166,13 @@ def timing_seconds(measurements: Mapping[str, dict[str, Any]]) -> float | None:
     problems' `timing` phases (run one after another, alone) and Problem 3's timed steps with the
     verification of one of them that follows (elapsed less the timing's end). The timing
     warm-ups and kernel profiles run beside the checks, so they stay with them. A problem not
-    timed (a failed check) adds nothing; None when no problem recorded its phases."""
+    timed (a failed check) adds nothing; None when no problem recorded its phases. A run timed in
+    its own piece recorded the seconds it held the GPU's lock alone (worker.gpu.gpu_lock
+    `GpuTurns`, the same record in every problem): that is its timing, exactly."""
     telemetry = [_dict(m.get("telemetry")) for m in measurements.values()]
+    alone = next((s for t in telemetry if (s := _number(_dict(t.get("gpu_turns")).get("alone"))) is not None), None)
+    if alone is not None:
+        return alone
     phases = [t["seconds"] for t in telemetry if isinstance(t.get("seconds"), dict)]
     problem3 = [t["problem3"] for t in telemetry if isinstance(t.get("problem3"), dict)]
     if not phases and not problem3:

@@ -101,3 +101,8 @@ def test_the_timing_part_of_a_run_for_the_capacity_model() -> None:
     assert timing_seconds({"3": {"telemetry": {"problem3": PROBLEM3}}}) == pytest.approx(55.0)
     assert timing_seconds({"1": {"status": "ok", "telemetry": {"before": {"name": "NVIDIA H200"}}}}) is None
     assert timing_seconds({}) is None
+    # a timing piece's record of its turns on the GPU's lock is its timing, whatever the phases say
+    turns = {"waited_shared": 0.1, "shared": 30.0, "waited_alone": 12.0, "alone": 41.5}
+    for problem in runs.values():
+        problem["telemetry"]["gpu_turns"] = turns
+    assert timing_seconds(runs) == pytest.approx(41.5)

@@ -184,7 +184,8 @@ def test_a_timing_piece_checks_beside_other_runs_and_times_alone(tmp_path: Path)
     other.start()
     time.sleep(0.2)
     started = time.monotonic()
-    m = _measure(_kit_copy(tmp_path), turns=GpuTurns(lock))
+    turns = GpuTurns(lock)
+    m = _measure(_kit_copy(tmp_path), turns=turns)
     ended = time.monotonic()
     other.join(70)
     assert m.status == "ok" and m.all_passed, m.log_tail
@@ -196,6 +197,9 @@ def test_a_timing_piece_checks_beside_other_runs_and_times_alone(tmp_path: Path)
     assert seen["released"] < ended
     assert info["warm_up_s"] > 0 and m.speedup_student is not None
     assert TINY.min_pairs <= info["timing"]["pairs"] <= TINY.max_pairs
+    held = turns.record()  # the other run held on for a second after the timing asked
+    assert held is not None and held["waited_alone"] >= 0.9 and held["alone"] > 0 and held["shared"] > 0
+    assert held["waited_shared"] < 0.5 and GpuTurns(None).record() is None
 
 
 def _not_timed(m, failed_case: str) -> None:  # noqa: ANN001

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -77,13 +78,34 @@ def held(lock: GpuLock | None, alone: bool) -> Iterator[None]:
 class GpuTurns:
     """A timing stage's turns on the GPU (worker.hw4's timing piece): `sharing()` while its
     children start and warm, beside other runs' checks; `alone()` while it times. Without a lock
-    (a whole grade, a test) both hold nothing."""
+    (a whole grade, a test) both hold nothing. With one, it adds up the seconds it waited for
+    and held each kind of turn (`record()`): the alone seconds are what bounds how many timings
+    a GPU does per hour (bench/split_burst.py, the capacity model)."""
 
     def __init__(self, lock: GpuLock | None) -> None:
         self.lock = lock
+        self.seconds = dict.fromkeys(("waited_shared", "shared", "waited_alone", "alone"), 0.0)
 
     def sharing(self) -> contextlib.AbstractContextManager[None]:
-        return held(self.lock, alone=False)
+        return self._turn(alone=False)
 
     def alone(self) -> contextlib.AbstractContextManager[None]:
-        return held(self.lock, alone=True)
+        return self._turn(alone=True)
+
+    def record(self) -> dict[str, float] | None:
+        """Seconds waited for and held, shared and alone; None without a lock."""
+        return None if self.lock is None else {k: round(v, 2) for k, v in self.seconds.items()}
+
+    @contextlib.contextmanager
+    def _turn(self, alone: bool) -> Iterator[None]:
+        if self.lock is None:
+            yield
+            return
+        kind, asked = ("alone" if alone else "shared"), time.monotonic()
+        with held(self.lock, alone):
+            got = time.monotonic()
+            self.seconds[f"waited_{kind}"] += got - asked
+            try:
+                yield
+            finally:
+                self.seconds[kind] += time.monotonic() - got

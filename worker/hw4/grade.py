@@ -158,10 +158,14 @@ def _kernel_problems(rubric: Rubric, problems: tuple[str, ...]) -> list[kernels.
             for pid in KERNEL_PROBLEMS if pid in problems]
 
 
-def _record_run(measurements: list[ProblemMeasurement], gate: LoadGate, budget_s: float | None, deadline: Deadline) -> None:
-    """The record of what loaded, what hung and of the budget, once per run, in every problem's telemetry."""
-    hung = gate.hangs.record()
+def _record_run(measurements: list[ProblemMeasurement], gate: LoadGate, budget_s: float | None, deadline: Deadline,
+                turns: GpuTurns) -> None:
+    """The record of what loaded, what hung, of the budget and of a timing piece's turns on the
+    GPU's lock, once per run, in every problem's telemetry."""
+    hung, turns_held = gate.hangs.record(), turns.record()
     for m in measurements:
+        if turns_held is not None:
+            m.telemetry["gpu_turns"] = turns_held
         m.telemetry["load"] = gate.record()
         if hung:
             m.telemetry["hung"] = hung
@@ -255,7 +259,7 @@ def run_gpu_stage(
         sanitize.sanitize_failed(failed_abi, measurements, config.sanitizer, open_wrapped, deadline,
                                  config.policy.gpu_index is not None, config.timing.call_timeout_s,
                                  lambda check: gate.hangs.why(check.launchers, check.case.public))
-        _record_run(measurements, gate, config.budget_s, deadline)
+        _record_run(measurements, gate, config.budget_s, deadline, turns)
     finally:
         gate.close()
         conditions.close()

@@ -1,0 +1,89 @@
+"""The capacity model (grader/capacity_split.py) against a measured burst (bench/split_burst.py's
+split schedule): fed each upload's measured piece seconds, as the service feeds it recent runs'
+(grader.reads.grade_times), does the model give the burst's verdict and final waits?
+
+    python3 bench/split_model.py $OUT/split_burst.json
+
+Two readings of a timing piece: its wall seconds (what the service records today), and the
+seconds it held the GPU alone (worker.gpu.gpu_lock.GpuTurns, where the burst recorded them). A
+passed-over upload's timing is never run, so it gets the median of the timed ones (the model
+passes it over itself when its student's next upload came first). Pure: no GPU, no service.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from grader.capacity_split import Job, simulate_split  # noqa: E402
+
+FIGURES = ("verdict p50", "verdict max", "final p50", "final max")
+
+
+def _span(piece: dict[str, Any] | None) -> float | None:
+    return None if piece is None else float(piece["end_s"]) - float(piece["start_s"])
+
+
+def _alone(piece: dict[str, Any] | None) -> float | None:
+    turns = (piece or {}).get("gpu_turns")
+    return None if not turns else float(turns["alone"])
+
+
+def _figures(verdicts: np.ndarray, finals: np.ndarray) -> dict[str, float]:
+    return {"verdict p50": float(np.median(verdicts)), "verdict max": float(verdicts.max()),
+            "final p50": float(np.median(finals)), "final max": float(finals.max())}
+
+
+def measured(split: dict[str, Any]) -> dict[str, float]:
+    runs = split["runs"]
+    return _figures(np.array([r["verdict_s"] for r in runs], float), np.array([r["final_s"] for r in runs], float))
+
+
+def modelled(split: dict[str, Any], reading: str) -> dict[str, float] | None:
+    """The model's figures for the burst, its timings read as `reading` ("wall" or "alone");
+    None where the burst did not record that reading for every timed upload."""
+    read = _span if reading == "wall" else _alone
+    runs = split["runs"]
+    timed = [read(r["pieces"]["timing"]) for r in runs if r["timed"] and "timing" in r["pieces"]]
+    if not timed or any(t is None for t in timed):
+        return None
+    fill = statistics.median(t for t in timed if t is not None)
+    jobs = []
+    for r in runs:
+        checks = _span(r["pieces"].get("checks")) or 0.0
+        piece = r["pieces"].get("timing")
+        timing = (read(piece) if r["timed"] else fill) if piece is not None else 0.0  # none: final at its verdict
+        jobs.append(Job(0.0, int(r["student"]), checks + (timing or 0.0), timing or 0.0))
+    out = simulate_split(jobs, gpus=1, check_slots=int(split["slots"]), fair_share=False)
+    return _figures(out.verdicts, out.finals)
+
+
+def comparison(split: dict[str, Any]) -> list[str]:
+    """The model's figures beside the measured ones, with the model's error in %."""
+    real = measured(split)
+    lines = ["| reading of a timing | " + " | ".join(FIGURES) + " |", "| --- |" + " --- |" * len(FIGURES),
+             "| measured | " + " | ".join(f"{real[f]:.0f} s" for f in FIGURES) + " |"]
+    for reading in ("wall", "alone"):
+        model = modelled(split, reading)
+        if model is None:
+            lines.append(f"| model, timing {reading} | not recorded |" + " |" * (len(FIGURES) - 1))
+            continue
+        cells = [f"{model[f]:.0f} s ({100 * (model[f] - real[f]) / real[f]:+.0f}%)" for f in FIGURES]
+        lines.append(f"| model, timing {reading} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def main() -> int:
+    results = json.loads(Path(sys.argv[1]).read_text())
+    print("\n".join(comparison(results["split"])))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
