@@ -3,6 +3,7 @@ what each course role may do there (pure: no database)."""
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
 
 
 class Role(str, enum.Enum):
@@ -101,3 +102,24 @@ def refusal(power: Power, role: CourseRole, course: str) -> str:
     if role is CourseRole.ta and power in TA_GRANTABLE:
         said += " An instructor of the course may grant its TAs this on the course's page."
     return said
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why something of a course is not given: `absent` to someone outside the course (answered
+    as if it did not exist: 404, so a course's contents do not leak), else `why` (403)."""
+
+    absent: bool
+    why: str = ""
+
+
+def refused(role: CourseRole | None, power: Power, course: str | None, granted: frozenset[Power] = frozenset(),
+            also: tuple[Power, ...] = ()) -> Refusal | None:
+    """The one rule the pages and the API answer by: None when someone of `role` in the course
+    named `course` (None: no course) has `power`, or one of `also`, there (`granted`: what its
+    instructors let its TAs do); else the refusal."""
+    if role is None or course is None:
+        return Refusal(absent=True)
+    if any(may(role, held, granted) for held in (power, *also)):
+        return None
+    return Refusal(absent=False, why=refusal(power, role, course))

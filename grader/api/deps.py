@@ -17,7 +17,7 @@ from grader.context import AppContext
 from grader.course.courses import find_course
 from grader.course.membership import role_in_course
 from grader.models import Assignment, Course, Submission
-from grader.roles import Power, may, refusal
+from grader.roles import Power, Refusal, refused
 from grader.service import NotFound, get_assignment
 
 _bearer = HTTPBearer(auto_error=False, description="API token (kg_...) from `grader token create`")
@@ -102,11 +102,9 @@ def taught_assignment(session: Session, caller: Principal, slug: str, power: Pow
 def refuse_unless(caller: Principal, power: Power, assignment: Assignment) -> None:
     """Nothing when the caller's role in the course of `assignment` has `power` and the token its
     scope (SCOPE_OF_POWER); else 403 saying who may (404 for someone outside the course)."""
-    role = caller.roles.get(assignment.id)
-    if role is None or assignment.course is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no assignment {assignment.slug!r}")
-    if not may(role, power):
-        raise HTTPException(status.HTTP_403_FORBIDDEN, refusal(power, role, assignment.course.slug))
+    _refuse(refused(caller.roles.get(assignment.id), power, assignment.course.slug if assignment.course else None,
+                    assignment.course.ta_granted if assignment.course else frozenset()),
+            f"no assignment {assignment.slug!r}")
     require(caller, SCOPE_OF_POWER[power])
 
 
@@ -115,9 +113,15 @@ def taught_course(session: Session, caller: Principal, slug: str, power: Power =
     scope; 404 for someone outside the course (as if absent), 403 saying why inside it."""
     course = find_course(session, slug)
     role = role_in_course(session, caller.user.id, course.id) if course is not None else None
-    if course is None or role is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no course {slug!r}")
-    if not may(role, power, course.ta_granted):
-        raise HTTPException(status.HTTP_403_FORBIDDEN, refusal(power, role, course.slug))
+    _refuse(refused(role, power, course.slug if course else None, course.ta_granted if course else frozenset()),
+            f"no course {slug!r}")
     require(caller, SCOPE_OF_POWER[power])
+    assert course is not None
     return course
+
+
+def _refuse(denied: Refusal | None, absent_words: str) -> None:
+    """grader.roles' refusal as the API's answer: 404 in `absent_words`, or 403 saying why."""
+    if denied is not None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND if denied.absent else status.HTTP_403_FORBIDDEN,
+                            absent_words if denied.absent else denied.why)

@@ -29,7 +29,7 @@ from grader.course.adjustments import waiting
 from grader.course.membership import assignments_of, course_roles_of, role_in, role_in_course
 from grader.db import session_scope
 from grader.models import Assignment, Course, CourseRole, Role, Submission, User
-from grader.roles import STAFF, Power, granted_powers, held_powers, may, refusal
+from grader.roles import STAFF, Power, granted_powers, held_powers, may, refused
 
 templates = Jinja2Templates(directory=str(Path(__file__).parent.parent / "templates"))
 
@@ -112,10 +112,10 @@ def check_power(role: CourseRole | None, power: Power, course: Course | None, wh
     """`role` (the user's in `course`) when it has `power` (or one of `also`) there, the powers
     the course gives its TAs included: absent (`what` names the thing asked for) outside the
     course, forbidden with why (`power`'s sentence) inside it."""
-    if role is None or course is None:
-        raise absent(what)
-    if not any(may(role, held, course.ta_granted) for held in (power, *also)):
-        raise forbidden(refusal(power, role, course.slug))
+    denied = refused(role, power, course.slug if course else None, course.ta_granted if course else frozenset(), also)
+    if denied is not None:
+        raise absent(what) if denied.absent else forbidden(denied.why)
+    assert role is not None
     return role
 
 
