@@ -77,8 +77,10 @@ def run_job(spec: dict[str, Any]) -> dict[str, Any]:
         outcome = grade_submission(archive, rubric, job_dir, config, gpu_stage=gpu_stage, piece=piece)
     measured = [p.details["measurement"] for p in outcome.problems if p.details and p.details.get("measurement")]
     turns = next((m["telemetry"]["gpu_turns"] for m in measured if "gpu_turns" in m.get("telemetry", {})), None)
+    # how long each part took to load (the minitorch import among them): what a load timeout must allow
+    loads = next((m["telemetry"]["load"] for m in measured if "load" in m.get("telemetry", {})), None)
     return {"state": outcome.state.value, "score": outcome.score, "message": outcome.message[:300],
-            "points": {p.problem_id: p.points for p in outcome.problems}, "gpu_turns": turns,
+            "points": {p.problem_id: p.points for p in outcome.problems}, "gpu_turns": turns, "loads": loads,
             "measurements": [p.details["measurement"] for p in outcome.problems
                              if p.details and p.details.get("measurement")]}
 
@@ -154,7 +156,8 @@ def _slot(schedule: Schedule, base: dict[str, Any], deadline: float, slot: int) 
         shutil.rmtree(spec["work"], ignore_errors=True)
         with schedule.lock:
             at = time.monotonic() - schedule.started
-            upload.pieces[piece] = {"start_s": round(now, 1), "end_s": round(at, 1), "gpu_turns": result.get("gpu_turns")}
+            upload.pieces[piece] = {"start_s": round(now, 1), "end_s": round(at, 1), "gpu_turns": result.get("gpu_turns"),
+                                    "loads": result.get("loads")}
             _record(schedule, upload, piece, result, at, "not_timed" in spec)
             schedule.running -= 1
             schedule.lock.notify_all()
