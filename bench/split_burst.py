@@ -220,6 +220,9 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> list
         lines.append(f"| {r['name']} ({r['slots']} slot(s)) | {r['ended']} / {r['uploads']} | "
                      f"{'-' if last is None else f'{last:.0f}'} | {r['grades_per_gpu_hour']} | "
                      f"{_waits(r, 'verdict_s')} | {_waits(r, 'final_s')} |")
+    imports = _import_seconds(next(iter(results.values())))
+    if imports:
+        lines += ["", "The minitorch import's seconds (load probe, first piece): " + imports]
     if "split" in results:
         lines += ["", "The capacity model (bench/split_model.py) fed each upload's measured piece seconds:", "",
                   *comparison(results["split"])]
@@ -231,6 +234,17 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> list
             if a["timed"] and b["timed"]:
                 lines.append(f"| {a['index']} {a['zip']} | {_pts(a['points'])} | {_pts(b['points'])} |")
     return lines
+
+
+def _import_seconds(result: dict[str, Any]) -> str:
+    """Each upload's minitorch import, in seconds, from its first piece's load record."""
+    said = []
+    for run in result["runs"]:
+        first = run["pieces"].get("checks") or run["pieces"].get("whole") or {}
+        minitorch = (first.get("loads") or {}).get("minitorch") or {}
+        if minitorch.get("seconds") is not None:
+            said.append(f"{run['zip']} {minitorch['seconds']:.1f}" + ("" if minitorch.get("loaded") else " (failed)"))
+    return ", ".join(said)
 
 
 def _pts(points: dict[str, float]) -> str:
