@@ -4,36 +4,12 @@
 #                                                 device call holds one part: tests/gpu --gpu-part N
 #   bash tests/gpu/suite.sh --bench SCRIPT [args]  only the set-up (and the service's wheels from
 #                                                 .whl-svc/ where carried), then that bench script
-#   bash tests/gpu/suite.sh --detach ARGS...       longer than one device call: runs `suite.sh ARGS...`
-#                                                 in a process session of its own (it outlives the
-#                                                 call), then follows it as --attach does
-#   bash tests/gpu/suite.sh --attach               the next call, at once: follows the detached run
-#                                                 until it ends or KG_ATTACH_S (560) pass, then copies
-#                                                 its logs and outputs to $OUT; run it again if not done
 # Installs the carried wheels (.whl/, ignored by git) into /opt/kg-site, prints the GPU's
 # identity, runs the GPU tests, then the speedup benchmark when it exists and the fidelity bench
 # when .corpus/ was carried (KG_SKIP_BENCH=1: neither; KG_FIDELITY_ONLY=1: the fidelity bench only).
 # Logs go to $OUT (the device tool's output folder) or .gpu-out/.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-DETACHED=/tmp/kg-detached  # outlives a device call on the same warm machine, unlike $OUT
-if [ "${1:-}" = --detach ]; then
-  shift
-  rm -rf "$DETACHED" && mkdir -p "$DETACHED"
-  OUT=$DETACHED setsid nohup bash -c 'bash "$0" "$@"; echo "exit $?" > '"$DETACHED"'/done' \
-    "$0" "$@" > "$DETACHED/all.log" 2>&1 < /dev/null &
-  set -- --attach
-fi
-if [ "${1:-}" = --attach ]; then
-  [ -d "$DETACHED" ] || { echo "nothing detached on this machine (a fresh one?)"; exit 1; }
-  end=$((SECONDS + ${KG_ATTACH_S:-560}))
-  while [ ! -f "$DETACHED/done" ] && [ $SECONDS -lt $end ]; do sleep 5; done
-  mkdir -p "${OUT:-.gpu-out}"
-  find "$DETACHED" -maxdepth 1 -type f -exec cp {} "${OUT:-.gpu-out}/" \;
-  tail -c 6000 "$DETACHED/all.log"
-  if [ -f "$DETACHED/done" ]; then cat "$DETACHED/done"; else echo "still running: attach again at once"; fi
-  exit 0
-fi
 OUT=${OUT:-$PWD/.gpu-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
