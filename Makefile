@@ -34,7 +34,7 @@ dev: $(SERVE)
 
 # The 30 slowest tests close the report: where the suite's time goes. The test files are spread
 # over WORKERS pytest-xdist processes, each with its own database, queues and Celery worker: two
-# by default (on 2 cores, 11.9 min against 19.6 in one process: BENCHMARKS.md); WORKERS=1 runs
+# by default (on 2 cores, 11.9 min against 19.6 in one process: docs/benchmarks/cpu-suite.md); WORKERS=1 runs
 # them in this process.
 WORKERS ?= 2
 test: $(TOOLS)

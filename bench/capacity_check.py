@@ -22,7 +22,7 @@ instead, the workers sharing the GPU(s) (worker i on GPU i mod --gpus).
    mechanics alone), model (the measured upload times, grade times drawn from the warm-up's, 20
    seeded replications: the run page's and `grader capacity`'s inputs), plan (`grader capacity`'s
    own answer before the burst: upload times drawn from the shape too).
-Prints the table; --record appends it to BENCHMARKS.md with machine, date, commit and command.
+Prints the table; --record files it in docs/benchmarks/capacity.md with machine, date, commit and command.
 """
 from __future__ import annotations
 
@@ -227,7 +227,7 @@ def main() -> int:
         "",
         f"Per run, replay vs measured wait: mean absolute difference {np.mean(np.abs(replay.waits - waits)):.2f} s.",
     ]
-    publish(lines, args.record)
+    publish(lines, args.record, "capacity")
     return 0
 
 

@@ -26,7 +26,7 @@ For every zip in --zips (default .corpus/zips):
    kernelgrade's scored figure, ratio, within 15%, whether the printed shapes are
    worker.hw4.course_shapes'), a per-shape listing and each graded problem's flags.
    Printed, and written to $OUT (default .gpu-out/):
-   fidelity.md (section for BENCHMARKS.md), fidelity.json (raw results, rewritten after every
+   fidelity.md (section for docs/benchmarks/fidelity.md), fidelity.json (raw results, rewritten after every
    result, so a run cut short keeps what it had), fidelity-logs/ (test output tails, failed
    build logs).
 

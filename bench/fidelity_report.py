@@ -140,7 +140,7 @@ def _md_cell(text: str) -> str:
 
 
 def render_markdown(rows: list[dict[str, str]], header: list[str]) -> str:
-    """The section for BENCHMARKS.md: `header` lines, then the table."""
+    """The section for docs/benchmarks/fidelity.md: `header` lines, then the table."""
     lines = [*header, "", "| " + " | ".join(title for _, title in COLUMNS) + " |",
              "|" + " --- |" * len(COLUMNS)]
     lines += ["| " + " | ".join(_md_cell(r[key]) for key, _ in COLUMNS) + " |" for r in rows]

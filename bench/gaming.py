@@ -6,7 +6,7 @@ For every zip (default .corpus/zips, --only to choose) the production pipeline g
 submission as it is, then once per `kind: gaming` mutant of starter/mutants/hw4.yaml with that
 mutant's edits applied to the submission's own files (they insert code at the start or end of
 a file, so they apply to any llmsys_hw4 submission), each on the problems the mutant names.
-Printed and written to $OUT (default .gpu-out/): gaming.md (a table for BENCHMARKS.md) and
+Printed and written to $OUT (default .gpu-out/): gaming.md (a table for docs/benchmarks/gaming.md) and
 gaming.json. A mutant gains nothing on a problem when its points are at most the honest
 grade's + 0.5 and its scored speedup at most 1.15x the honest one (the noise between two
 grades), or when a higher figure has its speed points withheld for staff review; the course's own figure (the composition on the submission's own basic ops) is shown

@@ -14,7 +14,8 @@ every student): warm-up requests first, then --requests timed requests each, as 
 min and max in ms. Last, a Prometheus scrape of GET /api/v1/metrics with the instructor's API
 token, once every seeded run is made to have ended in the last hour (the deadline's worst case:
 the scrape reads each recent run's duration).
-Prints a table; --record appends it to BENCHMARKS.md with the machine, date, commit and command.
+Prints a table; --record files it in docs/benchmarks/gradebook.md with the machine, date, commit
+and command.
 """
 from __future__ import annotations
 
@@ -175,7 +176,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3, help="scored runs per student")
     parser.add_argument("--requests", type=int, default=20, help="timed requests per page, after warm-up")
     parser.add_argument("--database-url", default="", help="an empty database (default: a temp SQLite file)")
-    parser.add_argument("--record", action="store_true", help="append the table to BENCHMARKS.md")
+    parser.add_argument("--record", action="store_true", help="file the table in docs/benchmarks/gradebook.md")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="kg-bench-gradebook-") as tmp:
@@ -214,7 +215,7 @@ def main() -> int:
     for label, (samples, size) in results.items():
         lines.append(f"| {label} | {statistics.median(samples):.1f} | {_p90(samples):.1f} | {min(samples):.1f} | "
                      f"{max(samples):.1f} | {size / 1024:.0f} KiB |")
-    publish(lines, args.record)
+    publish(lines, args.record, "gradebook")
     return 0
 
 

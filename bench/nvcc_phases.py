@@ -9,7 +9,7 @@ once, as worker.build runs them, directly and sandboxed as a submission's build 
 sandbox user from $KG_SANDBOX_USER, default nobody); and the three at once with `-t 0`, and
 with -arch=native (what the GPU test suite uses: nvcc then asks the driver for the GPU). No
 build cache anywhere. Prints medians over the rounds, and writes the section to
-$OUT/nvcc_phases.md for BENCHMARKS.md.
+$OUT/nvcc_phases.md for docs/benchmarks/builds.md (`python3 bench/benchmarks_md.py builds FILE`).
 """
 from __future__ import annotations
 
@@ -140,7 +140,7 @@ def main() -> int:
                  + " | ".join("" for _ in phase_names) + " | "
                  + " | ".join(f"{med(walls[k]):.2f} ({min(walls[k]):.2f}-{max(walls[k]):.2f})" for k in together)
                  + " |")
-    publish_gpu_section(lines, "nvcc_phases")
+    publish_gpu_section(lines, "nvcc_phases", "builds")
     return 0
 
 

@@ -16,7 +16,7 @@ Then it checks that nothing was lost: every upload answered 201, has its row and
 in the broker queue exactly once and the others wait in the database to follow it. It also reports
 what the dispatcher did for fair share: how many runs each student has in flight and how many
 of the burst student's runs are queued ahead of the other students' first uploads.
-Prints a table; --record appends it to BENCHMARKS.md with machine, date and commit.
+Prints a table; --record files it in docs/benchmarks/uploads.md with machine, date and commit.
 The database and the queue are removed at the end.
 """
 from __future__ import annotations
@@ -49,7 +49,7 @@ sys.path[:0] = [str(PROJECT_ROOT), str(PROJECT_ROOT / "bench")]  # also imported
 
 import httpx  # noqa: E402
 import psycopg  # noqa: E402
-from benchmarks_md import append_section  # noqa: E402
+from benchmarks_md import record_section  # noqa: E402
 from kombu import Connection  # noqa: E402
 from sqlalchemy import select  # noqa: E402
 
@@ -386,13 +386,13 @@ def main() -> None:
     parser.add_argument("--burst", type=int, default=20)
     parser.add_argument("--window", type=float, default=300.0)
     parser.add_argument("--clients", type=int, default=64)
-    parser.add_argument("--record", action="store_true", help="append the table to BENCHMARKS.md")
+    parser.add_argument("--record", action="store_true", help="file the table in docs/benchmarks/uploads.md")
     args = parser.parse_args()
     result = run_rush(RushConfig(args.uploads, args.students, args.burst, args.window, args.clients))
     text = table(result)
     print(text)
     if args.record:  # failures too: they are the finding
-        append_section(text)
+        print(f"recorded in {record_section(text, 'uploads')}")
     if result.lost or result.timings.failures:
         print("LOST:", *result.lost[:20], "FAILED:", dict(result.timings.failures), sep="\n  ")
         raise SystemExit(1)

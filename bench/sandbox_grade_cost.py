@@ -8,7 +8,8 @@ tree's (e.g. before the default-deny view), on the same built reference kit.
 run in a process of its own whose `worker` package is one tree's (two trees' modules cannot share
 one process); the trees alternate grade by grade so both see the same machine drift. Prints per
 tree the wall seconds per grade (median, min-max), the ratio of medians and the reference-baseline
-speedups (a check that both graded alike); writes the section to $OUT/sandbox_grade_cost.md.
+speedups (a check that both graded alike); writes the section to $OUT/sandbox_grade_cost.md
+(for docs/benchmarks/sandbox.md).
 """
 from __future__ import annotations
 
@@ -103,7 +104,7 @@ def main() -> int:
         lines.append(f"| {name} | {medians[name]:.1f} ({min(seconds):.1f}-{max(seconds):.1f}) | "
                      f"{', '.join(f'{s:.1f}' for s in seconds)} | {speedups} |")
     lines += ["", f"Ratio of medians, this tree / old tree: {this / before:.3f} ({100 * (this / before - 1):+.1f}%)."]
-    publish_gpu_section(lines, "sandbox_grade_cost")
+    publish_gpu_section(lines, "sandbox_grade_cost", "sandbox")
     return 0
 
 

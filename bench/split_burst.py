@@ -14,7 +14,8 @@ Each job runs as a Celery task would, in a process of its own (`--job`), through
 worker.pipeline.grade_submission / time_submission with production's configuration
 (bench/production_config.py) and, for the split, the GPU's lock (worker.gpu.gpu_lock). A
 schedule stops taking jobs at `--limit-s` (the device's call limit): what ended is reported.
-Writes $OUT/split_burst.json and the BENCHMARKS section $OUT/split_burst.md.
+Writes $OUT/split_burst.json and the section $OUT/split_burst.md for docs/benchmarks/burst.md
+(`python3 bench/benchmarks_md.py burst FILE`).
 """
 from __future__ import annotations
 
@@ -290,7 +291,7 @@ def main() -> int:
             results[name] = run_schedule(name, split, args.slots if split else 1, burst, base, args.limit_s)
             (OUT / "split_burst.json").write_text(json.dumps(results, indent=1))
             log(f"{name}: {results[name]['ended']} of {results[name]['uploads']} ended in {results[name]['wall_s']} s")
-    publish_gpu_section(report(results, args), "split_burst")
+    publish_gpu_section(report(results, args), "split_burst", "burst")
     return 0
 
 

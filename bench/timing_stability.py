@@ -11,7 +11,8 @@ Factors, everything else as in production: `memory`, the children's steady mallo
 scheduler.
 Prints, per problem and setting, the speedups (own baseline and reference baseline), their
 max/min (the issue's goal: <= 1.05), the median wall seconds of each phase and the trials
-timed, and the wall seconds per grade; writes the section to $OUT/timing_stability.md.
+timed, and the wall seconds per grade; writes the section to $OUT/timing_stability.md
+(for docs/benchmarks/stability.md).
 """
 from __future__ import annotations
 
@@ -117,7 +118,7 @@ def main() -> int:
     for mode in modes:
         lines.append(f"| {mode} | {statistics.median(seconds[mode]):.1f} ({min(seconds[mode]):.1f}-"
                      f"{max(seconds[mode]):.1f}) |")
-    publish_gpu_section(lines, "timing_stability")
+    publish_gpu_section(lines, "timing_stability", "stability")
     return 0
 
 

@@ -8,7 +8,7 @@ size (one member of random, incompressible bytes) over real HTTP, streamed from 
 After each size it reads the server's peak resident memory (VmHWM in /proc) and reports, per
 size, the median upload time, the throughput and the peak RSS so far. Peak RSS only grows, so
 a flat column is the proof that no upload was held in memory whole.
-Prints a table; --record appends it to BENCHMARKS.md with machine, date and commit.
+Prints a table; --record files it in docs/benchmarks/uploads.md with machine, date and commit.
 """
 from __future__ import annotations
 
@@ -125,7 +125,7 @@ def main() -> int:
     ]
     for size, median, lo, hi, rate, peak in rows:
         table.append(f"| {size} | {median:.2f} ({lo:.2f}, {hi:.2f}) | {rate:.0f} | {peak:.0f} |")
-    publish(table, args.record)
+    publish(table, args.record, "uploads")
     return 0
 
 

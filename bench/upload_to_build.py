@@ -6,8 +6,8 @@ Starts the embedded profile (SQLite + SQLite broker in a temp folder, one Celery
 process, the web app in-process), uploads the reference kit zipped as a student would, and
 measures from the upload request to the run's final state. "cold" uploads carry a unique
 comment in every kernel source, so nothing comes from the build cache; "cached" uploads
-re-send identical sources. Prints a table; --record appends it to BENCHMARKS.md with the
-machine, date and commit.
+re-send identical sources. Prints a table; --record files it in docs/benchmarks/builds.md
+with the machine, date and commit.
 """
 from __future__ import annotations
 
@@ -129,7 +129,7 @@ def main() -> int:
             f"| {kind} | {percentile_summary(total)} | {percentile_summary(per['combine'])} | "
             f"{percentile_summary(per['softmax_kernel'])} | {percentile_summary(per['layernorm_kernel'])} |"
         )
-    publish(lines, args.record)
+    publish(lines, args.record, "builds")
     return 0
 
 

@@ -12,9 +12,9 @@ near-identical uploads of a deadline do.
 
 For each N: --runs uploads from as many students at once, then the wall time until all are
 final; runs per hour, and per run the PostgreSQL commits and Redis commands it cost. The
-model then combines them with the GPU stage times measured on the H200 (BENCHMARKS.md):
+model then combines them with the GPU stage times measured on the H200 (docs/benchmarks/grade-time.md):
 grades per hour per GPU, and how many GPUs the shared parts would feed at this cost.
-Prints a table; --record appends it to BENCHMARKS.md with machine, date and commit.
+Prints a table; --record files it in docs/benchmarks/capacity.md with machine, date and commit.
 """
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ GRADER = Path(sys.executable).with_name("grader")
 # the console script where the project is installed; else the CLI through this interpreter (a bare GPU machine)
 GRADER_COMMAND = [str(GRADER)] if GRADER.exists() else [sys.executable, "-c", "from grader.cli import app; app()"]
 FINAL = ("built", "scored", "failed")
-# GPU stage seconds per run on one H200 (BENCHMARKS.md, "Two-phase GPU stage"): the four
+# GPU stage seconds per run on one H200 (docs/benchmarks/grade-time.md, "Two-phase GPU stage"): the four
 # kernel problems (median of the two kernel-only re-grades) and the whole grade.
 GPU_STAGE_S = {"kernel problems": 62.0, "full grade (with Problem 3)": 113.2}
 
@@ -209,7 +209,7 @@ def main() -> int:
         "",
         "Scaling model: each GPU worker spends its run's GPU stage alone on its GPU (builds come from the "
         "CPU build queue or the cache), so grades per hour per GPU = 3600 / GPU stage seconds (H200, "
-        "BENCHMARKS.md). The shared parts see only the per-run costs above plus a heartbeat commit every "
+        "docs/benchmarks/grade-time.md). The shared parts see only the per-run costs above plus a heartbeat commit every "
         f"{settings.heartbeat_interval_s:g} s per run in flight.",
         "",
         "| GPU stage | seconds (H200) | grades / hour / GPU | PostgreSQL commits / s at 100 GPUs | Redis commands / s at 100 GPUs |",
@@ -220,7 +220,7 @@ def main() -> int:
         commits_100 = 100 * (per_gpu * per_run_commits / 3600 + 1 / settings.heartbeat_interval_s)
         commands_100 = 100 * per_gpu * per_run_commands / 3600
         lines.append(f"| {label} | {seconds:.0f} | {per_gpu:.0f} | {commits_100:.0f} | {commands_100:.0f} |")
-    publish(lines, args.record)
+    publish(lines, args.record, "capacity")
     return 0
 
 

@@ -4,7 +4,7 @@
 1. Its checks (every problem's correctness cases, Problem 3's checked steps, everything else
    the grade does but its timing). The checks of up to `check_slots` runs share one GPU at
    once, each taking the seconds it takes alone: the GPU is mostly idle during checks
-   (BENCHMARKS.md, "GPU busy"), and the number of slots is chosen so that this holds. When they
+   (docs/benchmarks/grade-time.md, "GPU busy"), and the number of slots is chosen so that this holds. When they
    end, the run's verdict (correctness and points) is known.
 2. Its timing, which holds the GPU alone: while a timing window runs no checks run on that GPU,
    and a timing starts only on a GPU with no checks running (none waiting either: a waiting

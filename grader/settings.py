@@ -335,7 +335,7 @@ class Settings(BaseSettings):
                                                file_size_bytes=4 * 1024 * MiB, docker_image="kernelgrade-sandbox")
     grading_seed: int | None = None  # fixed only for reproducing a grade; None = fresh inputs
     # The most wall time one run's GPU stage may hold the GPU: a correct grade takes 160-210 s
-    # on an H200 (BENCHMARKS.md), an honest slow one up to ~250 s (Problem 3's own budget is
+    # on an H200 (docs/benchmarks/grade-time.md), an honest slow one up to ~250 s (Problem 3's own budget is
     # 180 s); past it, what is left is settled as not run and the run is still scored.
     gpu_budget_s: float = Field(default=300.0, gt=0)
     # A GPU worker grades a run in two pieces (worker.pieces): its checks, sharing the GPU with the

@@ -2,7 +2,7 @@
 
 A rubric's reference speedups were measured by the course on its own GPUs (hw4's: 6.5x /
 5.5x / 15.8x / 3.7x / 1.1x); on another GPU an ordinary correct solution lands elsewhere,
-problem by problem (BENCHMARKS.md, "Speed fidelity"). `grader calibrate --from ZIP ...`
+problem by problem (docs/benchmarks/fidelity.md, "Speed fidelity"). `grader calibrate --from ZIP ...`
 grades a set of known-correct submissions (last term's accepted ones, the staff's) on a
 worker's GPU and stores, per GPU model and problem, the median of their scored speedups (the
 figure the rubric scores) times a margin, so an ordinary correct solution earns every speed
@@ -19,7 +19,7 @@ from worker.rubric import Rubric
 from worker.scoring import choose_figure
 
 # A corpus solution's scored speedup moves by up to ~1.1x between grades and the corpus
-# solutions differ among themselves (BENCHMARKS.md): a target at 0.85x their median keeps
+# solutions differ among themselves (docs/benchmarks/fidelity.md): a target at 0.85x their median keeps
 # every speed point for an ordinary correct solution.
 DEFAULT_MARGIN = 0.85
 

@@ -4,7 +4,7 @@ The model is read from the GPU snapshot every stage records in a problem's measu
 telemetry (at worker.measurements.GPU_SNAPSHOT_KEYS), inside the JSON by the database. A model
 without a GpuCalibration row for the assignment (`grader calibrate` was not run on it) is
 scored against the rubric's course targets, which our own reference kit may not reach there
-(BENCHMARKS.md): such grades deserve a second look.
+(docs/benchmarks/speedups.md): such grades deserve a second look.
 """
 from __future__ import annotations
 

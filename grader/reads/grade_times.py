@@ -31,7 +31,7 @@ from grader.reads.gpu_phases import timing_seconds
 GRADED = (RunState.scored, RunState.built)  # failures end early and would skew the times
 STAGE_NAMES = ("unpack", "stage", "build", "reference", "run")  # worker.pipeline's records, in order
 # The timing's share of a grade whose run recorded no phases (or a grade time given by hand):
-# about half, on the H200 (BENCHMARKS.md, 2026-12-04): the kit's four kernel timings 22.3 s, a
+# about half, on the H200 (docs/benchmarks/grade-time.md, 2026-12-04): the kit's four kernel timings 22.3 s, a
 # correct Problem 3's three timed pairs 61.9 s and the verification of one 11.4 s, 95.6 s in all,
 # of a real submission's whole grade of 160-210 s (185 s in the middle).
 DEFAULT_TIMING_SHARE = 0.5

@@ -9,7 +9,7 @@ import pytest
 
 from bench.rush_load import RushConfig, RushResult, run_rush, table
 
-# Small enough for CI; bench/rush_load.py runs the 500-upload, 64-client version (BENCHMARKS.md).
+# Small enough for CI; bench/rush_load.py runs the 500-upload, 64-client version (docs/benchmarks/uploads.md).
 CONFIG = RushConfig(uploads=60, students=12, burst=10, window_s=10, clients=6)
 
 

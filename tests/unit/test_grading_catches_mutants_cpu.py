@@ -93,7 +93,7 @@ def test_gaming_mutant_is_caught_by_its_guard(mutant: Mutant, base: Path, truste
                                               short_grading: dict, baseline: RunScore) -> None:
     """Each Python gaming mutant trips the guard made for it, asserted on the evidence the guard
     reads and on what it did with it, never on a speed figure (on a loaded machine the stand-in's
-    tens of microseconds are noise; the figures live in bench/gaming_standin.py and BENCHMARKS.md,
+    tens of microseconds are noise; the figures live in bench/gaming_standin.py and docs/benchmarks/gaming.md,
     "Gaming on the CPU stand-in"). One that sleeps in its Python tensor ops spends its
     composition's time off the CPU: its speed points are withheld for review and each trial's
     composition time is cut to its CPU time. One that defers its fused work into the read of the

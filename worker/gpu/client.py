@@ -28,7 +28,7 @@ _PASSED_ENV = ("PATH", "LD_LIBRARY_PATH", "CUDA_HOME", "LANG")
 # process ran it. By default glibc serves large blocks with fresh mmaps (page faults on every
 # array) until a free raises its threshold, and numpy asks for transparent huge pages for
 # arrays of 4 MiB and more, which the kernel grants or not depending on its free memory: the
-# same MiniTorch composition ran 1.7x slower in one child than in another (BENCHMARKS.md). A
+# same MiniTorch composition ran 1.7x slower in one child than in another (docs/benchmarks/stability.md). A
 # fixed threshold of 32 MiB (glibc's maximum) and no trimming keep freed blocks in the heap
 # for reuse; no huge page advice.
 STEADY_MEMORY_ENV = {
