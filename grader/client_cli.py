@@ -30,6 +30,9 @@ FINAL_STATES = frozenset({"built", "scored", "failed"})
 EXIT_OK, EXIT_GRADE, EXIT_API, EXIT_TIMEOUT = 0, 1, 3, 4
 
 Url = Annotated[str, typer.Option("--url", envvar="KG_URL", help="server base URL", show_default=True)]
+# The assignment: named, or KG_ASSIGNMENT, or the server settings' first rubric (KG_RUBRICS).
+AssignmentSlug = Annotated[str | None, typer.Option("--assignment", envvar="KG_ASSIGNMENT",
+                                                    help="assignment slug (default: KG_RUBRICS' first)")]
 Token = Annotated[str, typer.Option("--token", envvar="KG_TOKEN", help="API token (kg_...)", show_default=False)]
 DEFAULT_URL = "http://127.0.0.1:8000"
 
@@ -38,6 +41,15 @@ class ApiFailure(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+
+def _slug(assignment: str | None) -> str:
+    """The assignment asked for, else the service's default one (its settings' first rubric)."""
+    if assignment:
+        return assignment
+    from grader.settings import get_settings  # only when none was named: the client needs no settings
+
+    return get_settings().rubrics[0]
 
 
 def _client(url: str, token: str, timeout: float = 60.0) -> httpx.Client:
@@ -202,7 +214,7 @@ def _verdict(run: dict[str, Any], min_score: float | None) -> int:
 
 def submit(
     archive: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True, help="the zip to upload")],
-    assignment: Annotated[str, typer.Option(help="assignment slug")] = "hw4",
+    assignment: AssignmentSlug = None,
     wait: Annotated[bool, typer.Option("--wait", help="wait until the run is final and print its table")] = False,
     min_score: Annotated[float | None, typer.Option(help="with --wait: exit 1 when the score is below this")] = None,
     timeout: Annotated[float, typer.Option(help="with --wait: give up (exit 4) after this many seconds")] = 3600,
@@ -215,7 +227,7 @@ def submit(
     """Upload ZIP as a new submission; with --wait, print the per-problem table when final."""
     with _client(url, token) as client:
         try:
-            created = upload(client, archive, assignment, retries)
+            created = upload(client, archive, _slug(assignment), retries)
             typer.echo(f"submission {created['submission_id']}, run {created['run_id']}: {created['message']}")
             if not wait:
                 if min_score is not None:
@@ -267,7 +279,7 @@ def regrade(
 
 
 def export(
-    assignment: Annotated[str, typer.Option(help="assignment slug")] = "hw4",
+    assignment: AssignmentSlug = None,
     fmt: Annotated[str, typer.Option("--format", help="csv (Canvas's import), detailed-csv or json")] = "csv",
     policy: Annotated[str, typer.Option(help="latest or best scored run")] = "latest",
     out: Annotated[Path | None, typer.Option(help="file to write (default: stdout)")] = None,
@@ -279,7 +291,7 @@ def export(
     if fmt not in suffixes:
         typer.echo("--format must be csv, detailed-csv or json", err=True)
         raise typer.Exit(2)
-    path = f"/api/v1/assignments/{assignment}/gradebook" + suffixes[fmt]
+    path = f"/api/v1/assignments/{_slug(assignment)}/gradebook" + suffixes[fmt]
     with _client(url, token) as client:
         try:
             response = _call(client, "GET", path, params={"policy": policy})
@@ -296,7 +308,7 @@ def export(
 
 def counted(
     login: Annotated[str, typer.Argument(help="the student's login")],
-    assignment: Annotated[str, typer.Option(help="assignment slug")] = "hw4",
+    assignment: AssignmentSlug = None,
     run: Annotated[int | None, typer.Option(help="make this scored run the one that counts")] = None,
     reason: Annotated[str, typer.Option(help="with --run: why (staff; shown to staff)")] = "",
     clear: Annotated[bool, typer.Option("--clear", help="back to the score policy's pick")] = False,
@@ -307,6 +319,7 @@ def counted(
     if run is not None and clear:
         typer.echo("give --run or --clear, not both", err=True)
         raise typer.Exit(2)
+    assignment = _slug(assignment)
     path = f"/api/v1/assignments/{assignment}/students/{login}/counted-run"
     with _client(url, token) as client:
         try:

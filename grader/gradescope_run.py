@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Grade a Gradescope submission folder with kernelgrade.")
     parser.add_argument("submission", type=Path)
     parser.add_argument("results", type=Path)
-    parser.add_argument("--assignment", default="hw4")
+    parser.add_argument("--assignment", required=True, help="the assignment's slug (the packed run script names it)")
     args = parser.parse_args(argv)
     rubric = load_rubric(args.assignment, search=get_settings().rubric_dirs)
     with tempfile.TemporaryDirectory(prefix="kg-gradescope-") as tmp:

@@ -178,7 +178,7 @@ def gradescope_pack(
     typer.echo(packed)
 
 
-def pause(assignment: Annotated[str, typer.Argument(help="assignment slug, e.g. hw4")]) -> None:
+def pause(assignment: Annotated[str, typer.Argument(help="assignment slug (its rubric's name)")]) -> None:
     """Stop sending the assignment's runs to the workers (uploads are still stored and
     queued); what is in flight finishes. `grader resume` sends the waiting runs."""
     sessions = make_session_factory(make_engine(get_settings()))
@@ -188,7 +188,7 @@ def pause(assignment: Annotated[str, typer.Argument(help="assignment slug, e.g. 
     typer.echo(f"{assignment}: paused; {len(state.in_flight)} run(s) in flight, {state.waiting} waiting")
 
 
-def resume_grading(assignment: Annotated[str, typer.Argument(help="assignment slug, e.g. hw4")]) -> None:
+def resume_grading(assignment: Annotated[str, typer.Argument(help="assignment slug (its rubric's name)")]) -> None:
     """Resume a paused assignment: each waiting student's next run is sent now (fair share)."""
     settings = get_settings()
     sessions = make_session_factory(make_engine(settings))

@@ -17,7 +17,7 @@
   function problem(file) {
     if (!/\.zip$/i.test(file.name)) {
       return "“" + file.name + "” is not a .zip file. Zip your assignment folder " +
-        "(for example with `zip -r llmsys_hw4.zip llmsys_hw4`) and upload the .zip.";
+        "(for example with `zip -r folder.zip folder`) and upload the .zip.";
     }
     if (file.size > maxBytes) {
       return "“" + file.name + "” is " + (file.size / 1048576).toFixed(1) + " MiB; the limit is " +

@@ -25,11 +25,10 @@ ROOT = Path(__file__).resolve().parents[2]
 VECADD = ROOT / "tests" / "assignments" / "vecadd"
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="the pipeline builds vecadd with nvcc")
 
-# Generic code: everything that is not an assignment's own package, in the engine and in the
-# service's modules that run, configure or explain a grade.
-GENERIC = sorted([*(p for p in (ROOT / "worker").glob("*.py")), *(ROOT / "grader" / "runs").glob("*.py"),
-                  ROOT / "grader" / "cli.py", ROOT / "grader" / "reads" / "gpu_info.py",
-                  ROOT / "grader" / "settings.py"])
+# Generic code: everything that is not an assignment's own package: the engine's modules and the
+# whole service, its pages' templates and scripts included.
+GENERIC = sorted([*(p for p in (ROOT / "worker").glob("*.py")), *(ROOT / "grader").rglob("*.py")])
+PAGES = sorted([*(ROOT / "grader" / "templates").rglob("*.html"), *(ROOT / "grader" / "static").rglob("*.js")])
 # The default assignment of the settings' KG_RUBRICS: the one place generic code names hw4.
 ALLOWED = {("grader/settings.py", "hw4")}
 
@@ -56,6 +55,14 @@ def test_generic_code_reaches_hw4_only_through_the_seam() -> None:
     found = {hit for path in GENERIC for hit in _names_of_hw4(path)}
     assert found - ALLOWED == set(), "generic code must reach an assignment through worker.assignment"
     assert ALLOWED <= found, "the allowed default is gone: remove it from ALLOWED"
+
+
+def test_the_pages_name_no_assignment() -> None:
+    """What a page says of an assignment comes from its rubric, never from the template."""
+    assert PAGES, "no templates found: the scan looks in the wrong place"
+    found = [(p.relative_to(ROOT).as_posix(), n) for p in PAGES
+             for n, line in enumerate(p.read_text().splitlines(), 1) if "hw4" in line]
+    assert found == []
 
 
 def test_the_scan_sees_imports_and_strings(tmp_path: Path) -> None:
