@@ -252,7 +252,7 @@ def _why(was: GradebookRow | None, row: GradebookRow, change: RunChange | None, 
         return "a manual grade decides the grade; the run's score changes beneath it"
     if change is not None and was is not None and was.total == row.total:
         return "the grade stays (the late penalty or the staff's entries hold it)"
-    return "the current rubric scores the stored measurements so"
+    return "the current rubric scores its stored measurements so"
 
 
 def apply_rescore(session: Session, shown: RescorePreview, settings: Settings, via: Via,

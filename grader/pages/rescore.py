@@ -67,7 +67,7 @@ def _preview_page(request: Request, user: User, shown: RescorePreview, stale: bo
     if shown.other_runs:
         details.append(f"{shown.other_runs} of the runs that change count for no one now (their students' other "
                        "runs count); their new scores count if they come to.")
-    details.append("Each run's earlier points stay in the audit log (`rescored`) and beside its new ones.")
+    details.append("Each run's earlier points stay in the audit log (as a “rescored” event) and beside its new ones.")
     if not count:
         return page(request, "confirm.html", user, title=f"Score {slug} again",
                     question=f"Nothing changes: every scored run of {slug} already has the score its stored "
