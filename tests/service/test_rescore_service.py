@@ -22,10 +22,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
 from grader.auth.audit import Via
-from grader.cli import app
+from grader.cli import app, init_database
 from grader.course.adjustments import add_entry
 from grader.course.membership import enroll, get_or_create_user
-from grader.db import session_scope
+from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import (
     Assignment,
     AuditEvent,
@@ -241,3 +241,36 @@ def test_the_command_line_lists_the_changes_and_writes_only_with_apply(
         get_settings.cache_clear()
     assert grades(sessions, klass) == AFTER
     assert {e["via"] for e in rescored_events(sessions, klass)} == {"cli"}
+
+
+def test_a_run_that_reused_measurements_is_scored_like_its_source_on_sqlite_too(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The embedded database: a run that took an earlier run's measurements (grader.runs.reuse)
+    holds their copy and is scored again the same; the preview's savepoint writes nothing there
+    either, and apply writes both."""
+    data = tmp_path_factory.mktemp("sqlite-rescore")
+    folder = data / "rubrics"
+    own = Settings(_env_file=None, data_dir=data, database_url=f"sqlite:///{data}/db.sqlite",  # type: ignore[call-arg]
+                   rubric_dirs=[folder])
+    init_database(own)
+    sessions = make_session_factory(make_engine(own))
+    with session_scope(sessions) as session:
+        seed(session, "lite-rescore", folder, "lite", {"re": [4.0]})
+        first = session.scalars(select(Run).join(Submission).join(Assignment)
+                                .where(Assignment.slug == "lite-rescore")).one()
+        copy = Run(submission=first.submission, reason="upload", state=RunState.scored, score=first.score,
+                   finished_at=utcnow(), message=first.message, reused_from=first.id,
+                   results=[ProblemResult(problem_id=r.problem_id, title=r.title, status=r.status, points=r.points,
+                                          max_points=r.max_points, message=r.message, details=r.details)
+                            for r in first.results])
+        session.add(copy)
+    rubric_copy(folder, "lite-rescore", set_target("1.1", 4.0))
+    with session_scope(sessions) as session:
+        shown = preview_rescore(session, "lite-rescore", own)
+        assert [(c.rescored.before, c.rescored.total) for c in shown.changes] == [(95.62, 97.18), (95.62, 97.18)]
+        assert [line.run_id for line in shown.students] == [copy.id]  # the newer run counts
+    with session_scope(sessions) as session:
+        assert sorted(session.scalars(select(Run.score))) == [95.62, 95.62]
+        apply_rescore(session, preview_rescore(session, "lite-rescore", own), own, Via.cli, None)
+    with session_scope(sessions) as session:
+        assert sorted(session.scalars(select(Run.score))) == [97.18, 97.18]

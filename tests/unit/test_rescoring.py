@@ -119,3 +119,27 @@ def test_the_run_message_takes_the_new_total() -> None:
     assert score_message("Scored 80 / 100. Problem 2.2 was not graded: x.", Fake()) == (  # type: ignore[arg-type]
         "Scored 97.18 / 100. Problem 2.2 was not graded: x.")
     assert score_message(None, Fake()) == "Scored 97.18 / 100."  # type: ignore[arg-type]
+
+
+def test_a_run_passed_over_for_timing_keeps_no_speed_points_whatever_the_target(tmp_path: Path) -> None:
+    """Its checks' measurements hold no speed figure (the timing was passed over for a newer
+    upload): a lower target finds nothing to score, and the stored reason stays."""
+    rubric = rubric_copy(tmp_path, "rescore-passed")
+    results = stored_results(rubric)
+    why = "not timed: you uploaded again (submission 9) before this upload's timing began"
+    for r in results:
+        m = r["details"]["measurement"]
+        m.update(speedup_student=None, speedup_reference_ops=None, telemetry={"timing_skipped": why})
+    results = stored_results_from(rubric, results)
+    again = rescore_run(rubric_copy(tmp_path, "rescore-passed2", set_target("1.1", 2.0)), stored(results),
+                        total(results))
+    assert not again.changed and again.total == 70.0  # 14 correctness points of each of five problems
+    p = next(p for p in again.problems if p.problem_id == "1.1")
+    assert p.points == 14.0 and f"speedup was not measured ({why}): 0 of 6 speed points" in p.message
+
+
+def stored_results_from(rubric: Any, results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`results` scored again from their (edited) measurements, as the run would have stored them."""
+    again = rescore_run(rubric, stored(results))
+    return [r | {"points": p.points, "message": p.message, "details": p.details}
+            for r, p in zip(results, again.problems, strict=True)]
