@@ -18,7 +18,7 @@ from alembic import command as alembic_command
 from alembic.config import Config as AlembicConfig
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader import accounts_cli, capacity_cli, client_cli, lti_cli, ops_cli, staff_settings_cli
+from grader import accounts_cli, capacity_cli, client_cli, lti_cli, ops_cli, rescore_cli, staff_settings_cli
 from grader.auth.credentials import issue_token
 from grader.auth.sessions import change_password
 from grader.celery_app import declare_queues, make_celery
@@ -58,6 +58,7 @@ ops_cli.register(app)  # schedule, extend, pause, resume, similarity, gradescope
 capacity_cli.register(app)  # capacity (GPU workers a deadline needs)
 staff_settings_cli.register(app)  # quota; course ta-powers, course quota
 lti_cli.register(app)  # lti add-platform, list, rotate-key, retire-keys (LMS launches)
+rescore_cli.register(app)  # rescore (stored measurements scored again under the current rubric)
 
 
 @app.callback()

@@ -10,7 +10,8 @@ every enrollment of an existing account and every refusal of the ownership rules
 course's set-up that no longer opens an account (grader.auth.set_up: the login, link or /forgot
 refused), and every change of an assignment's schedule or policies (grader.schedule_changes: the
 settings before and after, so it can be undone), and every change of a course's TA powers or run
-quotas (grader.staff_settings: what, before and after). A request refused while its key is blocked is not recorded: it was not checked, and a
+quotas (grader.staff_settings: what, before and after), and every run scored again under a changed
+rubric (grader.rescoring: its score and points before and after). A request refused while its key is blocked is not recorded: it was not checked, and a
 guesser hammering a lock would otherwise fill the table.
 """
 from __future__ import annotations
@@ -48,6 +49,8 @@ class Event(enum.StrEnum):
     schedule_changed = "schedule_changed"  # an assignment's schedule or policies (the detail: JSON, before/after)
     settings_changed = "settings_changed"  # a course's TA powers or run quota, an assignment's run quota
     # (grader.staff_settings; the detail: what, before -> after)
+    rescored = "rescored"  # a run's stored measurements scored again under the current rubric (grader.rescoring;
+    # the detail: JSON, the run's score and its changed problems' points before and after; `user`: the student)
 
 
 class Via(enum.StrEnum):

@@ -18,6 +18,7 @@ from grader.pages import (
     lti,
     ops,
     requests,
+    rescore,
     roster,
     runs,
     saml,
@@ -30,5 +31,5 @@ from grader.pages import (
 routers = [login.router, sso.router, saml.router, lti.router, lms.router, submit.router, runs.router, gradebook.router,
            bulk.router, roster.router,
            account.router, accounts.router,
-           courses.router, first_logins.router, ops.router, similarity.router, requests.router, code.router,
+           courses.router, first_logins.router, ops.router, rescore.router, similarity.router, requests.router, code.router,
            student.router]

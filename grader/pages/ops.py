@@ -119,6 +119,7 @@ def _settings_page(request: Request, session: Session, user: User, assignment: A
     return page(request, "ops_settings.html", user, status_code, assignment=assignment, zone=zone.key,
                 zone_now=_zone_now(zone),
                 policies=SCORE_POLICIES, extensions=extensions, saved=request.query_params.get("saved"),
+                rescored_runs=parse_row_id(request.query_params.get("runs", "")),
                 saved_change=_saved_change(request, session, assignment),
                 similarity_base=describe_assignment_base(assignment.similarity_base, assignment.slug,
                                                          get_context(request).settings.rubric_dirs,

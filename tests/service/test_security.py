@@ -756,6 +756,8 @@ ROUTES: dict[tuple[str, str], Check] = {
     ("POST", "/courses/{course}/assignments"): _ops_post_denied(f"/courses/{COURSE}/assignments", {"assignment": "hw4"}),
     ("GET", "/assignments/{slug}/settings"): _web_get_denied("/assignments/hw4/settings", 403, owner="staff"),
     ("GET", "/assignments/{slug}/grading"): _web_get_denied("/assignments/hw4/grading", 403, owner="staff"),
+    ("GET", "/assignments/{slug}/rescore"): _web_get_denied("/assignments/hw4/rescore", 403, owner="staff"),
+    ("POST", "/assignments/{slug}/rescore"): _ops_post_denied("/assignments/hw4/rescore", {"confirm": "0"}),
     ("GET", "/assignments/{slug}/similarity"): _web_get_denied("/assignments/hw4/similarity", 403, owner="staff"),
     ("GET", "/assignments/{slug}/similarity/pair"): _ops_pair,
     ("GET", "/assignments/{slug}/similarity.json"): _ops_report_download,
