@@ -4,6 +4,17 @@ The scorer (worker.scoring) turns these into points; nothing here judges anythin
 Non-finite floats (a NaN max error, say) are written as the strings "nan", "inf", "-inf" so
 the dicts stay strict JSON.
 
+A problem's measurement is stored as it crosses from the engine to the database and the pages
+(`ProblemResult.details["measurement"]`) in one versioned schema, MEASUREMENT_SCHEMA:
+  2: {"schema": 2, "problem_id", "status", "cases": {route: [case, ...]}, "first_failure",
+      "figures": {name: ratio summary}, "kernel_ms", "log_tail", "telemetry"}: cases by the
+      route they took (`abi`, `binding`), speed figures by name (`student`, `reference_ops`,
+      `trusted`; FIGURES);
+  1 (no "schema" key; runs stored before 2026-12-06): the cases and figures as flat keys
+      (`abi_cases`, `speedup_student`, ...).
+`stored_measurement` reads any of them as the current one: every reader of a stored
+measurement goes through it (or through `ProblemMeasurement.from_dict`, which does).
+
 Pure standard library + numpy (through worker.timing): importable on a bare GPU machine.
 """
 from __future__ import annotations
@@ -15,6 +26,10 @@ from typing import Any
 from worker.timing import RatioSummary
 
 STATUSES = ("ok", "timeout", "crashed", "error", "not_run")
+MEASUREMENT_SCHEMA = 2
+# The case routes and speed figures, by their stored names -> ProblemMeasurement's attributes.
+ROUTES = {"abi": "abi_cases", "binding": "binding_cases"}
+FIGURES = {"student": "speedup_student", "reference_ops": "speedup_reference_ops", "trusted": "speedup_trusted"}
 # Where a measurement's telemetry holds the snapshot of the GPU its problem ran on
 # (worker.telemetry.gpu_snapshot, with its `name`): `before`, taken before the problem, or
 # `gpu_before` for a problem whose telemetry has phases of its own. Every stage that runs on a
@@ -271,16 +286,14 @@ class ProblemMeasurement:
         return f"{'passed' if case.ok else 'failed'} hidden case {self.hidden_numbers()[case.case_id]}"
 
     def to_dict(self) -> dict[str, Any]:
+        figures = {name: getattr(self, attr) for name, attr in FIGURES.items()}
         return {
+            "schema": MEASUREMENT_SCHEMA,
             "problem_id": self.problem_id,
             "status": self.status,
-            "abi_cases": [c.to_dict() for c in self.abi_cases],
-            "binding_cases": [c.to_dict() for c in self.binding_cases],
+            "cases": {route: [c.to_dict() for c in getattr(self, attr)] for route, attr in ROUTES.items()},
             "first_failure": None if self.first_failure is None else self.first_failure.to_dict(),
-            "speedup_student": None if self.speedup_student is None else self.speedup_student.to_dict(),
-            "speedup_reference_ops": (None if self.speedup_reference_ops is None
-                                      else self.speedup_reference_ops.to_dict()),
-            "speedup_trusted": None if self.speedup_trusted is None else self.speedup_trusted.to_dict(),
+            "figures": {name: None if f is None else f.to_dict() for name, f in figures.items()},
             "kernel_ms": _enc_float(self.kernel_ms),
             "log_tail": self.log_tail,
             "telemetry": _strict_json(self.telemetry),
@@ -288,21 +301,42 @@ class ProblemMeasurement:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ProblemMeasurement:
-        def ratio(key: str) -> RatioSummary | None:
-            value = data.get(key)
-            return None if value is None else RatioSummary.from_dict(value)
+        """A stored measurement of any schema (`stored_measurement`)."""
+        data = stored_measurement(data)
+        first, cases, figures = data.get("first_failure"), data["cases"], data["figures"]
 
-        first = data.get("first_failure")
+        def routed(route: str) -> list[CaseOutcome]:
+            return [CaseOutcome.from_dict(c) for c in cases.get(route) or []]
+
+        def figure(name: str) -> RatioSummary | None:
+            return None if figures.get(name) is None else RatioSummary.from_dict(figures[name])
+
         return cls(
             problem_id=str(data["problem_id"]),
             status=str(data.get("status", "ok")),
-            abi_cases=[CaseOutcome.from_dict(c) for c in data.get("abi_cases", [])],
-            binding_cases=[CaseOutcome.from_dict(c) for c in data.get("binding_cases", [])],
+            abi_cases=routed("abi"),
+            binding_cases=routed("binding"),
             first_failure=None if first is None else CaseOutcome.from_dict(first),
-            speedup_student=ratio("speedup_student"),
-            speedup_reference_ops=ratio("speedup_reference_ops"),
-            speedup_trusted=ratio("speedup_trusted"),
+            speedup_student=figure("student"),
+            speedup_reference_ops=figure("reference_ops"),
+            speedup_trusted=figure("trusted"),
             kernel_ms=_dec_float(data.get("kernel_ms")),
             log_tail=str(data.get("log_tail", "")),
             telemetry=dict(data.get("telemetry") or {}),
         )
+
+
+def stored_measurement(data: dict[str, Any]) -> dict[str, Any]:
+    """A stored measurement (a dict of any schema this code knows) as the current schema's dict;
+    ValueError for one stored by a newer kernelgrade than this."""
+    schema = data.get("schema", 1)
+    if schema == MEASUREMENT_SCHEMA:
+        return data
+    if schema != 1:
+        raise ValueError(f"a measurement of schema {schema!r}: this kernelgrade reads up to {MEASUREMENT_SCHEMA}")
+    flat = set(ROUTES.values()) | set(FIGURES.values())
+    upgraded = {k: v for k, v in data.items() if k not in flat}
+    upgraded["schema"] = MEASUREMENT_SCHEMA
+    upgraded["cases"] = {route: list(data.get(attr) or []) for route, attr in ROUTES.items()}
+    upgraded["figures"] = {name: data.get(attr) for name, attr in FIGURES.items()}
+    return upgraded

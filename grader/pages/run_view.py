@@ -31,7 +31,7 @@ from grader.reads.timing_conditions import run_timing_conditions
 from grader.roles import Power, may
 from worker.assignment import AssignmentError, Words, assignment_of
 from worker.build_isolation import first_compiler_error
-from worker.measurements import CaseOutcome
+from worker.measurements import ROUTES, CaseOutcome, stored_measurement
 from worker.rubric import Problem, RubricError, load_rubric
 from worker.sanitizer import shown
 
@@ -132,9 +132,12 @@ class _RubricView:
 
 
 def _cases(measurement: dict[str, Any], routes: tuple[str, str]) -> list[tuple[str, CaseOutcome]]:
-    """Every case with the route it took (the assignment's words for abi_cases, binding_cases)."""
-    return [(route, CaseOutcome.from_dict(c)) for route, key in zip(routes, ("abi_cases", "binding_cases"), strict=True)
-            for c in measurement.get(key) or []]
+    """Every case with the route it took, in the assignment's words for its routes (abi, binding)."""
+    if not measurement:
+        return []
+    stored = stored_measurement(measurement)["cases"]
+    return [(words, CaseOutcome.from_dict(c)) for words, route in zip(routes, ROUTES, strict=True)
+            for c in stored.get(route) or []]
 
 
 def _case_error(case: CaseOutcome) -> str:

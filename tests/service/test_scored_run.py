@@ -137,7 +137,7 @@ def test_a_split_grade_shows_verdicts_first_then_the_score(
     assert run["state"] == "checked" and run["score"] is None and run["report"] is None, run["message"]
     assert "measured when the GPU is free" in run["message"]
     assert [r["details"]["score"]["correctness_points"] for r in run["results"]] == [14] * 5
-    assert all(r["details"]["measurement"]["speedup_student"] is None for r in run["results"])
+    assert all(r["details"]["measurement"]["figures"]["student"] is None for r in run["results"])
     assert executor.execute(run_id) is Disposition.skipped  # a second grade task finds it checked: no double grade
 
     assert executor.execute_timing(run_id) is Disposition.done
@@ -145,7 +145,7 @@ def test_a_split_grade_shows_verdicts_first_then_the_score(
     assert run["state"] == "scored" and not executor.timing_due(run_id), run["message"]
     assert {"run", "timing_run", "timing_build"} <= set(run["stages"])  # the checks' record stays beside the timing's
     assert run["score"] == pytest.approx(sum(r["points"] for r in run["results"]))
-    assert all(r["details"]["measurement"]["speedup_student"] is not None for r in run["results"])
+    assert all(r["details"]["measurement"]["figures"]["student"] is not None for r in run["results"])
     assert run["score"] > 5 * 14, run["results"]  # speed points came with the timing
     assert executor.execute_timing(run_id) is Disposition.skipped  # scored: nothing left to time
     held = sum(stage["seconds"] for stage in run["stages"].values())  # both pieces, not the wait between them

@@ -59,4 +59,4 @@ def test_every_uploads_checks_come_before_any_timing(settings_env: dict[str, str
             run = rig.run(run_id)
             graded_once(run)
             assert {"run", "timing_run"} <= set(run.stages or {}), run.stages
-            assert all(r.details and r.details["measurement"]["speedup_student"] is not None for r in run.results)
+            assert all(r.details and r.details["measurement"]["figures"]["student"] is not None for r in run.results)

@@ -68,7 +68,7 @@ def test_checks_then_timing_scores_the_whole(base: Path, trusted: Path, policy: 
     assert "measured when the GPU is free" in checked.message
     measurements = [p.details["measurement"] for p in checked.problems]
     assert all(m["telemetry"].get(TIMING_PENDING) for m in measurements), measurements
-    assert all(m["speedup_student"] is None for m in measurements)  # nothing timed in the checks piece
+    assert all(m["figures"]["student"] is None for m in measurements)  # nothing timed in the checks piece
     correctness = {p.problem_id: p.details["score"]["correctness_points"] for p in checked.problems}
     assert correctness == {p.id: p.scoring.correctness_points for p in rubric.problems}
     assert all(p.points == correctness[p.problem_id] for p in checked.problems)  # no speed points yet
@@ -85,9 +85,9 @@ def test_checks_then_timing_scores_the_whole(base: Path, trusted: Path, policy: 
         m = p.details["measurement"]
         assert p.details["score"]["correctness_points"] == correctness[p.problem_id]
         assert TIMING_PENDING not in m["telemetry"] and "timing_skipped" not in m["telemetry"], m["telemetry"]
-        assert m["speedup_student"] is not None, (p.problem_id, p.message)
+        assert m["figures"]["student"] is not None, (p.problem_id, p.message)
         if p.problem_id != "3":  # a kernel problem keeps its checks' cases, timed in the timing piece
-            assert m["abi_cases"] and "timing_piece" in m["telemetry"]
+            assert m["cases"]["abi"] and "timing_piece" in m["telemetry"]
             assert _measured(ProblemMeasurement.from_dict(m))
     assert scored.score == pytest.approx(sum(p.points for p in scored.problems))
     assert scored.report is not None and scored.report["score"] == scored.score
@@ -114,4 +114,4 @@ def test_only_what_passed_its_checks_is_timed(base: Path, trusted: Path, policy:
     final = {p.problem_id: p for p in scored.problems}
     for pid in ("1.1", "1.2", "2.2", "3"):
         assert (final[pid].status, final[pid].points) == verdicts[pid], final[pid].message
-    assert final["2.1"].details["measurement"]["speedup_student"] is not None
+    assert final["2.1"].details["measurement"]["figures"]["student"] is not None
