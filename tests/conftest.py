@@ -68,6 +68,9 @@ GPU_PARTS: dict[int, tuple[str, ...]] = {
         # ~40 s, here because part 1 with it ran past 600 s on a fresh H100 (2026-12-05)
         "test_grading_gpu.py::test_convention_mutants_keep_every_correctness_point",
         "test_timing_conditions_gpu.py::"),  # the kit graded once: 94 s alone on an H100 (2026-12-06)
+    # every GPU bench in its smallest size (issue 53: no bench rots), apart from the tests since
+    # each builds the kit once or more (estimated 5-8 min, not yet timed on a GPU)
+    5: ("test_bench_smoke_gpu.py::",),
 }
 GPU_REST = 4
 
