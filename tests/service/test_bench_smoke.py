@@ -1,6 +1,6 @@
 """No bench rots (issue 53): every CPU bench of bench/ runs here in its --smoke mode (the
 smallest sizes, seconds each, nothing recorded) on the suite's PostgreSQL and Redis, and must
-exit 0, print its figures and leave BENCHMARKS.md as it was. The GPU benches run so in the GPU
+exit 0, print its figures and leave BENCHMARKS.md and docs/benchmarks/ as they were. The GPU benches run so in the GPU
 suite (tests/gpu/test_bench_smoke_gpu.py); every script of bench/ is one or the other."""
 from __future__ import annotations
 
