@@ -39,6 +39,30 @@ METRICS: dict[str, str] = {
 }
 
 
+# Set by --smoke (and by the suites that run the benches so): nothing is recorded, anywhere.
+SMOKE_VARIABLE = "KG_BENCH_SMOKE"
+
+
+def add_smoke_flag(parser: argparse.ArgumentParser) -> None:
+    """--smoke: the smallest sizes, seconds, nothing recorded (the test suites run every bench so,
+    to notice one that no longer runs: tests/service/test_bench_smoke.py, tests/gpu/)."""
+    parser.add_argument("--smoke", action="store_true",
+                        help="the smallest sizes, seconds, nothing recorded: does the bench still run?")
+
+
+def smoke(args: argparse.Namespace, parser: argparse.ArgumentParser) -> bool:
+    """Whether this is a smoke run (--smoke or $KG_BENCH_SMOKE); from here on nothing records."""
+    if getattr(args, "record", False) and (args.smoke or os.environ.get(SMOKE_VARIABLE)):
+        parser.error("--smoke records nothing: leave out --record")
+    if args.smoke:
+        os.environ[SMOKE_VARIABLE] = "1"
+    return smoke_run()
+
+
+def smoke_run() -> bool:
+    return bool(os.environ.get(SMOKE_VARIABLE))
+
+
 def history_path(metric: str) -> Path:
     """docs/benchmarks/<metric>.md; a metric not in METRICS is refused (no stray history file)."""
     if metric not in METRICS:
@@ -49,6 +73,8 @@ def history_path(metric: str) -> Path:
 def record_section(text: str, metric: str, directory: Path | None = None) -> Path:
     """Insert a measured section at the top of its metric's history (after the file's title and
     intro, before the newest section there); the history file."""
+    if smoke_run():
+        raise RuntimeError("a smoke run records nothing")
     path = history_path(metric) if directory is None else directory / f"{metric}.md"
     existing = path.read_text() if path.exists() else f"# {METRICS[metric]}\n"
     lines = existing.rstrip("\n").split("\n")
@@ -76,6 +102,8 @@ def publish_gpu_section(lines: list[str], name: str, metric: str) -> None:
     """Print a section measured on a GPU machine and leave it as $OUT/<name>.md (the device
     tool's output folder, or .gpu-out/), to be filed with `bench/benchmarks_md.py METRIC FILE`."""
     text = publish(lines, record=False, metric=metric)
+    if smoke_run():  # a smoke run's figures are for nobody
+        return
     out = Path(os.environ.get("OUT", ".gpu-out"))
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{name}.md").write_text(text)

@@ -50,7 +50,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(PROJECT_ROOT), str(PROJECT_ROOT / "bench")]
 
 from bench_common import gpu_description  # noqa: E402
-from benchmarks_md import current_commit, publish  # noqa: E402
+from benchmarks_md import add_smoke_flag, current_commit, publish, smoke  # noqa: E402
 from worker_scaling import REDIS_URL, fresh_database, wait_final, workers  # noqa: E402
 
 from grader.app import create_app  # noqa: E402
@@ -113,7 +113,7 @@ def measured(settings: Settings, run_ids: list[int]) -> list[tuple[float, int, f
     if any(state != RunState.scored for *_, state in rows):
         raise RuntimeError(f"runs ended {sorted({state.value for *_, state in rows})}, not all scored")
     zero = min(created for created, *_ in rows)
-    return [((c - zero).total_seconds(), user, (s - zero).total_seconds(), (f - zero).total_seconds())
+    return [((c - zero).total_seconds(), user, (s - zero).total_seconds(), (f - zero).total_seconds())  # type: ignore[operator]  # scored: started and finished
             for c, user, s, f, _ in rows]
 
 
@@ -151,7 +151,10 @@ def main() -> int:
     parser.add_argument("--profile", choices=("production", "embedded"), default="production")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--record", action="store_true")
+    add_smoke_flag(parser)
     args = parser.parse_args()
+    if smoke(args, parser):
+        args.workers, args.students, args.per_student, args.window, args.grade, args.warmup = 1, 2, 1, 2.0, "0.1:0.2", 1
     low, high = (float(x) for x in args.grade.split(":"))
     if (args.assignment == SLUG) == bool(args.zip):
         parser.error("--zip uploads are for another --assignment; the stand-in's are made here")

@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "fixtures")]
 
 import cpu_standin  # noqa: E402
+from benchmarks_md import add_smoke_flag, smoke  # noqa: E402
 from gpu_stage_support import make_trusted, run_stage, sandbox_user, shorten_cases, stage_config  # noqa: E402
 
 from worker.mutants import load_mutants, mutate_text  # noqa: E402
@@ -75,7 +76,10 @@ def table(rows: list[dict]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
+    add_smoke_flag(parser)
     args = parser.parse_args()
+    if smoke(args, parser):
+        args.repeats = 1
     if not cpu_standin.have_compiler():
         sys.exit("g++ is needed to build the CPU stand-in kernels")
     base = cpu_standin.sandbox_visible_dir("kg-gaming-standin-")

@@ -34,7 +34,7 @@ from pathlib import Path
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT_ROOT))
 
-from benchmarks_md import publish  # noqa: E402
+from benchmarks_md import add_smoke_flag, publish, smoke  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 from sqlalchemy import select, update  # noqa: E402
 from sqlalchemy.engine import make_url  # noqa: E402
@@ -177,7 +177,10 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=20, help="timed requests per page, after warm-up")
     parser.add_argument("--database-url", default="", help="an empty database (default: a temp SQLite file)")
     parser.add_argument("--record", action="store_true", help="file the table in docs/benchmarks/gradebook.md")
+    add_smoke_flag(parser)
     args = parser.parse_args()
+    if smoke(args, parser):
+        args.students, args.runs, args.requests = 3, 1, 1
 
     with tempfile.TemporaryDirectory(prefix="kg-bench-gradebook-") as tmp:
         settings = Settings(data_dir=Path(tmp) / "data", database_url=args.database_url, broker_url="memory://",

@@ -16,6 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks_md import add_smoke_flag, smoke  # noqa: E402
+
 from grader.models import User  # noqa: E402
 from grader.passwords import set_password  # noqa: E402
 from grader.settings import Argon2Settings  # noqa: E402
@@ -27,7 +29,10 @@ COSTS = {"production default": Argon2Settings(),
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=20)
+    add_smoke_flag(parser)
     args = parser.parse_args()
+    if smoke(args, parser):
+        args.repeats = 2
     ms: dict[str, list[float]] = {name: [] for name in COSTS}
     user = User(username="bench")
     for _ in range(args.repeats):

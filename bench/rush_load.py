@@ -49,7 +49,7 @@ sys.path[:0] = [str(PROJECT_ROOT), str(PROJECT_ROOT / "bench")]  # also imported
 
 import httpx  # noqa: E402
 import psycopg  # noqa: E402
-from benchmarks_md import record_section  # noqa: E402
+from benchmarks_md import add_smoke_flag, record_section, smoke  # noqa: E402
 from kombu import Connection  # noqa: E402
 from sqlalchemy import select  # noqa: E402
 
@@ -136,7 +136,7 @@ class Service:
             "KG_DATABASE_URL": f"{base}/{self.db_name}", "KG_BROKER_URL": REDIS_URL,
             "KG_DATA_DIR": str(self.data_dir), "KG_TASK_QUEUE": f"kg-rush-{uuid.uuid4().hex[:8]}",
         }
-        self.settings = Settings(_env_file=None, **{k[3:].lower(): v for k, v in self.env.items()})  # type: ignore[arg-type]
+        self.settings = Settings(_env_file=None, **{k[3:].lower(): v for k, v in self.env.items()})  # type: ignore[arg-type,call-arg]
         init_database(self.settings)
         self.engine = make_engine(self.settings)
         self.sessions = make_session_factory(self.engine)
@@ -387,7 +387,10 @@ def main() -> None:
     parser.add_argument("--window", type=float, default=300.0)
     parser.add_argument("--clients", type=int, default=64)
     parser.add_argument("--record", action="store_true", help="file the table in docs/benchmarks/uploads.md")
+    add_smoke_flag(parser)
     args = parser.parse_args()
+    if smoke(args, parser):
+        args.uploads, args.students, args.burst, args.window, args.clients = 10, 3, 2, 2.0, 2
     result = run_rush(RushConfig(args.uploads, args.students, args.burst, args.window, args.clients))
     text = table(result)
     print(text)

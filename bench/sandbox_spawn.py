@@ -27,6 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks_md import add_smoke_flag, smoke
+
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAM = os.environ.get("KG_SPAWN_PROGRAM", "import numpy")
 SECCOMP_FD = 9  # where bubblewrap reads the syscall filter's program (--seccomp)
@@ -106,7 +108,10 @@ def main() -> None:
     parser.add_argument("--old-tree", type=Path)
     parser.add_argument("--bwrap", default=shutil.which("bwrap"))
     parser.add_argument("--python", default=sys.executable, help="the children's interpreter (the sandbox user's to run)")
+    add_smoke_flag(parser)
     args = parser.parse_args()
+    if smoke(args, parser):
+        args.rounds = 2
     python_path, python = os.environ.get("PYTHONPATH", ""), args.python
     kinds = {"this tree": lambda n: sandbox_times(ROOT, n, python_path, python)}
     if args.old_tree:

@@ -23,12 +23,16 @@ import argparse
 import json
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.similarity_plants import disguise, function_text, paste_function  # noqa: E402
+from benchmarks_md import add_smoke_flag, smoke  # noqa: E402
+
+from bench.similarity_plants import disguise, function_text, paste_function, smoke_corpus  # noqa: E402
 from grader.similarity.cache import PrintCache  # noqa: E402
 from grader.similarity.compare import Fingerprinting, PairResult, compare_class, starter_sources, tree_sources  # noqa: E402
 from worker.rubric import load_rubric  # noqa: E402
@@ -47,6 +51,7 @@ def plant(kind: str, source: dict[str, str], copier: dict[str, str], base: dict[
     path = KINDS[kind]
     if path not in source or path not in copier:
         return None
+    text: str | None
     if kind == "verbatim":
         text = source[path]
     elif kind == "disguised":
@@ -67,14 +72,24 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--corpus", type=Path, default=Path(".corpus"))
     parser.add_argument("--out", type=Path, default=Path(".gpu-out/similarity-fidelity.json"))
+    add_smoke_flag(parser)
     args = parser.parse_args()
+    if smoke(args, parser):  # three students made from the kit, no .corpus/ needed; the JSON to a temp folder
+        with tempfile.TemporaryDirectory(prefix="kg-sim-smoke-") as tmp:
+            args.corpus, args.out = smoke_corpus(Path(tmp)), Path(tmp) / "similarity-fidelity.json"
+            plants_ranked(args)
+        return
+    plants_ranked(args)
+
+
+def plants_ranked(args: argparse.Namespace) -> None:
     rubric = load_rubric("hw4")
     students = {d.name: tree_sources(d / "llmsys_hw4", rubric.student_files)
                 for d in sorted((args.corpus / "src").iterdir()) if (d / "llmsys_hw4").is_dir()}
     bases = {"official starter": tree_sources(args.corpus / "official", rubric.student_files),
              "kit fallback": starter_sources(rubric)}
     cache = PrintCache(Fingerprinting())
-    results: dict[str, object] = {"students": sorted(students), "bases": {}}
+    results: dict[str, Any] = {"students": sorted(students), "bases": {}}
     for base_name, base in bases.items():
         config = Fingerprinting(literal_copies=base_name == "official starter")  # as grader.similarity.store sets it
         started = time.monotonic()

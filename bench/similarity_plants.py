@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import random
 import re
+from pathlib import Path
 
+from grader.similarity.compare import tree_sources
 from grader.similarity.units import functions_of
+from worker.rubric import load_rubric
+from worker.starter_kit import render_starter
 
 _WORD = re.compile(r"\b[A-Za-z_]\w*\b")
 _COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/|#[^\n!]*$", re.S | re.M)
@@ -77,3 +81,19 @@ def perturb(path: str, text: str, rng: random.Random, rate: float = 0.35) -> str
                 line = line.rstrip() + ";" * rng.randint(1, 3)
         out.append(line)
     return "\n".join(out) + "\n"
+
+
+def smoke_corpus(dest: Path, students: int = 3, seed: int = 0) -> Path:
+    """A corpus the similarity benches' --smoke runs on anywhere (.corpus/ is not in git): the
+    kit's student starter as the official one, and `students` perturbed copies of the reference
+    kit, each under src/kitN/llmsys_hw4 as the real corpus lays them out."""
+    rubric = load_rubric("hw4")
+    render_starter(rubric.starter_dir, dest / "official")
+    kit = tree_sources(rubric.starter_dir, rubric.student_files)
+    rng = random.Random(seed)
+    for i in range(students):
+        for path, text in kit.items():
+            target = dest / "src" / f"kit{i}" / "llmsys_hw4" / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(perturb(path, text, rng))
+    return dest

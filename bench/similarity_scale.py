@@ -15,12 +15,15 @@ import argparse
 import os
 import random
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.similarity_plants import perturb  # noqa: E402
+from benchmarks_md import add_smoke_flag, smoke  # noqa: E402
+
+from bench.similarity_plants import perturb, smoke_corpus  # noqa: E402
 from grader.similarity.cache import PrintCache  # noqa: E402
 from grader.similarity.compare import compare_class, tree_sources  # noqa: E402
 from grader.similarity.prints import Fingerprinting  # noqa: E402
@@ -32,7 +35,17 @@ def main() -> None:
     parser.add_argument("--students", type=int, default=300)
     parser.add_argument("--corpus", type=Path, default=Path(".corpus"))
     parser.add_argument("--seed", type=int, default=20261201)
+    add_smoke_flag(parser)
     args = parser.parse_args()
+    if smoke(args, parser):  # a few students made from the kit: runs without .corpus/
+        with tempfile.TemporaryDirectory(prefix="kg-sim-smoke-") as tmp:
+            args.students, args.corpus = 4, smoke_corpus(Path(tmp))
+            compare_scale(args)
+        return
+    compare_scale(args)
+
+
+def compare_scale(args: argparse.Namespace) -> None:
     rubric = load_rubric("hw4")
     corpus = [tree_sources(d / "llmsys_hw4", rubric.student_files)
               for d in sorted((args.corpus / "src").iterdir()) if (d / "llmsys_hw4").is_dir()]

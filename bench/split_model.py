@@ -3,6 +3,7 @@ split schedule): fed each upload's measured piece seconds, as the service feeds 
 (grader.reads.grade_times), does the model give the burst's verdict and final waits?
 
     python3 bench/split_model.py $OUT/split_burst.json
+    python3 bench/split_model.py --smoke       (a two-upload burst made up here: does it still run?)
 
 Two readings of a timing piece: its wall seconds (what the service records today), and the
 seconds it held the GPU alone (worker.gpu.gpu_lock.GpuTurns, where the burst recorded them). A
@@ -11,15 +12,19 @@ passes it over itself when its student's next upload came first). Pure: no GPU, 
 """
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks_md import add_smoke_flag, smoke  # noqa: E402
 
 from grader.capacity_split import Job, simulate_split  # noqa: E402
 
@@ -79,8 +84,35 @@ def comparison(split: dict[str, Any]) -> list[str]:
     return lines
 
 
+def smoke_burst() -> dict[str, Any]:
+    """split_burst.json of a made-up burst on two slots: A checked 0-10 s and B 0-12 s, then each
+    timed alone on the GPU (A 12-17 s, B 17-22 s)."""
+    def run(index: int, checks_end: float, timing: tuple[float, float]) -> dict[str, Any]:
+        pieces = {"checks": {"start_s": 0.0, "end_s": checks_end, "gpu_turns": None},
+                  "timing": {"start_s": timing[0], "end_s": timing[1],
+                             "gpu_turns": {"alone": timing[1] - timing[0], "shared": 0.0}}}
+        return {"index": index, "student": index, "verdict_s": checks_end, "final_s": timing[1], "timed": True,
+                "state": "scored", "points": {}, "pieces": pieces}
+    return {"split": {"slots": 2, "runs": [run(0, 10.0, (12.0, 17.0)), run(1, 12.0, (17.0, 22.0))]}}
+
+
 def main() -> int:
-    results = json.loads(Path(sys.argv[1]).read_text())
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("results", nargs="?", type=Path, help="bench/split_burst.py's split_burst.json")
+    add_smoke_flag(parser)
+    args = parser.parse_args()
+    if smoke(args, parser):  # through a file, as a burst's results come
+        with tempfile.TemporaryDirectory(prefix="kg-split-model-") as tmp:
+            args.results = Path(tmp) / "split_burst.json"
+            args.results.write_text(json.dumps(smoke_burst()))
+            return compare_file(args.results)
+    if args.results is None:
+        parser.error("name the burst's split_burst.json (or --smoke)")
+    return compare_file(args.results)
+
+
+def compare_file(path: Path) -> int:
+    results = json.loads(path.read_text())
     print("\n".join(comparison(results["split"])))
     return 0
 

@@ -29,7 +29,7 @@ import httpx
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT_ROOT / "bench"))
-from benchmarks_md import current_commit, publish  # noqa: E402
+from benchmarks_md import add_smoke_flag, current_commit, publish, smoke  # noqa: E402
 
 GRADER = Path(sys.executable).with_name("grader")
 MiB = 1 << 20
@@ -65,7 +65,10 @@ def main() -> int:
     parser.add_argument("--sizes", default="1,16,64,256", help="upload sizes in MiB, ascending")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--record", action="store_true")
+    add_smoke_flag(parser)
     args = parser.parse_args()
+    if smoke(args, parser):
+        args.sizes, args.repeats = "1", 1
     sizes = [int(s) for s in args.sizes.split(",")]
 
     with tempfile.TemporaryDirectory(prefix="kg-bench-mem-") as tmp:
@@ -74,6 +77,8 @@ def main() -> int:
         env = {**os.environ, "KG_DATA_DIR": str(work / "data"), "KG_MAX_UPLOAD_BYTES": str((max(sizes) + 1) * MiB),
                "KG_UPLOAD_RATE_LIMIT": "0"}
         cli(env, "migrate")
+        # a course holding hw4: the new student joins the one course there is
+        cli(env, "course", "create", "bench", "--title", "Upload bench", "--assignment", "hw4")
         cli(env, "user", "add", "bench-student")
         token = cli(env, "token", "create", "bench-student").splitlines()[-1]
         server = subprocess.Popen([str(GRADER), "serve", "--port", str(port)], env=env,

@@ -28,7 +28,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from datetime import date
 from pathlib import Path
 
@@ -39,7 +39,7 @@ from fastapi.testclient import TestClient
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(PROJECT_ROOT), str(PROJECT_ROOT / "bench")]
 
-from benchmarks_md import current_commit, publish  # noqa: E402
+from benchmarks_md import add_smoke_flag, current_commit, publish, smoke  # noqa: E402
 
 from grader.app import create_app  # noqa: E402
 from grader.auth.credentials import issue_token  # noqa: E402
@@ -126,15 +126,20 @@ def upload_all(client: TestClient, tokens: list[str], archive: bytes) -> list[tu
 def wait_final(client: TestClient, runs: list[tuple[str, int]], timeout: float) -> tuple[list[dict], int]:
     """The runs once all are final, and how many status requests that took."""
     deadline = time.monotonic() + timeout
-    pending, done, polls = list(runs), [], 0
+    pending: list[tuple[str, int]] = list(runs)
+    done: list[dict] = []
+    polls = 0
     while pending:
         if time.monotonic() > deadline:
             raise RuntimeError(f"{len(pending)} runs not final after {timeout:.0f} s")
-        still = []
+        still: list[tuple[str, int]] = []
         for token, run_id in pending:
             run = client.get(f"/api/v1/runs/{run_id}", headers={"Authorization": f"Bearer {token}"}).json()
             polls += 1
-            (done if run["state"] in FINAL else still).append(run if run["state"] in FINAL else (token, run_id))
+            if run["state"] in FINAL:
+                done.append(run)
+            else:
+                still.append((token, run_id))
         pending = still
         if pending:
             time.sleep(0.2)
@@ -149,12 +154,33 @@ def commits_per_status_request(client: TestClient, database_url: str, token: str
     return (pg_commits(database_url) - before) / 20
 
 
+def timed_round(client: TestClient, database_url: str, broker: redis.Redis, tokens: list[str], archive: bytes,
+                count: int, poll_cost: float, held: AbstractContextManager[object]) -> tuple[int, float, float, float, float]:
+    """One upload from every student at once while `held` holds `count` workers, until all are
+    final: (workers, wall seconds, runs per hour, PostgreSQL commits and Redis commands per run)."""
+    with held:
+        commits, commands = float(pg_commits(database_url)), redis_commands(broker)
+        started = time.monotonic()
+        runs, polls = wait_final(client, upload_all(client, tokens, archive), timeout=1800)
+        wall = time.monotonic() - started
+        commits = pg_commits(database_url) - commits - polls * poll_cost
+        commands = redis_commands(broker) - commands
+    states = {r["state"] for r in runs}
+    if states != {"built"}:
+        raise RuntimeError(f"runs ended {states}")
+    return count, wall, len(tokens) * 3600 / wall, commits / len(tokens), commands / len(tokens)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=50)
     parser.add_argument("--workers", default="1,2,4")
     parser.add_argument("--record", action="store_true")
+    add_smoke_flag(parser)
     args = parser.parse_args()
+    quick = smoke(args, parser)
+    if quick:
+        args.runs, args.workers = 2, "1"
     counts = [int(n) for n in args.workers.split(",")]
     queue = f"kg-bench-{uuid.uuid4().hex[:8]}"
     broker = redis.Redis.from_url(REDIS_URL)
@@ -162,9 +188,12 @@ def main() -> int:
     with fresh_database() as database_url, tempfile.TemporaryDirectory(prefix="kg-bench-scale-") as tmp:
         data = Path(tmp) / "data"
         env = {**os.environ, "KG_DATABASE_URL": database_url, "KG_BROKER_URL": REDIS_URL, "KG_DATA_DIR": str(data),
-               "KG_TASK_QUEUE": queue, "KG_GPU_GRADING": "off", "KG_UPLOAD_RATE_LIMIT": "0"}
+               "KG_TASK_QUEUE": queue, "KG_GPU_GRADING": "off", "KG_UPLOAD_RATE_LIMIT": "0",
+               # the warm-up's student uploads the same zip again in every round: a new run each time
+               "KG_UPLOAD_DEDUP_WINDOW_S": "0"}
         settings = Settings(_env_file=None, database_url=database_url, broker_url=REDIS_URL,  # type: ignore[call-arg]
-                            data_dir=data, task_queue=queue, gpu_grading="off", upload_rate_limit=0)
+                            data_dir=data, task_queue=queue, gpu_grading="off", upload_rate_limit=0,
+                            upload_dedup_window_s=0)
         init_database(settings)
         with session_scope(make_session_factory(make_engine(settings))) as session:
             course_of_free_assignments(session, "bench", "Bench")  # new users join every course: this one
@@ -173,22 +202,16 @@ def main() -> int:
         archive = zip_tree(load_rubric("hw4").starter_dir, Path(tmp) / "kit.zip").read_bytes()
         try:
             with TestClient(create_app(settings)) as client:
-                with workers(1, env, Path(tmp)):  # fill the build cache, untimed
+                warm = ExitStack()  # a smoke run's one round keeps the warm-up's worker: one start less
+                with warm:
+                    warm.enter_context(workers(1, env, Path(tmp)))  # fill the build cache, untimed
                     first = upload_all(client, tokens[:1], archive)
                     wait_final(client, first, timeout=300)
-                poll_cost = commits_per_status_request(client, database_url, *first[0])
-                for count in counts:
-                    with workers(count, env, Path(tmp)):
-                        commits, commands = pg_commits(database_url), redis_commands(broker)
-                        started = time.monotonic()
-                        runs, polls = wait_final(client, upload_all(client, tokens, archive), timeout=1800)
-                        wall = time.monotonic() - started
-                        commits = pg_commits(database_url) - commits - polls * poll_cost
-                        commands = redis_commands(broker) - commands
-                    states = {r["state"] for r in runs}
-                    if states != {"built"}:
-                        raise RuntimeError(f"runs ended {states}")
-                    rows.append((count, wall, args.runs * 3600 / wall, commits / args.runs, commands / args.runs))
+                    if not quick:
+                        warm.close()
+                    poll_cost = commits_per_status_request(client, database_url, *first[0])
+                    rows += [timed_round(client, database_url, broker, tokens, archive, count, poll_cost,
+                                         nullcontext() if quick else workers(count, env, Path(tmp))) for count in counts]
         finally:
             broker.delete(queue)
 
