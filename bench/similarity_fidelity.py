@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.similarity_plants import disguise, function_text, paste_function  # noqa: E402
 from grader.similarity.cache import PrintCache  # noqa: E402
 from grader.similarity.compare import Fingerprinting, PairResult, compare_class, starter_sources, tree_sources  # noqa: E402
+from grader.similarity.prints import STAND_IN_COMMON_SHARE  # noqa: E402
 from worker.rubric import load_rubric  # noqa: E402
 
 KINDS = {
@@ -76,7 +77,9 @@ def main() -> None:
     cache = PrintCache(Fingerprinting())
     results: dict[str, object] = {"students": sorted(students), "bases": {}}
     for base_name, base in bases.items():
-        config = Fingerprinting(literal_copies=base_name == "official starter")  # as grader.similarity.store sets it
+        received = base_name == "official starter"
+        config = Fingerprinting(literal_copies=received,  # as grader.similarity.store sets it
+                                common_share=Fingerprinting.common_share if received else STAND_IN_COMMON_SHARE)
         started = time.monotonic()
         genuine = compare_class(students, base, config, cache)
         rows = {}
