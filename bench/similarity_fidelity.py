@@ -35,6 +35,7 @@ from benchmarks_md import add_smoke_flag, smoke  # noqa: E402
 from bench.similarity_plants import disguise, function_text, paste_function, smoke_corpus  # noqa: E402
 from grader.similarity.cache import PrintCache  # noqa: E402
 from grader.similarity.compare import Fingerprinting, PairResult, compare_class, starter_sources, tree_sources  # noqa: E402
+from grader.similarity.prints import STAND_IN_COMMON_SHARE  # noqa: E402
 from worker.rubric import load_rubric  # noqa: E402
 
 KINDS = {
@@ -91,7 +92,9 @@ def plants_ranked(args: argparse.Namespace) -> None:
     cache = PrintCache(Fingerprinting())
     results: dict[str, Any] = {"students": sorted(students), "bases": {}}
     for base_name, base in bases.items():
-        config = Fingerprinting(literal_copies=base_name == "official starter")  # as grader.similarity.store sets it
+        received = base_name == "official starter"
+        config = Fingerprinting(literal_copies=received,  # as grader.similarity.store sets it
+                                common_share=Fingerprinting.common_share if received else STAND_IN_COMMON_SHARE)
         started = time.monotonic()
         genuine = compare_class(students, base, config, cache)
         rows = {}

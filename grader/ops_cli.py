@@ -128,6 +128,7 @@ def similarity(
     # imported here: copydetect loads matplotlib, which no other command needs
     from grader.similarity.base import assignment_base, clone_dir, given_base
     from grader.similarity.fetch import FetchRules
+    from grader.similarity.public import read_sources
     from grader.similarity.report import report_json, report_pages
     from grader.similarity.store import compute_report, fingerprint_dir
 
@@ -137,25 +138,28 @@ def similarity(
     rubric = load_rubric(assignment, search=settings.rubric_dirs)
     limits = pipeline_config(settings, rubric).limits
     with session_scope(make_session_factory(make_engine(settings))) as session:
-        setting = assignment_or_exit(session, assignment).similarity_base
+        row = assignment_or_exit(session, assignment)
         try:
             rules = FetchRules.of(settings)
             starter = (given_base(base, rubric, limits, rules, clone_dir(settings.data_dir)) if base
-                       else assignment_base(settings.data_dir, rubric, limits, setting, rules))
+                       else assignment_base(settings.data_dir, rubric, limits, row.similarity_base, rules))
+            public = read_sources(settings.data_dir, rubric, limits, row.similarity_sources or [], rules)
         except BadArchive as exc:
-            typer.echo(f"the base cannot be read: {exc}", err=True)
+            typer.echo(f"the base or a public source cannot be read: {exc}", err=True)
             raise typer.Exit(1) from exc
         typer.echo(f"base: {starter.label}", err=True)
         report, found = compute_report(session, BlobStore(settings.blob_dir), rubric, limits, starter,
-                                       fingerprint_dir(settings.data_dir))
+                                       fingerprint_dir(settings.data_dir), public=public)
     for username, why in sorted(report.skipped.items()):
         typer.echo(f"left out {username}: {why}", err=True)
     pairs = report.pairs
     if out.suffix == ".json":
-        out.write_text(json.dumps({**report_json(assignment, pairs, report.clusters), "base": starter.label}, indent=1))
+        out.write_text(json.dumps({**report_json(assignment, pairs, report.clusters, report.public, report.public_matches),
+                                   "base": starter.label}, indent=1))
     else:
         for name, page in report_pages(assignment, pairs, found.students, starter, detailed, stem=out.stem,
-                                       clusters=report.clusters).items():
+                                       clusters=report.clusters, public=report.public,
+                                       public_matches=report.public_matches).items():
             (out.parent / name).write_text(page)
     best = f"; most similar: {pairs[0].a} and {pairs[0].b} ({pairs[0].score:.0%})" if pairs else ""
     typer.echo(f"{len(found.students)} students, {len(pairs)} pairs{best}; report in {out}")

@@ -1,6 +1,6 @@
 """Course operations pages of an assignment, for its course's instructors: settings (schedule,
-late policy, score policy, its Canvas id, extensions, the storage and run quotas, the similarity check's base:
-its form's POST is here) and grading controls (pause / drain / resume, re-grade everything). The similarity report's pages
+late policy, score policy, its Canvas id, extensions, the storage and run quotas, the similarity check's base
+and its known public solutions: their forms' POSTs are here) and grading controls (pause / drain / resume, re-grade everything). The similarity report's pages
 are grader.pages.similarity, the course's members grader.pages.courses. Removing an extension
 and pausing grading go through a confirmation page (confirm.html) that says what will happen; a
 POST without its `confirm` field lands there and changes nothing.
@@ -68,7 +68,8 @@ from grader.schedule_changes import (
 from grader.service import NotFound
 from grader.similarity.base import UPLOAD, describe_assignment_base, fetch_refusal, parse_git_spec, save_base
 from grader.similarity.fetch import FetchRules, check_repository
-from grader.staff_settings import set_assignment_run_quota
+from grader.similarity.public import entry_key, entry_words, git_entry, save_zip
+from grader.staff_settings import add_similarity_source, remove_similarity_source, set_assignment_run_quota
 from worker.rubric import RubricError, load_rubric
 from worker.unpack import BadArchive
 
@@ -108,6 +109,8 @@ def _settings_page(request: Request, session: Session, user: User, assignment: A
     values.setdefault("extension", {})  # the extension form's fields as sent, when refused
     values.setdefault("base_error", None)
     values.setdefault("base_git", "")
+    values.setdefault("public_error", None)
+    values.setdefault("public_git", "")
     values = _quota_values(request, assignment) | values
     role = role_in(session, user.id, assignment.id)
     values.setdefault("powers", held_powers(role, assignment.course.ta_granted) if role and assignment.course
@@ -126,7 +129,9 @@ def _settings_page(request: Request, session: Session, user: User, assignment: A
                                                          get_context(request).settings.data_dir),
                 base_refused=_base_refusal(request, assignment),
                 base_hosts=", ".join(get_context(request).settings.similarity_base_hosts),
-                base_message=request.query_params.get("base"), **values)
+                base_message=request.query_params.get("base"), public_message=request.query_params.get("public"),
+                public_sources=[{"key": entry_key(e), "words": entry_words(e)} for e in assignment.similarity_sources or []],
+                **values)
 
 
 def _quota_values(request: Request, assignment: Assignment) -> dict[str, Any]:
@@ -355,6 +360,47 @@ async def similarity_base(request: Request, slug: str, ctx: Context, session: Db
         return refused(f"{exc} (choose the zip again)")
     assignment.similarity_base = UPLOAD
     return see_other(done + quote(f"Kept: {count} starter files; compute the report again."))
+
+
+@router.post("/assignments/{slug}/similarity/sources", response_class=HTMLResponse)
+async def similarity_source_add(request: Request, slug: str, ctx: Context, session: Db, staff: InstructorForm) -> Response:
+    """List a known public solution every student is matched against (grader.similarity.public):
+    a zip, kept, or a git ref, fetched as a git base is; audited. A refusal is the settings page
+    again, the git ref as typed."""
+    done = f"/assignments/{slug}/settings?public="
+    assignment, form = staff.assignment, await request.form()
+    upload, git = form.get("public_zip"), str(form.get("public_git", "")).strip()
+
+    def refused(why: str) -> HTMLResponse:
+        return _settings_page(request, session, staff.user, assignment, status.HTTP_400_BAD_REQUEST,
+                              public_error=why, public_git=git)
+
+    try:
+        if git:
+            entry = git_entry(git)
+            await run_in_threadpool(check_repository, parse_git_spec(git)[0], FetchRules.of(ctx.settings))
+        elif upload is None or isinstance(upload, str) or not upload.filename:
+            return refused("choose the solution's zip or give a git ref first.")
+        else:
+            rubric = load_rubric(slug, search=ctx.settings.rubric_dirs)
+            entry = await run_in_threadpool(save_zip, ctx.settings.data_dir, slug, await upload.read(), rubric,
+                                            pipeline_config(ctx.settings, rubric).limits, upload.filename)
+    except BadArchive as exc:  # BaseRefused too: says why it may not be fetched
+        return refused(f"{exc}{'' if git else ' (choose the zip again)'}")
+    added = add_similarity_source(session, assignment, entry, Via.web, staff.user, request_address(request))
+    words = entry_words(entry)
+    return see_other(done + quote(f"Listed {words}; compute the report again." if added else f"{words} is listed already.")
+                     + "#similarity-public")
+
+
+@router.post("/assignments/{slug}/similarity/sources/remove", response_class=HTMLResponse)
+async def similarity_source_remove(request: Request, slug: str, session: Db, staff: InstructorForm) -> Response:
+    """Take a known public solution off the assignment's list (its kept zip stays: a stored report
+    names it); audited."""
+    key = str((await request.form()).get("key", ""))
+    gone = remove_similarity_source(session, staff.assignment, key, Via.web, staff.user, request_address(request))
+    said = f"{gone} is no longer listed; compute the report again." if gone else "That source was not listed."
+    return see_other(f"/assignments/{slug}/settings?public=" + quote(said) + "#similarity-public")
 
 
 # ---- grading controls ---------------------------------------------------------------------

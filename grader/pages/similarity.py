@@ -1,6 +1,6 @@
 """The staff's similarity pages of an assignment: the ranked report, the background job that
 computes it (started here, followed through a small JSON status, grader.similarity.jobs) and a
-pair's side-by-side view, for the course's staff (instructors and TAs). The base it is computed
+pair's side-by-side view (the report names each known public solution a student matches), for the course's staff (instructors and TAs). The base it is computed
 against is set on the settings page by an instructor (grader.pages.ops, kept by
 grader.similarity.base). Someone outside the course gets the 404 page, its students a 403 page.
 """
@@ -19,6 +19,7 @@ from grader.runs.engine_config import pipeline_config
 from grader.similarity.base import describe_assignment_base, text_sha256
 from grader.similarity.compare import LineRange
 from grader.similarity.jobs import latest_job, start_job, view
+from grader.similarity.public import entry_words
 from grader.similarity.report import CLUSTER_NOTE, describe_ranges, numbered_lines, starter_lines
 from grader.similarity.store import load_base_files, load_report, pair_sources, report_path
 from worker.rubric import RubricError, load_rubric
@@ -42,7 +43,8 @@ def similarity_page(request: Request, ctx: Context, session: Db, staff: Staff,
                 pairs=report.pairs[(number - 1) * SHOWN_PAIRS: number * SHOWN_PAIRS] if report else [],
                 job=view(job) if job else None, base=describe_assignment_base(staff.assignment.similarity_base, slug, ctx.settings.rubric_dirs,
                                               ctx.settings.data_dir),
-                zone=ctx.settings.course_zone, cluster_note=CLUSTER_NOTE)
+                zone=ctx.settings.course_zone, cluster_note=CLUSTER_NOTE,
+                listed=[entry_words(e) for e in staff.assignment.similarity_sources or []])
 
 
 @router.get("/assignments/{slug}/similarity/job.json")

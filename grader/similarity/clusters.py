@@ -1,9 +1,12 @@
 """Clusters: a file several students hand in identical or nearly so, reported as a group (who,
 which files, since when) beside the pair ranking (grader.similarity.compare).
 
-The pair scores leave out code most of the class shares (the common-code rule), which is
-right for the obvious launcher but scores 0 a solution four of eight students copied from one
-another. Clusters keep that case visible without touching the scores: every file a student
+The pair scores count code the base does not hold up to half the class (grader.similarity.compare;
+a quarter against our kit's stand-in starter), so four of eight students with one solution score
+high with one another; clusters say it once, as a group (four students, one file, who first
+uploaded it when), where the ranking spreads it over six pairs, and they show what the pair
+scores leave out as common knowledge: a file more students hand in alike than the rule allows.
+To group files, every file a student
 hands in (the rubric's `student_files`) is normalized as the fingerprints normalize it
 (copydetect's `filter_code`: names, strings, comments and layout do not count) and grouped by
 that content (identical), then groups whose own code (fingerprints outside the base and its

@@ -7,9 +7,27 @@ renaming and reformatting do not hide a copy) and winnowed into fingerprints (ha
 k-grams, with the line each covers). A file's fingerprints are computed once per file content
 (grader.similarity.cache keeps them by sha256). Fingerprints that occur anywhere in the base are
 boilerplate, and so are those of the code its comments and docstrings give (the starter's hints,
-`prints.hint_text`: honest students write what a hint shows); fingerprints held by many students of the class (more than `common_share` of
-them, and more than `common_min`) are common knowledge (a previous assignment's starter, the
-obvious launcher); neither counts.
+`prints.hint_text`: honest students write what a hint shows); they never count.
+
+Code the base does not hold counts as long as no more than half the class shares it (issue 51:
+four students of eight handing in one solution score high with each other, and the clusters,
+grader.similarity.clusters, list them as one group; the rule dropped code of more than a
+quarter before). A fingerprint held by more than max(`common_min`, `common_share` x students)
+students, more than half the class by default, is common knowledge and does not count: code the
+whole class brings from elsewhere, such as an earlier assignment's file the base lacks (on the
+development corpus, hw3's `src/combine.cu`, which six of the seven hw4 submissions carry and the
+official hw4 starter does not: with no common rule at all, the median genuine pair of that class
+scored 100%, the top ones driven by it; with half, the genuine pairs score as they did with a quarter, median
+0.09, top 0.37). Against a stand-in base (our kit's stripped starter, used when staff gave none)
+the share stays a quarter (`prints.STAND_IN_COMMON_SHARE`): the starter the students really
+received is unknown then, and its code is the class's. A fingerprint a listed public source
+holds is never common: staff named that code as a known solution, so it counts however many
+students hand it in.
+
+Known public solutions staff list for the assignment (grader.similarity.public) are compared as
+extra submissions that are no student's: each student against each listed source, never a
+source against another (`compare_all`, `Comparison.sources`); a source counts in no share of
+the class and is never ranked among the students' pairs.
 
 The units compared are each file and each function in it (grader.similarity.units). A unit
 of A matches a unit of B by the fingerprints both hold: an inverted index (fingerprint ->
@@ -24,8 +42,8 @@ independent work never agrees on every comment, name and line, so its match coun
 fingerprint outside the base, common ones too, weighted by `full_evidence` like any match
 (without this, a copied file whose code is mostly what the class shares, such as the course's
 reference kernels filled in, keeps only its few rare fingerprints as evidence). A content more
-students hold than the common rule allows is common like a fingerprint (a later starter's file
-that most of the class has).
+students hold than the common rule allows is common like a fingerprint, unless a listed public
+source holds it too.
 """
 from __future__ import annotations
 
@@ -134,9 +152,16 @@ class _Unit:
 
 @dataclass
 class _Class:
-    names: list[str]
+    names: list[str]  # the students, then the listed public sources
+    students: int = 0  # how many of `names` are students
     units: list[_Unit] = field(default_factory=list)
     literal: set[tuple[int, int]] = field(default_factory=set)  # file units (a, b) that are literal copies
+
+
+@dataclass(frozen=True)
+class Comparison:
+    pairs: list[PairResult]  # every pair of students, most similar first
+    sources: list[PairResult]  # (student, public source's label) pairs with a match, most similar first
 
 
 def tree_sources(root: Path, patterns: Iterable[str]) -> dict[str, str]:
@@ -168,35 +193,52 @@ def compare_class(students: Mapping[str, Sources], base: Sources, config: Finger
     """Every pair of students, most similar first (`PairResult.rank_key`). `cache`: where fingerprints
     are computed and kept (grader.similarity.cache.PrintCache; in memory for this call when
     None); `progress`: told (files fingerprinted, files to fingerprint)."""
+    return compare_all(students, base, {}, config, cache, progress).pairs
+
+
+def compare_all(students: Mapping[str, Sources], base: Sources, public: Mapping[str, Sources],
+                config: Fingerprinting = Fingerprinting(), cache: PrintCache | None = None,
+                progress: Progress | None = None) -> Comparison:
+    """`compare_class`'s pairs, and each student against each known public solution of `public`
+    (its label -> its files), a pair (student, label) kept where they share anything."""
     prints = cache or PrintCache(config)
     names = sorted(students)
-    own = {name: own_files(students[name], base) for name in names}
+    own = [own_files(students[name], base) for name in names] + [own_files(public[label], base) for label in sorted(public)]
     hints = [(path, hint) for path, text in base.items() if (hint := hint_text(path, text)).strip()]
-    prints.fill([*base.items(), *hints, *(item for files in own.values() for item in files.items())], progress)
+    prints.fill([*base.items(), *hints, *(item for files in own for item in files.items())], progress)
     found = [prints.get(path, text).hashes for path, text in (*base.items(), *hints)]
     boilerplate = np.unique(np.concatenate(found)) if found else np.array([], dtype=np.int64)
-    files = [(index, path, prints.get(path, text)) for index, name in enumerate(names)
-             for path, text in own[name].items()]
+    files = [(index, path, prints.get(path, text)) for index, texts in enumerate(own) for path, text in texts.items()]
     kept = [~np.isin(p.hashes, boilerplate) for _, _, p in files]
-    common = _common(names, [(index, p.hashes[keep]) for (index, _, p), keep in zip(files, kept)], config)
-    klass = _Class(names)
+    common = _common(len(names), [(index, p.hashes[keep]) for (index, _, p), keep in zip(files, kept)], config)
+    published = [p.hashes for (index, _, p) in files if index >= len(names)]
+    if published:  # a known public solution's code is never common knowledge
+        common = common[~np.isin(common, np.concatenate(published))]
+    klass = _Class([*names, *sorted(public)], len(names))
     for (index, path, print_), keep in zip(files, kept):
         _add_units(klass, index, path, print_, keep, keep & ~np.isin(print_.hashes, common))
     if config.literal_copies:
-        klass.literal = _literal_copies(klass, [text for name in names for text in own[name].values()], config)
-    pairs = _pairs(klass, config)
-    pairs.sort(key=lambda p: p.rank_key)
-    return pairs
+        klass.literal = _literal_copies(klass, [text for texts in own for text in texts.values()], config)
+    results = _pairs(klass, config)
+    pairs = sorted((p for p in results if p.b not in public), key=lambda p: p.rank_key)
+    matched = sorted((p for p in results if p.b in public and p.matches), key=lambda p: p.rank_key)
+    return Comparison(pairs, matched)
 
 
-def _common(names: list[str], hashes: list[tuple[int, np.ndarray]], config: Fingerprinting) -> np.ndarray:
-    """The fingerprints more students hold than `config` allows (each student counted once)."""
+def _common(students: int, hashes: list[tuple[int, np.ndarray]], config: Fingerprinting) -> np.ndarray:
+    """The fingerprints more students hold than `config` allows (each student counted once; the
+    listed public sources, numbered after the students, count for nothing)."""
     held = [np.unique(np.concatenate([h for i, h in hashes if i == s] or [np.array([], np.int64)]))
-            for s in range(len(names))]
+            for s in range(students)]
     if not held:
         return np.array([], dtype=np.int64)
     found, counts = np.unique(np.concatenate(held), return_counts=True)
-    return found[counts > max(config.common_min, config.common_share * len(names))]
+    return found[counts > _common_limit(students, config)]
+
+
+def _common_limit(students: int, config: Fingerprinting) -> float:
+    """The most students code may be shared by and still count."""
+    return max(config.common_min, config.common_share * students)
 
 
 def _add_units(klass: _Class, student: int, path: str, print_: FilePrint, outside_base: np.ndarray,
@@ -210,16 +252,20 @@ def _add_units(klass: _Class, student: int, path: str, print_: FilePrint, outsid
 
 
 def _literal_copies(klass: _Class, texts: list[str], config: Fingerprinting) -> set[tuple[int, int]]:
-    """Pairs of file units (of two students, lower student first) whose texts are equal apart from
-    whitespace, a content held by no more students than the common rule allows. `texts`: each
-    file unit's text, in the order of the file units."""
+    """Pairs of file units (of two students or a student and a public source, lower index first)
+    whose texts are equal apart from whitespace, a content held by no more students than the
+    common rule allows, or by a listed public source too (any number of students then). `texts`:
+    each file unit's text, in the order of the file units."""
     files = [i for i, u in enumerate(klass.units) if u.function is None]
     holders: dict[str, list[int]] = {}
     for unit, text in zip(files, texts, strict=True):
         holders.setdefault(hashlib.sha256(" ".join(text.split()).encode()).hexdigest(), []).append(unit)
-    limit = max(config.common_min, config.common_share * len(klass.names))
-    return {(a, b) for units in holders.values() if 1 < len({klass.units[u].student for u in units}) <= limit
-            for a in units for b in units if klass.units[a].student < klass.units[b].student}
+    limit = _common_limit(klass.students, config)
+    return {(a, b) for units in holders.values()
+            if 1 < len(held := {klass.units[u].student for u in units})
+            and (max(held) >= klass.students or sum(s < klass.students for s in held) <= limit)
+            for a in units for b in units
+            if klass.units[a].student < klass.units[b].student and klass.units[a].student < klass.students}
 
 
 def _unit(student: int, path: str, function: Function | None, hashes: np.ndarray, first: np.ndarray,
@@ -278,7 +324,7 @@ def _pairs(klass: _Class, config: Fingerprinting) -> list[PairResult]:
     for key, ua, ub, value in zip(pair_key[top].tolist(), a[top].tolist(), b[top].tolist(), score[top].tolist()):
         found.setdefault(key, []).append((value, ua, ub))
     results = []
-    for i in range(n):
+    for i in range(klass.students):  # a listed public source is compared with the students only
         for j in range(i + 1, n):
             best = _distinct(klass, found.get(i * n + j, []), config.shown)
             matches = tuple(_match(klass, ua, ub, value) for value, ua, ub in best)

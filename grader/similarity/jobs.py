@@ -2,7 +2,8 @@
 
 Staff start a job (the similarity page): a `SimilarityJob` row in `queued`, and a message on
 the similarity queue (`KG_SIMILARITY_QUEUE`, CPU work: never the GPU run queue). The worker
-claims it (`queued` -> `running`), resolves the assignment's base (grader.similarity.base),
+claims it (`queued` -> `running`), resolves the assignment's base (grader.similarity.base) and
+the known public solutions staff listed (grader.similarity.public),
 records the files fingerprinted as it goes, and ends `done` once the new report is stored
 (grader.similarity.store; the old one is replaced only then) or `failed` with the reason, the
 previous report kept. The Celery task runs the computation in a child process of its own
@@ -31,6 +32,7 @@ from grader.runs.engine_config import pipeline_config
 from grader.settings import Settings, get_settings
 from grader.similarity.base import assignment_base
 from grader.similarity.fetch import FetchRules
+from grader.similarity.public import Entry, read_sources
 from grader.similarity.store import compute_report, fingerprint_dir, report_path, save_report
 from grader.storage.blobstore import BlobStore
 from worker.rubric import load_rubric
@@ -111,15 +113,16 @@ def run_job(settings: Settings, sessions: sessionmaker[Session], blobs: BlobStor
         job = session.get(SimilarityJob, job_id)
         if not claimed or job is None:
             return f"not run: job {job_id} is {job.state if job else 'gone'}"
-        slug, setting = job_assignment(session, job)
+        slug, setting, listed = job_assignment(session, job)
     try:
         rubric = load_rubric(slug, search=settings.rubric_dirs)
         limits = pipeline_config(settings, rubric).limits
         base = assignment_base(settings.data_dir, rubric, limits, setting, FetchRules.of(settings))
         _record(sessions, job_id, base=base.label[:512])  # its column's size
+        public = read_sources(settings.data_dir, rubric, limits, listed, FetchRules.of(settings))
         with session_scope(sessions) as session:
             report, _sources = compute_report(session, blobs, rubric, limits, base, fingerprint_dir(settings.data_dir),
-                                              _ProgressWriter(sessions, job_id))
+                                              _ProgressWriter(sessions, job_id), public)
         save_report(report, base.sources, report_path(settings.data_dir, slug))
     except Exception as exc:  # any failure ends the job with its reason; the previous report stays
         _record(sessions, job_id, state=FAILED, finished_at=utcnow(), error=f"{type(exc).__name__}: {exc}")
@@ -128,12 +131,12 @@ def run_job(settings: Settings, sessions: sessionmaker[Session], blobs: BlobStor
     return DONE
 
 
-def job_assignment(session: Session, job: SimilarityJob) -> tuple[str, str | None]:
-    """(slug, similarity base setting) of the job's assignment."""
+def job_assignment(session: Session, job: SimilarityJob) -> tuple[str, str | None, list[Entry]]:
+    """(slug, similarity base setting, known public solutions listed) of the job's assignment."""
     assignment = session.get(Assignment, job.assignment_id)
     if assignment is None:
         raise LookupError(f"job {job.id}: its assignment is gone")
-    return assignment.slug, assignment.similarity_base
+    return assignment.slug, assignment.similarity_base, list(assignment.similarity_sources or [])
 
 
 def _record(sessions: sessionmaker[Session], job_id: int, **values: object) -> None:

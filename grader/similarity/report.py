@@ -1,6 +1,7 @@
 """The similarity report: the clusters (grader.similarity.clusters) and ranked pairs as JSON,
 or self-contained HTML pages (no external assets, so they can be mailed or served as they are):
-the clusters first, then every pair in the ranking, a page of pairs at a time, with the file or
+the known public solutions staff listed and the students who match them (each source named by
+its label: `<repository>@<commit>`, or a zip's name and sha256), the clusters, then every pair in the ranking, a page of pairs at a time, with the file or
 function that drives its score, and for the `detailed` first pairs a page each with the shared
 regions of their strongest matches side by side (excerpts around them, long lines wrapped to
 the window). Highlighting marks shared lines that are not lines of the base's file or its
@@ -34,7 +35,13 @@ _RANKING = """<!doctype html>
 <title>{{ title }}</title><style>{{ style }}</style></head><body>
 <h1>{{ title }}</h1>
 <p>{{ summary }}</p>
-{% if page == 1 %}<h2 id="clusters">Files several students share</h2>
+{% if page == 1 %}<h2 id="public">Known public solutions</h2>
+{% if public %}<p>Compared against: {{ public|join("; ") }}.</p>
+{% if public_matches %}<table class="rank" id="public-table"><thead><tr><th>student</th><th>public source</th><th>score</th><th>lines the strongest matches share (longest run)</th><th>driven by</th></tr></thead><tbody>
+{% for p in public_matches %}<tr><td>{{ p.a }}</td><td>{{ p.b }}</td><td>{{ "%.0f%%"|format(100 * p.score) }}</td><td>{{ p.shared_lines }} ({{ p.longest_run }})</td><td>{{ p.driver }}</td></tr>
+{% endfor %}</tbody></table>{% else %}<p>No student's files match them.</p>{% endif %}
+{% else %}<p>None listed.</p>{% endif %}
+<h2 id="clusters">Files several students share</h2>
 <p>{{ cluster_note }}</p>
 {% if clusters %}<table class="rank" id="cluster-table"><thead><tr><th>#</th><th>students</th><th>files</th><th>kind</th><th>each one's first upload of it</th></tr></thead><tbody>
 {% for c in clusters %}<tr><td>{{ loop.index }}</td><td>{{ c.students|join(", ") }}</td><td>{{ c.files|join(", ") }}</td><td>{{ c.kind }}</td>
@@ -107,20 +114,27 @@ def excerpt(text: str, lines: Sequence[LineRange], starter: Set[str] = frozenset
 
 CLUSTER_NOTE = ("A file two or more students hand in the same after names, comments and layout are normalized "
                 "(identical), or sharing at least 90% of each one's own code (near-identical), is listed here "
-                "even when most of the class shares it and the pair scores leave it out. Files the same as "
-                "the starter's are not listed.")
+                "as one group, however many students share it (the pair scores count such code up to half the "
+                "class, a quarter against our kit's stand-in starter, and any amount of a listed public solution). "
+                "Files the same as the starter's are not listed.")
 
 
-def report_json(assignment: str, pairs: Sequence[PairResult], clusters: Sequence[Cluster] = ()) -> dict[str, Any]:
+def report_json(assignment: str, pairs: Sequence[PairResult], clusters: Sequence[Cluster] = (),
+                public: Sequence[str] = (), public_matches: Sequence[PairResult] = ()) -> dict[str, Any]:
+    """The report as JSON: `public_sources` the labels of the known public solutions compared
+    against, `public_matches` each (student `a`, public source `b`) that share code, as a pair."""
     return {"assignment": assignment, "students": _student_count(pairs),
-            "clusters": [c.as_json() for c in clusters],
+            "clusters": [c.as_json() for c in clusters], "public_sources": list(public),
+            "public_matches": [{**asdict(p), "student": p.a, "source": p.b, "driver": p.driver,
+                                "shared_lines": p.shared_lines, "longest_run": p.longest_run} for p in public_matches],
             "pairs": [{**asdict(p), "driver": p.driver, "shared_lines": p.shared_lines, "longest_run": p.longest_run}
                       for p in pairs]}
 
 
 def report_pages(assignment: str, pairs: Sequence[PairResult], sources: Mapping[str, Sources], base: Base,
                  detailed: int = 50, per_page: int = 200, stem: str = "report",
-                 clusters: Sequence[Cluster] = ()) -> dict[str, str]:
+                 clusters: Sequence[Cluster] = (), public: Sequence[str] = (),
+                 public_matches: Sequence[PairResult] = ()) -> dict[str, str]:
     """The HTML report as self-contained pages, file name -> HTML, to write side by side: the
     clusters (grader.similarity.clusters) and the ranking of every pair, `per_page` pairs a page (`{stem}.html` first, then
     `{stem}-ranking-2.html`, ...), and a page of its own for each of the `detailed` first pairs
@@ -140,6 +154,7 @@ def report_pages(assignment: str, pairs: Sequence[PairResult], sources: Mapping[
     pair_pages = {rank: f"{stem}-pair-{rank}.html" for rank, p in ranked[:detailed] if p.matches}
     out = {name: env.from_string(_RANKING).render(
         title=f"Similarity: {assignment}", style=_STYLE, summary=summary, pages=names, page=n, clusters=clusters,
+        public=public, public_matches=public_matches,
         cluster_note=CLUSTER_NOTE,
         pairs=ranked[(n - 1) * per_page: n * per_page], pair_pages=pair_pages) for n, name in names}
     for rank, name in pair_pages.items():

@@ -2,7 +2,8 @@
 
 `compute_report` is what `grader similarity` and the similarity job (grader.similarity.jobs)
 both run: every student's latest zip (grader.similarity.sources), compared with the base's
-code left out (grader.similarity.compare; fingerprints cached under `KG_DATA_DIR/reports/fingerprints`).
+code left out (grader.similarity.compare; fingerprints cached under `KG_DATA_DIR/reports/fingerprints`),
+and each against the known public solutions staff listed (grader.similarity.public), named.
 The job stores the result as JSON under `KG_DATA_DIR/reports/` (shared by every web process)
 with the sha256 of each zip compared and the base it used (its files beside the report), so
 a pair's side-by-side view re-reads exactly those two zips from the blob store, however the
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -25,8 +27,9 @@ from grader.models import utcnow
 from grader.similarity.base import Base, text_sha256
 from grader.similarity.cache import PrintCache, Progress
 from grader.similarity.clusters import Cluster, cluster_of, dated, find_clusters
-from grader.similarity.compare import Match, PairResult, Sources, compare_class
-from grader.similarity.prints import Fingerprinting
+from grader.similarity.compare import Match, PairResult, Sources, compare_all
+from grader.similarity.prints import STAND_IN_COMMON_SHARE, Fingerprinting
+from grader.similarity.public import PublicSource
 from grader.similarity.report import report_json
 from grader.similarity.sources import ClassSources, blob_sources, class_sources, upload_history
 from grader.storage.blobstore import BlobStore
@@ -43,6 +46,8 @@ class StoredReport:
     pairs: list[PairResult]  # most similar first
     base: str  # the base compared against, in words
     clusters: list[Cluster] = field(default_factory=list)  # most students first
+    public: list[str] = field(default_factory=list)  # the known public solutions compared against, by label
+    public_matches: list[PairResult] = field(default_factory=list)  # (student, public label), most similar first
 
     def pair(self, a: str, b: str) -> PairResult | None:
         return next((p for p in self.pairs if {p.a, p.b} == {a, b}), None)
@@ -53,18 +58,22 @@ def fingerprint_dir(data_dir: Path) -> Path:
 
 
 def compute_report(session: Session, blobs: BlobStore, rubric: Rubric, limits: UnpackLimits, base: Base,
-                   cache_dir: Path | None = None, progress: Progress | None = None) -> tuple[StoredReport, ClassSources]:
-    """Compare every student's latest submission with every other's, `base` (the starter the
-    students received, grader.similarity.base) left out; the report and the sources it was
-    computed from. CPU-bound for seconds to minutes: keep it off an event loop. `progress`:
-    told (files fingerprinted, files to fingerprint)."""
+                   cache_dir: Path | None = None, progress: Progress | None = None,
+                   public: Sequence[PublicSource] = ()) -> tuple[StoredReport, ClassSources]:
+    """Compare every student's latest submission with every other's and with each known public
+    solution of `public`, `base` (the starter the students received, grader.similarity.base) left
+    out; the report and the sources it was computed from. CPU-bound for seconds to minutes: keep
+    it off an event loop. `progress`: told (files fingerprinted, files to fingerprint)."""
     found = class_sources(session, blobs, rubric, limits)
-    config = Fingerprinting(literal_copies=base.received)
+    config = Fingerprinting(literal_copies=base.received,
+                            common_share=Fingerprinting.common_share if base.received else STAND_IN_COMMON_SHARE)
     prints = PrintCache(config, cache_dir)
-    pairs = compare_class(found.students, base.sources, config, prints, progress)
+    compared = compare_all(found.students, base.sources, {p.label: p.sources for p in public}, config, prints, progress)
+    pairs = compared.pairs
     clusters = find_clusters(found.students, base.sources, prints)
     clusters = dated(clusters, first_uploads(session, blobs, rubric, limits, clusters, prints))
-    return StoredReport(rubric.slug, utcnow(), found.submissions, found.skipped, pairs, base.label, clusters), found
+    return StoredReport(rubric.slug, utcnow(), found.submissions, found.skipped, pairs, base.label, clusters,
+                        [p.label for p in public], compared.sources), found
 
 
 def first_uploads(session: Session, blobs: BlobStore, rubric: Rubric, limits: UnpackLimits,
@@ -102,7 +111,8 @@ def base_files_path(report: Path) -> Path:
 def save_report(report: StoredReport, base: Sources, path: Path) -> None:
     """The report and its base's files, each written to a temporary file and renamed: a reader
     never sees half of either; the base goes first, so no report is seen without its own."""
-    body = {**report_json(report.assignment, report.pairs, report.clusters), "generated_at": report.generated_at.isoformat(),
+    body = {**report_json(report.assignment, report.pairs, report.clusters, report.public, report.public_matches),
+            "generated_at": report.generated_at.isoformat(),
             "submissions": report.submissions, "skipped": report.skipped, "base": report.base,
             "base_files": {path: text_sha256(text) for path, text in sorted(base.items())}}
     _write_json(base, base_files_path(path))
@@ -141,7 +151,8 @@ def load_report(path: Path) -> StoredReport | None:
         return None
     return StoredReport(data["assignment"], datetime.fromisoformat(data["generated_at"]), data["submissions"],
                         data["skipped"], [_pair(p) for p in data["pairs"]], data.get("base", "not recorded"),
-                        [cluster_of(c) for c in data.get("clusters", [])])
+                        [cluster_of(c) for c in data.get("clusters", [])], data.get("public_sources", []),
+                        [_pair(p) for p in data.get("public_matches", [])])
 
 
 def pair_sources(blobs: BlobStore, report: StoredReport, pair: PairResult, rubric: Rubric,

@@ -221,6 +221,10 @@ STAFF_ROUTES: dict[tuple[str, str], Rule] = {
     # the course's policies, roster and members, pauses and removals: instructors only
     ("POST", "/assignments/{slug}/similarity/base"): Rule(INSTRUCTOR, post(A + "/similarity/base", action="default"),
                                                           303),
+    ("POST", "/assignments/{slug}/similarity/sources"): Rule(INSTRUCTOR, post(A + "/similarity/sources"), 400,
+                                                             "or give a git ref first"),
+    ("POST", "/assignments/{slug}/similarity/sources/remove"): Rule(
+        INSTRUCTOR, post(A + "/similarity/sources/remove", key="none"), 303),
     ("GET", "/assignments/{slug}/settings"): Rule(INSTRUCTOR, get(A + "/settings")),
     ("POST", "/assignments/{slug}/settings"): Rule(INSTRUCTOR, post(A + "/settings", due="not a date"), 400,
                                                    "The schedule was not saved"),

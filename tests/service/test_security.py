@@ -406,7 +406,7 @@ def _hw4_row(w: World) -> tuple:
         row = session.scalars(select(Assignment).where(Assignment.slug == "hw4")).one()
         return (row.due_at, row.late_window_s, row.score_policy, row.grading_paused, row.course_id,
                 row.storage_quota_bytes, row.quota_runs, row.course.quota_runs if row.course else None,
-                row.course.ta_powers if row.course else None)
+                row.course.ta_powers if row.course else None, row.similarity_base, row.similarity_sources)
 
 
 def _enrollments(w: World) -> list[tuple]:
@@ -786,6 +786,10 @@ ROUTES: dict[tuple[str, str], Check] = {
     ("POST", "/assignments/{slug}/grading"): _ops_post_denied("/assignments/hw4/grading", {"action": "pause"}),
     ("POST", "/assignments/{slug}/similarity"): _ops_post_denied("/assignments/hw4/similarity", {}),
     ("POST", "/assignments/{slug}/similarity/base"): _ops_post_denied("/assignments/hw4/similarity/base", {}),
+    ("POST", "/assignments/{slug}/similarity/sources"): _ops_post_denied(
+        "/assignments/hw4/similarity/sources", {"public_git": "git:https://github.com/x/y@main"}),
+    ("POST", "/assignments/{slug}/similarity/sources/remove"): _ops_post_denied(
+        "/assignments/hw4/similarity/sources/remove", {"key": "git:https://github.com/x/y@main"}),
     ("POST", "/assignments/{slug}/storage"): _ops_post_denied("/assignments/hw4/storage", {"quota_mib": "1"}),
     ("POST", "/assignments/{slug}/quota"): _ops_post_denied("/assignments/hw4/quota", {"quota_runs": "1"}),
     ("POST", "/courses/{course}/quota"): _ops_post_denied(f"/courses/{COURSE}/quota", {"quota_runs": "1"}),

@@ -24,12 +24,13 @@ from typing import Any
 import psycopg
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.app import create_app
 from grader.course.membership import get_or_create_user
 from grader.db import make_engine, make_session_factory, session_scope
-from grader.models import Role, SimilarityJob, Submission
+from grader.models import AuditEvent, Role, SimilarityJob, Submission
 from grader.passwords import set_password
 from grader.service import get_assignment
 from grader.settings import Settings
@@ -293,3 +294,39 @@ def test_staff_set_the_base_on_the_settings_page(own_settings: Settings, session
     assert default and f"Now: the rubric&#39;s default, {default}." in back.text
     with session_scope(sessions_own) as session:
         assert get_assignment(session, "hw4").similarity_base is None
+
+
+def test_staff_list_and_remove_known_public_solutions(own_settings: Settings, sessions_own: sessionmaker[Session],
+                                                      starter_repo: str, tmp_path: Path) -> None:
+    """The settings page's list of known public solutions (issue 51): a zip without the
+    assignment's files and a git ref from a host not listed are refused, saying why; a git ref
+    that may be fetched is listed once, shown, audited, and removed again."""
+    prof = Browser(own_settings, "sim-prof")
+    page = prof.client.get("/assignments/hw4/settings").text
+    assert 'id="no-public"' in page
+
+    def add(**form: Any) -> str:
+        files = {"public_zip": form.pop("zip")} if "zip" in form else None
+        return prof.client.post("/assignments/hw4/similarity/sources", data={"csrf_token": prof.csrf(page), **form},
+                                files=files).text
+
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "readme.txt").write_text("no kernels here")
+    assert "Not listed: could not find the assignment folder in the zip" in add(zip=("notes.zip", _zip(notes, {}, tmp_path / "z"),
+                                                                          "application/zip"))
+    assert "github.com is not a host bases may be fetched from" in add(public_git="git:https://github.com/x/y@main")
+    listed = add(public_git=starter_repo)
+    assert f"Listed {starter_repo}; compute the report again." in listed and "<code>" + starter_repo in listed
+    assert f"{starter_repo} is listed already." in add(public_git=starter_repo)
+    with session_scope(sessions_own) as session:
+        assert get_assignment(session, "hw4").similarity_sources == [{"kind": "git", "spec": starter_repo}]
+    assert starter_repo in prof.client.get("/assignments/hw4/similarity").text  # in the report page's header
+    gone = prof.client.post("/assignments/hw4/similarity/sources/remove",
+                            data={"csrf_token": prof.csrf(page), "key": starter_repo}).text
+    assert f"{starter_repo} is no longer listed" in gone and 'id="no-public"' in gone
+    with session_scope(sessions_own) as session:
+        assert get_assignment(session, "hw4").similarity_sources is None
+        details = session.scalars(select(AuditEvent.detail).where(AuditEvent.detail.contains("public source"))).all()
+    assert details == [f"assignment hw4: similarity public source added: {starter_repo}",
+                       f"assignment hw4: similarity public source removed: {starter_repo}"]

@@ -1,6 +1,6 @@
 """Clusters (grader.similarity.clusters): files several students hand in alike, reported with
-who, which files and of which kind, while the pair scores stay as the common-code rule makes
-them; a starter file is never a cluster."""
+who, which files and of which kind, beside the pair scores (which count such code up to half the
+class, issue 51: four identical solutions among eight score high); a starter file is never a cluster."""
 from __future__ import annotations
 
 import re
@@ -13,7 +13,7 @@ from grader.similarity.base import Base
 from grader.similarity.cache import PrintCache
 from grader.similarity.clusters import cluster_of, find_clusters
 from grader.similarity.compare import compare_class, starter_sources
-from grader.similarity.prints import Fingerprinting
+from grader.similarity.prints import STAND_IN_COMMON_SHARE, Fingerprinting
 from grader.similarity.report import report_json, report_pages
 from worker.rubric import load_rubric
 
@@ -51,10 +51,14 @@ def _clusters(students: dict[str, dict[str, str]], base: dict[str, str] = BASE):
     return find_clusters(students, base, PrintCache(Fingerprinting()))
 
 
-def test_four_identical_submissions_among_eight_are_one_cluster_though_their_pairs_score_0() -> None:
+def test_four_identical_submissions_among_eight_are_one_cluster_and_their_pairs_score_high() -> None:
     students = {f"s{i}": {"kernel.cu": SOLUTION if i < 4 else _own(i)} for i in range(8)}
     pairs = compare_class(students, BASE)
-    assert all(p.score == 0 for p in pairs if {p.a, p.b} <= {"s0", "s1", "s2", "s3"})  # the common-code rule
+    copies = [p for p in pairs if {p.a, p.b} <= {"s0", "s1", "s2", "s3"}]
+    assert len(copies) == 6 and all(p.score > 0.9 for p in copies)  # held by 4 of 8: a quarter scored them 0
+    assert all(p.score < 0.5 for p in pairs if p not in copies)
+    stand_in = compare_class(students, BASE, Fingerprinting(literal_copies=False, common_share=STAND_IN_COMMON_SHARE))
+    assert all(p.score == 0 for p in stand_in if {p.a, p.b} <= {"s0", "s1", "s2", "s3"})  # against a stand-in
     clusters = _clusters(students)
     assert len(clusters) == 1
     assert clusters[0].students == ("s0", "s1", "s2", "s3") and clusters[0].files == ("kernel.cu",)
