@@ -1,4 +1,5 @@
-"""`python -m grader`: the `grader` command (grader.cli), e.g. for the GPU workers of `grader worker --gpus`."""
+"""`python -m grader`: the `grader` command (grader.cli); `grader worker --gpus` starts each GPU's worker so."""
 from grader.cli import app
 
-app(prog_name="grader")
+if __name__ == "__main__":
+    app(prog_name="grader")

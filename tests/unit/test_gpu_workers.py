@@ -261,3 +261,11 @@ def test_a_gpu_the_host_lacks_is_refused(captured: dict[str, Any], tmp_path: Pat
     result = CliRunner().invoke(cli.app, ["worker", "--gpus", "all"])
     cli.get_settings.cache_clear()
     assert result.exit_code == 2 and "same cores" in result.output and not captured
+
+
+def test_python_dash_m_grader_is_the_grader_command() -> None:
+    """What the supervisor starts for each GPU (`python -m grader worker ...`) is the command itself."""
+    shown = subprocess.run([sys.executable, "-m", "grader", "worker", "--help"], cwd=ROOT, capture_output=True,
+                           text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})
+    assert shown.returncode == 0, shown.stderr
+    assert "Usage: grader worker" in shown.stdout and "--gpus" in shown.stdout and "--node" in shown.stdout
