@@ -12,8 +12,9 @@ child (whose CUDA_VISIBLE_DEVICES is set from it, worker.sandbox.spawn) use it. 
 environment also gets `CUDA_VISIBLE_DEVICES=<uuid>`, so anything in the worker that starts CUDA
 sees only its GPU, whatever CUDA's device order.
 
-The supervisor restarts a worker that exits, at most `max_restarts` times; then that GPU is left
-out (a log line says so) and the others keep grading. A run its worker held when it died is sent
+The supervisor restarts a worker that exits, at most `max_restarts` times in a row (a worker that
+was up for `stable_s` starts the count afresh); then that GPU is left out (a log line says so)
+and the others keep grading. A run its worker held when it died is sent
 again by the reconciler once its heartbeat is stale (grader.runs.reconcile), to whichever worker
 is free. SIGTERM or SIGINT to the supervisor is passed to each worker's main process, the way
 docker stops a container: Celery's warm shutdown, which finishes the run under way; the
@@ -43,6 +44,7 @@ log = logging.getLogger(__name__)
 NVIDIA_SMI_QUERY = ["nvidia-smi", "--query-gpu=index,uuid", "--format=csv,noheader"]
 FAKE_GPUS_VARIABLE = "KG_FAKE_GPUS"
 DEFAULT_MAX_RESTARTS = 3
+STABLE_S = 600.0  # a worker up this long before it exits has its restarts counted afresh
 
 
 def log_supervisor() -> None:
@@ -147,6 +149,7 @@ class _Member:
     env: dict[str, str]
     proc: subprocess.Popen[bytes] | None = None
     restarts: int = 0
+    started: float = 0.0
     left_out: bool = False
     exits: list[int] = field(default_factory=list)
 
@@ -156,11 +159,12 @@ class Supervisor:
 
     def __init__(self, members: Sequence[tuple[Gpu, list[str], dict[str, str]]],
                  max_restarts: int = DEFAULT_MAX_RESTARTS, restart_delay_s: float = 2.0,
-                 poll_s: float = 0.2) -> None:
+                 poll_s: float = 0.2, stable_s: float = STABLE_S) -> None:
         self.members = [_Member(gpu, list(argv), dict(env)) for gpu, argv, env in members]
         self.max_restarts = max_restarts
         self.restart_delay_s = restart_delay_s
         self.poll_s = poll_s
+        self.stable_s = stable_s
         self.stopping = False
 
     def run(self) -> int:
@@ -188,6 +192,7 @@ class Supervisor:
 
     def _start(self, member: _Member) -> None:
         member.proc = subprocess.Popen(member.argv, env=member.env, start_new_session=True)
+        member.started = time.monotonic()
         log.info("GPU %d (%s): worker started, pid %d", member.gpu.index, member.gpu.uuid, member.proc.pid)
 
     def _check(self, member: _Member) -> None:
@@ -201,6 +206,8 @@ class Supervisor:
         if self.stopping:
             log.info("GPU %d: worker stopped (exit status %d)", member.gpu.index, status)
             return
+        if time.monotonic() - member.started >= self.stable_s:
+            member.restarts = 0  # it had been working: only a worker that keeps dying is left out
         if member.restarts >= self.max_restarts:
             member.left_out = True
             log.error("GPU %d (%s) is left out: its worker exited %d times (last exit status %d); the other GPUs "

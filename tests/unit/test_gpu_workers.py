@@ -112,6 +112,9 @@ with open(os.path.join(out, f"starts-{index}"), "a") as f:
     f.write(f"{os.getpid()}\\n")
 if sys.argv[2] == "die":
     sys.exit(3)
+if sys.argv[2] == "die-later":
+    time.sleep(0.4)
+    sys.exit(3)
 keys = ("KG_GPU_INDEX", "CUDA_VISIBLE_DEVICES", "KG_TIMING_CPUS", "TMPDIR")
 state = {"env": {k: os.environ.get(k) for k in keys}, "pid": os.getpid(), "pgid": os.getpgid(0)}
 def stop(signum, frame):
@@ -130,11 +133,11 @@ SUPERVISOR = """
 import logging, sys, json
 from pathlib import Path
 from grader.gpu_workers import Gpu, Supervisor, log_supervisor, worker_env
-out, recorder, plan = Path(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
+out, recorder, plan, stable_s = Path(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3]), float(sys.argv[4])
 members = [(Gpu(i, u), [sys.executable, recorder, str(out), how], worker_env({"PATH": "/usr/bin:/bin"}, Gpu(i, u), "auto", out / f"scratch-{i}"))
            for i, u, how in plan]
 log_supervisor()
-sys.exit(Supervisor(members, max_restarts=2, restart_delay_s=0.05, poll_s=0.05).run())
+sys.exit(Supervisor(members, max_restarts=2, restart_delay_s=0.05, poll_s=0.05, stable_s=stable_s).run())
 """
 
 
@@ -145,10 +148,10 @@ def _wait_for(what: str, check: Any, timeout: float = 30) -> None:
         time.sleep(0.05)
 
 
-def _supervise(tmp_path: Path, plan: list[tuple[int, str, str]]) -> subprocess.Popen[str]:
+def _supervise(tmp_path: Path, plan: list[tuple[int, str, str]], stable_s: float = 600) -> subprocess.Popen[str]:
     recorder = tmp_path / "recorder.py"
     recorder.write_text(textwrap.dedent(RECORDER))
-    return subprocess.Popen([sys.executable, "-c", SUPERVISOR, str(tmp_path), str(recorder), json.dumps(plan)],
+    return subprocess.Popen([sys.executable, "-c", SUPERVISOR, str(tmp_path), str(recorder), json.dumps(plan), str(stable_s)],
                             cwd=ROOT, stderr=subprocess.PIPE, text=True)
 
 
@@ -189,6 +192,18 @@ def test_a_worker_that_keeps_dying_is_left_out_and_the_other_goes_on(tmp_path: P
     assert f"GPU 1 ({TWO[1].uuid}) is left out: its worker exited 3 times (last exit status 3)" in stderr
     assert json.loads((tmp_path / "gpu-0.json").read_text())["stopped_by"] == signal.SIGTERM
     assert proc.returncode == 0
+
+
+def test_a_worker_that_was_up_a_while_starts_its_count_afresh(tmp_path: Path) -> None:
+    proc = _supervise(tmp_path, [(0, TWO[0].uuid, "die-later")], stable_s=0.2)
+    try:
+        _wait_for("a fifth start", lambda: (tmp_path / "starts-0").exists()
+                  and len((tmp_path / "starts-0").read_text().split()) >= 5)
+        assert proc.poll() is None  # more than 1 + 2 starts, never left out
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    assert "left out" not in stderr and proc.returncode == 0
 
 
 def test_every_gpu_left_out_ends_the_supervisor_with_an_error(tmp_path: Path) -> None:
