@@ -26,6 +26,16 @@ from grader.course.courses import course_holding, course_of_free_assignments
 from grader.course.membership import get_or_create_user
 from grader.datadir import private_dir, private_file, restrict_umask, tighten
 from grader.db import make_engine, make_session_factory, session_scope
+from grader.gpu_workers import (
+    GpuListError,
+    Supervisor,
+    choose_gpus,
+    list_gpus,
+    log_supervisor,
+    node_name,
+    warn_shared_cores,
+    worker_env,
+)
 from grader.models import Role
 from grader.runs.engine_config import gpu_available, gpu_stage_config, gpu_stage_for, pipeline_config
 from grader.runs.reconcile import reconcile
@@ -133,9 +143,17 @@ def worker(
         help="processes; default KG_GPU_SLOTS (with the split, that many runs' checks share the GPU)")] = None,
     loglevel: str = "info",
     similarity: Annotated[bool, typer.Option(help="also take the CPU queue (KG_SIMILARITY_QUEUE): similarity reports and roster imports")] = False,
+    gpus: Annotated[str | None, typer.Option(
+        help="one worker per GPU of this host: 'all' (nvidia-smi's list) or host indexes '0,1'")] = None,
+    node: Annotated[str | None, typer.Option(help="Celery node name (--gpus gives each GPU's worker gpu<index>@%h)")] = None,
 ) -> None:
     """Start a Celery worker on the grading queue (replaces this process). A worker named for
-    a GPU model (KG_GPU_MODEL) refuses to start on another GPU, unless GPU grading is off."""
+    a GPU model (KG_GPU_MODEL) refuses to start on another GPU, unless GPU grading is off.
+    With --gpus, one such worker per GPU, each pinned to its GPU, kept running by this process
+    (grader/gpu_workers.py); with one GPU it is that GPU's worker, as without --gpus."""
+    if gpus is not None:
+        _gpu_workers(gpus, concurrency, loglevel, similarity)
+        return
     settings = get_settings()
     if settings.gpu_model and settings.gpu_grading != "off":
         snapshot = gpu_snapshot(settings.gpu_index)
@@ -144,7 +162,35 @@ def worker(
             typer.echo(mismatch, err=True)
             raise typer.Exit(2)
     slots = concurrency if concurrency is not None else settings.gpu_slots
-    os.execvp(sys.executable, [sys.executable, *_worker_argv(settings, slots, loglevel, similarity)])
+    argv = _worker_argv(settings, slots, loglevel, similarity)
+    os.execvp(sys.executable, [sys.executable, *argv, *(["--hostname", node] if node else [])])
+
+
+def _gpu_workers(spec: str, concurrency: int | None, loglevel: str, similarity: bool) -> None:
+    """`grader worker --gpus`: every chosen GPU's `grader worker`, pinned to it; one GPU: exec'd
+    in place (today's worker on that GPU), several: supervised. Exits when they have."""
+    settings = get_settings()
+    try:
+        chosen = choose_gpus(spec, list_gpus)
+    except GpuListError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
+    if len(chosen) > 1 and settings.timing_cpus.strip().lower() not in ("auto", "off", "none", ""):
+        typer.echo(f"KG_TIMING_CPUS={settings.timing_cpus} would give every GPU's timing the same cores: "
+                   "use 'auto' (two per GPU) or 'off' with --gpus", err=True)
+        raise typer.Exit(2)
+    args = ["worker", "--loglevel", loglevel, *(["--concurrency", str(concurrency)] if concurrency else []),
+            *(["--similarity"] if similarity else [])]
+    grader = [sys.executable, "-m", "grader"]
+    if len(chosen) == 1:
+        env = worker_env(os.environ, chosen[0], settings.timing_cpus, None)
+        os.execvpe(sys.executable, [*grader, *args], env)
+    members = [(gpu, [*grader, *args, "--node", node_name(gpu)],
+                worker_env(os.environ, gpu, settings.timing_cpus, settings.data_dir / "scratch" / f"gpu-{gpu.index}"))
+               for gpu in chosen]
+    log_supervisor()
+    warn_shared_cores([env for _, _, env in members])
+    raise typer.Exit(Supervisor(members).run())
 
 
 CELERY_ROOT_WARNING = "You're running the worker with superuser privileges"
