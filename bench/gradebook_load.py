@@ -41,7 +41,7 @@ from sqlalchemy.engine import make_url  # noqa: E402
 
 from grader.app import create_app  # noqa: E402
 from grader.auth.credentials import SCOPE_READ_ALL, issue_token  # noqa: E402
-from grader.cli import init_database  # noqa: E402
+from grader.cli.main import init_database  # noqa: E402
 from grader.course.courses import course_of_free_assignments  # noqa: E402
 from grader.course.membership import enroll  # noqa: E402
 from grader.db import make_engine, make_session_factory, session_scope  # noqa: E402

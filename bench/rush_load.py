@@ -55,7 +55,7 @@ from sqlalchemy import select  # noqa: E402
 
 from grader.auth.credentials import issue_token  # noqa: E402
 from grader.celery_app import REDIS_PRIORITY_STEPS  # noqa: E402
-from grader.cli import init_database  # noqa: E402
+from grader.cli.main import init_database  # noqa: E402
 from grader.course.courses import course_of_free_assignments  # noqa: E402
 from grader.course.membership import get_or_create_user  # noqa: E402
 from grader.db import make_engine, make_session_factory, session_scope  # noqa: E402
@@ -144,7 +144,7 @@ class Service:
         self.students = sorted(k for k in self.tokens if k != "staff")  # the first one sends the burst
         self.log = (self.data_dir / "serve.log").open("wb")
         self.server = subprocess.Popen(
-            [sys.executable, "-c", "from grader.cli import app; app()", "serve", "--host", "127.0.0.1",
+            [sys.executable, "-c", "from grader.cli.main import app; app()", "serve", "--host", "127.0.0.1",
              "--port", str(self.port)],
             cwd=PROJECT_ROOT, env={**os.environ, **self.env}, stdout=self.log, stderr=subprocess.STDOUT)
         self._wait_until_up()

@@ -33,7 +33,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 
 from grader.app import create_app  # noqa: E402
 from grader.auth.credentials import issue_token  # noqa: E402
-from grader.cli import init_database  # noqa: E402
+from grader.cli.main import init_database  # noqa: E402
 from grader.course.courses import course_of_free_assignments  # noqa: E402
 from grader.course.membership import get_or_create_user  # noqa: E402
 from grader.db import make_engine, make_session_factory, session_scope  # noqa: E402

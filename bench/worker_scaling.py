@@ -43,7 +43,7 @@ from benchmarks_md import add_smoke_flag, current_commit, publish, smoke  # noqa
 
 from grader.app import create_app  # noqa: E402
 from grader.auth.credentials import issue_token  # noqa: E402
-from grader.cli import init_database  # noqa: E402
+from grader.cli.main import init_database  # noqa: E402
 from grader.course.courses import course_of_free_assignments  # noqa: E402
 from grader.course.membership import get_or_create_user  # noqa: E402
 from grader.db import make_engine, make_session_factory, session_scope  # noqa: E402
@@ -56,7 +56,7 @@ PG_ADMIN_URL = os.environ.get("KG_BENCH_PG_URL", "postgresql://postgres@127.0.0.
 REDIS_URL = os.environ.get("KG_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 GRADER = Path(sys.executable).with_name("grader")
 # the console script where the project is installed; else the CLI through this interpreter (a bare GPU machine)
-GRADER_COMMAND = [str(GRADER)] if GRADER.exists() else [sys.executable, "-c", "from grader.cli import app; app()"]
+GRADER_COMMAND = [str(GRADER)] if GRADER.exists() else [sys.executable, "-c", "from grader.cli.main import app; app()"]
 FINAL = ("built", "scored", "failed")
 # GPU stage seconds per run on one H200 (docs/benchmarks/grade-time.md, "Two-phase GPU stage"): the four
 # kernel problems (median of the two kernel-only re-grades) and the whole grade.

@@ -21,7 +21,7 @@ the deadline), fair share couples a student's runs, and each answer can be check
 small case (tests/unit/test_capacity.py).
 
 Pure (numpy and the standard library): grader/reads/grade_times.py supplies the measured grade
-times and their timing part, `grader capacity` (grader/capacity_cli.py) prints the answer, and
+times and their timing part, `grader capacity` (grader/cli/capacity.py) prints the answer, and
 the run page's queue ETA (grader/reads/runstatus.py) is `queue_eta`, today's schedule on the
 same estimate, `service_estimate`.
 """

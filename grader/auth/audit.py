@@ -1,5 +1,5 @@
 """The audit log (`audit_events`): a row per security event, never changed. Read it with
-`grader audit` (grader/accounts_cli.py) or SQL.
+`grader audit` (grader/cli/accounts.py) or SQL.
 
 What is recorded, and why not more: each failed login, /forgot request and unknown API token
 that was checked (the throttle bounds how many there can be), each block the throttle starts

@@ -18,7 +18,7 @@ import yaml
 
 from grader.app import create_app
 from grader.celery_app import TASK_GRADE_RUN, TASK_PREBUILD, make_celery
-from grader.cli import app as grader_app
+from grader.cli.main import app as grader_app
 from grader.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -34,7 +34,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from grader.app import create_app
 from grader.auth.credentials import issue_token
 from grader.celery_app import REDIS_PRIORITY_STEPS
-from grader.cli import init_database
+from grader.cli.main import init_database
 from grader.course.courses import course_of_free_assignments
 from grader.course.membership import get_or_create_user
 from grader.db import make_engine, make_session_factory, session_scope

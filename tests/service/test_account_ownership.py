@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
 from grader.app import create_app
-from grader.cli import app as grader_cli
+from grader.cli.main import app as grader_cli
 from grader.course.courses import create_course
 from grader.course.membership import courses_of, enroll, get_or_create_user
 from grader.course.roster import import_roster

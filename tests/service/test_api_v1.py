@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 
 from grader.app import create_app
 from grader.auth.credentials import issue_token
-from grader.cli import app as cli_app
+from grader.cli.main import app as cli_app
 from grader.course.membership import get_or_create_user
 from grader.db import session_scope
 from grader.models import Assignment, Course, ErrorClass, ProblemResult, Role, Run, RunState, Submission, User, utcnow

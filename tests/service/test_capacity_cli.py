@@ -14,8 +14,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
 from grader.capacity import Course, Planner, Schedule, Shape
-from grader.capacity_cli import span
-from grader.cli import app
+from grader.cli.capacity import span
+from grader.cli.main import app
 from grader.course.membership import get_or_create_user
 from grader.db import session_scope
 from grader.models import Assignment, ProblemResult, Role, RunState, utcnow

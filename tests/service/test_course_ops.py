@@ -14,7 +14,7 @@ from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
-from grader.cli import app
+from grader.cli.main import app
 from grader.course.deadlines import Extension, LatePolicy, LateStatus
 from grader.course.membership import get_or_create_user
 from grader.course.policies import grant_extension, late_policy, lateness, quota_decision, set_schedule

@@ -28,7 +28,7 @@ from typer.testing import CliRunner
 
 from grader.app import create_app
 from grader.auth.credentials import issue_token
-from grader.cli import app as grader_cli
+from grader.cli.main import app as grader_cli
 from grader.course.membership import enroll, get_or_create_user
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import CourseRole, Role, Run, RunState, Submission, User, utcnow

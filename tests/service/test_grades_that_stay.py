@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
 from grader.auth.credentials import issue_token
-from grader.cli import app
+from grader.cli.main import app
 from grader.course.membership import get_or_create_user
 from grader.db import session_scope
 from grader.models import Assignment, Role, Run, RunState, utcnow

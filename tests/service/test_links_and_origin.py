@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
 from grader.app import CROSS_SITE_POSTS, create_app
-from grader.cli import app as cli_app
+from grader.cli.main import app as cli_app
 from grader.db import session_scope
 from grader.models import ApiToken, AuditEvent, PasswordReset, User
 from grader.settings import Settings

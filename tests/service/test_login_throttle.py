@@ -23,8 +23,8 @@ from typer.testing import CliRunner
 
 from grader.app import create_app
 from grader.auth.credentials import issue_token
-from grader.cli import app as cli_app
-from grader.cli import init_database
+from grader.cli.main import app as cli_app
+from grader.cli.main import init_database
 from grader.course.membership import get_or_create_user
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import AuditEvent, LoginThrottle, Role, User, utcnow

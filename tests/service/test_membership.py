@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from grader.app import create_app
 from grader.auth.credentials import issue_token
-from grader.cli import app as grader_cli
+from grader.cli.main import app as grader_cli
 from grader.course.membership import get_or_create_user, roles_of
 from grader.course.policies import admission
 from grader.db import session_scope

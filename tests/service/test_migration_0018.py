@@ -8,7 +8,7 @@ import pytest
 import sqlalchemy as sa
 from alembic import command
 
-from grader.cli import _alembic_config
+from grader.cli.main import _alembic_config
 from grader.settings import Settings
 
 

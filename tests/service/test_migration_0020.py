@@ -22,7 +22,7 @@ from alembic.config import Config
 from alembic.script import ScriptDirectory
 from sqlalchemy.orm import Session
 
-from grader.cli import _alembic_config
+from grader.cli.main import _alembic_config
 from grader.course.deadlines import Extension, LatePolicy, evaluate
 from grader.models import Assignment, CountedRun, GradeAdjustment
 from grader.reads.gradebook_reads import gradebook

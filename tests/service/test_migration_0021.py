@@ -29,7 +29,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
 from grader.app import create_app
-from grader.cli import _alembic_config
+from grader.cli.main import _alembic_config
 from grader.models import Run, User
 from grader.notify import run_notice
 from grader.passwords import set_password

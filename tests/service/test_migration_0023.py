@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import command
 from alembic.script import ScriptDirectory
 
-from grader.cli import _alembic_config
+from grader.cli.main import _alembic_config
 from grader.settings import Settings
 from tests.service.test_migration_0020 import NOW, Seed
 

@@ -16,7 +16,7 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import command
 
-from grader.cli import _alembic_config
+from grader.cli.main import _alembic_config
 from grader.settings import Settings
 from tests.service.test_migration_0020 import NOW, Seed
 

@@ -24,7 +24,7 @@ from alembic.script import ScriptDirectory
 from fastapi.testclient import TestClient
 
 from grader.app import create_app
-from grader.cli import _alembic_config
+from grader.cli.main import _alembic_config
 from grader.settings import Settings
 from tests.service.conftest import PG_ADMIN_URL, REDIS_URL, auth
 

@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
 from grader.auth.audit import Via
-from grader.cli import app, init_database
+from grader.cli.main import app, init_database
 from grader.course.adjustments import add_entry
 from grader.course.membership import enroll, get_or_create_user
 from grader.db import make_engine, make_session_factory, session_scope

@@ -18,7 +18,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
-from grader.cli import app, init_database
+from grader.cli.main import app, init_database
 from grader.course.adjustments import add_entry
 from grader.course.assignment_settings import ScheduleChange
 from grader.course.deadlines import Extension, LatePolicy

@@ -10,7 +10,7 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
-from grader.cli import _alembic_config
+from grader.cli.main import _alembic_config
 from grader.models import Base
 from grader.settings import Settings
 

@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
 from grader.app import create_app
-from grader.cli import app as grader_cli
+from grader.cli.main import app as grader_cli
 from grader.course.courses import find_course
 from grader.course.membership import enroll, get_or_create_user
 from grader.db import session_scope

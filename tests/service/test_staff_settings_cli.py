@@ -11,7 +11,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
-from grader.cli import app
+from grader.cli.main import app
 from grader.db import session_scope
 from grader.models import Assignment, AuditEvent, Course
 from grader.settings import get_settings

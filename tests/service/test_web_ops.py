@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 
 from grader.app import create_app
 from grader.auth.credentials import issue_token
-from grader.cli import app as grader_cli
+from grader.cli.main import app as grader_cli
 from grader.course.deadlines import LateStatus
 from grader.course.membership import get_or_create_user, role_in
 from grader.course.policies import admission, late_policy, lateness

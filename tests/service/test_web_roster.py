@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
 from grader.app import create_app
-from grader.cli import app as cli_app
+from grader.cli.main import app as cli_app
 from grader.course.membership import get_or_create_user
 from grader.course.roster_csv import parse_roster
 from grader.course.roster_entries import entry_of

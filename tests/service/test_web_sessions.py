@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 
 from grader.app import create_app
 from grader.auth.sessions import secret_key
-from grader.cli import app as cli_app
+from grader.cli.main import app as cli_app
 from grader.course.membership import get_or_create_user
 from grader.db import session_scope
 from grader.models import Role, User, WebSession, utcnow

@@ -1,4 +1,4 @@
-"""`grader submit` (grader/client_cli.py): one Idempotency-Key per upload, sent again with the
+"""`grader submit` (grader/cli/client.py): one Idempotency-Key per upload, sent again with the
 same key after a connection error or a 5xx, never after a 4xx."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from grader.client_cli import ApiFailure, retry_delay, upload
+from grader.cli.client import ApiFailure, retry_delay, upload
 
 CREATED = {"submission_id": 7, "run_id": 9, "message": "Upload stored; grading is queued.", "queued": True}
 

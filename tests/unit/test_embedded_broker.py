@@ -12,7 +12,7 @@ from pathlib import Path
 from kombu import Connection
 
 from grader.celery_app import make_celery
-from grader.cli import init_database
+from grader.cli.main import init_database
 from grader.runs.dispatch import run_signature
 from grader.settings import Settings
 

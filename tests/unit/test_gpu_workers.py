@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from grader import cli
+from grader.cli import main as cli
 from grader.gpu_workers import (
     Gpu,
     GpuListError,

@@ -12,10 +12,10 @@ import typer
 from sqlalchemy.orm import Session
 
 from grader.capacity import DOUBLING_H, HOUR, Course, Figures, Planner, Schedule, Shape
+from grader.cli.ops import assignment_or_exit
 from grader.course.assignment_settings import parse_duration
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import RunState
-from grader.ops_cli import assignment_or_exit
 from grader.reads.grade_times import (
     DEFAULT_TIMING_SHARE,
     grade_splits,

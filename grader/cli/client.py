@@ -344,5 +344,5 @@ def register(app: typer.Typer) -> None:
 app = typer.Typer(help="kernelgrade client: submit, status, regrade, export, counted.", no_args_is_help=True)
 register(app)
 
-if __name__ == "__main__":  # `python -m grader.client_cli`: needs only httpx and Typer
+if __name__ == "__main__":  # `python -m grader.cli.client`: needs only httpx and Typer
     app()

@@ -9,9 +9,9 @@ from typing import Annotated
 import typer
 
 from grader.auth.audit import Via
+from grader.cli.ops import assignment_or_exit
 from grader.course.grades import points_text
 from grader.db import make_engine, make_session_factory, session_scope
-from grader.ops_cli import assignment_or_exit
 from grader.rescoring import RescoreError, RescorePreview, apply_rescore, preview_rescore
 from grader.settings import get_settings
 

@@ -18,10 +18,16 @@ from alembic import command as alembic_command
 from alembic.config import Config as AlembicConfig
 from sqlalchemy.orm import Session, sessionmaker
 
-from grader import accounts_cli, capacity_cli, client_cli, lti_cli, ops_cli, rescore_cli, staff_settings_cli
 from grader.auth.credentials import issue_token
 from grader.auth.sessions import change_password
 from grader.celery_app import declare_queues, make_celery
+from grader.cli import accounts as accounts_cli
+from grader.cli import capacity as capacity_cli
+from grader.cli import client as client_cli
+from grader.cli import lti as lti_cli
+from grader.cli import ops as ops_cli
+from grader.cli import rescore as rescore_cli
+from grader.cli import staff_settings as staff_settings_cli
 from grader.course.courses import course_holding, course_of_free_assignments
 from grader.course.membership import get_or_create_user
 from grader.datadir import private_dir, private_file, restrict_umask, tighten
@@ -54,7 +60,7 @@ from worker.starter_kit import write_starter_zip, zip_tree
 from worker.telemetry import gpu_model_mismatch, gpu_snapshot
 from worker.timing import RatioSummary
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 FINAL_STATES = {"built", "scored", "failed"}
 DEV_COURSE = "dev"  # `grader dev`'s course
 reconciler_log = logging.getLogger("grader.reconciler")  # the reconcile loop's own lines (collector passes)

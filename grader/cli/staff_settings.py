@@ -9,13 +9,13 @@ from typing import Annotated, TypeVar
 
 import typer
 
-from grader.accounts_cli import course_app, course_or_exit
 from grader.auth.audit import Via
+from grader.cli.accounts import course_app, course_or_exit
+from grader.cli.ops import assignment_or_exit
 from grader.course.policies import course_run_limit, run_limit
 from grader.course.quotas import hours
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import Course
-from grader.ops_cli import assignment_or_exit
 from grader.roles import TA_GRANTABLE, TA_POWER_WORDS
 from grader.settings import Settings, get_settings
 from grader.staff_settings import parse_powers, set_assignment_run_quota, set_course_run_quota, set_ta_powers
