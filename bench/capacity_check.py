@@ -15,9 +15,9 @@ instead, the workers sharing the GPU(s) (worker i on GPU i mod --gpus).
 1. Warm-up: --warmup uploads at once (4 per worker); their claim-to-result times are the "recent scored
    runs" the model reads (grader.reads.grade_times), as `grader capacity` would.
 2. Burst: --students x --per-student uploads at times drawn from the deadline shape (--shape
-   over --window seconds, grader.capacity.Shape), each student's runs under fair share.
+   over --window seconds, grader.capacity.model.Shape), each student's runs under fair share.
 3. Measured: each run's wait (upload to claim) and result (upload to end), from the database.
-4. Predicted three ways by grader.capacity.simulate with the same number of workers:
+4. Predicted three ways by grader.capacity.model.simulate with the same number of workers:
    replay (the measured upload times and each run's own measured grade time: the queue's
    mechanics alone), model (the measured upload times, grade times drawn from the warm-up's, 20
    seeded replications: the run page's and `grader capacity`'s inputs), plan (`grader capacity`'s
@@ -55,7 +55,7 @@ from worker_scaling import REDIS_URL, fresh_database, wait_final, workers  # noq
 
 from grader.app import create_app  # noqa: E402
 from grader.auth.credentials import issue_token  # noqa: E402
-from grader.capacity import Course, Job, Planner, Shape, simulate  # noqa: E402
+from grader.capacity.model import Course, Job, Planner, Shape, simulate  # noqa: E402
 from grader.cli.main import init_database  # noqa: E402
 from grader.course.courses import course_of_free_assignments  # noqa: E402
 from grader.course.membership import get_or_create_user  # noqa: E402

@@ -1,4 +1,4 @@
-"""The capacity model (grader/capacity_split.py) against a measured burst (bench/split_burst.py's
+"""The capacity model (grader/capacity/split.py) against a measured burst (bench/split_burst.py's
 split schedule): fed each upload's measured piece seconds, as the service feeds it recent runs'
 (grader.reads.grade_times), does the model give the burst's verdict and final waits?
 
@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks_md import add_smoke_flag, smoke  # noqa: E402
 
-from grader.capacity_split import Job, simulate_split  # noqa: E402
+from grader.capacity.split import Job, simulate_split  # noqa: E402
 
 FIGURES = ("verdict p50", "verdict max", "final p50", "final max")
 

@@ -1,6 +1,6 @@
 """`grader capacity`: what a deadline will cost a course in GPUs, and how long its students will
 wait for their verdicts and final scores with the GPUs it has, under today's schedule and with
-checks shared and timing alone (the model: grader/capacity.py). Registered by grader.cli."""
+checks shared and timing alone (the model: grader/capacity/model.py). Registered by grader.cli."""
 from __future__ import annotations
 
 import statistics
@@ -11,7 +11,7 @@ import numpy as np
 import typer
 from sqlalchemy.orm import Session
 
-from grader.capacity import DOUBLING_H, HOUR, Course, Figures, Planner, Schedule, Shape
+from grader.capacity.model import DOUBLING_H, HOUR, Course, Figures, Planner, Schedule, Shape
 from grader.cli.ops import assignment_or_exit
 from grader.course.assignment_settings import parse_duration
 from grader.db import make_engine, make_session_factory, session_scope

@@ -18,7 +18,7 @@ from grader.course.assignment_settings import ScheduleChange, ScheduleError, ext
 from grader.course.deadlines import duration_text
 from grader.course.policies import late_policy
 from grader.db import make_engine, make_session_factory, session_scope
-from grader.gradescope_pack import PackError, build_autograder_zip
+from grader.gradescope.pack import PackError, build_autograder_zip
 from grader.models import Assignment
 from grader.runs.engine_config import pipeline_config
 from grader.runs.grading_control import grading_state, resume, set_paused

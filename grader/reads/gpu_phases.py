@@ -162,7 +162,7 @@ def gpu_time(measurements: Mapping[str, dict[str, Any]]) -> GpuTime | None:
 
 def timing_seconds(measurements: Mapping[str, dict[str, Any]]) -> float | None:
     """The seconds of a run's GPU stage that were its timing, the part a schedule that runs
-    timing apart from the checks (grader/capacity_split.py) takes out of the grade: the kernel
+    timing apart from the checks (grader/capacity/split.py) takes out of the grade: the kernel
     problems' `timing` phases (run one after another, alone) and Problem 3's timed steps with the
     verification of one of them that follows (elapsed less the timing's end). The timing
     warm-ups and kernel profiles run beside the checks, so they stay with them. A problem not

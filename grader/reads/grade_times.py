@@ -1,5 +1,5 @@
 """How long grades take, measured: the capacity model's grade times (`grader capacity`) and the
-run page's queue ETA both read them here, so the two agree (grader/capacity.py).
+run page's queue ETA both read them here, so the two agree (grader/capacity/model.py).
 
 A grade's time is from its worker's claim to its end: what the run holds its worker for, and a
 GPU worker's GPU (one run at a time per GPU); for a run graded in two pieces (issue 55), the two

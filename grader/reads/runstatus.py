@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import and_, exists, func, or_, select
 from sqlalchemy.orm import Session, aliased
 
-from grader.capacity import queue_eta, service_estimate, split_queue_eta
+from grader.capacity.model import queue_eta, service_estimate, split_queue_eta
 from grader.models import ACTIVE_STATES, FINAL_STATES, Run, RunState, Submission, utcnow
 from grader.reads.gpu_info import gpu_notes
 from grader.reads.grade_times import grade_seconds, grade_splits, graded_in_pieces, with_timing
@@ -93,7 +93,7 @@ def split_estimate(session: Session, run: Run, position: int, sample: int, slots
 
 def queue_estimate(session: Session, run: Run, sample: int, slots: int | None = None) -> QueueEstimate | None:
     """Position and ETA of a run in the broker's queue; None for any other run (a run not sent
-    has no place in the queue to promise). The ETA is the capacity model's (grader/capacity.py)
+    has no place in the queue to promise). The ETA is the capacity model's (grader/capacity/model.py)
     for the queue as it is now: the workers busy now (one when none is), each free when its run's
     grade would end, and every grade the median of the assignment's `sample` recent ones.
 

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
-from grader.capacity import Course, Planner, Schedule, Shape
+from grader.capacity.model import Course, Planner, Schedule, Shape
 from grader.cli.capacity import span
 from grader.cli.main import app
 from grader.course.membership import get_or_create_user

@@ -16,7 +16,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.auth.credentials import issue_token
-from grader.capacity import queue_eta
+from grader.capacity.model import queue_eta
 from grader.course.membership import get_or_create_user
 from grader.db import session_scope
 from grader.models import Assignment, Course, Role, Run, RunState, utcnow

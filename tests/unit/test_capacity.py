@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from grader.capacity import HOUR, Course, Job, Planner, Schedule, Shape, queue_eta, service_estimate, simulate
-from grader.capacity_split import SplitOutcome, simulate_split
+from grader.capacity.model import HOUR, Course, Job, Planner, Schedule, Shape, queue_eta, service_estimate, simulate
+from grader.capacity.split import SplitOutcome, simulate_split
 from worker.assignment import StageConfig, StageProgress, assignment_of
 from worker.rubric import load_rubric
 from worker.sandbox import SandboxLimits, SandboxPolicy

@@ -1,4 +1,4 @@
-"""grader.gradescope_pack: the autograder zip's layout, and its run_autograder run for real on
+"""grader.gradescope.pack: the autograder zip's layout, and its run_autograder run for real on
 this machine (nvcc builds the reference kit; without a GPU nothing is scored and results.json
 says so in Gradescope's format)."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.gradescope_pack import PackError, build_autograder_zip
+from grader.gradescope.pack import PackError, build_autograder_zip
 from worker.rubric import find_rubric, load_rubric
 from worker.starter_kit import starter_files
 
@@ -33,7 +33,7 @@ def test_layout(autograder_zip: Path) -> None:
         env = zf.read("kernelgrade.env").decode()
         run = zf.read("run_autograder").decode()
     assert {"setup.sh", "run_autograder", "kernelgrade.env", "pyproject.toml", "README.md", "rubrics/hw4.yaml",
-            "grader/gradescope_run.py", "worker/pipeline.py", "worker/report.py", "worker/hw4/grade.py"} <= names
+            "grader/gradescope/run.py", "worker/pipeline.py", "worker/report.py", "worker/hw4/grade.py"} <= names
     assert modes["setup.sh"] == modes["run_autograder"] == 0o755
     assert "chmod -R go-rwx starter " in zf_text(autograder_zip, "setup.sh") and "KG_RUBRIC_DIRS" not in env
     assert "KG_CUDA_ARCH=sm_90" in env and "KG_AUTOGRADER_ASSIGNMENT=hw4" in env

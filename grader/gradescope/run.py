@@ -1,4 +1,4 @@
-"""Entry point of the Gradescope autograder (`run_autograder` calls it; see grader.gradescope_pack).
+"""Entry point of the Gradescope autograder (`run_autograder` calls it; see grader.gradescope.pack).
 
 Zips the submission folder Gradescope provides, grades it with our pipeline exactly as a
 worker does (unpack checks, staging onto the trusted starter, nvcc, the GPU stage when this
@@ -6,7 +6,7 @@ machine has a GPU) and writes results.json: the run's own Gradescope report when
 scored, else a zero-point report that says why nothing was scored (no GPU, build error,
 bad layout), with every problem listed.
 
-    python -m grader.gradescope_run SUBMISSION_DIR RESULTS_JSON [--assignment hw4]
+    python -m grader.gradescope.run SUBMISSION_DIR RESULTS_JSON [--assignment hw4]
 """
 from __future__ import annotations
 

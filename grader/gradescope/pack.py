@@ -6,7 +6,7 @@ Layout (Gradescope unpacks it into /autograder/source and runs setup.sh once per
     setup.sh            Python venv + this package with its dependencies; CUDA's nvcc from
                         the distribution when the image has none; the reference kit made
                         unreadable to the sandbox user
-    run_autograder      grader.gradescope_run on /autograder/submission ->
+    run_autograder      grader.gradescope.run on /autograder/submission ->
                         /autograder/results/results.json
     kernelgrade.env     KG_* settings baked in at packing time (CUDA arch, rubric)
     pyproject.toml, README.md, grader/, worker/, and the assignment: rubrics/<slug>.yaml and
@@ -27,7 +27,7 @@ from pathlib import Path
 from worker.rubric import RUBRIC_DIR, Rubric, load_rubric
 from worker.starter_kit import ZIP_TIMESTAMP, starter_files
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("grader", "worker")
 
 SETUP_SH = """#!/usr/bin/env bash
@@ -53,7 +53,7 @@ set -a
 set +a
 export KG_DATA_DIR="${KG_DATA_DIR:-$ROOT/kg-data}" PYTHONPATH="$SOURCE"
 cd "$SOURCE"
-exec "${KG_AUTOGRADER_PYTHON:-$ROOT/venv/bin/python}" -m grader.gradescope_run \\
+exec "${KG_AUTOGRADER_PYTHON:-$ROOT/venv/bin/python}" -m grader.gradescope.run \\
   "$ROOT/submission" "$ROOT/results/results.json" --assignment "$KG_AUTOGRADER_ASSIGNMENT"
 """
 

@@ -1,5 +1,5 @@
 """The capacity model's second schedule (issue 55), beside today's one piece per run
-(grader/capacity.py `simulate`): a run is two pieces of work on a GPU.
+(grader/capacity/model.py `simulate`): a run is two pieces of work on a GPU.
 
 1. Its checks (every problem's correctness cases, Problem 3's checked steps, everything else
    the grade does but its timing). The checks of up to `check_slots` runs share one GPU at
@@ -21,7 +21,7 @@ lowest-numbered GPU with a free slot and timings to the highest-numbered idle on
 GPUs free of checks for timing when the checks do not need them all.
 
 Pure (numpy and the standard library). A `Job` is `service - timing` seconds of checks, then
-`timing` seconds of timing; grader/capacity.py, which runs both schedules, imports this module.
+`timing` seconds of timing; grader/capacity/model.py, which runs both schedules, imports this module.
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ _END, _ARRIVE = 0, 1  # at one instant, ends are applied before arrivals, then t
 
 @dataclass(frozen=True)
 class Job:
-    """One upload's grade, for either schedule (grader/capacity.py re-exports it)."""
+    """One upload's grade, for either schedule (grader/capacity/model.py re-exports it)."""
 
     arrival: float  # seconds: when it was uploaded
     student: int

@@ -12,7 +12,7 @@ uploads:
   is taken as known when its checks end, as if a grade checked everything before timing
   anything (today Problem 3's checks follow the kernel problems' timings, so this flatters
   today's schedule by those timings);
-- checks shared, timing alone (issue 55, grader/capacity_split.py): the checks of several runs
+- checks shared, timing alone (issue 55, grader/capacity/split.py): the checks of several runs
   share a GPU, a timing holds it alone when no check needs it, and a run superseded by its
   student's next upload before its timing starts is not timed.
 
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from grader.capacity_split import Job, simulate_split
+from grader.capacity.split import Job, simulate_split
 
 HOUR = 3600.0
 # The default deadline shape: over the window, the upload rate doubles every this many hours
@@ -224,7 +224,7 @@ class Waits:
 
 class Schedule(str, enum.Enum):
     today = "today"  # one piece: a grade holds its GPU from claim to result (`simulate`)
-    shared = "checks shared, timing alone"  # two pieces (grader/capacity_split.py)
+    shared = "checks shared, timing alone"  # two pieces (grader/capacity/split.py)
 
 
 @dataclass(frozen=True)
