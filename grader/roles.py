@@ -106,11 +106,12 @@ def refusal(power: Power, role: CourseRole, course: str) -> str:
 
 @dataclass(frozen=True)
 class Refusal:
-    """Why something of a course is not given: `absent` to someone outside the course (answered
-    as if it did not exist: 404, so a course's contents do not leak), else `why` (403)."""
+    """Why something is not given, in `words`; `absent`: to someone outside the course it is
+    answered as if it did not exist (404, so a course's contents do not leak; the caller words
+    that), else with `words` (403)."""
 
-    absent: bool
-    why: str = ""
+    words: str
+    absent: bool = False
 
 
 def refused(role: CourseRole | None, power: Power, course: str | None, granted: frozenset[Power] = frozenset(),
@@ -119,7 +120,7 @@ def refused(role: CourseRole | None, power: Power, course: str | None, granted: 
     named `course` (None: no course) has `power`, or one of `also`, there (`granted`: what its
     instructors let its TAs do); else the refusal."""
     if role is None or course is None:
-        return Refusal(absent=True)
+        return Refusal("", absent=True)
     if any(may(role, held, granted) for held in (power, *also)):
         return None
-    return Refusal(absent=False, why=refusal(power, role, course))
+    return Refusal(refusal(power, role, course))

@@ -124,4 +124,4 @@ def _refuse(denied: Refusal | None, absent_words: str) -> None:
     """grader.roles' refusal as the API's answer: 404 in `absent_words`, or 403 saying why."""
     if denied is not None:
         raise HTTPException(status.HTTP_404_NOT_FOUND if denied.absent else status.HTTP_403_FORBIDDEN,
-                            absent_words if denied.absent else denied.why)
+                            absent_words if denied.absent else denied.words)

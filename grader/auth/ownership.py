@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -32,6 +31,7 @@ from grader.auth.set_up import set_up_course
 from grader.course.membership import course_roles_of
 from grader.course.roster_csv import EMAIL, MAX_EMAIL
 from grader.models import Course, CourseRole, Enrollment, Role, User
+from grader.roles import Refusal
 
 ADMIN_ONLY = "Only a site administrator sees or changes another person's account; yours is at /settings/account."
 
@@ -45,15 +45,6 @@ def who_can(target: User) -> str:
     """The sentence a refusal ends with: who may change the account instead."""
     return (f"Only {target.username} (on their account page, or on /forgot for a new password) or a site "
             "administrator can do that.")
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """Why an instructor may not set an account up, in a sentence; `absent`: the account is in
-    none of their courses, so it answers as if it did not exist."""
-
-    words: str
-    absent: bool = False
 
 
 def not_in_your_courses(login: str) -> Refusal:

@@ -114,7 +114,7 @@ def check_power(role: CourseRole | None, power: Power, course: Course | None, wh
     course, forbidden with why (`power`'s sentence) inside it."""
     denied = refused(role, power, course.slug if course else None, course.ta_granted if course else frozenset(), also)
     if denied is not None:
-        raise absent(what) if denied.absent else forbidden(denied.why)
+        raise absent(what) if denied.absent else forbidden(denied.words)
     assert role is not None
     return role
 
