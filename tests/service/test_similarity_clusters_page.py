@@ -5,11 +5,8 @@ it, and the similarity page shows it above the ranking."""
 from __future__ import annotations
 
 import re
-import shutil
-import zipfile
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
@@ -24,6 +21,7 @@ from grader.similarity.jobs import DONE, run_job
 from grader.similarity.store import load_report, report_path
 from grader.storage.blobstore import BlobStore
 from tests.fixtures.passwords import SUITE_ARGON2
+from tests.fixtures.zips import student_zip
 from tests.service.conftest import own_database
 from tests.service.test_web_settings import PASSWORD, Browser
 from tests.unit.similarity_class import generate_class
@@ -38,20 +36,6 @@ EARLY, LATE = datetime(2026, 3, 2, 9, 0, tzinfo=UTC), datetime(2026, 3, 9, 17, 3
 def own(settings_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
     with own_database(settings_env, tmp_path_factory.mktemp("clusterdata"), "kg_test_clu") as env:
         yield Settings.from_variables(env)
-
-
-def _zip(starter: Path, files: dict[str, str], dest: Path) -> bytes:
-    """The student starter with the student's files laid over it, zipped as a student would."""
-    tree = dest / "llmsys_hw4"
-    shutil.copytree(starter, tree)
-    for rel, text in files.items():
-        (tree / rel).write_text(text)
-    archive = dest / "hw4.zip"
-    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zf:
-        for path in sorted(tree.rglob("*")):
-            if path.is_file():
-                zf.write(path, path.relative_to(dest).as_posix())
-    return archive.read_bytes()
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +53,7 @@ def computed(own: Settings, tmp_path_factory: pytest.TempPathFactory) -> session
         assignment = get_assignment(session, "hw4")
         set_password(get_or_create_user(session, "clu-prof", Role.instructor), PASSWORD, SUITE_ARGON2)
         for number, (name, files, at) in enumerate(sorted(uploads, key=lambda u: u[2])):
-            blob = blobs.put_bytes(_zip(work / "starter", files, work / f"{name}-{number}"))
+            blob = blobs.put_bytes(student_zip(work / "starter", files, work / f"{name}-{number}"))
             session.add(Submission(user=get_or_create_user(session, name, Role.student), assignment=assignment,
                                    original_filename="hw4.zip", size_bytes=blob.size, sha256=blob.sha256,
                                    uploaded_at=at))

@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import re
-import shutil
 import subprocess
 import time
 import uuid
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -38,6 +36,7 @@ from grader.similarity.store import load_report, report_path
 from grader.storage.blobstore import BlobStore
 from tests.fixtures.https_git import GitServer, https_git_server, publish
 from tests.fixtures.passwords import SUITE_ARGON2
+from tests.fixtures.zips import student_zip
 from tests.service.conftest import PG_ADMIN_URL, WorkerProcess, init_with_course
 from tests.service.test_web_settings import PASSWORD, Browser
 from tests.unit.similarity_class import generate_class
@@ -74,20 +73,6 @@ def own_settings(settings: Settings, settings_env: dict[str, str], tmp_path_fact
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def _zip(starter: Path, files: dict[str, str], dest: Path) -> bytes:
-    """The student starter with the student's files laid over it, zipped as a student would."""
-    tree = dest / "llmsys_hw4"
-    shutil.copytree(starter, tree)
-    for rel, text in files.items():
-        (tree / rel).write_text(text)
-    archive = dest / "hw4.zip"
-    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zf:
-        for path in sorted(tree.rglob("*")):
-            if path.is_file():
-                zf.write(path, path.relative_to(dest).as_posix())
-    return archive.read_bytes()
-
-
 @pytest.fixture(scope="module")
 def sessions_own(own_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> sessionmaker[Session]:
     rubric = load_rubric("hw4")
@@ -102,7 +87,7 @@ def sessions_own(own_settings: Settings, tmp_path_factory: pytest.TempPathFactor
         for name, student in students.items():
             user = get_or_create_user(session, name, Role.student)
             set_password(user, PASSWORD, SUITE_ARGON2)
-            blob = blobs.put_bytes(_zip(work / "starter", student.files, work / name))
+            blob = blobs.put_bytes(student_zip(work / "starter", student.files, work / name))
             session.add(Submission(user=user, assignment=assignment, original_filename="hw4.zip",
                                    size_bytes=blob.size, sha256=blob.sha256))
     return sessions
@@ -284,7 +269,7 @@ def test_staff_set_the_base_on_the_settings_page(own_settings: Settings, session
     assert "Not kept: a git base is git:&lt;repository&gt;@&lt;ref&gt;" in refused_git
     assert 'name="git" aria-describedby="h-base-git" value="git:no-ref-here" aria-invalid="true"' in refused_git
     render_starter(load_rubric("hw4").starter_dir, tmp_path / "starter")
-    given = _zip(tmp_path / "starter", {}, tmp_path / "z")
+    given = student_zip(tmp_path / "starter", {}, tmp_path / "z")
     kept = prof.client.post("/assignments/hw4/similarity/base", data={"csrf_token": prof.csrf(page)},
                             files={"starter": ("starter.zip", given, "application/zip")})
     assert re.search(r"Kept: \d+ starter files", kept.text)
@@ -313,7 +298,7 @@ def test_staff_list_and_remove_known_public_solutions(own_settings: Settings, se
     notes = tmp_path / "notes"
     notes.mkdir()
     (notes / "readme.txt").write_text("no kernels here")
-    assert "Not listed: could not find the assignment folder in the zip" in add(zip=("notes.zip", _zip(notes, {}, tmp_path / "z"),
+    assert "Not listed: could not find the assignment folder in the zip" in add(zip=("notes.zip", student_zip(notes, {}, tmp_path / "z"),
                                                                           "application/zip"))
     assert "github.com is not a host bases may be fetched from" in add(public_git="git:https://github.com/x/y@main")
     listed = add(public_git=starter_repo)
