@@ -153,6 +153,13 @@ class _Session:
         ref = self.arena.alloc((self.elements,))
         return ref
 
+    def one_step_refs(self, seed: Any) -> tuple[Any, Any, Any]:
+        """A fresh arena holding the inputs `seed` makes and a gradients buffer: (tokens,
+        upstream gradient, gradients) for one step of either model."""
+        self.arena.reset()
+        tokens, grad = self.inputs(seed)
+        return self.arena.put(tokens), self.arena.put(grad), self.grads_buffer()
+
     def step(self, model: str, tokens_ref: Any, grad_ref: Any, logits_ref: Any = None,
              grads_ref: Any = None, device_memory: bool = False) -> tuple[dict[str, Any], float]:
         if logits_ref is not None:
@@ -325,11 +332,7 @@ def _warm_up(s: _Session) -> None:
     """One untimed step of each model on fresh inputs, so that the first timed pair does not
     pay for a GPU gone idle while the timing waited for its turn."""
     s.phase = "warm-up steps"
-    s.arena.reset()
-    tokens, grad = s.inputs(s.new_seed())
-    t_ref, g_ref = s.arena.put(tokens), s.arena.put(grad)
-    del grad
-    p_ref = s.grads_buffer()
+    t_ref, g_ref, p_ref = s.one_step_refs(s.new_seed())
     started = time.monotonic()
     for model in ("unfused", "fused"):
         s.step(model, t_ref, g_ref, grads_ref=p_ref)
@@ -362,11 +365,7 @@ def _time_pairs(s: _Session, rule: StoppingRule,
     k = verified_indices(len(pairs.kept), 1)[0]
     seed, fused_grads = pairs.kept[k]
     pairs.kept.clear()
-    s.arena.reset()
-    tokens, grad = s.inputs(seed)
-    t_ref, g_ref = s.arena.put(tokens), s.arena.put(grad)
-    del grad
-    p_ref = s.grads_buffer()
+    t_ref, g_ref, p_ref = s.one_step_refs(seed)
     s.step("unfused", t_ref, g_ref, grads_ref=p_ref)
     case = grad_case("p3-timed-fused-step-verified", fused_grads, s.arena.view(p_ref).copy(), s.names, s.shapes,
                      f"timed fused step (pair {k})")
