@@ -55,16 +55,17 @@ def modelled(split: dict[str, Any], reading: str) -> dict[str, float] | None:
     None where the burst did not record that reading for every timed upload."""
     read = _span if reading == "wall" else _alone
     runs = split["runs"]
-    timed = [read(r["pieces"]["timing"]) for r in runs if r["timed"] and "timing" in r["pieces"]]
-    if not timed or any(t is None for t in timed):
+    read_off = {r["index"]: read(r["pieces"]["timing"]) for r in runs if r["timed"] and "timing" in r["pieces"]}
+    timed = {i: t for i, t in read_off.items() if t is not None}
+    if not timed or len(timed) < len(read_off):
         return None
-    fill = statistics.median(t for t in timed if t is not None)
+    fill = statistics.median(timed.values())
     jobs = []
     for r in runs:
         checks = _span(r["pieces"].get("checks")) or 0.0
-        piece = r["pieces"].get("timing")
-        timing = (read(piece) if r["timed"] else fill) if piece is not None else 0.0  # none: final at its verdict
-        jobs.append(Job(0.0, int(r["student"]), checks + (timing or 0.0), timing or 0.0))
+        # timed: as read; passed over: the median; no timing piece: final at its verdict
+        timing = timed[r["index"]] if r["index"] in timed else fill if "timing" in r["pieces"] else 0.0
+        jobs.append(Job(0.0, int(r["student"]), checks + timing, timing))
     out = simulate_split(jobs, gpus=1, check_slots=int(split["slots"]), fair_share=False)
     return _figures(out.verdicts, out.finals)
 
