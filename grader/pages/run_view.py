@@ -133,8 +133,6 @@ class _RubricView:
 
 def _cases(measurement: dict[str, Any], routes: tuple[str, str]) -> list[tuple[str, CaseOutcome]]:
     """Every case with the route it took, in the assignment's words for its routes (abi, binding)."""
-    if not measurement:
-        return []
     stored = stored_measurement(measurement)["cases"]
     return [(words, CaseOutcome.from_dict(c)) for words, route in zip(routes, ROUTES, strict=True)
             for c in stored.get(route) or []]
