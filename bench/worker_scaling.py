@@ -61,6 +61,10 @@ FINAL = ("built", "scored", "failed")
 # GPU stage seconds per run on one H200 (docs/benchmarks/grade-time.md, "Two-phase GPU stage"): the four
 # kernel problems (median of the two kernel-only re-grades) and the whole grade.
 GPU_STAGE_S = {"kernel problems": 62.0, "full grade (with Problem 3)": 113.2}
+# A count unchanged for this long has settled (idle backends report within about a second);
+# one still moving after the limit is read as it stands.
+STATS_SETTLE_S = 1.5
+STATS_SETTLE_LIMIT_S = 20.0
 
 
 @contextmanager
@@ -77,11 +81,23 @@ def fresh_database() -> Iterator[str]:
 
 
 def pg_commits(database_url: str) -> int:
+    """The database's committed transactions, once the count has settled: a backend reports its
+    counts to pg_stat_database about a second after it goes idle (PostgreSQL 15), so a count read
+    at once misses the last second's commits (a short round read that way came out negative)."""
     name = database_url.rsplit("/", 1)[1]
     with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute("SELECT pg_stat_clear_snapshot()")
-        row = conn.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = %s", (name,)).fetchone()
-    return int(row[0]) if row else 0
+        def read() -> int:
+            conn.execute("SELECT pg_stat_clear_snapshot()")
+            row = conn.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = %s", (name,)).fetchone()
+            return int(row[0]) if row else 0
+        deadline, last = time.monotonic() + STATS_SETTLE_LIMIT_S, read()
+        while time.monotonic() < deadline:
+            time.sleep(STATS_SETTLE_S)
+            now = read()
+            if now == last:
+                return now
+            last = now
+        return last
 
 
 def redis_commands(client: redis.Redis) -> int:
