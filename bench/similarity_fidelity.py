@@ -1,9 +1,12 @@
 """Similarity fidelity on the development corpus: where planted copies rank among the genuine
 pairs of real submissions, with the official starter as the base and with our kit's fallback.
 
-    .venv/bin/python bench/similarity_fidelity.py [--corpus .corpus] [--out .gpu-out/similarity-fidelity.json]
+    .venv/bin/python bench/similarity_fidelity.py [--corpus .corpus] [--common DIR ...] [--out .gpu-out/similarity-fidelity.json]
 
 The class: every submission under CORPUS/src/<name>/llmsys_hw4 (the rubric's student files).
+--common: folders listed as common code (grader.similarity.public's role "common"), left out like
+the base: on the corpus, an earlier assignment's tree (hw3's `src/combine.cu` and minitorch, which
+the hw4 submissions carry and the official hw4 starter lacks).
 For each ordered pair (source, copier) of different submissions and each kind of copy, the
 copier's submission is changed and the class compared again:
 - verbatim: the copier's src/softmax_kernel.cu replaced by the source's;
@@ -35,7 +38,6 @@ from benchmarks_md import add_smoke_flag, smoke  # noqa: E402
 from bench.similarity_plants import disguise, function_text, paste_function, smoke_corpus  # noqa: E402
 from grader.similarity.cache import PrintCache  # noqa: E402
 from grader.similarity.compare import Fingerprinting, PairResult, compare_class, starter_sources, tree_sources  # noqa: E402
-from grader.similarity.prints import STAND_IN_COMMON_SHARE  # noqa: E402
 from worker.rubric import load_rubric  # noqa: E402
 
 KINDS = {
@@ -73,6 +75,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--corpus", type=Path, default=Path(".corpus"))
     parser.add_argument("--out", type=Path, default=Path(".gpu-out/similarity-fidelity.json"))
+    parser.add_argument("--common", type=Path, action="append", default=[],
+                        help="a folder listed as common code (repeatable)")
     add_smoke_flag(parser)
     args = parser.parse_args()
     if smoke(args, parser):  # three students made from the kit, no .corpus/ needed; the JSON to a temp folder
@@ -89,14 +93,14 @@ def plants_ranked(args: argparse.Namespace) -> None:
                 for d in sorted((args.corpus / "src").iterdir()) if (d / "llmsys_hw4").is_dir()}
     bases = {"official starter": tree_sources(args.corpus / "official", rubric.student_files),
              "kit fallback": starter_sources(rubric)}
+    common = [tree_sources(folder, rubric.student_files) for folder in args.common]
     cache = PrintCache(Fingerprinting())
-    results: dict[str, Any] = {"students": sorted(students), "bases": {}}
+    results: dict[str, Any] = {"students": sorted(students), "common": [str(f) for f in args.common], "bases": {}}
     for base_name, base in bases.items():
         received = base_name == "official starter"
-        config = Fingerprinting(literal_copies=received,  # as grader.similarity.store sets it
-                                common_share=Fingerprinting.common_share if received else STAND_IN_COMMON_SHARE)
+        config = Fingerprinting(literal_copies=received)  # as grader.similarity.store sets it
         started = time.monotonic()
-        genuine = compare_class(students, base, config, cache)
+        genuine = compare_class(students, base, config, cache, common=common)
         rows = {}
         for kind in KINDS:
             ranks, margins, skipped, each = [], [], [], []
@@ -108,7 +112,7 @@ def plants_ranked(args: argparse.Namespace) -> None:
                 if changed is None:
                     skipped.append(f"{src}->{dst}: no {KINDS[kind]} / {KERNEL}")
                     continue
-                pairs = compare_class({**students, dst: changed}, base, config, cache)
+                pairs = compare_class({**students, dst: changed}, base, config, cache, common=common)
                 planted = next(p for p in pairs if {p.a, p.b} == {src, dst})
                 rest = genuine_scores(pairs, (src, dst))
                 ranks.append(1 + pairs.index(planted))  # the ranking's order: ties in score go by shared lines
@@ -143,6 +147,7 @@ def own_lines(kind: str, source: dict[str, str], base: dict[str, str]) -> int:
 
 def _print(results: dict) -> None:
     print(f"students: {', '.join(results['students'])}")
+    print(f"common code: {', '.join(results['common']) or 'none listed'}")
     for base_name, row in results["bases"].items():
         g = row["genuine"]
         print(f"\nbase: {base_name} ({row['seconds']} s)")

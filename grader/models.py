@@ -264,8 +264,9 @@ class Assignment(Base):
     # The similarity check's base, the starter its students received (grader.similarity.base):
     # "upload" (the zip staff gave), "git:<repository>@<ref>", or None (the rubric's default)
     similarity_base: Mapped[str | None] = mapped_column(String(512))
-    # Known public solutions every student is matched against (grader.similarity.public): a list of
-    # {"kind": "git", "spec": ...} or {"kind": "upload", "filename": ..., "sha256": ...}; None: none
+    # Sources the similarity check lists (grader.similarity.public): known solutions every student is
+    # matched against and common code left out; a list of {"kind": "git", "spec": ..., "role": ...}
+    # or {"kind": "upload", "filename": ..., "sha256": ..., "role": ...}; None: none
     similarity_sources: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)
     # Points a grade may reach above total_points through the staff's entries (extra credit; 0: none)
     extra_credit_points: Mapped[float] = mapped_column(Float, default=0.0)

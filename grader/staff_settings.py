@@ -1,6 +1,6 @@
 """A course's settings its instructors change outside the schedule: what its TAs may do besides
 viewing and grading (grader.roles.TA_GRANTABLE), the graded-run quota of its assignments that
-set none, an assignment's own quota and the known public solutions its similarity check matches
+set none, an assignment's own quota and the sources its similarity check lists (known solutions it matches, common code it leaves out)
 students against (grader.similarity.public). One function per change, called by the course and
 settings pages, the API (grader/api/course_settings.py) and `grader course ta-powers`,
 `grader course quota`, `grader quota`; each change is one audit row (Event.settings_changed:
@@ -76,24 +76,24 @@ def _set_run_quota(session: Session, row: Course | Assignment, label: str, typed
 
 def add_similarity_source(session: Session, assignment: Assignment, entry: dict[str, Any], via: Via,
                           actor: User | None = None, address: str | None = None) -> bool:
-    """List `entry` (a known public solution, grader.similarity.public) among the assignment's;
-    False when it is listed already."""
+    """List `entry` (a known solution or common code, grader.similarity.public) among the
+    assignment's; False when it is listed already."""
     # imported here: grader.similarity loads copydetect, which the CLIs importing this need not
-    from grader.similarity.public import entry_key, entry_words
+    from grader.similarity.public import entry_key, entry_role_words
 
     listed = list(assignment.similarity_sources or [])
     if any(entry_key(e) == entry_key(entry) for e in listed):
         return False
     assignment.similarity_sources = [*listed, entry]
     record(session, Event.settings_changed, via, user=actor, address=address,
-           detail=f"assignment {assignment.slug}: similarity public source added: {entry_words(entry)}")
+           detail=f"assignment {assignment.slug}: similarity source listed: {entry_role_words(entry)}")
     return True
 
 
 def remove_similarity_source(session: Session, assignment: Assignment, key: str, via: Via,
                              actor: User | None = None, address: str | None = None) -> str | None:
     """Take the listed source of `key` off the assignment's; its words, or None when none is listed so."""
-    from grader.similarity.public import entry_key, entry_words
+    from grader.similarity.public import entry_key, entry_role_words
 
     listed = list(assignment.similarity_sources or [])
     gone = next((e for e in listed if entry_key(e) == key), None)
@@ -101,5 +101,5 @@ def remove_similarity_source(session: Session, assignment: Assignment, key: str,
         return None
     assignment.similarity_sources = [e for e in listed if e is not gone] or None
     record(session, Event.settings_changed, via, user=actor, address=address,
-           detail=f"assignment {assignment.slug}: similarity public source removed: {entry_words(gone)}")
-    return entry_words(gone)
+           detail=f"assignment {assignment.slug}: similarity source removed: {entry_role_words(gone)}")
+    return entry_role_words(gone)

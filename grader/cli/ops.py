@@ -154,12 +154,12 @@ def similarity(
         typer.echo(f"left out {username}: {why}", err=True)
     pairs = report.pairs
     if out.suffix == ".json":
-        out.write_text(json.dumps({**report_json(assignment, pairs, report.clusters, report.public, report.public_matches),
-                                   "base": starter.label}, indent=1))
+        out.write_text(json.dumps({**report_json(assignment, pairs, report.clusters, report.public, report.public_matches,
+                                               report.common), "base": starter.label}, indent=1))
     else:
         for name, page in report_pages(assignment, pairs, found.students, starter, detailed, stem=out.stem,
                                        clusters=report.clusters, public=report.public,
-                                       public_matches=report.public_matches).items():
+                                       public_matches=report.public_matches, common=report.common).items():
             (out.parent / name).write_text(page)
     best = f"; most similar: {pairs[0].a} and {pairs[0].b} ({pairs[0].score:.0%})" if pairs else ""
     typer.echo(f"{len(found.students)} students, {len(pairs)} pairs{best}; report in {out}")

@@ -1,6 +1,6 @@
 """Course operations pages of an assignment, for its course's instructors: settings (schedule,
 late policy, score policy, its Canvas id, extensions, the storage and run quotas, the similarity check's base
-and its known public solutions: their forms' POSTs are here) and grading controls (pause / drain / resume, re-grade everything). The similarity report's pages
+and its listed sources, known solutions and common code: their forms' POSTs are here) and grading controls (pause / drain / resume, re-grade everything). The similarity report's pages
 are grader.pages.similarity, the course's members grader.pages.courses. Removing an extension
 and pausing grading go through a confirmation page (confirm.html) that says what will happen; a
 POST without its `confirm` field lands there and changes nothing.
@@ -68,7 +68,7 @@ from grader.schedule_changes import (
 from grader.service import NotFound
 from grader.similarity.base import UPLOAD, describe_assignment_base, fetch_refusal, parse_git_spec, save_base
 from grader.similarity.fetch import FetchRules, check_repository
-from grader.similarity.public import entry_key, entry_words, git_entry, save_zip
+from grader.similarity.public import entry_key, entry_role_words, git_entry, save_zip, with_role
 from grader.staff_settings import add_similarity_source, remove_similarity_source, set_assignment_run_quota
 from worker.rubric import RubricError, load_rubric
 from worker.unpack import BadArchive
@@ -111,6 +111,7 @@ def _settings_page(request: Request, session: Session, user: User, assignment: A
     values.setdefault("base_git", "")
     values.setdefault("public_error", None)
     values.setdefault("public_git", "")
+    values.setdefault("public_role", "solution")
     values = _quota_values(request, assignment) | values
     role = role_in(session, user.id, assignment.id)
     values.setdefault("powers", held_powers(role, assignment.course.ta_granted) if role and assignment.course
@@ -130,7 +131,7 @@ def _settings_page(request: Request, session: Session, user: User, assignment: A
                 base_refused=_base_refusal(request, assignment),
                 base_hosts=", ".join(get_context(request).settings.similarity_base_hosts),
                 base_message=request.query_params.get("base"), public_message=request.query_params.get("public"),
-                public_sources=[{"key": entry_key(e), "words": entry_words(e)} for e in assignment.similarity_sources or []],
+                public_sources=[{"key": entry_key(e), "words": entry_role_words(e)} for e in assignment.similarity_sources or []],
                 **values)
 
 
@@ -364,16 +365,18 @@ async def similarity_base(request: Request, slug: str, ctx: Context, session: Db
 
 @router.post("/assignments/{slug}/similarity/sources", response_class=HTMLResponse)
 async def similarity_source_add(request: Request, slug: str, ctx: Context, session: Db, staff: InstructorForm) -> Response:
-    """List a known public solution every student is matched against (grader.similarity.public):
-    a zip, kept, or a git ref, fetched as a git base is; audited. A refusal is the settings page
-    again, the git ref as typed."""
+    """List a source for the similarity check (grader.similarity.public) in the role chosen: a
+    known solution every student is matched against, or common code left out; a zip, kept, or a
+    git ref, fetched as a git base is; audited. A refusal is the settings page again, the git ref
+    and role as given."""
     done = f"/assignments/{slug}/settings?public="
     assignment, form = staff.assignment, await request.form()
     upload, git = form.get("public_zip"), str(form.get("public_git", "")).strip()
+    role = str(form.get("role", "solution"))
 
     def refused(why: str) -> HTMLResponse:
         return _settings_page(request, session, staff.user, assignment, status.HTTP_400_BAD_REQUEST,
-                              public_error=why, public_git=git)
+                              public_error=why, public_git=git, public_role=role)
 
     try:
         if git:
@@ -385,18 +388,21 @@ async def similarity_source_add(request: Request, slug: str, ctx: Context, sessi
             rubric = load_rubric(slug, search=ctx.settings.rubric_dirs)
             entry = await run_in_threadpool(save_zip, ctx.settings.data_dir, slug, await upload.read(), rubric,
                                             pipeline_config(ctx.settings, rubric).limits, upload.filename)
+        entry = with_role(entry, role)
     except BadArchive as exc:  # BaseRefused too: says why it may not be fetched
         return refused(f"{exc}{'' if git else ' (choose the zip again)'}")
-    added = add_similarity_source(session, assignment, entry, Via.web, staff.user, request_address(request))
-    words = entry_words(entry)
-    return see_other(done + quote(f"Listed {words}; compute the report again." if added else f"{words} is listed already.")
-                     + "#similarity-public")
+    if add_similarity_source(session, assignment, entry, Via.web, staff.user, request_address(request)):
+        said = f"Listed {entry_role_words(entry)}; compute the report again."
+    else:  # as it was listed, its role too
+        listed = next(e for e in assignment.similarity_sources or [] if entry_key(e) == entry_key(entry))
+        said = f"{entry_role_words(listed)} is listed already."
+    return see_other(done + quote(said) + "#similarity-public")
 
 
 @router.post("/assignments/{slug}/similarity/sources/remove", response_class=HTMLResponse)
 async def similarity_source_remove(request: Request, slug: str, session: Db, staff: InstructorForm) -> Response:
-    """Take a known public solution off the assignment's list (its kept zip stays: a stored report
-    names it); audited."""
+    """Take a listed source off the assignment's list (its kept zip stays: a stored report names
+    it); audited."""
     key = str((await request.form()).get("key", ""))
     gone = remove_similarity_source(session, staff.assignment, key, Via.web, staff.user, request_address(request))
     said = f"{gone} is no longer listed; compute the report again." if gone else "That source was not listed."

@@ -19,7 +19,7 @@ from grader.runs.engine_config import pipeline_config
 from grader.similarity.base import describe_assignment_base, text_sha256
 from grader.similarity.compare import LineRange
 from grader.similarity.jobs import latest_job, start_job, view
-from grader.similarity.public import entry_words
+from grader.similarity.public import entry_role_words
 from grader.similarity.report import CLUSTER_NOTE, describe_ranges, numbered_lines, starter_lines
 from grader.similarity.store import load_base_files, load_report, pair_sources, report_path
 from worker.rubric import RubricError, load_rubric
@@ -44,7 +44,7 @@ def similarity_page(request: Request, ctx: Context, session: Db, staff: Staff,
                 job=view(job) if job else None, base=describe_assignment_base(staff.assignment.similarity_base, slug, ctx.settings.rubric_dirs,
                                               ctx.settings.data_dir),
                 zone=ctx.settings.course_zone, cluster_note=CLUSTER_NOTE,
-                listed=[entry_words(e) for e in staff.assignment.similarity_sources or []])
+                listed=[entry_role_words(e) for e in staff.assignment.similarity_sources or []])
 
 
 @router.get("/assignments/{slug}/similarity/job.json")

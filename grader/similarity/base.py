@@ -59,9 +59,11 @@ def files_digest(sources: Sources) -> str:
 
 def named(words: str, sources: Sources, origin: str = "", received: bool = True) -> Base:
     """`words` with what identifies the base exactly: `origin` (a commit, a zip's name and sha256)
-    and its files' count and digest."""
+    and its files' count and digest; for a stand-in, what that costs."""
     where = f"{origin}; " if origin else ""
-    return Base(sources, f"{words} ({where}{len(sources)} files, digest {files_digest(sources)[:16]})", received)
+    caveat = "" if received else (". A stand-in: code of the starter the students really received counts as theirs, "
+                                  "so pairs score high on it: give that starter in the settings")
+    return Base(sources, f"{words} ({where}{len(sources)} files, digest {files_digest(sources)[:16]}){caveat}", received)
 
 
 def base_path(data_dir: Path, slug: str) -> Path:

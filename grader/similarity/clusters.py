@@ -1,25 +1,22 @@
 """Clusters: a file several students hand in identical or nearly so, reported as a group (who,
 which files, since when) beside the pair ranking (grader.similarity.compare).
 
-The pair scores count code the base does not hold up to half the class (grader.similarity.compare;
-a quarter against our kit's stand-in starter), so four of eight students with one solution score
-high with one another; clusters say it once, as a group (four students, one file, who first
-uploaded it when), where the ranking spreads it over six pairs, and they show what the pair
-scores leave out as common knowledge: a file more students hand in alike than the rule allows.
-To group files, every file a student
+Four of eight students with one solution score high with one another in the pair ranking
+(grader.similarity.compare), spread over six pairs; clusters say it once, as a group (four
+students, one file, who first uploaded it when), however many students hold it. To group files, every file a student
 hands in (the rubric's `student_files`) is normalized as the fingerprints normalize it
 (copydetect's `filter_code`: names, strings, comments and layout do not count) and grouped by
-that content (identical), then groups whose own code (fingerprints outside the base and its
-hints) overlaps by `Fingerprinting.near_identical` both ways join, single-linkage
-(near-identical). A file the same as the base's file of its path after normalization is the
-starter, never a copy; a file with less own code than `Fingerprinting.cluster_min_prints` is
+that content (identical), then groups whose own code (fingerprints outside the base, its hints
+and the common sources) overlaps by `Fingerprinting.near_identical` both ways join, single-linkage
+(near-identical). A file the same as a file of the base or of a common source after
+normalization is the starter's or that source's, never a copy; a file with less own code than `Fingerprinting.cluster_min_prints` is
 too little to tell copying from two students writing the obvious line. A cluster is a group
 held by two students or more; `since` is when each one first uploaded that content
 (grader.similarity.store fills it from the submissions).
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -27,8 +24,7 @@ from typing import Any
 import numpy as np
 
 from grader.similarity.cache import PrintCache
-from grader.similarity.compare import Sources, own_files
-from grader.similarity.prints import hint_text
+from grader.similarity.compare import Sources, boilerplate_files, fingerprints_of, own_files
 
 
 @dataclass(frozen=True)
@@ -90,20 +86,21 @@ class _Group:
     own: np.ndarray  # the content's fingerprints outside the base and its hints, unique
 
 
-def find_clusters(students: Mapping[str, Sources], base: Sources, prints: PrintCache) -> list[Cluster]:
+def find_clusters(students: Mapping[str, Sources], base: Sources, prints: PrintCache,
+                  common: Iterable[Sources] = ()) -> list[Cluster]:
     """The clusters of the class, most students first. `prints`: the fingerprints compare_class
     used (the same cache: nothing is tokenized twice; a file the same as the base's byte for
-    byte is passed over unread, as compare_class does)."""
+    byte is passed over unread, as compare_class does); `common`: the files of each source listed
+    as code the class may share: a file the same as one of them is no copy either."""
     config = prints.config
-    starter = {path: prints.get(path, text).digest for path, text in base.items()}
-    hints = [(path, hint) for path, text in base.items() if (hint := hint_text(path, text)).strip()]
-    found = [prints.get(path, text).hashes for path, text in (*base.items(), *hints)]
-    boilerplate = np.unique(np.concatenate(found)) if found else np.array([], dtype=np.int64)
+    shared = boilerplate_files(base, common)
+    known = {prints.get(path, text).digest for path, text in shared}
+    boilerplate = fingerprints_of(shared, prints)
     groups: dict[str, _Group] = {}
     for student in sorted(students):
         for path, text in sorted(own_files(students[student], base).items()):
             print_ = prints.get(path, text)
-            if starter.get(path) == print_.digest:
+            if print_.digest in known:
                 continue
             if print_.digest not in groups:
                 hashes = np.unique(print_.hashes)

@@ -9,23 +9,16 @@ k-grams, with the line each covers). A file's fingerprints are computed once per
 boilerplate, and so are those of the code its comments and docstrings give (the starter's hints,
 `prints.hint_text`: honest students write what a hint shows); they never count.
 
-Code the base does not hold counts as long as no more than half the class shares it (issue 51:
-four students of eight handing in one solution score high with each other, and the clusters,
-grader.similarity.clusters, list them as one group; the rule dropped code of more than a
-quarter before). A fingerprint held by more than max(`common_min`, `common_share` x students)
-students, more than half the class by default, is common knowledge and does not count: code the
-whole class brings from elsewhere, such as an earlier assignment's file the base lacks (on the
-development corpus, hw3's `src/combine.cu`, which six of the seven hw4 submissions carry and the
-official hw4 starter does not: with no common rule at all, the median genuine pair of that class
-scored 100%, the top ones driven by it; with half, the genuine pairs score as they did with a quarter, median
-0.09, top 0.37). Against a stand-in base (our kit's stripped starter, used when staff gave none)
-the share stays a quarter (`prints.STAND_IN_COMMON_SHARE`): the starter the students really
-received is unknown then, and its code is the class's. A fingerprint a listed public source
-holds is never common: staff named that code as a known solution, so it counts however many
-students hand it in.
+Nothing else is discounted for how many students hold it (issue 51): four students of eight
+handing in one solution score high with each other, and the clusters (grader.similarity.clusters)
+list them as one group. Code a class legitimately shares beyond the starter, such as an earlier
+assignment's files the starter lacks (on the development corpus, hw3's `src/combine.cu` and
+minitorch, which six of the seven hw4 submissions carry and the official hw4 starter does not),
+is named by staff: a source listed with the role "common" (grader.similarity.public) is boilerplate
+like the base, its fingerprints never count and a file equal to one of its files is no literal copy.
 
-Known public solutions staff list for the assignment (grader.similarity.public) are compared as
-extra submissions that are no student's: each student against each listed source, never a
+Known public solutions staff list for the assignment (grader.similarity.public, the role
+"solution") are compared as extra submissions that are no student's: each student against each listed source, never a
 source against another (`compare_all`, `Comparison.sources`); a source counts in no share of
 the class and is never ranked among the students' pairs.
 
@@ -36,14 +29,11 @@ from scratch. A match scores its Dice share 2s/(|a|+|b|) times min(1, s/`full_ev
 (s: fingerprints in common), so a small function alike in two submissions weighs less than a
 whole copied kernel; a pair of students ranks by its strongest match, which the report names.
 
-A file identical in two submissions apart from whitespace (and not the base's) is a literal
-copy (`Fingerprinting.literal_copies`, on when the base is the starter the students received):
-independent work never agrees on every comment, name and line, so its match counts every
-fingerprint outside the base, common ones too, weighted by `full_evidence` like any match
-(without this, a copied file whose code is mostly what the class shares, such as the course's
-reference kernels filled in, keeps only its few rare fingerprints as evidence). A content more
-students hold than the common rule allows is common like a fingerprint, unless a listed public
-source holds it too.
+A file identical in two submissions apart from whitespace (and neither the base's nor a common
+source's) is a literal copy (`Fingerprinting.literal_copies`, on when the base is the starter the
+students received): independent work never agrees on every comment, name and line, so the match
+is named identical and counts every occurrence of a fingerprint outside the base, repeats
+included, weighted by `full_evidence` like any match.
 """
 from __future__ import annotations
 
@@ -146,7 +136,7 @@ class _Unit:
     hashes: np.ndarray  # own fingerprints, unique
     first: np.ndarray
     last: np.ndarray
-    # a file unit's (first, last) of every fingerprint not the base's, common ones included
+    # a file unit's (first, last) of every fingerprint occurrence outside the base, repeats included
     outside_base: tuple[np.ndarray, np.ndarray] | None = None
 
 
@@ -189,81 +179,76 @@ def own_files(files: Sources, base: Sources) -> dict[str, str]:
 
 
 def compare_class(students: Mapping[str, Sources], base: Sources, config: Fingerprinting = Fingerprinting(),
-                  cache: PrintCache | None = None, progress: Progress | None = None) -> list[PairResult]:
+                  cache: PrintCache | None = None, progress: Progress | None = None,
+                  common: Iterable[Sources] = ()) -> list[PairResult]:
     """Every pair of students, most similar first (`PairResult.rank_key`). `cache`: where fingerprints
     are computed and kept (grader.similarity.cache.PrintCache; in memory for this call when
-    None); `progress`: told (files fingerprinted, files to fingerprint)."""
-    return compare_all(students, base, {}, config, cache, progress).pairs
+    None); `progress`: told (files fingerprinted, files to fingerprint); `common`: the files of
+    each source listed as code the class may share, left out like the base's."""
+    return compare_all(students, base, {}, config, cache, progress, common).pairs
 
 
 def compare_all(students: Mapping[str, Sources], base: Sources, public: Mapping[str, Sources],
                 config: Fingerprinting = Fingerprinting(), cache: PrintCache | None = None,
-                progress: Progress | None = None) -> Comparison:
+                progress: Progress | None = None, common: Iterable[Sources] = ()) -> Comparison:
     """`compare_class`'s pairs, and each student against each known public solution of `public`
     (its label -> its files), a pair (student, label) kept where they share anything."""
     prints = cache or PrintCache(config)
     names = sorted(students)
     own = [own_files(students[name], base) for name in names] + [own_files(public[label], base) for label in sorted(public)]
-    hints = [(path, hint) for path, text in base.items() if (hint := hint_text(path, text)).strip()]
-    prints.fill([*base.items(), *hints, *(item for files in own for item in files.items())], progress)
-    found = [prints.get(path, text).hashes for path, text in (*base.items(), *hints)]
-    boilerplate = np.unique(np.concatenate(found)) if found else np.array([], dtype=np.int64)
-    files = [(index, path, prints.get(path, text)) for index, texts in enumerate(own) for path, text in texts.items()]
-    kept = [~np.isin(p.hashes, boilerplate) for _, _, p in files]
-    common = _common(len(names), [(index, p.hashes[keep]) for (index, _, p), keep in zip(files, kept)], config)
-    published = [p.hashes for (index, _, p) in files if index >= len(names)]
-    if published:  # a known public solution's code is never common knowledge
-        common = common[~np.isin(common, np.concatenate(published))]
+    shared = boilerplate_files(base, common)
+    prints.fill([*shared, *(item for files in own for item in files.items())], progress)
+    boilerplate = fingerprints_of(shared, prints)
     klass = _Class([*names, *sorted(public)], len(names))
-    for (index, path, print_), keep in zip(files, kept):
-        _add_units(klass, index, path, print_, keep, keep & ~np.isin(print_.hashes, common))
+    for index, texts in enumerate(own):
+        for path, text in texts.items():
+            print_ = prints.get(path, text)
+            _add_units(klass, index, path, print_, ~np.isin(print_.hashes, boilerplate))
     if config.literal_copies:
-        klass.literal = _literal_copies(klass, [text for texts in own for text in texts.values()], config)
+        klass.literal = _literal_copies(klass, [text for texts in own for text in texts.values()],
+                                        {_normalized(text) for files in common for text in files.values()})
     results = _pairs(klass, config)
     pairs = sorted((p for p in results if p.b not in public), key=lambda p: p.rank_key)
     matched = sorted((p for p in results if p.b in public and p.matches), key=lambda p: p.rank_key)
     return Comparison(pairs, matched)
 
 
-def _common(students: int, hashes: list[tuple[int, np.ndarray]], config: Fingerprinting) -> np.ndarray:
-    """The fingerprints more students hold than `config` allows (each student counted once; the
-    listed public sources, numbered after the students, count for nothing)."""
-    held = [np.unique(np.concatenate([h for i, h in hashes if i == s] or [np.array([], np.int64)]))
-            for s in range(students)]
-    if not held:
-        return np.array([], dtype=np.int64)
-    found, counts = np.unique(np.concatenate(held), return_counts=True)
-    return found[counts > _common_limit(students, config)]
+def boilerplate_files(base: Sources, common: Iterable[Sources]) -> list[tuple[str, str]]:
+    """(path, text) of all code that never counts: the base's files, the code its comments and
+    docstrings give (`prints.hint_text`), and every common source's files."""
+    hints = [(path, hint) for path, text in base.items() if (hint := hint_text(path, text)).strip()]
+    return [*base.items(), *hints, *(item for files in common for item in files.items())]
 
 
-def _common_limit(students: int, config: Fingerprinting) -> float:
-    """The most students code may be shared by and still count."""
-    return max(config.common_min, config.common_share * students)
+def fingerprints_of(files: Iterable[tuple[str, str]], prints: PrintCache) -> np.ndarray:
+    """The unique fingerprints of `files`."""
+    found = [prints.get(path, text).hashes for path, text in files]
+    return np.unique(np.concatenate(found)) if found else np.array([], dtype=np.int64)
 
 
-def _add_units(klass: _Class, student: int, path: str, print_: FilePrint, outside_base: np.ndarray,
-               keep: np.ndarray) -> None:
+def _add_units(klass: _Class, student: int, path: str, print_: FilePrint, keep: np.ndarray) -> None:
     hashes, first, last = print_.hashes[keep], print_.first[keep], print_.last[keep]
     klass.units.append(_unit(student, path, None, hashes, first, last))
-    klass.units[-1].outside_base = (print_.first[outside_base], print_.last[outside_base])
+    klass.units[-1].outside_base = (first, last)
     for function in print_.functions:
         inside = (first >= function.first) & (first <= function.last)
         klass.units.append(_unit(student, path, function, hashes[inside], first[inside], last[inside]))
 
 
-def _literal_copies(klass: _Class, texts: list[str], config: Fingerprinting) -> set[tuple[int, int]]:
+def _normalized(text: str) -> str:
+    """A file's text with its whitespace made uniform, hashed: what a literal copy must share."""
+    return hashlib.sha256(" ".join(text.split()).encode()).hexdigest()
+
+
+def _literal_copies(klass: _Class, texts: list[str], common: set[str]) -> set[tuple[int, int]]:
     """Pairs of file units (of two students or a student and a public source, lower index first)
-    whose texts are equal apart from whitespace, a content held by no more students than the
-    common rule allows, or by a listed public source too (any number of students then). `texts`:
-    each file unit's text, in the order of the file units."""
+    whose texts are equal apart from whitespace and no common source's file (`common`: their
+    normalized digests). `texts`: each file unit's text, in the order of the file units."""
     files = [i for i, u in enumerate(klass.units) if u.function is None]
     holders: dict[str, list[int]] = {}
     for unit, text in zip(files, texts, strict=True):
-        holders.setdefault(hashlib.sha256(" ".join(text.split()).encode()).hexdigest(), []).append(unit)
-    limit = _common_limit(klass.students, config)
-    return {(a, b) for units in holders.values()
-            if 1 < len(held := {klass.units[u].student for u in units})
-            and (max(held) >= klass.students or sum(s < klass.students for s in held) <= limit)
+        holders.setdefault(_normalized(text), []).append(unit)
+    return {(a, b) for digest, units in holders.items() if digest not in common
             for a in units for b in units
             if klass.units[a].student < klass.units[b].student and klass.units[a].student < klass.students}
 

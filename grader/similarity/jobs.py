@@ -3,7 +3,7 @@
 Staff start a job (the similarity page): a `SimilarityJob` row in `queued`, and a message on
 the similarity queue (`KG_SIMILARITY_QUEUE`, CPU work: never the GPU run queue). The worker
 claims it (`queued` -> `running`), resolves the assignment's base (grader.similarity.base) and
-the known public solutions staff listed (grader.similarity.public),
+the sources staff listed (grader.similarity.public: known solutions, common code),
 records the files fingerprinted as it goes, and ends `done` once the new report is stored
 (grader.similarity.store; the old one is replaced only then) or `failed` with the reason, the
 previous report kept. The Celery task runs the computation in a child process of its own
@@ -132,7 +132,7 @@ def run_job(settings: Settings, sessions: sessionmaker[Session], blobs: BlobStor
 
 
 def job_assignment(session: Session, job: SimilarityJob) -> tuple[str, str | None, list[Entry]]:
-    """(slug, similarity base setting, known public solutions listed) of the job's assignment."""
+    """(slug, similarity base setting, listed sources) of the job's assignment."""
     assignment = session.get(Assignment, job.assignment_id)
     if assignment is None:
         raise LookupError(f"job {job.id}: its assignment is gone")

@@ -14,15 +14,10 @@ from pygments.util import ClassNotFound
 
 from grader.similarity.units import Function, functions_of
 
-STAND_IN_COMMON_SHARE = 0.25  # the common-code rule's share against our kit's stand-in starter
-
 
 @dataclass(frozen=True)
 class Fingerprinting:
     """k: shortest match (in filtered characters) that is noise; window: winnowing window;
-    common_*: a fingerprint held by more than max(common_min, common_share x students) is common
-    knowledge (grader.similarity.compare): more than half the class against the starter the
-    students received, more than a quarter (STAND_IN_COMMON_SHARE) against our kit's stand-in;
     full_evidence: fingerprints in common for a match to weigh fully; shown: matches
     kept per pair; floor: weakest match kept; literal_copies: files identical apart from
     whitespace count whole (grader.similarity.compare), right only when the base is the starter the
@@ -33,8 +28,6 @@ class Fingerprinting:
 
     k: int = defaults.NOISE_THRESHOLD
     window: int = defaults.GUARANTEE_THRESHOLD - defaults.NOISE_THRESHOLD + 1
-    common_share: float = 0.5
-    common_min: int = 3
     full_evidence: int = 200
     shown: int = 4
     floor: float = 0.02

@@ -1,17 +1,24 @@
-"""Known public solutions of an assignment (issue 51): sources staff list on the settings page for
-the similarity check to match every student against (grader.similarity.compare.compare_all),
-each one like a submission that is no student's: never ranked among the students' pairs, never
-graded, and named in the report wherever a student's files match it.
+"""Sources staff list for an assignment's similarity check (issue 51), each in one of two roles:
+- a known public solution (role "solution"): matched against every student like a submission
+  that is no student's (grader.similarity.compare.compare_all), never ranked among the students'
+  pairs, never graded, and named in the report wherever a student's files match it;
+- code the class may share (role "common"), such as an earlier assignment's files the starter
+  lacks: left out like the starter itself (its fingerprints never count, a file equal to one of
+  its files is no copy) and named in the report as left out.
+Nothing else is discounted for being common: the similarity check drops no code for how many
+students hold it.
 
 A source is listed (`Assignment.similarity_sources`, a JSON list of entries) as either
-- `{"kind": "git", "spec": "git:<repository>@<ref>"}`, fetched only as grader.similarity.fetch
-  allows (the rules of a git base: https, a listed host, a public address, a time and a size cap),
-  and named in the report by the commit the ref resolved to (`<repository>@<commit>`); or
-- `{"kind": "upload", "filename": ..., "sha256": ...}`, a zip staff gave, kept at
+- `{"kind": "git", "spec": "git:<repository>@<ref>", "role": ...}`, fetched only as
+  grader.similarity.fetch allows (the rules of a git base: https, a listed host, a public
+  address, a time and a size cap), and named in the report by the commit the ref resolved to
+  (`<repository>@<commit>`); or
+- `{"kind": "upload", "filename": ..., "sha256": ..., "role": ...}`, a zip staff gave, kept at
   `KG_DATA_DIR/reports/similarity-public-<slug>/<sha256>.zip` and named by its file name and sha256.
-Its files are the rubric's student files, read as a base's are (grader.similarity.base.zip_sources).
-A listed source that cannot be read fails the computation saying which, as a base staff set does:
-never silently left out.
+An entry without a role (listed before roles existed) is a known solution. Its files are the
+rubric's student files, read as a base's are (grader.similarity.base.zip_sources). A listed
+source that cannot be read fails the computation saying which, as a base staff set does: never
+silently left out.
 """
 from __future__ import annotations
 
@@ -31,6 +38,8 @@ from worker.rubric import Rubric
 from worker.unpack import BadArchive, UnpackLimits
 
 GIT, UPLOAD = "git", "upload"
+SOLUTION, COMMON = "solution", "common"
+ROLE_WORDS = {SOLUTION: "known solution", COMMON: "common code, left out"}
 Entry = dict[str, Any]  # one listed source, as Assignment.similarity_sources keeps it
 
 
@@ -38,6 +47,18 @@ Entry = dict[str, Any]  # one listed source, as Assignment.similarity_sources ke
 class PublicSource:
     label: str  # exactly what it is: `<repository>@<commit>`, or `<zip name>, sha256 <sha256>`
     sources: Sources
+    role: str = SOLUTION
+
+
+def role_of(entry: Entry) -> str:
+    return str(entry.get("role", SOLUTION))
+
+
+def with_role(entry: Entry, role: str) -> Entry:
+    """`entry` in `role`; BadArchive when `role` is neither."""
+    if role not in ROLE_WORDS:
+        raise BadArchive(f"a listed source's role is {' or '.join(ROLE_WORDS)}, not {role!r}")
+    return {**entry, "role": role}
 
 
 def entry_key(entry: Entry) -> str:
@@ -48,6 +69,11 @@ def entry_key(entry: Entry) -> str:
 def entry_words(entry: Entry) -> str:
     """A listed source in words, before anything is fetched."""
     return entry["spec"] if entry["kind"] == GIT else f"{entry['filename']}, sha256 {entry['sha256']}"
+
+
+def entry_role_words(entry: Entry) -> str:
+    """A listed source and its role in words."""
+    return f"{entry_words(entry)} ({ROLE_WORDS[role_of(entry)]})"
 
 
 def git_entry(spec: str) -> Entry:
@@ -97,8 +123,8 @@ def _read(data_dir: Path, rubric: Rubric, limits: UnpackLimits, entry: Entry, ru
         with tempfile.TemporaryDirectory(prefix="kg-public-") as tmp:
             commit = git_zip(entry["spec"], Path(tmp) / "public.zip", rules, clone_dir(data_dir))
             files = zip_sources(Path(tmp) / "public.zip", rubric, limits)
-        return PublicSource(f"{parse_git_spec(entry['spec'])[0]}@{commit}", files)
+        return PublicSource(f"{parse_git_spec(entry['spec'])[0]}@{commit}", files, role_of(entry))
     stored = zip_path(data_dir, rubric.slug, entry["sha256"])
     if not stored.is_file():
         raise BadArchive("its zip is no longer kept: add it again")
-    return PublicSource(entry_words(entry), zip_sources(stored, rubric, limits))
+    return PublicSource(entry_words(entry), zip_sources(stored, rubric, limits), role_of(entry))

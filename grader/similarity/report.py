@@ -1,7 +1,8 @@
 """The similarity report: the clusters (grader.similarity.clusters) and ranked pairs as JSON,
 or self-contained HTML pages (no external assets, so they can be mailed or served as they are):
 the known public solutions staff listed and the students who match them (each source named by
-its label: `<repository>@<commit>`, or a zip's name and sha256), the clusters, then every pair in the ranking, a page of pairs at a time, with the file or
+its label: `<repository>@<commit>`, or a zip's name and sha256), the sources left out as common
+code, the clusters, then every pair in the ranking, a page of pairs at a time, with the file or
 function that drives its score, and for the `detailed` first pairs a page each with the shared
 regions of their strongest matches side by side (excerpts around them, long lines wrapped to
 the window). Highlighting marks shared lines that are not lines of the base's file or its
@@ -41,6 +42,8 @@ _RANKING = """<!doctype html>
 {% for p in public_matches %}<tr><td>{{ p.a }}</td><td>{{ p.b }}</td><td>{{ "%.0f%%"|format(100 * p.score) }}</td><td>{{ p.shared_lines }} ({{ p.longest_run }})</td><td>{{ p.driver }}</td></tr>
 {% endfor %}</tbody></table>{% else %}<p>No student's files match them.</p>{% endif %}
 {% else %}<p>None listed.</p>{% endif %}
+<h2 id="common">Code the class may share</h2>
+<p>{% if common %}Left out like the starter: {{ common|join("; ") }}.{% else %}None listed: only the starter's code is left out.{% endif %}</p>
 <h2 id="clusters">Files several students share</h2>
 <p>{{ cluster_note }}</p>
 {% if clusters %}<table class="rank" id="cluster-table"><thead><tr><th>#</th><th>students</th><th>files</th><th>kind</th><th>each one's first upload of it</th></tr></thead><tbody>
@@ -114,17 +117,20 @@ def excerpt(text: str, lines: Sequence[LineRange], starter: Set[str] = frozenset
 
 CLUSTER_NOTE = ("A file two or more students hand in the same after names, comments and layout are normalized "
                 "(identical), or sharing at least 90% of each one's own code (near-identical), is listed here "
-                "as one group, however many students share it (the pair scores count such code up to half the "
-                "class, a quarter against our kit's stand-in starter, and any amount of a listed public solution). "
-                "Files the same as the starter's are not listed.")
+                "as one group, however many students share it (the pair scores count it too: nothing is left out "
+                "for being common, only the starter's code and the sources staff listed as common code). "
+                "Files the same as the starter's or a common source's are not listed.")
 
 
 def report_json(assignment: str, pairs: Sequence[PairResult], clusters: Sequence[Cluster] = (),
-                public: Sequence[str] = (), public_matches: Sequence[PairResult] = ()) -> dict[str, Any]:
+                public: Sequence[str] = (), public_matches: Sequence[PairResult] = (),
+                common: Sequence[str] = ()) -> dict[str, Any]:
     """The report as JSON: `public_sources` the labels of the known public solutions compared
-    against, `public_matches` each (student `a`, public source `b`) that share code, as a pair."""
+    against, `public_matches` each (student `a`, public source `b`) that share code, as a pair;
+    `common_sources` the labels of the sources left out as code the class may share."""
     return {"assignment": assignment, "students": _student_count(pairs),
             "clusters": [c.as_json() for c in clusters], "public_sources": list(public),
+            "common_sources": list(common),
             "public_matches": [{**asdict(p), "student": p.a, "source": p.b, "driver": p.driver,
                                 "shared_lines": p.shared_lines, "longest_run": p.longest_run} for p in public_matches],
             "pairs": [{**asdict(p), "driver": p.driver, "shared_lines": p.shared_lines, "longest_run": p.longest_run}
@@ -134,7 +140,7 @@ def report_json(assignment: str, pairs: Sequence[PairResult], clusters: Sequence
 def report_pages(assignment: str, pairs: Sequence[PairResult], sources: Mapping[str, Sources], base: Base,
                  detailed: int = 50, per_page: int = 200, stem: str = "report",
                  clusters: Sequence[Cluster] = (), public: Sequence[str] = (),
-                 public_matches: Sequence[PairResult] = ()) -> dict[str, str]:
+                 public_matches: Sequence[PairResult] = (), common: Sequence[str] = ()) -> dict[str, str]:
     """The HTML report as self-contained pages, file name -> HTML, to write side by side: the
     clusters (grader.similarity.clusters) and the ranking of every pair, `per_page` pairs a page (`{stem}.html` first, then
     `{stem}-ranking-2.html`, ...), and a page of its own for each of the `detailed` first pairs
@@ -145,8 +151,8 @@ def report_pages(assignment: str, pairs: Sequence[PairResult], sources: Mapping[
     summary = (f"{_student_count(pairs)} students, {len(pairs)} pairs, most similar first. Each file and each "
                "function a student changed from the starter is compared with every other student's; a pair's score "
                "is its strongest match (shared share of the two, weighted by how much code they share), named "
-               "in 'driven by'; pairs of one score rank by the lines their strongest matches share. Code of the starter and of its "
-               "hints never counts. Highlighted: shared lines outside the starter. "
+               "in 'driven by'; pairs of one score rank by the lines their strongest matches share. Code of the starter, of its "
+               "hints and of the sources listed as common code never counts; nothing else is left out for being common. Highlighted: shared lines outside the starter. "
                f"A high score is a reason to look, not a verdict. Base: {base.label}.")
     count = max(1, -(-len(pairs) // per_page))
     names = [(n, f"{stem}.html" if n == 1 else f"{stem}-ranking-{n}.html") for n in range(1, count + 1)]
@@ -154,7 +160,7 @@ def report_pages(assignment: str, pairs: Sequence[PairResult], sources: Mapping[
     pair_pages = {rank: f"{stem}-pair-{rank}.html" for rank, p in ranked[:detailed] if p.matches}
     out = {name: env.from_string(_RANKING).render(
         title=f"Similarity: {assignment}", style=_STYLE, summary=summary, pages=names, page=n, clusters=clusters,
-        public=public, public_matches=public_matches,
+        public=public, public_matches=public_matches, common=common,
         cluster_note=CLUSTER_NOTE,
         pairs=ranked[(n - 1) * per_page: n * per_page], pair_pages=pair_pages) for n, name in names}
     for rank, name in pair_pages.items():

@@ -2,8 +2,9 @@
 
 `compute_report` is what `grader similarity` and the similarity job (grader.similarity.jobs)
 both run: every student's latest zip (grader.similarity.sources), compared with the base's
-code left out (grader.similarity.compare; fingerprints cached under `KG_DATA_DIR/reports/fingerprints`),
-and each against the known public solutions staff listed (grader.similarity.public), named.
+code and the sources staff listed as common code left out (grader.similarity.compare; fingerprints
+cached under `KG_DATA_DIR/reports/fingerprints`), and each against the known public solutions
+staff listed (grader.similarity.public), named.
 The job stores the result as JSON under `KG_DATA_DIR/reports/` (shared by every web process)
 with the sha256 of each zip compared and the base it used (its files beside the report), so
 a pair's side-by-side view re-reads exactly those two zips from the blob store, however the
@@ -28,8 +29,8 @@ from grader.similarity.base import Base, text_sha256
 from grader.similarity.cache import PrintCache, Progress
 from grader.similarity.clusters import Cluster, cluster_of, dated, find_clusters
 from grader.similarity.compare import Match, PairResult, Sources, compare_all
-from grader.similarity.prints import STAND_IN_COMMON_SHARE, Fingerprinting
-from grader.similarity.public import PublicSource
+from grader.similarity.prints import Fingerprinting
+from grader.similarity.public import COMMON, SOLUTION, PublicSource
 from grader.similarity.report import report_json
 from grader.similarity.sources import ClassSources, blob_sources, class_sources, upload_history
 from grader.storage.blobstore import BlobStore
@@ -48,6 +49,7 @@ class StoredReport:
     clusters: list[Cluster] = field(default_factory=list)  # most students first
     public: list[str] = field(default_factory=list)  # the known public solutions compared against, by label
     public_matches: list[PairResult] = field(default_factory=list)  # (student, public label), most similar first
+    common: list[str] = field(default_factory=list)  # the sources left out as common code, by label
 
     def pair(self, a: str, b: str) -> PairResult | None:
         return next((p for p in self.pairs if {p.a, p.b} == {a, b}), None)
@@ -65,15 +67,16 @@ def compute_report(session: Session, blobs: BlobStore, rubric: Rubric, limits: U
     out; the report and the sources it was computed from. CPU-bound for seconds to minutes: keep
     it off an event loop. `progress`: told (files fingerprinted, files to fingerprint)."""
     found = class_sources(session, blobs, rubric, limits)
-    config = Fingerprinting(literal_copies=base.received,
-                            common_share=Fingerprinting.common_share if base.received else STAND_IN_COMMON_SHARE)
+    config = Fingerprinting(literal_copies=base.received)
     prints = PrintCache(config, cache_dir)
-    compared = compare_all(found.students, base.sources, {p.label: p.sources for p in public}, config, prints, progress)
-    pairs = compared.pairs
-    clusters = find_clusters(found.students, base.sources, prints)
+    solutions = {p.label: p.sources for p in public if p.role == SOLUTION}
+    common = [p for p in public if p.role == COMMON]
+    compared = compare_all(found.students, base.sources, solutions, config, prints, progress,
+                           [p.sources for p in common])
+    clusters = find_clusters(found.students, base.sources, prints, [p.sources for p in common])
     clusters = dated(clusters, first_uploads(session, blobs, rubric, limits, clusters, prints))
-    return StoredReport(rubric.slug, utcnow(), found.submissions, found.skipped, pairs, base.label, clusters,
-                        [p.label for p in public], compared.sources), found
+    return StoredReport(rubric.slug, utcnow(), found.submissions, found.skipped, compared.pairs, base.label, clusters,
+                        list(solutions), compared.sources, [p.label for p in common]), found
 
 
 def first_uploads(session: Session, blobs: BlobStore, rubric: Rubric, limits: UnpackLimits,
@@ -111,7 +114,8 @@ def base_files_path(report: Path) -> Path:
 def save_report(report: StoredReport, base: Sources, path: Path) -> None:
     """The report and its base's files, each written to a temporary file and renamed: a reader
     never sees half of either; the base goes first, so no report is seen without its own."""
-    body = {**report_json(report.assignment, report.pairs, report.clusters, report.public, report.public_matches),
+    body = {**report_json(report.assignment, report.pairs, report.clusters, report.public, report.public_matches,
+                          report.common),
             "generated_at": report.generated_at.isoformat(),
             "submissions": report.submissions, "skipped": report.skipped, "base": report.base,
             "base_files": {path: text_sha256(text) for path, text in sorted(base.items())}}
@@ -152,7 +156,7 @@ def load_report(path: Path) -> StoredReport | None:
     return StoredReport(data["assignment"], datetime.fromisoformat(data["generated_at"]), data["submissions"],
                         data["skipped"], [_pair(p) for p in data["pairs"]], data.get("base", "not recorded"),
                         [cluster_of(c) for c in data.get("clusters", [])], data.get("public_sources", []),
-                        [_pair(p) for p in data.get("public_matches", [])])
+                        [_pair(p) for p in data.get("public_matches", [])], data.get("common_sources", []))
 
 
 def pair_sources(blobs: BlobStore, report: StoredReport, pair: PairResult, rubric: Rubric,

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import BrowserContext, expect
+from playwright.sync_api import BrowserContext, Page, expect
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -97,11 +97,11 @@ def test_a_listed_public_zip_is_named_for_the_student_who_copied_it(
     page = log_in(context, "pub-prof")
     page.goto("/assignments/hw4/settings")
     expect(page.locator("#no-public")).to_be_visible()
-    page.get_by_label("The solution's zip").set_input_files(public_zip)
-    page.get_by_role("button", name="Add the public source").click()
-    expect(page.locator("#public-message")).to_have_text(f"Listed {label}; compute the report again.")
+    page.get_by_label("The source's zip").set_input_files(public_zip)
+    page.get_by_role("button", name="Add the source").click()
+    expect(page.locator("#public-message")).to_have_text(f"Listed {label} (known solution); compute the report again.")
     expect(page.locator("#public-list li")).to_have_count(1)
-    expect(page.locator("#public-list li code")).to_have_text(label)
+    expect(page.locator("#public-list li code")).to_have_text(f"{label} (known solution)")
     check_page(page)
 
     page.goto("/assignments/hw4/similarity")
@@ -120,12 +120,36 @@ def test_a_listed_public_zip_is_named_for_the_student_who_copied_it(
     assert len(mine) == 1 and mine[0]["source"] == label and mine[0]["score"] == 1.0, mine
     assert label not in body["submissions"] and all(label not in (p["a"], p["b"]) for p in body["pairs"])
 
+    _relist_as_common_code(page, label, public_zip)
+    page.goto("/assignments/hw4/similarity")
+    page.get_by_role("button", name=re.compile("^Compute")).click()
+    expect(page.locator("#common-compared")).to_contain_text(label, timeout=120_000)  # the new report's
+    expect(page.locator("#no-public")).to_be_visible()
+    check_page(page)
+    body = page.request.get("/assignments/hw4/similarity.json").json()
+    assert body["common_sources"] == [label] and body["public_sources"] == [] and body["public_matches"] == []
+
     page.goto("/assignments/hw4/settings")
-    page.get_by_role("button", name=f"Remove the public source {label}").click()
-    expect(page.locator("#public-message")).to_have_text(f"{label} is no longer listed; compute the report again.")
+    page.get_by_role("button", name=f"Remove the listed source {label} (common code, left out)").click()
+    expect(page.locator("#public-message")).to_have_text(
+        f"{label} (common code, left out) is no longer listed; compute the report again.")
     expect(page.locator("#no-public")).to_be_visible()
     check_page(page)
     with session_scope(sessions) as session:
         details = session.scalars(select(AuditEvent.detail).where(AuditEvent.detail.contains(label))).all()
-    assert details == [f"assignment hw4: similarity public source added: {label}",
-                       f"assignment hw4: similarity public source removed: {label}"]
+    assert details == [f"assignment hw4: similarity source listed: {label} (known solution)",
+                       f"assignment hw4: similarity source removed: {label} (known solution)",
+                       f"assignment hw4: similarity source listed: {label} (common code, left out)",
+                       f"assignment hw4: similarity source removed: {label} (common code, left out)"]
+
+
+def _relist_as_common_code(page: Page, label: str, public_zip: Path) -> None:
+    """The same zip taken off as a solution and listed again as common code."""
+    page.goto("/assignments/hw4/settings")
+    page.get_by_role("button", name=f"Remove the listed source {label} (known solution)").click()
+    expect(page.locator("#public-message")).to_have_text(f"{label} (known solution) is no longer listed; compute the report again.")
+    page.get_by_label("The source's zip").set_input_files(public_zip)
+    page.get_by_label("Its role").select_option("common")
+    page.get_by_role("button", name="Add the source").click()
+    expect(page.locator("#public-message")).to_have_text(f"Listed {label} (common code, left out); compute the report again.")
+    check_page(page)

@@ -281,11 +281,11 @@ def test_staff_set_the_base_on_the_settings_page(own_settings: Settings, session
         assert get_assignment(session, "hw4").similarity_base is None
 
 
-def test_staff_list_and_remove_known_public_solutions(own_settings: Settings, sessions_own: sessionmaker[Session],
-                                                      starter_repo: str, tmp_path: Path) -> None:
-    """The settings page's list of known public solutions (issue 51): a zip without the
-    assignment's files and a git ref from a host not listed are refused, saying why; a git ref
-    that may be fetched is listed once, shown, audited, and removed again."""
+def test_staff_list_and_remove_known_solutions_and_common_code(own_settings: Settings, sessions_own: sessionmaker[Session],
+                                                               starter_repo: str, tmp_path: Path) -> None:
+    """The settings page's listed sources (issue 51): a zip without the assignment's files, a git
+    ref from a host not listed and a role that is neither are refused, saying why; a git ref that
+    may be fetched is listed once in the role chosen, shown with it, audited, and removed again."""
     prof = Browser(own_settings, "sim-prof")
     page = prof.client.get("/assignments/hw4/settings").text
     assert 'id="no-public"' in page
@@ -301,17 +301,19 @@ def test_staff_list_and_remove_known_public_solutions(own_settings: Settings, se
     assert "Not listed: could not find the assignment folder in the zip" in add(zip=("notes.zip", student_zip(notes, {}, tmp_path / "z"),
                                                                           "application/zip"))
     assert "github.com is not a host bases may be fetched from" in add(public_git="git:https://github.com/x/y@main")
-    listed = add(public_git=starter_repo)
-    assert f"Listed {starter_repo}; compute the report again." in listed and "<code>" + starter_repo in listed
-    assert f"{starter_repo} is listed already." in add(public_git=starter_repo)
+    assert "a listed source&#39;s role is solution or common, not &#39;copied&#39;" in add(public_git=starter_repo, role="copied")
+    listed = add(public_git=starter_repo, role="common")
+    words = f"{starter_repo} (common code, left out)"
+    assert f"Listed {words}; compute the report again." in listed and "<code>" + words in listed
+    assert f"{words} is listed already." in add(public_git=starter_repo)
     with session_scope(sessions_own) as session:
-        assert get_assignment(session, "hw4").similarity_sources == [{"kind": "git", "spec": starter_repo}]
-    assert starter_repo in prof.client.get("/assignments/hw4/similarity").text  # in the report page's header
+        assert get_assignment(session, "hw4").similarity_sources == [{"kind": "git", "spec": starter_repo, "role": "common"}]
+    assert words in prof.client.get("/assignments/hw4/similarity").text  # in the report page's header
     gone = prof.client.post("/assignments/hw4/similarity/sources/remove",
                             data={"csrf_token": prof.csrf(page), "key": starter_repo}).text
-    assert f"{starter_repo} is no longer listed" in gone and 'id="no-public"' in gone
+    assert f"{words} is no longer listed" in gone and 'id="no-public"' in gone
     with session_scope(sessions_own) as session:
         assert get_assignment(session, "hw4").similarity_sources is None
-        details = session.scalars(select(AuditEvent.detail).where(AuditEvent.detail.contains("public source"))).all()
-    assert details == [f"assignment hw4: similarity public source added: {starter_repo}",
-                       f"assignment hw4: similarity public source removed: {starter_repo}"]
+        details = session.scalars(select(AuditEvent.detail).where(AuditEvent.detail.contains("similarity source"))).all()
+    assert details == [f"assignment hw4: similarity source listed: {words}",
+                       f"assignment hw4: similarity source removed: {words}"]

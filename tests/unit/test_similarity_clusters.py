@@ -13,7 +13,7 @@ from grader.similarity.base import Base
 from grader.similarity.cache import PrintCache
 from grader.similarity.clusters import cluster_of, find_clusters
 from grader.similarity.compare import compare_class, starter_sources
-from grader.similarity.prints import STAND_IN_COMMON_SHARE, Fingerprinting
+from grader.similarity.prints import Fingerprinting
 from grader.similarity.report import report_json, report_pages
 from worker.rubric import load_rubric
 
@@ -57,12 +57,19 @@ def test_four_identical_submissions_among_eight_are_one_cluster_and_their_pairs_
     copies = [p for p in pairs if {p.a, p.b} <= {"s0", "s1", "s2", "s3"}]
     assert len(copies) == 6 and all(p.score > 0.9 for p in copies)  # held by 4 of 8: a quarter scored them 0
     assert all(p.score < 0.5 for p in pairs if p not in copies)
-    stand_in = compare_class(students, BASE, Fingerprinting(literal_copies=False, common_share=STAND_IN_COMMON_SHARE))
-    assert all(p.score == 0 for p in stand_in if {p.a, p.b} <= {"s0", "s1", "s2", "s3"})  # against a stand-in
     clusters = _clusters(students)
     assert len(clusters) == 1
     assert clusters[0].students == ("s0", "s1", "s2", "s3") and clusters[0].files == ("kernel.cu",)
     assert clusters[0].identical and clusters[0].kind == "identical"
+
+
+def test_a_file_of_a_listed_common_source_is_no_cluster_and_counts_for_nothing() -> None:
+    """The four hand in a file the course lists as common code (an earlier assignment's): no
+    cluster, and their pairs score as the others' do."""
+    students = {f"s{i}": {"kernel.cu": SOLUTION if i < 4 else _own(i)} for i in range(8)}
+    common = [{"previous/kernel.cu": SOLUTION}]  # listed under another path: the content is what counts
+    assert find_clusters(students, BASE, PrintCache(Fingerprinting()), common) == []
+    assert all(p.score < 0.5 for p in compare_class(students, BASE, common=common))
 
 
 def test_a_starter_file_everyone_hands_in_is_no_cluster() -> None:

@@ -20,8 +20,19 @@ from grader.settings import Settings
 from grader.similarity.base import Base
 from grader.similarity.compare import compare_all, starter_sources
 from grader.similarity.fetch import FetchRules
-from grader.similarity.prints import STAND_IN_COMMON_SHARE, Fingerprinting
-from grader.similarity.public import GIT, UPLOAD, entry_words, git_entry, read_sources, save_zip, zip_path
+from grader.similarity.public import (
+    COMMON,
+    GIT,
+    SOLUTION,
+    UPLOAD,
+    entry_role_words,
+    entry_words,
+    git_entry,
+    read_sources,
+    save_zip,
+    with_role,
+    zip_path,
+)
 from grader.similarity.report import report_json, report_pages
 from tests.fixtures.https_git import https_git_server, publish
 from worker.rubric import load_rubric
@@ -98,29 +109,29 @@ def test_a_student_who_copied_a_public_solution_gets_it_named() -> None:
 
 
 def test_four_copies_of_one_solution_among_eight_score_high_and_each_matches_the_source() -> None:
-    """Four of eight hand in the published solution renamed alike: its code is not the base's and no
-    more than half the class holds it, so it counts, listed or not (the common-code rule of a
-    quarter, before issue 51, scored their pairs 0); listed, each of the four matches it."""
+    """Four of eight hand in the published solution renamed alike: its code is not the base's, so it
+    counts, listed or not (the common-code rule of a quarter, before issue 51, scored their pairs
+    0); listed, each of the four matches it."""
     students = {f"s{i}": {"kernel.cu": _disguised(PUBLISHED) if i < 4 else _own(i)} for i in range(8)}
     copies = [p for p in compare_all(students, BASE, {}).pairs if {p.a, p.b} <= {"s0", "s1", "s2", "s3"}]
     assert len(copies) == 6 and all(p.score == 1.0 for p in copies)
     compared = compare_all(students, BASE, {LABEL: {"kernel.cu": PUBLISHED}})
     assert [(p.a, p.score) for p in compared.sources if p.score > 0.9] == [(f"s{i}", 1.0) for i in range(4)]
-    stand_in = compare_all(students, BASE, {}, Fingerprinting(literal_copies=False, common_share=STAND_IN_COMMON_SHARE))
-    assert all(p.score == 0.0 for p in stand_in.pairs if {p.a, p.b} <= {"s0", "s1", "s2", "s3"})
 
 
-def test_a_listed_solution_most_of_the_class_copied_is_never_common() -> None:
-    """Six of eight hand in the published solution: more than half the class, common knowledge
-    while nobody listed it (their pairs score 0); listed, its code is evidence however many hold
-    it: each of the six matches the source, and their pairs count again."""
+def test_a_solution_most_of_the_class_copied_counts_and_only_common_code_is_left_out() -> None:
+    """Six of eight hand in the published solution: their pairs score 1.0 listed or not (more than
+    half the class: the rule before issue 51 left it out as common knowledge); listed as a
+    solution, each of the six matches it; listed as common code instead, it counts for nothing."""
     students = {f"s{i}": {"kernel.cu": _disguised(PUBLISHED) if i < 6 else _own(i)} for i in range(8)}
     copiers = {f"s{i}" for i in range(6)}
     unlisted = compare_all(students, BASE, {})
-    assert all(p.score == 0.0 for p in unlisted.pairs if {p.a, p.b} <= copiers)
+    assert all(p.score == 1.0 for p in unlisted.pairs if {p.a, p.b} <= copiers)
     listed = compare_all(students, BASE, {LABEL: {"kernel.cu": PUBLISHED}})
     assert {p.a for p in listed.sources if p.score == 1.0} == copiers
     assert all(p.score == 1.0 for p in listed.pairs if {p.a, p.b} <= copiers)
+    common = compare_all(students, BASE, {}, common=[{"kernel.cu": PUBLISHED}])
+    assert all(p.score < 0.5 for p in common.pairs) and common.sources == []
 
 
 @pytest.fixture(scope="module")
@@ -153,10 +164,13 @@ def test_a_listed_zip_and_git_ref_are_read_and_named_exactly(solution_repo: tupl
     entry = save_zip(tmp_path, "hw4", data, RUBRIC, LIMITS, "C:\\Downloads\\found online.zip")
     assert entry == {"kind": UPLOAD, "filename": "found online.zip", "sha256": sha}
     assert zip_path(tmp_path, "hw4", sha).is_file()
-    listed = [entry, git_entry(f"git:{url}@{commit[:10]}")]
+    listed = [entry, with_role(git_entry(f"git:{url}@{commit[:10]}"), COMMON)]  # the zip as listed before roles
     assert listed[1]["kind"] == GIT
     read = read_sources(tmp_path, RUBRIC, LIMITS, listed, rules)
-    assert [s.label for s in read] == [f"found online.zip, sha256 {sha}", f"{url}@{commit}"]
+    assert [(s.label, s.role) for s in read] == [(f"found online.zip, sha256 {sha}", SOLUTION), (f"{url}@{commit}", COMMON)]
+    assert entry_role_words(listed[1]) == f"git:{url}@{commit[:10]} (common code, left out)"
+    with pytest.raises(BadArchive, match="role is solution or common, not 'copied'"):
+        with_role(entry, "copied")
     assert all(s.sources["src/softmax_kernel.cu"] == PUBLISHED for s in read)
     assert read[0].sources == read[1].sources and read[0].sources.keys() == starter_sources(RUBRIC).keys()
     # A source that cannot be read fails the computation naming it; a zip without the
