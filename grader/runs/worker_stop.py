@@ -29,15 +29,14 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
-from celery.signals import worker_process_init, worker_ready
+from celery.signals import worker_ready
 from celery.worker import state as worker_state
 
 from grader.settings import get_settings
 
 log = logging.getLogger(__name__)
 IDLE_POLL_S = 1.0
-_stop_asked = threading.Event()  # this pool process got SIGTERM
-_in_task = False  # the handler raises only inside `stops_on_sigterm`
+_stop_asked = threading.Event()  # this process got SIGTERM during its task
 
 
 class WorkerStopping(BaseException):
@@ -52,30 +51,24 @@ def stop_asked() -> bool:
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
-    first = not _stop_asked.is_set()
-    _stop_asked.set()
-    if _in_task and first:
+    if not _stop_asked.is_set():  # the first: stop; a second changes nothing (the run is being given back)
+        _stop_asked.set()
         raise WorkerStopping("SIGTERM: the job is being ended; the run goes back to the queue")
-    if not _in_task:  # no run here: go as a pool process did before (SIGTERM's default)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)
 
 
 @contextmanager
 def stops_on_sigterm() -> Iterator[None]:
-    """The task's span: a SIGTERM within it raises WorkerStopping in this (the grading) thread."""
-    global _in_task
-    _in_task = True
+    """A task's span: a SIGTERM within it raises WorkerStopping in this (the grading) thread.
+    Outside it the process's own handler stands (a pool process's: billiard's, which exits)."""
+    if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+        yield
+        return
+    _stop_asked.clear()  # a process that was stopped between tasks has exited: this is a new task
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         yield
     finally:
-        _in_task = False
-
-
-@worker_process_init.connect
-def _arm_pool_process(**_: Any) -> None:
-    """In each pool process after its fork (Celery has reset SIGTERM to its default there)."""
-    signal.signal(signal.SIGTERM, _on_sigterm)
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _held_requests() -> int:
