@@ -8,6 +8,7 @@ import time
 from typing import Annotated
 
 import typer
+from sqlalchemy.exc import SQLAlchemyError
 
 from grader.db import make_engine, make_session_factory
 from grader.runs.reconcile_log import line_formatter
@@ -46,8 +47,8 @@ def slurm(
     while True:
         try:
             log.info("%s", scale_pass(settings, sessions, cluster).summary())
-        except SlurmError as exc:
-            log.error("%s", exc)
+        except (SlurmError, SQLAlchemyError) as exc:  # the next pass tries again
+            log.error("pass failed: %s", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
             if once:
                 raise typer.Exit(1) from None
         if once:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from grader.scale.decision import Demand, Jobs, Limits, jobs_to_submit, jobs_wanted
-from grader.scale.slurm import job_script, parse_squeue, sbatch_argv, squeue_argv
+from grader.scale.slurm import SlurmCluster, SlurmError, job_script, parse_squeue, sbatch_argv, squeue_argv
 from grader.settings import Settings, SlurmSettings
 
 
@@ -69,3 +71,15 @@ def test_the_slurm_settings_are_read_from_kg_slurm_variables() -> None:
                                         "KG_WORKER_IDLE_EXIT_S": "60"})
     assert settings.slurm.max_jobs == 12 and settings.slurm.gres == "gpu:a100:1"
     assert settings.slurm.idle_exit_s == SlurmSettings().idle_exit_s and settings.worker_idle_exit_s == 60
+
+
+def test_a_missing_or_refusing_slurm_is_one_error_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster = SlurmCluster(Settings.from_variables({"KG_DATA_DIR": str(tmp_path)}))
+    monkeypatch.setenv("PATH", str(tmp_path))  # no squeue here
+    with pytest.raises(SlurmError, match="^squeue could not be run"):
+        cluster.ours()
+    refusing = tmp_path / "sbatch"
+    refusing.write_text("#!/bin/sh\necho 'sbatch: error: invalid partition specified: gpu' >&2\nexit 1\n")
+    refusing.chmod(0o755)
+    with pytest.raises(SlurmError, match="^sbatch exited 1: sbatch: error: invalid partition specified: gpu$"):
+        cluster.submit()
