@@ -73,7 +73,7 @@ def build_queue_of(app: Celery) -> str | None:
 
 def make_celery(settings: Settings) -> Celery:
     app = Celery("kernelgrade", broker=settings.resolved_broker_url,
-                 include=["grader.runs.tasks", "grader.runs.worker_start", "grader.similarity.jobs",
+                 include=["grader.runs.tasks", "grader.runs.worker_start", "grader.runs.worker_stop", "grader.similarity.jobs",
                           "grader.course.roster_jobs", "grader.lti.tasks"])
     app.conf.update(
         # A task is acknowledged only after it finished; a worker that dies mid-task gets its

@@ -159,8 +159,9 @@ class Supervisor:
 
     def __init__(self, members: Sequence[tuple[Gpu, list[str], dict[str, str]]],
                  max_restarts: int = DEFAULT_MAX_RESTARTS, restart_delay_s: float = 2.0,
-                 poll_s: float = 0.2, stable_s: float = STABLE_S) -> None:
+                 poll_s: float = 0.2, stable_s: float = STABLE_S, idle_exits: bool = False) -> None:
         self.members = [_Member(gpu, list(argv), dict(env)) for gpu, argv, env in members]
+        self.idle_exits = idle_exits  # workers with an idle exit: one that exits 0 is done, not restarted
         self.max_restarts = max_restarts
         self.restart_delay_s = restart_delay_s
         self.poll_s = poll_s
@@ -181,7 +182,7 @@ class Supervisor:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-        if self.stopping:
+        if self.stopping or (self.idle_exits and not self.left_out()):
             log.info("every GPU worker has stopped")
             return 0
         log.error("every GPU of this host was left out: no worker is grading")
@@ -203,7 +204,7 @@ class Supervisor:
             return
         member.proc = None
         member.exits.append(status)
-        if self.stopping:
+        if self.stopping or (self.idle_exits and status == 0):
             log.info("GPU %d: worker stopped (exit status %d)", member.gpu.index, status)
             return
         if time.monotonic() - member.started >= self.stable_s:

@@ -276,8 +276,33 @@ class SamlSettings(BaseModel):
         return self
 
 
+class SlurmSettings(BaseModel):
+    """GPU workers as Slurm jobs (`grader scale slurm`, grader/scale/), KG_SLURM_*: one job per
+    GPU, each running `grader worker` until it has been idle for `idle_exit_s`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    partition: str = ""  # empty: the cluster's default partition
+    gres: str = "gpu:1"  # one GPU per job; a model by its gres type, e.g. "gpu:h100:1"; empty: none
+    time_limit: str = "04:00:00"  # sbatch --time
+    account: str = ""  # sbatch --account; empty: the user's default
+    cpus_per_job: int = Field(default=4, ge=1)  # the worker, its builds (KG_BUILD_JOBS) and the timing cores
+    max_jobs: int = Field(default=4, ge=0)  # our worker jobs pending or running at once
+    # Jobs kept pending or running even with nothing queued: before a deadline, what `grader
+    # capacity` says the course needs (0: none when idle)
+    min_jobs: int = Field(default=0, ge=0)
+    job_name: str = "kernelgrade-worker"  # how our jobs are told apart in squeue
+    idle_exit_s: float = Field(default=300.0, gt=0)  # a job's worker exits after this long without a task
+    # At the time limit's approach: this many seconds before it the worker is asked to stop taking
+    # runs and finish the one under way (sbatch --signal=B:TERM@grace); runs still going at the
+    # limit are given back (the cluster's KillWait is the time they have to do so)
+    grace_s: int = Field(default=300, ge=0)
+    interval_s: float = Field(default=30.0, gt=0)  # `grader scale slurm`'s loop
+    extra_args: str = ""  # more sbatch options, split as a shell would (e.g. "--qos=course --mem=32G")
+
+
 class Settings(BaseSettings):
-    # The groups (build, sandbox, unpack, smtp, throttle, argon2, sso, saml) keep their flat names: KG_BUILD_JOBS is
+    # The groups (build, sandbox, unpack, smtp, throttle, argon2, sso, saml, slurm) keep their flat names: KG_BUILD_JOBS is
     # build.jobs, KG_UNPACK_MAX_FILES is unpack.max_files, and one such variable changes only its
     # own field. So no other field's name may start with a group's name and "_".
     model_config = SettingsConfigDict(env_prefix="KG_", env_file=".env", extra="ignore",
@@ -374,6 +399,9 @@ class Settings(BaseSettings):
     # saved (grader/runs/lifecycle.py), retries the task after this long (a Celery retry carrying
     # the claim: the message is never acknowledged away, and the claim is taken back).
     claim_retry_after_s: float = Field(default=5.0, gt=0)
+    # A worker exits (warm shutdown) after this many seconds without a task; 0: never. `grader
+    # worker --idle-exit` sets it; a Slurm job's worker gets KG_SLURM_IDLE_EXIT_S.
+    worker_idle_exit_s: float = Field(default=0.0, ge=0)
     stage_log_limit_bytes: int = 64 * 1024
 
     # Browser sessions: a row per login (grader/auth/sessions.py), its id in a signed cookie. Empty
@@ -394,6 +422,7 @@ class Settings(BaseSettings):
     # An account of another role is refused on the password form and gets no /forgot link;
     # single sign-on, LMS launches and API tokens are not affected.
     sso: SsoSettings = SsoSettings()
+    slurm: SlurmSettings = SlurmSettings()  # GPU workers as Slurm jobs (SlurmSettings)
     saml: SamlSettings = SamlSettings()  # SAML 2.0 single sign-on (SamlSettings), beside or instead of sso
     password_login_roles: Annotated[list[Role], NoDecode] = Field(default_factory=lambda: list(Role))
 
@@ -469,7 +498,7 @@ class Settings(BaseSettings):
 
     @classmethod
     def groups(cls) -> dict[str, type[BaseModel]]:
-        """The grouped fields (build, sandbox, unpack, smtp, throttle, argon2, sso, saml) and their models."""
+        """The grouped fields (build, sandbox, unpack, smtp, throttle, argon2, sso, saml, slurm) and their models."""
         return {name: type(field.default) for name, field in cls.model_fields.items()
                 if isinstance(field.default, BaseModel)}
 

@@ -27,6 +27,7 @@ from grader.cli import client as client_cli
 from grader.cli import lti as lti_cli
 from grader.cli import ops as ops_cli
 from grader.cli import rescore as rescore_cli
+from grader.cli import scale as scale_cli
 from grader.cli import staff_settings as staff_settings_cli
 from grader.course.courses import course_holding, course_of_free_assignments
 from grader.course.membership import get_or_create_user
@@ -75,6 +76,7 @@ capacity_cli.register(app)  # capacity (GPU workers a deadline needs)
 staff_settings_cli.register(app)  # quota; course ta-powers, course quota
 lti_cli.register(app)  # lti add-platform, list, rotate-key, retire-keys (LMS launches)
 rescore_cli.register(app)  # rescore (stored measurements scored again under the current rubric)
+scale_cli.register(app)  # scale slurm (GPU worker jobs for the runs that need a GPU)
 
 
 @app.callback()
@@ -152,11 +154,17 @@ def worker(
     gpus: Annotated[str | None, typer.Option(
         help="one worker per GPU of this host: 'all' (nvidia-smi's list) or host indexes '0,1'")] = None,
     node: Annotated[str | None, typer.Option(help="Celery node name (--gpus gives each GPU's worker gpu<index>@%h)")] = None,
+    idle_exit: Annotated[float | None, typer.Option(
+        help="exit after this many seconds without a task (KG_WORKER_IDLE_EXIT_S; 0: never)", min=0)] = None,
 ) -> None:
     """Start a Celery worker on the grading queue (replaces this process). A worker named for
     a GPU model (KG_GPU_MODEL) refuses to start on another GPU, unless GPU grading is off.
     With --gpus, one such worker per GPU, each pinned to its GPU, kept running by this process
-    (grader/gpu_workers.py); with one GPU it is that GPU's worker, as without --gpus."""
+    (grader/gpu_workers.py); with one GPU it is that GPU's worker, as without --gpus.
+    With --idle-exit, a worker leaves once it has had no task for that long (grader/runs/worker_stop.py)."""
+    if idle_exit is not None:  # read by the worker this process becomes or starts (its settings)
+        os.environ["KG_WORKER_IDLE_EXIT_S"] = f"{idle_exit:g}"
+        get_settings.cache_clear()
     if gpus is not None:
         _gpu_workers(gpus, concurrency, loglevel, similarity)
         return
@@ -196,7 +204,7 @@ def _gpu_workers(spec: str, concurrency: int | None, loglevel: str, similarity: 
                for gpu in chosen]
     log_supervisor()
     warn_shared_cores([env for _, _, env in members])
-    raise typer.Exit(Supervisor(members).run())
+    raise typer.Exit(Supervisor(members, idle_exits=settings.worker_idle_exit_s > 0).run())
 
 
 CELERY_ROOT_WARNING = "You're running the worker with superuser privileges"

@@ -44,6 +44,7 @@ from grader.runs.engine_config import gpu_stage_for, pipeline_config
 from grader.runs.progress import ProgressNotes, checked_progress
 from grader.runs.reuse import reuse_for
 from grader.runs.timing_piece import checked_measurements, claim_timing, passed_over
+from grader.runs.worker_stop import WorkerStopping, stop_asked
 from grader.service import calibrated_targets_for
 from grader.settings import Settings
 from grader.storage.blobstore import BlobStore
@@ -73,6 +74,8 @@ class Disposition(str, Enum):
     # The database failed during the claim (nothing changed, or the claim is this task's to take
     # back) or while ending it: retry soon with the same claim identity.
     unclaimed = "unclaimed"
+    # SIGTERM reached the grading process (Slurm ended the job): given back, for the task to send again
+    stopped = "stopped"
 
 
 def worker_identity() -> str:
@@ -185,6 +188,16 @@ class RunExecutor:
             return session.scalar(select(Run.state).where(Run.id == run_id)) is RunState.checked
 
     def _execute(self, run_id: int, me: str, piece: Piece) -> Disposition:
+        """Claim, grade and record; on a stop (grader.runs.worker_stop: SIGTERM to this process,
+        wherever it came) the run is given back instead, its attempt not counted: `stopped`."""
+        try:
+            return self._claim_and_grade(run_id, me, piece)
+        except WorkerStopping:
+            log.warning("run %s: this worker is being stopped (SIGTERM); the run goes back to the queue", run_id)
+            _retrying_db(f"run {run_id}: give back", lambda: self._release(run_id, me, piece, counted=False))
+            return Disposition.stopped
+
+    def _claim_and_grade(self, run_id: int, me: str, piece: Piece) -> Disposition:
         stale_before = utcnow() - timedelta(seconds=self.settings.heartbeat_timeout_s)
         claim = claim_timing if piece is Piece.timing else claim_run
         try:
@@ -272,12 +285,13 @@ class RunExecutor:
         return time_submission(archive, rubric, job_dir, config, gpu_stage, timing.checked, targets, notes.stage,
                                not_timed=timing.passed_over)
 
-    def _release(self, run_id: int, me: str, piece: Piece) -> Disposition:
+    def _release(self, run_id: int, me: str, piece: Piece, counted: bool = True) -> Disposition:
         """Give a run back to the queue after an infrastructure fault (no result recorded); a
-        timing piece's back to `checked`, its checks' verdicts kept."""
+        timing piece's back to `checked`, its checks' verdicts kept. Not `counted` (a stop asked
+        from outside): the claim's attempt is given back too."""
         # a timing's claim of a checked run counts no attempt (its checks' did): its release does
-        back = ({"state": RunState.checked, "attempts": Run.attempts + 1} if piece is Piece.timing
-                else {"state": RunState.queued, "progress": None})
+        back = ({"state": RunState.checked, "attempts": Run.attempts + (1 if counted else 0)} if piece is Piece.timing
+                else {"state": RunState.queued, "progress": None, "attempts": Run.attempts - (0 if counted else 1)})
         with session_scope(self.sessions) as session:
             session.execute(
                 update(Run)
@@ -288,7 +302,10 @@ class RunExecutor:
 
     def _finish(self, run_id: int, me: str, outcome: Outcome) -> Disposition:
         """Record `outcome` if this worker still holds the claim: `done`, else `discarded`;
-        `unclaimed` when the database stayed away (the task retries and grades again)."""
+        `unclaimed` when the database stayed away (the task retries and grades again). Not after a
+        stop: the grade's children may have been killed under it (WorkerStopping, caught by _execute)."""
+        if stop_asked():
+            raise WorkerStopping("this worker was stopped while grading: the outcome is not recorded")
         recorded = _retrying_db(f"run {run_id}: record the outcome", lambda: self._record(run_id, me, outcome))
         if recorded is Disposition.done and outcome.state in FINAL_STATES:
             notify_run_ended(self.settings, self.sessions, run_id)  # after the commit; never raises

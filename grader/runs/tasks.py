@@ -24,11 +24,12 @@ from grader.celery_app import TASK_GRADE_RUN, TASK_PREBUILD, TASK_TIME_RUN
 from grader.datadir import private_dir
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import Run, RunState
-from grader.runs.dispatch import send_timing
+from grader.runs.dispatch import send_run, send_timing
 from grader.runs.engine_config import pipeline_config
 from grader.runs.fairshare import release_after
 from grader.runs.lifecycle import Disposition, RunExecutor, worker_identity
 from grader.runs.worker_start import sandbox_shortfall, stop_taking_jobs
+from grader.runs.worker_stop import stops_on_sigterm
 from grader.settings import get_settings
 from grader.storage.blobstore import BlobStore
 from worker.build import ToolchainFault
@@ -57,7 +58,10 @@ def grade_run(self: Task, run_id: int, claim: str | None = None) -> str:
     # Celery logs.
     ex = executor()
     claim = claim or worker_identity()
-    disposition = _retried_unless_ended(self, ex, run_id, claim, ex.execute(run_id, claim))
+    with stops_on_sigterm():
+        disposition = _retried_unless_ended(self, ex, run_id, claim, ex.execute(run_id, claim))
+    if disposition is Disposition.stopped:  # given back: at the front of its queue, for another worker
+        send_run(self.app, ex.sessions, run_id, ex.settings.task_queue, resent=True)  # not sent: the reconciler sends it
     if disposition is Disposition.done:
         if ex.timing_due(run_id):
             send_timing(self.app, ex.sessions, run_id, ex.settings.task_queue)  # not sent: the reconciler sends it
@@ -70,7 +74,11 @@ def time_run(self: Task, run_id: int, claim: str | None = None) -> str:
     """The timing piece of a `checked` run; retried as grade_run is."""
     ex = executor()
     claim = claim or worker_identity()
-    return _retried_unless_ended(self, ex, run_id, claim, ex.execute_timing(run_id, claim)).value
+    with stops_on_sigterm():
+        disposition = _retried_unless_ended(self, ex, run_id, claim, ex.execute_timing(run_id, claim))
+    if disposition is Disposition.stopped:
+        send_timing(self.app, ex.sessions, run_id, ex.settings.task_queue, first=True)
+    return disposition.value
 
 
 def _retried_unless_ended(task: Task, ex: RunExecutor, run_id: int, claim: str, disposition: Disposition) -> Disposition:

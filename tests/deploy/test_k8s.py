@@ -20,6 +20,7 @@ import yaml
 from sqlalchemy import create_engine, insert, text
 
 from grader.models import Run, RunState
+from grader.reads.gpu_demand import GPU_DEMAND_SQL
 from grader.settings import Settings
 from tests.deploy.test_compose import _check_command
 
@@ -193,3 +194,5 @@ def test_the_autoscaling_query_counts_runs_needing_a_gpu(documents: list[dict[st
     over: list[tuple[RunState, datetime | None]] = [(RunState.scored, now), (RunState.failed, now), (RunState.built, now)]
     assert _count(query, need + held_back + over) == len(need)
     assert _count(query, []) == 0
+    # one definition: `grader scale slurm` counts with the same statement (grader/reads/gpu_demand.py)
+    assert " ".join(query.split()) == GPU_DEMAND_SQL

@@ -115,6 +115,9 @@ if sys.argv[2] == "die":
 if sys.argv[2] == "die-later":
     time.sleep(0.4)
     sys.exit(3)
+if sys.argv[2] == "idle-exit":
+    time.sleep(0.2)
+    sys.exit(0)
 keys = ("KG_GPU_INDEX", "CUDA_VISIBLE_DEVICES", "KG_TIMING_CPUS", "TMPDIR")
 state = {"env": {k: os.environ.get(k) for k in keys}, "pid": os.getpid(), "pgid": os.getpgid(0)}
 def stop(signum, frame):
@@ -133,11 +136,12 @@ SUPERVISOR = """
 import logging, sys, json
 from pathlib import Path
 from grader.gpu_workers import Gpu, Supervisor, log_supervisor, worker_env
-out, recorder, plan, stable_s = Path(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3]), float(sys.argv[4])
+out, recorder, plan, stable_s, idle = Path(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3]), float(sys.argv[4]), sys.argv[5] == "idle"
 members = [(Gpu(i, u), [sys.executable, recorder, str(out), how], worker_env({"PATH": "/usr/bin:/bin"}, Gpu(i, u), "auto", out / f"scratch-{i}"))
            for i, u, how in plan]
 log_supervisor()
-sys.exit(Supervisor(members, max_restarts=2, restart_delay_s=0.05, poll_s=0.05, stable_s=stable_s).run())
+sys.exit(Supervisor(members, max_restarts=2, restart_delay_s=0.05, poll_s=0.05, stable_s=stable_s,
+                    idle_exits=idle).run())
 """
 
 
@@ -148,10 +152,12 @@ def _wait_for(what: str, check: Any, timeout: float = 30) -> None:
         time.sleep(0.05)
 
 
-def _supervise(tmp_path: Path, plan: list[tuple[int, str, str]], stable_s: float = 600) -> subprocess.Popen[str]:
+def _supervise(tmp_path: Path, plan: list[tuple[int, str, str]], stable_s: float = 600,
+               idle: bool = False) -> subprocess.Popen[str]:
     recorder = tmp_path / "recorder.py"
     recorder.write_text(textwrap.dedent(RECORDER))
-    return subprocess.Popen([sys.executable, "-c", SUPERVISOR, str(tmp_path), str(recorder), json.dumps(plan), str(stable_s)],
+    return subprocess.Popen([sys.executable, "-c", SUPERVISOR, str(tmp_path), str(recorder), json.dumps(plan), str(stable_s),
+                             "idle" if idle else "-"],
                             cwd=ROOT, stderr=subprocess.PIPE, text=True)
 
 
@@ -206,6 +212,19 @@ def test_a_worker_that_was_up_a_while_starts_its_count_afresh(tmp_path: Path) ->
     assert "left out" not in stderr and proc.returncode == 0
 
 
+def test_workers_with_an_idle_exit_that_leave_cleanly_are_not_restarted(tmp_path: Path) -> None:
+    proc = _supervise(tmp_path, [(0, TWO[0].uuid, "idle-exit"), (1, TWO[1].uuid, "idle-exit")], idle=True)
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and "every GPU worker has stopped" in stderr, stderr
+    assert [len((tmp_path / f"starts-{i}").read_text().split()) for i in (0, 1)] == [1, 1]  # no restart
+    # without the idle exit, a worker exiting 0 is restarted as before
+    again = tmp_path / "again"
+    again.mkdir()
+    proc = _supervise(again, [(0, TWO[0].uuid, "idle-exit")])
+    _, stderr = proc.communicate(timeout=30)
+    assert len((again / "starts-0").read_text().split()) == 3 and proc.returncode == 1
+
+
 def test_every_gpu_left_out_ends_the_supervisor_with_an_error(tmp_path: Path) -> None:
     proc = _supervise(tmp_path, [(0, TWO[0].uuid, "die")])
     _, stderr = proc.communicate(timeout=30)
@@ -222,8 +241,9 @@ def captured(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
         raise SystemExit(0)
 
     class Supervisor:
-        def __init__(self, members: list[tuple[Gpu, list[str], dict[str, str]]]) -> None:
+        def __init__(self, members: list[tuple[Gpu, list[str], dict[str, str]]], idle_exits: bool = False) -> None:
             seen["members"] = members
+            seen["idle_exits"] = idle_exits
 
         def run(self) -> int:
             return 0

@@ -1,5 +1,5 @@
 """The settings' groups: build and sandbox, two of one type (grader.settings.ChildSettings),
-unpack, smtp, throttle, argon2, sso and saml. Each field keeps the KG_* name it had as a flat setting (smtp.from_ is still
+unpack, smtp, throttle, argon2, sso, saml and slurm. Each field keeps the KG_* name it had as a flat setting (smtp.from_ is still
 KG_SMTP_FROM): a deployment's variables still land."""
 from __future__ import annotations
 
@@ -69,6 +69,18 @@ VARIABLES = {
     "KG_SAML_KEY_FILE": ("saml", "key_file", "/etc/kg/sp-key.pem", "/etc/kg/sp-key.pem"),
     "KG_SAML_CERT_FILE": ("saml", "cert_file", "/etc/kg/sp-cert.pem", "/etc/kg/sp-cert.pem"),
     "KG_SAML_LABEL": ("saml", "label", "Sign in with Example U (SAML)", "Sign in with Example U (SAML)"),
+    "KG_SLURM_PARTITION": ("slurm", "partition", "gpu", "gpu"),
+    "KG_SLURM_GRES": ("slurm", "gres", "gpu:h100:1", "gpu:h100:1"),
+    "KG_SLURM_TIME_LIMIT": ("slurm", "time_limit", "1:00:00", "1:00:00"),
+    "KG_SLURM_ACCOUNT": ("slurm", "account", "cs149", "cs149"),
+    "KG_SLURM_CPUS_PER_JOB": ("slurm", "cpus_per_job", "8", 8),
+    "KG_SLURM_MAX_JOBS": ("slurm", "max_jobs", "16", 16),
+    "KG_SLURM_MIN_JOBS": ("slurm", "min_jobs", "2", 2),
+    "KG_SLURM_JOB_NAME": ("slurm", "job_name", "kg-w", "kg-w"),
+    "KG_SLURM_IDLE_EXIT_S": ("slurm", "idle_exit_s", "90", 90.0),
+    "KG_SLURM_GRACE_S": ("slurm", "grace_s", "120", 120),
+    "KG_SLURM_INTERVAL_S": ("slurm", "interval_s", "15", 15.0),
+    "KG_SLURM_EXTRA_ARGS": ("slurm", "extra_args", "--qos=x", "--qos=x"),
 }
 # Set under every variable tried: KG_SMTP_HOST alone is refused (mail needs a sender), KG_SSO_ISSUER
 # without a client id or the service's address too.
@@ -77,7 +89,7 @@ BASE = {"KG_SMTP_FROM": "base@example.edu", "KG_SSO_CLIENT_ID": "base-client", "
 
 def test_every_field_of_the_groups_has_its_variable_here() -> None:
     groups = Settings.groups()
-    assert set(groups) == {"build", "sandbox", "unpack", "smtp", "throttle", "argon2", "sso", "saml"}
+    assert set(groups) == {"build", "sandbox", "unpack", "smtp", "throttle", "argon2", "sso", "saml", "slurm"}
     assert groups["build"] is BuildSettings and groups["sandbox"] is SandboxSettings
     named = {(group, field) for group, field, _, _ in VARIABLES.values()}
     assert named == {(group, f) for group, model in groups.items() for f in model.model_fields}
@@ -85,7 +97,7 @@ def test_every_field_of_the_groups_has_its_variable_here() -> None:
     assert set(VARIABLES) <= Settings.variable_names()
     assert {"KG_DATA_DIR", "KG_NVCC_TIMEOUT_S"} <= Settings.variable_names()
     assert not {"KG_BUILD", "KG_SANDBOX", "KG_UNPACK", "KG_SMTP", "KG_SMTP_FROM_", "KG_THROTTLE",
-                "KG_ARGON2", "KG_SSO", "KG_SAML"} & Settings.variable_names()
+                "KG_ARGON2", "KG_SSO", "KG_SAML", "KG_SLURM"} & Settings.variable_names()
 
 
 def test_no_other_field_is_named_as_a_groups_field() -> None:
