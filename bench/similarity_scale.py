@@ -7,7 +7,8 @@ Student i takes each file of a corpus submission chosen at random per file (the 
 file where none changed it) and perturbs it (bench/similarity_plants.perturb: extra tokens on a
 share of the lines, so no two students' files are equal). The base is the official starter.
 Printed: students, files fingerprinted, cores, seconds fingerprinting (progress), seconds in all,
-pairs, the best genuine-looking score; a planted verbatim copy's rank.
+pairs, the best genuine-looking score; a planted verbatim copy's rank; the clusters found and the
+seconds they took beyond the comparison (near-identical matching compares files within a size band).
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from benchmarks_md import add_smoke_flag, smoke  # noqa: E402
 
 from bench.similarity_plants import perturb, smoke_corpus  # noqa: E402
 from grader.similarity.cache import PrintCache  # noqa: E402
+from grader.similarity.clusters import find_clusters  # noqa: E402
 from grader.similarity.compare import compare_class, tree_sources  # noqa: E402
 from grader.similarity.prints import Fingerprinting  # noqa: E402
 from worker.rubric import load_rubric  # noqa: E402
@@ -75,12 +77,15 @@ def compare_scale(args: argparse.Namespace) -> None:
 
     pairs = compare_class(students, base, config, cache, progress)
     seconds = time.monotonic() - started
+    clusters = find_clusters(students, base, cache)  # the fingerprints are cached by now
+    cluster_seconds = time.monotonic() - started - seconds
     rank = next(i for i, p in enumerate(pairs, start=1) if {p.a, p.b} == {"s000", "s001"})
     genuine = [p for p in pairs if {p.a, p.b} != {"s000", "s001"}]
     print(f"{len(students)} students, {int(marks.get('total', 0))} files fingerprinted on {cores} cores: "
           f"{marks.get('fingerprinted', 0.0):.1f} s; compared in all {seconds:.1f} s; {len(pairs)} pairs; "
           f"best other pair {genuine[0].score:.3f} ({genuine[0].driver}); the planted copy ranks {rank} "
-          f"({pairs[rank - 1].score:.3f}, {pairs[rank - 1].driver})")
+          f"({pairs[rank - 1].score:.3f}, {pairs[rank - 1].driver}); clusters: {len(clusters)} in "
+          f"{cluster_seconds:.1f} s more")
 
 
 if __name__ == "__main__":

@@ -52,6 +52,7 @@ from worker.rubric import Rubric
 from worker.starter_kit import render_starter
 
 Sources = Mapping[str, str]  # relative path -> text of one student's (or the base's) files
+PAIR_BATCH = 4_000_000  # self-join entries made at once (each costs about 60 bytes on the way)
 LineRange = tuple[int, int]  # 1-based, inclusive
 
 
@@ -261,7 +262,9 @@ def _unit(student: int, path: str, function: Function | None, hashes: np.ndarray
 
 def _shared_counts(klass: _Class, level_is_file: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
     """(unit a, unit b, fingerprints in common) for every pair of units of one level (files or
-    functions) of two different students sharing any: a self-join of the inverted index."""
+    functions) of two different students sharing any: a self-join of the inverted index, taken
+    `PAIR_BATCH` entries at a time (a fingerprint held by g units makes g(g-1)/2 entries: with no
+    code dropped for being common, a whole class holds some)."""
     ids = [i for i, u in enumerate(klass.units) if (u.function is None) == level_is_file and u.hashes.size]
     if not ids:
         empty = np.array([], dtype=np.int64)
@@ -270,21 +273,72 @@ def _shared_counts(klass: _Class, level_is_file: bool) -> tuple[np.ndarray, np.n
     owner = np.concatenate([np.full(klass.units[i].hashes.size, i, dtype=np.int64) for i in ids])
     order = np.argsort(hashes, kind="stable")
     hashes, owner = hashes[order], owner[order]
-    group_start = np.flatnonzero(np.r_[True, hashes[1:] != hashes[:-1]])
-    group_end = np.r_[group_start[1:], hashes.size]
-    sizes = group_end - group_start
-    position = np.arange(hashes.size)
-    later = np.repeat(group_end, sizes) - position - 1  # entries after each one in its group
+    starts = np.flatnonzero(np.r_[True, hashes[1:] != hashes[:-1]])
+    ends = np.r_[starts[1:], hashes.size]
+    student = np.array([u.student for u in klass.units], dtype=np.int64)
+    tally = _Tally()
+    for lo, hi in _batches((ends - starts) * (ends - starts - 1) // 2, PAIR_BATCH):
+        tally.add(*_group_pairs(owner, starts[lo:hi], ends[lo:hi], student))
+    keys, counts = tally.total()
+    return keys // len(klass.units), keys % len(klass.units), counts, ids
+
+
+def _batches(sizes: np.ndarray, limit: int) -> list[tuple[int, int]]:
+    """(first, end) slices of consecutive items, in order and covering them all, each adding up to
+    at most `limit` plus one item's size."""
+    if not sizes.size:
+        return []
+    total = np.cumsum(sizes)
+    cuts = np.searchsorted(total, np.arange(limit, int(total[-1]), limit), side="right")
+    edges = np.unique(np.r_[0, cuts, sizes.size]).tolist()
+    return list(zip(edges[:-1], edges[1:]))
+
+
+def _group_pairs(owner: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                 student: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Unit pairs (a * units + b, a's student before b's) of different students within the
+    groups [starts, ends) of `owner`, each with the fingerprints they share there."""
+    sizes = ends - starts
+    position = np.arange(starts[0], ends[-1]) if sizes.size else np.array([], dtype=np.int64)
+    later = np.repeat(ends, sizes) - position - 1  # entries after each one in its group
     left = np.repeat(position, later)
     right = np.arange(left.size) - np.repeat(np.cumsum(later) - later, later) + left + 1
-    student = np.array([u.student for u in klass.units], dtype=np.int64)
     a, b = owner[left], owner[right]
     other = student[a] != student[b]
     a, b = a[other], b[other]
     swap = student[a] > student[b]
     a, b = np.where(swap, b, a), np.where(swap, a, b)
-    keys, counts = np.unique(a * len(klass.units) + b, return_counts=True)
-    return keys // len(klass.units), keys % len(klass.units), counts, ids
+    return np.unique(a * student.size + b, return_counts=True)
+
+
+class _Tally:
+    """Counts per key added up over the batches, folded as they come: a pair of units sharing
+    fingerprints in many batches is one entry of the total, not one per batch (on 300 students
+    the batches' entries alone took gigabytes)."""
+
+    def __init__(self) -> None:
+        self.keys, self.counts = np.array([], dtype=np.int64), np.array([], dtype=np.int64)
+        self.pending: list[tuple[np.ndarray, np.ndarray]] = []
+        self.pending_size = 0
+
+    def add(self, keys: np.ndarray, counts: np.ndarray) -> None:
+        self.pending.append((keys, counts))
+        self.pending_size += keys.size
+        if self.pending_size > max(PAIR_BATCH, self.keys.size):  # folds at most about twice per doubling
+            self._fold()
+
+    def total(self) -> tuple[np.ndarray, np.ndarray]:
+        self._fold()
+        return self.keys, self.counts
+
+    def _fold(self) -> None:
+        key = np.concatenate([self.keys, *(k for k, _ in self.pending)])
+        count = np.concatenate([self.counts, *(c for _, c in self.pending)])
+        self.pending, self.pending_size = [], 0
+        order = np.argsort(key, kind="stable")
+        key, count = key[order], count[order]
+        first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]]) if key.size else np.array([], dtype=np.int64)
+        self.keys, self.counts = key[first], np.add.reduceat(count, first) if key.size else count
 
 
 def _pairs(klass: _Class, config: Fingerprinting) -> list[PairResult]:

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+import pytest
 from similarity_class import generate_class
 
+from grader.similarity import compare
 from grader.similarity.cache import PrintCache
 from grader.similarity.compare import compare_class, own_files, starter_sources
 from grader.similarity.prints import Fingerprinting, fingerprint_file
@@ -85,3 +88,19 @@ def test_a_pasted_kernel_is_named_among_its_pairs_matches(tmp_path: Path) -> Non
     assert set(own_files(students["s03"], base)) < set(students["s03"])  # unchanged starter files dropped
     [pasted] = pasted_match(compare_class(students, base))  # named as such
     assert pasted.lines_a and pasted.lines_b
+
+
+def test_the_self_join_in_small_batches_finds_what_one_batch_finds(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The inverted index's self-join is taken a batch of entries at a time (memory); batches of 7
+    entries, most fingerprints' groups split from their neighbours, give every pair exactly."""
+    rubric = load_rubric("hw4")
+    students = {n: dict(s.files) for n, s in generate_class(rubric, tmp_path, size=6, seed=11, planted=(0, 1)).items()}
+    base = starter_sources(rubric)
+    whole = compare_class(students, base)
+    monkeypatch.setattr(compare, "PAIR_BATCH", 7)
+    assert compare_class(students, base) == whole
+    sizes = [3, 3, 10, 1, 1, 1, 4, 4]
+    slices = compare._batches(np.array(sizes), 5)
+    assert [i for first, end in slices for i in range(first, end)] == list(range(len(sizes)))
+    assert all(sum(sizes[first:end]) <= 5 + max(sizes[first:end]) for first, end in slices) and len(slices) > 2
