@@ -8,7 +8,9 @@ A GPU is out when the newest row of its host and index says left_out: its superv
 started it since (a supervisor started afresh writes `started` for each of its GPUs).
 
 A database that cannot be written costs the row, never the supervisor: the failure is one log
-line and the workers go on being watched and restarted.
+line and the workers go on being watched and restarted. One that does not answer holds the
+supervisor's loop (its restarts, its handling of SIGTERM) for CONNECT_TIMEOUT_S at most per row:
+the recorder's PostgreSQL connections have a connect and a statement timeout.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import logging
 import socket
 from collections.abc import Callable
 
-from sqlalchemy import func, select
+from sqlalchemy import create_engine, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.db import make_engine, make_session_factory, session_scope
@@ -26,6 +28,7 @@ from grader.settings import Settings
 
 log = logging.getLogger("grader.gpu_workers")  # beside the supervisor's own lines
 FAULTS = ("restarted", "left_out")
+CONNECT_TIMEOUT_S = 5
 
 
 def this_host() -> str:
@@ -52,12 +55,20 @@ def record_event(sessions: sessionmaker[Session], host: str, event: WorkerEvent)
 
 def event_recorder(settings: Settings, host: str | None = None) -> Callable[[WorkerEvent], None]:
     """The supervisor's `on_event` for `grader worker --gpus`: each event a row of this host's."""
-    sessions = make_session_factory(make_engine(settings))
+    sessions = _recorder_sessions(settings)
     name = host or this_host()
 
     def record(event: WorkerEvent) -> None:
         record_event(sessions, name, event)
     return record
+
+
+def _recorder_sessions(settings: Settings) -> sessionmaker[Session]:
+    if settings.is_embedded:  # SQLite: a local file, its own 30 s lock timeout (grader.db)
+        return make_session_factory(make_engine(settings))
+    limits = {"connect_timeout": CONNECT_TIMEOUT_S, "options": f"-c statement_timeout={CONNECT_TIMEOUT_S * 1000}"}
+    return make_session_factory(create_engine(settings.resolved_database_url, pool_pre_ping=True,
+                                              connect_args=limits))
 
 
 def recent_faults(session: Session, limit: int = 100) -> list[GpuWorkerEvent]:

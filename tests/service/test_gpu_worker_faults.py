@@ -13,6 +13,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -27,6 +28,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from grader.course.membership import get_or_create_user
 from grader.db import session_scope
+from grader.gpu_events import CONNECT_TIMEOUT_S
 from grader.models import GpuWorkerEvent, Role
 from grader.passwords import set_password
 from grader.settings import Settings
@@ -166,3 +168,24 @@ def test_a_database_that_is_away_costs_the_rows_not_the_supervisor(settings_env:
     assert "GPU 1 (" in stderr and "is left out" in stderr
     assert "GPU 1: cannot record its worker's left_out in the database (OperationalError" in stderr
     assert "GPU 0: cannot record its worker's started" in stderr
+
+
+def test_a_database_that_does_not_answer_holds_the_supervisor_a_few_seconds(settings_env: dict[str, str],
+                                                                             tmp_path: Path) -> None:
+    """A PostgreSQL address whose listener never speaks: each row waits for the recorder's
+    connect timeout (grader.gpu_events.CONNECT_TIMEOUT_S), then the supervisor goes on and
+    still stops on SIGTERM."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)  # connections complete in the kernel, no answer ever comes
+        port = silent.getsockname()[1]
+        mute = {**settings_env, "KG_DATABASE_URL": f"postgresql://postgres@127.0.0.1:{port}/absent"}
+        began = time.monotonic()
+        proc = _supervise(tmp_path, mute, "mute", {"0": "wait", "1": "wait"})
+        try:
+            _wait_for("both workers", lambda: all((tmp_path / f"ready-{i}").exists() for i in (0, 1)), timeout=60)
+        finally:
+            stderr = _stop(proc)
+    assert proc.returncode == 0, stderr
+    assert stderr.count("cannot record its worker's started in the database (OperationalError") == 2, stderr
+    assert time.monotonic() - began < 4 * CONNECT_TIMEOUT_S
