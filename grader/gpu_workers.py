@@ -14,7 +14,9 @@ sees only its GPU, whatever CUDA's device order.
 
 The supervisor restarts a worker that exits, at most `max_restarts` times in a row (a worker that
 was up for `stable_s` starts the count afresh); then that GPU is left out (a log line says so)
-and the others keep grading. A run its worker held when it died is sent
+and the others keep grading. Each start, restart and leaving out is told to the supervisor's
+`on_event` (a WorkerEvent): `grader worker --gpus` records it in the database (grader.gpu_events)
+for the site administrators' /ops/workers page; the supervisor itself knows no database. A run its worker held when it died is sent
 again by the reconciler once its heartbeat is stale (grader.runs.reconcile), to whichever worker
 is free. SIGTERM or SIGINT to the supervisor is passed to each worker's main process, the way
 docker stops a container: Celery's warm shutdown, which finishes the run under way; the
@@ -34,6 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
+from typing import Literal
 
 from grader.datadir import private_dir
 from grader.runs.reconcile_log import line_formatter
@@ -142,6 +145,32 @@ def node_name(gpu: Gpu) -> str:
     return f"gpu{gpu.index}@%h"
 
 
+EventKind = Literal["started", "restarted", "left_out"]
+
+
+@dataclass(frozen=True)
+class WorkerEvent:
+    """What happened to a GPU's worker: its first start under this supervisor, an exit followed by
+    a restart, or an exit after which the GPU is left out. `status` is the exit's Popen return code
+    (negative: killed by that signal); `restarts` the restarts in a row so far."""
+    gpu: Gpu
+    kind: EventKind
+    status: int | None = None
+    restarts: int = 0
+
+    @property
+    def exit_code(self) -> int | None:
+        return self.status if self.status is not None and self.status >= 0 else None
+
+    @property
+    def signal(self) -> int | None:
+        return -self.status if self.status is not None and self.status < 0 else None
+
+
+def _ignore(event: WorkerEvent) -> None:
+    """No one listens: the log lines alone."""
+
+
 @dataclass
 class _Member:
     gpu: Gpu
@@ -159,7 +188,9 @@ class Supervisor:
 
     def __init__(self, members: Sequence[tuple[Gpu, list[str], dict[str, str]]],
                  max_restarts: int = DEFAULT_MAX_RESTARTS, restart_delay_s: float = 2.0,
-                 poll_s: float = 0.2, stable_s: float = STABLE_S, idle_exits: bool = False) -> None:
+                 poll_s: float = 0.2, stable_s: float = STABLE_S, idle_exits: bool = False,
+                 on_event: Callable[[WorkerEvent], None] = _ignore) -> None:
+        self.on_event = on_event  # called in the supervisor's loop: it must not raise, nor wait long
         self.members = [_Member(gpu, list(argv), dict(env)) for gpu, argv, env in members]
         self.idle_exits = idle_exits  # workers with an idle exit: one that exits 0 is done, not restarted
         self.max_restarts = max_restarts
@@ -175,6 +206,7 @@ class Supervisor:
         try:
             for member in self.members:
                 self._start(member)
+                self.on_event(WorkerEvent(member.gpu, "started"))
             while any(m.proc is not None for m in self.members):
                 for member in self.members:
                     self._check(member)
@@ -214,6 +246,7 @@ class Supervisor:
             log.error("GPU %d (%s) is left out: its worker exited %d times (last exit status %d); the other GPUs "
                       "keep grading, and the run it held is sent again once its heartbeat is stale",
                       member.gpu.index, member.gpu.uuid, len(member.exits), status)
+            self.on_event(WorkerEvent(member.gpu, "left_out", status, member.restarts))
             return
         member.restarts += 1
         log.warning("GPU %d: worker exited with status %d; restart %d of %d", member.gpu.index, status,
@@ -221,6 +254,7 @@ class Supervisor:
         self._pause(self.restart_delay_s * member.restarts)
         if not self.stopping:
             self._start(member)
+            self.on_event(WorkerEvent(member.gpu, "restarted", status, member.restarts))
 
     def _pause(self, seconds: float) -> None:
         """Wait before a restart, still checking the other workers and a stop."""

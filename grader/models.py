@@ -689,3 +689,24 @@ class LtiGradeSend(Base):
     detail: Mapped[str] = mapped_column(String(512), default="")
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class GpuWorkerEvent(Base):
+    """What happened to one GPU's worker under `grader worker --gpus` (grader.gpu_events, from
+    grader.gpu_workers.Supervisor): `kind` started (the supervisor's first start of it), restarted
+    (it exited and was started again) or left_out (it exited once too often in a row: that GPU
+    grades nothing until its host's supervisor starts it again). `exit_code` or `signal` say how
+    it exited; `restarts` the restarts in a row then. Shown on /ops/workers."""
+
+    __tablename__ = "gpu_worker_events"
+    __table_args__ = (Index("ix_gpu_worker_events_gpu", "host", "gpu_index", "id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    host: Mapped[str] = mapped_column(String(255))
+    gpu_index: Mapped[int] = mapped_column(Integer)
+    gpu_uuid: Mapped[str] = mapped_column(String(128))
+    kind: Mapped[str] = mapped_column(String(16))
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    signal: Mapped[int | None] = mapped_column(Integer)
+    restarts: Mapped[int] = mapped_column(Integer, default=0)
+    at: Mapped[datetime] = mapped_column(default=utcnow, index=True)

@@ -33,6 +33,7 @@ from grader.course.courses import course_holding, course_of_free_assignments
 from grader.course.membership import get_or_create_user
 from grader.datadir import private_dir, private_file, restrict_umask, tighten
 from grader.db import make_engine, make_session_factory, session_scope
+from grader.gpu_events import event_recorder
 from grader.gpu_workers import (
     GpuListError,
     Supervisor,
@@ -204,7 +205,9 @@ def _gpu_workers(spec: str, concurrency: int | None, loglevel: str, similarity: 
                for gpu in chosen]
     log_supervisor()
     warn_shared_cores([env for _, _, env in members])
-    raise typer.Exit(Supervisor(members, idle_exits=settings.worker_idle_exit_s > 0).run())
+    # each start, restart and leaving out a gpu_worker_events row, for /ops/workers (grader.gpu_events)
+    raise typer.Exit(Supervisor(members, idle_exits=settings.worker_idle_exit_s > 0,
+                                on_event=event_recorder(settings)).run())
 
 
 CELERY_ROOT_WARNING = "You're running the worker with superuser privileges"

@@ -26,10 +26,11 @@ from grader.pages import (
     sso,
     student,
     submit,
+    workers,
 )
 
 routers = [login.router, sso.router, saml.router, lti.router, lms.router, submit.router, runs.router, gradebook.router,
            bulk.router, roster.router,
            account.router, accounts.router,
            courses.router, first_logins.router, ops.router, rescore.router, similarity.router, requests.router, code.router,
-           student.router]
+           student.router, workers.router]

@@ -159,6 +159,7 @@ NOT_STAFF = {
     ("POST", "/settings/account/staff-mail"): "own account",
     ("GET", "/accounts"): "site administrators only (test_account_ownership.py)",
     ("GET", "/ops/lti"): "site administrators only (test_lti.py)",
+    ("GET", "/ops/workers"): "site administrators only (test_gpu_worker_faults.py)",
     ("GET", "/accounts/{username}"): "site administrators only (test_account_ownership.py)",
     ("POST", "/accounts/{username}/email"): "site administrators only (test_account_ownership.py)",
     ("POST", "/accounts/{username}/reset-link"): "site administrators only (test_account_ownership.py)",

@@ -725,6 +725,7 @@ ROUTES: dict[tuple[str, str], Check] = {
     ("POST", "/settings/account/staff-mail"): _own_staff_mail,
     ("GET", "/accounts"): _admin_page_denied("/accounts?login={w.b_name}"),
     ("GET", "/ops/lti"): _admin_page_denied("/ops/lti"),
+    ("GET", "/ops/workers"): _admin_page_denied("/ops/workers"),
     ("GET", "/accounts/{username}"): _admin_page_denied("/accounts/{w.b_name}"),
     ("POST", "/accounts/{username}/email"): _admin_page_denied("/accounts/{w.b_name}/email",
                                                                {"email": "a@attacker.example"}),

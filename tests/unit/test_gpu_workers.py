@@ -241,9 +241,11 @@ def captured(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
         raise SystemExit(0)
 
     class Supervisor:
-        def __init__(self, members: list[tuple[Gpu, list[str], dict[str, str]]], idle_exits: bool = False) -> None:
+        def __init__(self, members: list[tuple[Gpu, list[str], dict[str, str]]], idle_exits: bool = False,
+                     on_event: Any = None) -> None:
             seen["members"] = members
             seen["idle_exits"] = idle_exits
+            seen["on_event"] = on_event
 
         def run(self) -> int:
             return 0
@@ -284,6 +286,8 @@ def test_several_gpus_are_supervised_each_its_own_node(captured: dict[str, Any],
         assert argv == [sys.executable, "-m", "grader", "worker", "--loglevel", "info", "--concurrency", "2",
                         "--node", f"gpu{want.index}@%h"]
         assert env["KG_GPU_INDEX"] == str(want.index) and env["TMPDIR"] == str(tmp_path / "scratch" / f"gpu-{want.index}")
+    # the supervisor's events go to the database's record (tests/service/test_gpu_worker_faults.py)
+    assert captured["on_event"].__qualname__ == "event_recorder.<locals>.record"
 
 
 def test_a_gpu_the_host_lacks_is_refused(captured: dict[str, Any], tmp_path: Path,
