@@ -39,7 +39,7 @@ from types import FrameType
 from typing import Literal
 
 from grader.datadir import private_dir
-from grader.runs.reconcile_log import line_formatter
+from grader.runs.reconcile_log import log_lines
 from worker.affinity import choose_timing_cpus
 
 log = logging.getLogger(__name__)
@@ -52,11 +52,7 @@ STABLE_S = 600.0  # a worker up this long before it exits has its restarts count
 
 def log_supervisor() -> None:
     """The supervisor's lines (info and above) on stderr, with their time, beside the workers'."""
-    if not log.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(line_formatter())
-        log.addHandler(handler)
-        log.setLevel(logging.INFO)
+    log_lines((__name__,))
 
 
 class GpuListError(ValueError):

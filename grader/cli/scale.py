@@ -11,20 +11,12 @@ import typer
 from sqlalchemy.exc import SQLAlchemyError
 
 from grader.db import make_engine, make_session_factory
-from grader.runs.reconcile_log import line_formatter
+from grader.runs.reconcile_log import log_lines
 from grader.scale.slurm import SlurmCluster, SlurmError, job_script, sbatch_argv, scale_pass
 from grader.settings import get_settings
 
 log = logging.getLogger("grader.scale")
 scale_app = typer.Typer(help="Start GPU workers on a cluster's scheduler.", no_args_is_help=True)
-
-
-def _log_lines() -> None:
-    if not log.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(line_formatter())
-        log.addHandler(handler)
-        log.setLevel(logging.INFO)
 
 
 @scale_app.command("slurm")
@@ -42,7 +34,7 @@ def slurm(
         typer.echo(" ".join(sbatch_argv(settings.slurm, cluster.folder / "worker.sbatch", cluster.folder, cluster.workdir)))
         typer.echo(job_script(cluster.grader, settings.slurm.idle_exit_s), nl=False)
         return
-    _log_lines()
+    log_lines((log.name,))
     sessions = make_session_factory(make_engine(settings))
     while True:
         try:

@@ -1,5 +1,6 @@
-"""Where the reconciler's log lines go, with their time: `grader reconcile --loop` (its own
-process) and the reconciler thread of `grader dev`.
+"""Where the service's own processes' log lines go, with their time: the reconciler's (`grader
+reconcile --loop`, its own process, and the reconciler thread of `grader dev`), the GPU workers'
+supervisor's (`grader worker --gpus`) and the Slurm scaler's (`grader scale slurm`).
 
 Its lines say which runs it sent again and why; read beside a worker's log or the runs' times
 they only help with a timestamp, and neither process configured logging before (a warning came
@@ -26,13 +27,17 @@ def line_formatter() -> logging.Formatter:
     return logging.Formatter(LINE_FORMAT, datefmt=TIME_FORMAT)
 
 
-def log_reconciler(stream: TextIO | None = None) -> None:
-    """Send the reconciler's loggers' lines (info and above) to `stream` (stderr) with their time.
-    Idempotent: `grader dev` may start its thread more than once in a process (tests)."""
-    for name in RECONCILER_LOGGERS:
+def log_lines(names: tuple[str, ...], stream: TextIO | None = None) -> None:
+    """Send the loggers `names`' lines (info and above) to `stream` (stderr) with their time.
+    Idempotent: `grader dev` may start its reconciler thread more than once in a process (tests)."""
+    for name in names:
         logger = logging.getLogger(name)
         logger.setLevel(logging.INFO)
         if not any(isinstance(handler, _Handler) for handler in logger.handlers):
             handler = _Handler(stream or sys.stderr)
             handler.setFormatter(line_formatter())
             logger.addHandler(handler)
+
+
+def log_reconciler(stream: TextIO | None = None) -> None:
+    log_lines(RECONCILER_LOGGERS, stream)
