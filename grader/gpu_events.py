@@ -5,7 +5,8 @@ administrators' /ops/workers page (grader.pages.workers) reads the recent faults
 out now from here.
 
 A GPU is out when the newest row of its host and index says left_out: its supervisor has not
-started it since (a supervisor started afresh writes `started` for each of its GPUs).
+started it since (a supervisor started afresh writes `started` for each of its GPUs). A GPU's
+rows older than KG_GPU_EVENT_RETENTION_DAYS go when it has a new one, so the newest stays.
 
 A database that cannot be written costs the row, never the supervisor: the failure is one log
 line and the workers go on being watched and restarted. One that does not answer holds the
@@ -17,13 +18,14 @@ from __future__ import annotations
 import logging
 import socket
 from collections.abc import Callable
+from datetime import timedelta
 
-from sqlalchemy import create_engine, func, select
+from sqlalchemy import create_engine, delete, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.gpu_workers import WorkerEvent
-from grader.models import GpuWorkerEvent
+from grader.models import GpuWorkerEvent, utcnow
 from grader.settings import Settings
 
 log = logging.getLogger("grader.gpu_workers")  # beside the supervisor's own lines
@@ -41,11 +43,18 @@ def event_row(host: str, event: WorkerEvent) -> GpuWorkerEvent:
                           exit_code=event.exit_code, signal=event.signal, restarts=event.restarts)
 
 
-def record_event(sessions: sessionmaker[Session], host: str, event: WorkerEvent) -> bool:
-    """Write `event`'s row; False, after a log line, when the database refused or was away."""
+def record_event(sessions: sessionmaker[Session], host: str, event: WorkerEvent,
+                 retention: timedelta = timedelta(days=90)) -> bool:
+    """Write `event`'s row and drop its GPU's rows older than `retention` (the new row, its newest,
+    stays); False, after a log line, when the database refused or was away."""
     try:
         with session_scope(sessions) as session:
-            session.add(event_row(host, event))
+            row = event_row(host, event)
+            row.at = utcnow()
+            session.add(row)
+            session.execute(delete(GpuWorkerEvent).where(
+                GpuWorkerEvent.host == host, GpuWorkerEvent.gpu_index == event.gpu.index,
+                GpuWorkerEvent.at < row.at - retention))
         return True
     except Exception as exc:  # whatever the database does, the supervisor must go on watching
         log.error("GPU %d: cannot record its worker's %s in the database (%s: %s); the supervisor goes on",
@@ -59,7 +68,7 @@ def event_recorder(settings: Settings, host: str | None = None) -> Callable[[Wor
     name = host or this_host()
 
     def record(event: WorkerEvent) -> None:
-        record_event(sessions, name, event)
+        record_event(sessions, name, event, timedelta(days=settings.gpu_event_retention_days))
     return record
 
 

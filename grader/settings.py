@@ -371,6 +371,9 @@ class Settings(BaseSettings):
     # Worker processes per GPU (`grader worker`'s default concurrency): with the split, that many
     # runs' builds and checks share the GPU while a timing waits for them and then runs alone.
     gpu_slots: int = Field(default=1, ge=1, le=16)
+    # Days a GPU worker's start, restart or leaving out stays recorded (grader.gpu_events; /ops/workers):
+    # a GPU's newest row, which says whether it is out, is always kept.
+    gpu_event_retention_days: float = Field(default=90.0, gt=0)
     # CUDA's compute-sanitizer on a kernel problem's smallest failed case (worker/sanitizer.py):
     # "auto" (on PATH, beside nvcc, in $CUDA_HOME/bin), "off", or the tool's path; its findings
     # are shown beside the lost points and never change them. sanitizer_cap_s bounds a run's

@@ -19,6 +19,7 @@ import sys
 import textwrap
 import time
 import uuid
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +29,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from grader.course.membership import get_or_create_user
 from grader.db import session_scope
-from grader.gpu_events import CONNECT_TIMEOUT_S
-from grader.models import GpuWorkerEvent, Role
+from grader.gpu_events import CONNECT_TIMEOUT_S, record_event
+from grader.gpu_workers import Gpu, WorkerEvent
+from grader.models import GpuWorkerEvent, Role, utcnow
 from grader.passwords import set_password
 from grader.settings import Settings
 from tests.fixtures.passwords import SUITE_ARGON2
@@ -189,3 +191,18 @@ def test_a_database_that_does_not_answer_holds_the_supervisor_a_few_seconds(sett
     assert proc.returncode == 0, stderr
     assert stderr.count("cannot record its worker's started in the database (OperationalError") == 2, stderr
     assert time.monotonic() - began < 4 * CONNECT_TIMEOUT_S
+
+
+def test_a_gpus_rows_past_the_retention_go_when_it_has_a_new_one(sessions: sessionmaker[Session]) -> None:
+    """A GPU's rows older than the retention are dropped as its next row is written (the new one,
+    which says whether it is out, stays); another GPU's old rows wait for its own next row."""
+    host, now = f"prune-{uuid.uuid4().hex[:6]}", utcnow()
+    with session_scope(sessions) as session:
+        for index, days in ((0, 100), (0, 10), (1, 100)):
+            session.add(GpuWorkerEvent(host=host, gpu_index=index, gpu_uuid=f"GPU-{index}", kind="restarted",
+                                       restarts=1, at=now - timedelta(days=days)))
+    assert record_event(sessions, host, WorkerEvent(Gpu(0, "GPU-0"), "left_out", 1, 2), timedelta(days=30))
+    with session_scope(sessions) as session:
+        kept = session.execute(select(GpuWorkerEvent.gpu_index, GpuWorkerEvent.kind).where(GpuWorkerEvent.host == host)
+                               .order_by(GpuWorkerEvent.gpu_index, GpuWorkerEvent.at)).all()
+    assert [tuple(row) for row in kept] == [(0, "restarted"), (0, "left_out"), (1, "restarted")]
