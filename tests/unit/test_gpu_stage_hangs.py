@@ -132,7 +132,11 @@ def test_a_hang_on_a_hidden_case_settles_only_hidden_checks(base: Path, trusted:
     assert hung.case_id == f"abi:{hidden_21}" and hung.message.startswith(f"hung: {words}"), _describe(m21)
     _settled([c for c in m21.binding_cases if not c.public], words)
     assert all(c.ok for c in m22.abi_cases) and all(c.ok for c in m22.binding_cases if c.public), _describe(m22)
-    _settled([c for c in m22.binding_cases if c.case_id == f"binding:{hidden_22}"], words)
+    # 2.2's hidden binding case runs beside 2.1's in another child: settled by 2.1's hang, or, when
+    # both started before either timed out (a loaded machine), hung on the same launcher alongside
+    [beside] = [c for c in m22.binding_cases if c.case_id == f"binding:{hidden_22}"]
+    assert not beside.ok and (beside.message.startswith(f"not run: {words}") or beside.message.startswith(
+        f"hung: {words.rsplit(' in case ', 1)[0]} in case binding:{hidden_22}")), beside.message
     for m in (m21, m22):  # the course's shapes: timed as usual
         assert m.status == "ok" and _measured(m), _describe(m)
     assert by_id["3"].status == "ok" and by_id["3"].all_passed, _describe(by_id["3"])
