@@ -44,17 +44,18 @@ def event_row(host: str, event: WorkerEvent) -> GpuWorkerEvent:
 
 
 def record_event(sessions: sessionmaker[Session], host: str, event: WorkerEvent,
-                 retention: timedelta = timedelta(days=90)) -> bool:
-    """Write `event`'s row and drop its GPU's rows older than `retention` (the new row, its newest,
-    stays); False, after a log line, when the database refused or was away."""
+                 retention: timedelta | None = None) -> bool:
+    """Write `event`'s row and, with a `retention`, drop its GPU's rows older than that (the new
+    row, its newest, stays); False, after a log line, when the database refused or was away."""
     try:
         with session_scope(sessions) as session:
             row = event_row(host, event)
             row.at = utcnow()
             session.add(row)
-            session.execute(delete(GpuWorkerEvent).where(
-                GpuWorkerEvent.host == host, GpuWorkerEvent.gpu_index == event.gpu.index,
-                GpuWorkerEvent.at < row.at - retention))
+            if retention is not None:
+                session.execute(delete(GpuWorkerEvent).where(
+                    GpuWorkerEvent.host == host, GpuWorkerEvent.gpu_index == event.gpu.index,
+                    GpuWorkerEvent.at < row.at - retention))
         return True
     except Exception as exc:  # whatever the database does, the supervisor must go on watching
         log.error("GPU %d: cannot record its worker's %s in the database (%s: %s); the supervisor goes on",
