@@ -175,16 +175,29 @@ def _other_runs_checks(lock: GpuLock, seen: dict[str, float]) -> None:
         seen["released"] = time.monotonic()
 
 
+class _TurnLog(GpuTurns):
+    """GpuTurns that also notes the kind of each turn it takes, in order."""
+
+    def __init__(self, lock: GpuLock) -> None:
+        super().__init__(lock)
+        self.taken: list[str] = []
+
+    def _turn(self, alone: bool):  # noqa: ANN202
+        self.taken.append("alone" if alone else "shared")
+        return super()._turn(alone)
+
+
 def test_a_timing_piece_checks_beside_other_runs_and_times_alone(tmp_path: Path) -> None:
     """In a timing piece, Problem 3's set-up and checked steps share the GPU with another run's
-    checks; only its timed pairs wait for the GPU alone, after an untimed warm-up pair."""
+    checks; only its timed pairs wait for the GPU alone, right after the checked steps that
+    warmed the child (no warm-up pair), and the timed step's verification is shared again."""
     lock = GpuLock(tmp_path / "locks", 0)
     seen: dict[str, float] = {}
     other = threading.Thread(target=_other_runs_checks, args=(lock, seen))
     other.start()
     time.sleep(0.2)
     started = time.monotonic()
-    turns = GpuTurns(lock)
+    turns = _TurnLog(lock)
     m = _measure(_kit_copy(tmp_path), turns=turns)
     ended = time.monotonic()
     other.join(70)
@@ -195,7 +208,9 @@ def test_a_timing_piece_checks_beside_other_runs_and_times_alone(tmp_path: Path)
     assert "timing_asked" in seen, "the checks waited for the GPU alone"
     assert started + info["checks_s"] < seen["timing_asked"] < seen["released"]
     assert seen["released"] < ended
-    assert info["warm_up_s"] > 0 and m.speedup_student is not None
+    assert "warm_up_s" not in info and m.speedup_student is not None
+    assert turns.taken == ["shared", "shared", "alone", "shared"]  # set-up, checks, timed pairs, verification
+    assert _cases(m)["p3-timed-fused-step-verified"].ok
     assert TINY.min_pairs <= info["timing"]["pairs"] <= TINY.max_pairs
     held = turns.record()  # the other run held on for a second after the timing asked
     assert held is not None and held["waited_alone"] >= 0.9 and held["alone"] > 0 and held["shared"] > 0

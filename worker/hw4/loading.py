@@ -7,7 +7,7 @@ problem that needs it, each waiting out its own timeout in a fresh child: a pack
 at import cost 427 s of GPU, against ~170 s for a correct grade. So the stage loads each part
 once, each in a probe child of its own, all at once (a run pays one load timeout however many
 parts hang), and a part that does not load is named once, in words ("your minitorch package
-does not import: it hung for 60 s"). Everything that needs it is then settled at once with
+does not import: it hung for 30 s"). Everything that needs it is then settled at once with
 those words; what does not still runs (a kernel's C ABI cases need only its library).
 
 Whose fault: before any of the submission's code runs, every probe child answers `ready` (our

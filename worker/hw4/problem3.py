@@ -328,23 +328,9 @@ class _Pairs:
         self.windows.append(window)
 
 
-def _warm_up(s: _Session) -> None:
-    """One untimed step of each model on fresh inputs, so that the first timed pair does not
-    pay for a GPU gone idle while the timing waited for its turn."""
-    s.phase = "warm-up steps"
-    t_ref, g_ref, p_ref = s.one_step_refs(s.new_seed())
-    started = time.monotonic()
-    for model in ("unfused", "fused"):
-        s.step(model, t_ref, g_ref, grads_ref=p_ref)
-    s.info["warm_up_s"] = time.monotonic() - started
-
-
-def _time_pairs(s: _Session, rule: StoppingRule,
-                watch: ConditionsWatch) -> tuple[RatioSummary | None, list[dict[str, Any]], CaseOutcome]:
+def _time_pairs(s: _Session, rule: StoppingRule, watch: ConditionsWatch) -> tuple[_Pairs, RatioSummary | None]:
     """Interleaved pairs until `rule` stops them, each a window whose GPU conditions `watch`
-    reads (taken again while they call for it and the budget has room); then one fused timed
-    step, picked at random afterwards, is verified against an untimed unfused step on the same
-    inputs (so no step can skip or defer work)."""
+    reads (taken again while they call for it and the budget has room)."""
     pairs = _Pairs()
     summary: RatioSummary | None = None
     stop = None
@@ -356,12 +342,17 @@ def _time_pairs(s: _Session, rule: StoppingRule,
         summary = ratio_summary(pairs.unfused_ms, pairs.fused_ms)
         # Room for the next pair and for the verification step (about half a pair).
         stop = rule.verdict(len(pairs.pair_s), summary, s.elapsed(), 1.5 * float(np.median(pairs.pair_s)))
-    unfused_ms, fused_ms, steps = pairs.unfused_ms, pairs.fused_ms, pairs.steps
     s.info["timing"] = {
-        "unfused_ms": unfused_ms, "fused_ms": fused_ms, "pairs": len(unfused_ms), "stop": stop,
+        "unfused_ms": pairs.unfused_ms, "fused_ms": pairs.fused_ms, "pairs": len(pairs.pair_s), "stop": stop,
         "thresholds": list(rule.thresholds), "timing_ended_s": s.elapsed(), "windows": pairs.windows,
     }
-    # Verify one timed fused step, chosen only now.
+    return pairs, summary
+
+
+def _verify_timed_step(s: _Session, pairs: _Pairs) -> CaseOutcome:
+    """One timed fused step, picked at random only now, verified against an untimed unfused
+    step on the same inputs (so no step can skip or defer work)."""
+    s.phase = "timed step verification"
     k = verified_indices(len(pairs.kept), 1)[0]
     seed, fused_grads = pairs.kept[k]
     pairs.kept.clear()
@@ -371,7 +362,7 @@ def _time_pairs(s: _Session, rule: StoppingRule,
                      f"timed fused step (pair {k})")
     s.info["timing"]["verified_pair"] = k
     s.info["timing"]["over_budget"] = s.elapsed() > s.config.budget_s
-    return summary, steps, case
+    return case
 
 
 def peak_memory(steps: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -436,13 +427,15 @@ def _measure_built(s: _Session, m: ProblemMeasurement, setup: dict[str, Any], th
     if failed is None and not config.timed:
         mark_timing_pending(m)
     elif failed is None:
+        # Only the timed pairs hold the GPU alone. The checked steps just before them warmed
+        # the child, as in a whole grade; the verification step is a check, run shared.
         with turns.alone():
-            if turns.lock is not None:  # the checks that warmed the child may be minutes behind
-                _warm_up(s)
             s.phase = "timed steps"
-            summary, steps, case = _time_pairs(s, config.stopping(thresholds), watch)
+            pairs, summary = _time_pairs(s, config.stopping(thresholds), watch)
         m.telemetry[CONDITIONS_KEY] = watch.summary()
-        verified.append(case)
+        with turns.sharing():
+            verified.append(_verify_timed_step(s, pairs))
+        steps = pairs.steps
         all_steps += steps
         counted = count_cases(all_steps, defined)  # the timed steps may not call what the first did
     else:  # settled: more steps cannot pass a failed check, and speed points need every check passed
