@@ -8,7 +8,8 @@ unfused one) in trials. The protocol, shared by every assignment's stage:
   from trial to trial (`rotated`), so drift and warm caches fall on every variant alike;
 - verification: timed results are checked where the submission cannot foresee which
   (`verified_indices`: not the grading seed, which a reproduction may fix);
-- stopping: trials go on until `StoppingRule.verdict` says why to stop.
+- stopping: trials go on until `StoppingRule.verdict` says why to stop; `until_stopped` is
+  the one loop every timed problem runs its trials in.
 The statistics the rule reads (median ratio, bootstrap interval) are worker.timing's.
 
 Pure standard library (plus worker.timing): importable on a bare GPU machine.
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import math
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -62,6 +63,28 @@ class StoppingRule:
         if self.budget_s is not None and elapsed_s + next_trial_s > self.budget_s:
             return "budget"
         return None
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a problem's trials stand after a step: how many trials each variant has had, the
+    scored figure so far (None: none yet), the seconds spent, and what one more step is
+    expected to take (the last two only for a rule with a budget)."""
+
+    trials: int
+    summary: RatioSummary | None
+    elapsed_s: float = 0.0
+    next_trial_s: float = 0.0
+
+
+def until_stopped(rule: StoppingRule, step: Callable[[], Progress]) -> tuple[str, Progress]:
+    """Take `step` (a trial, or a round of them) until `rule` says why to stop: that reason
+    (one of STOP_REASONS) and the last step's progress."""
+    while True:
+        progress = step()
+        stop = rule.verdict(progress.trials, progress.summary, progress.elapsed_s, progress.next_trial_s)
+        if stop is not None:
+            return stop, progress
 
 
 def rotated(variants: Sequence[T], trial: int) -> list[T]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from worker.timing import RatioSummary
-from worker.trials import StoppingRule, calls_per_request, rotated, verified_indices
+from worker.trials import Progress, StoppingRule, calls_per_request, rotated, until_stopped, verified_indices
 
 
 def figure(speedup: float, low: float, high: float, trials: int = 6) -> RatioSummary:
@@ -58,6 +58,24 @@ def test_a_rule_needs_a_sensible_range() -> None:
         StoppingRule(min_trials=8, max_trials=4, max_relative_width=0.1)
     with pytest.raises(ValueError, match="min_trials"):
         StoppingRule(min_trials=0, max_trials=4, max_relative_width=0.1)
+
+
+def test_the_loop_steps_until_the_rule_stops_and_says_why() -> None:
+    """until_stopped takes steps while the rule wants more: here the figure settles on the
+    fourth step, then the budget (elapsed plus the next step's expected seconds) ends another."""
+    rule = StoppingRule(min_trials=2, max_trials=10, max_relative_width=0.10, thresholds=(1.0, 6.5), budget_s=10.0)
+    figures = [None, figure(6.4, 6.0, 6.8), figure(6.4, 6.0, 6.8), SETTLED, SETTLED]
+    steps: list[int] = []
+
+    def step() -> Progress:
+        steps.append(len(steps) + 1)
+        return Progress(len(steps), figures[len(steps) - 1], elapsed_s=float(len(steps)), next_trial_s=1.0)
+
+    stop, last = until_stopped(rule, step)
+    assert (stop, steps, last.trials, last.summary) == ("settled", [1, 2, 3, 4], 4, SETTLED)
+    steps.clear()
+    slow = lambda: (steps.append(1), Progress(len(steps), None, elapsed_s=3.0 * len(steps), next_trial_s=3.0))[1]  # noqa: E731
+    assert until_stopped(rule, slow)[0] == "budget" and len(steps) == 3  # 9 s + 3 s is past 10 s
 
 
 def test_each_variant_goes_first_in_turn() -> None:

@@ -67,7 +67,7 @@ from worker.hw4.problem3_compare import (
 from worker.measurements import CONDITIONS_KEY, CaseOutcome, ProblemMeasurement
 from worker.pieces import RECHECKED, mark_timing_pending
 from worker.timing import RatioSummary, ratio_summary
-from worker.trials import StoppingRule, rotated, verified_indices
+from worker.trials import Progress, StoppingRule, rotated, until_stopped, verified_indices
 
 HANDLERS = "worker.hw4.child_problem3"
 
@@ -332,21 +332,22 @@ def _time_pairs(s: _Session, rule: StoppingRule, watch: ConditionsWatch) -> tupl
     """Interleaved pairs until `rule` stops them, each a window whose GPU conditions `watch`
     reads (taken again while they call for it and the budget has room)."""
     pairs = _Pairs()
-    summary: RatioSummary | None = None
-    stop = None
-    while stop is None:
+
+    def pair() -> Progress:
         # a retake only while it and the pairs still to come fit the budget
         taken, window = watch.window(lambda: pairs.take(s),
                                      lambda: s.elapsed() + 2.5 * pairs.last_take_s <= s.config.budget_s)
         pairs.keep(taken, window)
-        summary = ratio_summary(pairs.unfused_ms, pairs.fused_ms)
         # Room for the next pair and for the verification step (about half a pair).
-        stop = rule.verdict(len(pairs.pair_s), summary, s.elapsed(), 1.5 * float(np.median(pairs.pair_s)))
+        return Progress(len(pairs.pair_s), ratio_summary(pairs.unfused_ms, pairs.fused_ms), s.elapsed(),
+                        1.5 * float(np.median(pairs.pair_s)))
+
+    stop, last = until_stopped(rule, pair)
     s.info["timing"] = {
         "unfused_ms": pairs.unfused_ms, "fused_ms": pairs.fused_ms, "pairs": len(pairs.pair_s), "stop": stop,
         "thresholds": list(rule.thresholds), "timing_ended_s": s.elapsed(), "windows": pairs.windows,
     }
-    return pairs, summary
+    return pairs, last.summary
 
 
 def _verify_timed_step(s: _Session, pairs: _Pairs) -> CaseOutcome:

@@ -45,7 +45,7 @@ from worker.hw4.course_shapes import timing_cases
 from worker.hw4.references import binding_output_names, binding_reference, verify
 from worker.measurements import FUSED_BYTES_KEY
 from worker.timing import RatioSummary, deferred_excess, mean_over_shapes, ratio_summary, waiting_removed
-from worker.trials import StoppingRule, calls_per_request, rotated, verified_indices
+from worker.trials import Progress, StoppingRule, calls_per_request, rotated, until_stopped, verified_indices
 
 # The shapes timed per problem: the course's (tests replace them with smaller ones).
 TIMING_CASES: dict[str, list[Case]] = {pid: timing_cases(pid) for pid in ("1.1", "1.2", "2.1", "2.2")}
@@ -418,13 +418,15 @@ def time_problem(student: ChildClient, sides: Sides, cases: list[Case], rng: np.
     shapes = [ShapeTiming(case) for case in cases]
     for shape in shapes:
         timer.warm_up(shape)
-    stopped = None
-    while stopped is None:
+
+    def round_of_trials() -> Progress:
         for _ in range(config.round_trials):
             for shape in shapes:
                 timer.trial(shape)
         scored = timer.aggregate(shapes, "reference_ops") or timer.aggregate(shapes, "baseline")
-        stopped = rule.verdict(min(s.trials for s in shapes), scored)
+        return Progress(min(s.trials for s in shapes), scored)
+
+    stopped, _ = until_stopped(rule, round_of_trials)
     return TimingResult(
         student=timer.aggregate(shapes, "baseline"),
         reference_ops=timer.aggregate(shapes, "reference_ops"),

@@ -28,7 +28,7 @@ from worker.rubric import Rubric
 from worker.sandbox import Sandbox
 from worker.telemetry import gpu_snapshot
 from worker.timing import RatioSummary, ratio_summary
-from worker.trials import StoppingRule, calls_per_request, rotated
+from worker.trials import Progress, StoppingRule, calls_per_request, rotated, until_stopped
 
 PROBLEM = "1"
 # The child's operations, copied into its tree (the sandbox shows nothing of this folder, whose
@@ -120,22 +120,23 @@ def time_against_naive(children: dict[str, ChildClient], values: np.ndarray,
         warm_ms[variant] = seconds * 1e3
     calls = {v: calls_per_request(warm_ms[v], REQUEST_MS, MAX_CALLS) for v in VARIANTS}
     times: dict[str, list[float]] = {v: [] for v in VARIANTS}
-    started, trial, stop, summary = time.monotonic(), 0, None, None
-    while stop is None:
-        trial_started = time.monotonic()
-        for variant in rotated(VARIANTS, trial):
+    started = time.monotonic()
+
+    def trial() -> Progress:
+        trial_started, done = time.monotonic(), len(times["student"])
+        for variant in rotated(VARIANTS, done):
             got, seconds = _timed_sum(children, variant, calls[variant])
             result = check_sum(got, values, (TIMED.n,))
             if not result.ok:
                 raise WrongTimedSum(f"a timed {variant} sum was wrong: {result.message}")
             times[variant].append(seconds * 1e3 / calls[variant])
-        trial += 1
-        summary = ratio_summary(times["naive"], times["student"])
         now = time.monotonic()
-        stop = rule.verdict(trial, summary, now - started, now - trial_started)
-    assert summary is not None
-    return summary, {"trials": trial, "stopped": stop, "calls_per_request": calls,
-                     "median_ms": {v: float(np.median(t)) for v, t in times.items()}}
+        return Progress(done + 1, ratio_summary(times["naive"], times["student"]), now - started, now - trial_started)
+
+    stop, last = until_stopped(rule, trial)
+    assert last.summary is not None
+    return last.summary, {"trials": last.trials, "stopped": stop, "calls_per_request": calls,
+                          "median_ms": {v: float(np.median(t)) for v, t in times.items()}}
 
 
 def _stopped(failure: ChildFailure) -> str:
