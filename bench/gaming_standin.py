@@ -3,7 +3,7 @@ keeps once the guards have counted it.
 
     .venv/bin/python bench/gaming_standin.py [--repeats 3]
 
-The CPU test (tests/unit/test_grading_catches_mutants_cpu.py) asserts that each guard fires on
+The CPU test (tests/unit/worker/test_grading_catches_mutants_cpu.py) asserts that each guard fires on
 the evidence it reads; the figures are here, since on the stand-in, whose fused op and read
 take tens of microseconds, they move with the machine's load. Per repeat: the unmutated
 stand-in and each `kind: gaming` mutant that lives in minitorch/*.py are graded like the CPU

@@ -21,7 +21,7 @@ REDIS_URL = os.environ.get("KG_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 # Password hashes at Argon2's lowest cost (grader.settings.Argon2Settings; the production
 # default costs 0.1-0.2 s a hash on a 2-core machine, and the suite makes about a thousand):
 # every process the suite starts inherits these; tests/fixtures/passwords.py reads them back for
-# the hashes tests make themselves; tests/unit/test_passwords.py checks the production cost.
+# the hashes tests make themselves; tests/unit/grader/test_passwords.py checks the production cost.
 for _field, _value in (("TIME_COST", "1"), ("MEMORY_KIB", "8"), ("PARALLELISM", "1")):
     os.environ.setdefault(f"KG_ARGON2_{_field}", _value)
 # Per service: its URL, the variable that overrides it, its default port, the fixtures whose

@@ -18,7 +18,7 @@ uploads:
 
 A simulation rather than queueing formulas: the arrivals are not steady (they pile up before
 the deadline), fair share couples a student's runs, and each answer can be checked by hand on a
-small case (tests/unit/test_capacity.py).
+small case (tests/unit/grader/capacity/test_capacity.py).
 
 Pure (numpy and the standard library): grader/reads/grade_times.py supplies the measured grade
 times and their timing part, `grader capacity` (grader/cli/capacity.py) prints the answer, and
@@ -318,7 +318,7 @@ class Planner:
 
     def fewest(self, schedule: Schedule, p95_verdict_s: float) -> Figures | None:
         """The fewest GPUs whose p95 verdict wait is at most `p95_verdict_s`; None when even a
-        GPU per upload cannot. More GPUs never wait longer (tests/unit/test_capacity.py checks
+        GPU per upload cannot. More GPUs never wait longer (tests/unit/grader/capacity/test_capacity.py checks
         it on both schedules), so a doubling then a bisection finds it."""
         def meets(gpus: int) -> bool:
             return self.figures(schedule, gpus).verdict.p95 <= p95_verdict_s

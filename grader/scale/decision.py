@@ -1,5 +1,6 @@
 """How many GPU worker jobs to submit now: a pure function of what needs a GPU and what the
-scheduler already holds of ours, so it is tested without a scheduler (tests/unit/test_scale_decision.py)."""
+scheduler already holds of ours, so it is tested without a scheduler
+(tests/unit/grader/scale/test_scale_decision.py)."""
 from __future__ import annotations
 
 import math

@@ -23,8 +23,8 @@ from grader.storage.blobstore import BlobStore
 from tests.browser.a11y import check_page
 from tests.browser.test_layout import WIDTHS, _assert_no_page_scroll
 from tests.browser.test_pages import PASSWORD, log_in
+from tests.fixtures.hostile_zips import make_zip
 from tests.fixtures.passwords import SUITE_ARGON2
-from tests.unit.hostile_zips import make_zip
 
 TAG = uuid.uuid4().hex[:6]
 STUDENT, STAFF = f"code-view-student-{TAG}@university.edu", f"code-view-prof-{TAG}"

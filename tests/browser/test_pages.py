@@ -22,9 +22,9 @@ from grader.service import get_assignment, record_submission
 from grader.storage.blobstore import StoredBlob
 from tests.browser.a11y import check_page
 from tests.fixtures.feedback_runs import record_scored
+from tests.fixtures.hostile_zips import tar_gz
 from tests.fixtures.passwords import SUITE_ARGON2
 from tests.fixtures.zips import small_zip
-from tests.unit.hostile_zips import tar_gz
 from worker.measurements import CaseOutcome, ProblemMeasurement
 from worker.rubric import load_rubric
 from worker.starter_kit import zip_tree

@@ -1,7 +1,7 @@
 """The hostile corpus: malicious or malformed hw4 uploads, made in code, each with the outcome
 it must get from the real pipeline (unpack -> stage -> nvcc build) on a worker without a GPU.
 
-Archive-level tricks come from tests/unit/hostile_zips.py. Submissions that need a GPU to
+Archive-level tricks come from tests/fixtures/hostile_zips.py. Submissions that need a GPU to
 misbehave (kernels that hang or trap, host code that attacks the sandbox) are in
 tests/gpu/test_hostile_gpu.py; the sandbox's host-side promises are checked on the CPU in
 test_hostile_sandbox.py.
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.unit import hostile_zips as hz
+from tests.fixtures import hostile_zips as hz
 from worker.rubric import load_rubric
 
 RUBRIC = load_rubric("hw4")

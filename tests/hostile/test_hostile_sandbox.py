@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 from hostile_report import Row, record
 
-from tests.unit.test_sandbox import _python
+from tests.unit.worker.sandbox.test_sandbox import _python
 from worker.sandbox import Sandbox, SandboxExit, SandboxLimits, SandboxPolicy
 from worker.sandbox.view import PROJECT_ROOT
 

@@ -6,7 +6,7 @@ keeps running; /ops/workers shows the left-out GPU to a site administrator, refu
 and no longer lists it once a supervisor has started it again. A database that is away costs
 the rows, never the supervisor.
 
-The workers are tests/unit/test_gpu_workers.py's small recorder scripts, not Celery workers."""
+The workers are tests/unit/grader/test_gpu_workers.py's small recorder scripts, not Celery workers."""
 from __future__ import annotations
 
 import json
@@ -36,7 +36,7 @@ from grader.passwords import set_password
 from grader.settings import Settings
 from tests.fixtures.passwords import SUITE_ARGON2
 from tests.service.test_web_settings import PASSWORD, Browser
-from tests.unit.test_gpu_workers import RECORDER, SMI_OUTPUT, TWO
+from tests.unit.grader.test_gpu_workers import RECORDER, SMI_OUTPUT, TWO
 
 ROOT = Path(__file__).resolve().parents[2]
 

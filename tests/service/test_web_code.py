@@ -25,9 +25,9 @@ from grader.service import get_assignment, record_submission
 from grader.settings import Settings
 from grader.storage.blobstore import BlobStore
 from grader.storage.submitted_zip import SHOWN_MAX_BYTES
+from tests.fixtures.hostile_zips import assignment_entries, make_zip, tar_gz
 from tests.fixtures.passwords import SUITE_ARGON2
 from tests.service.test_web_settings import PASSWORD, Browser
-from tests.unit.hostile_zips import assignment_entries, make_zip, tar_gz
 
 MARKUP_NAME = "llmsys_hw4/src/<img src=x onerror=alert(1)>.cu"
 TRAVERSAL = "../../etc/kernelgrade-escape.cu"

@@ -36,10 +36,10 @@ from grader.similarity.store import load_report, report_path
 from grader.storage.blobstore import BlobStore
 from tests.fixtures.https_git import GitServer, https_git_server, publish
 from tests.fixtures.passwords import SUITE_ARGON2
+from tests.fixtures.similarity_class import generate_class
 from tests.fixtures.zips import student_zip
 from tests.service.conftest import PG_ADMIN_URL, WorkerProcess, init_with_course
 from tests.service.test_web_settings import PASSWORD, Browser
-from tests.unit.similarity_class import generate_class
 from worker.rubric import load_rubric
 from worker.starter_kit import render_starter
 
