@@ -2,7 +2,7 @@
 
 A rubric names its plug-in with `plugin:`, a module name (rubrics/hw4.yaml: `worker.hw4`) or a
 .py file relative to the rubric (an assignment kept in a folder of its own, as the tests'
-vecadd); that module exposes one `Assignment` as ASSIGNMENT. The pipeline, the service's run
+vecadd); that module exposes one `Plugin` as ASSIGNMENT. The pipeline, the service's run
 lifecycle, the CLI, the starter kit, scoring and mutants reach an assignment's
 own code and words only through `assignment_of(rubric)`, so a second assignment is a rubric
 and a plug-in module, with no edit to generic code. A rubric without `plugin:` has no stage:
@@ -31,11 +31,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from worker.sandbox import SandboxLimits, SandboxPolicy
     from worker.sanitizer import SanitizerConfig
 
-PLUGIN_OBJECT = "ASSIGNMENT"  # the name a plug-in module gives its Assignment
+PLUGIN_OBJECT = "ASSIGNMENT"  # the name a plug-in module gives its Plugin
 
 
 class AssignmentError(ValueError):
-    """A rubric's plug-in cannot be found or is not an Assignment."""
+    """A rubric's plug-in cannot be found or is not a Plugin."""
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ class Words:
 
 
 @dataclass(frozen=True)
-class Assignment:
+class Plugin:
     zip_folder: str  # the starter zip's top folder, as the course names the assignment's folder
     make_stage: StageFactory | None = None  # None: no stage, runs end `built`
     stage_needs_gpu: bool = True  # False: every worker runs the stage, with or without a GPU
@@ -112,8 +112,8 @@ class Assignment:
     calibration_warning: str = "our reference kit, which is no student's code; prefer known-correct submissions"
 
 
-def _stageless(rubric: Rubric) -> Assignment:
-    return Assignment(zip_folder=rubric.slug)
+def _stageless(rubric: Rubric) -> Plugin:
+    return Plugin(zip_folder=rubric.slug)
 
 
 def _import(plugin: str) -> object:
@@ -136,20 +136,20 @@ def _import(plugin: str) -> object:
     return sys.modules[name]
 
 
-def load_plugin(plugin: str) -> Assignment:
-    """The Assignment that the module `plugin` (a module name or a .py file) exposes as ASSIGNMENT."""
+def load_plugin(plugin: str) -> Plugin:
+    """The Plugin that the module `plugin` (a module name or a .py file) exposes as ASSIGNMENT."""
     try:
         module = _import(plugin)
     except ImportError as exc:
         raise AssignmentError(f"The assignment plug-in {plugin} cannot be imported ({exc}). "
                               "Name an importable module or a Python file in the rubric's plugin entry.") from exc
     found = getattr(module, PLUGIN_OBJECT, None)
-    if not isinstance(found, Assignment):
-        raise AssignmentError(f"The plug-in {plugin} has no {PLUGIN_OBJECT} of type worker.assignment.Assignment, "
+    if not isinstance(found, Plugin):
+        raise AssignmentError(f"The plug-in {plugin} has no {PLUGIN_OBJECT} of type worker.assignment.Plugin, "
                               "so it is not an assignment plug-in.")
     return found
 
 
-def assignment_of(rubric: Rubric) -> Assignment:
+def assignment_of(rubric: Rubric) -> Plugin:
     """The plug-in the rubric names (import cached by Python), or a stageless one."""
     return _stageless(rubric) if rubric.plugin is None else load_plugin(rubric.plugin)

@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from worker.rubric import Rubric
 
 # The top folder of a zip made of a tree that is not an assignment's starter (a starter zip's
-# is the assignment's own: worker.assignment.Assignment.zip_folder).
+# is the assignment's own: worker.assignment.Plugin.zip_folder).
 ZIP_TOP_FOLDER = "submission"
 # 1980-01-01 00:00:00, the earliest time a zip entry can carry: fixed for reproducible zips.
 ZIP_TIMESTAMP = (1980, 1, 1, 0, 0, 0)

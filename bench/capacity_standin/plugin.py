@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from worker.assignment import Assignment, GpuStage, StageConfig, StageProgress
+from worker.assignment import GpuStage, Plugin, StageConfig, StageProgress
 from worker.measurements import CaseOutcome, ProblemMeasurement
 from worker.rubric import Rubric
 
@@ -25,4 +25,4 @@ def make_stage(config: StageConfig, progress: StageProgress) -> GpuStage:
     return stage
 
 
-ASSIGNMENT = Assignment(zip_folder="capacity-standin", make_stage=make_stage, stage_needs_gpu=False)
+ASSIGNMENT = Plugin(zip_folder="capacity-standin", make_stage=make_stage, stage_needs_gpu=False)

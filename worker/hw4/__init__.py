@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from worker.assignment import Assignment, GpuStage, StageConfig, StageProgress, Words
+from worker.assignment import GpuStage, Plugin, StageConfig, StageProgress, Words
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -18,7 +18,7 @@ def make_stage(config: StageConfig, progress: StageProgress) -> GpuStage:
     return stage_for(config, progress)
 
 
-ASSIGNMENT = Assignment(
+ASSIGNMENT = Plugin(
     zip_folder="llmsys_hw4",  # the course's repository name: students zip that folder
     make_stage=make_stage,
     stage_needs_gpu=True,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from worker.assignment import Assignment, GpuStage, StageConfig, StageProgress, Words
+from worker.assignment import GpuStage, Plugin, StageConfig, StageProgress, Words
 from worker.checks import CheckResult, compare
 from worker.gpu.budget import Deadline
 from worker.gpu.client import ChildClient, ChildFailure, OutOfBudget, StageInfraError, StudentError
@@ -202,7 +202,7 @@ def make_stage(config: StageConfig, progress: StageProgress) -> GpuStage:
     return stage
 
 
-ASSIGNMENT = Assignment(
+ASSIGNMENT = Plugin(
     zip_folder="reduce",
     make_stage=make_stage,
     mutants_file=Path(__file__).with_name("mutants.yaml"),

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from worker.assignment import Assignment, GpuStage, StageConfig, StageProgress, Words
+from worker.assignment import GpuStage, Plugin, StageConfig, StageProgress, Words
 from worker.checks import compare
 from worker.job_files import JobFileError, read_job_file
 from worker.measurements import CaseOutcome, ProblemMeasurement
@@ -84,7 +84,7 @@ def make_stage(config: StageConfig, progress: StageProgress) -> GpuStage:
     return stage
 
 
-ASSIGNMENT = Assignment(
+ASSIGNMENT = Plugin(
     zip_folder="vecadd",
     make_stage=make_stage,
     stage_needs_gpu=False,

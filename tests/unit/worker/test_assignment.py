@@ -91,7 +91,7 @@ def _rubric_copy(tmp_path: Path, plugin: object) -> Path:
 @pytest.mark.parametrize("plugin, message", [
     ("worker.no_such_plugin", "The assignment plug-in worker.no_such_plugin cannot be imported"),
     ("missing.py", "cannot be imported (no Python file"),
-    ("worker.timing", "The plug-in worker.timing has no ASSIGNMENT of type worker.assignment.Assignment"),
+    ("worker.timing", "The plug-in worker.timing has no ASSIGNMENT of type worker.assignment.Plugin"),
 ])
 def test_a_bad_plugin_entry_is_refused_in_a_sentence(tmp_path: Path, plugin: str, message: str) -> None:
     rubric = load_rubric("vecadd", _rubric_copy(tmp_path, plugin))
