@@ -7,7 +7,7 @@ wait for correctness verdicts and for the final score, and the points of every u
         [--problems 1.1,1.2,2.1,2.2] [--resubmit 2] [--limit-s 560] [--whole-once]
 
 (on a GPU machine, `.whl/` and `.corpus/` carried). The uploads: every zip of .corpus/zips and
-our kit (starter/hw4) zipped, one student each, all arriving at once; then `--resubmit` of those
+our kit (starter/hw4) zipped, `--copies` students each (1), all arriving at once; then `--resubmit` of those
 students upload the same zip again (also at once): under the service's rule (grader.runs.
 timing_piece) a first upload whose student uploaded again before its timing began is not timed.
 Each job runs as a Celery task would, in a process of its own (`--job`), through
@@ -199,6 +199,14 @@ def run_schedule(name: str, split: bool, slots: int, zips: list[tuple[int, Path]
                       "pieces": u.pieces} for u in uploads]}
 
 
+def first_of_each_zip(burst: list[tuple[int, Path]]) -> list[tuple[int, Path]]:
+    """Each zip's first upload, in arrival order: what --whole-once grades."""
+    first: dict[Path, tuple[int, Path]] = {}
+    for student, path in burst:
+        first.setdefault(path, (student, path))
+    return list(first.values())
+
+
 def replayed_once(graded: dict[str, Any], burst: list[tuple[int, Path]]) -> dict[str, Any]:
     """The whole schedule of `burst` from `graded`, a whole schedule of its distinct zips: one
     slot runs whole grades back to back in arrival order, so an upload ends once its grade and
@@ -233,10 +241,10 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> list
     lines = [f"### A burst on one GPU: whole grades on one slot vs the split on {args.slots} slots", "",
              f"Hardware: {gpu_name()}, {os.cpu_count()} CPU cores; commit {current_commit() or 'unknown'}; "
              f"problems {args.problems}; {len(next(iter(results.values()))['runs'])} uploads at once "
-             f"(every corpus zip and the kit, then {args.resubmit} students uploading the same zip again).",
+             f"(every corpus zip and the kit, {args.copies} student(s) each, then {args.resubmit} students uploading the same zip again).",
              f"Command: `bash tests/gpu/suite.sh --bench bench/split_burst.py --slots {args.slots} "
              f"--schedules {args.schedules} --problems {args.problems} --resubmit {args.resubmit} "
-             f"--limit-s {args.limit_s:g}`", "",
+             f"--limit-s {args.limit_s:g} --copies {args.copies}{' --whole-once' if args.whole_once else ''}`", "",
              "| schedule | ended / uploads | last final (s) | grades per GPU-hour | verdict wait | final wait |",
              "| --- | --- | --- | --- | --- | --- |"]
     for r in results.values():
@@ -278,7 +286,9 @@ def _pts(points: dict[str, float]) -> str:
     return ", ".join(f"{pid} {p:.2f}" for pid, p in points.items())
 
 
-def uploads(zips_dir: Path, work: Path, resubmit: int) -> list[tuple[int, Path]]:
+def uploads(zips_dir: Path, work: Path, resubmit: int, copies: int = 1) -> list[tuple[int, Path]]:
+    """(student, zip) in arrival order: every zip and the kit, each uploaded by `copies` students
+    at once, then the first `resubmit` of those students uploading the same zip again."""
     from worker.rubric import load_rubric
 
     kit = work / "kit.zip"
@@ -288,7 +298,8 @@ def uploads(zips_dir: Path, work: Path, resubmit: int) -> list[tuple[int, Path]]
             if path.is_file() and path.suffix != ".so" and "__pycache__" not in path.parts:
                 zf.write(path, Path("llmsys_hw4", path.relative_to(starter)).as_posix())
     first = [*sorted(zips_dir.resolve().glob("*.zip")), kit]
-    return [*enumerate(first), *((s, first[s]) for s in range(resubmit))]
+    wave = [(c * len(first) + i, path) for c in range(copies) for i, path in enumerate(first)]
+    return [*wave, *wave[:resubmit]]
 
 
 def main() -> int:
@@ -300,6 +311,7 @@ def main() -> int:
     parser.add_argument("--resubmit", type=int, default=2)
     parser.add_argument("--limit-s", type=float, default=560.0, help="each schedule's wall limit")
     parser.add_argument("--zips", type=Path, default=ROOT / ".corpus" / "zips")
+    parser.add_argument("--copies", type=int, default=1, help="students uploading each zip at once")
     parser.add_argument("--whole-once", action="store_true",
                         help="grade each distinct zip whole once and replay the one-slot schedule from those "
                              "seconds (half the device time with as many uploads again)")
@@ -312,14 +324,14 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="kg-burst-") as tmp:
         work = Path(tmp)
         work.chmod(0o711)
-        burst = uploads(args.zips, work, args.resubmit)
+        burst = uploads(args.zips, work, args.resubmit, args.copies)
         for name in args.schedules.split(","):
             split = name == "split"
             base = {"problems": args.problems.split(","), "split": split, "work": str(work / name),
                     "cache": str(work / f"{name}-cache"), "locks": str(work / "locks")}  # no schedule builds for another
             if name == "whole" and args.whole_once:
-                distinct = list(dict.fromkeys(burst))  # an upload again is the same (student, zip)
-                results[name] = replayed_once(run_schedule(name, False, 1, distinct, base, args.limit_s), burst)
+                results[name] = replayed_once(run_schedule(name, False, 1, first_of_each_zip(burst), base, args.limit_s),
+                                              burst)
             else:
                 results[name] = run_schedule(name, split, args.slots if split else 1, burst, base, args.limit_s)
             (OUT / "split_burst.json").write_text(json.dumps(results, indent=1))

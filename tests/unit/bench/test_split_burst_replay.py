@@ -9,7 +9,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from split_burst import replayed_once  # noqa: E402
+from split_burst import first_of_each_zip, replayed_once, uploads  # noqa: E402
 
 
 def _graded(spans: list[tuple[str, float, float] | tuple[str, None, None]]) -> dict[str, Any]:
@@ -37,3 +37,14 @@ def test_the_limit_stops_the_slot_at_the_first_grade_it_cut_off() -> None:
     result = replayed_once(_graded([("a", 0.0, 12.0), ("b", None, None)]), burst)
     assert [r["final_s"] for r in result["runs"]] == [12.0, None, None]  # a's second came after b
     assert result["ended"] == 1
+
+
+def test_copies_upload_each_zip_as_several_students_and_the_baseline_grades_each_zip_once(tmp_path: Path) -> None:
+    zips = tmp_path / "zips"
+    zips.mkdir()
+    for name in ("a", "b"):
+        (zips / f"{name}.zip").write_bytes(b"PK")
+    burst = uploads(zips, tmp_path, resubmit=2, copies=2)
+    names = [(student, path.stem) for student, path in burst]
+    assert names == [(0, "a"), (1, "b"), (2, "kit"), (3, "a"), (4, "b"), (5, "kit"), (0, "a"), (1, "b")]
+    assert [(s, p.stem) for s, p in first_of_each_zip(burst)] == [(0, "a"), (1, "b"), (2, "kit")]
