@@ -311,7 +311,9 @@ def main() -> int:
     parser.add_argument("--resubmit", type=int, default=2)
     parser.add_argument("--limit-s", type=float, default=560.0, help="each schedule's wall limit")
     parser.add_argument("--zips", type=Path, default=ROOT / ".corpus" / "zips")
-    parser.add_argument("--copies", type=int, default=1, help="students uploading each zip at once")
+    parser.add_argument("--copies", type=int, default=1,
+                        help="students uploading each zip at once (each graded in full: the bench reuses no "
+                             "measurements, where the service would reuse an identical zip's)")
     parser.add_argument("--whole-once", action="store_true",
                         help="grade each distinct zip whole once and replay the one-slot schedule from those "
                              "seconds (half the device time with as many uploads again)")
