@@ -136,7 +136,7 @@ def test_a_listed_public_zip_is_named_for_the_student_who_copied_it(
     expect(page.locator("#no-public")).to_be_visible()
     check_page(page)
     with session_scope(sessions) as session:
-        details = session.scalars(select(AuditEvent.detail).where(AuditEvent.detail.contains(label))).all()
+        details = session.scalars(select(AuditEvent.detail).where(AuditEvent.detail.contains(label)).order_by(AuditEvent.id)).all()
     assert details == [f"assignment hw4: similarity source listed: {label} (known solution)",
                        f"assignment hw4: similarity source removed: {label} (known solution)",
                        f"assignment hw4: similarity source listed: {label} (common code, left out)",

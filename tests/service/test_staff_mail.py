@@ -143,7 +143,7 @@ def test_failed_grading_mails_the_staff_once_per_quiet_window(
 def _audit_of(sessions: sessionmaker[Session], login: str, event: str) -> list[str]:
     with session_scope(sessions) as session:
         return list(session.scalars(select(AuditEvent.detail).where(AuditEvent.login == login,
-                                                                    AuditEvent.event == event)))
+                                                                    AuditEvent.event == event).order_by(AuditEvent.id)))
 
 
 def test_first_logins_are_reissued_by_mail_and_as_a_csv(

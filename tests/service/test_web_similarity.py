@@ -314,6 +314,7 @@ def test_staff_list_and_remove_known_solutions_and_common_code(own_settings: Set
     assert f"{words} is no longer listed" in gone and 'id="no-public"' in gone
     with session_scope(sessions_own) as session:
         assert get_assignment(session, "hw4").similarity_sources is None
-        details = session.scalars(select(AuditEvent.detail).where(AuditEvent.detail.contains("similarity source"))).all()
+        details = session.scalars(select(AuditEvent.detail).where(AuditEvent.detail.contains("similarity source"))
+                                  .order_by(AuditEvent.id)).all()
     assert details == [f"assignment hw4: similarity source listed: {words}",
                        f"assignment hw4: similarity source removed: {words}"]
