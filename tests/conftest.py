@@ -52,10 +52,10 @@ def cuda_device_count() -> int:
 # device call (10 min at most) and a machine lent afresh between calls costs one part, not the
 # whole run: `--gpu-part N` keeps the tests of part N (durations at c0556bc and 482b838:
 # every mutant 388 s, cheats 66-82 s, hostile 202 s, infinite loop 107 s, kit end to end
-# 81-108 s; part 4, the rest, 433 s; part 3, the load failures with a correct grade to
-# compare with and the sanitizer, 358 s, to which a spinning softmax forward's grade adds an
-# estimated 2-3 min, not yet timed: the convention mutants, ~40 s, moved to part 4 for it). A
-# pattern is a node id's start under tests/gpu/.
+# 81-108 s; part 4, the rest, 433 s; part 3's load failures, the spinning softmax forward
+# included, 215 s on an H100 at 0af9a82 (the correct grade they compare with 80 s of it), its
+# sanitizer tests 138 s: the convention mutants, ~40 s, moved to part 4 for them). A pattern is
+# a node id's start under tests/gpu/.
 GPU_PARTS: dict[int, tuple[str, ...]] = {
     1: ("test_grading_gpu.py::test_every_mutant_loses_points_on_its_problems",
         "test_grading_gpu.py::test_cheats_gain_nothing"),
