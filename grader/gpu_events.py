@@ -49,13 +49,11 @@ def record_event(sessions: sessionmaker[Session], host: str, event: WorkerEvent,
     row, its newest, stays); False, after a log line, when the database refused or was away."""
     try:
         with session_scope(sessions) as session:
-            row = event_row(host, event)
-            row.at = utcnow()
-            session.add(row)
+            session.add(event_row(host, event))  # stamped now, so never older than the retention
             if retention is not None:
                 session.execute(delete(GpuWorkerEvent).where(
                     GpuWorkerEvent.host == host, GpuWorkerEvent.gpu_index == event.gpu.index,
-                    GpuWorkerEvent.at < row.at - retention))
+                    GpuWorkerEvent.at < utcnow() - retention))
         return True
     except Exception as exc:  # whatever the database does, the supervisor must go on watching
         log.error("GPU %d: cannot record its worker's %s in the database (%s: %s); the supervisor goes on",
