@@ -24,7 +24,7 @@ For every zip in --zips (default .corpus/zips):
 3. One row per submission and problem: course verdict and speedups, kernelgrade verdict,
    speedups and points, agreement; then the speed fidelity table (course mean beside
    kernelgrade's scored figure, ratio, within 15%, whether the printed shapes are
-   worker.hw4.course_shapes'), a per-shape listing and each graded problem's flags.
+   rubrics.hw4.course_shapes'), a per-shape listing and each graded problem's flags.
    Printed, and written to $OUT (default .gpu-out/):
    fidelity.md (section for docs/benchmarks/fidelity.md), fidelity.json (raw results, rewritten after every
    result, so a run cut short keeps what it had), fidelity-logs/ (test output tails, failed
@@ -158,7 +158,7 @@ def outcome_record(outcome: Any, seconds: float, wanted: tuple[str, ...]) -> dic
             # for diagnosis: every failed case (bounded) and the score's reasons
             "failed_cases": [c.describe() for c in m.failed_cases][:30] if m is not None else [],
             "reasons": ((p.details or {}).get("score") or {}).get("reasons", []),
-            # compute-sanitizer on a failed case (worker/hw4/sanitize.py): tools, findings, seconds
+            # compute-sanitizer on a failed case (rubrics/hw4/sanitize.py): tools, findings, seconds
             "sanitizer": m.telemetry.get("sanitizer") if m is not None else None,
         }
     return {"state": outcome.state.value, "error_class": outcome.error_class.value if outcome.error_class else None,
@@ -169,8 +169,8 @@ def outcome_record(outcome: Any, seconds: float, wanted: tuple[str, ...]) -> dic
 
 def run_grader(zips: list[Path], work: Path, store: ResultStore, args: argparse.Namespace, rubric: Rubric,
                config: Any, stage_config: Any, deadline: float | None) -> None:
+    from rubrics.hw4.grade import run_gpu_stage
     from worker.assignment import StageProgress
-    from worker.hw4.grade import run_gpu_stage
     from worker.pipeline import grade_submission
 
     has_gpu = gpu_present()

@@ -15,7 +15,7 @@ from typing import Any
 
 from harness_output import COURSE_TESTS, CourseVerdict, course_speed, shorten
 
-from worker.hw4.course_shapes import course_shapes
+from rubrics.hw4.course_shapes import course_shapes
 
 
 def speedup_summary(values: Iterable[float]) -> str:
@@ -185,7 +185,7 @@ FIGURE_SHAPE_KEY = {"reference_ops": "reference_ops", "student": "baseline"}
 
 def shapes_match(problem: str, printed: list[list[int]]) -> str:
     """yes / no: the course's printed shapes are kernelgrade's timing shapes
-    (worker.hw4.course_shapes); `-` when the record has none (before shapes were kept)."""
+    (rubrics.hw4.course_shapes); `-` when the record has none (before shapes were kept)."""
     if not printed:
         return "-"
     try:

@@ -3,7 +3,7 @@
     bash tests/gpu/suite.sh --bench bench/gaming.py [--only c0derzer0,buffett0323] [--mutants ID,...]
 
 For every zip (default .corpus/zips, --only to choose) the production pipeline grades the
-submission as it is, then once per `kind: gaming` mutant of starter/mutants/hw4.yaml with that
+submission as it is, then once per `kind: gaming` mutant of rubrics/hw4/mutants.yaml with that
 mutant's edits applied to the submission's own files (they insert code at the start or end of
 a file, so they apply to any llmsys_hw4 submission), each on the problems the mutant names.
 Printed and written to $OUT (default .gpu-out/): gaming.md (a table for docs/benchmarks/gaming.md) and
@@ -58,7 +58,7 @@ def mutated_zip(archive: Path, mutant: Mutant | None, rubric: Rubric, limits: An
 
 def grade(archive: Path, rubric: Rubric, config: Any, stage_config: Any, problems: tuple[str, ...],
           work: Path) -> dict[str, Any]:
-    from worker.hw4.grade import run_gpu_stage
+    from rubrics.hw4.grade import run_gpu_stage
     from worker.pipeline import grade_submission
 
     chosen = replace(stage_config, problems=problems)

@@ -165,7 +165,7 @@ def production_configs(rubric: Rubric, data_dir: Path, problems: tuple[str, ...]
     pipeline_config, gpu_stage_config, builders_source = production_builders()
     config = pipeline_config(settings, rubric)
     config = replace(config, build_policy=_no_empty_user(config.build_policy))
-    from worker.hw4.grade import GpuStageConfig  # the settings' StageConfig with hw4's own knobs
+    from rubrics.hw4.grade import GpuStageConfig  # the settings' StageConfig with hw4's own knobs
 
     stage = GpuStageConfig.of(gpu_stage_config(settings))
     stage = replace(stage, policy=_no_empty_user(stage.policy), problems=problems)

@@ -36,7 +36,7 @@ ONE_GRADE = """
 import json, os, sys, time
 from pathlib import Path
 from worker.affinity import choose_timing_cpus
-from worker.hw4.grade import KERNEL_PROBLEMS, GpuStageConfig, run_gpu_stage
+from rubrics.hw4.grade import KERNEL_PROBLEMS, GpuStageConfig, run_gpu_stage
 from worker.rubric import load_rubric
 from worker.sandbox import SandboxLimits, SandboxPolicy
 gib = 1 << 30

@@ -4,7 +4,7 @@
 
 Grades, with production's settings (bench/production_config.py) and the sanitizer as
 production runs it (KG_SANITIZER, default auto), each correctness mutant of the kit
-(starter/mutants/hw4.yaml) on the problems it must fail, then each --zip on the four kernel
+(rubrics/hw4/mutants.yaml) on the problems it must fail, then each --zip on the four kernel
 problems, one after another. For every graded problem with a failed C ABI case it prints the
 tools that ran, the first findings the student is shown, the session's seconds and, for a
 mutant, whether a finding names the file and a line within LINE_SLACK of the mutant's edit
@@ -84,8 +84,8 @@ def mutant_subjects(kit: Path, mutants: list[Mutant], folder: Path) -> list[Subj
 
 def grade(subject: Subject, work: Path) -> dict[str, Any]:
     """The subject graded on its problems through the production pipeline and GPU stage."""
+    from rubrics.hw4.grade import run_gpu_stage
     from worker.assignment import StageProgress
-    from worker.hw4.grade import run_gpu_stage
     from worker.pipeline import grade_submission
 
     rubric = load_rubric("hw4")

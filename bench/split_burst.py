@@ -53,9 +53,9 @@ def run_job(spec: dict[str, Any]) -> dict[str, Any]:
     """One task of a schedule, in this process: `whole`, `checks` or `timing` of one upload."""
     from production_config import production_configs
 
+    from rubrics.hw4.grade import run_gpu_stage
     from worker.assignment import StageProgress
     from worker.gpu.gpu_lock import GpuLock
-    from worker.hw4.grade import run_gpu_stage
     from worker.measurements import ProblemMeasurement
     from worker.pipeline import grade_submission, time_submission
     from worker.rubric import load_rubric

@@ -35,8 +35,8 @@ sys.path.insert(0, str(ROOT))
 from benchmarks_md import current_commit, publish_gpu_section  # noqa: E402
 from hw4_speedups import build_kit  # noqa: E402
 
+from rubrics.hw4.grade import KERNEL_PROBLEMS, GpuStageConfig, run_gpu_stage  # noqa: E402
 from worker.affinity import choose_timing_cpus  # noqa: E402
-from worker.hw4.grade import KERNEL_PROBLEMS, GpuStageConfig, run_gpu_stage  # noqa: E402
 from worker.rubric import load_rubric  # noqa: E402
 from worker.sandbox import SandboxLimits, SandboxPolicy  # noqa: E402
 from worker.timing import spread  # noqa: E402

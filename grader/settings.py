@@ -477,7 +477,7 @@ class Settings(BaseSettings):
     eta_recent_runs: int = 20
 
     # Bootstrap: the assignments graded here, by rubric slug (the first is the default one);
-    # "hw4" is the project's own assignment (rubrics/hw4.yaml)
+    # "hw4" is the project's own assignment (rubrics/hw4/rubric.yaml)
     rubrics: list[str] = Field(default_factory=lambda: ["hw4"])
     # Folders searched for <slug>.yaml after the project's rubrics/, e.g. a course's own
     # assignments, as a JSON list; each rubric's plug-in module must be importable

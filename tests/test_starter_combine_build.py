@@ -1,4 +1,4 @@
-"""worker/hw4/starter_combine.cu compiles with the rubric's nvcc flags (no GPU needed) and
+"""rubrics/hw4/starter_combine.cu compiles with the rubric's nvcc flags (no GPU needed) and
 exports exactly the starter's four C entry points; the GPU suite checks what they compute.
 
 Skips where nvcc or nm is absent.

@@ -1,6 +1,6 @@
 """The assignment as a plug-in: what generic code needs of an assignment beyond its rubric.
 
-A rubric names its plug-in with `plugin:`, a module name (rubrics/hw4.yaml: `worker.hw4`) or a
+A rubric names its plug-in with `plugin:`, a module name (rubrics/hw4/rubric.yaml: `rubrics.hw4`) or a
 .py file relative to the rubric (an assignment kept in a folder of its own, as the tests'
 vecadd); that module exposes one `Plugin` as ASSIGNMENT. The pipeline, the service's run
 lifecycle, the CLI, the starter kit, scoring and mutants reach an assignment's

@@ -81,7 +81,7 @@ CONDITIONS_KEY = "timing_conditions"
 # (worker.gpu.copy_peak.CopyPeak.to_dict, or {"error": why not}).
 COPY_PEAK_KEY = "copy_peak"
 # In each shape record of a timed kernel problem (telemetry `timing_shapes`): the bytes its fused
-# op must move (worker.hw4.abi.traffic_bytes), which with its median timed milliseconds
+# op must move (rubrics.hw4.abi.traffic_bytes), which with its median timed milliseconds
 # (`ms` -> `custom`) is the timed call's bandwidth.
 FUSED_BYTES_KEY = "fused_bytes"
 

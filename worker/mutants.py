@@ -1,7 +1,7 @@
 """Mutants: realistic broken variants of a reference kit, for the grader's regression suite.
 
 An assignment's mutant set is the file its plug-in names (worker.assignment; hw4's is
-starter/mutants/hw4.yaml):
+rubrics/hw4/mutants.yaml):
 
     mutants:
       - id: softmax_fw_no_syncthreads

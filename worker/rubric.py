@@ -45,7 +45,7 @@ class ProblemScoring:
     speed_floor: float = 1.0
     target: float | None = None
     # Which speedup scores: the student's composition on our basic ops in the starter's ABI
-    # (so slowing one's own basic ops cannot pay; worker.hw4.speed), or on the student's own.
+    # (so slowing one's own basic ops cannot pay; rubrics.hw4.speed), or on the student's own.
     speed_figure: str = "reference_ops"
     # log: a speedup that moves by a factor moves the points alike at any level, so the few
     # per cent a figure drifts between re-grades (one child process to the next) move them
@@ -153,12 +153,12 @@ class Rubric:
     nvcc_flags: tuple[str, ...]
     problems: tuple[Problem, ...]
     # Our basic ops in the starter's ABI (source under the project root), put in place of the
-    # submission's library at `output` for the composition that scores (worker.hw4.speed).
+    # submission's library at `output` for the composition that scores (rubrics.hw4.speed).
     reference_ops: KernelTarget | None = None
     # The similarity check's default base, the starter the course gave its students
     # ("git:<repository>@<ref>", grader.similarity.base), when staff set none.
     similarity_base: str | None = None
-    # The assignment's plug-in (worker.assignment): a module name (worker.hw4) or the absolute
+    # The assignment's plug-in (worker.assignment): a module name (rubrics.hw4) or the absolute
     # path of a .py file (written relative to the rubric); None: no stage.
     plugin: str | None = None
     # The file it was read from: a plug-in reads its own sections there (hw4's `cases:`), so a
@@ -179,21 +179,35 @@ class Rubric:
             for p in self.problems))
 
 
+RUBRIC_FILE = "rubric.yaml"  # an assignment's folder <slug>/ holds its rubric under this name
+
+
+def rubric_candidates(folder: Path, slug: str) -> tuple[Path, Path]:
+    """Where `folder` may hold the rubric of `slug`: its assignment folder `<slug>/rubric.yaml`
+    (the project's layout), or a lone `<slug>.yaml` (a course's folder of rubric files)."""
+    return folder / slug / RUBRIC_FILE, folder / f"{slug}.yaml"
+
+
 def find_rubric(slug: str, rubric_dir: Path | None = None, *, search: Iterable[Path] = ()) -> Path:
-    """The file `<slug>.yaml` of `rubric_dir` alone; without one, the first found in RUBRIC_DIR
+    """The rubric of `slug` in `rubric_dir` alone; without one, the first found in RUBRIC_DIR
     and then in the `search` folders, in order (the service passes its settings' rubric_dirs,
     so that an assignment may live outside the project)."""
     folders = (rubric_dir,) if rubric_dir is not None else (RUBRIC_DIR, *search)
-    path = next((d / f"{slug}.yaml" for d in folders if (d / f"{slug}.yaml").is_file()), None)
+    path = next((p for d in folders for p in rubric_candidates(d, slug) if p.is_file()), None)
     if path is None:
-        raise RubricError(f"no rubric named {slug!r} in {', '.join(map(str, folders))}")
+        raise RubricError(f"no rubric named {slug!r} in {', '.join(map(str, folders))} "
+                          f"(looked for {slug}/{RUBRIC_FILE} and {slug}.yaml)")
     return path
 
 
 def load_rubric(slug: str, rubric_dir: Path | None = None, *, search: Iterable[Path] = ()) -> Rubric:
     """The rubric found by find_rubric, parsed."""
-    path = find_rubric(slug, rubric_dir, search=search)
-    # Parsing hw4.yaml (its case list) takes ~30 ms; pages ask for the rubric on every
+    return read_rubric(find_rubric(slug, rubric_dir, search=search))
+
+
+def read_rubric(path: Path) -> Rubric:
+    """The rubric file at `path`, parsed."""
+    # Parsing hw4's rubric (its case list) takes ~30 ms; pages ask for the rubric on every
     # request. Cached per file version, so an edited rubric is read again.
     return _parse_rubric(path, path.stat().st_mtime_ns)
 

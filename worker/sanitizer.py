@@ -2,7 +2,7 @@
 reading what it reported (issue 33: feedback that teaches).
 
 A stage that saw a case fail may run that case once more under the tool (the assignment's
-plug-in decides which case and how: worker/hw4/sanitize.py for hw4); nothing here knows an
+plug-in decides which case and how: rubrics/hw4/sanitize.py for hw4); nothing here knows an
 assignment. The tool writes its report to a log file in the child's folder (`LOG_NAME`):
 report lines start with `=========`, a finding is a line at the top level followed by
 indented lines (`at KERNEL+0xOFFSET in FILE:LINE`, `by thread (x,y,z) in block (x,y,z)`, ...):

@@ -9,7 +9,7 @@ Layout (Gradescope unpacks it into /autograder/source and runs setup.sh once per
     run_autograder      grader.gradescope.run on /autograder/submission ->
                         /autograder/results/results.json
     kernelgrade.env     KG_* settings baked in at packing time (CUDA arch, rubric)
-    pyproject.toml, README.md, grader/, worker/, and the assignment: rubrics/<slug>.yaml and
+    pyproject.toml, README.md, grader/, worker/, and the assignment: rubrics/<slug>/ and
                         starter/<name>/ for one of the project's rubrics/, or the whole folder
                         of a course's own rubric (found through KG_RUBRIC_DIRS) as
                         assignments/<slug>/, searched there through KG_RUBRIC_DIRS
@@ -24,7 +24,7 @@ import stat
 import zipfile
 from pathlib import Path
 
-from worker.rubric import RUBRIC_DIR, Rubric, load_rubric
+from worker.rubric import RUBRIC_DIR, RUBRIC_FILE, Rubric, read_rubric
 from worker.starter_kit import ZIP_TIMESTAMP, starter_files
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -84,7 +84,7 @@ def _course_folder(rubric_file: Path, rubric: Rubric) -> Path:
     plugin = rubric.plugin
     if plugin and plugin.endswith(".py") and not Path(plugin).is_relative_to(folder):
         raise PackError(f"{rubric_file.name}: its plug-in {plugin} is outside {folder}; move it into the rubric's folder")
-    if plugin and not plugin.endswith(".py") and plugin.split(".")[0] not in PACKAGES:
+    if plugin and not plugin.endswith(".py") and plugin.split(".")[0] not in (*PACKAGES, "rubrics"):
         raise PackError(f"{rubric_file.name}: its plug-in module {plugin!r} is not part of kernelgrade; "
                         "name its .py file in the rubric instead (plugin: plugin.py, beside the rubric)")
     return folder
@@ -92,13 +92,20 @@ def _course_folder(rubric_file: Path, rubric: Rubric) -> Path:
 
 def _assignment(rubric_file: Path, rubric: Rubric) -> tuple[list[tuple[str, Path]], str, str]:
     """(entries, extra kernelgrade.env lines, the kit folder setup.sh hides) of the assignment."""
-    if rubric_file.resolve().parent == RUBRIC_DIR.resolve():
+    folder = rubric_file.resolve().parent
+    if folder.parent == RUBRIC_DIR.resolve():  # one of the project's: rubrics/<slug>/ and its kit
         starter = rubric.starter_dir
-        return ([(f"rubrics/{rubric_file.name}", rubric_file), *_tree(f"starter/{starter.name}", starter)],
+        return ([*_tree(f"rubrics/{folder.name}", folder), *_tree(f"starter/{starter.name}", starter)],
                 "", "starter")
-    # Relative to run_autograder's working folder, the packed source folder.
+    # Relative to run_autograder's working folder, the packed source folder. The search folder
+    # holds <slug>/rubric.yaml, or is the folder of a lone <slug>.yaml (worker.rubric.find_rubric).
     home = f"assignments/{rubric.slug}"
-    return _tree(home, _course_folder(rubric_file, rubric)), f"KG_RUBRIC_DIRS='[\"{home}\"]'\n", "assignments"
+    search = "assignments" if rubric_file.name == RUBRIC_FILE else home
+    entries = _tree(home, _course_folder(rubric_file, rubric))
+    if rubric.plugin and rubric.plugin.startswith("rubrics."):  # a course's rubric on a project's plug-in
+        name = rubric.plugin.split(".")[1]
+        entries += _tree(f"rubrics/{name}", RUBRIC_DIR / name)
+    return entries, f"KG_RUBRIC_DIRS='[\"{search}\"]'\n", "assignments"
 
 
 def _info(name: str, executable: bool) -> zipfile.ZipInfo:
@@ -112,7 +119,7 @@ def _info(name: str, executable: bool) -> zipfile.ZipInfo:
 def build_autograder_zip(rubric_file: Path, dest: Path, cuda_arch: str) -> Path:
     """Write the autograder zip of the assignment `rubric_file` describes (nvcc -arch=`cuda_arch`
     on the grading machine). PackError: the assignment's folder does not hold all its parts."""
-    rubric = load_rubric(rubric_file.stem, rubric_file.parent)
+    rubric = read_rubric(rubric_file)
     entries, env_lines, kit = _assignment(rubric_file, rubric)
     env = f"KG_AUTOGRADER_ASSIGNMENT={rubric.slug}\nKG_CUDA_ARCH={cuda_arch}\n{env_lines}"
     buf = io.BytesIO()

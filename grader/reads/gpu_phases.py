@@ -4,11 +4,11 @@ recorded anew.
 
 What is read: a problem's `seconds` (phase -> wall seconds on the parent's clock: hw4's kernel
 problems record child start, checks through each path, kernel profile, timing warm-up and timing,
-worker/hw4/kernels.py), `gpu_busy` (the wall seconds and NVML busy share of a part of the stage:
+rubrics/hw4/kernels.py), `gpu_busy` (the wall seconds and NVML busy share of a part of the stage:
 the kernel problems share one, Problem 3 has its own), `load` (each part's load probe) and `budget`
 (the whole stage's wall seconds and its budget), a failed problem's `sanitizer` (its
 compute-sanitizer session's seconds), and Problem 3's own record, `problem3`
-(worker/hw4/problem3.py: its setup's end, its timing's end and its whole time, and each timed
+(rubrics/hw4/problem3.py: its setup's end, its timing's end and its whole time, and each timed
 step's milliseconds). The kernel problems' checks, profiles and warm-ups run all at once, so
 their rows are not added up: their part of the stage is the kernel problems' wall time less
 their child starts and timings, which run one after another.
@@ -114,7 +114,7 @@ def _problem3_rows(pid: str, info: dict[str, Any]) -> list[PhaseRow]:
 
 
 def _sanitizer_row(telemetry: dict[str, dict[str, Any]]) -> PhaseRow | None:
-    """The compute-sanitizer's sessions on failed cases (worker/hw4/sanitize.py), one problem
+    """The compute-sanitizer's sessions on failed cases (rubrics/hw4/sanitize.py), one problem
     after another once everything that scores is done; None when none ran."""
     seconds = {pid: s for pid, t in telemetry.items()
                if (s := _number(_dict(t.get("sanitizer")).get("seconds"))) is not None and s > 0}

@@ -1,6 +1,6 @@
 """Compatibility layer: the C-ABI checks of llmsys_hw4's kernels, as the GPU suite and the
 mutant suite use them. Every piece of logic lives in the grader's trusted library:
-worker/hw4/cases.py (case lists from rubrics/hw4.yaml, tolerances), case_inputs.py (inputs),
+rubrics/hw4/cases.py (case lists from rubrics/hw4/rubric.yaml, tolerances), case_inputs.py (inputs),
 references.py (float64 references, verification) and abi.py (the C ABI); this module only
 keeps the older names and `Case.run(lib, rng)`.
 
@@ -23,13 +23,13 @@ _ROOT = str(Path(__file__).resolve().parent.parent.parent)
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
+from rubrics.hw4 import abi as _abi  # noqa: E402
+from rubrics.hw4 import case_inputs as _inputs  # noqa: E402
+from rubrics.hw4 import cases as _c  # noqa: E402
+from rubrics.hw4 import references as _refs  # noqa: E402
+from rubrics.hw4.case_inputs import softmax_rows  # noqa: E402,F401  (re-exported)
+from rubrics.hw4.cases import LN_EPS, PAD_VALUE, TOLERANCES  # noqa: E402,F401  (re-exported)
 from worker.checks import CheckResult, compare  # noqa: E402,F401  (re-exported)
-from worker.hw4 import abi as _abi  # noqa: E402
-from worker.hw4 import case_inputs as _inputs  # noqa: E402
-from worker.hw4 import cases as _c  # noqa: E402
-from worker.hw4 import references as _refs  # noqa: E402
-from worker.hw4.case_inputs import softmax_rows  # noqa: E402,F401  (re-exported)
-from worker.hw4.cases import LN_EPS, PAD_VALUE, TOLERANCES  # noqa: E402,F401  (re-exported)
 
 TOL_SOFTMAX_FW = TOLERANCES["softmax_fw"]
 TOL_SOFTMAX_BW = TOLERANCES["softmax_bw"]
@@ -55,7 +55,7 @@ def make_mask(rng: np.random.Generator, batch: int, to_len: int, kind: str) -> n
 
 
 class Case(_c.Case):
-    """A worker.hw4.cases.Case that can run itself in this process: fresh inputs per call."""
+    """A rubrics.hw4.cases.Case that can run itself in this process: fresh inputs per call."""
 
     def run(self, lib, rng: np.random.Generator, *, stream=None, stream_1=None, stream_2=None) -> CheckResult:
         return _abi.run_in_process(lib, self, rng, (stream if stream is not None else stream_1, stream_2))

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
+from rubrics.hw4 import speed
+from rubrics.hw4.grade import GpuStageConfig, run_gpu_stage
+from rubrics.hw4.problem3 import Problem3Config
 from worker.build import Toolchain, build_kernels, cuda_include_dirs
 from worker.calibration import calibrated_targets
 from worker.gpu.copy_peak import measure_copy_peak
-from worker.hw4 import speed
-from worker.hw4.grade import GpuStageConfig, run_gpu_stage
-from worker.hw4.problem3 import Problem3Config
 from worker.measurements import Bandwidth, ProblemMeasurement
 from worker.mutants import Mutant, apply_mutant, load_mutants, parse_mutants, touched_kernels
 from worker.pipeline import PipelineConfig, grade_submission
@@ -253,7 +253,7 @@ def test_infinite_loop_kernel_times_out_and_grading_goes_on(kit_root: Path, tmp_
     config = stage_config(("2.1", "2.2"), timing=replace(TIMING, call_timeout_s=20))
     measurements, score = grade_tree("infinite-loop kernel", tree, kit_root, work / "spin", config)
     by_id = {m.problem_id: m for m in measurements}
-    # The first hang fails its own case and names the launcher (worker.hw4.hangs); every other
+    # The first hang fails its own case and names the launcher (rubrics.hw4.hangs); every other
     # case calling it is settled with those words, without a timeout. 2.1 scores nothing.
     words = "your LayerNorm forward (launch_layernorm) did not return within 20 s in case abi:"
     cases_21 = [*by_id["2.1"].abi_cases, *by_id["2.1"].binding_cases]

@@ -2,7 +2,7 @@
 memory, results forged on stdout, work deferred past the clock or moved to another stream,
 and host code in the student's MiniTorch that fork-bombs, allocates without bound or probes
 for a way out (network, other submissions, blobs, hidden cases, secrets, writes outside its
-folder). Each is graded by the real GPU stage in the sandbox (worker.hw4.grade.run_gpu_stage)
+folder). Each is graded by the real GPU stage in the sandbox (rubrics.hw4.grade.run_gpu_stage)
 on the problem it attacks and must lose what it should, with nothing escaping; the reference
 kit graded afterwards in fresh children must still pass (the worker is healthy).
 
@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pytest
 
+from rubrics.hw4 import grade
+from rubrics.hw4.cases import load_cases
+from rubrics.hw4.grade import GpuStageConfig
 from tests.gpu.test_grading_gpu import LIMITS, POLICY, TIMING, build_all, grade_tree, stage_config, work  # noqa: F401
-from worker.hw4 import grade
-from worker.hw4.cases import load_cases
-from worker.hw4.grade import GpuStageConfig
 from worker.measurements import ProblemMeasurement
 from worker.mutants import Mutant, parse_mutants
 from worker.sandbox.view import PROJECT_ROOT

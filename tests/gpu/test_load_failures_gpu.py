@@ -10,7 +10,7 @@ KG_GPU_BUDGET_S's 300 s):
   import as the course's does: the drill's cost 81-112 s;
 - its softmax forward kernel spins forever: through the production service it cost 310 s of
   GPU on an H100 (2.3x a correct grade), every path and problem calling it waiting out its own
-  timeouts (worker.hw4.hangs).
+  timeouts (rubrics.hw4.hangs).
 Each must be named once in words, every case, timing and problem that needs the failing part
 settled with them, what does not need it graded, and the whole GPU stage must take no longer
 than the reference kit's correct grade with the same settings on the same GPU, in this
@@ -28,10 +28,10 @@ from pathlib import Path
 
 import pytest
 
+from rubrics.hw4.grade import GpuStageConfig
+from rubrics.hw4.problem3 import Problem3Config
 from tests.gpu.test_grading_gpu import build_variant, grade_tree, stage_config, work  # noqa: F401  (work: a fixture)
 from tests.gpu.test_hostile_gpu import SOFTMAX_FW_SPINS
-from worker.hw4.grade import GpuStageConfig
-from worker.hw4.problem3 import Problem3Config
 from worker.measurements import ProblemMeasurement
 from worker.mutants import parse_mutants
 from worker.scoring import RunScore

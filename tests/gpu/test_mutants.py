@@ -1,4 +1,4 @@
-"""The mutant set (starter/mutants/hw4.yaml) against the grader's checks, on the GPU.
+"""The mutant set (rubrics/hw4/mutants.yaml) against the grader's checks, on the GPU.
 
 - correctness mutants (detect: abi): built with nvcc, then K's C-ABI checks (kit_checks.py,
   the same cases and seeds as test_kernels_abi.py) run in a child process per problem in
@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
+from rubrics.hw4.probes import probe_command, probe_env
 from worker.build import Toolchain, build_kernels, cuda_include_dirs
-from worker.hw4.probes import probe_command, probe_env
 from worker.mutants import Mutant, apply_mutant, load_mutants, touched_kernels
 from worker.rubric import load_rubric
 

@@ -1,6 +1,6 @@
 """Problem 3 on the GPU: the reference kit's DecoderLM at the course configuration (vocab 10000,
 n_embd 256, 8 heads, 40 positions, batch 128) on CudaKernelOps, in the sandboxed child,
-measured by worker.hw4.problem3 within its 3-minute budget: every check passes and the fused
+measured by rubrics.hw4.problem3 within its 3-minute budget: every check passes and the fused
 model's forward+backward step is faster than the unfused one."""
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rubrics.hw4.problem3 import HANDLERS, Problem3Config, arena_bytes, measure_problem3
 from worker.gpu.client import ChildClient
-from worker.hw4.problem3 import HANDLERS, Problem3Config, arena_bytes, measure_problem3
 from worker.sandbox import Sandbox, SandboxLimits, SandboxPolicy
 from worker.telemetry import gpu_snapshot
 

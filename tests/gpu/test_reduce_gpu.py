@@ -30,8 +30,8 @@ from worker.unpack import UnpackLimits
 pytestmark = pytest.mark.gpu
 
 REDUCE = Path(__file__).resolve().parents[1] / "assignments" / "reduce"
-RUBRIC = load_rubric("reduce", REDUCE)
-MUTANTS = load_mutants("reduce", search=[REDUCE])
+RUBRIC = load_rubric("reduce", REDUCE.parent)
+MUTANTS = load_mutants("reduce", search=[REDUCE.parent])
 GiB = 1024**3
 LIMITS = SandboxLimits(wall_s=300, cpu_s=600, memory_bytes=16 * GiB, max_processes=256, file_size_bytes=GiB)
 POLICY = SandboxPolicy(user=os.environ.get("KG_SANDBOX_USER", "nobody") or None, isolate_network=True, gpu_index=0)

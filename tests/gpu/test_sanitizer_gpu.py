@@ -1,7 +1,7 @@
 """compute-sanitizer on a failed case, on the GPU (issue 33): the real tool, in the GPU child's
 sandbox, wrapping the real child, through run_gpu_stage.
 
-- layernorm_fw_row_from_thread_index (starter/mutants/hw4.yaml): threads read rows far past
+- layernorm_fw_row_from_thread_index (rubrics/hw4/mutants.yaml): threads read rows far past
   the end of the input; memcheck names ker_layer_norm and the line of the statistics loop's
   read in the mutated src/layernorm_kernel.cu;
 - layernorm_fw_output_row_from_thread_index: threads write outputs far past the end of
@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
+from rubrics.hw4 import speed
+from rubrics.hw4.grade import GpuStageConfig
 from tests.gpu.test_grading_gpu import build_variant, grade_tree, stage_config, work  # noqa: F401  (work: a fixture)
-from worker.hw4 import speed
-from worker.hw4.grade import GpuStageConfig
 from worker.measurements import ProblemMeasurement
 from worker.mutants import load_mutants
 from worker.sanitizer import sanitizer_config

@@ -1,4 +1,4 @@
-"""worker/hw4/starter_combine.cu (the trusted combine.so) through the official starter's C ABI.
+"""rubrics/hw4/starter_combine.cu (the trusted combine.so) through the official starter's C ABI.
 
 The library is built with nvcc and the rubric's flags, loaded with ctypes, and called with
 exactly the argtypes that the starter's minitorch/cuda_kernel_ops.py sets, on numpy inputs

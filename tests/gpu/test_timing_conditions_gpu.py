@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from rubrics.hw4.grade import GpuStageConfig, run_gpu_stage
+from rubrics.hw4.problem3 import Problem3Config
+from rubrics.hw4.speed import TimingConfig
 from worker.gpu_conditions import NvmlReader
-from worker.hw4.grade import GpuStageConfig, run_gpu_stage
-from worker.hw4.problem3 import Problem3Config
-from worker.hw4.speed import TimingConfig
 from worker.measurements import CONDITIONS_KEY, COPY_PEAK_KEY, ProblemMeasurement, copy_peak_gb_s, timed_rates
 from worker.rubric import load_rubric
 from worker.sandbox import SandboxLimits, SandboxPolicy

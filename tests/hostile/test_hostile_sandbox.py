@@ -28,6 +28,7 @@ import pytest
 from hostile_report import Row, record
 
 from tests.unit.worker.sandbox.test_sandbox import _python
+from worker.gpu.client import with_operations
 from worker.sandbox import Sandbox, SandboxExit, SandboxLimits, SandboxPolicy
 from worker.sandbox.view import PROJECT_ROOT
 
@@ -474,3 +475,32 @@ def test_hostile_child(case: ChildCase, world: World) -> None:
     assert result.reason in case.reasons, (case.id, result, output[-3000:])
     assert elapsed < case.limits.wall_s + 15
     assert (after.reason, after_output.strip()) == ("exited", "next job ok"), (after, after_output)
+
+
+@pytest.mark.timeout(120)
+def test_an_assignments_child_imports_its_code_but_reads_nothing_else_of_its_folder(world: World) -> None:
+    """A child serving hw4's operations (worker.gpu.client.with_operations) imports the plug-in's
+    modules from rubrics/hw4/, while the rubric beside them (its hidden cases), the mutant set
+    and every other file of the folder stay out of its view."""
+    folder = PROJECT_ROOT / "rubrics" / "hw4"
+    secrets = [folder / "rubric.yaml", folder / "mutants.yaml", folder / "CONTRACT.md", folder / "starter_combine.cu",
+               PROJECT_ROOT / "starter" / "hw4" / "setup.py"]
+    assert all(p.is_file() for p in secrets)
+    program = f"# {world.marker}\n" + textwrap.dedent(f"""
+        import os
+        import rubrics.hw4.parameter_roles  # stdlib only: the test runs a bare Python
+        print("imported", rubrics.hw4.parameter_roles.__file__)
+        for path in {[str(p) for p in secrets]!r}:
+            if os.path.exists(path):
+                print("ESCAPED sees", path)
+        shown = sorted(os.listdir({str(folder)!r}))
+        if [n for n in shown if not n.endswith(".py")]:
+            print("ESCAPED lists", shown)
+        if sorted(os.listdir({str(PROJECT_ROOT / "rubrics")!r})) != ["hw4"]:
+            print("ESCAPED lists the other assignments")
+    """)
+    sandbox = with_operations(Sandbox(LIMITS, SandboxPolicy()), ("rubrics.hw4.child_kernels",))
+    proc = sandbox.spawn([_python(), "-c", program], world.job, {"PYTHONPATH": str(PROJECT_ROOT)})
+    result, output = proc.wait(), proc.output_tail(16384)
+    assert not escapes_of(world, output), output
+    assert result.reason == "exited" and f"imported {folder / 'parameter_roles.py'}" in output, (result, output)

@@ -44,7 +44,7 @@ pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="the execut
 @pytest.fixture(scope="module")
 def service(settings_env: dict[str, str], settings: Settings) -> Settings:
     """The shared database, with vecadd found through KG_RUBRIC_DIRS and its row in a course."""
-    vecadd = Settings.from_variables(settings_env, rubric_dirs=[VECADD], rubrics=["hw4", "vecadd"])
+    vecadd = Settings.from_variables(settings_env, rubric_dirs=[VECADD.parent], rubrics=["hw4", "vecadd"])
     init_with_course(vecadd, "vecadd")
     return vecadd
 

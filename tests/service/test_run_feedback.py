@@ -81,7 +81,7 @@ def test_status_words_follow_the_points(sessions: sessionmaker[Session], student
     assert "0 / 20 failed" in words["2.2"]
     assert "0 / 20 not graded" in words["3"]
     assert 'class="state state-partial"' in page and 'class="state state-not-graded"' in page
-    # The speed line in the plug-in's words (worker.hw4's Words.figures), not a dict of the page's.
+    # The speed line in the plug-in's words (rubrics.hw4's Words.figures), not a dict of the page's.
     assert "your fused op vs your MiniTorch's composition on the reference basic ops, 12 trials" in words["1.1"]
 
 

@@ -26,13 +26,13 @@ from grader.runs.timing_piece import time_if_passed_over
 from grader.service import get_assignment, record_submission
 from grader.settings import Settings
 from grader.storage.blobstore import BlobStore
+from rubrics.hw4 import grade, speed
+from rubrics.hw4.cases import load_cases
+from rubrics.hw4.grade import GpuStageConfig
+from rubrics.hw4.problem3 import Problem3Config
 from tests.fixtures import cpu_standin
 from tests.fixtures.small_timing import SMALL_TIMING_CASES
 from tests.service.conftest import auth
-from worker.hw4 import grade, speed
-from worker.hw4.cases import load_cases
-from worker.hw4.grade import GpuStageConfig
-from worker.hw4.problem3 import Problem3Config
 from worker.sandbox import SandboxLimits, SandboxPolicy
 from worker.states import Piece
 

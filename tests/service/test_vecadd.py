@@ -29,12 +29,12 @@ def vecadd_env(settings_env: dict[str, str]) -> dict[str, str]:
     (the session's worker was started without KG_RUBRIC_DIRS)."""
     queue = f"kg-vecadd-{uuid.uuid4().hex[:8]}"
     return {**settings_env, "KG_TASK_QUEUE": queue, "KG_SIMILARITY_QUEUE": f"{queue}-similarity",
-            "KG_RUBRIC_DIRS": json.dumps([str(VECADD)]), "KG_RUBRICS": json.dumps(["hw4", "vecadd"])}
+            "KG_RUBRIC_DIRS": json.dumps([str(VECADD.parent)]), "KG_RUBRICS": json.dumps(["hw4", "vecadd"])}
 
 
 @pytest.fixture(scope="module")
 def vecadd_client(vecadd_env: dict[str, str], settings: Settings) -> Iterator[TestClient]:
-    service = Settings.from_variables(vecadd_env, rubric_dirs=[VECADD], rubrics=["hw4", "vecadd"])
+    service = Settings.from_variables(vecadd_env, rubric_dirs=[VECADD.parent], rubrics=["hw4", "vecadd"])
     init_with_course(service, "vecadd")  # the vecadd assignment's row, from its rubric, in a course of its own
     with TestClient(create_app(service)) as client:
         yield client

@@ -1,4 +1,4 @@
-"""The mutant set (starter/mutants/hw4.yaml): every mutant still applies to the reference kit,
+"""The mutant set (rubrics/hw4/mutants.yaml): every mutant still applies to the reference kit,
 changes it, and compiles (mutants must be realistic); so do the GPU exploit suite's
 (tests/gpu/test_exploits_gpu.py), which only a GPU machine runs. CPU only; nvcc checks skip
 only where nvcc is absent. Set KG_BUILD_CACHE to a folder to reuse nvcc outputs between runs.
@@ -175,7 +175,7 @@ import json  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 
-from worker.hw4.probes import PROBES, probe_command, probe_env  # noqa: E402
+from rubrics.hw4.probes import PROBES, probe_command, probe_env  # noqa: E402
 
 PY_MUTANTS = [m for m in MUTANTS if m.detect in PROBES]
 

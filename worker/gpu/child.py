@@ -66,7 +66,7 @@ def _cuda_context() -> None:
 def _ready(state: ChildState, msg: dict[str, Any]) -> dict[str, Any]:
     """Our side of the child is up: the interpreter, the handlers and, with `cuda`, a CUDA
     context, before any of the submission's code runs (the parent's way to tell our faults
-    from the submission's: worker.hw4.loading)."""
+    from the submission's: rubrics.hw4.loading)."""
     if msg.get("cuda"):
         _cuda_context()
     return {"python": sys.version.split()[0]}
@@ -74,7 +74,7 @@ def _ready(state: ChildState, msg: dict[str, Any]) -> dict[str, Any]:
 
 def import_operations(name: str) -> None:
     """Import an assignment's operations, which register their handlers: a module name
-    (worker.hw4.child_kernels), or a .py file (an assignment kept beside its rubric copies its
+    (rubrics.hw4.child_kernels), or a .py file (an assignment kept beside its rubric copies its
     operations into the child's tree: the sandbox shows only the project's worker/ package)."""
     if not name.endswith(".py"):
         importlib.import_module(name)

@@ -5,6 +5,7 @@ submission cannot patch the timer, and results are read from the arena by the pa
 """
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 import socket
@@ -40,7 +41,7 @@ STEADY_MEMORY_ENV = {
 class ChildFailure(Exception):
     """The child timed out or died; `kind` is "timeout" or "crashed" (then `ended` says how it
     ended), or "budget" (OutOfBudget). `request`: the message it got no answer to, so a caller
-    can tell what the child was running (worker.hw4.hangs names a launcher that never returned)."""
+    can tell what the child was running (rubrics.hw4.hangs names a launcher that never returned)."""
 
     def __init__(self, kind: str, detail: str, tail: str, ended: SandboxExit | None = None,
                  request: dict[str, Any] | None = None) -> None:
@@ -122,6 +123,31 @@ def wrapped(sandbox: Sandbox, wrapper: Sequence[str]) -> Sandbox:
     return Sandbox(sandbox.limits, replace(sandbox.policy, read_only=folders))
 
 
+def operation_files(handlers: Sequence[str]) -> tuple[str, ...]:
+    """The Python files of the packages that hold the child's operations outside the engine (an
+    assignment's plug-in package, rubrics/<slug>/), to be bound read-only one by one: the child
+    imports them, while the folder's other files (the rubric's hidden cases, the mutants) stay
+    out of its view. A handler given as a .py file is copied into the child's tree instead."""
+    engine = PROJECT_ROOT / "worker"
+    files: list[str] = []
+    for module in handlers:
+        spec = None if module.endswith(".py") else importlib.util.find_spec(module)
+        if spec is None or spec.origin is None:
+            continue
+        folder = Path(spec.origin).resolve().parent
+        if not folder.is_relative_to(engine):
+            files += [str(f) for f in sorted(folder.glob("*.py"))]
+    return tuple(dict.fromkeys(files))
+
+
+def with_operations(sandbox: Sandbox, handlers: Sequence[str]) -> Sandbox:
+    """The sandbox a child runs in, its view widened by its operations' files (operation_files)."""
+    files = operation_files(handlers)
+    if not files:
+        return sandbox
+    return Sandbox(sandbox.limits, replace(sandbox.policy, read_only=(*sandbox.policy.read_only, *files)))
+
+
 class ChildClient:
     def __init__(
         self,
@@ -138,7 +164,7 @@ class ChildClient:
         after its own, and passes the channel's descriptor on), in a sandbox that can read it."""
         self.deadline = deadline  # every call waits at most what is left of it
         # Called with a request that got no answer in time, before the child is killed (which
-        # takes seconds): a caller settles at once what that hang decides (worker.hw4.hangs).
+        # takes seconds): a caller settles at once what that hang decides (rubrics.hw4.hangs).
         self.on_timeout: Callable[[dict[str, Any]], None] | None = None
         self.cwd = cwd
         self.arena = Arena(cwd / ARENA_NAME, arena_bytes, create=True)
@@ -150,6 +176,7 @@ class ChildClient:
                 "--arena", str(cwd / ARENA_NAME), "--arena-size", str(arena_bytes)]
         for module in handlers:
             argv += ["--handlers", module]
+        sandbox = with_operations(sandbox, handlers)
         if wrapper:
             sandbox, argv = wrapped(sandbox, wrapper), [*wrapper, *argv]
         self.process: SandboxChild = sandbox.spawn(

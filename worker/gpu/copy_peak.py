@@ -5,7 +5,7 @@ bandwidth can be read as a share of what the GPU can do.
 The copy runs in a sandboxed child of its own that imports no submission code (cwd: an empty
 folder); its CUDA events time each copy, and the parent takes the median of the reps. A copy
 reads and writes every byte, so its bandwidth counts both: the same count as a kernel's
-traffic (worker.hw4.abi.traffic_bytes). Softmax and LayerNorm kernels are memory-bound, so a
+traffic (rubrics.hw4.abi.traffic_bytes). Softmax and LayerNorm kernels are memory-bound, so a
 good one gets close to this figure and none should pass it (one that does was mis-timed, or
 does less work than its operation needs). hw4's GPU stage also measures it in its kit's child
 before its timings (`copy_peak_in`), the figure no fused op's timed call may pass

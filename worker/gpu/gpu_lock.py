@@ -76,7 +76,7 @@ def held(lock: GpuLock | None, alone: bool) -> Iterator[None]:
 
 
 class GpuTurns:
-    """A timing stage's turns on the GPU (worker.hw4's timing piece): `sharing()` while its
+    """A timing stage's turns on the GPU (rubrics.hw4's timing piece): `sharing()` while its
     children start and warm, beside other runs' checks; `alone()` while it times. Without a lock
     (a whole grade, a test) both hold nothing. With one, it adds up the seconds it waited for
     and held each kind of turn (`record()`): the alone seconds are what bounds how many timings

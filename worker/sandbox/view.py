@@ -13,8 +13,9 @@ The allow-list, all read-only:
   folder of the job's program;
 - this project's engine package (`worker/`), never the project folder itself (a `.env` or the
   embedded default's data dir lives there);
-- the folders of the job's PYTHONPATH, LD_LIBRARY_PATH and CUDA_HOME, and those the caller adds
-  (`SandboxPolicy.read_only`: the CUDA toolkit and include folders of a build);
+- the folders of the job's PYTHONPATH, LD_LIBRARY_PATH and CUDA_HOME, and the folders or files
+  the caller adds (`SandboxPolicy.read_only`: the CUDA toolkit and include folders of a build;
+  the .py files of an assignment's plug-in package for its GPU child, worker.gpu.client);
 - /dev/null, zero, full, random and urandom; for a GPU job also /dev/nvidia* and /sys.
 A folder that holds the job folder (so, the data dir) or this project is never bound: the job
 folder comes as its own overlay, the project as its `worker/` package.

@@ -39,8 +39,8 @@ from harness_output import (  # noqa: E402
     parse_shapes,
 )
 
+from rubrics.hw4.course_shapes import course_shapes  # noqa: E402
 from worker.build import Toolchain  # noqa: E402
-from worker.hw4.course_shapes import course_shapes  # noqa: E402
 from worker.rubric import load_rubric  # noqa: E402
 from worker.unpack import UnpackLimits, unpack_zip  # noqa: E402
 
@@ -572,7 +572,7 @@ def test_run_grader_grades_through_the_pipeline_and_keeps_the_requested_problems
         grading: dict, monkeypatch: pytest.MonkeyPatch) -> None:
     """The production pipeline (unpack, stage, sandboxed build with a stand-in nvcc) with the
     GPU stage's measuring replaced: what reaches the record, and which problems are measured."""
-    from worker.hw4 import grade
+    from rubrics.hw4 import grade
     from worker.measurements import CaseOutcome, ProblemMeasurement
     from worker.timing import RatioSummary
 

@@ -34,17 +34,17 @@ ALLOWED = {("grader/settings.py", "hw4")}
 
 
 def _names_of_hw4(path: Path, root: Path = ROOT) -> list[tuple[str, str]]:
-    """(file, what) for each import of worker.hw4 and each string (docstrings aside) naming hw4."""
+    """(file, what) for each import of rubrics.hw4 and each string (docstrings aside) naming hw4."""
     tree = ast.parse(path.read_text())
     docstrings = {id(node.body[0].value) for node in ast.walk(tree)
                   if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
                   and node.body and isinstance(node.body[0], ast.Expr)}
     rel, found = path.relative_to(root).as_posix(), []
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("worker.hw4"):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("rubrics.hw4"):
             found.append((rel, f"import {node.module}"))
         elif isinstance(node, ast.Import):
-            found += [(rel, f"import {a.name}") for a in node.names if a.name.startswith("worker.hw4")]
+            found += [(rel, f"import {a.name}") for a in node.names if a.name.startswith("rubrics.hw4")]
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings \
                 and "hw4" in node.value:
             found.append((rel, node.value))
@@ -67,22 +67,22 @@ def test_the_pages_name_no_assignment() -> None:
 
 def test_the_scan_sees_imports_and_strings(tmp_path: Path) -> None:
     source = tmp_path / "m.py"
-    source.write_text('"""About hw4 (a docstring)."""\nfrom worker.hw4.grade import x\nimport worker.hw4\n'
+    source.write_text('"""About hw4 (a docstring)."""\nfrom rubrics.hw4.grade import x\nimport rubrics.hw4\n'
                       'def f():\n    """hw4 again."""\n    return "llmsys_hw4"\n')
     assert sorted(what for _, what in _names_of_hw4(source, tmp_path)) == [
-        "import worker.hw4", "import worker.hw4.grade", "llmsys_hw4"]
+        "import rubrics.hw4", "import rubrics.hw4.grade", "llmsys_hw4"]
 
 
 def test_the_rubrics_name_their_plug_ins() -> None:
     hw4 = assignment_of(load_rubric("hw4"))
     assert hw4.zip_folder == "llmsys_hw4" and hw4.stage_needs_gpu and hw4.mutants_file is not None
     assert hw4.mutants_file.is_file() and hw4.words.case_routes == ("C ABI", "binding")
-    vecadd = assignment_of(load_rubric("vecadd", VECADD))  # plugin.py beside its rubric
+    vecadd = assignment_of(load_rubric("vecadd", VECADD.parent))  # plugin.py beside its rubric
     assert vecadd.zip_folder == "vecadd" and not vecadd.stage_needs_gpu
 
 
 def _rubric_copy(tmp_path: Path, plugin: object) -> Path:
-    data = yaml.safe_load((VECADD / "vecadd.yaml").read_text())
+    data = yaml.safe_load((VECADD / "rubric.yaml").read_text())
     data["plugin"], data["starter"] = plugin, str(VECADD / "starter")
     (tmp_path / "vecadd.yaml").write_text(yaml.safe_dump(data))
     return tmp_path
@@ -103,7 +103,7 @@ def test_a_bad_plugin_entry_is_refused_in_a_sentence(tmp_path: Path, plugin: str
 
 def test_a_plugin_entry_that_is_not_text_is_a_rubric_error(tmp_path: Path) -> None:
     with pytest.raises(RubricError, match="plugin must be a module name or a Python file"):
-        load_rubric("vecadd", _rubric_copy(tmp_path, ["worker.hw4"]))
+        load_rubric("vecadd", _rubric_copy(tmp_path, ["rubrics.hw4"]))
 
 
 def test_a_rubric_without_a_plugin_has_no_stage(tmp_path: Path) -> None:
@@ -113,7 +113,7 @@ def test_a_rubric_without_a_plugin_has_no_stage(tmp_path: Path) -> None:
 
 
 def test_a_rubric_outside_rubrics_is_found_only_along_the_search_passed() -> None:
-    course = Settings(_env_file=None, rubric_dirs=[VECADD])  # type: ignore[call-arg]
+    course = Settings(_env_file=None, rubric_dirs=[VECADD.parent])  # type: ignore[call-arg]
     plain = Settings(_env_file=None)  # type: ignore[call-arg]
     assert load_rubric("vecadd", search=course.rubric_dirs).starter_dir == VECADD / "starter"
     # Building settings with rubric_dirs changed nothing for anyone else: no search path is global.
@@ -123,7 +123,7 @@ def test_a_rubric_outside_rubrics_is_found_only_along_the_search_passed() -> Non
 
 
 def test_the_search_is_rubrics_first_then_the_folders_in_order(tmp_path: Path) -> None:
-    data = yaml.safe_load((VECADD / "vecadd.yaml").read_text())
+    data = yaml.safe_load((VECADD / "rubric.yaml").read_text())
     data["starter"] = str(VECADD / "starter")
     first, second = tmp_path / "first", tmp_path / "second"
     for folder in (first, second):
@@ -137,8 +137,8 @@ def test_the_search_is_rubrics_first_then_the_folders_in_order(tmp_path: Path) -
 
 def test_the_engines_starter_command_searches_the_folders_it_is_given(tmp_path: Path) -> None:
     out = tmp_path / "given.zip"
-    assert starter_main(["vecadd", "--rubric-dir", str(VECADD), "--out", str(out)]) == 0
-    expected = write_starter_zip(load_rubric("vecadd", VECADD), tmp_path / "expected.zip")
+    assert starter_main(["vecadd", "--rubric-dir", str(VECADD.parent), "--out", str(out)]) == 0
+    expected = write_starter_zip(load_rubric("vecadd", VECADD.parent), tmp_path / "expected.zip")
     assert out.read_bytes() == expected.read_bytes()
     assert all(name.startswith("vecadd/") for name in zipfile.ZipFile(out).namelist())
     with pytest.raises(RubricError, match="no rubric named 'vecadd'"):
@@ -148,7 +148,7 @@ def test_the_engines_starter_command_searches_the_folders_it_is_given(tmp_path: 
 def test_a_gpu_stage_needs_gpu_grading_a_cpu_stage_does_not() -> None:
     off = Settings(_env_file=None, gpu_grading="off")  # type: ignore[call-arg]
     assert gpu_stage_for(off, load_rubric("hw4")) is None
-    assert gpu_stage_for(off, load_rubric("vecadd", VECADD)) is not None
+    assert gpu_stage_for(off, load_rubric("vecadd", VECADD.parent)) is not None
 
 
 @needs_nvcc
@@ -157,7 +157,7 @@ def test_a_gpu_stage_needs_gpu_grading_a_cpu_stage_does_not() -> None:
     ("out[i] = a[i] - b[i];", 0, "failed case n1: shape [1], max error"),
 ])
 def test_vecadd_grades_through_the_pipeline(tmp_path: Path, body: str | None, score: float, reason: str) -> None:
-    rubric = load_rubric("vecadd", VECADD)
+    rubric = load_rubric("vecadd", VECADD.parent)
     tree = tmp_path / "vecadd"
     shutil.copytree(rubric.starter_dir, tree)
     if body is not None:

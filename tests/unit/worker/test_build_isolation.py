@@ -19,12 +19,12 @@ from test_build_sandbox import COMPILE_FOREVER
 
 from grader.runs import engine_config
 from grader.settings import Settings
+from rubrics.hw4 import grade as hw4_grade
 from worker.assignment import StageConfig
 from worker.build import Toolchain, cuda_include_dirs
-from worker.hw4 import grade as hw4_grade
 from worker.measurements import CaseOutcome, ProblemMeasurement
 from worker.pipeline import Outcome, PipelineConfig, grade_submission
-from worker.rubric import RUBRIC_DIR, RubricError, load_rubric
+from worker.rubric import RubricError, find_rubric, load_rubric
 from worker.sandbox import SandboxLimits, SandboxPolicy
 from worker.stage import stage_submission
 from worker.states import ErrorClass, RunState
@@ -106,7 +106,7 @@ def test_hw4_declares_what_each_problem_needs() -> None:
 
 
 def _rubric_with(tmp_path: Path, edit) -> Path:  # type: ignore[no-untyped-def]
-    data = yaml.safe_load((RUBRIC_DIR / "hw4.yaml").read_text())
+    data = yaml.safe_load(find_rubric("hw4").read_text())
     edit(data)
     (tmp_path / "hw4.yaml").write_text(yaml.safe_dump(data))
     return tmp_path

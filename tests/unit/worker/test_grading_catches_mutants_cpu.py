@@ -1,11 +1,11 @@
 """The grading core takes points away from realistic mistakes, proven on a CPU.
 
-The mutant set (starter/mutants/hw4.yaml) is checked against real kernels on the GPU
+The mutant set (rubrics/hw4/mutants.yaml) is checked against real kernels on the GPU
 (tests/gpu/test_mutants.py). Its mistakes that need no CUDA to express, the Python-side
 mutants (every edit in minitorch/*.py: the binding's autodiff, the Transformer's fused path),
 are applied here to the CPU stand-in submission (tests/fixtures/cpu_standin.py: the kit's
 minitorch files, only cuda_kernel_ops.py replaced, so the mutants' `find` texts match) and
-graded by worker.hw4.grade.run_gpu_stage (sandboxed children, C ABI + binding checks, Problem 3
+graded by rubrics.hw4.grade.run_gpu_stage (sandboxed children, C ABI + binding checks, Problem 3
 checks and timing) and worker.scoring.score_run, on the mutant's `must_fail` problems only.
 The stand-in's own broken kernels (cpu_kernels.cpp's BREAK_* switches, which mirror kernel
 mutants) are graded on all four kernel problems.
@@ -55,9 +55,9 @@ BROKEN_KERNELS = {"BREAK_MASK": "1.1", "BREAK_LN_BW_GAMMA": "2.2"}
 # comments allow, and the convention mutant whose Python side (the binding) goes with each.
 CONVENTION_KERNELS = {"LN_BW_READS_OUTPUT": "layernorm_bw_reads_output"}
 # Switches that hang or crash a kernel instead: graded (0 points, the rest goes on) by
-# tests/unit/worker/hw4/test_gpu_stage_cpu.py (a crash) and
-# tests/unit/worker/hw4/test_gpu_stage_hangs.py (a launcher that never returns, named once); a
-# library that cannot be loaded at all, by tests/unit/worker/hw4/test_gpu_stage_loading.py.
+# tests/unit/rubrics/hw4/test_gpu_stage_cpu.py (a crash) and
+# tests/unit/rubrics/hw4/test_gpu_stage_hangs.py (a launcher that never returns, named once); a
+# library that cannot be loaded at all, by tests/unit/rubrics/hw4/test_gpu_stage_loading.py.
 HANG_OR_CRASH = {"SPIN_SOFTMAX_FW", "SPIN_LN_FW_HIDDEN_4", "CRASH_SOFTMAX_BW", "ABORT_AT_LOAD"}
 
 

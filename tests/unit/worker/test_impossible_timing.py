@@ -1,5 +1,5 @@
 """A fused op's timed figure faster than the GPU's memory allows (worker.scoring.impossible_figure):
-its timed call's bytes per second (the bytes its operation must move, worker.hw4.abi.traffic_bytes,
+its timed call's bytes per second (the bytes its operation must move, rubrics.hw4.abi.traffic_bytes,
 over its median timed time per shape, as the stage records them) against the GPU's copy peak the
 stage measured. Above the peak its speed points are not scored, with a reason and a staff flag;
 at or below it, or with no peak measured, scoring is as before."""
@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from worker.hw4 import ASSIGNMENT as HW4
-from worker.hw4.abi import traffic_bytes
-from worker.hw4.course_shapes import timing_cases
-from worker.hw4.speed import ShapeTiming
+from rubrics.hw4 import ASSIGNMENT as HW4
+from rubrics.hw4.abi import traffic_bytes
+from rubrics.hw4.course_shapes import timing_cases
+from rubrics.hw4.speed import ShapeTiming
 from worker.measurements import COPY_PEAK_KEY, CaseOutcome, ProblemMeasurement, timed_rates
 from worker.rubric import ProblemScoring, load_rubric
 from worker.scoring import impossible_figure, score_problem, score_run
@@ -22,7 +22,7 @@ CASES = timing_cases("1.1")
 
 
 def shapes(custom_ms: list[float]) -> list[dict]:
-    """The stage's own shape records (worker.hw4.speed.ShapeTiming.record) with these medians
+    """The stage's own shape records (rubrics.hw4.speed.ShapeTiming.record) with these medians
     of the fused op's time."""
     records = []
     for case, ms in zip(CASES, custom_ms, strict=True):

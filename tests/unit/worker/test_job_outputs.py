@@ -186,7 +186,7 @@ def test_vecadd_reads_nothing_a_submission_planted_and_its_grade_says_so(
     (tree / "src" / "vecadd.cu").write_text(VEC_ADD % (plant[n1] % "n1.out", plant[n1000] % "n1000.out"))
     variables = {} if policy.require_namespaces else {"KG_SANDBOX_REQUIRE_NAMESPACES": "false"}
     settings = Settings.from_variables(variables, gpu_grading="off", data_dir=place.base / "data")
-    rubric = load_rubric("vecadd", VECADD)
+    rubric = load_rubric("vecadd", VECADD.parent)
     outcome = grade_submission(zip_tree(tree, tmp_path / "v.zip", "vecadd"), rubric, place.job,
                                pipeline_config(settings, rubric), gpu_stage=gpu_stage_for(settings, rubric))
     assert outcome.state == RunState.scored, outcome.message

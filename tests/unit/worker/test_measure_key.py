@@ -44,7 +44,7 @@ def _key(tmp: Path, name: str, rubric: Rubric, edits: dict[str, str] | None = No
 
 @pytest.fixture
 def rubric() -> Rubric:
-    return load_rubric("vecadd", search=[VECADD])
+    return load_rubric("vecadd", search=[VECADD.parent])
 
 
 def _copied_rubric(tmp: Path, edit: tuple[str, str, str] | None = None) -> Rubric:
@@ -56,7 +56,7 @@ def _copied_rubric(tmp: Path, edit: tuple[str, str, str] | None = None) -> Rubri
         text = (folder / rel).read_text()
         assert old in text
         (folder / rel).write_text(text.replace(old, new))
-    return load_rubric("vecadd", search=[folder])
+    return load_rubric("vecadd", search=[folder.parent])
 
 
 def test_the_same_inputs_give_the_same_key_and_a_readme_changes_nothing(tmp_path: Path, rubric: Rubric) -> None:
@@ -79,7 +79,7 @@ def test_one_changed_byte_of_a_kernel_changes_the_key(tmp_path: Path, rubric: Ru
 def test_the_rubric_and_the_kit_are_in_the_key(tmp_path: Path, rubric: Rubric) -> None:
     ours = _key(tmp_path, "a", rubric)
     assert _key(tmp_path, "b", _copied_rubric(tmp_path / "same")) == ours  # where it lies is not in it
-    retitled = _copied_rubric(tmp_path / "title", ("vecadd.yaml", "title: Vector add (vec_add)", "title: Vector add"))
+    retitled = _copied_rubric(tmp_path / "title", ("rubric.yaml", "title: Vector add (vec_add)", "title: Vector add"))
     assert _key(tmp_path, "c", retitled) != ours
     # our reference's solution region: stripped from the starter, so the staged tree is the same
     kit = _copied_rubric(tmp_path / "kit", ("starter/src/vecadd.cu", "out[i] = a[i] + b[i];", "out[i] = b[i] + a[i];"))

@@ -16,9 +16,9 @@ from gpu_stage_support import MiB, base, policy, short_cases, trusted  # noqa: E
 from gpu_stage_support import measured as _measured  # noqa: E402
 from gpu_stage_support import stage_config as _config  # noqa: E402
 
+from rubrics.hw4.grade import run_gpu_stage  # noqa: E402
 from worker.build import Toolchain  # noqa: E402
 from worker.gpu.gpu_lock import GpuLock  # noqa: E402
-from worker.hw4.grade import run_gpu_stage  # noqa: E402
 from worker.pieces import TIMING_PENDING, pending_problems  # noqa: E402
 from worker.pipeline import PipelineConfig, grade_submission, time_submission  # noqa: E402
 from worker.rubric import load_rubric  # noqa: E402

@@ -22,7 +22,7 @@ from worker.starter_kit import render_starter, zip_tree
 from worker.states import RunState
 
 REDUCE = Path(__file__).resolve().parents[3] / "tests" / "assignments" / "reduce"
-RUBRIC = load_rubric("reduce", REDUCE)
+RUBRIC = load_rubric("reduce", REDUCE.parent)
 PLUGIN = assignment_of(RUBRIC)
 assert PLUGIN.make_stage is not None
 STAGE = sys.modules[PLUGIN.make_stage.__module__]  # the plug-in's module
@@ -52,7 +52,7 @@ def test_kit_and_starter_build_and_end_built_without_a_gpu(tmp_path: Path, strip
 
 
 def test_every_mutant_applies_to_the_kit(tmp_path: Path) -> None:
-    mutants = load_mutants("reduce", search=[REDUCE])
+    mutants = load_mutants("reduce", search=[REDUCE.parent])
     assert {m.kind for m in mutants} == {"correctness", "speed"}
     kit = (RUBRIC.starter_dir / "src" / "reduce.cu").read_text()
     for mutant in mutants:

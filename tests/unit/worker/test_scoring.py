@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from grader.pages.run_view import case_rows
+from rubrics.hw4 import ASSIGNMENT as HW4
 from worker import scoring
-from worker.hw4 import ASSIGNMENT as HW4
 from worker.measurements import CaseOutcome, ProblemMeasurement, salient_lines
-from worker.rubric import ProblemScoring, RubricError, load_rubric
+from worker.rubric import ProblemScoring, RubricError, find_rubric, load_rubric
 from worker.scoring import ProblemScore, score_run, speed_fraction
 from worker.timing import RatioSummary
 
@@ -316,7 +316,7 @@ def test_rubric_scoring_defaults_and_validation(tmp_path: Path):
     assert RUBRIC.problems[-1].scoring.speed_figure == "student"
     assert p11.thresholds() == (1.0, 6.5) and p11.thresholds(7.0) == (1.0, 7.0)
 
-    base = (Path(__file__).resolve().parents[3] / "rubrics" / "hw4.yaml").read_text()
+    base = find_rubric("hw4").read_text()
     head = base.split("problems:\n", 1)[0] + "problems:\n"
 
     def write(problems: str) -> None:
@@ -378,7 +378,7 @@ def test_the_rubric_splits_kernel_correctness_into_public_and_hidden():
 
 
 def test_hidden_points_beyond_correctness_are_refused(tmp_path: Path):
-    text = (Path(__file__).resolve().parents[3] / "rubrics" / "hw4.yaml").read_text()
+    text = find_rubric("hw4").read_text()
     bad = tmp_path / "hw4.yaml"
     bad.write_text(text.replace("hidden_points: 4", "hidden_points: 15"))
     with pytest.raises(RubricError, match="hidden_points"):

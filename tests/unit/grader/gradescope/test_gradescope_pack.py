@@ -32,8 +32,8 @@ def test_layout(autograder_zip: Path) -> None:
         modes = {i.filename: (i.external_attr >> 16) & 0o777 for i in zf.infolist()}
         env = zf.read("kernelgrade.env").decode()
         run = zf.read("run_autograder").decode()
-    assert {"setup.sh", "run_autograder", "kernelgrade.env", "pyproject.toml", "README.md", "rubrics/hw4.yaml",
-            "grader/gradescope/run.py", "worker/pipeline.py", "worker/report.py", "worker/hw4/grade.py"} <= names
+    assert {"setup.sh", "run_autograder", "kernelgrade.env", "pyproject.toml", "README.md", "rubrics/hw4/rubric.yaml",
+            "grader/gradescope/run.py", "worker/pipeline.py", "worker/report.py", "rubrics/hw4/grade.py"} <= names
     assert modes["setup.sh"] == modes["run_autograder"] == 0o755
     assert "chmod -R go-rwx starter " in zf_text(autograder_zip, "setup.sh") and "KG_RUBRIC_DIRS" not in env
     assert "KG_CUDA_ARCH=sm_90" in env and "KG_AUTOGRADER_ASSIGNMENT=hw4" in env
@@ -115,16 +115,28 @@ def _run_autograder(archive: Path, root: Path, files: dict[str, str]) -> dict[st
 
 
 def test_a_course_assignment_is_packed_with_its_folder(tmp_path: Path) -> None:
-    archive = build_autograder_zip(find_rubric("vecadd", search=[VECADD]), tmp_path / "vecadd.zip", cuda_arch="sm_90")
+    archive = build_autograder_zip(find_rubric("vecadd", search=[VECADD.parent]), tmp_path / "vecadd.zip", cuda_arch="sm_90")
     with zipfile.ZipFile(archive) as zf:
         names = set(zf.namelist())
         env = zf.read("kernelgrade.env").decode()
     folder = {f"assignments/vecadd/{p.as_posix()}" for p in starter_files(VECADD)}
-    assert {"assignments/vecadd/vecadd.yaml", "assignments/vecadd/plugin.py",
+    assert {"assignments/vecadd/rubric.yaml", "assignments/vecadd/plugin.py",
             "assignments/vecadd/starter/src/vecadd.cu"} <= folder <= names
     assert not [n for n in names if n.startswith(("rubrics/", "starter/"))]  # hw4 is not packed along
-    assert "KG_AUTOGRADER_ASSIGNMENT=vecadd" in env and """KG_RUBRIC_DIRS='["assignments/vecadd"]'""" in env
+    assert "KG_AUTOGRADER_ASSIGNMENT=vecadd" in env and """KG_RUBRIC_DIRS='["assignments"]'""" in env
     assert "chmod -R go-rwx assignments " in zf_text(archive, "setup.sh")
+
+
+def test_a_course_folder_of_rubric_files_is_searched_in_its_own_folder(tmp_path: Path) -> None:
+    """A course's rubric kept as a lone <slug>.yaml (not <slug>/rubric.yaml) is found, packed,
+    in the folder that holds it."""
+    course = tmp_path / "course"
+    shutil.copytree(VECADD, course, ignore=shutil.ignore_patterns("__pycache__"))
+    (course / "rubric.yaml").rename(course / "vecadd.yaml")
+    archive = build_autograder_zip(find_rubric("vecadd", search=[course]), tmp_path / "flat.zip", cuda_arch="sm_90")
+    with zipfile.ZipFile(archive) as zf:
+        assert "assignments/vecadd/vecadd.yaml" in zf.namelist()
+        assert """KG_RUBRIC_DIRS='["assignments/vecadd"]'""" in zf.read("kernelgrade.env").decode()
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="run_autograder builds vecadd with nvcc")
@@ -132,7 +144,7 @@ def test_a_course_assignment_is_packed_with_its_folder(tmp_path: Path) -> None:
 def test_a_packed_course_assignment_grades_a_submission(tmp_path: Path, body: str | None, points: float) -> None:
     """The packed copy finds its rubric, starter and plug-in by itself (none of this checkout's
     paths), and vecadd's CPU stage scores the submission in Gradescope's format."""
-    archive = build_autograder_zip(find_rubric("vecadd", search=[VECADD]), tmp_path / "vecadd.zip", cuda_arch="sm_90")
+    archive = build_autograder_zip(find_rubric("vecadd", search=[VECADD.parent]), tmp_path / "vecadd.zip", cuda_arch="sm_90")
     source = (VECADD / "starter" / "src" / "vecadd.cu").read_text()
     if body is not None:
         source = source.replace("out[i] = a[i] + b[i];", body)
@@ -145,7 +157,7 @@ def test_a_packed_course_assignment_grades_a_submission(tmp_path: Path, body: st
 def _course_copy(tmp_path: Path, rubric_edit: tuple[str, str]) -> Path:
     course = tmp_path / "course"
     shutil.copytree(VECADD, course / "vecadd")
-    rubric = course / "vecadd" / "vecadd.yaml"
+    rubric = course / "vecadd" / "rubric.yaml"
     rubric.write_text(rubric.read_text().replace(*rubric_edit))
     return rubric
 

@@ -1,5 +1,5 @@
 """The run's GPU time per phase, read from measurement telemetry shaped as the stage records it
-(worker/hw4/kernels.py `seconds`, worker/hw4/problem3.py `problem3`, grade.py `gpu_busy`,
+(rubrics/hw4/kernels.py `seconds`, rubrics/hw4/problem3.py `problem3`, grade.py `gpu_busy`,
 `load`, `budget`): each row's figures and what the rows add up to."""
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ def test_no_table_without_a_recorded_phase() -> None:
 
 
 def test_the_sanitizer_sessions_are_a_row_of_their_own_after_the_rest() -> None:
-    """A failed problem's compute-sanitizer session (worker/hw4/sanitize.py, after Problem 3)
+    """A failed problem's compute-sanitizer session (rubrics/hw4/sanitize.py, after Problem 3)
     is its own row, taken out of "other and idle"; a run without one has no such row."""
     assert not any("sanitizer" in r.phase for r in gpu_time(record()).rows)  # type: ignore[union-attr]
     runs = record()

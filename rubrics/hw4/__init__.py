@@ -1,0 +1,34 @@
+"""CMU 11-868 llmsys_hw4 (fused softmax and LayerNorm CUDA kernels) as a plug-in: the one
+object generic code reaches it through (worker.assignment; rubrics/hw4/rubric.yaml names this module).
+
+Kept light: the stage's modules (numpy, the GPU client) are imported only when a stage is made.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from worker.assignment import GpuStage, Plugin, StageConfig, StageProgress, Words
+
+
+def make_stage(config: StageConfig, progress: StageProgress) -> GpuStage:
+    from rubrics.hw4.grade import stage_for
+
+    return stage_for(config, progress)
+
+
+ASSIGNMENT = Plugin(
+    zip_folder="llmsys_hw4",  # the course's repository name: students zip that folder
+    make_stage=make_stage,
+    stage_needs_gpu=True,
+    mutants_file=Path(__file__).with_name("mutants.yaml"),
+    words=Words(
+        case_routes=("C ABI", "binding"),
+        figures={
+            "reference_ops": "your fused op vs your MiniTorch's composition on the reference basic ops",
+            "student": "your fused op vs your MiniTorch's composition on your own basic ops",
+        },
+        own_ops_file="combine.cu",
+    ),
+    calibration_warning="our reference kit, whose MiniTorch is faster than an ordinary student's; "
+                        "prefer known-correct submissions",
+)
