@@ -171,7 +171,8 @@ def _record_run(measurements: list[ProblemMeasurement], gate: LoadGate, budget_s
         m.telemetry["load"] = gate.record()
         if hung:
             m.telemetry["hung"] = hung
-        m.telemetry["budget"] = {"budget_s": budget_s, "stage_s": round(time.monotonic() - deadline.started, 1)}
+        m.telemetry["budget"] = {"budget_s": budget_s, "stage_s": round(time.monotonic() - deadline.started, 1),
+                                 "used_s": round(deadline.used(), 1)}  # the stage's seconds, queueing left out
 
 
 def _open_sides(rubric: Rubric, staged_root: Path, trusted_root: Path | None, work_dir: Path,
@@ -222,7 +223,8 @@ def run_gpu_stage(
 ) -> list[ProblemMeasurement]:
     """Measure the problems of hw4 that `config.problems` names (every one by default) for the
     built submission in `staged_root`."""
-    deadline = Deadline(config.budget_s)
+    piece, turns = config.piece, GpuTurns(config.gpu_lock if config.piece is Piece.timing else None)
+    deadline = Deadline(config.budget_s, queued=turns.waited)  # waiting for the lock is not the run's GPU time
     sandbox = Sandbox(config.limits, config.policy)
     rng = np.random.default_rng(config.seed)
     gpu = config.policy.gpu_index or 0
@@ -237,7 +239,6 @@ def run_gpu_stage(
         return open_child(label, staged_root, kernels.HANDLERS, KERNEL_ARENA_BYTES, cap, wrapper)
 
     measurements: list[ProblemMeasurement] = []
-    piece, turns = config.piece, GpuTurns(config.gpu_lock if config.piece is Piece.timing else None)
     kernel_problems = _kernel_problems(rubric, config.problems)
     gate = LoadGate(deadline, config.load_timeout_s, cuda=config.policy.gpu_index is not None)
     conditions = GpuConditions.open(gpu)  # NVML for the timing windows' readings, or why there is none

@@ -123,10 +123,13 @@ def arena_bytes(config: Problem3Config) -> int:
 class _Session:
     """One measurement: the client, the arena bookkeeping and the record of what happened."""
 
-    def __init__(self, client: ChildClient, config: Problem3Config, rng: np.random.Generator) -> None:
+    def __init__(self, client: ChildClient, config: Problem3Config, rng: np.random.Generator,
+                 queued: Callable[[], float]) -> None:
         self.client, self.config, self.rng = client, config, rng
         self.arena = client.arena
         self.started = time.monotonic()
+        # the seconds queued for the GPU's lock (GpuTurns.waited) are not the problem's time
+        self.queued, self.queued_before = queued, queued()
         self.info: dict[str, Any] = {"config": asdict(config)}
         self.names: list[str] = []
         self.shapes: list[list[int]] = []
@@ -135,7 +138,8 @@ class _Session:
         self.phase = "setup"  # what was running, for a failure's message
 
     def elapsed(self) -> float:
-        return time.monotonic() - self.started
+        """Seconds of the problem's budget used: its queueing for the GPU's lock left out."""
+        return time.monotonic() - self.started - (self.queued() - self.queued_before)
 
     def inputs(self, seed: Any) -> tuple[np.ndarray, np.ndarray]:
         """Token ids and an upstream gradient, reproducible from `seed` (the parent's secret)."""
@@ -469,7 +473,7 @@ def measure_problem3(
     arena of at least `arena_bytes(config)`."""
     rng = np.random.default_rng() if rng is None else rng
     m = ProblemMeasurement(problem_id=problem_id, telemetry={RECHECKED: True})  # its timing checks again
-    s = _Session(client, config, rng)
+    s = _Session(client, config, rng, turns.waited)
     if telemetry is not None:
         m.telemetry["gpu_before"] = telemetry()
     try:

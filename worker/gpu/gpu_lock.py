@@ -92,6 +92,10 @@ class GpuTurns:
     def alone(self) -> contextlib.AbstractContextManager[None]:
         return self._turn(alone=True)
 
+    def waited(self) -> float:
+        """Seconds waited so far for turns of either kind (0 without a lock)."""
+        return self.seconds["waited_shared"] + self.seconds["waited_alone"]
+
     def record(self) -> dict[str, float] | None:
         """Seconds waited for and held, shared and alone; None without a lock."""
         return None if self.lock is None else {k: round(v, 2) for k, v in self.seconds.items()}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import threading
 import zipfile
 from pathlib import Path
 
@@ -40,9 +41,11 @@ def _zip(base: Path, name: str, defines: tuple[str, ...] = ()) -> Path:
 
 
 def _stage_for(trusted: Path, policy: SandboxPolicy, piece: Piece, asked: list[tuple[str, ...]],
-               lock: GpuLock | None = None):
-    """hw4's stage for `piece`; a timing piece's takes its turns with `lock` (the pipeline's)."""
-    config = dataclasses.replace(_config(policy), piece=piece, gpu_lock=lock if piece is Piece.timing else None)
+               lock: GpuLock | None = None, budget_s: float | None = None):
+    """hw4's stage for `piece`; a timing piece's takes its turns with `lock` (the pipeline's);
+    `budget_s`: the run's GPU budget (none by default)."""
+    config = dataclasses.replace(_config(policy), piece=piece, gpu_lock=lock if piece is Piece.timing else None,
+                                 budget_s=budget_s)
 
     def gpu_stage(rubric, staged: Path, reference: Path, work: Path, problems: tuple[str, ...]):
         asked.append(problems)  # the trusted stand-in plays our kit (the fake nvcc's is unusable on a CPU)
@@ -115,3 +118,48 @@ def test_only_what_passed_its_checks_is_timed(base: Path, trusted: Path, policy:
     for pid in ("1.1", "1.2", "2.2", "3"):
         assert (final[pid].status, final[pid].points) == verdicts[pid], final[pid].message
     assert final["2.1"].details["measurement"]["figures"]["student"] is not None
+
+
+def test_a_timing_queued_behind_another_keeps_its_whole_budget(base: Path, trusted: Path, policy: SandboxPolicy,
+                                                              short_cases: dict) -> None:
+    """As this run's GPU stage starts, another run's timing takes the GPU alone for longer than
+    this run's whole GPU budget: this run's timing piece waits for its turn, then measures every
+    problem, because queueing for the lock is not the run's GPU time. (On an H100 burst of 20
+    uploads, a timing queued 178 s behind others lost Problem 3, 20 points, to the 300 s budget:
+    the queue decided a student's points.)"""
+    rubric, config, archive = load_rubric("hw4"), _pipeline(base), _zip(base, "queued")
+    assert config.gpu_lock is not None
+    asked: list[tuple[str, ...]] = []
+    checked = grade_submission(archive, rubric, base / "job-queued-checks", config,
+                               gpu_stage=_stage_for(trusted, policy, Piece.checks, asked), piece=Piece.checks)
+    assert checked.state == RunState.checked, checked.message
+    from worker.measurements import ProblemMeasurement
+    pending = [ProblemMeasurement.from_dict(p.details["measurement"]) for p in checked.problems]
+    budget_s, held_s = 20.0, 25.0  # this stand-in's timing piece takes ~5 s of its own
+    stage = _stage_for(trusted, policy, Piece.timing, asked, config.gpu_lock, budget_s)
+    holding, release = threading.Event(), threading.Event()
+
+    def other_timing() -> None:
+        with config.gpu_lock.exclusive():  # type: ignore[union-attr]
+            holding.set()
+            release.wait(held_s)
+
+    other = threading.Thread(target=other_timing)
+
+    def stage_behind_another(*args):  # type: ignore[no-untyped-def]
+        other.start()
+        assert holding.wait(10)
+        return stage(*args)
+
+    try:
+        scored = time_submission(archive, rubric, base / "job-queued-timing", config, stage_behind_another, pending)
+    finally:
+        release.set()
+        other.join()
+    assert scored.state == RunState.scored, scored.message
+    for p in scored.problems:
+        m = p.details["measurement"]
+        assert m["status"] == "ok" and m["figures"]["student"] is not None, (p.problem_id, p.message)
+        turns, budget = m["telemetry"]["gpu_turns"], m["telemetry"].get("timing_piece", m["telemetry"])["budget"]  # Problem 3: its own record
+        assert turns["waited_shared"] >= held_s - 1 and budget["stage_s"] > budget_s, (turns, budget)
+        assert budget["used_s"] < budget_s, budget
