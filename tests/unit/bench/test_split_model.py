@@ -56,3 +56,19 @@ def test_a_reading_the_burst_did_not_record_is_said() -> None:
     burst = _burst(alone=False)
     assert modelled(burst, "alone") is None
     assert comparison(burst)[-1].startswith("| model, timing alone | not recorded |")
+
+
+def test_an_upload_the_limit_left_untimed_counts_in_the_model_but_not_in_the_final_waits() -> None:
+    """A burst stopped at its limit before E's timing (its checks ended at 30, nothing after): the
+    final waits of both sides are read over the uploads that ended (no NaN), while the model
+    still gives E's timing its place in the queue (the median timing), as the service would."""
+    burst = _burst()
+    burst["runs"].append({**_run(4, 4, (25, 30), None, None, timed=False), "final_s": None, "timed": None,
+                          "state": "checked"})
+    real = measured(burst)
+    assert real["final max"] == 55.0 and real["verdict max"] == 40.0
+    model = modelled(burst, "alone")
+    # E's verdict (30) came before C's (40): the model times E (the median, 5 s) before C, so C ends at 60
+    assert model is not None and model["final max"] == 60.0
+    assert comparison(burst)[0] == "Final waits over the 4 of 5 uploads that ended before the limit."
+    assert "nan" not in "\n".join(comparison(burst))
