@@ -1,4 +1,4 @@
-"""Import direction: no module under worker/ imports grader, at any depth
+"""Import direction: no module under worker/ imports grader or an assignment (rubrics/), at any depth
 (a function's body, a TYPE_CHECKING block), read from the source with ast so that nothing is
 executed and a lazy import is seen too; and grader/auth/, grader/course/, grader/storage/,
 grader/reads/ and grader/lti/ never import the web face; a page module imports no other page family."""
@@ -13,8 +13,8 @@ ROOT = Path(__file__).resolve().parents[3]
 SERVICE = "grader"
 
 
-def service_imports(source: str) -> list[str]:
-    """The modules of the service that `source` imports, once per import, sorted."""
+def service_imports(source: str, package: str = SERVICE) -> list[str]:
+    """The modules of `package` (the service) that `source` imports, once per import, sorted."""
     found = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
@@ -23,7 +23,7 @@ def service_imports(source: str) -> list[str]:
             names = [node.module]
         else:
             continue
-        found += [n for n in names if n == SERVICE or n.startswith(SERVICE + ".")]
+        found += [n for n in names if n == package or n.startswith(package + ".")]
     return sorted(found)
 
 
@@ -44,6 +44,15 @@ def test_the_scan_sees_every_form_of_import() -> None:
 
 def test_no_module_under_worker_imports_the_service() -> None:
     assert engine_imports_of_the_service() == set(), "worker/ must not import grader: move the code to grader/runs/"
+
+
+def test_the_engine_imports_no_assignment() -> None:
+    """worker/ reaches an assignment only through the rubric's plug-in entry (worker.assignment's
+    importlib), never by an import of rubrics/<slug>/."""
+    found = {(path.relative_to(ROOT).as_posix(), module) for path in sorted((ROOT / "worker").rglob("*.py"))
+             for module in service_imports(path.read_text(), "rubrics")}
+    assert found == set(), "an assignment is a plug-in: the engine must not import it"
+    assert service_imports("from rubrics.hw4.grade import x\nimport rubricsx\n", "rubrics") == ["rubrics.hw4.grade"]
 
 
 def test_the_course_rules_auth_storage_and_reads_import_no_web_module() -> None:

@@ -25,9 +25,9 @@ ROOT = Path(__file__).resolve().parents[3]
 VECADD = ROOT / "tests" / "assignments" / "vecadd"
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="the pipeline builds vecadd with nvcc")
 
-# Generic code: everything that is not an assignment's own package: the engine's modules and the
-# whole service, its pages' templates and scripts included.
-GENERIC = sorted([*(p for p in (ROOT / "worker").glob("*.py")), *(ROOT / "grader").rglob("*.py")])
+# Generic code: everything outside the assignments' folders (rubrics/<slug>/): the whole engine,
+# its subpackages included, and the whole service, its pages' templates and scripts included.
+GENERIC = sorted([*(ROOT / "worker").rglob("*.py"), *(ROOT / "grader").rglob("*.py")])
 PAGES = sorted([*(ROOT / "grader" / "templates").rglob("*.html"), *(ROOT / "grader" / "static").rglob("*.js")])
 # The default assignment of the settings' KG_RUBRICS: the one place generic code names hw4.
 ALLOWED = {("grader/settings.py", "hw4")}
