@@ -5,8 +5,9 @@ split schedule): fed each upload's measured piece seconds, as the service feeds 
     python3 bench/split_model.py $OUT/split_burst.json
     python3 bench/split_model.py --smoke       (a two-upload burst made up here: does it still run?)
 
-Two readings of a timing piece: its wall seconds (what the service records today), and the
-seconds it held the GPU alone (worker.gpu.gpu_lock.GpuTurns, where the burst recorded them). A
+Three readings of a timing piece: its wall seconds (what the service records today), the
+seconds it held the GPU alone (worker.gpu.gpu_lock.GpuTurns, where the burst recorded them), and
+what it held at all, its shared seconds then its alone ones (the model's `timing_shared`). A
 passed-over upload's timing is never run, so it gets the median of the timed ones (the model
 passes it over itself when its student's next upload came first). Pure: no GPU, no service.
 """
@@ -35,9 +36,20 @@ def _span(piece: dict[str, Any] | None) -> float | None:
     return None if piece is None else float(piece["end_s"]) - float(piece["start_s"])
 
 
-def _alone(piece: dict[str, Any] | None) -> float | None:
+def _turns(piece: dict[str, Any] | None, kind: str) -> float | None:
     turns = (piece or {}).get("gpu_turns")
-    return None if not turns else float(turns["alone"])
+    return None if not turns else float(turns[kind])
+
+
+def _timing(piece: dict[str, Any] | None, reading: str) -> tuple[float, float] | None:
+    """A timing piece read as (its timing seconds, of which held shared first); None: not recorded."""
+    if reading == "wall":
+        span = _span(piece)
+        return None if span is None else (span, 0.0)
+    alone, shared = _turns(piece, "alone"), _turns(piece, "shared")
+    if alone is None or shared is None:
+        return None
+    return (alone, 0.0) if reading == "alone" else (alone + shared, shared)
 
 
 def _figures(verdicts: np.ndarray, finals: np.ndarray) -> dict[str, float]:
@@ -58,23 +70,25 @@ def measured(split: dict[str, Any]) -> dict[str, float]:
 
 
 def modelled(split: dict[str, Any], reading: str) -> dict[str, float] | None:
-    """The model's figures for the burst, its timings read as `reading` ("wall" or "alone");
-    None where the burst did not record that reading for every timed upload."""
-    read = _span if reading == "wall" else _alone
+    """The model's figures for the burst, its timings read as `reading`: "wall" (a piece's span),
+    "alone" (the seconds it held the GPU alone) or "held" (its shared seconds, then its alone
+    ones: what it held at all, waits left out); None where the burst did not record that reading
+    for every timed upload."""
     runs = split["runs"]
-    read_off = {r["index"]: read(r["pieces"]["timing"]) for r in runs if r["timed"] and "timing" in r["pieces"]}
+    read_off = {r["index"]: _timing(r["pieces"]["timing"], reading) for r in runs
+                if r["timed"] and "timing" in r["pieces"]}
     timed = {i: t for i, t in read_off.items() if t is not None}
     if not timed or len(timed) < len(read_off):
         return None
-    fill = statistics.median(timed.values())
+    fill = (statistics.median(t for t, _ in timed.values()), statistics.median(s for _, s in timed.values()))
     jobs = []
     for r in runs:
         checks = _span(r["pieces"].get("checks")) or 0.0
         # timed: as read; passed over, or left untimed by the burst's limit: the median; no
         # timing to do (failed its checks): final at its verdict
         to_time = "timing" in r["pieces"] or r["state"] == "checked"
-        timing = timed[r["index"]] if r["index"] in timed else fill if to_time else 0.0
-        jobs.append(Job(0.0, int(r["student"]), checks + timing, timing))
+        timing, shared = timed[r["index"]] if r["index"] in timed else fill if to_time else (0.0, 0.0)
+        jobs.append(Job(0.0, int(r["student"]), checks + timing, timing, shared))
     out = simulate_split(jobs, gpus=1, check_slots=int(split["slots"]), fair_share=False)
     return _figures(out.verdicts, np.asarray(out.finals, float)[_ended(runs)])
 
@@ -85,7 +99,7 @@ def comparison(split: dict[str, Any]) -> list[str]:
     lines = [f"Final waits over the {ended} of {len(split['runs'])} uploads that ended before the limit.", "",
              "| reading of a timing | " + " | ".join(FIGURES) + " |", "| --- |" + " --- |" * len(FIGURES),
              "| measured | " + " | ".join(f"{real[f]:.0f} s" for f in FIGURES) + " |"]
-    for reading in ("wall", "alone"):
+    for reading in ("wall", "alone", "held"):
         model = modelled(split, reading)
         if model is None:
             lines.append(f"| model, timing {reading} | not recorded |" + " |" * (len(FIGURES) - 1))

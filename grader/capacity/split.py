@@ -9,7 +9,12 @@
 2. Its timing, which holds the GPU alone: while a timing window runs no checks run on that GPU,
    and a timing starts only on a GPU with no checks running (none waiting either: a waiting
    check takes any GPU with a free slot first): speed when the GPU is free. When it ends, the
-   final score is known. Timings wait in the order their verdicts came.
+   final score is known. Timings wait in the order their verdicts came. A timing may first hold
+   the GPU shared for a while (`timing_shared`: its children's start and the checks between its
+   timed windows, measured as worker.gpu.gpu_lock.GpuTurns' shared seconds): that part takes a
+   check slot beside other shared work once no check waits, and none starts while a timing
+   waits to hold a GPU alone (the lock lets no new reader in before a waiting writer); then the
+   timing waits for its GPU alone.
 
 A run whose student uploaded again before its timing started is not timed: its verdict stands
 and the newer upload's run is timed instead (so many uploads per student cost their checks
@@ -33,6 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 _END, _ARRIVE = 0, 1  # at one instant, ends are applied before arrivals, then the GPUs are handed out
+_CHECKS, _SHARED, _ALONE = 0, 1, 2  # what a job's next end event ends
 
 
 @dataclass(frozen=True)
@@ -43,10 +49,15 @@ class Job:
     student: int
     service: float  # seconds it holds a worker: its checks, then its timing
     timing: float = 0.0  # of which its timing (the two-piece schedule runs the two apart)
+    timing_shared: float = 0.0  # of the timing, the seconds it holds the GPU shared, before the rest alone
 
     @property
     def checks(self) -> float:
         return self.service - self.timing
+
+    @property
+    def alone(self) -> float:
+        return self.timing - self.timing_shared
 
 
 @dataclass(frozen=True)
@@ -78,7 +89,9 @@ class _SplitSchedule:
         self.events: list[tuple[float, int, int, int]] = [(j.arrival, _ARRIVE, i, -1) for i, j in enumerate(jobs)]
         heapq.heapify(self.events)
         self.checks_queue: list[tuple[float, int]] = []  # (sent at, job): first come first served
-        self.timing_queue: list[tuple[float, int]] = []  # (verdict at, job)
+        self.shared_queue: list[tuple[float, int]] = []  # (verdict at, job): a timing's shared part to run
+        self.timing_queue: list[tuple[float, int]] = []  # (verdict or shared part's end at, job): alone to run
+        self.phase = np.full(n, _CHECKS)
         self.own: dict[int, deque[int]] = {}  # student -> uploads held back by fair share, oldest first
         self.latest: dict[int, int] = {}  # student -> their newest upload so far
         self.in_checks: set[int] = set()  # students with a run sent to or in the checks
@@ -122,9 +135,14 @@ class _SplitSchedule:
         else:
             self.in_checks.discard(job.student)
         if job.timing > 0:
-            heapq.heappush(self.timing_queue, (now, i))
+            heapq.heappush(self.shared_queue if job.timing_shared > 0 else self.timing_queue, (now, i))
         else:
             self.finals[i] = now
+
+    def shared_ends(self, i: int, g: int, now: float) -> None:
+        self.running[g] -= 1
+        self.release(g, now)
+        heapq.heappush(self.timing_queue, (now, i))
 
     def timing_ends(self, i: int, g: int, now: float) -> None:
         self.finals[i] = now
@@ -144,21 +162,47 @@ class _SplitSchedule:
             if self.running[g] < self.check_slots:
                 heapq.heappush(self.room, g)
 
+    def passed_over(self, i: int, verdict: float) -> bool:
+        """The student uploaded again: that run is timed instead, this one final at its verdict."""
+        if self.latest[self.jobs[i].student] == i:
+            return False
+        self.superseded[i], self.finals[i] = True, verdict
+        return True
+
+    def start_shared(self, now: float) -> None:
+        """Timings' shared parts take free check slots, once no check and no timing alone waits."""
+        while self.shared_queue and self.room and not self.checks_queue and not self.timing_queue:
+            verdict, i = self.shared_queue[0]
+            if self.passed_over(i, verdict):
+                heapq.heappop(self.shared_queue)
+                continue
+            g = heapq.heappop(self.room)
+            if self.timing[g] or self.running[g] >= self.check_slots:
+                continue  # stale
+            heapq.heappop(self.shared_queue)
+            self.occupy(g, now)
+            self.running[g] += 1
+            self.phase[i], self.timing_starts[i], self.timing_gpus[i] = _SHARED, now, g
+            heapq.heappush(self.events, (now + self.jobs[i].timing_shared, _END, i, g))
+            if self.running[g] < self.check_slots:
+                heapq.heappush(self.room, g)
+
     def start_timings(self, now: float) -> None:
         while self.timing_queue and self.idle:
             g = -self.idle[0]
             if self.timing[g] or self.running[g] > 0:
                 heapq.heappop(self.idle)  # stale
                 continue
-            verdict, i = heapq.heappop(self.timing_queue)
-            if self.latest[self.jobs[i].student] != i:  # the student uploaded again: that run is timed instead
-                self.superseded[i], self.finals[i] = True, verdict
+            ready, i = heapq.heappop(self.timing_queue)
+            if self.phase[i] == _CHECKS and self.passed_over(i, ready):  # a shared part was checked already
                 continue
             heapq.heappop(self.idle)
             self.occupy(g, now)
             self.timing[g] = True
-            self.timing_starts[i], self.timing_gpus[i] = now, g
-            heapq.heappush(self.events, (now + self.jobs[i].timing, _END, i, g))
+            if self.phase[i] == _CHECKS:
+                self.timing_starts[i] = now
+            self.phase[i], self.timing_gpus[i] = _ALONE, g
+            heapq.heappush(self.events, (now + self.jobs[i].alone, _END, i, g))
 
     def run(self) -> SplitOutcome:
         while self.events:
@@ -167,12 +211,15 @@ class _SplitSchedule:
                 _, kind, i, g = heapq.heappop(self.events)
                 if kind == _ARRIVE:
                     self.arrive(i, now)
-                elif np.isnan(self.verdicts[i]):
+                elif self.phase[i] == _CHECKS:
                     self.checks_end(i, g, now)
+                elif self.phase[i] == _SHARED:
+                    self.shared_ends(i, g, now)
                 else:
                     self.timing_ends(i, g, now)
             self.start_checks(now)
             self.start_timings(now)
+            self.start_shared(now)
         return SplitOutcome(np.array([j.arrival for j in self.jobs], dtype=float), self.check_starts, self.verdicts,
                             self.timing_starts, self.finals, self.superseded, self.check_gpus, self.timing_gpus,
                             self.busy_s)

@@ -54,8 +54,9 @@ def test_timings_that_overlapped_their_walls_are_read_by_their_alone_seconds() -
 
 def test_a_reading_the_burst_did_not_record_is_said() -> None:
     burst = _burst(alone=False)
-    assert modelled(burst, "alone") is None
-    assert comparison(burst)[-1].startswith("| model, timing alone | not recorded |")
+    assert modelled(burst, "alone") is None and modelled(burst, "held") is None
+    assert comparison(burst)[-2].startswith("| model, timing alone | not recorded |")
+    assert comparison(burst)[-1].startswith("| model, timing held | not recorded |")
 
 
 def test_an_upload_the_limit_left_untimed_counts_in_the_model_but_not_in_the_final_waits() -> None:
@@ -72,3 +73,18 @@ def test_an_upload_the_limit_left_untimed_counts_in_the_model_but_not_in_the_fin
     assert model is not None and model["final max"] == 60.0
     assert comparison(burst)[0] == "Final waits over the 4 of 5 uploads that ended before the limit."
     assert "nan" not in "\n".join(comparison(burst))
+
+
+def test_the_held_reading_runs_a_timings_shared_seconds_beside_the_others() -> None:
+    """Read as held (shared, then alone), timings whose set-ups ran beside each other give the
+    burst back; read as alone only, the model leaves their shared seconds out and ends early."""
+    burst = {"slots": 2, "runs": [
+        _run(0, 0, (0, 0), (0, 10), 6.0), _run(1, 1, (0, 0), (0, 16), 6.0), _run(2, 2, (0, 0), (4, 26), 6.0)]}
+    for r in burst["runs"]:
+        r["pieces"]["timing"]["gpu_turns"]["shared"] = 4.0
+        r["pieces"]["checks"]["end_s"] = 0.0
+    burst["runs"][2]["pieces"]["checks"]["start_s"] = 0.0
+    assert measured(burst)["final max"] == 26.0
+    assert modelled(burst, "held") == measured(burst)
+    alone = modelled(burst, "alone")
+    assert alone is not None and alone["final max"] == 18.0

@@ -148,6 +148,23 @@ def test_a_students_next_upload_before_the_timing_starts_supersedes_it() -> None
     assert not later.superseded.any() and list(later.finals) == [30, 60] and later.check_starts[1] == 30
 
 
+def test_timings_share_their_set_up_and_take_turns_alone() -> None:
+    # One GPU, two slots, three runs whose checks fail nothing and take no time: each timing
+    # holds the GPU shared for 4 s (its children's start), then alone for 6 s. a's and b's
+    # shared parts run together (0-4 s), then a alone 4-10 s, b alone 10-16 s; c's shared part
+    # waits while b waits to be alone (no new reader before a waiting writer): 16-20 s, alone 20-26 s.
+    jobs = [Job(0.0, i, 10.0, 10.0, 4.0) for i in range(3)]
+    out = simulate_split(jobs, gpus=1, check_slots=2)
+    assert list(out.timing_starts) == [0, 0, 16] and list(out.finals) == [10, 16, 26]
+    assert out.busy_s == 26
+    # Read as one exclusive block of 10 s each, the same timings end at 10, 20 and 30 s.
+    whole = simulate_split([Job(0.0, i, 10.0, 10.0) for i in range(3)], gpus=1, check_slots=2)
+    assert list(whole.finals) == [10, 20, 30]
+    # A student's newer upload supersedes a run whose shared part had not started yet.
+    again = simulate_split([*jobs, Job(0.0, 2, 10.0, 10.0, 4.0)], gpus=1, check_slots=2)
+    assert list(again.superseded) == [False, False, True, False] and again.finals[2] == 0
+
+
 def _intervals_never_overlap(out: SplitOutcome, gpus: int, slots: int) -> None:
     checks_end = out.verdicts
     for g in range(gpus):
