@@ -301,6 +301,10 @@ class SlurmSettings(BaseModel):
     extra_args: str = ""  # more sbatch options, split as a shell would (e.g. "--qos=course --mem=32G")
 
 
+# A timing task's seconds beyond its GPU stage: unpack, build from the cache, children's stop.
+TIMING_TASK_MARGIN_S = 300.0
+
+
 class Settings(BaseSettings):
     # The groups (build, sandbox, unpack, smtp, throttle, argon2, sso, saml, slurm) keep their flat names: KG_BUILD_JOBS is
     # build.jobs, KG_UNPACK_MAX_FILES is unpack.max_files, and one such variable changes only its
@@ -536,6 +540,22 @@ class Settings(BaseSettings):
     def _queue_per_gpu_model(self) -> Settings:
         if self.gpu_model and "task_queue" not in self.model_fields_set:
             self.task_queue = "gpu-" + re.sub(r"[^a-z0-9]+", "-", self.gpu_model.lower()).strip("-")
+        return self
+
+    @model_validator(mode="after")
+    def _a_timing_can_wait_its_turn(self) -> Settings:
+        # With the split, a timing task may wait for the GPU alone behind every other slot's
+        # timing before its own: each holds it for at most the GPU budget (its queueing is not
+        # counted against its own budget, worker.gpu.budget), and the task also unpacks, builds
+        # and stops its children (TIMING_TASK_MARGIN_S). A soft time limit below that would stop a
+        # healthy timing as a fault, again on every retry.
+        worst = (self.split_slots or 1) * self.gpu_budget_s + TIMING_TASK_MARGIN_S
+        if (self.split_slots or 1) > 1 and self.task_soft_time_limit_s < worst:
+            raise ValueError(
+                f"KG_GPU_SLOTS={self.gpu_slots} with KG_GPU_BUDGET_S={self.gpu_budget_s:g} lets a timing task take up "
+                f"to {worst:g} s (waiting its turn on the GPU behind the other slots' timings), past "
+                f"KG_TASK_SOFT_TIME_LIMIT_S={self.task_soft_time_limit_s}: raise KG_TASK_SOFT_TIME_LIMIT_S to at least "
+                f"{worst:g} (and KG_TASK_TIME_LIMIT_S above it), or use fewer slots")
         return self
 
     @model_validator(mode="after")

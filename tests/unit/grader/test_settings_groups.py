@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from grader.settings import BuildSettings, ChildSettings, SandboxSettings, Settings
 
@@ -141,3 +142,14 @@ def test_the_groups_are_read_only(group: str) -> None:
     field = next(iter(Settings.groups()[group].model_fields))
     with pytest.raises(ValueError, match="frozen"):
         setattr(getattr(Settings(_env_file=None), group), field, None)  # type: ignore[call-arg]
+
+
+def test_a_timing_task_has_time_to_wait_its_turn_behind_the_other_slots() -> None:
+    """Four slots of 300 s budgets fit the default 1500 s soft limit; five do not, and the error
+    names the figure to set (or fewer slots); without the split, slots never queue timings."""
+    assert Settings(_env_file=None, gpu_slots=4).split_slots == 4  # type: ignore[call-arg]
+    with pytest.raises(ValidationError, match=r"KG_GPU_SLOTS=5 .* at least 1800 .* or use fewer slots"):
+        Settings(_env_file=None, gpu_slots=5)  # type: ignore[call-arg]
+    assert Settings(_env_file=None, gpu_slots=5, task_soft_time_limit_s=1800,  # type: ignore[call-arg]
+                    task_time_limit_s=2100).gpu_slots == 5
+    assert Settings(_env_file=None, gpu_slots=8, timing_split=False).split_slots is None  # type: ignore[call-arg]
