@@ -1,4 +1,4 @@
-"""reduce's plug-in (reduce.yaml names this module): a GPU stage built only from the engine's
+"""reduce's plug-in (its rubric.yaml names this module): a GPU stage built only from the engine's
 generic parts, so that an assignment other than hw4 is graded on a GPU with no edit to them.
 
 A sandboxed child (worker.gpu.client, with gpu_child.py's operations) holds every case's input

@@ -1,4 +1,4 @@
-"""vecadd's plug-in (vecadd.yaml names this module): a stage that needs no GPU.
+"""vecadd's plug-in (its rubric.yaml names this module): a stage that needs no GPU.
 
 After the generic pipeline has built the student's src/vecadd.cu, one sandboxed child
 (child.py, in a copy of the staged tree) calls vec_add on every case; this trusted parent
