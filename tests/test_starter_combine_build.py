@@ -15,7 +15,7 @@ import pytest
 
 from worker.rubric import load_rubric
 
-SOURCE = Path(__file__).resolve().parents[1] / "worker" / "hw4" / "starter_combine.cu"
+SOURCE = Path(__file__).resolve().parents[1] / "rubrics" / "hw4" / "starter_combine.cu"
 NVCC = os.environ.get("KG_NVCC") or shutil.which("nvcc") or (
     "/usr/local/bin/nvcc" if Path("/usr/local/bin/nvcc").exists() else None
 )

@@ -22,7 +22,7 @@ from worker.rubric import load_rubric
 
 pytestmark = pytest.mark.gpu
 
-SOURCE = Path(__file__).resolve().parents[2] / "worker" / "hw4" / "starter_combine.cu"
+SOURCE = Path(__file__).resolve().parents[2] / "rubrics" / "hw4" / "starter_combine.cu"
 GPU_ARCH = os.environ.get("KG_CUDA_ARCH", "native")
 
 F32 = np.ctypeslib.ndpointer(dtype=np.float32, ndim=1, flags="C_CONTIGUOUS")
