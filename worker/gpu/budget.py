@@ -3,7 +3,9 @@
 A stage starts one `Deadline` as it starts; every call to a sandboxed child waits at most what
 is left (worker.gpu.client.ChildClient), and nothing new starts once it is spent, so whatever a
 submission does, its run holds the GPU for at most the budget plus the seconds it takes to stop
-its children. Standard library only.
+its children. The seconds a stage spends queued for its turn on the GPU's lock (a timing piece
+behind other runs' timings) are not its own: the budget leaves them out, and the Celery task's
+time limit bounds them (grader.settings refuses slots that could outwait it). Standard library only.
 """
 from __future__ import annotations
 
