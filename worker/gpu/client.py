@@ -113,14 +113,21 @@ def cpu_used(before: float | None, after: float | None) -> float | None:
     return after - before
 
 
+def widened(sandbox: Sandbox, paths: Sequence[str]) -> Sandbox:
+    """The same limits and policy, the view widened by `paths`, read-only (the namespaced process
+    backend binds nothing else: worker.sandbox.view)."""
+    if not paths:
+        return sandbox
+    shown = tuple(dict.fromkeys((*sandbox.policy.read_only, *paths)))
+    return Sandbox(sandbox.limits, replace(sandbox.policy, read_only=shown))
+
+
 def wrapped(sandbox: Sandbox, wrapper: Sequence[str]) -> Sandbox:
     """The sandbox a child runs in under `wrapper` (a program that runs the child, such as
-    CUDA's compute-sanitizer): the same limits and policy, its view widened by the folder of
-    the wrapper's real executable and the one above it, read-only (the namespaced process
-    backend binds nothing else: worker.sandbox.view)."""
+    CUDA's compute-sanitizer): widened by the folder of the wrapper's real executable and the
+    one above it."""
     real = Path(os.path.realpath(wrapper[0]))
-    folders = tuple(dict.fromkeys((*sandbox.policy.read_only, str(real.parent), str(real.parent.parent))))
-    return Sandbox(sandbox.limits, replace(sandbox.policy, read_only=folders))
+    return widened(sandbox, (str(real.parent), str(real.parent.parent)))
 
 
 def operation_files(handlers: Sequence[str]) -> tuple[str, ...]:
@@ -141,11 +148,8 @@ def operation_files(handlers: Sequence[str]) -> tuple[str, ...]:
 
 
 def with_operations(sandbox: Sandbox, handlers: Sequence[str]) -> Sandbox:
-    """The sandbox a child runs in, its view widened by its operations' files (operation_files)."""
-    files = operation_files(handlers)
-    if not files:
-        return sandbox
-    return Sandbox(sandbox.limits, replace(sandbox.policy, read_only=(*sandbox.policy.read_only, *files)))
+    """The sandbox a child runs in, widened by its operations' files (operation_files)."""
+    return widened(sandbox, operation_files(handlers))
 
 
 class ChildClient:
