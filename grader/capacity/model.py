@@ -182,31 +182,35 @@ def queue_eta(position: int, busy_remaining: Sequence[float], service_s: float) 
 
 
 def split_queue_eta(position: int, checking_remaining: Sequence[float], timings_waiting: int, checks_s: float,
-                    timing_s: float, slots: int) -> tuple[float, float]:
+                    timing_s: float, slots: int, timing_shared_s: float = 0.0) -> tuple[float, float]:
     """(verdicts, final score): seconds until the run at `position` in the broker's queue (1:
     next) has its correctness verdicts and its score under the two-piece schedule on one GPU with
     `slots` check slots: the runs in their checks end after their `checking_remaining` seconds
     and are timed too, `timings_waiting` runs wait for their timing, every run's checks take
-    `checks_s` and its timing `timing_s` (capacity_split.simulate_split on this snapshot)."""
-    waiting = [Job(0.0, -1 - i, timing_s, timing_s) for i in range(timings_waiting)]  # verdicts in: timing only
-    busy = [Job(0.0, 10**6 + i, left + timing_s, timing_s) for i, left in enumerate(checking_remaining)]
-    queued = [Job(0.0, 2 * 10**6 + i, checks_s + timing_s, timing_s) for i in range(position)]
+    `checks_s` and its timing `timing_s`, `timing_shared_s` of it shared (capacity_split.simulate_split
+    on this snapshot)."""
+    t, shared = timing_s, min(timing_shared_s, timing_s)
+    waiting = [Job(0.0, -1 - i, t, t, shared) for i in range(timings_waiting)]  # verdicts in: timing only
+    busy = [Job(0.0, 10**6 + i, left + t, t, shared) for i, left in enumerate(checking_remaining)]
+    queued = [Job(0.0, 2 * 10**6 + i, checks_s + t, t, shared) for i in range(position)]
     outcome = simulate_split([*waiting, *busy, *queued], gpus=1, check_slots=slots, fair_share=False)
     return float(outcome.verdicts[-1]), float(outcome.finals[-1])
 
 
 def course_jobs(course: Course, grade_seconds: Sequence[float], rng: np.random.Generator,
-                timing_seconds: Sequence[float] | None = None) -> list[Job]:
+                timing_seconds: Sequence[float] | None = None, timing_shared: Sequence[float] | None = None) -> list[Job]:
     """One deadline's uploads: each student's count (per_student, a fraction rounded up for that
     share of the students), each upload's time from the shape, each grade's time drawn from the
-    measured ones (with its timing, `timing_seconds[k]` of `grade_seconds[k]`; none: 0)."""
+    measured ones (with its timing, `timing_seconds[k]` of `grade_seconds[k]`, and of that
+    `timing_shared[k]` shared; none: 0)."""
     whole, extra = divmod(course.per_student, 1.0)
     counts = int(whole) + (rng.random(course.students) < extra)
     students = np.repeat(np.arange(course.students), counts)
     arrivals = course.shape.sample(rng, len(students))
     drawn = rng.choice(len(grade_seconds), size=len(students))
     timings = [0.0] * len(grade_seconds) if timing_seconds is None else timing_seconds
-    return [Job(float(a), int(s), float(grade_seconds[k]), float(timings[k]))
+    shared = [0.0] * len(grade_seconds) if timing_shared is None else timing_shared
+    return [Job(float(a), int(s), float(grade_seconds[k]), float(timings[k]), float(shared[k]))
             for a, s, k in zip(arrivals, students, drawn)]
 
 
@@ -252,25 +256,32 @@ class Figures:
     untimed: float  # the share of uploads not timed: their student uploaded again first
 
 
+def _parts_within(parts: Sequence[float] | None, wholes: Sequence[float]) -> bool:
+    """None, or as many seconds as `wholes`, each from 0 to its whole."""
+    return parts is None or len(parts) == len(wholes) and all(0 <= p <= w for p, w in zip(parts, wholes))
+
+
 class Planner:
     """`replications` seeded deadlines of one course, simulated for any number of GPUs (one
     worker each today) on the same uploads and grade times, so a difference between GPU counts
     or schedules is theirs alone. `timing_seconds[k]`: the timing part of `grade_seconds[k]`
-    (none: all checks), which only the two-piece schedule runs apart; `check_slots`: its runs'
-    checks at once per GPU."""
+    (none: all checks), which only the two-piece schedule runs apart, `timing_shared[k]` of that
+    holding the GPU shared (none: 0); `check_slots`: its runs' checks at once per GPU."""
 
     def __init__(self, course: Course, grade_seconds: Sequence[float], seed: int = 0, replications: int = 20,
-                 timing_seconds: Sequence[float] | None = None, check_slots: int = 2) -> None:
+                 timing_seconds: Sequence[float] | None = None, check_slots: int = 2,
+                 timing_shared: Sequence[float] | None = None) -> None:
         if not grade_seconds or any(not g > 0 for g in grade_seconds):
             raise ValueError("grade times must be seconds > 0")
-        if timing_seconds is not None and (len(timing_seconds) != len(grade_seconds) or any(
-                not 0 <= t <= g for t, g in zip(timing_seconds, grade_seconds))):
+        if not _parts_within(timing_seconds, grade_seconds):
             raise ValueError("each grade's timing must be seconds from 0 to its grade's time")
+        if not _parts_within(timing_shared, timing_seconds or [0.0] * len(grade_seconds)):
+            raise ValueError("each timing's shared part must be seconds from 0 to its timing's")
         if check_slots < 1:
             raise ValueError("at least one check slot per GPU")
         self.course, self.check_slots = course, check_slots
         rngs = np.random.default_rng(seed).spawn(max(1, replications))
-        self.deadlines = [course_jobs(course, grade_seconds, rng, timing_seconds) for rng in rngs]
+        self.deadlines = [course_jobs(course, grade_seconds, rng, timing_seconds, timing_shared) for rng in rngs]
         self._memo: dict[int, Waits] = {}
         self._figures: dict[tuple[Schedule, int], Figures] = {}
 

@@ -18,6 +18,7 @@ from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import RunState
 from grader.reads.grade_times import (
     DEFAULT_TIMING_SHARE,
+    GradeSplit,
     grade_splits,
     graded_gpu_models,
     stage_medians,
@@ -66,16 +67,15 @@ def _fail(message: str) -> None:
     raise typer.Exit(2)
 
 
-def _measured(session: Session, slug: str, recent: int, asked: str | None,
-              share: float) -> tuple[list[float], list[float], str]:
+def _measured(session: Session, slug: str, recent: int, asked: str | None, share: float) -> tuple[list[GradeSplit], str]:
     assignment_id = assignment_or_exit(session, slug).id
     model = _pick_model(sorted(graded_gpu_models(session, recent, assignment_id)), asked, slug)
     scored = (RunState.scored,)
     splits = grade_splits(session, recent, assignment_id, model, scored)
     stages = stage_medians(session, recent, assignment_id, model, scored)
     where = ", ".join(f"{name} {value:.1f} s" for name, value in stages.items())
-    recorded = sum(timing is not None for _, timing in splits)
-    return [g for g, _ in splits], with_timing(splits, share), (
+    recorded = sum(s.timing is not None for s in splits)
+    return splits, (
         f"{model}, the {len(splits)} most recent scored runs of {slug} (claim to result)"
         + (f"; stages, median: {where}" if where else "")
         + f"; timing from the phases {recorded} of them recorded"
@@ -126,9 +126,10 @@ def capacity(
         raise typer.BadParameter("at least one check slot per GPU", param_hint="--check-slots")
     if not 0 <= timing_share <= 1:
         raise typer.BadParameter("a share from 0 to 1", param_hint="--timing-share")
-    times, timings, source = _grade_times(grade_seconds_, assignment, recent, gpu_model, timing_share)
-    planner = Planner(course, times, seed, replications, timings, check_slots)
-    _echo_demand(course, shape, window_s, times, timings, source)
+    splits, source = _grade_times(grade_seconds_, assignment, recent, gpu_model, timing_share)
+    times, timings, shared = [s.held for s in splits], with_timing(splits, timing_share), [s.timing_shared for s in splits]
+    planner = Planner(course, times, seed, replications, timings, check_slots, shared)
+    _echo_demand(course, shape, window_s, times, timings, shared, source)
     _echo_plan(planner, workers, target_s)
     typer.echo(f"Verdict: upload to the end of its checks (correctness and points); final: upload to the score, "
                f"over the runs that count (a run untimed, its student having uploaded again first, is final at its "
@@ -148,21 +149,20 @@ def _course(students: int, per_student: float, shape: str | None, window_s: floa
 
 
 def _grade_times(given: list[float] | None, assignment: str | None, recent: int, gpu_model: str | None,
-                 share: float) -> tuple[list[float], list[float], str]:
-    """The grade times to simulate, the timing part of each, and where they come from:
-    --grade-seconds (timing: --timing-share of each), else the database's."""
+                 share: float) -> tuple[list[GradeSplit], str]:
+    """The grade times to simulate (the timing part of each where recorded) and where they come
+    from: --grade-seconds (timing: --timing-share of each), else the database's."""
     if given:
         if any(not g > 0 for g in given):
             raise typer.BadParameter("grade times are seconds > 0", param_hint="--grade-seconds")
-        return list(given), with_timing([(g, None) for g in given], share), \
-            f"given on the command line; timing {share:g} of each"
+        return [GradeSplit(g, None) for g in given], f"given on the command line; timing {share:g} of each"
     settings = get_settings()
     with session_scope(make_session_factory(make_engine(settings))) as session:
         return _measured(session, assignment or settings.rubrics[0], recent, gpu_model, share)
 
 
 def _echo_demand(course: Course, shape: str | None, window_s: float, times: list[float], timings: list[float],
-                 source: str) -> None:
+                 shared: list[float], source: str) -> None:
     """Print the course's uploads, the grade times and the work they make today."""
     mean = statistics.fmean(times)
     peak_per_hour = course.uploads * course.shape.peak_share_per_hour()
@@ -172,7 +172,9 @@ def _echo_demand(course: Course, shape: str | None, window_s: float, times: list
                f"grades in the {span(window_s)} before the deadline ({shape_words}); at the peak {peak_per_hour:.0f} "
                "uploads an hour.")
     typer.echo(f"Grade time: median {span(float(np.median(times)))}, p95 {span(float(np.percentile(times, 95)))}, "
-               f"mean {mean:.0f} s, of which timing mean {statistics.fmean(timings):.0f} s ({source}).")
+               f"mean {mean:.0f} s, of which timing mean {statistics.fmean(timings):.0f} s"
+               + (f" ({statistics.fmean(shared):.0f} s of it holding the GPU shared: a timing piece's set-up)"
+                  if any(shared) else "") + f" ({source}).")
     typer.echo(f"Work today: {course.uploads * mean / HOUR:.1f} GPU-hours; at the peak, {peak_load:.1f} GPUs' worth of "
                "grading arrives (a load above 1 per GPU: the queue grows until the rate falls).")
 

@@ -169,10 +169,10 @@ def timing_seconds(measurements: Mapping[str, dict[str, Any]]) -> float | None:
     timed (a failed check) adds nothing; None when no problem recorded its phases. A run timed in
     its own piece recorded the seconds it held the GPU's lock alone (worker.gpu.gpu_lock
     `GpuTurns`, the same record in every problem): that is its timing, exactly."""
+    turns = lock_turns(measurements)
+    if turns is not None and "alone" in turns:
+        return turns["alone"]
     telemetry = [_dict(m.get("telemetry")) for m in measurements.values()]
-    alone = next((s for t in telemetry if (s := _number(_dict(t.get("gpu_turns")).get("alone"))) is not None), None)
-    if alone is not None:
-        return alone
     phases = [t["seconds"] for t in telemetry if isinstance(t.get("seconds"), dict)]
     problem3 = [t["problem3"] for t in telemetry if isinstance(t.get("problem3"), dict)]
     if not phases and not problem3:
@@ -183,6 +183,18 @@ def timing_seconds(measurements: Mapping[str, dict[str, Any]]) -> float | None:
         if timing is not None:
             total += timing[0] + max(0.0, (elapsed or timing[2]) - timing[2])
     return total
+
+
+def lock_turns(measurements: Mapping[str, dict[str, Any]]) -> dict[str, float] | None:
+    """The seconds a run's timing piece waited for and held the GPU's lock, shared and alone
+    (worker.gpu.gpu_lock `GpuTurns.record`, the same in each of its problems); None for a run
+    not timed in a piece of its own."""
+    for m in measurements.values():
+        turns = _dict(_dict(m.get("telemetry")).get("gpu_turns"))
+        read = {kind: n for kind, v in turns.items() if (n := _number(v)) is not None}
+        if read:
+            return read
+    return None
 
 
 def run_gpu_time(run: Run) -> GpuTime | None:

@@ -11,7 +11,10 @@ telemetry (grader/reads/gpu_info.py).
 The capacity model's second schedule runs a grade's timing apart from its checks, so it needs
 each grade's time split in two: `grade_splits` reads the timing part from the phases the run's
 measurements recorded (grader/reads/gpu_phases.py `timing_seconds`), and `with_timing` fills
-in DEFAULT_TIMING_SHARE for a run that recorded none.
+in DEFAULT_TIMING_SHARE for a run that recorded none. A run timed in a piece of its own recorded
+its turns on the GPU's lock (`lock_turns`): its timing is what that piece held, shared (its
+children's start, the model's `timing_shared`) and alone, and the seconds it waited for the
+lock are no one's work, so they leave its grade time.
 """
 from __future__ import annotations
 
@@ -19,14 +22,14 @@ import statistics
 from collections import Counter
 from collections.abc import Collection, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Select, exists, select
 from sqlalchemy.orm import Session
 
 from grader.models import ProblemResult, Run, RunState, Submission
 from grader.reads.gpu_info import gpu_name
-from grader.reads.gpu_phases import timing_seconds
+from grader.reads.gpu_phases import lock_turns, timing_seconds
 
 GRADED = (RunState.scored, RunState.built)  # failures end early and would skew the times
 STAGE_NAMES = ("unpack", "stage", "build", "reference", "run")  # worker.pipeline's records, in order
@@ -35,6 +38,14 @@ STAGE_NAMES = ("unpack", "stage", "build", "reference", "run")  # worker.pipelin
 # correct Problem 3's three timed pairs 61.9 s and the verification of one 11.4 s, 95.6 s in all,
 # of a real submission's whole grade of 160-210 s (185 s in the middle).
 DEFAULT_TIMING_SHARE = 0.5
+
+
+class GradeSplit(NamedTuple):
+    """One grade's seconds of work and the timing part of them."""
+
+    held: float  # what the run held its worker for, less any wait for the GPU's lock
+    timing: float | None  # of which timing; None: its measurements recorded no phases
+    timing_shared: float = 0.0  # of the timing, the GPU held shared (a timing piece's set-up)
 
 
 def _recent(query: Select, sample: int, assignment_id: int | None, gpu_model: str | None,
@@ -74,9 +85,8 @@ def graded_in_pieces(session: Session, sample: int, assignment_id: int | None = 
 
 
 def grade_splits(session: Session, sample: int, assignment_id: int | None = None, gpu_model: str | None = None,
-                 states: Collection[RunState] = GRADED) -> list[tuple[float, float | None]]:
-    """The same runs as `grade_seconds`: each one's claim-to-end seconds and the seconds of it
-    that were timing (None: its measurements recorded no phases)."""
+                 states: Collection[RunState] = GRADED) -> list[GradeSplit]:
+    """The same runs as `grade_seconds`, each split into its checks and its timing."""
     runs = session.execute(_recent(select(Run.id, Run.started_at, Run.finished_at, Run.stages), sample, assignment_id,
                                    gpu_model, states)).all()
     measurements: dict[int, dict[str, dict[str, Any]]] = {run_id: {} for run_id, _, _, _ in runs}
@@ -84,14 +94,23 @@ def grade_splits(session: Session, sample: int, assignment_id: int | None = None
                            .where(ProblemResult.run_id.in_(list(measurements))))
     for run_id, problem_id, details in rows:
         measurements[run_id][problem_id] = (details or {}).get("measurement") or {}
-    return [(_held_seconds(started, finished, stages), timing_seconds(measurements[run_id]))
+    return [_split(_held_seconds(started, finished, stages), measurements[run_id])
             for run_id, started, finished, stages in runs]
 
 
-def with_timing(splits: Sequence[tuple[float, float | None]], share: float = DEFAULT_TIMING_SHARE) -> list[float]:
+def _split(held: float, measurements: dict[str, dict[str, Any]]) -> GradeSplit:
+    turns = lock_turns(measurements)
+    if turns is None:
+        return GradeSplit(held, timing_seconds(measurements))
+    shared, alone = turns.get("shared", 0.0), turns.get("alone", 0.0)
+    waited = turns.get("waited_shared", 0.0) + turns.get("waited_alone", 0.0)
+    return GradeSplit(max(held - waited, shared + alone), shared + alone, shared)
+
+
+def with_timing(splits: Sequence[GradeSplit], share: float = DEFAULT_TIMING_SHARE) -> list[float]:
     """Each grade's timing seconds: as recorded (at most the grade's time: the phases are on the
     stage's clock, the grade on the database's), else `share` of the grade."""
-    return [share * grade if timing is None else min(timing, grade) for grade, timing in splits]
+    return [share * s.held if s.timing is None else min(s.timing, s.held) for s in splits]
 
 
 def stage_medians(session: Session, sample: int, assignment_id: int | None = None, gpu_model: str | None = None,

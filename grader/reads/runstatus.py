@@ -81,13 +81,13 @@ def split_estimate(session: Session, run: Run, position: int, sample: int, slots
     if not splits or not graded_in_pieces(session, sample, run.submission.assignment_id):
         return None
     timings = with_timing(splits)
-    checks_s = statistics.median(held - timing for (held, _), timing in zip(splits, timings))
-    timing_s = statistics.median(timings)
+    checks_s = statistics.median(s.held - timing for s, timing in zip(splits, timings))
+    timing_s, shared_s = statistics.median(timings), statistics.median(s.timing_shared for s in splits)
     now = utcnow()
     started = session.scalars(select(Run.started_at).where(Run.state.in_((RunState.building, RunState.running))))
     checking = [max(0.0, checks_s - ((now - at).total_seconds() if at else 0.0)) for at in started]
     waiting = session.scalar(select(func.count(Run.id)).where(Run.state.in_((RunState.checked, RunState.timing)))) or 0
-    verdict_s, final_s = split_queue_eta(position, checking, int(waiting), checks_s, timing_s, slots)
+    verdict_s, final_s = split_queue_eta(position, checking, int(waiting), checks_s, timing_s, slots, shared_s)
     return QueueEstimate(position, final_s, verdict_s)
 
 

@@ -20,7 +20,7 @@ from grader.course.membership import get_or_create_user
 from grader.db import session_scope
 from grader.models import Assignment, ProblemResult, Role, RunState, utcnow
 from grader.models import Course as CourseRow
-from grader.reads.grade_times import grade_seconds, grade_splits, graded_gpu_models, with_timing
+from grader.reads.grade_times import GradeSplit, grade_seconds, grade_splits, graded_gpu_models, with_timing
 from grader.service import record_submission
 from grader.settings import Settings, get_settings
 from grader.storage.blobstore import StoredBlob
@@ -80,8 +80,29 @@ def test_grade_times_are_recent_scored_single_attempt_runs_of_the_model(
         # The run page's reading: every graded run of the assignment, GPU or not
         assert grade_seconds(session, 100, assignment_id) == [180, 210, 60, 400, 150]
         splits = grade_splits(session, 100, assignment_id, H200, (RunState.scored,))
-        assert splits == [(180, None), (210, 40.0), (150, None)]
+        assert splits == [GradeSplit(180, None), GradeSplit(210, 40.0), GradeSplit(150, None)]
         assert with_timing(splits) == [90, 40, 75] and with_timing(splits, 0.2) == [36, 40, 30]
+
+
+def test_a_run_timed_in_its_own_piece_splits_by_its_turns_on_the_gpus_lock(sessions: sessionmaker[Session]) -> None:
+    """Checks 100 s, then a timing piece of 260 s that waited 150 s for the lock (no one's work),
+    held it shared 30 s (its children's start) and alone 75 s: 210 s of work, 105 of it timing."""
+    slug = f"cap-{uuid.uuid4().hex[:6]}"
+    with session_scope(sessions) as session:
+        assignment = Assignment(slug=slug, title="pieces", course=CourseRow(slug=slug, title="pieces"), total_points=100)
+        session.add(assignment)
+        user = get_or_create_user(session, f"cap-{uuid.uuid4().hex[:6]}", Role.student, [assignment.course])
+        _sub, run = record_submission(session, user, assignment, "a.zip", StoredBlob(sha256="cd" * 32, size=1))
+        run.state, run.attempts, run.finished_at = RunState.scored, 1, utcnow()
+        run.started_at = run.finished_at - timedelta(seconds=900)  # the wait between the pieces is not its time
+        run.stages = {"run": {"status": "ok", "seconds": 100.0, "log": ""},
+                      "timing_run": {"status": "ok", "seconds": 260.0, "log": ""}}
+        turns = {"waited_shared": 40.0, "shared": 30.0, "waited_alone": 110.0, "alone": 75.0}
+        for pid in ("1", "2"):
+            run.results.append(ProblemResult(problem_id=pid, title=pid, status="passed", points=1, max_points=1,
+                                             details={"measurement": {"telemetry": {"gpu_turns": turns}}}))
+        session.flush()
+        assert grade_splits(session, 10, assignment.id) == [GradeSplit(210.0, 105.0, 30.0)]
 
 
 def test_capacity_prints_both_schedules_for_the_measured_times(

@@ -12,7 +12,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from grader.capacity.model import HOUR, Course, Job, Planner, Schedule, Shape, queue_eta, service_estimate, simulate
+from grader.capacity.model import (
+    HOUR,
+    Course,
+    Job,
+    Planner,
+    Schedule,
+    Shape,
+    queue_eta,
+    service_estimate,
+    simulate,
+    split_queue_eta,
+)
 from grader.capacity.split import SplitOutcome, simulate_split
 from worker.assignment import StageConfig, StageProgress, assignment_of
 from worker.rubric import load_rubric
@@ -227,8 +238,23 @@ def test_shapes_and_courses_refuse_what_they_cannot_mean() -> None:
         Planner(Course(1, 1, Shape.default()), [])
     with pytest.raises(ValueError, match="timing"):
         Planner(Course(1, 1, Shape.default()), [60.0], timing_seconds=[61.0])
+    with pytest.raises(ValueError, match="shared part"):
+        Planner(Course(1, 1, Shape.default()), [60.0], timing_seconds=[30.0], timing_shared=[31.0])
     with pytest.raises(ValueError, match="check slot"):
         simulate_split([], gpus=1, check_slots=0)
+
+
+def test_the_measured_shared_part_of_a_timing_reaches_the_simulated_jobs() -> None:
+    jobs = Planner(Course(30, 2, Shape.default()), [100.0, 200.0], replications=1, timing_seconds=[40.0, 90.0],
+                   timing_shared=[10.0, 25.0]).deadlines[0]
+    assert {(j.service, j.timing, j.timing_shared) for j in jobs} == {(100, 40, 10), (200, 90, 25)}
+
+
+def test_the_split_eta_counts_a_timings_shared_set_up_as_shared() -> None:
+    # The worked case of test_timings_share_their_set_up_and_take_turns_alone, as the run page
+    # asks it: two queued runs, no checks, each timing 4 s shared then 6 s alone, on two slots.
+    assert split_queue_eta(2, [], 0, 0.0, 10.0, 2, timing_shared_s=4.0) == (0, 16)
+    assert split_queue_eta(2, [], 0, 0.0, 10.0, 2) == (0, 20)  # read as one exclusive block
 
 
 def test_fractional_uploads_per_student() -> None:
