@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from worker.assignment import GpuStage, StageConfig, StageProgress
+from worker.assignment import GpuStage, Plugin, StageConfig, StageProgress, Words
 from worker.checks import CheckResult, compare
 from worker.gpu.budget import Deadline
 from worker.gpu.client import ChildClient, ChildFailure, OutOfBudget, StageInfraError, StudentError
@@ -238,3 +238,17 @@ def make_stage(problem: LibraryProblem) -> Callable[[StageConfig, StageProgress]
         return stage
 
     return make
+
+
+def library_plugin(problem: LibraryProblem, zip_folder: str) -> Plugin:
+    """The plug-in of an assignment of one library call: its stage, its mutant set (mutants.yaml
+    beside its call file) and its words, all said in the function's and the baseline's names."""
+    figure = f"your {problem.function} vs the starter's {problem.baseline}"
+    return Plugin(
+        zip_folder=zip_folder,
+        make_stage=make_stage(problem),
+        mutants_file=problem.operations.with_name("mutants.yaml"),
+        words=Words(case_routes=(f"{problem.function} called directly", "your code"),
+                    figures={"reference_ops": figure, "student": figure}),
+        calibration_warning=f"our reference kit's {problem.function}, which is no student's code",
+    )

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from worker.assignment import Plugin, Words
-from worker.library_call import Case, LibraryProblem, make_stage
+from worker.library_call import Case, LibraryProblem, library_plugin
 
 # Shapes that are and are not multiples of a 32-wide tile, one row, one column, and a matrix
 # larger than an H100's or H200's L2 cache (4096 x 4096 floats, 64 MiB each way) to time.
@@ -42,12 +41,4 @@ PROBLEM = LibraryProblem(
     make_input=make_input, expected=transposed, tolerance=exact,
 )
 
-ASSIGNMENT = Plugin(
-    zip_folder="transpose",
-    make_stage=make_stage(PROBLEM),
-    mutants_file=Path(__file__).with_name("mutants.yaml"),
-    words=Words(case_routes=("transpose called directly", "your code"),
-                figures={"reference_ops": "your transpose vs the starter's transpose_naive",
-                         "student": "your transpose vs the starter's transpose_naive"}),
-    calibration_warning="our reference kit's transpose, which is no student's code",
-)
+ASSIGNMENT = library_plugin(PROBLEM, zip_folder="transpose")

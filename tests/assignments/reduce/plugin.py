@@ -12,8 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from worker.assignment import Plugin, Words
-from worker.library_call import Case, LibraryProblem, make_stage
+from worker.library_call import Case, LibraryProblem, library_plugin
 
 CASES = (Case("n1", (1,), True), Case("n31", (31,), True), Case("n4097", (4097,), True),
          Case("n1048579", (2**20 + 3,), False), Case("n16777216", (2**24,), False))
@@ -42,12 +41,4 @@ PROBLEM = LibraryProblem(
     make_input=make_input, expected=expected_sum, tolerance=tolerance,
 )
 
-ASSIGNMENT = Plugin(
-    zip_folder="reduce",
-    make_stage=make_stage(PROBLEM),
-    mutants_file=Path(__file__).with_name("mutants.yaml"),
-    words=Words(case_routes=("reduce_sum called directly", "your code"),
-                figures={"reference_ops": "your reduce_sum vs the starter's reduce_sum_naive",
-                         "student": "your reduce_sum vs the starter's reduce_sum_naive"}),
-    calibration_warning="our reference kit's reduce_sum, which is no student's code",
-)
+ASSIGNMENT = library_plugin(PROBLEM, zip_folder="reduce")
