@@ -38,6 +38,9 @@ STEADY_MEMORY_ENV = {
 }
 
 
+EXIT_WAIT_S = 10.0  # how long a child whose channel closed may take to exit before it is killed
+
+
 class ChildFailure(Exception):
     """The child timed out or died; `kind` is "timeout" or "crashed" (then `ended` says how it
     ended), or "budget" (OutOfBudget). `request`: the message it got no answer to, so a caller
@@ -228,9 +231,9 @@ class ChildClient:
             raise ChildFailure("timeout", f"no answer to {message.get('op')!r} within {timeout:.0f} s",
                                self.process.output_tail(), request=message) from None
         except (ChannelClosed, OSError):
-            exit_ = self.process.wait(timeout=10)
-            raise ChildFailure("crashed", f"{exit_.reason}: {exit_.detail}", self.process.output_tail(),
-                               exit_, message) from None
+            exit_ = self._reaped(EXIT_WAIT_S)
+            said = "its end could not be read" if exit_ is None else f"{exit_.reason}: {exit_.detail}"
+            raise ChildFailure("crashed", said, self.process.output_tail(), exit_, message) from None
         if not reply.get("ok"):
             raise StudentError(str(reply.get("error")), str(reply.get("trace", "")))
         return reply, elapsed, cpu_used(cpu_before, cpu_after)
@@ -246,21 +249,26 @@ class ChildClient:
         """Keep the child (all its threads) on these cores, for stable timings."""
         self.process.pin(cpus)
 
-    def close(self, wait_s: float = 10.0) -> SandboxExit | None:
+    def close(self, wait_s: float = EXIT_WAIT_S) -> SandboxExit | None:
         """End the child: its channel closed, `wait_s` for it to exit by itself, then killed.
         How it ended (with what its sandbox refused), or None where that could not be read."""
         try:
             self.channel.close()
-            if self.process.alive:
-                self.process.wait(timeout=wait_s)
+            return self._reaped(wait_s)
         finally:
-            if self.process.alive:
-                self.process.kill()
             self.arena.close()
-        try:
-            return self.process.wait(timeout=wait_s)  # dead by now: its result, once reaped
-        except subprocess.TimeoutExpired:
-            return None
+
+    def _reaped(self, wait_s: float) -> SandboxExit | None:
+        """The child's end: `wait_s` for it to exit by itself, then killed and `wait_s` more.
+        A child slow to exit (a CUDA context torn down on a host busy with other runs: over
+        10 s with 8 runs checking on one H100, 2026-12-07) is killed, never a failed grade."""
+        for attempt in range(2):
+            try:
+                return self.process.wait(timeout=wait_s)
+            except subprocess.TimeoutExpired:
+                if attempt == 0:
+                    self.process.kill()
+        return None
 
     def __enter__(self) -> ChildClient:
         return self
