@@ -81,10 +81,7 @@ def _drive(client: ChildClient, check: Check, cuda: bool, timeout: float) -> str
 def _end(client: ChildClient, cap: Deadline) -> None:
     """Close the wrapped child (the tool writes its summary as the child exits) and wait until
     its folder holds what it wrote."""
-    try:
-        client.close(wait_s=max(1.0, min(30.0, cap.left())))
-    except subprocess.TimeoutExpired:
-        pass  # killed: the report holds what the tool wrote until then
+    client.close(wait_s=max(1.0, min(30.0, cap.left())))  # past it, killed: the report holds what the tool wrote
     try:
         client.process.wait(timeout=10)
     except (subprocess.TimeoutExpired, SandboxError):
