@@ -73,9 +73,6 @@ class LibraryProblem:
         rng = np.random.default_rng(seed)
         return {c.case_id: self.make_input(rng, c) for c in self.cases}
 
-    def output_shape(self, values: np.ndarray) -> tuple[int, ...]:
-        return tuple(np.shape(self.expected(values)))
-
     def check(self, got: np.ndarray, values: np.ndarray, expected: np.ndarray | None = None) -> CheckResult:
         """One output against the float64 expected one (worker.checks' verdict and message);
         `expected`: that output, computed once for many checks of one input."""
@@ -110,12 +107,13 @@ class _Child:
 
 
 def start_child(problem: LibraryProblem, tree: Path, config: StageConfig, deadline: Deadline,
-                inputs: dict[str, np.ndarray], library: str, function: str) -> _Child:
+                inputs: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]], library: str,
+                function: str) -> _Child:
     """A sandboxed child in `tree` (the operations copied in), its CUDA up and `inputs` on its
-    GPU: all our side, before any library of the tree is loaded (on its first call)."""
+    GPU, each case's output of its shape in `shapes`: all our side, before any library of the
+    tree is loaded (on its first call)."""
     shutil.copyfile(problem.operations, tree / OPERATIONS_IN_TREE)
-    shapes = {case_id: problem.output_shape(values) for case_id, values in inputs.items()}
-    arena = max(sum(v.nbytes for v in inputs.values()), max(4 * int(np.prod(s)) for s in shapes.values()))
+    arena = max(sum(v.nbytes for v in inputs.values()), max(4 * int(np.prod(shapes[c])) for c in inputs))
     client = ChildClient(Sandbox(config.limits, config.policy), tree, (CHILD_MODULE, str(tree / OPERATIONS_IN_TREE)),
                          arena + 4096 * (len(inputs) + 1), config.policy.gpu_index, deadline=deadline)
     try:
@@ -129,7 +127,8 @@ def start_child(problem: LibraryProblem, tree: Path, config: StageConfig, deadli
     return _Child(problem, client, library, function, shapes)
 
 
-def run_checks(problem: LibraryProblem, child: _Child, inputs: dict[str, np.ndarray]) -> list[CaseOutcome]:
+def run_checks(problem: LibraryProblem, child: _Child, inputs: dict[str, np.ndarray],
+               expected: dict[str, np.ndarray]) -> list[CaseOutcome]:
     outcomes = []
     for case in problem.cases:
         try:
@@ -138,7 +137,7 @@ def run_checks(problem: LibraryProblem, child: _Child, inputs: dict[str, np.ndar
         except StudentError as exc:  # a CUDA error in the kernel, say: the case fails with it
             outcomes.append(CaseOutcome(case.case_id, case.shape, False, message=exc.error, public=case.public))
             continue
-        result = problem.check(got, inputs[case.case_id])
+        result = problem.check(got, inputs[case.case_id], expected[case.case_id])
         outcomes.append(CaseOutcome(case.case_id, case.shape, result.ok, result.max_err, result.where, result.message,
                                     case.public))
     return outcomes
@@ -157,7 +156,7 @@ def _timed(children: dict[str, _Child], variant: str, calls: int) -> float:
 
 
 def time_against_baseline(problem: LibraryProblem, children: dict[str, _Child], values: np.ndarray,
-                          rule: StoppingRule) -> tuple[RatioSummary, dict[str, object]]:
+                          expected: np.ndarray, rule: StoppingRule) -> tuple[RatioSummary, dict[str, object]]:
     """The speedup of the student's function over the baseline on the timed case, and how it was measured."""
     warm_ms = {}
     for variant in VARIANTS:  # the first call loads; the second sizes the requests
@@ -166,7 +165,6 @@ def time_against_baseline(problem: LibraryProblem, children: dict[str, _Child], 
         warm_ms[variant] = seconds * 1e3
     calls = {v: calls_per_request(warm_ms[v], problem.request_ms, problem.max_calls) for v in VARIANTS}
     times: dict[str, list[float]] = {v: [] for v in VARIANTS}
-    expected = problem.expected(values)
     started = time.monotonic()
 
     def trial() -> Progress:
@@ -198,25 +196,28 @@ def measure(problem: LibraryProblem, rubric: Rubric, config: StageConfig, staged
     (baseline_tree / BASELINE_DIR / problem.library).parent.mkdir(parents=True)
     shutil.copyfile(reference / problem.library, baseline_tree / BASELINE_DIR / problem.library)
     inputs = problem.inputs(config.seed)
+    expected = {case_id: problem.expected(values) for case_id, values in inputs.items()}  # once: 128 MB for 4096^2
+    shapes = {case_id: tuple(right.shape) for case_id, right in expected.items()}
     telemetry: dict[str, object] = {GPU_SNAPSHOT_KEYS[0]: gpu_snapshot(config.policy.gpu_index or 0)}
     spec = next(p for p in rubric.problems if p.id == pid).scoring
     rule = StoppingRule(problem.min_trials, problem.max_trials, problem.max_relative_width, spec.thresholds(),
                         config.budget_s)
     measured, deadline = ProblemMeasurement(pid, telemetry=telemetry), Deadline(config.budget_s)
     with ExitStack() as stack:
-        student = start_child(problem, student_tree, config, deadline, inputs, problem.library, problem.function)
+        student = start_child(problem, student_tree, config, deadline, inputs, shapes, problem.library,
+                              problem.function)
         stack.callback(student.client.close)
         try:
-            measured.abi_cases = run_checks(problem, student, inputs)
+            measured.abi_cases = run_checks(problem, student, inputs, expected)
             timed = measured.all_passed  # a failed case forfeits speed
             progress.checked([measured], frozenset({pid}) if timed else frozenset())
             if timed:
-                timed_input = {problem.timed.case_id: inputs[problem.timed.case_id]}
-                baseline = start_child(problem, baseline_tree, config, deadline, timed_input,
+                case = problem.timed.case_id
+                baseline = start_child(problem, baseline_tree, config, deadline, {case: inputs[case]}, shapes,
                                        f"{BASELINE_DIR}/{problem.library}", problem.baseline)
                 stack.callback(baseline.client.close)
                 measured.speedup_reference_ops, telemetry["timing"] = time_against_baseline(
-                    problem, {"student": student, "baseline": baseline}, inputs[problem.timed.case_id], rule)
+                    problem, {"student": student, "baseline": baseline}, inputs[case], expected[case], rule)
         except ChildFailure as failure:
             measured.status, measured.log_tail = _stopped(failure), f"{failure.detail}\n{failure.tail}"
         except (StudentError, WrongTimedOutput) as exc:
