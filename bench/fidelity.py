@@ -136,10 +136,10 @@ def outcome_record(outcome: Any, seconds: float, wanted: tuple[str, ...]) -> dic
             "message": p.message,
             "first_failure": first,
             "measurement_status": m.status if m is not None else None,
-            "speedup_student": m.speedup_student.describe() if m is not None and m.speedup_student else None,
-            "speedup_reference_ops": (m.speedup_reference_ops.describe()
-                                      if m is not None and m.speedup_reference_ops else None),
-            "speedup_trusted": m.speedup_trusted.describe() if m is not None and m.speedup_trusted else None,
+            "speedup_student": m.figure("student").describe() if m is not None and m.figure("student") else None,
+            "speedup_reference_ops": (m.figure("reference_ops").describe()
+                                      if m is not None and m.figure("reference_ops") else None),
+            "speedup_trusted": m.figure("trusted").describe() if m is not None and m.figure("trusted") else None,
             # the figure that scored, as a number, and the timing's own record (per shape)
             "scored_figure": ((p.details or {}).get("score") or {}).get("figure"),
             "scored_speedup": (((p.details or {}).get("score") or {}).get("speedup") or {}).get("speedup"),

@@ -48,9 +48,9 @@ kit = Path(sys.argv[1])
 started = time.monotonic()
 measurements = run_gpu_stage(load_rubric("hw4"), kit, kit, Path(sys.argv[2]), config)
 seconds = time.monotonic() - started
-speedups = {m.problem_id: m.speedup_trusted.speedup for m in measurements if m.speedup_trusted}
+speedups = {m.problem_id: m.figure("trusted").speedup for m in measurements if m.figure("trusted")}
 print(json.dumps({"seconds": seconds, "speedups": speedups,
-                  "failed": [f"{m.problem_id}: {m.status}" for m in measurements if not m.speedup_trusted]}))
+                  "failed": [f"{m.problem_id}: {m.status}" for m in measurements if not m.figure("trusted")]}))
 """
 
 

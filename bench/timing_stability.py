@@ -84,13 +84,13 @@ def main() -> int:
                 seconds[mode].append(time.monotonic() - started)
                 shutil.rmtree(work / f"grade-{i}", ignore_errors=True)
                 for m in measurements:
-                    if m.speedup_student is None or m.speedup_trusted is None:
+                    if m.figure("student") is None or m.figure("trusted") is None:
                         raise SystemExit(f"{mode} grade {i + 1}: {m.problem_id} not timed ({m.status}): {m.log_tail}")
-                    speedups[mode][m.problem_id]["own"].append(m.speedup_student.speedup)
-                    speedups[mode][m.problem_id]["reference"].append(m.speedup_trusted.speedup)
+                    speedups[mode][m.problem_id]["own"].append(m.figure("student").speedup)
+                    speedups[mode][m.problem_id]["reference"].append(m.figure("trusted").speedup)
                     for ph in PHASES:
                         phases[mode][m.problem_id][ph].append(m.telemetry["seconds"].get(ph, 0.0))
-                    phases[mode][m.problem_id]["trials"].append(m.speedup_student.trials)
+                    phases[mode][m.problem_id]["trials"].append(m.figure("student").trials)
                 print(f"{mode} grade {i + 1}: {seconds[mode][-1]:.0f} s", flush=True)
 
     on, off = modes

@@ -26,6 +26,7 @@ from worker.states import Piece
 if TYPE_CHECKING:  # pragma: no cover
     from worker.affinity import TimingCpus
     from worker.gpu.gpu_lock import GpuLock
+    from worker.gpu_time import GpuTimeReader, TimingReader
     from worker.measurements import ProblemMeasurement
     from worker.rubric import Rubric
     from worker.sandbox import SandboxLimits, SandboxPolicy
@@ -89,15 +90,12 @@ StageFactory = Callable[[StageConfig, StageProgress], GpuStage]
 class Words:
     """Student-facing words of an assignment, used by worker.scoring in its reasons."""
 
-    # How a case reached the student's code: the first for ProblemMeasurement.abi_cases (the
-    # compiled library called directly), the second for its binding_cases (through the
-    # student's own higher-level code); quoted after each failed case.
-    case_routes: tuple[str, str] = ("library", "your code")
-    # Speed figure (worker.rubric.SPEED_FIGURES) -> what its speedup compares, in a speed line.
-    figures: dict[str, str] = field(default_factory=lambda: {
-        "reference_ops": "your code vs the composition on the reference basic ops",
-        "student": "your code vs the composition on your own basic ops",
-    })
+    # A case route (ProblemMeasurement.routes) -> how its cases reached the student's code,
+    # quoted after each failed case; a route not named here is quoted by its own name.
+    routes: dict[str, str] = field(default_factory=dict)
+    # A speed figure (ProblemMeasurement.figures) -> what its speedup compares, in the order the
+    # notes list them; a rubric's speed_figure (and speed_fallback) names one of them.
+    figures: dict[str, str] = field(default_factory=dict)
     own_ops_file: str = ""  # the file of one's own basic ops, named in the flag of a slow composition
 
 
@@ -110,6 +108,10 @@ class Plugin:
     words: Words = field(default_factory=Words)
     # What `grader calibrate` warns when, given no known-correct submissions, it times our kit.
     calibration_warning: str = "our reference kit, which is no student's code; prefer known-correct submissions"
+    # Readers of what the stage records (worker.gpu_time): where a run's GPU time went, for staff,
+    # and how much of a whole grade was timing, for the capacity model. None: the stage records none.
+    gpu_time: GpuTimeReader | None = None
+    timing_seconds: TimingReader | None = None
 
 
 def _stageless(rubric: Rubric) -> Plugin:
@@ -151,5 +153,14 @@ def load_plugin(plugin: str) -> Plugin:
 
 
 def assignment_of(rubric: Rubric) -> Plugin:
-    """The plug-in the rubric names (import cached by Python), or a stageless one."""
-    return _stageless(rubric) if rubric.plugin is None else load_plugin(rubric.plugin)
+    """The plug-in the rubric names (import cached by Python), or a stageless one; AssignmentError
+    where the rubric scores a speed figure the plug-in does not measure."""
+    plugin = _stageless(rubric) if rubric.plugin is None else load_plugin(rubric.plugin)
+    for problem in rubric.problems:
+        named = (problem.scoring.speed_figure, problem.scoring.speed_fallback)
+        unknown = [name for name in named if name is not None and name not in plugin.words.figures]
+        if unknown:
+            raise AssignmentError(f"Problem {problem.id} of the rubric {rubric.slug} scores the speed figure "
+                                  f"{unknown[0]!r}, which its plug-in does not measure: name one of "
+                                  f"{sorted(plugin.words.figures)} in its scoring section.")
+    return plugin

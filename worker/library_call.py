@@ -9,8 +9,8 @@ Correctness: the student's function on every case, its output read back through 
 checked here against the float64 `expected` (worker.checks). Speed, once every case passed: the
 student's call against the baseline's on the timed case, in the trials every assignment shares
 (worker.trials: warm-up, requests sized from it, rotated order, the stopping rule), on this
-parent's clock, the output of every timed request checked; the ratio is the measurement's
-`speedup_reference_ops`, which the rubric's speed figure scores.
+parent's clock, the output of every timed request checked. The cases take the route `library`
+(ROUTE) and the ratio is the figure `baseline` (FIGURE), which the rubric's speed_figure names.
 """
 from __future__ import annotations
 
@@ -38,6 +38,7 @@ CHILD_MODULE = "worker.gpu.library_child"
 OPERATIONS_IN_TREE = "kg_operations.py"
 BASELINE_DIR = "kg_reference"  # our kit's library in the baseline child's tree
 VARIANTS = ("baseline", "student")  # the timed pair: the baseline first in trial 0, then rotated
+ROUTE, FIGURE = "library", "baseline"  # the measurement's one case route and one speed figure
 READY_TIMEOUT_S = 60.0
 CALL_TIMEOUT_S = 30.0
 
@@ -208,7 +209,7 @@ def measure(problem: LibraryProblem, rubric: Rubric, config: StageConfig, staged
                               problem.function)
         stack.callback(student.client.close)
         try:
-            measured.abi_cases = run_checks(problem, student, inputs, expected)
+            measured.routes[ROUTE] = run_checks(problem, student, inputs, expected)
             timed = measured.all_passed  # a failed case forfeits speed
             progress.checked([measured], frozenset({pid}) if timed else frozenset())
             if timed:
@@ -216,7 +217,7 @@ def measure(problem: LibraryProblem, rubric: Rubric, config: StageConfig, staged
                 baseline = start_child(problem, baseline_tree, config, deadline, {case: inputs[case]}, shapes,
                                        f"{BASELINE_DIR}/{problem.library}", problem.baseline)
                 stack.callback(baseline.client.close)
-                measured.speedup_reference_ops, telemetry["timing"] = time_against_baseline(
+                measured.figures[FIGURE], telemetry["timing"] = time_against_baseline(
                     problem, {"student": student, "baseline": baseline}, inputs[case], expected[case], rule)
         except ChildFailure as failure:
             measured.status, measured.log_tail = _stopped(failure), f"{failure.detail}\n{failure.tail}"
@@ -244,12 +245,11 @@ def make_stage(problem: LibraryProblem) -> Callable[[StageConfig, StageProgress]
 def library_plugin(problem: LibraryProblem, zip_folder: str) -> Plugin:
     """The plug-in of an assignment of one library call: its stage, its mutant set (mutants.yaml
     beside its call file) and its words, all said in the function's and the baseline's names."""
-    figure = f"your {problem.function} vs the starter's {problem.baseline}"
     return Plugin(
         zip_folder=zip_folder,
         make_stage=make_stage(problem),
         mutants_file=problem.operations.with_name("mutants.yaml"),
-        words=Words(case_routes=(f"{problem.function} called directly", "your code"),
-                    figures={"reference_ops": figure, "student": figure}),
+        words=Words(routes={ROUTE: f"{problem.function} called directly"},
+                    figures={FIGURE: f"your {problem.function} vs the starter's {problem.baseline}"}),
         calibration_warning=f"our reference kit's {problem.function}, which is no student's code",
     )

@@ -8,10 +8,11 @@ A problem's measurement is stored as it crosses from the engine to the database 
 (`ProblemResult.details["measurement"]`) in one versioned schema, MEASUREMENT_SCHEMA:
   2: {"schema": 2, "problem_id", "status", "cases": {route: [case, ...]}, "first_failure",
       "figures": {name: ratio summary}, "kernel_ms", "log_tail", "telemetry"}: cases by the
-      route they took (`abi`, `binding`), speed figures by name (`student`, `reference_ops`,
-      `trusted`; FIGURES);
-  1 (no "schema" key; runs stored before 2026-12-06): the cases and figures as flat keys
-      (`abi_cases`, `speedup_student`, ...).
+      route they took and speed figures by name, both named by the assignment (its plug-in's
+      worker.assignment.Words says what each means; its rubric which figure scores);
+  1 (no "schema" key; runs stored before 2026-12-06, when every assignment used hw4's names):
+      the cases and figures as flat keys (`abi_cases`, `speedup_student`, ...; SCHEMA_1_ROUTES,
+      SCHEMA_1_FIGURES).
 `stored_measurement` reads any of them as the current one: every reader of a stored
 measurement goes through it (or through `ProblemMeasurement.from_dict`, which does).
 
@@ -27,9 +28,10 @@ from worker.timing import RatioSummary
 
 STATUSES = ("ok", "timeout", "crashed", "error", "not_run")
 MEASUREMENT_SCHEMA = 2
-# The case routes and speed figures, by their stored names -> ProblemMeasurement's attributes.
-ROUTES = {"abi": "abi_cases", "binding": "binding_cases"}
-FIGURES = {"student": "speedup_student", "reference_ops": "speedup_reference_ops", "trusted": "speedup_trusted"}
+# Schema 1's flat keys of the case routes and speed figures -> their names in schema 2.
+SCHEMA_1_ROUTES = {"abi_cases": "abi", "binding_cases": "binding"}
+SCHEMA_1_FIGURES = {"speedup_student": "student", "speedup_reference_ops": "reference_ops",
+                    "speedup_trusted": "trusted"}
 # Where a measurement's telemetry holds the snapshot of the GPU its problem ran on
 # (worker.telemetry.gpu_snapshot, with its `name`): `before`, taken before the problem, or
 # `gpu_before` for a problem whose telemetry has phases of its own. Every stage that runs on a
@@ -232,22 +234,18 @@ class CaseOutcome:
 class ProblemMeasurement:
     """Everything measured for one problem.
 
-    `abi_cases`: correctness cases that call the compiled library directly; `binding_cases`:
-    cases through the student's own higher-level code (the assignment's words name the two
-    routes to the student: worker.assignment.Words; the names are the stored format).
-    `speedup_student` times the student's baseline on its own basic ops, `speedup_reference_ops`
-    the same baseline on our basic ops, `speedup_trusted` our reference kit's (information
-    only); which one scores is the rubric's speed_figure.
+    `routes`: its correctness cases by the route they took to the student's code, and `figures`:
+    its speed figures (each a speedup over its trials) by name. The assignment names both (e.g.
+    hw4: cases through the compiled library, `abi`, or through the student's own code,
+    `binding`; its plug-in's Words says each in the student's words) and its rubric says which
+    figure scores (worker.rubric.ProblemScoring.speed_figure). A figure not measured is absent.
     """
 
     problem_id: str
     status: str = "ok"  # ok | timeout | crashed | error | not_run
-    abi_cases: list[CaseOutcome] = field(default_factory=list)
-    binding_cases: list[CaseOutcome] = field(default_factory=list)
+    routes: dict[str, list[CaseOutcome]] = field(default_factory=dict)
     first_failure: CaseOutcome | None = None
-    speedup_student: RatioSummary | None = None
-    speedup_reference_ops: RatioSummary | None = None
-    speedup_trusted: RatioSummary | None = None
+    figures: dict[str, RatioSummary] = field(default_factory=dict)
     kernel_ms: float | None = None  # the kernels' own GPU time per direct call (CUPTI), informational
     log_tail: str = ""
     telemetry: dict[str, Any] = field(default_factory=dict)
@@ -255,10 +253,19 @@ class ProblemMeasurement:
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
             raise ValueError(f"problem {self.problem_id}: unknown status {self.status!r}")
+        # a figure not measured is absent (a stage may pass what its timing returned, None or not)
+        self.figures = {name: f for name, f in self.figures.items() if f is not None}
+
+    def cases_by(self, route: str) -> list[CaseOutcome]:
+        """The cases that took `route` (none: an empty list, not stored)."""
+        return self.routes.get(route, [])
+
+    def figure(self, name: str) -> RatioSummary | None:
+        return self.figures.get(name)
 
     @property
     def cases(self) -> list[CaseOutcome]:
-        return [*self.abi_cases, *self.binding_cases]
+        return [case for cases in self.routes.values() for case in cases]
 
     @property
     def failed_cases(self) -> list[CaseOutcome]:
@@ -286,14 +293,13 @@ class ProblemMeasurement:
         return f"{'passed' if case.ok else 'failed'} hidden case {self.hidden_numbers()[case.case_id]}"
 
     def to_dict(self) -> dict[str, Any]:
-        figures = {name: getattr(self, attr) for name, attr in FIGURES.items()}
         return {
             "schema": MEASUREMENT_SCHEMA,
             "problem_id": self.problem_id,
             "status": self.status,
-            "cases": {route: [c.to_dict() for c in getattr(self, attr)] for route, attr in ROUTES.items()},
+            "cases": {route: [c.to_dict() for c in cases] for route, cases in self.routes.items()},
             "first_failure": None if self.first_failure is None else self.first_failure.to_dict(),
-            "figures": {name: None if f is None else f.to_dict() for name, f in figures.items()},
+            "figures": {name: f.to_dict() for name, f in self.figures.items()},
             "kernel_ms": _enc_float(self.kernel_ms),
             "log_tail": self.log_tail,
             "telemetry": _strict_json(self.telemetry),
@@ -303,23 +309,15 @@ class ProblemMeasurement:
     def from_dict(cls, data: dict[str, Any]) -> ProblemMeasurement:
         """A stored measurement of any schema (`stored_measurement`)."""
         data = stored_measurement(data)
-        first, cases, figures = data.get("first_failure"), data["cases"], data["figures"]
-
-        def routed(route: str) -> list[CaseOutcome]:
-            return [CaseOutcome.from_dict(c) for c in cases.get(route) or []]
-
-        def figure(name: str) -> RatioSummary | None:
-            return None if figures.get(name) is None else RatioSummary.from_dict(figures[name])
-
+        first = data.get("first_failure")
         return cls(
             problem_id=str(data["problem_id"]),
             status=str(data.get("status", "ok")),
-            abi_cases=routed("abi"),
-            binding_cases=routed("binding"),
+            routes={route: [CaseOutcome.from_dict(c) for c in cases or []]
+                    for route, cases in (data.get("cases") or {}).items()},
             first_failure=None if first is None else CaseOutcome.from_dict(first),
-            speedup_student=figure("student"),
-            speedup_reference_ops=figure("reference_ops"),
-            speedup_trusted=figure("trusted"),
+            figures={name: RatioSummary.from_dict(f) for name, f in (data.get("figures") or {}).items()
+                     if f is not None},
             kernel_ms=_dec_float(data.get("kernel_ms")),
             log_tail=str(data.get("log_tail", "")),
             telemetry=dict(data.get("telemetry") or {}),
@@ -334,9 +332,9 @@ def stored_measurement(data: dict[str, Any]) -> dict[str, Any]:
         return data
     if schema != 1:
         raise ValueError(f"a measurement of schema {schema!r}: this kernelgrade reads up to {MEASUREMENT_SCHEMA}")
-    flat = set(ROUTES.values()) | set(FIGURES.values())
+    flat = set(SCHEMA_1_ROUTES) | set(SCHEMA_1_FIGURES)
     upgraded = {k: v for k, v in data.items() if k not in flat}
     upgraded["schema"] = MEASUREMENT_SCHEMA
-    upgraded["cases"] = {route: list(data.get(attr) or []) for route, attr in ROUTES.items()}
-    upgraded["figures"] = {name: data.get(attr) for name, attr in FIGURES.items()}
+    upgraded["cases"] = {route: list(data[key] or []) for key, route in SCHEMA_1_ROUTES.items() if key in data}
+    upgraded["figures"] = {name: data[key] for key, name in SCHEMA_1_FIGURES.items() if data.get(key) is not None}
     return upgraded

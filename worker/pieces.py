@@ -70,12 +70,8 @@ def _with_timing(checks: ProblemMeasurement, timing: ProblemMeasurement) -> Prob
     telemetry = {k: v for k, v in checks.telemetry.items() if k not in (TIMING_PENDING, "timing_skipped")}
     telemetry.update({k: v for k, v in timing.telemetry.items() if k not in _PIECE_OWN})
     telemetry["timing_piece"] = {k: timing.telemetry[k] for k in _PIECE_OWN if k in timing.telemetry}
-    binding = [*checks.binding_cases, *timing.binding_cases]
-    merged = replace(
-        checks, binding_cases=binding, telemetry=telemetry,
-        speedup_student=timing.speedup_student, speedup_reference_ops=timing.speedup_reference_ops,
-        speedup_trusted=timing.speedup_trusted,
-    )
+    routes = {route: [*checks.cases_by(route), *timing.cases_by(route)] for route in {**checks.routes, **timing.routes}}
+    merged = replace(checks, routes=routes, telemetry=telemetry, figures={**checks.figures, **timing.figures})
     if timing.status != "ok":  # the submission failed while timed: as a whole grade, the problem ends there
         merged.status, merged.log_tail = timing.status, timing.log_tail
     elif timing.log_tail and not checks.log_tail:

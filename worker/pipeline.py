@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from worker.assignment import GpuStage
+from worker.assignment import GpuStage, assignment_of
 from worker.build import (
     BuildResult,
     Confinement,
@@ -407,7 +407,8 @@ def _measure(gpu_stage: GpuStage, root: Path, rubric: Rubric, job_dir: Path, con
     relative = submission_paths(job_dir, root)
     # A problem left out never scores, whatever a GPU stage returns for it.
     measurements = [_rewrite_strings(m, relative) for m in measured if m.problem_id in problems]
-    run_log = "".join(f"{pid}: {not_graded(why)}\n" for pid, why in built.blocked.items()) + _run_log(measurements)
+    blocked = "".join(f"{pid}: {not_graded(why)}\n" for pid, why in built.blocked.items())
+    run_log = blocked + _run_log(measurements, assignment_of(rubric).words.figures)
     _timed_stage(outcome, "run", started, "ok", _truncate(run_log, config.log_limit_bytes))
     outcome.toolchain["targets"] = targets or {p.id: p.reference_speedup for p in rubric.problems}
     outcome.toolchain["targets_calibrated"] = bool(targets)
@@ -461,15 +462,13 @@ def _rewrite_strings(measurement: ProblemMeasurement, rewrite: Callable[[str], s
     return ProblemMeasurement.from_dict(walk(measurement.to_dict()))
 
 
-def _run_log(measurements: list[ProblemMeasurement]) -> str:
+def _run_log(measurements: list[ProblemMeasurement], figure_words: dict[str, str]) -> str:
     lines = []
     for m in measurements:
         passed = sum(c.ok for c in m.cases)
         line = f"{m.problem_id}: {m.status}, {passed}/{len(m.cases)} checks passed"
-        if m.speedup_reference_ops is not None:
-            line += f", speedup {m.speedup_reference_ops.describe()} (your composition on the reference basic ops)"
-        if m.speedup_student is not None:
-            line += f", {m.speedup_student.describe()} (on your own basic ops)"
+        line += "".join(f", speedup {figure.describe()} ({figure_words.get(name, name)})"
+                        for name, figure in m.figures.items())
         lines.append(line)
         if m.status != "ok" and m.log_tail:
             lines.append("  " + m.log_tail.strip().replace("\n", "\n  ")[-2000:])

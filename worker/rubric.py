@@ -24,7 +24,6 @@ class RubricError(ValueError):
     """A rubric file is missing or malformed."""
 
 
-SPEED_FIGURES = ("reference_ops", "student")
 SPEED_SCALES = ("log", "linear")
 # Share of a problem's points that correctness carries when its `scoring:` section is absent.
 DEFAULT_CORRECTNESS_SHARE = 0.7
@@ -44,9 +43,12 @@ class ProblemScoring:
     speed_points: float = 6.0
     speed_floor: float = 1.0
     target: float | None = None
-    # Which speedup scores: the student's composition on our basic ops in the starter's ABI
-    # (so slowing one's own basic ops cannot pay; rubrics.hw4.speed), or on the student's own.
-    speed_figure: str = "reference_ops"
+    # Which measured speed figure scores (ProblemMeasurement.figures: the names are the
+    # assignment's, its plug-in's Words.figures), and which scores, with a flag, where that one
+    # was not measured. No figure: no speed points (worker.assignment.assignment_of refuses a
+    # figure its plug-in does not measure).
+    speed_figure: str | None = None
+    speed_fallback: str | None = None
     # log: a speedup that moves by a factor moves the points alike at any level, so the few
     # per cent a figure drifts between re-grades (one child process to the next) move them
     # least where they matter most, near the target (worker.scoring.speed_fraction).
@@ -133,8 +135,12 @@ def _problem_scoring(p: dict[str, Any]) -> ProblemScoring:
         raise RubricError(f"problem {p['id']}: negative points in scoring")
     if not 0 <= scoring.hidden_points <= scoring.correctness_points:
         raise RubricError(f"problem {p['id']}: hidden_points must lie between 0 and correctness_points")
-    if scoring.speed_figure not in SPEED_FIGURES:
-        raise RubricError(f"problem {p['id']}: speed_figure must be one of {SPEED_FIGURES}")
+    for key in ("speed_figure", "speed_fallback"):
+        name = getattr(scoring, key)
+        if name is not None and not (isinstance(name, str) and name.isidentifier()):
+            raise RubricError(f"problem {p['id']}: {key} must name a speed figure (a word such as baseline)")
+    if scoring.speed_fallback is not None and scoring.speed_figure is None:
+        raise RubricError(f"problem {p['id']}: speed_fallback needs a speed_figure to fall back from")
     if scoring.speed_scale not in SPEED_SCALES:
         raise RubricError(f"problem {p['id']}: speed_scale must be one of {SPEED_SCALES}")
     return scoring

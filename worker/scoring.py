@@ -11,9 +11,9 @@ Rules (per problem, from its `scoring:` section, worker.rubric.ProblemScoring):
   `speed_floor` (0 at or below) to the target (all of them at or above), with the logarithm
   of the speedup or linearly (`speed_scale`); the target is the rubric's reference speedup or
   a per-GPU calibrated one passed in.
-- `speed_figure` picks which measured speedup scores: the student's composition on our basic
-  ops in the starter's ABI (`reference_ops`, falling back to its own basic ops with a flag)
-  or on its own (`student`). The reference kit's figure is information only.
+- `speed_figure` names which measured speed figure scores (the names are the assignment's:
+  its plug-in's Words.figures), `speed_fallback` the one that scores, with a flag, where that
+  one was not measured; every other figure is information only.
 - A fused op whose timed call moved its operation's bytes faster than the GPU's measured copy
   peak (`impossible_figure`) cannot have been timed right: its speed points are not scored, with
   a reason and a flag for staff.
@@ -133,8 +133,9 @@ def _log_quote(m: ProblemMeasurement) -> str:
 
 
 def _case_line(case: CaseOutcome, m: ProblemMeasurement, spec: ProblemScoring, words: Words) -> str:
-    via = words.case_routes[0] if case in m.abi_cases else words.case_routes[1]
-    return f"{m.describe_case(case, hidden_details=spec.hidden_case_details)} ({via})"
+    route = next((route for route, cases in m.routes.items() if case in cases), "")
+    via = words.routes.get(route, route)
+    return m.describe_case(case, hidden_details=spec.hidden_case_details) + (f" ({via})" if via else "")
 
 
 def speed_fraction(speedup: float, floor: float, target: float | None, scale: str = "log") -> float:
@@ -150,27 +151,29 @@ def speed_fraction(speedup: float, floor: float, target: float | None, scale: st
 
 
 def choose_figure(
-    spec: ProblemScoring, m: ProblemMeasurement
+    spec: ProblemScoring, m: ProblemMeasurement, words: Words | None = None
 ) -> tuple[RatioSummary | None, str | None, list[str]]:
-    """The speedup that scores, which one it is, and flags about a fallback."""
-    flags: list[str] = []
-    if spec.speed_figure == "reference_ops":
-        if m.speedup_reference_ops is not None:
-            return m.speedup_reference_ops, "reference_ops", flags
-        if m.speedup_student is not None:
-            why = m.telemetry.get("timing_dropped", {}).get("reference_ops", "it was not measured")
-            flags.append(f"{m.problem_id}: your composition could not be timed on the reference basic ops ({why}); "
-                         "speed scored on your own basic ops")
-    if m.speedup_student is not None:
-        return m.speedup_student, "student", flags
-    return None, None, flags
+    """The speedup that scores, which figure it is, and a flag where the rubric's figure was not
+    measured and its fallback scores instead (in `words`, the assignment's, where given)."""
+    if spec.speed_figure is None:
+        return None, None, []
+    figure = m.figure(spec.speed_figure)
+    if figure is not None:
+        return figure, spec.speed_figure, []
+    fallback = None if spec.speed_fallback is None else m.figure(spec.speed_fallback)
+    if spec.speed_fallback is None or fallback is None:
+        return None, None, []
+    said = (words or Words()).figures
+    why = (m.telemetry.get("timing_dropped") or {}).get(spec.speed_figure, "it was not measured")
+    return fallback, spec.speed_fallback, [
+        f"{m.problem_id}: speed scored as {said.get(spec.speed_fallback, spec.speed_fallback)}, since "
+        f"{said.get(spec.speed_figure, spec.speed_figure)} could not be measured ({why})"]
 
 
-_FIGURE_LABELS = (
-    ("speedup_reference_ops", "your composition on the reference basic ops"),
-    ("speedup_student", "your composition on your own basic ops (the course's figure)"),
-    ("speedup_trusted", "the reference kit's composition (information only)"),
-)
+def _in_words_order(m: ProblemMeasurement, words: Words) -> list[tuple[str, RatioSummary]]:
+    """The measured figures, those the assignment names first, in its order."""
+    order = [*words.figures, *(name for name in m.figures if name not in words.figures)]
+    return [(name, m.figures[name]) for name in order if m.figure(name) is not None]
 
 
 WITHHELD_WORDS = "its speed points are withheld until course staff review it"  # the flag's ending
@@ -322,7 +325,7 @@ def _failed_case_lines(spec: ProblemScoring, m: ProblemMeasurement, words: Words
 def _note_timing(spec: ProblemScoring, m: ProblemMeasurement, words: Words, score: ProblemScore) -> None:
     """The figure that scores, every figure measured, and the timing's flags, into `score`."""
     pid = m.problem_id
-    figure, which, fallback_flags = choose_figure(spec, m)
+    figure, which, fallback_flags = choose_figure(spec, m, words)
     score.figure, score.speedup = which, figure
     if m.kernel_ms is not None:
         score.notes.append(f"{pid}: fused kernels' own GPU time {m.kernel_ms:.4g} ms per call (CUPTI)")
@@ -330,11 +333,9 @@ def _note_timing(spec: ProblemScoring, m: ProblemMeasurement, words: Words, scor
     if m.telemetry.get("timed"):
         score.notes.append(f"{pid}: timed: {m.telemetry['timed']}")
     over = f", mean over the course's {len(shapes)} shapes" if len(shapes) > 1 else ""
-    for attr, label in _FIGURE_LABELS:
-        r = getattr(m, attr)
-        if r is not None:
-            score.notes.append(f"{pid}: speedup vs {label}: {_ratio_line(r)} "
-                               f"({r.median_baseline_ms:.4g} ms / {r.median_custom_ms:.4g} ms{over}, {r.trials} trials)")
+    for name, r in _in_words_order(m, words):
+        score.notes.append(f"{pid}: speedup, {words.figures.get(name, name)}: {_ratio_line(r)} "
+                           f"({r.median_baseline_ms:.4g} ms / {r.median_custom_ms:.4g} ms{over}, {r.trials} trials)")
     for flag in fallback_flags + timing_flags(spec, m, words):
         score.flags.append(flag)
         score.notes.append(flag)
@@ -357,7 +358,7 @@ def _score_speed(spec: ProblemScoring, m: ProblemMeasurement, words: Words, scor
         frac = speed_fraction(figure.speedup, spec.speed_floor, score.target, spec.speed_scale)
         score.speed_points = round(spec.speed_points * frac, 2)
         target_text = f"target {_x(score.target)}" if score.target is not None else "no target"
-        line = (f"{pid}: speedup {_ratio_line(figure)} ({words.figures[score.figure or 'student']}) vs "
+        line = (f"{pid}: speedup {_ratio_line(figure)} ({words.figures.get(score.figure or '', score.figure)}) vs "
                 f"{target_text}: {_pts(score.speed_points)} {out_of}")
         if score.speed_points >= spec.speed_points:
             score.notes.insert(0, line)  # full marks: the line is information, not a reason

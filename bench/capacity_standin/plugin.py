@@ -20,7 +20,7 @@ def make_stage(config: StageConfig, progress: StageProgress) -> GpuStage:
         progress.problem(PROBLEM)
         seconds = min(LONGEST_S, max(0.0, float((staged / "grade_seconds.txt").read_text())))
         time.sleep(seconds)
-        return [ProblemMeasurement(PROBLEM, abi_cases=[CaseOutcome("held", (), True, message=f"held {seconds:g} s")])]
+        return [ProblemMeasurement(PROBLEM, routes={"held": [CaseOutcome("held", (), True, message=f"held {seconds:g} s")]})]
 
     return stage
 

@@ -11,7 +11,7 @@ from grader.course.grade_reads import counted_of, run_grades
 from grader.ids import RowId
 from grader.models import Run
 from grader.reads.bandwidth import run_bandwidth
-from grader.reads.gpu_phases import run_gpu_time
+from grader.reads.gpu_phases import plugin_of, run_gpu_time
 
 router = APIRouter()
 
@@ -32,7 +32,7 @@ def read_run(run_id: RowId, ctx: Context, session: DB, caller: Caller) -> RunOut
     counted = counted_of(session, run.submission.assignment, run.submission.user_id, ctx.settings.course_zone)
     grade = counted.grade if grade is not None and counted.run_id == run.id else grade
     staff = caller.teaches(run.submission.assignment_id)
-    phases = run_gpu_time(run) if staff else None
+    phases = run_gpu_time(run, plugin_of(run.submission.assignment.slug, ctx.settings.rubric_dirs)) if staff else None
     bandwidth = run_bandwidth(session, run)
     standing = AssignmentGradeOut(assignment=run.submission.assignment.slug, counted_run_id=counted.run_id,
                               grade=GradeOut.of(counted.grade) if counted.grade else None)

@@ -16,6 +16,7 @@ from grader.cli.ops import assignment_or_exit
 from grader.course.assignment_settings import parse_duration
 from grader.db import make_engine, make_session_factory, session_scope
 from grader.models import RunState
+from grader.reads.gpu_phases import plugin_of
 from grader.reads.grade_times import (
     DEFAULT_TIMING_SHARE,
     GradeSplit,
@@ -25,6 +26,7 @@ from grader.reads.grade_times import (
     with_timing,
 )
 from grader.settings import get_settings
+from worker.assignment import Plugin
 
 
 def span(seconds: float) -> str:
@@ -67,11 +69,12 @@ def _fail(message: str) -> None:
     raise typer.Exit(2)
 
 
-def _measured(session: Session, slug: str, recent: int, asked: str | None, share: float) -> tuple[list[GradeSplit], str]:
+def _measured(session: Session, slug: str, recent: int, asked: str | None, share: float,
+              plugin: Plugin | None) -> tuple[list[GradeSplit], str]:
     assignment_id = assignment_or_exit(session, slug).id
     model = _pick_model(sorted(graded_gpu_models(session, recent, assignment_id)), asked, slug)
     scored = (RunState.scored,)
-    splits = grade_splits(session, recent, assignment_id, model, scored)
+    splits = grade_splits(session, recent, assignment_id, model, scored, plugin=plugin)
     stages = stage_medians(session, recent, assignment_id, model, scored)
     where = ", ".join(f"{name} {value:.1f} s" for name, value in stages.items())
     recorded = sum(s.timing is not None for s in splits)
@@ -158,7 +161,8 @@ def _grade_times(given: list[float] | None, assignment: str | None, recent: int,
         return [GradeSplit(g, None) for g in given], f"given on the command line; timing {share:g} of each"
     settings = get_settings()
     with session_scope(make_session_factory(make_engine(settings))) as session:
-        return _measured(session, assignment or settings.rubrics[0], recent, gpu_model, share)
+        slug = assignment or settings.rubrics[0]
+        return _measured(session, slug, recent, gpu_model, share, plugin_of(slug, settings.rubric_dirs))
 
 
 def _echo_demand(course: Course, shape: str | None, window_s: float, times: list[float], timings: list[float],

@@ -60,7 +60,6 @@ from worker.rubric import Rubric, load_rubric
 from worker.sandbox import Sandbox
 from worker.starter_kit import write_starter_zip, zip_tree
 from worker.telemetry import gpu_model_mismatch, gpu_snapshot
-from worker.timing import RatioSummary
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 FINAL_STATES = {"built", "scored", "failed"}
@@ -314,8 +313,8 @@ def calibrate(
         peak = _copy_peak(settings, work / "copy-peak")
     targets = calibrated_targets(rubric, measurements, margin)
     details = {"gpu": gpu, "source": [p.name for p in chosen] or "reference kit",
-               "measured": [{"problem": m.problem_id, "speedup_reference_ops": _summary(m.speedup_reference_ops),
-                             "speedup_student": _summary(m.speedup_student)} for m in measurements],
+               "measured": [{"problem": m.problem_id, "figures": {name: f.to_dict() for name, f in m.figures.items()}}
+                            for m in measurements],
                "peak_copy": peak, "bandwidth": reference_bandwidths(measurements)}
     with session_scope(make_session_factory(make_engine(settings))) as session:
         save_calibration(session, rubric.slug, str(gpu.get("name")), targets, margin, details)
@@ -335,10 +334,6 @@ def _copy_peak(settings: Settings, work: Path) -> dict:
         return {"error": str(exc)[:500]}
     typer.echo(f"peak copy bandwidth: {peak.gb_s:.0f} GB/s [{peak.low:.0f}, {peak.high:.0f}]")
     return peak.to_dict()
-
-
-def _summary(r: RatioSummary | None) -> dict | None:
-    return None if r is None else r.to_dict()
 
 
 @app.command()

@@ -29,9 +29,9 @@ from grader.reads.gpu_phases import run_gpu_time
 from grader.reads.runstatus import run_status
 from grader.reads.timing_conditions import run_timing_conditions
 from grader.roles import Power, may
-from worker.assignment import AssignmentError, Words, assignment_of
+from worker.assignment import AssignmentError, Plugin, Words, assignment_of
 from worker.build_isolation import first_compiler_error
-from worker.measurements import ROUTES, CaseOutcome, stored_measurement
+from worker.measurements import CaseOutcome, stored_measurement
 from worker.rubric import Problem, RubricError, load_rubric
 from worker.sanitizer import shown
 
@@ -59,7 +59,7 @@ def render_run(request: Request, session: Session, user: User, run: Run, status_
     role = role_in(session, user.id, run.submission.assignment_id)
     return page(request, "run.html", user, status_code, run=run, sub=sub, counted=counted,
                 may_choose=may_choose, status=run_status(session, run, settings.eta_recent_runs, settings.rubric_dirs, settings.split_slots),
-                may_grade=may(role, Power.grade), gpu_time=run_gpu_time(run) if may(role, Power.view) else None,
+                may_grade=may(role, Power.grade), gpu_time=run_gpu_time(run, rubric.plugin) if may(role, Power.view) else None,
                 reduced_isolation=(run.toolchain or {}).get(REDUCED_ISOLATION) if may(role, Power.view) else None,
                 bandwidth=run_bandwidth(session, run), may_see_flags=may(role, Power.view),
                 conditions=run_timing_conditions(run) if may(role, Power.view) else [],
@@ -121,21 +121,23 @@ class _RubricView:
 
     problems: dict[str, Problem]
     words: Words
+    plugin: Plugin | None
 
     @classmethod
     def of(cls, slug: str, search: Sequence[Path]) -> _RubricView:
         try:
             rubric = load_rubric(slug, search=search)
-            return cls({p.id: p for p in rubric.problems}, assignment_of(rubric).words)
+            plugin = assignment_of(rubric)
+            return cls({p.id: p for p in rubric.problems}, plugin.words, plugin)
         except (RubricError, AssignmentError):
-            return cls({}, Words())
+            return cls({}, Words(), None)
 
 
-def _cases(measurement: dict[str, Any], routes: tuple[str, str]) -> list[tuple[str, CaseOutcome]]:
-    """Every case with the route it took, in the assignment's words for its routes (abi, binding)."""
+def _cases(measurement: dict[str, Any], routes: dict[str, str]) -> list[tuple[str, CaseOutcome]]:
+    """Every case with the route it took, in the assignment's words for its routes (its own name
+    for a route they do not name)."""
     stored = stored_measurement(measurement)["cases"]
-    return [(words, CaseOutcome.from_dict(c)) for words, route in zip(routes, ROUTES, strict=True)
-            for c in stored.get(route) or []]
+    return [(routes.get(route, route), CaseOutcome.from_dict(c)) for route, cases in stored.items() for c in cases or []]
 
 
 def _case_error(case: CaseOutcome) -> str:
@@ -154,7 +156,7 @@ def _case_error(case: CaseOutcome) -> str:
 HIDDEN_WITHHELD = "Wrong result (this assignment does not disclose the details of hidden cases)."
 
 
-def case_rows(measurement: dict[str, Any], routes: tuple[str, str], disclose_hidden: bool) -> list[dict[str, Any]]:
+def case_rows(measurement: dict[str, Any], routes: dict[str, str], disclose_hidden: bool) -> list[dict[str, Any]]:
     """One row per case: name, shape, route, verdict and the error in words. A hidden case is
     named by its number when the rubric withholds its details (its id encodes the shape)."""
     numbers: dict[str, int] = {}
@@ -234,7 +236,7 @@ def problem_view(details: dict[str, Any], result: ProblemResult, problem: Proble
         # Every lost point is explained: fall back to the result's own message.
         reasons = [result.message or f"{result.max_points - result.points:g} points not given (no reason recorded)"]
     disclose = problem.scoring.hidden_case_details if problem else True
-    rows = case_rows(measurement, words.case_routes, disclose)
+    rows = case_rows(measurement, words.routes, disclose)
     if not disclose:
         reasons = [_withhold(r, rows) for r in reasons]
     word = status_word(result)

@@ -1,202 +1,52 @@
-"""Where a run's GPU-stage time went, per phase and problem, for staff (the run page and the API's
-run record); read from what the stage records in each problem's measurement telemetry, nothing
-recorded anew.
-
-What is read: a problem's `seconds` (phase -> wall seconds on the parent's clock: hw4's kernel
-problems record child start, checks through each path, kernel profile, timing warm-up and timing,
-rubrics/hw4/kernels.py), `gpu_busy` (the wall seconds and NVML busy share of a part of the stage:
-the kernel problems share one, Problem 3 has its own), `load` (each part's load probe) and `budget`
-(the whole stage's wall seconds and its budget), a failed problem's `sanitizer` (its
-compute-sanitizer session's seconds), and Problem 3's own record, `problem3`
-(rubrics/hw4/problem3.py: its setup's end, its timing's end and its whole time, and each timed
-step's milliseconds). The kernel problems' checks, profiles and warm-ups run all at once, so
-their rows are not added up: their part of the stage is the kernel problems' wall time less
-their child starts and timings, which run one after another.
+"""Where a run's GPU-stage time went, for staff: read by its assignment's plug-in from what its
+stage recorded (worker.gpu_time; hw4's: rubrics/hw4/gpu_time.py), and the seconds of a grade that
+were its timing, read from the run's turns on the GPU's lock where it was timed in a piece of its
+own (the same record for every assignment), else by its plug-in.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Sequence
+from pathlib import Path
 
 from grader.models import Run
-
-# A kernel problem's phases (its telemetry's `seconds`), in the order they run, in words;
-# whether each runs beside the others' (all problems at once) or one after another.
-PHASE_WORDS = {
-    "start": "child start",
-    "abi_cases": "checks through the C ABI",
-    "binding_cases": "checks through the binding",
-    "kernel_profile": "kernel profile",
-    "timing_warm": "timing warm-up",
-    "timing": "timing",
-}
-ONE_AFTER_ANOTHER = ("start", "timing")
-SANITIZER = "compute-sanitizer on a failed case"
-KERNELS = "kernel problems"  # the part of the stage whose problems share one `gpu_busy`
+from worker.assignment import AssignmentError, Plugin, assignment_of
+from worker.gpu_time import GpuTime, StoredMeasurements, as_dict, as_number
+from worker.rubric import RubricError, load_rubric
 
 
-@dataclass(frozen=True)
-class PhaseRow:
-    phase: str  # in words
-    seconds: dict[str, float]  # problem id -> its seconds in this phase
-    run_s: float | None  # its share of the stage's wall time; None: beside other rows (see the next total)
-    note: str = ""
-
-
-@dataclass(frozen=True)
-class GpuTime:
-    problems: list[str]  # the table's columns, in the run's order
-    rows: list[PhaseRow]
-    stage_s: float | None  # the run's whole GPU stage, wall seconds
-    budget_s: float | None
-    loads: dict[str, float] = field(default_factory=dict)  # part -> seconds its load probe took
-    gpu_busy: dict[str, float] = field(default_factory=dict)  # part of the stage -> NVML busy share
-
-
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def _kernel_rows(phases: dict[str, dict[str, float]], kernel_wall: float | None) -> list[PhaseRow]:
-    keys = [k for k in PHASE_WORDS if any(k in p for p in phases.values())]
-    keys += sorted({k for p in phases.values() for k in p} - set(keys))  # a phase this page does not know yet
-    rows, beside, sequential = [], [], 0.0
-    for key in keys:
-        seconds = {pid: s[key] for pid, s in phases.items() if key in s}
-        if key in ONE_AFTER_ANOTHER:
-            sequential += sum(seconds.values())
-            rows.append(PhaseRow(PHASE_WORDS[key], seconds, round(sum(seconds.values()), 1), "one after another"))
-        else:
-            beside.append(PhaseRow(PHASE_WORDS.get(key, key), seconds, None, "all problems at once"))
-    at_once = None if kernel_wall is None else round(max(0.0, kernel_wall - sequential), 1)
-    total = PhaseRow("checks, profiles and warm-ups of all problems, at once", {}, at_once,
-                     "the kernel problems' wall time less their child starts and timings")
-    return [*rows[:1], *beside, total, *rows[1:]] if beside else rows
-
-
-def _problem3_timing(info: dict[str, Any]) -> tuple[float, int, float] | None:
-    """Problem 3's timed steps: their seconds, how many, and when its timing ended (seconds
-    into the problem); None when it ended before its timing did (or was never timed)."""
-    timing = _dict(info.get("timing"))
-    ended = _number(timing.get("timing_ended_s"))
-    if ended is None:
+def plugin_of(slug: str, search: Sequence[Path]) -> Plugin | None:
+    """The plug-in of the assignment `slug`, None where its rubric no longer loads (a run's record
+    outlives its rubric: the page shows the rest)."""
+    try:
+        return assignment_of(load_rubric(slug, search=search))
+    except (RubricError, AssignmentError):
         return None
-    steps_ms = [v for key in ("unfused_ms", "fused_ms") for v in timing.get(key) or [] if _number(v) is not None]
-    return sum(steps_ms) / 1000, len(steps_ms), ended
 
 
-def _problem3_rows(pid: str, info: dict[str, Any]) -> list[PhaseRow]:
-    elapsed, setup = _number(info.get("elapsed_s")), _number(info.get("setup_s"))
-    if elapsed is None:
-        return []
-    if setup is None:  # it ended during its setup
-        return [PhaseRow("Problem 3 setup (building both models)", {pid: round(elapsed, 1)}, round(elapsed, 1))]
-    rows = [PhaseRow("Problem 3 setup (building both models)", {pid: round(setup, 1)}, round(setup, 1))]
-    timing = _problem3_timing(info)
-    if timing is None:  # it ended before its timing did
-        rows.append(PhaseRow("Problem 3 checked steps and what followed", {pid: round(elapsed - setup, 1)},
-                             round(elapsed - setup, 1)))
-        return rows
-    timed, steps, ended = timing
-    rest = max(0.0, ended - setup - timed)
-    return [*rows,
-            PhaseRow("Problem 3 checked first steps, causality probe, timed pairs' inputs", {pid: round(rest, 1)},
-                     round(rest, 1)),
-            PhaseRow("Problem 3 timed steps", {pid: round(timed, 1)}, round(timed, 1),
-                     f"{steps} steps on the parent's clock"),
-            PhaseRow("Problem 3 verification of a timed step", {pid: round(elapsed - ended, 1)},
-                     round(elapsed - ended, 1))]
-
-
-def _sanitizer_row(telemetry: dict[str, dict[str, Any]]) -> PhaseRow | None:
-    """The compute-sanitizer's sessions on failed cases (rubrics/hw4/sanitize.py), one problem
-    after another once everything that scores is done; None when none ran."""
-    seconds = {pid: s for pid, t in telemetry.items()
-               if (s := _number(_dict(t.get("sanitizer")).get("seconds"))) is not None and s > 0}
-    if not seconds:
-        return None
-    return PhaseRow(SANITIZER, seconds, round(sum(seconds.values()), 1), "one after another, last")
-
-
-def gpu_time(measurements: Mapping[str, dict[str, Any]]) -> GpuTime | None:
-    """The table for a run's measurements (problem id -> its stored measurement), or None when
-    none of them recorded where its time went (no GPU stage ran, or a stage that records none)."""
-    telemetry = {pid: _dict(m.get("telemetry")) for pid, m in measurements.items()}
-    phases = {pid: {k: float(v) for k, v in t["seconds"].items() if _number(v) is not None}
-              for pid, t in telemetry.items() if isinstance(t.get("seconds"), dict)}
-    problem3 = {pid: t["problem3"] for pid, t in telemetry.items() if isinstance(t.get("problem3"), dict)}
-    if not phases and not problem3:
-        return None
-    busy: dict[str, dict[str, Any]] = {}
-    for pid, t in telemetry.items():
-        if isinstance(t.get("gpu_busy"), dict):
-            busy[KERNELS if pid in phases else pid] = t["gpu_busy"]
-    kernel_wall = _number(busy.get(KERNELS, {}).get("seconds"))
-    rows = _kernel_rows(phases, kernel_wall) if phases else []
-    for pid, info in problem3.items():
-        rows += _problem3_rows(pid, info)
-    sanitized = _sanitizer_row(telemetry)
-    rows += [sanitized] if sanitized else []
-    first = next(iter(telemetry.values()))
-    budget = _dict(first.get("budget"))
-    stage_s = _number(budget.get("stage_s"))
-    parts = [kernel_wall] + [_number(b.get("seconds")) for part, b in busy.items() if part != KERNELS]
-    parts += [sanitized.run_s] if sanitized else []
-    if stage_s is not None and None not in parts:
-        rows.append(PhaseRow("other and idle: starting the load probes, the side children and Problem 3's child; waits between phases", {},
-                             round(max(0.0, stage_s - sum(p or 0.0 for p in parts)), 1),
-                             "the stage's wall time less the rows above"))
-    loads = _dict(first.get("load"))
-    return GpuTime(
-        problems=[pid for pid in measurements if pid in phases or pid in problem3],
-        rows=rows, stage_s=stage_s, budget_s=_number(budget.get("budget_s")),
-        loads={part: s for part, v in loads.items() if isinstance(v, dict) and (s := _number(v.get("seconds"))) is not None},
-        gpu_busy={part: f for part, b in busy.items() if (f := _number(b.get("busy_fraction"))) is not None},
-    )
-
-
-def timing_seconds(measurements: Mapping[str, dict[str, Any]]) -> float | None:
-    """The seconds of a run's GPU stage that were its timing, the part a schedule that runs
-    timing apart from the checks (grader/capacity/split.py) takes out of the grade: the kernel
-    problems' `timing` phases (run one after another, alone) and Problem 3's timed steps with the
-    verification of one of them that follows (elapsed less the timing's end). The timing
-    warm-ups and kernel profiles run beside the checks, so they stay with them. A problem not
-    timed (a failed check) adds nothing; None when no problem recorded its phases. A run timed in
-    its own piece recorded the seconds it held the GPU's lock alone (worker.gpu.gpu_lock
-    `GpuTurns`, the same record in every problem): that is its timing, exactly."""
+def timing_seconds(measurements: StoredMeasurements, plugin: Plugin | None) -> float | None:
+    """The seconds of a run's grade that were its timing: what its timing piece held the GPU's lock
+    alone (worker.gpu.gpu_lock `GpuTurns`, exactly its timing), else what its plug-in reads from
+    its stage's record; None where neither says."""
     turns = lock_turns(measurements)
     if turns is not None and "alone" in turns:
         return turns["alone"]
-    telemetry = [_dict(m.get("telemetry")) for m in measurements.values()]
-    phases = [t["seconds"] for t in telemetry if isinstance(t.get("seconds"), dict)]
-    problem3 = [t["problem3"] for t in telemetry if isinstance(t.get("problem3"), dict)]
-    if not phases and not problem3:
-        return None
-    total = sum(s for p in phases if (s := _number(p.get("timing"))) is not None)
-    for info in problem3:
-        timing, elapsed = _problem3_timing(info), _number(info.get("elapsed_s"))
-        if timing is not None:
-            total += timing[0] + max(0.0, (elapsed or timing[2]) - timing[2])
-    return total
+    return None if plugin is None or plugin.timing_seconds is None else plugin.timing_seconds(measurements)
 
 
-def lock_turns(measurements: Mapping[str, dict[str, Any]]) -> dict[str, float] | None:
+def lock_turns(measurements: StoredMeasurements) -> dict[str, float] | None:
     """The seconds a run's timing piece waited for and held the GPU's lock, shared and alone
     (worker.gpu.gpu_lock `GpuTurns.record`, the same in each of its problems); None for a run
     not timed in a piece of its own."""
     for m in measurements.values():
-        turns = _dict(_dict(m.get("telemetry")).get("gpu_turns"))
-        read = {kind: n for kind, v in turns.items() if (n := _number(v)) is not None}
+        turns = as_dict(as_dict(m.get("telemetry")).get("gpu_turns"))
+        read = {kind: n for kind, v in turns.items() if (n := as_number(v)) is not None}
         if read:
             return read
     return None
 
 
-def run_gpu_time(run: Run) -> GpuTime | None:
-    """`gpu_time` of a run's stored results."""
-    return gpu_time({r.problem_id: (r.details or {}).get("measurement") or {} for r in run.results})
+def run_gpu_time(run: Run, plugin: Plugin | None) -> GpuTime | None:
+    """The table of a run's stored results, as its plug-in reads them; None where it reads none."""
+    if plugin is None or plugin.gpu_time is None:
+        return None
+    return plugin.gpu_time({r.problem_id: (r.details or {}).get("measurement") or {} for r in run.results})

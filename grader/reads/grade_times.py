@@ -9,8 +9,9 @@ measurements (grader/runs/reuse.py): they measured nothing, in a second or two. 
 telemetry (grader/reads/gpu_info.py).
 
 The capacity model's second schedule runs a grade's timing apart from its checks, so it needs
-each grade's time split in two: `grade_splits` reads the timing part from the phases the run's
-measurements recorded (grader/reads/gpu_phases.py `timing_seconds`), and `with_timing` fills
+each grade's time split in two: `grade_splits` reads the timing part from what the run's
+measurements recorded (grader/reads/gpu_phases.py `timing_seconds`: as the assignment's plug-in
+reads its stage's phases), and `with_timing` fills
 in DEFAULT_TIMING_SHARE for a run that recorded none. A run timed in a piece of its own recorded
 its turns on the GPU's lock (`lock_turns`): its timing is what that piece held, shared (its
 children's start, the model's `timing_shared`) and alone, and the seconds it waited for the
@@ -30,6 +31,7 @@ from sqlalchemy.orm import Session
 from grader.models import ProblemResult, Run, RunState, Submission
 from grader.reads.gpu_info import gpu_name
 from grader.reads.gpu_phases import lock_turns, timing_seconds
+from worker.assignment import Plugin
 
 GRADED = (RunState.scored, RunState.built)  # failures end early and would skew the times
 STAGE_NAMES = ("unpack", "stage", "build", "reference", "run")  # worker.pipeline's records, in order
@@ -85,8 +87,9 @@ def graded_in_pieces(session: Session, sample: int, assignment_id: int | None = 
 
 
 def grade_splits(session: Session, sample: int, assignment_id: int | None = None, gpu_model: str | None = None,
-                 states: Collection[RunState] = GRADED) -> list[GradeSplit]:
-    """The same runs as `grade_seconds`, each split into its checks and its timing."""
+                 states: Collection[RunState] = GRADED, *, plugin: Plugin | None) -> list[GradeSplit]:
+    """The same runs as `grade_seconds`, each split into its checks and its timing (a whole
+    grade's as `plugin`, the assignment's, reads it)."""
     runs = session.execute(_recent(select(Run.id, Run.started_at, Run.finished_at, Run.stages), sample, assignment_id,
                                    gpu_model, states)).all()
     measurements: dict[int, dict[str, dict[str, Any]]] = {run_id: {} for run_id, _, _, _ in runs}
@@ -94,14 +97,14 @@ def grade_splits(session: Session, sample: int, assignment_id: int | None = None
                            .where(ProblemResult.run_id.in_(list(measurements))))
     for run_id, problem_id, details in rows:
         measurements[run_id][problem_id] = (details or {}).get("measurement") or {}
-    return [_split(_held_seconds(started, finished, stages), measurements[run_id])
+    return [_split(_held_seconds(started, finished, stages), measurements[run_id], plugin)
             for run_id, started, finished, stages in runs]
 
 
-def _split(held: float, measurements: dict[str, dict[str, Any]]) -> GradeSplit:
+def _split(held: float, measurements: dict[str, dict[str, Any]], plugin: Plugin | None) -> GradeSplit:
     turns = lock_turns(measurements)
     if turns is None:
-        return GradeSplit(held, timing_seconds(measurements))
+        return GradeSplit(held, timing_seconds(measurements, plugin))
     shared, alone = turns.get("shared", 0.0), turns.get("alone", 0.0)
     waited = turns.get("waited_shared", 0.0) + turns.get("waited_alone", 0.0)
     return GradeSplit(max(held - waited, shared + alone), shared + alone, shared)

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session, aliased
 from grader.capacity.model import queue_eta, service_estimate, split_queue_eta
 from grader.models import ACTIVE_STATES, FINAL_STATES, Run, RunState, Submission, utcnow
 from grader.reads.gpu_info import gpu_notes
+from grader.reads.gpu_phases import plugin_of
 from grader.reads.grade_times import grade_seconds, grade_splits, graded_in_pieces, with_timing
 from worker.rubric import RubricError, load_rubric
 
@@ -72,12 +73,14 @@ def busy_remaining(session: Session, service_s: float) -> list[float]:
     return [max(0.0, service_s - ((now - at).total_seconds() if at else 0.0)) for at in started]
 
 
-def split_estimate(session: Session, run: Run, position: int, sample: int, slots: int) -> QueueEstimate | None:
+def split_estimate(session: Session, run: Run, position: int, sample: int, slots: int,
+                   search: Sequence[Path]) -> QueueEstimate | None:
     """The two-piece schedule's estimate (grader.capacity.split_queue_eta) for the queued run at
     `position`: the runs in their checks, the timings waiting, and each piece's median seconds
     among the assignment's `sample` recent grades; None without any, or when the newest was a
     whole grade (the workers do not split)."""
-    splits = grade_splits(session, sample, run.submission.assignment_id)
+    splits = grade_splits(session, sample, run.submission.assignment_id,
+                          plugin=plugin_of(run.submission.assignment.slug, search))
     if not splits or not graded_in_pieces(session, sample, run.submission.assignment_id):
         return None
     timings = with_timing(splits)
@@ -91,7 +94,8 @@ def split_estimate(session: Session, run: Run, position: int, sample: int, slots
     return QueueEstimate(position, final_s, verdict_s)
 
 
-def queue_estimate(session: Session, run: Run, sample: int, slots: int | None = None) -> QueueEstimate | None:
+def queue_estimate(session: Session, run: Run, sample: int, search: Sequence[Path],
+                   slots: int | None = None) -> QueueEstimate | None:
     """Position and ETA of a run in the broker's queue; None for any other run (a run not sent
     has no place in the queue to promise). The ETA is the capacity model's (grader/capacity/model.py)
     for the queue as it is now: the workers busy now (one when none is), each free when its run's
@@ -104,7 +108,7 @@ def queue_estimate(session: Session, run: Run, sample: int, slots: int | None = 
         return None
     ahead = session.scalar(select(func.count(Run.id)).where(Run.state == RunState.queued, Run.id < run.id)) or 0
     position = int(ahead) + 1
-    split = split_estimate(session, run, position, sample, slots) if slots is not None else None
+    split = split_estimate(session, run, position, sample, slots, search) if slots is not None else None
     if split is not None:  # the two pieces: verdicts and the score, two waits
         return split
     recent = grade_seconds(session, sample, run.submission.assignment_id)
@@ -201,7 +205,7 @@ def run_status(session: Session, run: Run, eta_sample: int, search: Sequence[Pat
                slots: int | None = None) -> dict[str, Any]:
     """The JSON the run page polls (and renders from at first); `search`: the settings' rubric_dirs;
     `slots`: the check slots per GPU when the workers grade in two pieces (None: whole grades)."""
-    queue = queue_estimate(session, run, eta_sample, slots)
+    queue = queue_estimate(session, run, eta_sample, search, slots)
     waiting = waiting_reason(session, run) if run.state == RunState.queued else None
     active = run.state in ACTIVE_STATES or run.state == RunState.checked  # a checked run's notes hold its verdicts
     gpu = gpu_notes(session, run.submission.assignment_id, [run.id]).get(run.id)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rubrics.hw4 import gpu_time
 from worker.assignment import GpuStage, Plugin, StageConfig, StageProgress, Words
 
 
@@ -22,13 +23,16 @@ ASSIGNMENT = Plugin(
     stage_needs_gpu=True,
     mutants_file=Path(__file__).with_name("mutants.yaml"),
     words=Words(
-        case_routes=("C ABI", "binding"),
+        routes={"abi": "C ABI", "binding": "binding"},
         figures={
             "reference_ops": "your fused op vs your MiniTorch's composition on the reference basic ops",
             "student": "your fused op vs your MiniTorch's composition on your own basic ops",
+            "trusted": "the reference kit's fused op vs its composition (information only)",
         },
         own_ops_file="combine.cu",
     ),
     calibration_warning="our reference kit, whose MiniTorch is faster than an ordinary student's; "
                         "prefer known-correct submissions",
+    gpu_time=gpu_time.gpu_time,
+    timing_seconds=gpu_time.timing_seconds,
 )

@@ -128,8 +128,7 @@ class KernelProblem:
         return None
 
     def record(self, outcome: CaseOutcome, check: Check) -> None:
-        cases = self.measurement.abi_cases if check.path == "abi" else self.measurement.binding_cases
-        cases.append(outcome)
+        self.measurement.routes.setdefault(check.path, []).append(outcome)
         if check.path == "abi" and not outcome.ok and outcome.ran:
             self.failed_abi.append(check)
 
@@ -301,14 +300,14 @@ def timing_phase(problem: KernelProblem, sides: Sides, config: TimingConfig, wat
     with _ends_on_failure(problem, during, config.call_timeout_s):
         with problem.clock("timing"):
             timing = time_problem(client, sides, cases, problem.rng, config, problem.thresholds, watch)
-        m.speedup_student, m.speedup_reference_ops, m.speedup_trusted = (
-            timing.student, timing.reference_ops, timing.kit)
+        measured = {"student": timing.student, "reference_ops": timing.reference_ops, "trusted": timing.kit}
+        m.figures.update({name: figure for name, figure in measured.items() if figure is not None})
         m.telemetry.update(timing_shapes=timing.shapes, timing_evidence=timing.evidence,
                            timing_dropped=timing.dropped, timing_stopped=timing.stopped,
                            timing_thresholds=list(problem.thresholds), timed=describe_timing(cases))
         m.telemetry[CONDITIONS_KEY] = timing.conditions
         if timing.wrong_trials:
-            m.binding_cases.append(CaseOutcome(
+            m.routes.setdefault("binding", []).append(CaseOutcome(
                 case_id="timing:course-shapes", shape=tuple(cases[0].shape), ok=False,
                 message=f"{timing.wrong_trials} timed trial(s) returned a wrong result", public=True))
 

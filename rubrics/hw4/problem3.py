@@ -448,8 +448,9 @@ def _measure_built(s: _Session, m: ProblemMeasurement, setup: dict[str, Any], th
     cases += counted + verified
     s.info["steps"] = steps
     s.info["memory"] = peak_memory(all_steps)
-    m.binding_cases = cases
-    m.speedup_student = summary
+    m.routes["binding"] = cases
+    if summary is not None:
+        m.figures["student"] = summary
     m.first_failure = next((cs for cs in cases if not cs.ok), None)
 
 
@@ -485,7 +486,7 @@ def measure_problem3(
         else:  # not buildable or not pairable as the driver builds it: the only case, failed (0 points)
             case = CaseOutcome(str(failure.get("case_id", "p3-constructs")), (), False,
                                message=str(failure.get("message", "")))
-            m.binding_cases, m.first_failure = [case], case
+            m.routes["binding"], m.first_failure = [case], case
             s.info["setup_failure"] = case.to_dict()
     except OutOfBudget as exc:  # the run's budget, not the submission's failure: what was found is not scored
         m.status = "not_run"

@@ -3,8 +3,8 @@ library call, graded by the engine's generic stage for such problems (worker.lib
 
 Correctness: transpose of the student's lib/transpose.so on each case, its output equal to the
 input transposed, element for element (a transpose moves values, it computes none). Speed, once
-every case passed: transpose against transpose_naive of our own kit on the largest case; the
-ratio is the measurement's `speedup_reference_ops`, which the rubric's speed figure scores.
+every case passed: transpose against transpose_naive of our own kit on the largest case, the
+figure `baseline` that the rubric scores.
 """
 from __future__ import annotations
 

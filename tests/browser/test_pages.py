@@ -249,11 +249,11 @@ def _scored_run(sessions: sessionmaker[Session], username: str, like_run: int) -
     bad = CaseOutcome("lfw-r64h1024", (64, 1024), ok=False, max_err=0.42, where=(3, 17), public=True)
     good = CaseOutcome("case-ok", (8, 64), ok=True, max_err=1e-6)
     measurements = [
-        ProblemMeasurement("1.1", abi_cases=[good, good], binding_cases=[good], speedup_student=fast, speedup_reference_ops=fast,
-                           speedup_trusted=fast),
-        ProblemMeasurement("1.2", abi_cases=[good, good], binding_cases=[good], speedup_student=slow, speedup_reference_ops=slow,
-                           speedup_trusted=slow),
-        ProblemMeasurement("2.1", abi_cases=[good, bad], binding_cases=[good], first_failure=bad),
+        ProblemMeasurement("1.1", routes={"abi": [good, good], "binding": [good]},
+                           figures={"student": fast, "reference_ops": fast, "trusted": fast}),
+        ProblemMeasurement("1.2", routes={"abi": [good, good], "binding": [good]},
+                           figures={"student": slow, "reference_ops": slow, "trusted": slow}),
+        ProblemMeasurement("2.1", routes={"abi": [good, bad], "binding": [good]}, first_failure=bad),
         ProblemMeasurement("2.2", status="timeout", log_tail="the child stopped answering"),
     ]
     with session_scope(sessions) as session:

@@ -67,12 +67,12 @@ def record(label: str, measurements: list[ProblemMeasurement], score: RunScore, 
             "status": m.status,
             "correct": m.all_passed,
             "cases": f"{sum(c.ok for c in m.cases)}/{len(m.cases)}",
-            "speedup": m.speedup_student.describe() if m.speedup_student else "-",
-            "speedup_reference_ops": m.speedup_reference_ops.describe() if m.speedup_reference_ops else "-",
-            "speedup_trusted": m.speedup_trusted.describe() if m.speedup_trusted else "-",
+            "speedup": m.figure("student").describe() if m.figure("student") else "-",
+            "speedup_reference_ops": m.figure("reference_ops").describe() if m.figure("reference_ops") else "-",
+            "speedup_trusted": m.figure("trusted").describe() if m.figure("trusted") else "-",
             "median_ms": {name: round(getattr(r, attr), 4) for name, r, attr in (
-                ("custom", m.speedup_student, "median_custom_ms"), ("baseline", m.speedup_student, "median_baseline_ms"),
-                ("trusted", m.speedup_trusted, "median_baseline_ms")) if r is not None},
+                ("custom", m.figure("student"), "median_custom_ms"), ("baseline", m.figure("student"), "median_baseline_ms"),
+                ("trusted", m.figure("trusted"), "median_baseline_ms")) if r is not None},
             "kernel_ms": m.kernel_ms,
             "phase_seconds": m.telemetry.get("seconds"),
             "gpu_busy": m.telemetry.get("gpu_busy"),
@@ -149,7 +149,7 @@ def test_reference_kit_end_to_end(kit_root: Path, tmp_path: Path, work: Path) ->
     for m in collected:
         assert m.status == "ok" and m.all_passed, (m.problem_id, m.first_failure, m.log_tail[-2000:])
         if m.problem_id != "3":
-            assert m.kernel_ms is not None and 0 < m.kernel_ms < m.speedup_student.median_custom_ms, (
+            assert m.kernel_ms is not None and 0 < m.kernel_ms < m.figure("student").median_custom_ms, (
                 m.problem_id, m.kernel_ms, m.telemetry.get("kernel_profile"))
     # Every kernel problem's achieved bandwidth, set beside the GPU's peak copy bandwidth
     # measured as `grader calibrate` measures it: a correct kit is below the peak, none is flagged.
@@ -184,10 +184,10 @@ def test_reference_kit_is_stable_over_three_grades(kit_root: Path, work: Path) -
     stability = {}
     for pid in kernel_only:
         grades = [next(m for m in g if m.problem_id == pid) for g in REFERENCE_GRADES]
-        student = [m.speedup_student.speedup for m in grades if m.speedup_student]
+        student = [m.figure("student").speedup for m in grades if m.figure("student")]
         spec = next(p for p in RUBRIC.problems if p.id == pid).scoring
         scored = [f.speedup for f in (choose_figure(spec, m)[0] for m in grades) if f is not None]
-        trusted = [m.speedup_trusted.speedup for m in grades if m.speedup_trusted]
+        trusted = [m.figure("trusted").speedup for m in grades if m.figure("trusted")]
         points = [score_run(RUBRIC, g).problem(pid).points for g in REFERENCE_GRADES]
         calibrated = [score_run(RUBRIC, g, targets=targets).problem(pid).points for g in REFERENCE_GRADES]
         stability[pid] = {"speedups": [round(x, 3) for x in student], "max_over_min": round(spread(student)[2], 3),
@@ -256,16 +256,16 @@ def test_infinite_loop_kernel_times_out_and_grading_goes_on(kit_root: Path, tmp_
     # The first hang fails its own case and names the launcher (rubrics.hw4.hangs); every other
     # case calling it is settled with those words, without a timeout. 2.1 scores nothing.
     words = "your LayerNorm forward (launch_layernorm) did not return within 20 s in case abi:"
-    cases_21 = [*by_id["2.1"].abi_cases, *by_id["2.1"].binding_cases]
+    cases_21 = [*by_id["2.1"].cases_by("abi"), *by_id["2.1"].cases_by("binding")]
     assert cases_21 and not any(c.ok for c in cases_21), by_id["2.1"].to_dict()
     assert [c.message.startswith(f"hung: {words}") for c in cases_21 if c.ran] == [True], by_id["2.1"].to_dict()
     assert all(c.message.startswith(f"not run: {words}") for c in cases_21 if not c.ran), by_id["2.1"].to_dict()
     assert score.problem("2.1").points == 0
     # Grading went on: 2.2's own launcher passed through the C ABI; its binding runs the
     # (hanging) fused forward first, so those cases are settled with the same words.
-    assert by_id["2.2"].abi_cases and all(c.ok for c in by_id["2.2"].abi_cases)
-    assert by_id["2.2"].binding_cases and all(c.message.startswith(f"not run: {words}")
-                                              for c in by_id["2.2"].binding_cases), by_id["2.2"].to_dict()
+    assert by_id["2.2"].cases_by("abi") and all(c.ok for c in by_id["2.2"].cases_by("abi"))
+    assert by_id["2.2"].cases_by("binding") and all(c.message.startswith(f"not run: {words}")
+                                              for c in by_id["2.2"].cases_by("binding")), by_id["2.2"].to_dict()
 
 
 def _broken_kit(tmp_path: Path, kernels: tuple[str, ...]) -> Path:
@@ -408,9 +408,9 @@ def test_convention_mutants_keep_every_correctness_point(kit_root: Path, tmp_pat
         for pid in mutant.must_pass:
             got = score.problem(pid)
             measured = next(m for m in measurements if m.problem_id == pid)
-            assert measured.abi_cases and measured.binding_cases, (mutant.id, got.to_dict())
+            assert measured.cases_by("abi") and measured.cases_by("binding"), (mutant.id, got.to_dict())
             assert not measured.failed_cases, (mutant.id, [c.describe() for c in measured.failed_cases])
-            assert all(c.message.startswith("passed reading") for c in measured.abi_cases), (
-                mutant.id, [c.describe() for c in measured.abi_cases][:3])
+            assert all(c.message.startswith("passed reading") for c in measured.cases_by("abi")), (
+                mutant.id, [c.describe() for c in measured.cases_by("abi")][:3])
             correctness = next(p for p in RUBRIC.problems if p.id == pid).scoring.correctness_points
             assert got.correctness_points == correctness, (mutant.id, got.to_dict())

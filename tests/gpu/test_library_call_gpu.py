@@ -19,6 +19,7 @@ import pytest
 
 from worker.assignment import StageConfig, StageProgress, assignment_of
 from worker.build import Toolchain, cuda_include_dirs
+from worker.library_call import FIGURE
 from worker.measurements import ProblemMeasurement
 from worker.mutants import Mutant, apply_mutant, load_mutants
 from worker.pipeline import Outcome, PipelineConfig, grade_submission
@@ -72,7 +73,7 @@ def grade(slug: str, label: str, tree: Path, work: Path) -> tuple[Outcome, Probl
     stages = {name: round(rec.seconds, 1) for name, rec in outcome.stages.items()}
     print(f"\n== {slug} {label}: {outcome.score}/{rubric.total_points:g} in {seconds:.1f} s, stages {stages}; "
           f"status {m.status}, cases {sum(c.ok for c in m.cases)}/{len(m.cases)}, "
-          f"speedup {m.speedup_reference_ops.describe() if m.speedup_reference_ops else '-'}, "
+          f"speedup {m.figure(FIGURE).describe() if m.figure(FIGURE) else '-'}, "
           f"timing {m.telemetry.get('timing')}")
     for reason in score.reasons:
         print(f"   - {reason}")
@@ -85,8 +86,8 @@ def test_the_kit_earns_every_point_on_the_gpu(slug: str, work: Path) -> None:
     shutil.copytree(rubric.starter_dir, tree)
     outcome, m, score = grade(slug, "kit", tree, work)
     assert m.status == "ok" and m.all_passed and len(m.cases) >= 5, m.cases
-    assert m.speedup_reference_ops is not None and m.telemetry["timing"]["stopped"] in ("settled", "max_trials")
-    assert score.full_marks and outcome.score == rubric.total_points, (score.reasons, m.speedup_reference_ops)
+    assert m.figure(FIGURE) is not None and m.telemetry["timing"]["stopped"] in ("settled", "max_trials")
+    assert score.full_marks and outcome.score == rubric.total_points, (score.reasons, m.figure(FIGURE))
     assert m.telemetry["before"].get("name"), "the GPU's snapshot is recorded"
 
 
@@ -94,7 +95,7 @@ def test_the_kit_earns_every_point_on_the_gpu(slug: str, work: Path) -> None:
 def test_the_stripped_starter_earns_nothing_and_says_why(slug: str, work: Path) -> None:
     render_starter(RUBRICS[slug].starter_dir, work / "starter")
     outcome, m, score = grade(slug, "starter", work / "starter", work)
-    assert m.status == "ok" and not any(c.ok for c in m.cases) and m.speedup_reference_ops is None
+    assert m.status == "ok" and not any(c.ok for c in m.cases) and m.figure(FIGURE) is None
     assert outcome.score == 0 and any("got nan" in r for r in score.reasons), score.reasons
 
 
@@ -108,4 +109,4 @@ def test_each_mutant_loses_what_it_must(slug: str, mutant: Mutant, work: Path) -
         assert m.status == "ok" and not m.all_passed and score.correctness_points == 0 and score.points == 0, score
     else:  # right outputs, the naive speed: all correctness points, no speed points
         assert m.all_passed and score.correctness_points == 10 and score.speed_points == 0, score
-        assert m.speedup_reference_ops is not None and m.speedup_reference_ops.high < floor, m.speedup_reference_ops
+        assert m.figure(FIGURE) is not None and m.figure(FIGURE).high < floor, m.figure(FIGURE)

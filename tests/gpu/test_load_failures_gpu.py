@@ -93,7 +93,7 @@ def _graded(mutant_id: str, kit_root: Path, tmp_path: Path, work: Path) -> tuple
 
 
 def _settled(m: ProblemMeasurement, cases: str, words: str) -> None:
-    found = m.abi_cases if cases == "abi" else m.binding_cases
+    found = m.cases_by("abi") if cases == "abi" else m.cases_by("binding")
     assert found and all(not c.ok and c.message.startswith(f"not run: {words}") for c in found), (
         m.problem_id, [c.message for c in found][:3], m.log_tail[-1500:])
 
@@ -105,9 +105,9 @@ def test_a_package_that_hangs_at_import_costs_less_than_a_correct_grade(  # noqa
     words = f"your minitorch package does not import: it hung for {PRODUCTION.load_timeout_s:g} s"
     for pid in ALL[:4]:  # the C ABI loads only the library: the kit's kernels pass
         m = by_id[pid]
-        assert m.abi_cases and all(c.ok for c in m.abi_cases), (pid, m.first_failure)
+        assert m.cases_by("abi") and all(c.ok for c in m.cases_by("abi")), (pid, m.first_failure)
         _settled(m, "binding", words)
-        assert m.speedup_student is None and m.log_tail.startswith(words)
+        assert m.figure("student") is None and m.log_tail.startswith(words)
     assert by_id["3"].status == "not_run"
     assert score.problem("3").reasons[0].startswith(f"3: was not run: {words}"), score.problem("3").reasons
     assert by_id["3"].telemetry["load"]["minitorch"]["loaded"] is False
@@ -125,7 +125,7 @@ def test_a_library_that_aborts_at_load_costs_less_than_a_correct_grade(  # noqa:
         _settled(by_id[pid], "binding", library)
     for pid in ("2.1", "2.2"):  # their own library loads: their C ABI cases run and pass
         m = by_id[pid]
-        assert m.abi_cases and all(c.ok for c in m.abi_cases), (pid, m.first_failure)
+        assert m.cases_by("abi") and all(c.ok for c in m.cases_by("abi")), (pid, m.first_failure)
         _settled(m, "binding", package)
     assert by_id["3"].status == "not_run" and score.problem("3").reasons[0].startswith(f"3: was not run: {library}")
     assert SECONDS["library-aborts-at-load"] <= correct_grade_s, SECONDS
@@ -142,19 +142,19 @@ def test_a_kernel_that_never_returns_costs_one_call_timeout(  # noqa: F811
     by_id, score = _graded("softmax-forward-spins-forever", kit_root, tmp_path, work)
     timeout_s = PRODUCTION.timing.call_timeout_s
     hung = [c for pid in ("1.1", "1.2") for c in by_id[pid].cases if c.ran and not c.ok]
-    assert len(hung) == 1 and hung[0] in by_id["1.1"].abi_cases, [c.message for c in hung][:3]
+    assert len(hung) == 1 and hung[0] in by_id["1.1"].cases_by("abi"), [c.message for c in hung][:3]
     words = f"your softmax forward (launch_attn_softmax) did not return within {timeout_s:g} s in case {hung[0].case_id}"
     assert hung[0].message.startswith(f"hung: {words}"), hung[0].message
     m11, m12 = by_id["1.1"], by_id["1.2"]  # 1.2's own launcher, alone through the C ABI, passes
-    assert m12.abi_cases and all(c.ok for c in m12.abi_cases), (m12.first_failure, m12.log_tail[-1500:])
-    for cases in (m11.cases, m12.binding_cases):  # its binding runs the forward first
+    assert m12.cases_by("abi") and all(c.ok for c in m12.cases_by("abi")), (m12.first_failure, m12.log_tail[-1500:])
+    for cases in (m11.cases, m12.cases_by("binding")):  # its binding runs the forward first
         rest = [c for c in cases if c is not hung[0] and not c.ok]
         assert rest and all(not c.ran and c.message.startswith(f"not run: {words}") for c in rest), \
             [c.message for c in rest][:3]
-    assert m11.speedup_student is None and m12.speedup_student is None and score.problem("1.1").points == 0
+    assert m11.figure("student") is None and m12.figure("student") is None and score.problem("1.1").points == 0
     for pid in ("2.1", "2.2"):
         m = by_id[pid]
-        assert m.status == "ok" and m.all_passed and m.speedup_student is not None, (pid, m.first_failure)
+        assert m.status == "ok" and m.all_passed and m.figure("student") is not None, (pid, m.first_failure)
         assert score.problem(pid).correctness_points == 14, score.problem(pid).reasons
     assert by_id["3"].status == "not_run" and by_id["3"].log_tail == words, by_id["3"].log_tail[-1500:]
     assert SECONDS["softmax-forward-spins-forever"] < correct_grade_s + timeout_s, SECONDS

@@ -31,16 +31,16 @@ def test_course_config_within_budget(kit_root: Path, tmp_path: Path) -> None:
     with ChildClient(sandbox, root, (HANDLERS,), arena_bytes(config), gpu_index=0) as client:
         m = measure_problem3(client, config, np.random.default_rng(11868), telemetry=lambda: gpu_snapshot(0))
     info = m.telemetry["problem3"]
-    for case in m.binding_cases:
+    for case in m.cases_by("binding"):
         print(case.describe())
-    print("speedup (unfused/fused step):", m.speedup_student.describe() if m.speedup_student else None)
+    print("speedup (unfused/fused step):", m.figure("student").describe() if m.figure("student") else None)
     print(json.dumps({k: info.get(k) for k in ("setup_s", "first_steps", "losses", "causality", "timing", "memory",
                                          "elapsed_s")},
                      default=str, indent=1))
     assert m.status == "ok", m.log_tail
     assert m.all_passed, [c.describe() for c in m.failed_cases]
     assert info["elapsed_s"] <= config.budget_s + 5, info["timing"]
-    s = m.speedup_student
+    s = m.figure("student")
     assert s is not None and s.trials >= config.min_pairs
     assert s.speedup > 1.0
     for model in ("unfused", "fused"):  # each step's own peaks, the device's sampled in the checked steps

@@ -74,7 +74,7 @@ def test_memcheck_names_the_access_past_the_end_of_a_layernorm_buffer(mutant_id:
     m, source, reasons = _graded(mutant_id, "2.1", kit_root, tmp_path, work)
     record = m.telemetry["sanitizer"]
     assert record["tools"] == ["memcheck"] and record["note"] == "", record
-    assert record["case"] == min((c for c in m.abi_cases if not c.ok), key=lambda c: c.shape[0] * c.shape[1]).case_id
+    assert record["case"] == min((c for c in m.cases_by("abi") if not c.ok), key=lambda c: c.shape[0] * c.shape[1]).case_id
     line = min(_lines(source, statement))
     found = [f for f in record["findings"] if f["kernel"] == "ker_layer_norm"]
     assert found and all(f["file"] == "src/layernorm_kernel.cu" for f in found), record

@@ -4,9 +4,11 @@ else a share), what it says when the model is ambiguous or unknown, and that its
 capacity model's answer for those times under both schedules."""
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,8 +26,10 @@ from grader.reads.grade_times import GradeSplit, grade_seconds, grade_splits, gr
 from grader.service import record_submission
 from grader.settings import Settings, get_settings
 from grader.storage.blobstore import StoredBlob
+from rubrics.hw4 import ASSIGNMENT as HW4
 
 H200, A100 = "NVIDIA H200", "NVIDIA A100-SXM4-80GB"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -79,7 +83,7 @@ def test_grade_times_are_recent_scored_single_attempt_runs_of_the_model(
         assert grade_seconds(session, 2, assignment_id, H200, (RunState.scored,)) == [180, 210]  # the newest
         # The run page's reading: every graded run of the assignment, GPU or not
         assert grade_seconds(session, 100, assignment_id) == [180, 210, 60, 400, 150]
-        splits = grade_splits(session, 100, assignment_id, H200, (RunState.scored,))
+        splits = grade_splits(session, 100, assignment_id, H200, (RunState.scored,), plugin=HW4)
         assert splits == [GradeSplit(180, None), GradeSplit(210, 40.0), GradeSplit(150, None)]
         assert with_timing(splits) == [90, 40, 75] and with_timing(splits, 0.2) == [36, 40, 30]
 
@@ -102,12 +106,18 @@ def test_a_run_timed_in_its_own_piece_splits_by_its_turns_on_the_gpus_lock(sessi
             run.results.append(ProblemResult(problem_id=pid, title=pid, status="passed", points=1, max_points=1,
                                              details={"measurement": {"telemetry": {"gpu_turns": turns}}}))
         session.flush()
-        assert grade_splits(session, 10, assignment.id) == [GradeSplit(210.0, 105.0, 30.0)]
+        assert grade_splits(session, 10, assignment.id, plugin=None) == [GradeSplit(210.0, 105.0, 30.0)]
 
 
 def test_capacity_prints_both_schedules_for_the_measured_times(
-    cli: CliRunner, graded: str, settings: Settings,
+    cli: CliRunner, graded: str, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # The assignment is hw4's under another name: its plug-in reads the phases a whole grade recorded.
+    hw4 = (ROOT / "rubrics" / "hw4" / "rubric.yaml").read_text()
+    (tmp_path / f"{graded}.yaml").write_text(hw4.replace("slug: hw4", f"slug: {graded}", 1)
+                                             .replace("starter: ../../starter/hw4", f"starter: {ROOT / 'starter' / 'hw4'}"))
+    monkeypatch.setenv("KG_RUBRIC_DIRS", json.dumps([str(tmp_path)]))
+    get_settings.cache_clear()
     result = cli.invoke(app, ["capacity", "--students", "40", "--per-student", "2", "--window", "2h",
                               "--assignment", graded, "--gpu-model", "h200", "--workers", "1", "--target", "5m",
                               "--check-slots", "3", "--replications", "4"])

@@ -1,5 +1,5 @@
 """The run page's GPU time by phase: shown to the course's staff, never to the student, from the
-run's stored measurements (the table's figures: tests/unit/grader/reads/test_gpu_phases.py)."""
+run's stored measurements (the table's figures: tests/unit/rubrics/hw4/test_gpu_time.py)."""
 from __future__ import annotations
 
 import uuid
@@ -18,7 +18,7 @@ from grader.storage.blobstore import StoredBlob
 from tests.fixtures.passwords import SUITE_ARGON2
 from tests.service.conftest import auth
 from tests.service.test_web_settings import PASSWORD, Browser
-from tests.unit.grader.reads.test_gpu_phases import record
+from tests.unit.rubrics.hw4.test_gpu_time import record
 
 
 def scored_run_with_phases(session: Session, student: User) -> int:

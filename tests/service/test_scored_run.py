@@ -137,7 +137,7 @@ def test_a_split_grade_shows_verdicts_first_then_the_score(
     assert run["state"] == "checked" and run["score"] is None and run["report"] is None, run["message"]
     assert "measured when the GPU is free" in run["message"]
     assert [r["details"]["score"]["correctness_points"] for r in run["results"]] == [14] * 5
-    assert all(r["details"]["measurement"]["figures"]["student"] is None for r in run["results"])
+    assert all(r["details"]["measurement"]["figures"] == {} for r in run["results"])  # none measured yet
     assert executor.execute(run_id) is Disposition.skipped  # a second grade task finds it checked: no double grade
 
     assert executor.execute_timing(run_id) is Disposition.done
@@ -158,11 +158,11 @@ def test_a_split_grade_shows_verdicts_first_then_the_score(
         assert queued is not None
         queued.enqueued_at = queued.submission.uploaded_at
         session.flush()
-        estimate = queue_estimate(session, queued, 20, slots=3)
+        estimate = queue_estimate(session, queued, 20, settings.rubric_dirs, slots=3)
         assert estimate is not None and estimate.verdict_eta_s is not None and estimate.eta_s is not None
         assert 0 < estimate.verdict_eta_s < estimate.eta_s
         assert "estimated correctness verdicts in" in progress_text(queued, estimate)
-        whole = queue_estimate(session, queued, 20)  # workers not split: one wait
+        whole = queue_estimate(session, queued, 20, settings.rubric_dirs)  # workers not split: one wait
         assert whole is not None and whole.verdict_eta_s is None
         session.delete(queued)
 

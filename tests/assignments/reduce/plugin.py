@@ -4,7 +4,7 @@ graded on a GPU with no edit to generic code.
 
 Correctness: reduce_sum of the student's lib/reduce.so on each case against a float64 sum.
 Speed, once every case passed: reduce_sum against reduce_sum_naive of our own kit on the largest
-case; the ratio is the measurement's `speedup_reference_ops`, which the rubric's speed figure scores.
+case, the figure `baseline` that the rubric scores.
 """
 from __future__ import annotations
 

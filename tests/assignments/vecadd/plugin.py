@@ -65,7 +65,7 @@ def measure(config: StageConfig, staged: Path, work_dir: Path) -> ProblemMeasure
         a, b = inputs[case_id]
         result = compare({"out": (got, a.astype(np.float64) + b)}, ATOL, RTOL, (n,))
         cases.append(CaseOutcome(case_id, (n,), result.ok, result.max_err, result.where, result.message, public))
-    return ProblemMeasurement(PROBLEM, abi_cases=cases)
+    return ProblemMeasurement(PROBLEM, routes={"library": cases})
 
 
 def make_stage(config: StageConfig, progress: StageProgress) -> GpuStage:
@@ -88,5 +88,5 @@ ASSIGNMENT = Plugin(
     zip_folder="vecadd",
     make_stage=make_stage,
     stage_needs_gpu=False,
-    words=Words(case_routes=("vec_add called directly", "your code")),
+    words=Words(routes={"library": "vec_add called directly"}),
 )

@@ -581,9 +581,9 @@ def test_run_grader_grades_through_the_pipeline_and_keeps_the_requested_problems
     def fake_stage(rubric, staged, reference, work_dir, config, progress=None):  # type: ignore[no-untyped-def]
         asked.append(config.problems)
         ok = RatioSummary(1.0, 0.1, 10.0, 9.5, 10.5, 12)
-        return [ProblemMeasurement("1.1", abi_cases=[CaseOutcome("sfw-1", (2, 8, 4, 4), True)],
-                                   speedup_student=ok, speedup_trusted=ok),
-                ProblemMeasurement("2.2", abi_cases=[CaseOutcome("lbw-1", (4, 32), False, 0.5, (1, 2))])]
+        return [ProblemMeasurement("1.1", routes={"abi": [CaseOutcome("sfw-1", (2, 8, 4, 4), True)]},
+                                   figures={"student": ok, "trusted": ok}),
+                ProblemMeasurement("2.2", routes={"abi": [CaseOutcome("lbw-1", (4, 32), False, 0.5, (1, 2))]})]
 
     monkeypatch.setattr(grade, "run_gpu_stage", fake_stage)
     monkeypatch.setattr(fidelity, "gpu_present", lambda: True)

@@ -57,6 +57,22 @@ def test_generic_code_reaches_hw4_only_through_the_seam() -> None:
     assert ALLOWED <= found, "the allowed default is gone: remove it from ALLOWED"
 
 
+# hw4's names for what its stage measures and records (its routes' and figures' old stored keys,
+# its telemetry's phases and Problem 3's record): the engine and the service read them only
+# through the plug-in, save the schema-1 reading of measurements stored under them.
+HW4_MEASUREMENT_NAMES = ("abi_cases", "binding_cases", "speedup_student", "speedup_reference_ops", "speedup_trusted",
+                         "problem3", "kernel_profile", "timing_warm")
+MEASUREMENT_NAMES_ALLOWED = {"worker/measurements.py"}
+
+
+def test_generic_code_reads_hw4_measurements_only_through_its_plug_in() -> None:
+    found = {(path.relative_to(ROOT).as_posix(), node.value) for path in GENERIC
+             for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, ast.Constant) and isinstance(node.value, str)
+             and any(name in node.value for name in HW4_MEASUREMENT_NAMES)}
+    assert {file for file, _ in found} == MEASUREMENT_NAMES_ALLOWED, sorted(found)
+
+
 def test_the_pages_name_no_assignment() -> None:
     """What a page says of an assignment comes from its rubric, never from the template."""
     assert PAGES, "no templates found: the scan looks in the wrong place"
@@ -76,7 +92,7 @@ def test_the_scan_sees_imports_and_strings(tmp_path: Path) -> None:
 def test_the_rubrics_name_their_plug_ins() -> None:
     hw4 = assignment_of(load_rubric("hw4"))
     assert hw4.zip_folder == "llmsys_hw4" and hw4.stage_needs_gpu and hw4.mutants_file is not None
-    assert hw4.mutants_file.is_file() and hw4.words.case_routes == ("C ABI", "binding")
+    assert hw4.mutants_file.is_file() and hw4.words.routes == {"abi": "C ABI", "binding": "binding"}
     vecadd = assignment_of(load_rubric("vecadd", VECADD.parent))  # plugin.py beside its rubric
     assert vecadd.zip_folder == "vecadd" and not vecadd.stage_needs_gpu
 

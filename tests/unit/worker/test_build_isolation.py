@@ -82,7 +82,7 @@ class RecordingStage:
         self.asked.append(problems)
         for k in rubric.kernels:  # raises OSError if one is absent: the import would fail
             self.libraries[k.name] = ctypes.CDLL(str(staged / k.output))
-        return [ProblemMeasurement(pid, abi_cases=[OK], binding_cases=[OK]) for pid in problems]
+        return [ProblemMeasurement(pid, routes={"abi": [OK], "binding": [OK]}) for pid in problems]
 
 
 def grade(tmp_path: Path, archive: Path, cache: Path, stage: RecordingStage | None) -> Outcome:
@@ -297,7 +297,7 @@ def test_a_gpu_stage_answer_for_a_problem_left_out_never_scores(tmp_path: Path, 
     archive = submission_zip(tmp_path / "up.zip", replace={"softmax_kernel": BROKEN})
 
     def everything(rubric, staged, reference, work, problems):  # type: ignore[no-untyped-def]
-        return [ProblemMeasurement(p.id, abi_cases=[OK], binding_cases=[OK]) for p in rubric.problems]
+        return [ProblemMeasurement(p.id, routes={"abi": [OK], "binding": [OK]}) for p in rubric.problems]
 
     outcome = grade_submission(archive, RUBRIC, tmp_path / "job", config(cache), gpu_stage=everything)
     assert outcome.score == 28.0 and [by_id(outcome)[pid].points for pid in ALL] == [0, 0, 14, 14, 0]
@@ -310,7 +310,7 @@ def test_the_gpu_stage_measures_against_the_calibrated_targets(tmp_path: Path, c
 
     def record(rubric, staged, reference, work, problems):  # type: ignore[no-untyped-def]
         seen.update({p.id: p.scoring.target for p in rubric.problems})
-        return [ProblemMeasurement(pid, abi_cases=[OK], binding_cases=[OK]) for pid in problems]
+        return [ProblemMeasurement(pid, routes={"abi": [OK], "binding": [OK]}) for pid in problems]
 
     outcome = grade_submission(submission_zip(tmp_path / "up.zip"), RUBRIC, tmp_path / "job", config(cache),
                                gpu_stage=record, targets={"1.1": 9.0, "2.1": 13.5})

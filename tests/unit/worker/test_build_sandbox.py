@@ -297,7 +297,7 @@ def test_gpu_stage_logs_and_messages_name_files_from_the_submission_root(tmp_pat
         trace = (f'Traceback (most recent call last):\n  File "{work}/problem-1.1/minitorch/cuda_kernel_ops.py", '
                  f'line 12, in launch\nRuntimeError: bad launch at {staged}/src/softmax_kernel.cu:204\n')
         crash = CaseOutcome("c1", (2, 3), False, message=f"crashed in {work.resolve()}/problem-1.1/minitorch/x.py")
-        return [ProblemMeasurement(p.id, status="error", log_tail=trace, first_failure=crash, binding_cases=[crash])
+        return [ProblemMeasurement(p.id, status="error", log_tail=trace, first_failure=crash, routes={"binding": [crash]})
                 for p in rubric.problems]
 
     archive = _kit_zip(tmp_path / "up.zip")

@@ -15,8 +15,8 @@ def _measured(pid: str, speedup: float, ok: bool = True, reference_ops: float | 
     def r(x: float | None):  # noqa: ANN202
         return None if x is None else ratio_summary([x] * 5, [1.0] * 5)
 
-    return ProblemMeasurement(problem_id=pid, abi_cases=[CaseOutcome("c", (1,), ok)], speedup_student=r(speedup),
-                              speedup_reference_ops=r(reference_ops), speedup_trusted=r(kit))
+    return ProblemMeasurement(problem_id=pid, routes={"abi": [CaseOutcome("c", (1,), ok)]},
+                              figures={"student": r(speedup), "reference_ops": r(reference_ops), "trusted": r(kit)})
 
 
 def test_targets_are_the_median_of_the_correct_submissions_with_a_margin() -> None:
@@ -35,7 +35,7 @@ def test_targets_come_from_the_figure_the_rubric_scores() -> None:
 
 
 def test_incorrect_or_unmeasured_problems_get_no_target_and_targets_never_drop_below_1x() -> None:
-    unmeasured = ProblemMeasurement(problem_id="3", abi_cases=[CaseOutcome("c", (1,), True)])
+    unmeasured = ProblemMeasurement(problem_id="3", routes={"abi": [CaseOutcome("c", (1,), True)]})
     targets = calibrated_targets(RUBRIC, [_measured("1.1", 4.0, ok=False), unmeasured, _measured("1.2", 1.05)])
     assert targets == {"1.2": 1.0}
 

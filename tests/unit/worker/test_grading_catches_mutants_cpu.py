@@ -145,9 +145,9 @@ def test_open_convention_keeps_every_correctness_point(switch: str, base: Path, 
     for pid in mutant.must_pass:
         m, s, before = by_id[pid], score.problem(pid), baseline.problem(pid)
         assert m.status == "ok" and not m.failed_cases, describe(m)
-        assert m.abi_cases and m.binding_cases, describe(m)
-        assert all(c.message.startswith("passed reading `inp` as the LayerNorm output") for c in m.abi_cases), (
-            [c.describe() for c in m.abi_cases])
+        assert m.cases_by("abi") and m.cases_by("binding"), describe(m)
+        assert all(c.message.startswith("passed reading `inp` as the LayerNorm output") for c in m.cases_by("abi")), (
+            [c.describe() for c in m.cases_by("abi")])
         assert s.correctness_points == before.correctness_points, s.reasons
 
 
@@ -171,7 +171,7 @@ def test_python_side_mutant_loses_points(mutant: Mutant, base: Path, trusted: Pa
         if mutant.kind == "correctness":
             assert s.correctness_points == 0, s.reasons
             # the C ABI is untouched: the binding's autodiff is what is wrong
-            assert all(c.ok for c in m.abi_cases), describe(m)
+            assert all(c.ok for c in m.cases_by("abi")), describe(m)
             assert any(c.case_id.startswith("binding:") for c in m.failed_cases), describe(m)
         else:  # speed: values right, the fused ops never ran
             assert [c.case_id for c in m.failed_cases] == ["p3-fused-ops-called"], describe(m)
@@ -191,7 +191,7 @@ def test_broken_standin_kernel_loses_points_only_on_its_problem(switch: str, bas
     m, s = by_id[target], score.problem(target)
     assert m.status == "ok", describe(m)
     assert any(c.case_id.startswith("abi:") for c in m.failed_cases), describe(m)
-    assert m.speedup_student is None  # a wrong kernel is not timed
+    assert m.figure("student") is None  # a wrong kernel is not timed
     assert s.status == "failed" and s.correctness_points == 0 and s.points == 0, s.reasons
     assert s.points < baseline.problem(target).points
     for pid in KERNEL_PROBLEMS:

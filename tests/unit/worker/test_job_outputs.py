@@ -193,7 +193,7 @@ def test_vecadd_reads_nothing_a_submission_planted_and_its_grade_says_so(
     [problem] = outcome.problems
     assert problem.points == 0
     assert f"n1.out was not read: {_expected_refusal(policy, n1)}" in problem.message, problem.message
-    cases = {case["case_id"]: case for case in problem.details["measurement"]["cases"]["abi"]}
+    cases = {case["case_id"]: case for case in problem.details["measurement"]["cases"]["library"]}
     assert cases["n4097"]["ok"] and not cases["n1"]["ok"] and not cases["n1000"]["ok"]
     assert cases["n1000"]["message"].startswith(f"n1000.out was not read: {_expected_refusal(policy, n1000)}")
     assert not [s for s in place.secrets() if s in repr(outcome).encode()]

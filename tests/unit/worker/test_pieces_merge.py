@@ -7,7 +7,7 @@ from worker.timing import ratio_summary
 
 
 def _checked(pid: str, pending: bool = True) -> ProblemMeasurement:
-    m = ProblemMeasurement(pid, abi_cases=[CaseOutcome("abi:a", (4,), True)], telemetry={"before": {"gpu": "checks"}})
+    m = ProblemMeasurement(pid, routes={"abi": [CaseOutcome("abi:a", (4,), True)]}, telemetry={"before": {"gpu": "checks"}})
     if pending:
         mark_timing_pending(m)
     return m
@@ -18,11 +18,11 @@ def test_pending_problems_are_those_marked() -> None:
 
 
 def test_timing_figures_join_the_checks_and_the_checks_record_stays() -> None:
-    timed = ProblemMeasurement("1.1", speedup_student=ratio_summary([2.0] * 4, [1.0] * 4),
+    timed = ProblemMeasurement("1.1", figures={"student": ratio_summary([2.0] * 4, [1.0] * 4)},
                                telemetry={"before": {"gpu": "timing"}, "timing_stopped": "clear"})
     [m] = merge_timing([_checked("1.1")], [timed])
-    assert m.speedup_student is not None and m.speedup_student.speedup == 2.0
-    assert m.abi_cases[0].case_id == "abi:a" and m.status == "ok"
+    assert m.figure("student") is not None and m.figure("student").speedup == 2.0
+    assert m.cases_by("abi")[0].case_id == "abi:a" and m.status == "ok"
     assert TIMING_PENDING not in m.telemetry and "timing_skipped" not in m.telemetry
     assert m.telemetry["before"] == {"gpu": "checks"} and m.telemetry["timing_piece"]["before"] == {"gpu": "timing"}
     assert m.telemetry["timing_stopped"] == "clear"
@@ -31,17 +31,17 @@ def test_timing_figures_join_the_checks_and_the_checks_record_stays() -> None:
 def test_a_crash_while_timed_ends_the_problem_as_in_a_whole_grade() -> None:
     timed = ProblemMeasurement("1.1", status="crashed", log_tail="the child died (SIGSEGV) while timing")
     [m] = merge_timing([_checked("1.1")], [timed])
-    assert m.status == "crashed" and "SIGSEGV" in m.log_tail and m.speedup_student is None
+    assert m.status == "crashed" and "SIGSEGV" in m.log_tail and m.figure("student") is None
 
 
 def test_wrong_timed_trials_become_a_failed_case() -> None:
     wrong = CaseOutcome("timing:course-shapes", (8,), False, message="2 timed trial(s) returned a wrong result")
-    [m] = merge_timing([_checked("1.1")], [ProblemMeasurement("1.1", binding_cases=[wrong])])
+    [m] = merge_timing([_checked("1.1")], [ProblemMeasurement("1.1", routes={"binding": [wrong]})])
     assert m.first_failure is not None and m.first_failure.case_id == "timing:course-shapes"
 
 
 def test_a_rechecked_timing_stands_whole_and_a_missing_one_says_so() -> None:
-    p3 = ProblemMeasurement("3", binding_cases=[CaseOutcome("p3-x", (), False)], telemetry={RECHECKED: True})
+    p3 = ProblemMeasurement("3", routes={"binding": [CaseOutcome("p3-x", (), False)]}, telemetry={RECHECKED: True})
     merged = {m.problem_id: m for m in merge_timing([_checked("3"), _checked("1.1"), _checked("2.2", False)], [p3])}
     assert merged["3"] is p3
     assert merged["1.1"].telemetry["timing_skipped"] == "the timing piece did not measure this problem"

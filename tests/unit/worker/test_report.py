@@ -20,7 +20,7 @@ BAD = CaseOutcome("ln-b3h4096", (3, 4096), False, 0.42, (1, 2000), public=False)
 def measurements() -> list[ProblemMeasurement]:
     def m(pid, speedup, *cases, **kw):
         r = RatioSummary(speedup, 1.0, speedup, speedup * 0.95, speedup * 1.05, 30)
-        return ProblemMeasurement(pid, abi_cases=list(cases), binding_cases=[OK], speedup_student=r, speedup_trusted=r, **kw)
+        return ProblemMeasurement(pid, routes={"abi": list(cases), "binding": [OK]}, figures={"student": r, "trusted": r}, **kw)
 
     return [
         m("1.1", 7.0, OK, kernel_ms=0.0123),

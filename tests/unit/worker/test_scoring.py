@@ -11,13 +11,15 @@ import pytest
 from grader.pages.run_view import case_rows
 from rubrics.hw4 import ASSIGNMENT as HW4
 from worker import scoring
+from worker.assignment import AssignmentError, assignment_of
 from worker.measurements import CaseOutcome, ProblemMeasurement, salient_lines
 from worker.rubric import ProblemScoring, RubricError, find_rubric, load_rubric
 from worker.scoring import ProblemScore, score_run, speed_fraction
 from worker.timing import RatioSummary
 
 RUBRIC = load_rubric("hw4")
-SPEC = ProblemScoring(correctness_points=14, speed_points=6, speed_floor=1.0, target=6.5)
+SPEC = ProblemScoring(correctness_points=14, speed_points=6, speed_floor=1.0, target=6.5,
+                      speed_figure="reference_ops", speed_fallback="student")  # as hw4 scores its kernels
 
 
 def score_problem(spec: ProblemScoring, m: ProblemMeasurement, *, target: float | None = None) -> ProblemScore:
@@ -46,11 +48,9 @@ def measured(pid: str = "1.1", *, bad: int = 0, student: float | None = 7.0, ref
         binding[j] = replace(BAD, case_id=f"bad{j}")
     return ProblemMeasurement(
         pid,
-        abi_cases=cases,
-        binding_cases=binding,
-        speedup_student=None if student is None else ratio(student),
-        speedup_reference_ops=None if reference_ops is None else ratio(reference_ops),
-        speedup_trusted=None if trusted is None else ratio(trusted),
+        routes={"abi": cases, "binding": binding},
+        figures={name: ratio(x) for name, x in (("student", student), ("reference_ops", reference_ops), ("trusted", trusted))
+                 if x is not None},
         **kw,
     )
 
@@ -110,7 +110,7 @@ def test_correctness_failure_gives_no_speed_points():
 
 def test_first_failure_is_reported_first_and_list_is_bounded():
     m = measured(bad=4)
-    m.first_failure = m.binding_cases[2]
+    m.first_failure = m.cases_by("binding")[2]
     s = score_problem(SPEC, m)
     assert "bad2" in s.reasons[1]
     assert sum("failed hidden case" in r for r in s.reasons) == 3
@@ -119,21 +119,21 @@ def test_first_failure_is_reported_first_and_list_is_bounded():
 
 def shape_named(m: ProblemMeasurement) -> ProblemMeasurement:
     """`m` with its hidden cases' ids spelling their shapes, as hw4's do."""
-    m.binding_cases = [c if c.public else replace(c, case_id=f"sfw-b3h8f33t3{i}-fut")
-                       for i, c in enumerate(m.binding_cases)]
+    m.routes["binding"] = [c if c.public else replace(c, case_id=f"sfw-b3h8f33t3{i}-fut")
+                       for i, c in enumerate(m.cases_by("binding"))]
     return m
 
 
 def test_withheld_hidden_cases_are_named_by_number_as_the_run_page_does():
     m = shape_named(measured(bad=2))
-    m.first_failure = m.binding_cases[1]
+    m.first_failure = m.cases_by("binding")[1]
     s = score_problem(replace(SPEC, hidden_case_details=False), m)
     text = "\n".join(s.reasons)
     assert "sfw-" not in text and "0.42" not in text and "[3, 8, 33, 33]" not in text
-    route = HW4.words.case_routes[1]
+    route = HW4.words.routes["binding"]
     cases = [r for r in s.reasons if r.startswith("failed ")]
     assert cases == [f"failed hidden case 2 ({route})", f"failed hidden case 1 ({route})"]  # the first failure first
-    rows = case_rows(m.to_dict(), HW4.words.case_routes, disclose_hidden=False)
+    rows = case_rows(m.to_dict(), HW4.words.routes, disclose_hidden=False)
     assert [r["name"] for r in rows if r["hidden"]] == ["hidden case 1", "hidden case 2"]
     shown = score_problem(SPEC, m)  # with details: the id, the shape and the error
     assert any(r.startswith("failed hidden case sfw-b3h8f33t31-fut: shape [3, 8, 33, 33], max error 0.42")
@@ -148,7 +148,7 @@ def test_partial_correctness_is_proportional():
 
 def test_nan_case_fails_with_readable_reason():
     m = measured()
-    m.abi_cases[0] = CaseOutcome("ln-h4096", (4, 4096), False, float("nan"), (0, 3))
+    m.cases_by("abi")[0] = CaseOutcome("ln-h4096", (4, 4096), False, float("nan"), (0, 3))
     s = score_problem(SPEC, m)
     assert s.points == 0 and any("max error NaN at [0, 3]" in r for r in s.reasons)
 
@@ -179,7 +179,7 @@ def test_a_problem_not_timed_keeps_its_correctness_and_says_why_it_has_no_speed_
 
 
 def test_no_cases_is_not_correct():
-    s = score_problem(SPEC, ProblemMeasurement("2.1", speedup_student=ratio(9)))
+    s = score_problem(SPEC, ProblemMeasurement("2.1", figures={"student": ratio(9)}))
     assert s.points == 0 and s.status == "failed" and s.reasons
 
 
@@ -188,9 +188,10 @@ def test_the_reference_ops_figure_scores_and_the_kit_never_does():
     s = score_problem(SPEC, m)
     assert s.figure == "reference_ops" and s.speedup.speedup == 4.1 and 0 < s.speed_points < 6
     assert score_problem(replace(SPEC, speed_figure="student"), m).speed_points == 6
-    notes = " ".join(s.notes)
-    assert "your composition on your own basic ops (the course's figure): 9x" in notes
-    assert "the reference kit's composition (information only): 1.5x" in notes
+    notes = [n for n in s.notes if n.startswith("1.1: speedup, ")]  # every figure, in the words' order
+    said = HW4.words.figures
+    assert [n.split(": ")[1] for n in notes] == [f"speedup, {said[name]}" for name in ("reference_ops", "student", "trusted")]
+    assert notes[1].startswith(f"1.1: speedup, {said['student']}: 9x") and "(information only): 1.5x" in notes[2]
     timed = score_problem(SPEC, measured(telemetry={"timed": "inp.attn_softmax(mask) against ..."})).notes
     assert "1.1: timed: inp.attn_softmax(mask) against ..." in timed
     # A kit 20x faster than the student's MiniTorch costs nothing and flags nothing.
@@ -201,8 +202,9 @@ def test_a_missing_reference_ops_figure_falls_back_to_the_own_figure_with_a_flag
     m = measured(reference_ops=None, telemetry={"timing_dropped": {"reference_ops": "it crashed there"}})
     s = score_problem(SPEC, m)
     assert s.figure == "student" and s.speed_points == 6
-    assert any("could not be timed on the reference basic ops (it crashed there)" in f for f in s.flags)
-    assert any("could not be timed" in n for n in s.notes)
+    said = HW4.words.figures
+    flag = f"1.1: speed scored as {said['student']}, since {said['reference_ops']} could not be measured (it crashed there)"
+    assert s.flags == [flag] and flag in s.notes
     s = score_problem(SPEC, measured(student=None, reference_ops=None, trusted=None))
     assert s.speed_points == 0 and any("not measured" in r for r in s.reasons)
 
@@ -285,13 +287,13 @@ def test_run_rejects_unknown_or_duplicate_measurements():
 
 def test_measurement_round_trips_through_json():
     m = measured(bad=1, kernel_ms=0.0123, telemetry={"gpu": "H200", "sm_clock_mhz": 1980})
-    m.first_failure = m.binding_cases[0]
-    m.abi_cases[1] = CaseOutcome("nan", (1,), False, float("nan"), None, "NaN in output")
-    m.abi_cases[2] = CaseOutcome("skipped", (1,), False, message="not run: the budget ran out", ran=False)
+    m.first_failure = m.cases_by("binding")[0]
+    m.cases_by("abi")[1] = CaseOutcome("nan", (1,), False, float("nan"), None, "NaN in output")
+    m.cases_by("abi")[2] = CaseOutcome("skipped", (1,), False, message="not run: the budget ran out", ran=False)
     text = json.dumps(m.to_dict(), allow_nan=False)
     back = ProblemMeasurement.from_dict(json.loads(text))
-    assert back.to_dict() == m.to_dict() and not back.abi_cases[2].ran and back.abi_cases[1].ran
-    stored = m.abi_cases[2].to_dict()
+    assert back.to_dict() == m.to_dict() and not back.cases_by("abi")[2].ran and back.cases_by("abi")[1].ran
+    stored = m.cases_by("abi")[2].to_dict()
     del stored["ran"]  # a measurement stored before `ran` existed: every case it has ran
     assert CaseOutcome.from_dict(stored).ran
     assert score_problem(SPEC, back).reasons == score_problem(SPEC, m).reasons
@@ -330,12 +332,17 @@ def test_rubric_scoring_defaults_and_validation(tmp_path: Path):
     assert (s.correctness_points, s.speed_points, s.target) == (6, 4, None)
     for bad in (
         "{correctness_points: 5, speed_points: 4}",
-        "{speed_figure: fastest}",
+        "{speed_figure: 'the fastest'}",  # a figure is named by a word
+        "{speed_fallback: student}",  # a fallback from no figure
         "{speed_bonus: 3}",
     ):
         write(f'  - {{id: "1", title: t, points: 10, scoring: {bad}}}\n')
         with pytest.raises(RubricError):
             load_rubric("x", tmp_path)
+    # A figure the plug-in does not measure is refused where the two meet, naming the ones it does.
+    write('  - {id: "1", title: t, points: 10, scoring: {speed_figure: fastest}}\n')
+    with pytest.raises(AssignmentError, match=r"'fastest', which its plug-in does not measure.*'reference_ops'"):
+        assignment_of(load_rubric("x", tmp_path))
 
 
 SPLIT = replace(SPEC, hidden_points=4)
@@ -345,8 +352,8 @@ def split_measured(public_bad: int = 0, hidden_bad: int = 0, hidden: int = 4) ->
     """4 public cases and `hidden` hidden ones, the first few of each failing."""
     public = [replace(ok_case(i), public=True, ok=i >= public_bad) for i in range(4)]
     edge = [replace(ok_case(10 + i), public=False, ok=i >= hidden_bad) for i in range(hidden)]
-    return ProblemMeasurement("1.1", abi_cases=public, binding_cases=edge,
-                              speedup_student=ratio(7.0), speedup_reference_ops=ratio(7.0))
+    return ProblemMeasurement("1.1", routes={"abi": public, "binding": edge},
+                              figures={"student": ratio(7.0), "reference_ops": ratio(7.0)})
 
 
 def test_a_failed_hidden_case_costs_only_its_share():

@@ -15,9 +15,9 @@ HW4 = load_rubric("hw4")
 
 
 def _measurements() -> list[ProblemMeasurement]:
-    right = ProblemMeasurement("1.1", abi_cases=[CaseOutcome("sfw-1", (2, 8, 4, 4), True)])
-    wrong = ProblemMeasurement("2.2", abi_cases=[CaseOutcome("lnbw-1", (4, 32), True),
-                                                 CaseOutcome("lnbw-2", (4, 32), False, 0.5, (1, 2))])
+    right = ProblemMeasurement("1.1", routes={"abi": [CaseOutcome("sfw-1", (2, 8, 4, 4), True)]})
+    wrong = ProblemMeasurement("2.2", routes={"abi": [CaseOutcome("lnbw-1", (4, 32), True),
+                                                 CaseOutcome("lnbw-2", (4, 32), False, 0.5, (1, 2))]})
     return [right, wrong]
 
 

@@ -36,7 +36,7 @@ def test_a_copy_counts_its_bytes_read_and_written() -> None:
 
 def _measured(pid: str, gb: float | None, ok: bool = True) -> ProblemMeasurement:
     m = ProblemMeasurement(problem_id=pid)
-    m.abi_cases = [CaseOutcome(f"{pid}-a", (4,), ok)]
+    m.routes["abi"] = [CaseOutcome(f"{pid}-a", (4,), ok)]
     if gb is not None:  # 1e9 * gb bytes in 1 s
         m.telemetry["bandwidth"] = {"case": "c", "shape": [4], "bytes": int(gb * 1e9), "kernel_ms": 1000.0}
     return m

@@ -80,11 +80,11 @@ def test_a_softmax_forward_that_never_returns_costs_one_timeout(base: Path, trus
     assert [c.case_id for c in hung] == [first] and hung[0].message.startswith(f"hung: {words}"), _describe(m11)
     assert "seed " in hung[0].message
     _settled([c for c in m11.cases if not c.ran], words)
-    assert m11.speedup_student is None and m11.status == "ok"
+    assert m11.figure("student") is None and m11.status == "ok"
     m12 = by_id["1.2"]  # its own launcher is called alone through the C ABI; its binding runs the forward first
-    assert m12.abi_cases and all(c.ok for c in m12.abi_cases), _describe(m12)
-    _settled(m12.binding_cases, words)
-    assert m12.speedup_student is None
+    assert m12.cases_by("abi") and all(c.ok for c in m12.cases_by("abi")), _describe(m12)
+    _settled(m12.cases_by("binding"), words)
+    assert m12.figure("student") is None
     for pid in ("2.1", "2.2"):  # they call no softmax launcher: full verdicts, timed
         assert by_id[pid].status == "ok" and by_id[pid].all_passed and _measured(by_id[pid]), _describe(by_id[pid])
     m3 = by_id["3"]  # its fused model calls every fused launcher: no child, no wait
@@ -130,11 +130,11 @@ def test_a_hang_on_a_hidden_case_settles_only_hidden_checks(base: Path, trusted:
                                                                    (f"binding:{public_and_hidden['2.1'][0].id}", True)]
     [hung] = [c for c in m21.cases if not c.public and c.ran]
     assert hung.case_id == f"abi:{hidden_21}" and hung.message.startswith(f"hung: {words}"), _describe(m21)
-    _settled([c for c in m21.binding_cases if not c.public], words)
-    assert all(c.ok for c in m22.abi_cases) and all(c.ok for c in m22.binding_cases if c.public), _describe(m22)
+    _settled([c for c in m21.cases_by("binding") if not c.public], words)
+    assert all(c.ok for c in m22.cases_by("abi")) and all(c.ok for c in m22.cases_by("binding") if c.public), _describe(m22)
     # 2.2's hidden binding case runs beside 2.1's in another child: settled by 2.1's hang, or, when
     # both started before either timed out (a loaded machine), hung on the same launcher alongside
-    [beside] = [c for c in m22.binding_cases if c.case_id == f"binding:{hidden_22}"]
+    [beside] = [c for c in m22.cases_by("binding") if c.case_id == f"binding:{hidden_22}"]
     assert not beside.ok and (beside.message.startswith(f"not run: {words}") or beside.message.startswith(
         f"hung: {words.rsplit(' in case ', 1)[0]} in case binding:{hidden_22}")), beside.message
     for m in (m21, m22):  # the course's shapes: timed as usual
@@ -175,9 +175,9 @@ def test_a_hang_outside_every_launcher_blames_none(base: Path, trusted: Path, po
     by_id, _ = _timed(base, "tensors-hang", trusted, config,
                       files={"minitorch/cuda_kernel_ops.py": cpu_standin.OPS_MODULE + TENSORS_NEVER_MADE})
     m = by_id["2.1"]
-    assert m.abi_cases and all(c.ok for c in m.abi_cases), _describe(m)
-    hung = [c for c in m.binding_cases if c.ran]
+    assert m.cases_by("abi") and all(c.ok for c in m.cases_by("abi")), _describe(m)
+    hung = [c for c in m.cases_by("binding") if c.ran]
     assert len(hung) == MAX_HANGS and all("hung: no answer to 'binding_prepare'" in c.message for c in hung), \
         _describe(m)
-    _settled([c for c in m.binding_cases if not c.ran], f"the code crashed on 0 and hung on {MAX_HANGS} earlier")
+    _settled([c for c in m.cases_by("binding") if not c.ran], f"the code crashed on 0 and hung on {MAX_HANGS} earlier")
     assert "hung" not in m.telemetry and "did not return" not in m.log_tail

@@ -69,7 +69,7 @@ def _ran_it(base: Path, name: str, mark: str) -> int:
 
 
 def _settled(m: ProblemMeasurement, path: str, words: str) -> None:
-    cases = m.abi_cases if path == "abi" else m.binding_cases
+    cases = m.cases_by("abi") if path == "abi" else m.cases_by("binding")
     assert cases and all(not c.ok and not c.ran and c.message.startswith(f"not run: {words}") for c in cases), \
         _describe(m)
 
@@ -86,9 +86,9 @@ def test_a_package_that_hangs_at_import_is_waited_for_once(base: Path, trusted: 
     words = "your minitorch package does not import: it hung for 3 s"
     for pid in KERNEL_PROBLEMS:  # the C ABI needs only the library: graded as usual
         m = by_id[pid]
-        assert m.status == "ok" and m.abi_cases and all(c.ok for c in m.abi_cases), _describe(m)
+        assert m.status == "ok" and m.cases_by("abi") and all(c.ok for c in m.cases_by("abi")), _describe(m)
         _settled(m, "binding", words)
-        assert m.speedup_student is None and m.log_tail.startswith(words), _describe(m)
+        assert m.figure("student") is None and m.log_tail.startswith(words), _describe(m)
     m3 = by_id["3"]
     assert m3.status == "not_run" and m3.log_tail.startswith(words), _describe(m3)
     assert _ran_it(base, "hangs", "kg-imported") == 1  # the probe alone imported it
@@ -112,7 +112,7 @@ def test_a_library_that_aborts_when_loaded_costs_only_what_needs_it(base: Path, 
         m = by_id[pid]
         _settled(m, "abi", words)
         _settled(m, "binding", words)
-        assert "ABORT_AT_LOAD: aborting in a constructor" in m.abi_cases[0].message, _describe(m)
+        assert "ABORT_AT_LOAD: aborting in a constructor" in m.cases_by("abi")[0].message, _describe(m)
         assert m.telemetry["kernel_profile"] == f"kernel GPU time not measured: {words} | " \
             "cpu_kernels: ABORT_AT_LOAD: aborting in a constructor"
     for pid in ("2.1", "2.2"):
@@ -138,7 +138,7 @@ def test_a_package_that_loads_an_aborting_library_does_not_import(base: Path, tr
     _settled(by_id["1.1"], "binding", library)  # the first part it needs that does not load
     for pid in ("2.1", "2.2"):
         m = by_id[pid]
-        assert m.abi_cases and all(c.ok for c in m.abi_cases), _describe(m)
+        assert m.cases_by("abi") and all(c.ok for c in m.cases_by("abi")), _describe(m)
         _settled(m, "binding", package)
     assert by_id["3"].log_tail.startswith(library) and package in by_id["3"].log_tail
     assert _ran_it(base, "eager", "kg-loaded") == 2  # the library's probe and the package's

@@ -58,7 +58,7 @@ def _measure(root: Path, config: Problem3Config = TINY, seed: int = 3, turns: Gp
 
 
 def _cases(m) -> dict[str, object]:
-    return {c.case_id: c for c in m.binding_cases}
+    return {c.case_id: c for c in m.cases_by("binding")}
 
 
 def _problem3_score(m):
@@ -128,7 +128,7 @@ def test_reference_passes_and_is_timed(tmp_path: Path) -> None:
     assert fused_counts == {"attn_softmax_fw": 4, "attn_softmax_bw": 4, "layernorm_fw": 9, "layernorm_bw": 9}
     assert set(info["first_steps"]["unfused"]["counts"].values()) == {0}
     assert info["first_steps"]["fused"]["params_with_grad"] == info["setup"]["parameters"]
-    s = m.speedup_student
+    s = m.figure("student")
     assert s is not None and TINY.min_pairs <= s.trials <= TINY.max_pairs
     assert s.low <= s.speedup <= s.high and s.median_baseline_ms > 0 and s.median_custom_ms > 0
     assert info["timing"]["stop"] in STOP_REASONS
@@ -208,7 +208,7 @@ def test_a_timing_piece_checks_beside_other_runs_and_times_alone(tmp_path: Path)
     assert "timing_asked" in seen, "the checks waited for the GPU alone"
     assert started + info["checks_s"] < seen["timing_asked"] < seen["released"]
     assert seen["released"] < ended
-    assert "warm_up_s" not in info and m.speedup_student is not None
+    assert "warm_up_s" not in info and m.figure("student") is not None
     assert turns.taken == ["shared", "shared", "alone", "shared"]  # set-up, checks, timed pairs, verification
     assert _cases(m)["p3-timed-fused-step-verified"].ok
     assert TINY.min_pairs <= info["timing"]["pairs"] <= TINY.max_pairs
@@ -241,7 +241,7 @@ def _not_timed(m, failed_case: str) -> None:  # noqa: ANN001
     """A model that failed a check on its first steps is not timed: no pairs, no figure, no
     timed step to verify, and the reason names the check."""
     info = m.telemetry["problem3"]
-    assert "timing" not in info and info["steps"] == [] and m.speedup_student is None, info.get("timing")
+    assert "timing" not in info and info["steps"] == [] and m.figure("student") is None, info.get("timing")
     assert "p3-timed-fused-step-verified" not in _cases(m)
     assert m.telemetry["timing_skipped"] == f"the check {failed_case} failed on the first steps"
 
@@ -291,9 +291,9 @@ def test_decoder_without_fused_flag_fails_the_construction_case(tmp_path: Path) 
                                  "        self.backend = backend\n        self.n_embd = n_embd"),))
     m = _measure(root)
     assert m.status == "ok", m.log_tail
-    assert [c.case_id for c in m.binding_cases] == ["p3-constructs"]
-    case = m.binding_cases[0]
-    assert not case.ok and m.first_failure == case and m.speedup_student is None
+    assert [c.case_id for c in m.cases_by("binding")] == ["p3-constructs"]
+    case = m.cases_by("binding")[0]
+    assert not case.ok and m.first_failure == case and m.figure("student") is None
     assert "does not take use_fused_kernel" in case.message
     assert "run_machine_translation.py" in case.message and "n_positions, p_dropout, ln_eps" in case.message
     score = _problem3_score(m)
@@ -310,8 +310,8 @@ def test_decoder_is_built_with_the_drivers_keys_only(tmp_path: Path) -> None:
                                  "        use_fused_kernel: bool = False,\n    ) -> None:"),))
     m = _measure(root)
     assert m.status == "ok", m.log_tail
-    assert [c.case_id for c in m.binding_cases] == ["p3-constructs"]
-    msg = m.binding_cases[0].message
+    assert [c.case_id for c in m.cases_by("binding")] == ["p3-constructs"]
+    msg = m.cases_by("binding")[0].message
     assert "DecoderLM(use_fused_kernel=False)" in msg and "TypeError" in msg and "'bias'" in msg
     assert " at " not in msg.split("raised", 1)[1]  # the call itself failed: no frame of the submission
     assert _problem3_score(m).points == 0
@@ -322,8 +322,8 @@ def test_unimplemented_fused_branch_fails_the_construction_case_with_its_locatio
     root = _kit_copy(tmp_path, ((old, "        if use_fused_kernel:\n            raise NotImplementedError\n" + old),))
     m = _measure(root)
     assert m.status == "ok", m.log_tail
-    assert [c.case_id for c in m.binding_cases] == ["p3-constructs"]
-    msg = m.binding_cases[0].message
+    assert [c.case_id for c in m.cases_by("binding")] == ["p3-constructs"]
+    msg = m.cases_by("binding")[0].message
     assert "building DecoderLM(use_fused_kernel=True)" in msg
     line = (root / TRANSFORMER).read_text().splitlines().index("            raise NotImplementedError") + 1
     assert msg.endswith(f"raised NotImplementedError at {TRANSFORMER} line {line}"), msg
@@ -386,8 +386,8 @@ def test_unpairable_fused_parameters_fail_the_pairing_case(tmp_path: Path) -> No
     left on each side, and 0 points."""
     m = _measure(_kit_copy(tmp_path, _own_layernorm_edits(gamma="sub{i}_gamma", beta="sub{i}_beta")))
     assert m.status == "ok", m.log_tail
-    assert [c.case_id for c in m.binding_cases] == ["p3-parameters-pair"]
-    msg = m.binding_cases[0].message
+    assert [c.case_id for c in m.cases_by("binding")] == ["p3-parameters-pair"]
+    msg = m.cases_by("binding")[0].message
     assert "Unpaired in the unfused model: t_layer_1.ln_1.weights [16]" in msg
     assert "t_layer_1.sub1_gamma [16]" in msg and "could be any of t_layer_1.sub1_gamma, t_layer_1.sub2_gamma" in msg
     score = _problem3_score(m)
@@ -439,4 +439,4 @@ def test_hung_or_dying_fused_step_ends_the_problem(tmp_path: Path, body: str, ki
     # the unfused model's step ran; the fused model's is the one named
     assert "first steps (fused model's step)" in m.log_tail
     assert m.first_failure.case_id == "p3-first" and "fused model's step" in m.first_failure.message
-    assert m.first_failure is not None and not m.first_failure.ok and m.speedup_student is None
+    assert m.first_failure is not None and not m.first_failure.ok and m.figure("student") is None

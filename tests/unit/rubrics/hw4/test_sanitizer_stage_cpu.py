@@ -123,7 +123,7 @@ def without_tool(base: Path, trusted: Path, policy: SandboxPolicy) -> tuple[dict
 
 
 def _smallest_failed_abi(m) -> str:  # noqa: ANN001
-    failed = [c for c in m.abi_cases if not c.ok]
+    failed = [c for c in m.cases_by("abi") if not c.ok]
     return min(failed, key=lambda c: (math.prod(c.shape), c.case_id)).case_id
 
 

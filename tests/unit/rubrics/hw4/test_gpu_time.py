@@ -1,13 +1,21 @@
-"""The run's GPU time per phase, read from measurement telemetry shaped as the stage records it
-(rubrics/hw4/kernels.py `seconds`, rubrics/hw4/problem3.py `problem3`, grade.py `gpu_busy`,
-`load`, `budget`): each row's figures and what the rows add up to."""
+"""hw4's reader of a run's GPU time per phase (rubrics/hw4/gpu_time.py, the plug-in's gpu_time and
+timing_seconds), from measurement telemetry shaped as the stage records it (rubrics/hw4/kernels.py
+`seconds`, rubrics/hw4/problem3.py `problem3`, grade.py `gpu_busy`, `load`, `budget`): each row's
+figures and what the rows add up to; and the service's reading of the timing part
+(grader/reads/gpu_phases.py), from the lock's turns first."""
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
 
-from grader.reads.gpu_phases import gpu_time, timing_seconds
+from grader.reads.gpu_phases import lock_turns
+from grader.reads.gpu_phases import timing_seconds as service_timing_seconds
+from rubrics.hw4 import ASSIGNMENT as HW4
+from rubrics.hw4.gpu_time import gpu_time, timing_seconds
+from worker.assignment import Plugin
+
+VECADD = Plugin(zip_folder="vecadd")  # a plug-in whose stage records no phases
 
 
 def kernel(start: float, abi: float, binding: float, profile: float, warm: float, timing: float | None) -> dict[str, Any]:
@@ -101,8 +109,19 @@ def test_the_timing_part_of_a_run_for_the_capacity_model() -> None:
     assert timing_seconds({"3": {"telemetry": {"problem3": PROBLEM3}}}) == pytest.approx(55.0)
     assert timing_seconds({"1": {"status": "ok", "telemetry": {"before": {"name": "NVIDIA H200"}}}}) is None
     assert timing_seconds({}) is None
-    # a timing piece's record of its turns on the GPU's lock is its timing, whatever the phases say
+    assert HW4.timing_seconds is timing_seconds and HW4.gpu_time is gpu_time  # the plug-in's readers
+
+
+def test_the_service_reads_a_timing_pieces_turns_first_then_the_plug_in() -> None:
+    """A timing piece's record of its turns on the GPU's lock is its timing, whatever the phases
+    say, for any assignment; without one the plug-in reads its own stage's phases, and an
+    assignment whose plug-in reads none has no timing part."""
+    runs = record()
+    assert service_timing_seconds(runs, HW4) == pytest.approx(85.0) and lock_turns(runs) is None
+    assert service_timing_seconds(runs, VECADD) is None and service_timing_seconds(runs, None) is None
     turns = {"waited_shared": 0.1, "shared": 30.0, "waited_alone": 12.0, "alone": 41.5}
     for problem in runs.values():
         problem["telemetry"]["gpu_turns"] = turns
-    assert timing_seconds(runs) == pytest.approx(41.5)
+    assert lock_turns(runs) == turns
+    for plugin in (HW4, VECADD, None):
+        assert service_timing_seconds(runs, plugin) == pytest.approx(41.5)
