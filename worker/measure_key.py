@@ -7,7 +7,7 @@ What goes in, each under its own name so no two inputs can run together:
   laid over our rendered starter, so a file outside `student_files` (a README, a test) changes
   nothing, and one changed byte of a kernel changes the key;
 - the rubric: its file (problems, scoring, cases), the reference kit our baseline is built from
-  and the `reference_ops` source;
+  and the `kit_library` source;
 - the engine: the worker package's code and the plug-in's own folder, which make the cases'
   inputs and do the measuring (a deploy that changes how we measure measures afresh);
 - the toolchain: nvcc's version and flags, Python's version (not the host's name);
@@ -72,8 +72,8 @@ def rubric_inputs(rubric: Rubric) -> dict[str, str]:
         "kit": tree_digest(rubric.starter_dir),
         "engine": tree_digest(ENGINE_DIR, ENGINE_SUFFIXES),
     }
-    if rubric.reference_ops is not None:
-        inputs["reference_ops"] = _files(PROJECT_ROOT, [PROJECT_ROOT / rubric.reference_ops.source])
+    if rubric.kit_library is not None:
+        inputs["kit_library"] = _files(PROJECT_ROOT, [PROJECT_ROOT / rubric.kit_library.source])
     plugin = _plugin_folder(rubric)
     if plugin is not None and plugin != ENGINE_DIR and ENGINE_DIR not in plugin.parents:
         inputs["plugin"] = _files(plugin, [p for p in plugin.glob("*.py") if p.is_file()])

@@ -49,7 +49,7 @@ from worker.measure_key import measurement_key
 from worker.measurements import ProblemMeasurement
 from worker.pieces import PASSED_OVER, merge_timing, pending_problems, settle_pending
 from worker.report import gradescope_results
-from worker.rubric import PROJECT_ROOT, REFERENCE_OPS_BUILT, Rubric
+from worker.rubric import KIT_LIBRARY_BUILT, PROJECT_ROOT, Rubric
 from worker.sandbox import Sandbox, SandboxLimits, SandboxPolicy
 from worker.scoring import score_run
 from worker.stage import Staged, stage_submission
@@ -182,14 +182,14 @@ def build_confinement(config: PipelineConfig, job_dir: Path) -> Confinement:
 
 def build_reference(rubric: Rubric, config: PipelineConfig, dest: Path, confine: Confinement | None = None) -> Path:
     """Our reference kit, built like a submission (cached), for the trusted baseline; with the
-    rubric's `reference_ops` library built beside it (at REFERENCE_OPS_BUILT). With `confine`,
+    rubric's `kit_library` built beside it (at KIT_LIBRARY_BUILT). With `confine`,
     in the build's sandbox, as a submission's (the worker's start check: prove_kit_builds)."""
     shutil.copytree(rubric.starter_dir, dest, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
     targets = list(rubric.kernels)
-    if rubric.reference_ops is not None:
-        source = Path("src") / f"kg_{rubric.reference_ops.name}.cu"
-        shutil.copyfile(PROJECT_ROOT / rubric.reference_ops.source, dest / source)
-        targets.append(KernelTarget(rubric.reference_ops.name, source.as_posix(), REFERENCE_OPS_BUILT))
+    if rubric.kit_library is not None:
+        source = Path("src") / f"kg_{rubric.kit_library.name}.cu"
+        shutil.copyfile(PROJECT_ROOT / rubric.kit_library.source, dest / source)
+        targets.append(KernelTarget(rubric.kit_library.name, source.as_posix(), KIT_LIBRARY_BUILT))
     results = build_kernels(dest, targets, config.toolchain, config.build_cache_dir, config.build_jobs, confine)
     failed = [r for r in results if not r.ok]
     if failed:  # our own kit: never the student's fault

@@ -16,8 +16,8 @@ from worker.build import KernelTarget
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 RUBRIC_DIR = PROJECT_ROOT / "rubrics"
-# Where the built reference kit holds the rubric's `reference_ops` library (worker.pipeline).
-REFERENCE_OPS_BUILT = "kg/reference_ops.so"
+# Where the built reference kit holds the rubric's `kit_library` (worker.pipeline).
+KIT_LIBRARY_BUILT = "kg/kit_library.so"
 
 
 class RubricError(ValueError):
@@ -158,9 +158,11 @@ class Rubric:
     kernels: tuple[KernelTarget, ...]
     nvcc_flags: tuple[str, ...]
     problems: tuple[Problem, ...]
-    # Our basic ops in the starter's ABI (source under the project root), put in place of the
-    # submission's library at `output` for the composition that scores (rubrics.hw4.speed).
-    reference_ops: KernelTarget | None = None
+    # A library of ours (source under the project root) built with the kit, at KIT_LIBRARY_BUILT,
+    # for the stage to use as its assignment needs: hw4's is its basic ops in the starter's ABI,
+    # put in place of the submission's library at `output` for the composition that scores
+    # (rubrics.hw4.speed).
+    kit_library: KernelTarget | None = None
     # The similarity check's default base, the starter the course gave its students
     # ("git:<repository>@<ref>", grader.similarity.base), when staff set none.
     similarity_base: str | None = None
@@ -247,7 +249,7 @@ def _parse_rubric(path: Path, _mtime_ns: int) -> Rubric:
             student_files=student_files,
             kernels=kernels,
             nvcc_flags=tuple(data["nvcc_flags"]),
-            reference_ops=KernelTarget(**data["reference_ops"]) if data.get("reference_ops") else None,
+            kit_library=KernelTarget(**data["kit_library"]) if data.get("kit_library") else None,
             similarity_base=(data.get("similarity") or {}).get("base"),
             problems=tuple(
                 Problem(

@@ -35,7 +35,7 @@ from worker.gpu.client import ChildClient
 from worker.gpu.gpu_lock import GpuTurns
 from worker.gpu_conditions import ConditionsWatch, GpuConditions
 from worker.measurements import ProblemMeasurement
-from worker.rubric import REFERENCE_OPS_BUILT, Rubric
+from worker.rubric import KIT_LIBRARY_BUILT, Rubric
 from worker.sandbox import Sandbox
 from worker.states import Piece
 from worker.telemetry import GpuBusySampler, gpu_snapshot
@@ -93,12 +93,12 @@ def _reference_ops_child(rubric: Rubric, staged_root: Path, trusted_root: Path, 
                          open_child: Callable[..., ChildClient]) -> ChildClient | None:
     """The submission's tree with our basic-ops library in place of its own, in a child of
     its own (the submission's Python runs there too: it is never given our kit's)."""
-    ops = rubric.reference_ops
-    if ops is None or not (trusted_root / REFERENCE_OPS_BUILT).is_file():
+    ops = rubric.kit_library
+    if ops is None or not (trusted_root / KIT_LIBRARY_BUILT).is_file():
         return None
     tree = _fresh_copy(staged_root, work_dir / "reference-ops-tree")
     (tree / ops.output).unlink(missing_ok=True)
-    shutil.copyfile(trusted_root / REFERENCE_OPS_BUILT, tree / ops.output)
+    shutil.copyfile(trusted_root / KIT_LIBRARY_BUILT, tree / ops.output)
     return open_child("reference-ops", tree, kernels.HANDLERS, KERNEL_ARENA_BYTES)
 
 
