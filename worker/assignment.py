@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from worker.gpu.gpu_lock import GpuLock
     from worker.gpu_time import GpuTimeReader, TimingReader
     from worker.measurements import ProblemMeasurement
-    from worker.rubric import Rubric
+    from worker.rubric import ProblemScoring, Rubric
     from worker.sandbox import SandboxLimits, SandboxPolicy
     from worker.sanitizer import SanitizerConfig
 
@@ -96,7 +96,19 @@ class Words:
     # A speed figure (ProblemMeasurement.figures) -> what its speedup compares, in the order the
     # notes list them; a rubric's speed_figure (and speed_fallback) names one of them.
     figures: dict[str, str] = field(default_factory=dict)
-    own_ops_file: str = ""  # the file of one's own basic ops, named in the flag of a slow composition
+
+
+@dataclass(frozen=True)
+class TimingReview:
+    """What an assignment's own evidence of a problem's timing says (Plugin.review_timing, read by
+    worker.scoring beside the engine's own checks of every timing)."""
+
+    flags: list[str] = field(default_factory=list)  # for staff, shown to the student as notes
+    withheld: bool = False  # the figure is not trusted: its speed points wait for staff (a flag says why)
+
+
+# (the problem's scoring section, its measurement, the assignment's words) -> its TimingReview
+TimingReviewer = Callable[["ProblemScoring", "ProblemMeasurement", Words], TimingReview]
 
 
 @dataclass(frozen=True)
@@ -112,6 +124,8 @@ class Plugin:
     # and how much of a whole grade was timing, for the capacity model. None: the stage records none.
     gpu_time: GpuTimeReader | None = None
     timing_seconds: TimingReader | None = None
+    # Its review of a timing's evidence, where its stage records any (hw4's gaming guards).
+    review_timing: TimingReviewer | None = None
 
 
 def _stageless(rubric: Rubric) -> Plugin:

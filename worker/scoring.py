@@ -18,8 +18,9 @@ Rules (per problem, from its `scoring:` section, worker.rubric.ProblemScoring):
   peak (`impossible_figure`) cannot have been timed right: its speed points are not scored, with
   a reason and a flag for staff.
 - Every lost point has a reason a student can read, in the assignment's own words
-  (worker.assignment.Words); flags for staff (evidence of a gamed timing, from the stage's
-  telemetry) are also shown to the student as notes; what CUDA's compute-sanitizer found in a
+  (worker.assignment.Words); flags for staff (a timing kept in poor conditions, and the
+  assignment's own review of its timing evidence, Plugin.review_timing: hw4's gaming guards,
+  which may withhold the speed points for staff) are also shown to the student as notes; what CUDA's compute-sanitizer found in a
   failed case (the telemetry's `sanitizer`) follows the reasons, and never changes a point.
 
 Standard library + numpy only (through worker.timing): importable on a bare GPU machine.
@@ -31,7 +32,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from worker.assignment import Words, assignment_of
+from worker.assignment import Plugin, TimingReview, Words, assignment_of
 from worker.measurements import (
     CONDITIONS_KEY,
     SANDBOX_REFUSED_KEY,
@@ -43,10 +44,7 @@ from worker.measurements import (
 )
 from worker.rubric import ProblemScoring, Rubric
 from worker.sanitizer import TOOL, shown
-from worker.timing import RatioSummary, waited_beyond_slack
-
-GENERIC_WORDS = Words()  # score_problem's words when the caller gives none (score_run gives the assignment's)
-DEFERRED_FLAG_SHARE = 0.10  # a fused op whose deferred read is this share of its time is flagged
+from worker.timing import RatioSummary
 
 MAX_LISTED_FAILURES = 3
 _LOG_QUOTE_LINES = 3
@@ -179,21 +177,6 @@ def _in_words_order(m: ProblemMeasurement, words: Words) -> list[tuple[str, Rati
 WITHHELD_WORDS = "its speed points are withheld until course staff review it"  # the flag's ending
 
 
-def waited_off_cpu(m: ProblemMeasurement) -> str | None:
-    """Why the composition's figure is not trusted, when it spent more of its time off the CPU
-    than the fused op beyond worker.timing.IDLE_SLACK: an honest composition never sleeps (both
-    spin while the GPU works, the corpus's compositions run 98-99% on the CPU), and the CPU
-    time of one that does still carries what each wake-up costs it (a cold GPU and caches)."""
-    ev = m.telemetry.get("timing_evidence") or {}
-    custom_share = ev.get("custom_cpu_share")
-    for variant in ("reference_ops", "baseline"):
-        share = ev.get(f"{variant}_cpu_share")
-        if share is not None and custom_share is not None and waited_beyond_slack(share, custom_share):
-            return (f"{m.problem_id}: your composition spent {1 - share:.0%} of its time off the CPU (the fused op "
-                    f"{1 - custom_share:.0%}), as code that sleeps does")
-    return None
-
-
 def impossible_figure(m: ProblemMeasurement) -> str | None:
     """Why the fused op's timing cannot be trusted, when on some shape its timed call moved the
     bytes its operation must move (worker.measurements.timed_rates) faster than the GPU's peak
@@ -219,28 +202,17 @@ def conditions_flag(m: ProblemMeasurement) -> str | None:
             f"conditions called for measuring them again" + (f" ({first})" if first else ""))
 
 
-def timing_flags(spec: ProblemScoring, m: ProblemMeasurement, words: Words) -> list[str]:
-    """What the timing's evidence (the stage's telemetry) says a student or staff should know."""
-    pid, ev, flags = m.problem_id, m.telemetry.get("timing_evidence") or {}, []
+def timing_flags(m: ProblemMeasurement, review: TimingReview) -> list[str]:
+    """What the timing's evidence says a student or staff should know: the engine's checks of every
+    timing (an impossible figure, windows kept in poor conditions), then the assignment's review."""
+    flags = []
     impossible = impossible_figure(m)
     if impossible:
-        flags.append(f"{pid}: impossible timing, its speed points are not scored: {impossible}")
+        flags.append(f"{m.problem_id}: impossible timing, its speed points are not scored: {impossible}")
     kept = conditions_flag(m)
     if kept:
         flags.append(kept)
-    gap = ev.get("own_ops_vs_reference_ops")
-    if spec.basic_ops_gap_flag is not None and gap is not None and gap >= spec.basic_ops_gap_flag:
-        where = f" ({words.own_ops_file})" if words.own_ops_file else ""
-        flags.append(f"{pid}: your composition runs {gap:.2g}x slower on your own basic ops{where} than on "
-                     "the reference basic ops; speed points use the reference ones")
-    waited = waited_off_cpu(m)
-    if waited:
-        flags.append(f"{waited}: {WITHHELD_WORDS}")
-    deferred = ev.get("deferred_share")
-    if deferred is not None and deferred >= DEFERRED_FLAG_SHARE:
-        flags.append(f"{pid}: reading your fused op's results took longer than reading the composition's; "
-                     f"that extra time ({deferred:.0%} of the fused op's) is counted as the fused op's")
-    return flags
+    return flags + review.flags
 
 
 @dataclass(frozen=True)
@@ -322,7 +294,8 @@ def _failed_case_lines(spec: ProblemScoring, m: ProblemMeasurement, words: Words
     return lines
 
 
-def _note_timing(spec: ProblemScoring, m: ProblemMeasurement, words: Words, score: ProblemScore) -> None:
+def _note_timing(spec: ProblemScoring, m: ProblemMeasurement, words: Words, review: TimingReview,
+                 score: ProblemScore) -> None:
     """The figure that scores, every figure measured, and the timing's flags, into `score`."""
     pid = m.problem_id
     figure, which, fallback_flags = choose_figure(spec, m, words)
@@ -336,13 +309,13 @@ def _note_timing(spec: ProblemScoring, m: ProblemMeasurement, words: Words, scor
     for name, r in _in_words_order(m, words):
         score.notes.append(f"{pid}: speedup, {words.figures.get(name, name)}: {_ratio_line(r)} "
                            f"({r.median_baseline_ms:.4g} ms / {r.median_custom_ms:.4g} ms{over}, {r.trials} trials)")
-    for flag in fallback_flags + timing_flags(spec, m, words):
+    for flag in fallback_flags + timing_flags(m, review):
         score.flags.append(flag)
         score.notes.append(flag)
 
 
-def _score_speed(spec: ProblemScoring, m: ProblemMeasurement, words: Words, score: ProblemScore,
-                 tiers: _Tiers) -> None:
+def _score_speed(spec: ProblemScoring, m: ProblemMeasurement, words: Words, review: TimingReview,
+                 score: ProblemScore, tiers: _Tiers) -> None:
     """The speed points for score.speedup against score.target, and why any were lost, into `score`."""
     pid, figure, out_of = m.problem_id, score.speedup, f"of {_pts(spec.speed_points)} speed points"
     if not tiers.public_passed:
@@ -352,7 +325,7 @@ def _score_speed(spec: ProblemScoring, m: ProblemMeasurement, words: Words, scor
         score.reasons.append(f"{pid}: speedup was not measured{f' ({why})' if why else ''}: 0 {out_of}")
     elif (impossible := impossible_figure(m)) is not None:
         score.reasons.append(f"{pid}: speed points not scored (0 {out_of}): {impossible}")
-    elif waited_off_cpu(m):
+    elif review.withheld:
         score.reasons.append(f"{pid}: speed points withheld for review (see the flag): 0 {out_of}")
     else:
         frac = speed_fraction(figure.speedup, spec.speed_floor, score.target, spec.speed_scale)
@@ -399,11 +372,15 @@ def _with_stage_notes(m: ProblemMeasurement, score: ProblemScore) -> ProblemScor
 
 def score_problem(
     spec: ProblemScoring, measurement: ProblemMeasurement, *, target: float | None = None,
-    words: Words = GENERIC_WORDS,
+    assignment: Plugin | None = None,
 ) -> ProblemScore:
-    """Points for one problem, its reasons in `words`. `target` (a per-GPU calibrated speedup)
-    overrides spec.target."""
+    """Points for one problem, its reasons in the words of `assignment` (its plug-in; also its
+    review of the timing), where given. `target` (a per-GPU calibrated speedup) overrides spec.target."""
     m = measurement
+    words = Words() if assignment is None else assignment.words
+    review = TimingReview()
+    if assignment is not None and assignment.review_timing is not None:
+        review = assignment.review_timing(spec, m, words)
     score = ProblemScore(problem_id=m.problem_id, points=0.0, max_points=spec.max_points, correctness_points=0.0,
                          speed_points=0.0, status=m.status, target=spec.target if target is None else target)
     unscorable = _unscorable_reason(spec, m)
@@ -412,9 +389,9 @@ def score_problem(
         score.reasons.append(unscorable)
         return _with_stage_notes(m, score)
     tiers = _score_correctness(spec, m, words, score)
-    _note_timing(spec, m, words, score)
+    _note_timing(spec, m, words, review, score)
     if spec.speed_points > 0:
-        _score_speed(spec, m, words, score, tiers)
+        _score_speed(spec, m, words, review, score, tiers)
     score.points = round(score.correctness_points + score.speed_points, 2)
     return _with_stage_notes(m, score)
 
@@ -442,7 +419,7 @@ def score_run(
     if unknown:
         raise ValueError(f"measurements for problems not in rubric {rubric.slug}: {unknown}")
     targets = targets or {}
-    words = assignment_of(rubric).words
+    assignment = assignment_of(rubric)
     problems = []
     for p in rubric.problems:
         m = by_id.get(p.id) or ProblemMeasurement(p.id, status="not_run", log_tail="no measurement")
@@ -451,7 +428,7 @@ def score_run(
             raise ValueError(f"problem {p.id}: scoring splits {spec.max_points:g} points, rubric says {p.points:g}")
         if spec.target is None and p.reference_speedup is not None:
             spec = replace(spec, target=float(p.reference_speedup))
-        problems.append(score_problem(spec, m, target=targets.get(p.id), words=words))
+        problems.append(score_problem(spec, m, target=targets.get(p.id), assignment=assignment))
     return RunScore(
         total=round(sum(s.points for s in problems), 2),
         max_total=round(sum(s.max_points for s in problems), 2),

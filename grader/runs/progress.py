@@ -27,13 +27,13 @@ def checked_verdicts(rubric: Rubric, measurements: list[ProblemMeasurement], tim
     correctness points scoring gives it (speed points come with the timing), and whether its
     speed is still to come (`speed`: being measured, or waiting for the GPU)."""
     specs = {p.id: p.scoring for p in rubric.problems}
-    words = assignment_of(rubric).words
+    assignment = assignment_of(rubric)
     verdicts = []
     for m in measurements:
         spec = specs.get(m.problem_id)
         if spec is None:
             continue
-        score = score_problem(spec, m, words=words)
+        score = score_problem(spec, m, assignment=assignment)
         verdicts.append({
             "problem": m.problem_id,
             "correct": m.status == "ok" and m.all_passed,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rubrics.hw4 import gpu_time
+from rubrics.hw4 import gpu_time, timing_review
 from worker.assignment import GpuStage, Plugin, StageConfig, StageProgress, Words
 
 
@@ -29,10 +29,10 @@ ASSIGNMENT = Plugin(
             "student": "your fused op vs your MiniTorch's composition on your own basic ops",
             "trusted": "the reference kit's fused op vs its composition (information only)",
         },
-        own_ops_file="combine.cu",
     ),
     calibration_warning="our reference kit, whose MiniTorch is faster than an ordinary student's; "
                         "prefer known-correct submissions",
     gpu_time=gpu_time.gpu_time,
     timing_seconds=gpu_time.timing_seconds,
+    review_timing=timing_review.review_timing,
 )

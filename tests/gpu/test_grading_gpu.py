@@ -21,6 +21,7 @@ import pytest
 from rubrics.hw4 import speed
 from rubrics.hw4.grade import GpuStageConfig, run_gpu_stage
 from rubrics.hw4.problem3 import Problem3Config
+from rubrics.hw4.timing_review import waited_off_cpu
 from worker.build import Toolchain, build_kernels, cuda_include_dirs
 from worker.calibration import calibrated_targets
 from worker.gpu.copy_peak import measure_copy_peak
@@ -29,7 +30,7 @@ from worker.mutants import Mutant, apply_mutant, load_mutants, parse_mutants, to
 from worker.pipeline import PipelineConfig, grade_submission
 from worker.rubric import load_rubric
 from worker.sandbox import Sandbox, SandboxLimits, SandboxPolicy
-from worker.scoring import RunScore, choose_figure, score_run, waited_off_cpu
+from worker.scoring import RunScore, choose_figure, score_run
 from worker.starter_kit import zip_tree
 from worker.timing import spread
 from worker.unpack import UnpackLimits

@@ -27,10 +27,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fixtures"))
 import cpu_standin  # noqa: E402
 from gpu_stage_support import KERNEL_PROBLEMS, base, describe, policy, run_stage, shorten_cases, stage_config, trusted  # noqa: E402,F401  (base, policy, trusted: fixtures)
 
+from rubrics.hw4.timing_review import DEFERRED_FLAG_SHARE  # noqa: E402
 from worker.mutants import Mutant, load_mutants, mutate_text  # noqa: E402
 from worker.rubric import load_rubric  # noqa: E402
 from worker.sandbox import SandboxPolicy  # noqa: E402
-from worker.scoring import DEFERRED_FLAG_SHARE, WITHHELD_WORDS, RunScore, score_run  # noqa: E402
+from worker.scoring import WITHHELD_WORDS, RunScore, score_run  # noqa: E402
 from worker.timing import waited_beyond_slack  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not cpu_standin.have_compiler(), reason="g++ is needed to build the CPU stand-in kernels")

@@ -64,7 +64,7 @@ def test_the_records_carry_each_shapes_bytes_and_make_its_rate() -> None:
 def test_an_honest_figure_is_scored_as_before() -> None:
     m = timed(HONEST)
     assert impossible_figure(m) is None
-    s = score_problem(SPEC, m, words=HW4.words)
+    s = score_problem(SPEC, m, assignment=HW4)
     assert s.speed_points == 6 and not any("peak" in f for f in s.flags)
 
 
@@ -80,7 +80,7 @@ def test_a_figure_above_the_peak_is_not_scored_and_says_so_to_student_and_staff(
     assert 5900 < gb_s < 6100
     assert why == (f"your fused op's timed call moved {gb_s:.0f} GB/s (shape {list(CASES[largest].shape)}), more "
                    "than the GPU's measured peak of 3000 GB/s: the timing cannot be trusted; ask the staff")
-    s = score_problem(SPEC, m, words=HW4.words)
+    s = score_problem(SPEC, m, assignment=HW4)
     assert s.speed_points == 0 and s.correctness_points == 14 and s.points == 14
     assert f"1.1: speed points not scored (0 of 6 speed points): {why}" in s.reasons
     assert f"1.1: impossible timing, its speed points are not scored: {why}" in s.flags
@@ -100,7 +100,7 @@ def test_without_a_measured_peak_nothing_is_judged() -> None:
     fast = [fastest_ms_for(100 * PEAK)] * len(CASES)
     for m in (timed(fast, peak=None), timed(fast, peak=0.0)):
         assert impossible_figure(m) is None
-        assert score_problem(SPEC, m, words=HW4.words).speed_points == 6
+        assert score_problem(SPEC, m, assignment=HW4).speed_points == 6
     m = timed(fast, peak=None)
     m.telemetry[COPY_PEAK_KEY] = {"error": "not measured: no GPU"}
     assert impossible_figure(m) is None

@@ -24,7 +24,7 @@ SPEC = ProblemScoring(correctness_points=14, speed_points=6, speed_floor=1.0, ta
 
 def score_problem(spec: ProblemScoring, m: ProblemMeasurement, *, target: float | None = None) -> ProblemScore:
     """As score_run scores hw4's problems: in hw4's words."""
-    return scoring.score_problem(spec, m, target=target, words=HW4.words)
+    return scoring.score_problem(spec, m, target=target, assignment=HW4)
 
 
 def ratio(speedup: float, baseline_ms: float | None = None, width: float = 0.05) -> RatioSummary:
