@@ -1,20 +1,32 @@
 """CMU 11-868 llmsys_hw4 (fused softmax and LayerNorm CUDA kernels) as a plug-in: the one
 object generic code reaches it through (worker.assignment; rubrics/hw4/rubric.yaml names this module).
 
-Kept light: the stage's modules (numpy, the GPU client) are imported only when a stage is made.
+Kept light (a sandboxed child imports it): the stage's modules and the timing review (numpy, the
+GPU client) are imported only when used.
 """
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rubrics.hw4 import gpu_time, timing_review
-from worker.assignment import GpuStage, Plugin, StageConfig, StageProgress, Words
+from rubrics.hw4 import gpu_time
+from worker.assignment import GpuStage, Plugin, StageConfig, StageProgress, TimingReview, Words
+
+if TYPE_CHECKING:  # pragma: no cover
+    from worker.measurements import ProblemMeasurement
+    from worker.rubric import ProblemScoring
 
 
 def make_stage(config: StageConfig, progress: StageProgress) -> GpuStage:
     from rubrics.hw4.grade import stage_for
 
     return stage_for(config, progress)
+
+
+def review_timing(spec: ProblemScoring, m: ProblemMeasurement, words: Words) -> TimingReview:
+    from rubrics.hw4.timing_review import review_timing as review
+
+    return review(spec, m, words)
 
 
 ASSIGNMENT = Plugin(
@@ -34,5 +46,5 @@ ASSIGNMENT = Plugin(
                         "prefer known-correct submissions",
     gpu_time=gpu_time.gpu_time,
     timing_seconds=gpu_time.timing_seconds,
-    review_timing=timing_review.review_timing,
+    review_timing=review_timing,
 )
