@@ -49,18 +49,34 @@ def account_of(db: Session, identity: Identity) -> User | None:
 def tie(db: Session, identity: Identity, user: User, via: Via) -> None:
     """Tie the identity to `user` (nothing to do when it already is); IdentityRefused, audited,
     when it is another account's or `user` holds another subject of the same issuer."""
+    if _tied_to(db, identity, user, via):
+        return
+    try:
+        with db.begin_nested():
+            db.add(ExternalIdentity(issuer=identity.issuer, subject=identity.subject, kind=identity.kind, user_id=user.id))
+    except IntegrityError:
+        # Tied at the same instant by the person's other launch or a roster sync: read it again
+        # (ours then, or another account's: refused as above).
+        if _tied_to(db, identity, user, via):
+            return
+        raise
+    record(db, Event.identity_linked, via, user=user, detail=identity.describe())
+
+
+def _tied_to(db: Session, identity: Identity, user: User, via: Via) -> bool:
+    """Whether the identity is already `user`'s; IdentityRefused, audited, where a tie would break
+    a rule; False where it is no one's and `user` holds no other of its issuer."""
     rows = db.scalars(select(ExternalIdentity).where(ExternalIdentity.issuer == identity.issuer)
                       .where((ExternalIdentity.subject == identity.subject) | (ExternalIdentity.user_id == user.id))).all()
     for row in rows:
         if row.subject == identity.subject and row.user_id == user.id:
-            return
+            return True
         why = (f"{identity.describe()} is tied to another account" if row.subject == identity.subject
                else f"this account is tied to another {identity.issuer} user")
         held = "" if row.subject == identity.subject else f" ({row.subject})"  # for the audit, not the page
         record(db, Event.identity_refused, via, user=user, detail=f"{identity.describe()}: {why}{held}")
         raise IdentityRefused(why)
-    db.add(ExternalIdentity(issuer=identity.issuer, subject=identity.subject, kind=identity.kind, user_id=user.id))
-    record(db, Event.identity_linked, via, user=user, detail=identity.describe())
+    return False
 
 
 def made_for(db: Session, identity: Identity, make: Callable[[], User], via: Via) -> User:

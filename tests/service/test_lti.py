@@ -21,6 +21,7 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from grader.auth import identities
 from grader.auth.audit import Via
 from grader.auth.identities import Identity, IdentityRefused, account_of, tie
 from grader.celery_app import make_celery
@@ -481,3 +482,46 @@ def test_two_first_launches_of_one_person_at_once_make_one_account(lms_class: Cl
         assert db.scalar(select(func.count()).select_from(User)) == users_before
         assert not db.scalar(select(AuditEvent.id).where(AuditEvent.event == "identity_refused",
                                                          AuditEvent.detail.contains(s1.sub)))
+
+
+def test_a_first_launch_and_a_roster_sync_tying_one_person_at_once_tie_them_once(
+        lms_class: Class, sessions: sessionmaker[Session], monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    """The race: an instructor's launch queued a roster sync, which tied a student to the account
+    of their SIS id while that student's own first launch was tying them the same way. The launch
+    found no tie, then met the sync's row at its insert: it reads the tie again and goes on as
+    that account, with no error page and one tie."""
+    c = lms_class
+    tag = uuid.uuid4().hex[:6]
+    with session_scope(sessions) as db:
+        course = Course(slug=f"raced-{tag}", title="A course the LMS links")
+        imported = User(username=f"raced-{tag}", role=Role.student)
+        db.add(course)
+        db.add(imported)
+        db.flush()
+        imported_id, course_id = imported.id, course.id
+        db.add(Enrollment(user_id=imported_id, course_id=course_id, role=CourseRole.student, sis_user_id=f"S-{tag}"))
+    member = Member(f"raced-{tag}", "Ra Ced", None, f"S-{tag}", (LEARNER,))
+
+    def person(db: Session) -> User:
+        platform = db.scalar(select(LtiPlatform).where(LtiPlatform.issuer == c.lms.issuer))
+        course = db.get(Course, course_id)
+        assert platform is not None and course is not None
+        return person_of(db, platform, member, course, CourseRole.student)
+    checked = identities._tied_to
+    synced: list[int] = []
+
+    def the_sync_ties_meanwhile(db: Session, identity: Identity, user: User, via: Via) -> bool:
+        found = checked(db, identity, user, via)
+        if not synced:  # the launch saw no tie; the roster sync ties and commits before its insert
+            synced.append(0)
+            with session_scope(sessions) as other:
+                synced[0] = person(other).id
+        return found
+    monkeypatch.setattr(identities, "_tied_to", the_sync_ties_meanwhile)
+    with session_scope(sessions) as db:
+        assert person(db).id == imported_id
+    assert synced == [imported_id]
+    with session_scope(sessions) as db:
+        assert db.scalars(select(ExternalIdentity.user_id).where(ExternalIdentity.subject == member.subject)).all() == [imported_id]
+        assert db.scalar(select(func.count()).select_from(AuditEvent).where(
+            AuditEvent.event == "identity_linked", AuditEvent.detail.contains(member.subject))) == 1
