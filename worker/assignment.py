@@ -124,8 +124,10 @@ class Plugin:
     # and how much of a whole grade was timing, for the capacity model. None: the stage records none.
     gpu_time: GpuTimeReader | None = None
     timing_seconds: TimingReader | None = None
-    # Its review of a timing's evidence, where its stage records any (hw4's gaming guards).
+    # Its review of a timing's evidence, where its stage records any (hw4's gaming guards), and
+    # the names of the settings a rubric's scoring section may give it (`review:`).
     review_timing: TimingReviewer | None = None
+    review_settings: tuple[str, ...] = ()
 
 
 def _stageless(rubric: Rubric) -> Plugin:
@@ -168,7 +170,8 @@ def load_plugin(plugin: str) -> Plugin:
 
 def assignment_of(rubric: Rubric) -> Plugin:
     """The plug-in the rubric names (import cached by Python), or a stageless one; AssignmentError
-    where the rubric scores a speed figure the plug-in does not measure."""
+    where the rubric scores a speed figure the plug-in does not measure, or gives its review a
+    setting it does not have."""
     plugin = _stageless(rubric) if rubric.plugin is None else load_plugin(rubric.plugin)
     for problem in rubric.problems:
         named = (problem.scoring.speed_figure, problem.scoring.speed_fallback)
@@ -177,4 +180,9 @@ def assignment_of(rubric: Rubric) -> Plugin:
             raise AssignmentError(f"Problem {problem.id} of the rubric {rubric.slug} scores the speed figure "
                                   f"{unknown[0]!r}, which its plug-in does not measure: name one of "
                                   f"{sorted(plugin.words.figures)} in its scoring section.")
+        strange = sorted(set(problem.scoring.review) - set(plugin.review_settings))
+        if strange:
+            raise AssignmentError(f"Problem {problem.id} of the rubric {rubric.slug} sets the review setting "
+                                  f"{strange[0]!r}, which its plug-in does not have: its settings are "
+                                  f"{list(plugin.review_settings) or 'none'}.")
     return plugin

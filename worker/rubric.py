@@ -53,9 +53,10 @@ class ProblemScoring:
     # per cent a figure drifts between re-grades (one child process to the next) move them
     # least where they matter most, near the target (worker.scoring.speed_fraction).
     speed_scale: str = "log"
-    # Flag for staff a composition this many times slower on the student's own basic ops
-    # than on ours (a slowed combine.cu, or a very slow one: it does not change the points).
-    basic_ops_gap_flag: float | None = 1.5
+    # The settings of the assignment's own review of a timing (its plug-in's review_timing), by
+    # the names its review_settings declares (hw4: basic_ops_gap_flag); absent, the plug-in's
+    # default; null, that check off.
+    review: Mapping[str, float | None] = field(default_factory=dict)
     # Of the correctness points, those carried by the hidden cases (edge cases inside the
     # assignment's domain that the course's own tests never reach), given in proportion to the
     # hidden cases passed; the rest need the public (course-like) cases, and so does any speed
@@ -105,6 +106,19 @@ def _problem_needs(p: dict[str, Any], kernels: tuple[str, ...]) -> tuple[str, ..
     return tuple(raw)
 
 
+def _review_settings(problem_id: str, raw: object) -> dict[str, float | None]:
+    """A scoring section's `review:`: names (words) to numbers or null; which names the plug-in
+    knows is worker.assignment.assignment_of's check."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict) or not all(isinstance(k, str) and k.isidentifier() for k in raw):
+        raise RubricError(f"problem {problem_id}: review must map setting names to numbers (or null)")
+    try:
+        return {k: None if v is None else float(v) for k, v in raw.items()}
+    except (TypeError, ValueError):
+        raise RubricError(f"problem {problem_id}: every review setting must be a number or null") from None
+
+
 def _problem_scoring(p: dict[str, Any]) -> ProblemScoring:
     """The `scoring:` section of one problem, with defaults scaled to the problem's points."""
     points = float(p["points"])
@@ -122,9 +136,9 @@ def _problem_scoring(p: dict[str, Any]) -> ProblemScoring:
     raw.setdefault("target", p.get("reference_speedup"))
     for key in ("correctness_points", "speed_points", "speed_floor", "hidden_points"):
         raw[key] = float(raw.get(key, getattr(ProblemScoring, key)))
-    for key in ("target", "basic_ops_gap_flag"):
-        if raw.get(key) is not None:
-            raw[key] = float(raw[key])
+    if raw.get("target") is not None:
+        raw["target"] = float(raw["target"])
+    raw["review"] = _review_settings(p["id"], raw.get("review"))
     scoring = ProblemScoring(**raw)
     if abs(scoring.max_points - points) > 1e-9:
         raise RubricError(

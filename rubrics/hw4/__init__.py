@@ -17,6 +17,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from worker.rubric import ProblemScoring
 
 
+# The review setting (a rubric's scoring `review:`) that flags a composition this many times
+# slower on the student's own basic ops than on ours (rubrics/hw4/timing_review.py).
+BASIC_OPS_GAP_FLAG = "basic_ops_gap_flag"
+
+
 def make_stage(config: StageConfig, progress: StageProgress) -> GpuStage:
     from rubrics.hw4.grade import stage_for
 
@@ -47,4 +52,5 @@ ASSIGNMENT = Plugin(
     gpu_time=gpu_time.gpu_time,
     timing_seconds=gpu_time.timing_seconds,
     review_timing=review_timing,
+    review_settings=(BASIC_OPS_GAP_FLAG,),
 )

@@ -2,8 +2,8 @@
 what the stage's evidence of its composition-against-fused-op figure (`timing_evidence`,
 rubrics/hw4/speed.py) says staff should see, and when the figure is not to be trusted.
 
-- a composition much slower on the student's own basic ops than on ours (the rubric's
-  basic_ops_gap_flag): a slowed combine.cu, or a very slow one; it changes no point (the
+- a composition much slower on the student's own basic ops than on ours (the review setting
+  basic_ops_gap_flag, GAP_FLAG_DEFAULT where the rubric gives none): a slowed combine.cu, or a very slow one; it changes no point (the
   figure that scores runs on ours);
 - a composition that spent more of its time off the CPU than the fused op (beyond
   worker.timing.IDLE_SLACK): an honest one never sleeps (both spin while the GPU works, the
@@ -14,6 +14,7 @@ rubrics/hw4/speed.py) says staff should see, and when the figure is not to be tr
 """
 from __future__ import annotations
 
+from rubrics.hw4 import BASIC_OPS_GAP_FLAG
 from worker.assignment import TimingReview, Words
 from worker.measurements import ProblemMeasurement
 from worker.rubric import ProblemScoring
@@ -21,6 +22,7 @@ from worker.scoring import WITHHELD_WORDS
 from worker.timing import waited_beyond_slack
 
 OWN_OPS_FILE = "combine.cu"  # the student's basic ops, named in the flag of a slow composition
+GAP_FLAG_DEFAULT = 1.5
 DEFERRED_FLAG_SHARE = 0.10  # a fused op whose deferred read is this share of its time is flagged
 
 
@@ -39,8 +41,8 @@ def waited_off_cpu(m: ProblemMeasurement) -> str | None:
 
 def review_timing(spec: ProblemScoring, m: ProblemMeasurement, words: Words) -> TimingReview:
     pid, ev, flags = m.problem_id, m.telemetry.get("timing_evidence") or {}, []
-    gap = ev.get("own_ops_vs_reference_ops")
-    if spec.basic_ops_gap_flag is not None and gap is not None and gap >= spec.basic_ops_gap_flag:
+    gap, flag_at = ev.get("own_ops_vs_reference_ops"), spec.review.get(BASIC_OPS_GAP_FLAG, GAP_FLAG_DEFAULT)
+    if flag_at is not None and gap is not None and gap >= flag_at:
         flags.append(f"{pid}: your composition runs {gap:.2g}x slower on your own basic ops ({OWN_OPS_FILE}) than "
                      "on the reference basic ops; speed points use the reference ones")
     waited = waited_off_cpu(m)

@@ -213,7 +213,7 @@ def test_timing_evidence_is_flagged_for_staff():
     slow_ops = measured(telemetry={"timing_evidence": {"own_ops_vs_reference_ops": 2.4}})
     [flag] = score_problem(SPEC, slow_ops).flags
     assert "2.4x slower on your own basic ops (combine.cu)" in flag
-    assert score_problem(replace(SPEC, basic_ops_gap_flag=None), slow_ops).flags == []
+    assert score_problem(replace(SPEC, review={"basic_ops_gap_flag": None}), slow_ops).flags == []
     assert score_problem(SPEC, measured(telemetry={"timing_evidence": {"own_ops_vs_reference_ops": 1.1}})).flags == []
     sleepy = measured(telemetry={"timing_evidence": {"custom_cpu_share": 0.97, "reference_ops_cpu_share": 0.40}})
     s = score_problem(SPEC, sleepy)
@@ -314,7 +314,7 @@ def test_telemetry_a_child_filled_with_nan_or_inf_still_stores_as_strict_json():
 def test_rubric_scoring_defaults_and_validation(tmp_path: Path):
     p11 = RUBRIC.problems[0].scoring
     assert (p11.correctness_points, p11.speed_points, p11.speed_floor, p11.target) == (14, 6, 1.0, 6.5)
-    assert p11.speed_figure == "reference_ops" and p11.basic_ops_gap_flag == 1.5 and not p11.partial_correctness
+    assert p11.speed_figure == "reference_ops" and p11.review == {"basic_ops_gap_flag": 1.5} and not p11.partial_correctness
     assert RUBRIC.problems[-1].scoring.speed_figure == "student"
     assert p11.thresholds() == (1.0, 6.5) and p11.thresholds(7.0) == (1.0, 7.0)
 
@@ -335,6 +335,8 @@ def test_rubric_scoring_defaults_and_validation(tmp_path: Path):
         "{speed_figure: 'the fastest'}",  # a figure is named by a word
         "{speed_fallback: student}",  # a fallback from no figure
         "{speed_bonus: 3}",
+        "{review: [basic_ops_gap_flag]}",  # settings by name
+        "{review: {basic_ops_gap_flag: high}}",  # a number or null
     ):
         write(f'  - {{id: "1", title: t, points: 10, scoring: {bad}}}\n')
         with pytest.raises(RubricError):
@@ -343,6 +345,12 @@ def test_rubric_scoring_defaults_and_validation(tmp_path: Path):
     write('  - {id: "1", title: t, points: 10, scoring: {speed_figure: fastest}}\n')
     with pytest.raises(AssignmentError, match=r"'fastest', which its plug-in does not measure.*'reference_ops'"):
         assignment_of(load_rubric("x", tmp_path))
+    # Likewise a review setting the plug-in does not have; its own are read as numbers.
+    write('  - {id: "1", title: t, points: 10, scoring: {review: {sleep_flag: 2}}}\n')
+    with pytest.raises(AssignmentError, match=r"'sleep_flag', which its plug-in does not have.*basic_ops_gap_flag"):
+        assignment_of(load_rubric("x", tmp_path))
+    write('  - {id: "1", title: t, points: 10, scoring: {review: {basic_ops_gap_flag: 2}}}\n')
+    assert assignment_of(rubric := load_rubric("x", tmp_path)) and rubric.problems[0].scoring.review == {"basic_ops_gap_flag": 2.0}
 
 
 SPLIT = replace(SPEC, hidden_points=4)
