@@ -58,11 +58,12 @@ def test_generic_code_reaches_hw4_only_through_the_seam() -> None:
 
 
 # hw4's names for what its stage measures and records (its routes' and figures' old stored keys,
-# its telemetry's phases, its timing evidence and Problem 3's record): the engine and the service
-# read them only through the plug-in, save the schema-1 reading of measurements stored under them.
+# its telemetry's phases, its timing evidence and Problem 3's record, its review's setting): the
+# engine and the service read them only through the plug-in, save the schema-1 reading of
+# measurements stored under them.
 HW4_MEASUREMENT_NAMES = ("abi_cases", "binding_cases", "speedup_student", "speedup_reference_ops", "speedup_trusted",
                          "problem3", "kernel_profile", "timing_warm", "timing_evidence", "own_ops_vs_reference_ops",
-                         "deferred_share")
+                         "deferred_share", "basic_ops_gap_flag")
 MEASUREMENT_NAMES_ALLOWED = {"worker/measurements.py"}
 
 
