@@ -17,8 +17,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from grader.auth.saml import ACS_PATH
 from grader.course.membership import get_or_create_user
 from grader.db import session_scope
-from grader.models import AuditEvent, ExternalIdentity, Role, User
+from grader.models import ExternalIdentity, Role, User
 from grader.settings import Settings
+from tests.browser.signing_in import audit_events, logged_in_as
 from tests.fixtures.saml_idp import IdentityProvider, identity_provider, saml_service
 
 LABEL = "Sign in with Example University (SAML)"
@@ -72,19 +73,6 @@ def _ties(sessions: sessionmaker[Session], user_id: int) -> list[tuple[str, str,
                 session.scalars(select(ExternalIdentity).where(ExternalIdentity.user_id == user_id))]
 
 
-def _events(sessions: sessionmaker[Session], user_id: int) -> list[tuple[str, str]]:
-    with session_scope(sessions) as session:
-        return [(e.event, e.via) for e in session.scalars(select(AuditEvent).where(AuditEvent.user_id == user_id)
-                                                            .order_by(AuditEvent.id))]
-
-
-def _logged_in_as(page: Page, login: str) -> None:
-    page.goto("/settings/tokens")
-    expect(page).to_have_url(f"{page.url.split('/settings')[0]}/settings/tokens")
-    expect(page.get_by_role("button", name="Log out")).to_be_visible()
-    expect(page.locator("header")).to_contain_text(login)
-
-
 def test_a_new_student_signs_in_and_gets_an_account_with_no_password(
         page: Page, idp: IdentityProvider, sessions: sessionmaker[Session], service: Settings) -> None:
     login = f"saml-new-{uuid.uuid4().hex[:8]}"
@@ -98,12 +86,12 @@ def test_a_new_student_signs_in_and_gets_an_account_with_no_password(
     # The provider's cross-site post came without the session cookie: the service's page posted it again
     assert posts == [idp.url, service.public_url]
     account = f"{login}@example.edu"  # the eduPersonPrincipalName is the login
-    _logged_in_as(page, account)
+    logged_in_as(page, account)
     user = _user(sessions, account)
     assert user.role is Role.student and user.password_hash is None and user.first_login_at is not None
     assert (user.full_name, user.email) == ("Sam Student", f"{login}@example.edu")
     assert _ties(sessions, user.id) == [(idp.entity_id, pid, "saml")]
-    assert _events(sessions, user.id) == [("identity_linked", "saml"), ("login", "saml")]
+    assert audit_events(sessions, user.id) == [("identity_linked", "saml"), ("login", "saml")]
 
 
 def test_an_existing_account_is_tied_at_its_first_sign_in_and_found_by_its_identity_after(
@@ -115,7 +103,7 @@ def test_an_existing_account_is_tied_at_its_first_sign_in_and_found_by_its_ident
     pid = f"pid-{uuid.uuid4().hex}"
     idp.set_user(login, {EPPN: [login.upper()], "displayName": ["Kim Known"]}, persistent_id=pid)
     _sign_in(page, login)
-    _logged_in_as(page, login)
+    logged_in_as(page, login)
     user = _user(sessions, login)
     assert _ties(sessions, user.id) == [(idp.entity_id, pid, "saml")] and user.email == "kept@example.edu"
 
@@ -124,8 +112,8 @@ def test_an_existing_account_is_tied_at_its_first_sign_in_and_found_by_its_ident
     ctx = browser.new_context(base_url=service.public_url)
     again = ctx.new_page()
     _sign_in(again, login)
-    _logged_in_as(again, login)
+    logged_in_as(again, login)
     ctx.close()
     assert _ties(sessions, user.id) == [(idp.entity_id, pid, "saml")]
-    assert [e for e in _events(sessions, user.id) if e[1] == "saml"] == [
+    assert [e for e in audit_events(sessions, user.id) if e[1] == "saml"] == [
         ("identity_linked", "saml"), ("login", "saml"), ("login", "saml")]

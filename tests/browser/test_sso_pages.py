@@ -23,6 +23,7 @@ from grader.db import session_scope
 from grader.models import AuditEvent, Enrollment, ExternalIdentity, Role, User
 from grader.passwords import set_password
 from grader.settings import Settings
+from tests.browser.signing_in import audit_events, logged_in_as
 from tests.fixtures.oidc_provider import IdentityProvider, identity_provider, sso_service
 from tests.fixtures.passwords import SUITE_ARGON2
 
@@ -80,31 +81,18 @@ def _identities(sessions: sessionmaker[Session], user_id: int) -> list[str]:
         return list(session.scalars(select(ExternalIdentity.subject).where(ExternalIdentity.user_id == user_id)))
 
 
-def _events(sessions: sessionmaker[Session], user_id: int) -> list[tuple[str, str]]:
-    with session_scope(sessions) as session:
-        return [(e.event, e.via) for e in session.scalars(select(AuditEvent).where(AuditEvent.user_id == user_id)
-                                                            .order_by(AuditEvent.id))]
-
-
-def _logged_in_as(page: Page, login: str) -> None:
-    page.goto("/settings/tokens")
-    expect(page).to_have_url(f"{page.url.split('/settings')[0]}/settings/tokens")
-    expect(page.get_by_role("button", name="Log out")).to_be_visible()
-    expect(page.locator("header")).to_contain_text(login)
-
-
 def test_a_new_student_signs_in_and_gets_an_account_with_no_password_and_no_course(
         page: Page, provider: IdentityProvider, sessions: sessionmaker[Session], service: Settings) -> None:
     login = f"newbie-{uuid.uuid4().hex[:8]}"
     sub = _person(provider, login)
     _sign_in(page, sub, start="/login?next=/settings/tokens")
     expect(page).to_have_url(f"{service.public_url}/settings/tokens")  # where the login page was asked to go
-    _logged_in_as(page, login)
+    logged_in_as(page, login)
     user = _user(sessions, login)
     assert user.role is Role.student and user.password_hash is None and user.first_login_at is not None
     assert (user.full_name, user.email) == ("Sam Student", f"{login}@example.edu")
     assert _identities(sessions, user.id) == [sub]
-    assert _events(sessions, user.id) == [("identity_linked", "sso"), ("login", "sso")]
+    assert audit_events(sessions, user.id) == [("identity_linked", "sso"), ("login", "sso")]
     with session_scope(sessions) as session:
         assert session.scalars(select(Enrollment).where(Enrollment.user_id == user.id)).all() == []
 
@@ -117,7 +105,7 @@ def test_an_existing_account_is_tied_at_its_first_sign_in_and_found_by_its_ident
         get_or_create_user(session, login, Role.student).email = "kept@example.edu"
     sub = _person(provider, login.upper())  # the provider's spelling of the login differs by case only
     _sign_in(page, sub)
-    _logged_in_as(page, login)
+    logged_in_as(page, login)
     user = _user(sessions, login)
     assert _identities(sessions, user.id) == [sub] and user.email == "kept@example.edu"  # the account's own kept
 
@@ -126,10 +114,10 @@ def test_an_existing_account_is_tied_at_its_first_sign_in_and_found_by_its_ident
     ctx = browser.new_context(base_url=service.public_url)
     again = ctx.new_page()
     _sign_in(again, sub)
-    _logged_in_as(again, login)
+    logged_in_as(again, login)
     ctx.close()
     assert _identities(sessions, user.id) == [sub]
-    assert [e for e in _events(sessions, user.id) if e[1] == "sso"] == [
+    assert [e for e in audit_events(sessions, user.id) if e[1] == "sso"] == [
         ("identity_linked", "sso"), ("login", "sso"), ("login", "sso")]
 
 
@@ -147,7 +135,7 @@ def test_an_account_tied_to_another_person_refuses_the_sign_in(
         "If the account is yours, ask a site administrator of this service.")
     user = _user(sessions, login)
     assert _identities(sessions, user.id) == [f"sub-owner-{login}"]
-    assert _events(sessions, user.id)[-2:] == [("identity_refused", "sso"), ("login_failed", "sso")]
+    assert audit_events(sessions, user.id)[-2:] == [("identity_refused", "sso"), ("login_failed", "sso")]
 
 
 def test_a_sign_in_from_another_domain_is_refused(
@@ -180,5 +168,5 @@ def test_password_login_is_off_for_students_and_on_for_instructors(
             expect(page.locator("#login-error")).to_have_text(
                 f"Password login is off for student accounts on this service: use the “{LABEL}” button instead.")
             page.screenshot(path=str(screenshot_dir / "login-sso.png"), full_page=True)
-    _logged_in_as(page, instructor)
-    assert ("refused", "web") in _events(sessions, _user(sessions, student).id)
+    logged_in_as(page, instructor)
+    assert ("refused", "web") in audit_events(sessions, _user(sessions, student).id)
