@@ -3,8 +3,8 @@ what the stage's evidence of its composition-against-fused-op figure (`timing_ev
 rubrics/hw4/speed.py) says staff should see, and when the figure is not to be trusted.
 
 - a composition much slower on the student's own basic ops than on ours (the review setting
-  basic_ops_gap_flag, GAP_FLAG_DEFAULT where the rubric gives none): a slowed combine.cu, or a very slow one; it changes no point (the
-  figure that scores runs on ours);
+  basic_ops_gap_flag, GAP_FLAG_DEFAULT where the rubric gives none): a slowed combine.cu, or a
+  very slow one; it changes no point (the figure that scores runs on ours);
 - a composition that spent more of its time off the CPU than the fused op (beyond
   worker.timing.IDLE_SLACK): an honest one never sleeps (both spin while the GPU works, the
   corpus's compositions run 98-99% on the CPU), and the CPU time of one that does still carries
