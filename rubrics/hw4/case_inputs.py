@@ -2,14 +2,15 @@
 
 make_inputs gives the raw buffers of one C ABI call (rubrics.hw4.abi); make_binding_inputs the
 tensors of one call of the student's MiniTorch binding. Inputs are uniform(-1, 1) (times the
-case's `scale`, plus its `offset`) as the course's kt.rand draws them; separate output buffers
-are poisoned with NaN, so an answer that writes nothing fails. Cases: rubrics.hw4.cases.
+case's `scale`, plus its `offset`) as the course's kt.rand draws them, except a LayerNorm
+backward's gamma, kept away from zero (MIN_ABS_GAMMA); separate output buffers are poisoned with
+NaN, so an answer that writes nothing fails. Cases: rubrics.hw4.cases.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from rubrics.hw4.cases import MASK_KINDS, PAD_VALUE, Case, CaseError
+from rubrics.hw4.cases import MASK_KINDS, MIN_ABS_GAMMA, PAD_VALUE, Case, CaseError
 
 
 def make_mask(rng: np.random.Generator, batch: int, to_len: int, kind: str) -> np.ndarray:
@@ -53,6 +54,11 @@ def _uniform(rng: np.random.Generator, shape: tuple[int, ...] | int, scale: floa
     return x
 
 
+def _away_from_zero(gamma: np.ndarray) -> np.ndarray:
+    """uniform(-1, 1) draws mapped to magnitudes uniform in [MIN_ABS_GAMMA, 1], signs kept."""
+    return _f32(np.copysign(MIN_ABS_GAMMA + (1 - MIN_ABS_GAMMA) * np.abs(gamma), gamma))
+
+
 def _poisoned(shape: tuple[int, ...]) -> np.ndarray:
     return np.full(shape, np.nan, dtype=np.float32)
 
@@ -64,9 +70,9 @@ def make_inputs(case: Case, rng: np.random.Generator) -> dict[str, np.ndarray]:
     softmax_fw: inp [b,h,f,t] (in place), mask [b,t] (zeros for mask "none")
     softmax_bw: out_grad [rows,n] (in place), soft_out [rows,n] (softmax of uniform rows)
     layernorm_fw: inp, gamma, beta; out: ln_res, vars, means
-    layernorm_bw: out_grad, inp, gamma, beta, vars, means (the variance without eps and the
-                  mean, as the course's backward test computes them); out: gamma_grad,
-                  betta_grad, inp_grad"""
+    layernorm_bw: out_grad, inp, gamma (|gamma| >= MIN_ABS_GAMMA), beta, vars, means (the
+                  variance without eps and the mean, as the course's backward test computes
+                  them); out: gamma_grad, betta_grad, inp_grad"""
     p = case.params
     scale = p["scale"]
     if case.kind == "softmax_fw":
@@ -79,6 +85,8 @@ def make_inputs(case: Case, rng: np.random.Generator) -> dict[str, np.ndarray]:
     rows, hidden = case.shape
     inp = _uniform(rng, (rows, hidden), scale, p["offset"])
     gamma, beta = _uniform(rng, hidden), _uniform(rng, hidden)
+    if case.kind == "layernorm_bw":
+        gamma = _away_from_zero(gamma)
     if case.kind == "layernorm_fw":
         return {"inp": inp, "gamma": gamma, "beta": beta, "ln_res": _poisoned((rows, hidden)),
                 "vars": _poisoned((rows,)), "means": _poisoned((rows,))}

@@ -67,6 +67,14 @@ MAX_LN_HIDDEN = 4096  # float4 loads; the backward launcher throws above 4096
 # (and the forward's, where eps = 1e-8 is prescribed). At s = 0.02 an eps of 1e-5 instead
 # still moves the forward's outputs by ~4%: that hidden case catches a wrong epsilon.
 MIN_LN_SCALE = 0.02
+# A LayerNorm backward may read its `inp` as the forward's output (LightSeq's convention, which
+# the starter's comments allow: rubrics/hw4/conventions.py) and recover x̂ = (out - beta) / gamma,
+# which amplifies the output's float32 rounding by 1 / |gamma|. With gamma uniform(-1, 1) as the
+# course draws it, a [1024, 1024] case's gamma_grad then misses its tolerance in 1-2 draws of
+# 100 (a gamma within ~1e-5 of zero; the course's harness fails such a backward the same way, at
+# random), so over ~40 cases a correct backward lost points in some grades and not in others.
+# A backward's gamma keeps |gamma| >= this instead: no reading then decides a verdict by luck.
+MIN_ABS_GAMMA = 0.1
 
 # Parameters per kind: required ones, and optional ones with their defaults.
 _REQUIRED = {
@@ -123,8 +131,10 @@ class Case:
         if self.kind == "softmax_bw":
             return (f"out_grad {list(self.shape)} {spread}, softmax output of uniform(-1, 1) "
                     f"rows of length {p['softmax_len']}")
-        text = f"inp {list(self.shape)} {spread}, gamma and beta [{p['hidden']}] uniform(-1, 1)"
-        return text + (", out_grad uniform(-1, 1)" if self.kind == "layernorm_bw" else "")
+        if self.kind == "layernorm_fw":
+            return f"inp {list(self.shape)} {spread}, gamma and beta [{p['hidden']}] uniform(-1, 1)"
+        return (f"inp {list(self.shape)} {spread}, gamma [{p['hidden']}] uniform(-1, 1) with |gamma| "
+                f">= {MIN_ABS_GAMMA:g}, beta [{p['hidden']}] and out_grad uniform(-1, 1)")
 
     def describe_shape(self) -> str:
         p = self.params

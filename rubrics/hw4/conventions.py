@@ -24,11 +24,6 @@ from rubrics.hw4.references import layernorm_fw_ref
 
 Arrays = dict[str, np.ndarray]
 
-# x̂ = (out - betta) / gamma amplifies the output's float32 rounding by 1 / |gamma|: inputs drawn
-# for the output reading keep |gamma| at least this, so the reading itself never fails a case.
-MIN_ABS_GAMMA = 0.1
-
-
 @dataclass(frozen=True)
 class Reading:
     """One open reading of a launcher's arguments."""
@@ -40,11 +35,10 @@ class Reading:
 
 
 def _layernorm_output_as_inp(arrays: Arrays) -> tuple[Arrays, Arrays]:
-    gamma = arrays["gamma"]
-    bounded = np.where(np.abs(gamma) < MIN_ABS_GAMMA, np.copysign(MIN_ABS_GAMMA, gamma), gamma)
-    meant = {**arrays, "gamma": np.ascontiguousarray(bounded, dtype=np.float32)}
-    out = layernorm_fw_ref(meant["inp"], meant["gamma"], meant["beta"])[0]
-    return {**meant, "inp": np.ascontiguousarray(out, dtype=np.float32)}, meant
+    # A backward's gamma is drawn away from zero (cases.MIN_ABS_GAMMA), so x̂ = (out - betta) /
+    # gamma loses little to the output's float32 rounding.
+    out = layernorm_fw_ref(arrays["inp"], arrays["gamma"], arrays["beta"])[0]
+    return {**arrays, "inp": np.ascontiguousarray(out, dtype=np.float32)}, arrays
 
 
 LAYERNORM_OUTPUT = Reading(

@@ -322,6 +322,37 @@ def test_inputs_are_the_courses_uniform_draws() -> None:
     assert (soft.max(-1) / soft.min(-1)).max() <= np.exp(2.0) * (1 + 1e-5)
 
 
+def test_a_layernorm_backwards_gamma_is_drawn_away_from_zero() -> None:
+    """Only the backward's: the forward keeps the course's uniform(-1, 1) gamma."""
+    rng = np.random.default_rng(5)
+    gamma = case_inputs.make_inputs(hc.make_case("layernorm_bw", rows=2, hidden=4096), rng)["gamma"]
+    assert np.abs(gamma).min() >= np.float32(hc.MIN_ABS_GAMMA) and np.abs(gamma).max() <= 1.0
+    assert 0.4 < (gamma > 0).mean() < 0.6
+    forward = case_inputs.make_inputs(hc.make_case("layernorm_fw", rows=2, hidden=4096), rng)["gamma"]
+    assert np.abs(forward).min() < hc.MIN_ABS_GAMMA
+    text = hc.make_case("layernorm_bw", rows=3, hidden=8).describe_inputs()
+    assert "gamma [8] uniform(-1, 1) with |gamma| >= 0.1" in text
+
+
+@pytest.mark.parametrize("seed", [29, 57, 123])
+def test_a_backward_reading_inp_as_the_output_passes_whatever_gamma_is_drawn(seed: int) -> None:
+    """LightSeq's reading (rubrics/hw4/conventions.py) recovers x̂ = (out - beta) / gamma. These
+    seeds drew, from uniform(-1, 1), a gamma within 2e-5 of zero for the [1024, 4096] case: in
+    float32 that x̂ then missed gamma_grad's tolerance by 1.9-17x, so a correct backward lost a
+    case by luck (an H100 grade of the convention mutant did, 2026-12-07)."""
+    case = hc.make_case("layernorm_bw", rows=1024, hidden=4096)
+    a = case_inputs.make_binding_inputs(case, np.random.default_rng(seed))
+    x, gamma, beta = a["inp"], a["gamma"], a["beta"]
+    mean = x.mean(axis=-1, keepdims=True, dtype=np.float32)
+    std = np.sqrt((x * x).mean(axis=-1, keepdims=True, dtype=np.float32) - mean * mean + np.float32(hc.LN_EPS))
+    out = (x - mean) / std * gamma + beta  # what the fused forward saves for the backward
+    xhat = (out - beta) / gamma
+    gamma_grad = (a["out_grad"] * xhat).sum(axis=0, dtype=np.float32)
+    expected = references.binding_reference(case, a)["gamma_grad"]
+    result = references.verify(case, {"gamma_grad": gamma_grad}, {"gamma_grad": expected})
+    assert result.ok, result.describe()
+
+
 def _within_bs_sl(batch: int, seq: int, to_len: int | None = None) -> bool:
     """What test_utils.py's bs_sl can draw: seq 1..512, batch 1..1024 // seq, and a second
     length for the same batch within min(1024 // batch, 512)."""
