@@ -1,4 +1,4 @@
-"""The GPU suite's parts (tests/conftest.py GPU_PARTS, `--gpu-part N`): each of the four
+"""The GPU suite's parts (tests/conftest.py GPU_PARTS, `--gpu-part N`): each of the six
 collects a share of tests/gpu, together all of it, each test once; every pattern names a test
 that exists (a renamed slow test would otherwise fall into the rest and overrun its call)."""
 from __future__ import annotations
