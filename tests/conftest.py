@@ -69,14 +69,15 @@ GPU_PARTS: dict[int, tuple[str, ...]] = {
         # ~40 s, here because part 1 with it ran past 600 s on a fresh H100 (2026-12-05)
         "test_grading_gpu.py::test_convention_mutants_keep_every_correctness_point"),
     # Every GPU bench in its smallest size (issue 53: no bench rots), apart from the tests since
-    # each builds the kit once or more; estimates, not yet timed on a GPU. 5: the kit's speedups,
-    # a cold build by phase, the sanitizer probe and one mutant under it, one upload split (~6 min)
+    # each builds the kit once or more. 5: the kit's speedups, a cold build by phase, the sanitizer
+    # probe and one mutant under it (30, 47, 41 s on an H100 at 5a596c4), one upload split (not yet
+    # timed)
     5: ("test_bench_smoke_gpu.py::test_gpu_bench_smoke[hw4_speedups]",
         "test_bench_smoke_gpu.py::test_gpu_bench_smoke[nvcc_phases]",
         "test_bench_smoke_gpu.py::test_gpu_bench_smoke[sanitizer_",
         "test_bench_smoke_gpu.py::test_gpu_bench_smoke[split_burst]"),
     # 6: two kernel-only grades each for timing stability and the sandbox's cost, and with .corpus/
-    # one submission's fidelity on 1.1 and one gaming mutant (~7 min)
+    # one submission's fidelity on 1.1 and one gaming mutant (54, 54, 64, 46 s at 5a596c4)
     6: ("test_bench_smoke_gpu.py::test_gpu_bench_smoke[timing_stability]",
         "test_bench_smoke_gpu.py::test_gpu_bench_smoke[sandbox_grade_cost]",
         "test_bench_smoke_gpu.py::test_gpu_bench_smoke[fidelity]",
