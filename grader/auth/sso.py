@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import httpx
+import httpx2
 from authlib.integrations.base_client import OAuthError
 from authlib.integrations.starlette_client import OAuth
 from fastapi import Request
@@ -34,12 +35,8 @@ from grader.settings import SsoSettings
 CALLBACK_PATH = "/login/sso/callback"
 SCOPES = "openid profile email"
 CLOCK_LEEWAY_S = 60  # the provider's clock and ours may differ this much (exp, iat)
-# authlib's HTTP client raises httpx2's errors where that package is installed, else httpx's.
-try:
-    import httpx2
-    HTTP_ERRORS: tuple[type[Exception], ...] = (httpx.HTTPError, httpx2.HTTPError)
-except ImportError:
-    HTTP_ERRORS = (httpx.HTTPError,)
+# authlib's HTTP client raises httpx2's errors (an older authlib's: httpx's).
+HTTP_ERRORS: tuple[type[Exception], ...] = (httpx.HTTPError, httpx2.HTTPError)
 _ERROR_CODE = re.compile(r"^[a-z_]{1,64}$")  # an OAuth error code (RFC 6749 §4.1.2.1), shown as sent
 # What an id_token that failed its check failed, by claim, in words.
 _FAILED_CLAIM = {
