@@ -110,15 +110,15 @@ def check_abi_case(client: ChildClient, check: Check, timeout: float) -> CaseOut
     passes if one holds, and says which."""
     case = check.case
     arrays = make_inputs(case, check.rng())
-    result = _call_abi(client, case, arrays, reference(case, arrays), timeout)
+    expected = reference(case, arrays)
+    result = _call_abi(client, case, arrays, expected, timeout)
     if isinstance(result, str):
         return check_outcome(check, False, None, None, result)
     if result.ok:
         return check_outcome(check, True, result.max_err, result.where, result.message.strip())
     also_wrong = []
     for reading in open_readings(case.kind):
-        given, meant = reading.rewrite(arrays)
-        other = _call_abi(client, case, given, reference(case, meant), timeout)
+        other = _call_abi(client, case, reading.rewrite(arrays), expected, timeout)
         if isinstance(other, CheckResult) and other.ok:
             return check_outcome(check, True, other.max_err, None, f"passed reading {reading.name}")
         also_wrong.append(f"also wrong reading {reading.name}")
