@@ -60,8 +60,10 @@ def cuda_device_count() -> int:
 GPU_PARTS: dict[int, tuple[str, ...]] = {
     1: ("test_grading_gpu.py::test_every_mutant_loses_points_on_its_problems",
         "test_grading_gpu.py::test_cheats_gain_nothing"),
+    # 2: 448 s on an H100 at b6a80fb (hostile 162 + 17 s, exploits 92 + 29 s set-up, the
+    # infinite loop 33 s, the kit end to end 95 s)
     2: ("test_hostile_gpu.py::",  # the kit after the hostile ones: one file, one session
-        "test_exploits_gpu.py::",  # 6 exploits and the kit, short timing (added 2026-12-06, not yet timed)
+        "test_exploits_gpu.py::",  # 6 exploits and the kit, short timing
         "test_grading_gpu.py::test_infinite_loop_kernel_times_out_and_grading_goes_on",
         "test_grading_gpu.py::test_reference_kit_end_to_end"),
     3: ("test_load_failures_gpu.py::",  # the correct grade they are compared with: one session
@@ -70,8 +72,8 @@ GPU_PARTS: dict[int, tuple[str, ...]] = {
         "test_grading_gpu.py::test_convention_mutants_keep_every_correctness_point"),
     # Every GPU bench in its smallest size (issue 53: no bench rots), apart from the tests since
     # each builds the kit once or more. 5: the kit's speedups, a cold build by phase, the sanitizer
-    # probe and one mutant under it (30, 47, 41 s on an H100 at 5a596c4), one upload split (not yet
-    # timed)
+    # probe and one mutant under it (30, 47, 41 s on an H100 at 5a596c4), one upload split (48 s
+    # at b6a80fb)
     5: ("test_bench_smoke_gpu.py::test_gpu_bench_smoke[hw4_speedups]",
         "test_bench_smoke_gpu.py::test_gpu_bench_smoke[nvcc_phases]",
         "test_bench_smoke_gpu.py::test_gpu_bench_smoke[sanitizer_",
